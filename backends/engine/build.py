@@ -1,0 +1,42 @@
+"""One-call helpers: ONNX model → network, and ONNX model → plan bytes with profiles from shapes."""
+from __future__ import annotations
+
+from backends.engine.builder import Builder, BuilderConfig, BuilderFlag, OptimizationProfile
+from backends.engine.network import NetworkDefinition
+from backends.engine.onnx_parser import OnnxParser
+from native.logger import G_LOGGER
+
+
+def parse_onnx(model, logger=None) -> tuple[NetworkDefinition, OnnxParser]:
+    """Parse or raise ParseError/UnsupportedOpError listing every failing node."""
+    network = NetworkDefinition()
+    parser = OnnxParser(network, logger or G_LOGGER)
+    parser.parse(model)
+    parser.raise_if_failed(model if isinstance(model, str) else "model")
+    return network, parser
+
+
+def profile_from_shapes(network, shapes: dict, ranges: dict | None = None) -> OptimizationProfile | None:
+    """A profile with min=opt=max=the given shape for every dynamic input (or explicit (min, opt, max))."""
+    profile = OptimizationProfile()
+    ranges = ranges or {}
+    for t in network.inputs:
+        if t.name in ranges:
+            profile.set_shape(t.name, *ranges[t.name])
+        elif t.shape is not None and any(d < 0 for d in t.shape) and t.name in shapes:
+            s = tuple(shapes[t.name])
+            profile.set_shape(t.name, s, s, s)
+    return profile if profile.shapes else None
+
+
+def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=None, device="cpu", timing_feeds=None,
+                         config: BuilderConfig | None = None, logger=None) -> bytes:
+    network, _ = parse_onnx(model, logger)
+    config = config or BuilderConfig()
+    config.device = device
+    for f in flags:
+        config.set_flag(BuilderFlag(f))
+    profile = profile_from_shapes(network, shapes or {}, ranges)
+    if profile is not None and not config.profiles:
+        config.add_optimization_profile(profile)
+    return Builder(logger or G_LOGGER).build_serialized_network(network, config, timing_feeds=timing_feeds)

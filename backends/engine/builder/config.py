@@ -1,0 +1,184 @@
+"""BuilderConfig and its parts: flags, optimization profiles, memory pools, timing cache, algorithm selector."""
+from __future__ import annotations
+
+import enum
+import json
+
+from native.errors import PlanError, ShapeError, UsageError
+
+
+class BuilderFlag(enum.Enum):
+    FP16 = "fp16"
+    INT8 = "int8"
+    TF32 = "tf32"
+    REFIT = "refit"
+    SPARSE_WEIGHTS = "sparse_weights"
+    GPU_FALLBACK = "gpu_fallback"
+    DIRECT_IO = "direct_io"
+    PREFER_PRECISION_CONSTRAINTS = "prefer_precision_constraints"
+    OBEY_PRECISION_CONSTRAINTS = "obey_precision_constraints"
+    REJECT_EMPTY_ALGORITHMS = "reject_empty_algorithms"
+    DISABLE_TIMING_CACHE = "disable_timing_cache"
+    ENABLE_TACTIC_HEURISTIC = "enable_tactic_heuristic"
+    DISABLE_FUSION = "disable_fusion"          # ours: keep every layer as parsed
+    DISABLE_LAYOUT = "disable_layout"          # ours: no NCHW→NHWC pass
+    DISABLE_CONSTANT_FOLDING = "disable_constant_folding"
+
+
+class MemoryPoolType(enum.Enum):
+    WORKSPACE = "workspace"
+    DLA_MANAGED_SRAM = "dla_managed_sram"
+    DLA_LOCAL_DRAM = "dla_local_dram"
+    DLA_GLOBAL_DRAM = "dla_global_dram"
+
+
+class ProfilingVerbosity(enum.Enum):
+    LAYER_NAMES_ONLY = "layer_names_only"
+    DETAILED = "detailed"
+    NONE = "none"
+
+
+class OptimizationProfile:
+    """min/opt/max shapes per dynamic input (TensorRT's IOptimizationProfile)."""
+
+    def __init__(self):
+        self.shapes: dict[str, tuple] = {}
+        self.shape_values: dict[str, tuple] = {}
+
+    def set_shape(self, name, min, opt, max):
+        min, opt, max = tuple(map(int, min)), tuple(map(int, opt)), tuple(map(int, max))
+        if not (len(min) == len(opt) == len(max)):
+            raise ShapeError(f"profile for input '{name}': min/opt/max ranks differ ({min}, {opt}, {max})")
+        if any(not (a <= b <= c) for a, b, c in zip(min, opt, max)):
+            raise ShapeError(f"profile for input '{name}': need min <= opt <= max per dim, got {min}, {opt}, {max}")
+        self.shapes[name] = (min, opt, max)
+
+    def get_shape(self, name):
+        return self.shapes.get(name)
+
+    def set_shape_values(self, name, min, opt, max):
+        self.shape_values[name] = (tuple(min), tuple(opt), tuple(max))
+
+    def check(self, name, shape):
+        """Raise ShapeError naming input, shape and profile if shape lies outside [min, max]."""
+        if name not in self.shapes:
+            return
+        lo, _, hi = self.shapes[name]
+        shape = tuple(shape)
+        if len(shape) != len(lo) or any(not (a <= s <= b) for a, s, b in zip(lo, shape, hi)):
+            raise ShapeError(f"input '{name}' has shape {list(shape)}, outside the optimization profile "
+                             f"min={list(lo)} max={list(hi)}; rebuild with a profile that covers it")
+
+    def to_json(self):
+        return {k: [list(x) for x in v] for k, v in self.shapes.items()}
+
+    @classmethod
+    def from_json(cls, d):
+        p = cls()
+        for k, (a, b, c) in d.items():
+            p.set_shape(k, a, b, c)
+        return p
+
+
+class TimingCache:
+    """Tactic timings keyed by (device, layer kind, params, input shapes and dtypes); serialisable as JSON."""
+
+    FORMAT = "debugkit-timing-cache/1"
+
+    def __init__(self, entries=None):
+        self.entries: dict[str, dict] = dict(entries or {})
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key):
+        v = self.entries.get(key)
+        if v is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return v
+
+    def put(self, key, timings: dict):
+        self.entries[key] = timings
+
+    def serialize(self) -> bytes:
+        return json.dumps({"format": self.FORMAT, "entries": self.entries}, sort_keys=True).encode()
+
+    @classmethod
+    def deserialize(cls, data: bytes):
+        try:
+            d = json.loads(bytes(data).decode())
+            if d.get("format") != cls.FORMAT:
+                raise ValueError(f"format {d.get('format')!r}")
+        except Exception as e:
+            raise PlanError(f"not a debugkit timing cache ({e})") from None
+        return cls(d["entries"])
+
+    def combine(self, other: "TimingCache"):
+        self.entries.update(other.entries)
+
+
+class AlgorithmSelector:
+    """TensorRT's IAlgorithmSelector: `select_algorithms(context, choices)` returns the indices to consider;
+    `report_algorithms(contexts, choices)` receives the final pick per layer. Override either."""
+
+    def select_algorithms(self, context: dict, choices: list) -> list:
+        return list(range(len(choices)))
+
+    def report_algorithms(self, contexts: list, choices: list):
+        pass
+
+
+class BuilderConfig:
+    def __init__(self):
+        self.flags: set[BuilderFlag] = {BuilderFlag.TF32}
+        self.profiles: list[OptimizationProfile] = []
+        self.memory_pool_limits: dict[MemoryPoolType, int] = {}
+        self.profiling_verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
+        self.avg_timing_iterations = 4
+        self.timing_cache: TimingCache | None = None
+        self.algorithm_selector: AlgorithmSelector | None = None
+        self.int8_calibrator = None
+        self.device = "cpu"
+        self.default_device_type = "cpu"
+        self.tactic_sources: set | None = None   # tactic names allowed; None means all
+        self.builder_optimization_level = 3
+
+    # flags
+    def set_flag(self, flag: BuilderFlag):
+        self.flags.add(BuilderFlag(flag))
+
+    def clear_flag(self, flag: BuilderFlag):
+        self.flags.discard(BuilderFlag(flag))
+
+    def get_flag(self, flag: BuilderFlag) -> bool:
+        return BuilderFlag(flag) in self.flags
+
+    # profiles and pools
+    def add_optimization_profile(self, profile: OptimizationProfile) -> int:
+        self.profiles.append(profile)
+        return len(self.profiles) - 1
+
+    def set_memory_pool_limit(self, pool: MemoryPoolType, nbytes: int):
+        if nbytes < 0:
+            raise UsageError(f"memory pool limit for {pool} must be >= 0, got {nbytes}")
+        self.memory_pool_limits[MemoryPoolType(pool)] = int(nbytes)
+
+    def get_memory_pool_limit(self, pool: MemoryPoolType):
+        return self.memory_pool_limits.get(MemoryPoolType(pool))
+
+    def create_timing_cache(self, data: bytes = b"") -> TimingCache:
+        return TimingCache.deserialize(data) if data else TimingCache()
+
+    def set_timing_cache(self, cache: TimingCache, ignore_mismatch=False):
+        self.timing_cache = cache
+
+    def get_timing_cache(self):
+        return self.timing_cache
+
+    def to_json(self) -> dict:
+        return {"flags": sorted(f.value for f in self.flags), "profiles": [p.to_json() for p in self.profiles],
+                "memory_pool_limits": {k.value: v for k, v in self.memory_pool_limits.items()},
+                "profiling_verbosity": self.profiling_verbosity.value,
+                "avg_timing_iterations": self.avg_timing_iterations, "device": self.device,
+                "tactic_sources": sorted(self.tactic_sources) if self.tactic_sources is not None else None}

@@ -1,0 +1,66 @@
+"""Constant folding: evaluate, at build time and with our own kernels, every node whose inputs are constants
+(and Shape nodes whose input shape is static), replacing it with Constant nodes."""
+from __future__ import annotations
+
+import numpy as np
+
+from backends.engine.engine_graph import Graph, Node
+from backends.engine.runtime.executor import default_tactic, node_op
+from native.logger import G_LOGGER
+
+NOT_FOLDABLE = {"Constant", "Assertion", "Loop", "If", "Scan"}
+RANDOM_FILLS = {"RANDOM_UNIFORM", "RANDOM_NORMAL", "RANDOM_UNIFORM_LIKE", "RANDOM_NORMAL_LIKE", "MULTINOMIAL",
+                "BERNOULLI"}
+MAX_FOLD_BYTES = 1 << 28
+
+
+def _static_shape(graph: Graph, name):
+    info = graph.tensor_info.get(name)
+    if info is None or info.shape is None or info.kind != "tensor":
+        return None
+    if any(d is None or d < 0 for d in info.shape):
+        return None
+    return info.shape
+
+
+def fold_constants(graph: Graph, config=None, device="cpu", max_bytes=MAX_FOLD_BYTES) -> int:
+    consts: dict[str, object] = {}
+    new_nodes, folded = [], 0
+    for node in graph.nodes:
+        if node.kind == "Constant":
+            consts[node.outputs[0]] = node.weights["value"]
+            new_nodes.append(node)
+            continue
+        values = None
+        if node.kind == "Shape" and node.inputs and node.inputs[0] not in consts:
+            shape = _static_shape(graph, node.inputs[0])
+            if shape is not None:
+                s = np.array(shape, dtype=np.int64)
+                start, end = node.params.get("start", 0) or 0, node.params.get("end")
+                values = [s[start:end] if end is not None else s[start:]]
+        elif (node.kind not in NOT_FOLDABLE and not node.subgraphs
+              and str(node.params.get("op", "")) not in RANDOM_FILLS
+              and not (node.kind == "Plugin")
+              and all(i is None or i in consts for i in node.inputs)):
+            try:
+                tactic = default_tactic(node, device)
+                values = tactic.run(node_op(node), [consts[i] if i is not None else None for i in node.inputs])
+            except Exception as e:
+                G_LOGGER.verbose(f"constant folding: left '{node.name}' ({node.kind}) unfolded: {e}")
+                values = None
+            if values is not None and any(not isinstance(v, np.ndarray) or v.nbytes > max_bytes for v in values):
+                values = None
+        if values is None or len(values) != len(node.outputs):
+            new_nodes.append(node)
+            continue
+        folded += 1
+        for i, (name, v) in enumerate(zip(node.outputs, values)):
+            consts[name] = v
+            new_nodes.append(Node(name=node.name if i == 0 else f"{node.name}/{i}", kind="Constant", inputs=[],
+                                  outputs=[name], params={"shape": list(np.shape(v))}, weights={"value": v},
+                                  source_nodes=list(node.source_nodes), meta={"folded_from": node.kind}))
+    graph.nodes = new_nodes
+    for node in graph.nodes:
+        for sub in node.subgraphs.values():
+            folded += fold_constants(sub, config, device, max_bytes)
+    return folded

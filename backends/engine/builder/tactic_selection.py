@@ -1,0 +1,102 @@
+"""Per-layer tactic selection: time every supporting candidate on real inputs at the profile's opt shapes,
+consult the timing cache, let the algorithm selector restrict or replay, and record the winner's id."""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import numpy as np
+
+from backends.engine.runtime.executor import node_op
+from native.errors import BuildError
+from native.logger import G_LOGGER
+from native.tactics import tactics_for
+
+
+def _key(node, inputs, device):
+    def desc(a):
+        return [list(np.shape(a)), str(getattr(a, "dtype", type(a).__name__))]
+    wdesc = {k: desc(v) for k, v in node.weights.items()}
+    raw = json.dumps([device, node.kind, node.params, wdesc, [desc(a) for a in inputs], node.precision],
+                     sort_keys=True, default=str)
+    return hashlib.sha1(raw.encode()).hexdigest()
+
+
+def time_tactic(tactic, op, inputs, iterations) -> float:
+    tactic.run(op, inputs)  # warm up
+    best = float("inf")
+    for _ in range(max(1, iterations)):
+        t0 = time.perf_counter()
+        tactic.run(op, inputs)
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+def algorithm_context(node, inputs):
+    return {"name": node.name, "kind": node.kind, "source_nodes": list(node.source_nodes),
+            "input_shapes": [list(np.shape(a)) if a is not None else None for a in inputs]}
+
+
+def select_tactics(graph, env, config, device="cpu"):
+    """Choose a tactic for every node (recursing into subgraphs with default choices). `env` holds each
+    tensor's value from the timing run (None when that run failed); returns per-node timing records."""
+    cache = config.timing_cache
+    use_cache = cache is not None and not config.get_flag("disable_timing_cache")
+    selector = config.algorithm_selector
+    reports = []
+    for node in graph.nodes:
+        op = node_op(node)
+        inputs = [env.get(i) if (env is not None and i is not None) else None for i in node.inputs]
+        have_inputs = env is not None and all(i is None or i in env for i in node.inputs)
+        shapes = [list(np.shape(a)) if a is not None else None for a in inputs] if have_inputs else None
+        candidates = [t for t in tactics_for(node.kind, device) if t.supports(op, shapes)]
+        if config.tactic_sources is not None:
+            allowed = [t for t in candidates if t.name in config.tactic_sources]
+            candidates = allowed or candidates
+        if not candidates:
+            raise BuildError(f"could not find any implementation for layer '{node.name}' (kind {node.kind}, ONNX "
+                             f"nodes {node.source_nodes}) on device '{device}'")
+        if selector is not None:
+            choices = [{"tactic_id": t.id, "tactic_name": t.name} for t in candidates]
+            picked = list(selector.select_algorithms(algorithm_context(node, inputs), choices))
+            if not picked and config.get_flag("reject_empty_algorithms"):
+                raise BuildError(f"algorithm selector returned no choice for layer '{node.name}'")
+            if picked:
+                bad = [i for i in picked if not 0 <= int(i) < len(candidates)]
+                if bad:
+                    raise BuildError(f"algorithm selector returned invalid indices {bad} for layer '{node.name}' "
+                                     f"({len(candidates)} choices)")
+                candidates = [candidates[int(i)] for i in picked]
+        timings = {}
+        if len(candidates) > 1 and have_inputs:
+            key = _key(node, inputs, device)
+            cached = cache.get(key) if use_cache else None
+            if cached:
+                timings = {int(k): v for k, v in cached.items()}
+            else:
+                for t in candidates:
+                    try:
+                        prepared = node_op(node)
+                        prepared.weights = t.prepare(prepared)
+                        timings[t.id] = time_tactic(t, prepared, inputs, config.avg_timing_iterations)
+                    except Exception as e:
+                        G_LOGGER.verbose(f"tactic {t.name} failed on layer '{node.name}': {e}; skipped")
+                if use_cache and timings:
+                    cache.put(key, {str(k): v for k, v in timings.items()})
+            ranked = [t for t in candidates if t.id in timings]
+            chosen = min(ranked, key=lambda t: timings[t.id]) if ranked else candidates[0]
+        else:
+            chosen = candidates[0]
+        node.tactic_id, node.tactic_name = chosen.id, chosen.name
+        if timings:
+            node.meta["timings_ms"] = {t.name: round(timings[t.id], 4) for t in candidates if t.id in timings}
+            G_LOGGER.verbose(f"layer '{node.name}': tactic {chosen.name} from "
+                             + ", ".join(f"{k}={v:.3f}ms" for k, v in node.meta["timings_ms"].items()))
+        node.weights = chosen.prepare(node_op(node))
+        reports.append(({"name": node.name, "kind": node.kind}, {"tactic_id": chosen.id, "tactic_name": chosen.name}))
+        for sub in node.subgraphs.values():
+            reports += select_tactics(sub, None, config, device)
+    if selector is not None:
+        selector.report_algorithms([r[0] for r in reports], [r[1] for r in reports])
+    return reports

@@ -1,0 +1,20 @@
+"""Importers: ops served by plugins. Any op with a registered plugin imports as a Plugin layer."""
+import numpy as np
+
+from native.errors import ParseError
+
+
+def import_as_plugin(ctx, node, inputs, attrs):
+    """Generic fallback: attributes become plugin fields (arrays become weights)."""
+    fields, weights = {}, {}
+    for k, v in attrs.items():
+        if isinstance(v, np.ndarray):
+            weights[k] = v
+        elif hasattr(v, "node"):  # a GraphProto
+            raise ParseError(f"plugin op '{node.op_type}' has a graph attribute '{k}', which plugins cannot take")
+        else:
+            fields[k] = v
+    layer = ctx.add_layer("Plugin", inputs, params={"plugin_type": node.op_type, "plugin_version": "1",
+                                                    "fields": fields}, weights=weights,
+                          num_outputs=len(node.output))
+    return layer.outputs

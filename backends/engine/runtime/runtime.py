@@ -1,0 +1,200 @@
+"""The runtime: deserialise a plan into an Engine, run it through ExecutionContexts.
+
+Contexts are independent (each owns its shapes and buffers), so several may run one engine at once.
+`execute(feeds, taps=[...])` also returns the named intermediate tensors; taps read values the engine computes
+anyway, so asking for them changes neither fusion nor tactics.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from backends.engine.builder.config import OptimizationProfile
+from backends.engine.plan import deserialize_plan
+from backends.engine.runtime.executor import GraphExecutor
+from native.errors import FeedError, InputFileError, PlanError, ShapeError
+from native.logger import G_LOGGER
+
+
+class Runtime:
+    def __init__(self, logger=None, device=None):
+        self.logger = logger or G_LOGGER
+        self.device = device
+
+    def deserialize_engine(self, plan) -> "Engine":
+        if isinstance(plan, (str, os.PathLike)):
+            path = os.fspath(plan)
+            if not os.path.exists(path):
+                raise InputFileError(f"plan file not found: {path}")
+            plan = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else b""
+        header, graph = deserialize_plan(plan)
+        return Engine(header, graph, self.device, self.logger)
+
+
+class Engine:
+    def __init__(self, header: dict, graph, device=None, logger=None):
+        self.header = header
+        self.graph = graph
+        self.logger = logger or G_LOGGER
+        self.device = device or header.get("device", {}).get("device", "cpu")
+        if self.device == "cuda":
+            from native.cuda import available
+            if not available():
+                raise PlanError("plan was built for device 'cuda', but no CUDA device is available here; rebuild "
+                                "for the CPU or run on a GPU machine")
+        cfg = header.get("build_config", {})
+        self.profiles = [OptimizationProfile.from_json(p) for p in cfg.get("profiles", [])]
+        self.executor = GraphExecutor(graph, self.device)
+
+    # I/O description ---------------------------------------------------------------------------------
+    @property
+    def num_io_tensors(self):
+        return len(self.graph.inputs) + len(self.graph.outputs)
+
+    def get_tensor_name(self, i):
+        io = self.graph.inputs + self.graph.outputs
+        return io[i].name
+
+    def _info(self, name):
+        for t in self.graph.inputs + self.graph.outputs:
+            if t.name == name:
+                return t
+        raise FeedError(f"engine has no I/O tensor '{name}'; it has {[t.name for t in self.graph.inputs + self.graph.outputs]}")
+
+    def get_tensor_mode(self, name):
+        return "INPUT" if name in self.graph.input_names else ("OUTPUT" if self._info(name) else None)
+
+    def get_tensor_shape(self, name):
+        return tuple(self._info(name).shape or ())
+
+    def get_tensor_dtype(self, name):
+        return self._info(name).dtype
+
+    def get_tensor_profile_shape(self, name, profile_index=0):
+        return self.profiles[profile_index].get_shape(name) if self.profiles else None
+
+    @property
+    def num_optimization_profiles(self):
+        return max(1, len(self.profiles))
+
+    @property
+    def num_layers(self):
+        return len(self.graph.nodes)
+
+    def create_execution_context(self) -> "ExecutionContext":
+        return ExecutionContext(self)
+
+    def create_engine_inspector(self) -> "EngineInspector":
+        return EngineInspector(self)
+
+    def tensor_names(self) -> list[str]:
+        """Every tensor a tap can return (engine-observable names), in execution order."""
+        names = list(self.graph.input_names)
+        for n in self.graph.nodes:
+            names.extend(n.outputs)
+        return names
+
+
+class ExecutionContext:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.input_shapes: dict[str, tuple] = {}
+        self.active_profile = 0
+        self.debug_sync = False
+
+    def set_optimization_profile(self, index: int):
+        if self.engine.profiles and not 0 <= index < len(self.engine.profiles):
+            raise ShapeError(f"engine has {len(self.engine.profiles)} optimization profiles; index {index} is invalid")
+        self.active_profile = index
+
+    def set_input_shape(self, name: str, shape) -> bool:
+        info = self.engine._info(name)
+        shape = tuple(int(d) for d in shape)
+        self._check_shape(info, shape)
+        self.input_shapes[name] = shape
+        return True
+
+    def get_tensor_shape(self, name):
+        return self.input_shapes.get(name, self.engine.get_tensor_shape(name))
+
+    def _check_shape(self, info, shape):
+        if info.shape is not None and info.kind == "tensor":
+            if len(shape) != len(info.shape):
+                raise ShapeError(f"input '{info.name}' expects rank {len(info.shape)} (shape {info.shape}), "
+                                 f"got shape {list(shape)}")
+            for i, (want, got) in enumerate(zip(info.shape, shape)):
+                if want >= 0 and want != got:
+                    dim = info.dim_names.get(i) or f"dim {i}"
+                    raise ShapeError(f"input '{info.name}' {dim} must be {want}, got shape {list(shape)}")
+        if self.engine.profiles:
+            self.engine.profiles[self.active_profile].check(info.name, shape)
+
+    def _check_feeds(self, feeds: dict):
+        names = self.engine.graph.input_names
+        unknown = [k for k in feeds if k not in names]
+        if unknown:
+            raise FeedError(f"unknown input name(s) {unknown}; the engine's inputs are {names}")
+        missing = [k for k in names if k not in feeds]
+        if missing:
+            raise FeedError(f"missing feed(s) for input(s) {missing}")
+        out = {}
+        for info in self.engine.graph.inputs:
+            v = feeds[info.name]
+            if info.kind != "tensor":
+                out[info.name] = v
+                continue
+            v = np.asarray(v)
+            if info.dtype is not None and v.dtype.name != info.dtype and not (
+                    info.dtype == "object" and v.dtype.kind in "OUS"):
+                raise FeedError(f"input '{info.name}' expects dtype {info.dtype}, got {v.dtype.name}; cast the feed "
+                                f"(e.g. array.astype(np.{info.dtype}))")
+            self._check_shape(info, v.shape)
+            out[info.name] = v
+        return out
+
+    def execute(self, feeds: dict, taps=()) -> dict:
+        """Run the engine; returns {output name: array} plus any tapped intermediate tensors."""
+        feeds = self._check_feeds(feeds)
+        taps = list(taps or ())
+        aliases = self.engine.graph.aliases
+        resolved = {t: aliases.get(t, t) for t in taps}
+        env = self.engine.executor.run(feeds, keep=set(resolved.values()))
+        result = {name: env[name] for name in self.engine.graph.output_names}
+        for t, r in resolved.items():
+            if r in env:
+                result[t] = env[r]
+        return result
+
+    execute_v2 = execute
+
+    def execute_async_v3(self, feeds, stream=None):
+        return self.execute(feeds)
+
+
+class EngineInspector:
+    """Per-layer information as JSON: name, fused source names, kind, tactic, precision, shapes."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def get_layer_information(self, index: int, fmt="json") -> str:
+        return json.dumps(self._layer(self.engine.graph.nodes[index]))
+
+    def _layer(self, n) -> dict:
+        return {"Name": n.name, "Fused": n.fused_name, "SourceNodes": n.source_nodes, "LayerType": n.kind,
+                "Inputs": [i for i in n.inputs if i is not None], "Outputs": n.outputs,
+                "InputShapes": n.meta.get("input_shapes"), "OutputShapes": n.meta.get("output_shapes"),
+                "TacticName": n.tactic_name, "TacticValue": n.tactic_id, "Precision": n.precision,
+                "Timings_ms": n.meta.get("timings_ms"), "Params": n.params}
+
+    def layers(self) -> list[dict]:
+        return [self._layer(n) for n in self.engine.graph.nodes]
+
+    def get_engine_information(self, fmt="json") -> str:
+        h = self.engine.header
+        return json.dumps({"Producer": h.get("producer"), "Device": h.get("device"),
+                           "BuildConfig": h.get("build_config"), "Meta": self.engine.graph.meta,
+                           "Bindings": [t.to_json() for t in self.engine.graph.inputs + self.engine.graph.outputs],
+                           "Layers": self.layers()}, indent=1)

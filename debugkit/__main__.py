@@ -1,0 +1,5 @@
+import sys
+
+from debugkit.cli.main import main
+
+sys.exit(main())

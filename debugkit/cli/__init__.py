@@ -1,0 +1,1 @@
+"""The `debugkit` command line: one module per subtool."""

@@ -1,0 +1,1 @@
+"""Kernels and devices: the bottom room. Knows nothing of ONNX or the CLI."""

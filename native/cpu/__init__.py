@@ -1,0 +1,1 @@
+"""The CPU device: numpy kernels (vectorised, no per-element Python loops)."""

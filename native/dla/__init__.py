@@ -1,0 +1,1 @@
+"""The emulated DLA device (constraint checks + DLA numerics). Not built yet."""

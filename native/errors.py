@@ -1,0 +1,56 @@
+"""The one exception family. Every bad input names the thing that is wrong.
+
+It lives in the bottom room so that every room can raise it; `debugkit.errors` re-exports it.
+"""
+
+
+class DebugkitError(Exception):
+    """Root of every error debugkit raises on purpose (bad input, unsupported feature, failed check)."""
+
+
+class InputFileError(DebugkitError):
+    """A file is missing, unreadable, or not of the expected kind."""
+
+
+class ModelError(DebugkitError):
+    """An ONNX model is corrupt or invalid."""
+
+
+class ParseError(DebugkitError):
+    """The ONNX parser could not import a model; `.errors` lists (node, op_type, reason)."""
+
+    def __init__(self, message, errors=()):
+        super().__init__(message)
+        self.errors = list(errors)
+
+
+class UnsupportedOpError(ParseError):
+    """An op type has no importer or plugin."""
+
+
+class BuildError(DebugkitError):
+    """The builder could not produce an engine."""
+
+
+class PlanError(DebugkitError):
+    """A plan file is corrupt, truncated, of another format version, or not a plan."""
+
+
+class ShapeError(DebugkitError):
+    """A shape does not fit the model or its optimization profile."""
+
+
+class FeedError(DebugkitError):
+    """A feed has the wrong name, dtype or shape."""
+
+
+class ExecutionError(DebugkitError):
+    """A layer failed while running; the message names the layer and its ONNX nodes."""
+
+
+class DataFileError(DebugkitError):
+    """A saved data file is unreadable or does not match what it is compared with."""
+
+
+class UsageError(DebugkitError):
+    """A command line or API call is malformed (unknown name, bad value)."""
