@@ -24,8 +24,9 @@ class BackendRep(_OnnxBackendRep):
         self.output_names = [vi.name for vi in model.graph.output]
         self.contexts = {}
         self.plan = None
-        static = all(t.shape is not None and all(d >= 0 for d in t.shape) for t in self.network.inputs
-                     if t.kind == "tensor")
+        # sequence / optional inputs have no shape to time with: build on the first run, with its feeds
+        static = all(t.kind == "tensor" and t.shape is not None and all(d >= 0 for d in t.shape)
+                     for t in self.network.inputs)
         if static:
             self._context_for({})
 

@@ -32,7 +32,7 @@ def opt_feeds(graph, profile: OptimizationProfile | None, seed=0, feeds=None) ->
         if shape is None or t.kind != "tensor":
             raise BuildError(f"input '{t.name}' has dynamic shape {t.shape} but no optimization profile gives its "
                              f"shapes; add one with profile.set_shape('{t.name}', min, opt, max)")
-        dtype = np.dtype(t.dtype or "float32") if t.dtype != "bfloat16" else np.float32
+        dtype = np.dtype(t.dtype or "float32") if t.dtype != "bfloat16" else np.dtype(__import__("ml_dtypes").bfloat16)
         if dtype.kind == "f":
             out[t.name] = rng.uniform(-1, 1, shape).astype(dtype)
         elif dtype.kind == "b":
@@ -94,7 +94,8 @@ class Builder:
                                 f"timing for layers after the failure. Pass representative inputs as timing feeds to fix it")
         if env is not None:
             for node in graph.nodes:
-                node.meta["input_shapes"] = [list(np.shape(env[i])) if i in env else None for i in node.inputs if i is not None]
+                node.meta["input_shapes"] = [list(np.shape(env[i])) if isinstance(env.get(i), np.ndarray) else None
+                                             for i in node.inputs if i is not None]
                 node.meta["output_shapes"] = [list(np.shape(env[o])) if o in env and isinstance(env[o], np.ndarray) else None
                                               for o in node.outputs]
         if config.timing_cache is None and not config.get_flag(BuilderFlag.DISABLE_TIMING_CACHE):

@@ -16,7 +16,7 @@ from native.tactics import tactics_for
 
 def _key(node, inputs, device):
     def desc(a):
-        return [list(np.shape(a)), str(getattr(a, "dtype", type(a).__name__))]
+        return [list(np.shape(a)) if hasattr(a, "shape") else None, str(getattr(a, "dtype", type(a).__name__))]
     wdesc = {k: desc(v) for k, v in node.weights.items()}
     raw = json.dumps([device, node.kind, node.params, wdesc, [desc(a) for a in inputs], node.precision],
                      sort_keys=True, default=str)
@@ -35,7 +35,7 @@ def time_tactic(tactic, op, inputs, iterations) -> float:
 
 def algorithm_context(node, inputs):
     return {"name": node.name, "kind": node.kind, "source_nodes": list(node.source_nodes),
-            "input_shapes": [list(np.shape(a)) if a is not None else None for a in inputs]}
+            "input_shapes": [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs]}
 
 
 def select_tactics(graph, env, config, device="cpu"):
@@ -49,7 +49,7 @@ def select_tactics(graph, env, config, device="cpu"):
         op = node_op(node)
         inputs = [env.get(i) if (env is not None and i is not None) else None for i in node.inputs]
         have_inputs = env is not None and all(i is None or i in env for i in node.inputs)
-        shapes = [list(np.shape(a)) if a is not None else None for a in inputs] if have_inputs else None
+        shapes = [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs] if have_inputs else None
         candidates = [t for t in tactics_for(node.kind, device) if t.supports(op, shapes)]
         if config.tactic_sources is not None:
             allowed = [t for t in candidates if t.name in config.tactic_sources]

@@ -1,7 +1,7 @@
 """Layers the builder's fusion passes create (never the parser)."""
 from backends.engine.network import Layer
 
-__all__ = ["PointwiseLayer", "AttentionLayer"]
+__all__ = ["PointwiseLayer", "AttentionLayer", "ConvolutionNHWCLayer", "PoolingNHWCLayer"]
 
 
 class PointwiseLayer(Layer):
@@ -14,6 +14,23 @@ class PointwiseLayer(Layer):
 
 class AttentionLayer(Layer):
     """softmax(Q @ K^T * scale + mask) @ V as one layer. Inputs q, k, v, optional mask; params scale,
-    mask_kind (none, add, bool), transpose_k."""
+    mask_kind (none, add, bool), transpose_k (False: input 1 is already K^T), nan_to_zero (rows that are NaN after
+    the softmax, i.e. fully masked, become 0)."""
     kind = "Attention"
     defaults = {"scale": None, "mask_kind": "none", "transpose_k": True, "softmax_axis": -1}
+
+
+class ConvolutionNHWCLayer(Layer):
+    """The layout pass's NHWC twin of a 2-D Convolution: input [N,H,W,C], output [N,OH,OW,M]; weights
+    'kernel_hwio' [KH*KW*C, M] (transposed at build time), optional 'bias'; params as Convolution plus
+    kernel_spatial; post_ops as Convolution with bias axis -1 and residual inputs from index 3 on."""
+    kind = "ConvolutionNHWC"
+    defaults = {"kernel_spatial": [1, 1], "strides": None, "pre_padding": None, "post_padding": None,
+                "dilations": None, "groups": 1}
+
+
+class PoolingNHWCLayer(Layer):
+    """The layout pass's NHWC twin of a 2-D MAX / AVERAGE / global Pooling (params as Pooling)."""
+    kind = "PoolingNHWC"
+    defaults = {"type": "MAX", "window": [], "strides": None, "pre_padding": None, "post_padding": None,
+                "global": False, "average_count_excludes_padding": True}

@@ -276,10 +276,12 @@ def import_graph(ctx: ImportContext, graph: onnx.GraphProto, subgraph=False) -> 
             continue
         if t is None:
             continue
-        if t.name != vi.name or t in network.outputs or t.is_network_input:
+        foreign = network.tensors.get(t.name) is not t  # a subgraph output read from an outer scope
+        if t.name != vi.name or t in network.outputs or foreign:
             # outputs need a tensor of their own name: a pass-through gets an Identity layer
             layer = network.add_layer("Identity", [t], name=f"{vi.name}/identity")
-            network.rename_tensor(layer.outputs[0], vi.name) if vi.name not in network.tensors else None
+            if vi.name not in network.tensors and not foreign:  # an outer name inside a body would shadow itself
+                network.rename_tensor(layer.outputs[0], vi.name)
             layer.outputs[0].dtype, layer.outputs[0].shape = t.dtype, t.shape
             network.aliases.pop(vi.name, None)
             t = layer.outputs[0]

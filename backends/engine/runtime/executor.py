@@ -38,7 +38,10 @@ class GraphExecutor:
             tactic = tactic_by_id(node.kind, node.tactic_id, device) if node.tactic_id is not None \
                 else default_tactic(node, device)
             subs = {k: GraphExecutor(g, device) for k, g in node.subgraphs.items()}
-            self.steps.append((node, tactic, node_op(node), subs))
+            op = node_op(node)
+            if hasattr(tactic, "check_loadable"):  # e.g. a Plugin layer whose plugin is not registered here
+                tactic.check_loadable(op)
+            self.steps.append((node, tactic, op, subs))
         self.outer = graph.outer_references()
         self.keep_all = keep_all
         self._last_use = self._compute_last_use()

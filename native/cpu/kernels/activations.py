@@ -1,8 +1,226 @@
-"""Activation math shared by the Activation layer and fused epilogues (in place where it can be)."""
+"""Activation math shared by the Activation layer and fused epilogues.
+
+`activation_inplace(y, type, alpha, beta)` overwrites `y` where it is a writable float array (fused epilogues own
+their buffer) and otherwise returns a fresh array; `activation(x, ...)` never touches `x` (the layer's kernel).
+alpha/beta follow TensorRT's meaning per type (e.g. CLIP: [alpha, beta]; HARD_SIGMOID: max(0, min(1, alpha*x+beta));
+SOFTPLUS: alpha*log(1+exp(beta*x)); SCALED_TANH: alpha*tanh(beta*x); SELU: beta*(x>0 ? x : alpha*(exp(x)-1));
+SHRINK: lambda=alpha, bias=beta; SWISH: x*sigmoid(alpha*x)).
+Every function below takes (x, alpha, beta, out) and writes its first result into `out` (x itself, or None for a new
+array); later steps work in place on that first result, so the whole activation makes at most one new array.
+"""
+import math
+
 import numpy as np
+
+try:  # scipy's erf is a fast vectorised C loop; without it a numpy series/asymptotic form is used
+    from scipy.special import erf as _scipy_erf
+except Exception:  # pragma: no cover
+    _scipy_erf = None
+
+
+def erf(x, out=None):
+    """Error function, elementwise (float dtypes keep their dtype)."""
+    if _scipy_erf is not None:
+        return _scipy_erf(x, out=out) if out is not None else _scipy_erf(x)
+    # Abramowitz-Stegun 7.1.26 refined by one Newton step on float64 (|error| < 1e-9)
+    x64 = np.asarray(x, dtype=np.float64)
+    a = np.abs(x64)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    y = 1.0 - poly * np.exp(-a * a)
+    small = a < 2.0  # Taylor series where it converges fast, which also fixes tiny-|x| relative error
+    if small.any():
+        xs = a[small]
+        term, acc = xs.copy(), xs.copy()
+        x2 = xs * xs
+        for n in range(1, 40):
+            term = term * (-x2) / n
+            acc += term / (2 * n + 1)
+        y[small] = acc * (2.0 / math.sqrt(math.pi))
+    y = np.copysign(y, x64)
+    if out is not None:
+        out[...] = y
+        return out
+    return y.astype(x.dtype) if x.dtype.kind == "f" else y
+
+
+def _relu(x, a, b, out):
+    return np.maximum(x, 0, out=out)
+
+
+def _sigmoid(x, a, b, out):
+    # 0.5*tanh(x/2)+0.5: no overflow for large |x|, one transcendental
+    y = np.multiply(x, 0.5, out=out)
+    np.tanh(y, out=y)
+    y *= 0.5
+    y += 0.5
+    return y
+
+
+def _tanh(x, a, b, out):
+    return np.tanh(x, out=out)
+
+
+def _leaky_relu(x, a, b, out):
+    y = x.copy() if out is None else out
+    np.multiply(y, a, out=y, where=y < 0)
+    return y
+
+
+def _elu(x, a, b, out):
+    neg = x < 0
+    e = np.expm1(np.minimum(x, 0))
+    e *= a
+    if out is None:
+        return np.where(neg, e, x)
+    np.copyto(out, e, where=neg)
+    return out
+
+
+def _selu(x, a, b, out):
+    y = _elu(x, a, 0.0, out)
+    y *= b
+    return y
+
+
+def _softsign(x, a, b, out):
+    d = np.abs(x)
+    d += 1
+    return np.divide(x, d, out=out)
+
+
+def _softplus(x, a, b, out):
+    if b != 1.0:
+        y = np.multiply(x, b, out=out)
+        np.logaddexp(y, 0, out=y)
+    else:
+        y = np.logaddexp(x, 0, out=out)
+    if a != 1.0:
+        y *= a
+    return y
+
+
+def _clip(x, a, b, out):
+    if a is None and b is None:
+        return x.copy() if out is None else out
+    return np.clip(x, a, b, out=out)
+
+
+def _hard_sigmoid(x, a, b, out):
+    y = np.multiply(x, a, out=out)
+    y += b
+    return np.clip(y, 0, 1, out=y)
+
+
+def _scaled_tanh(x, a, b, out):
+    y = np.multiply(x, b, out=out)
+    np.tanh(y, out=y)
+    y *= a
+    return y
+
+
+def _thresholded_relu(x, a, b, out):
+    if out is None:
+        return np.where(x > a, x, np.zeros((), x.dtype))
+    out[x <= a] = 0
+    return out
+
+
+def _gelu_erf(x, a, b, out):
+    t = np.multiply(x, 1.0 / math.sqrt(2.0))
+    erf(t, out=t)
+    t += 1
+    t *= 0.5
+    return np.multiply(x, t, out=out)
+
+
+def _gelu_tanh(x, a, b, out):
+    t = np.multiply(x, x)
+    t *= 0.044715
+    t += 1
+    t *= x
+    t *= math.sqrt(2.0 / math.pi)
+    np.tanh(t, out=t)
+    t += 1
+    t *= 0.5
+    return np.multiply(x, t, out=out)
+
+
+def _silu(x, a, b, out):
+    return np.multiply(x, _sigmoid(x, 0, 0, None), out=out)
+
+
+def _swish(x, a, b, out):
+    s = np.multiply(x, a)
+    return np.multiply(x, _sigmoid(s, 0, 0, s), out=out)
+
+
+def _hard_swish(x, a, b, out):
+    t = np.multiply(x, 1.0 / 6.0)
+    t += 0.5
+    np.clip(t, 0, 1, out=t)
+    return np.multiply(x, t, out=out)
+
+
+def _mish(x, a, b, out):
+    t = np.logaddexp(x, 0)
+    np.tanh(t, out=t)
+    return np.multiply(x, t, out=out)
+
+
+def _celu(x, a, b, out):
+    neg = np.minimum(x, 0)
+    neg /= a
+    np.expm1(neg, out=neg)
+    neg *= a
+    y = np.maximum(x, 0, out=out)
+    y += neg
+    return y
+
+
+def _shrink(x, a, b, out):
+    lo, hi = x < -a, x > a
+    y = np.zeros_like(x) if out is None else out
+    np.add(x, b, out=y, where=lo)
+    np.subtract(x, b, out=y, where=hi)
+    if out is not None:
+        y[~(lo | hi)] = 0
+    return y
+
+
+ACTIVATIONS = {
+    "RELU": _relu, "SIGMOID": _sigmoid, "TANH": _tanh, "LEAKY_RELU": _leaky_relu, "ELU": _elu, "SELU": _selu,
+    "SOFTSIGN": _softsign, "SOFTPLUS": _softplus, "CLIP": _clip, "HARD_SIGMOID": _hard_sigmoid,
+    "SCALED_TANH": _scaled_tanh, "THRESHOLDED_RELU": _thresholded_relu, "GELU_ERF": _gelu_erf,
+    "GELU_TANH": _gelu_tanh, "SILU": _silu, "SWISH": _swish, "HARD_SWISH": _hard_swish, "MISH": _mish,
+    "CELU": _celu, "SHRINK": _shrink,
+}
+
+
+def activation(x, type, alpha=0.0, beta=0.0):
+    """f(x) as a new array; `x` is left untouched."""
+    fn = ACTIVATIONS.get(type)
+    if fn is None:
+        raise NotImplementedError(f"activation type {type!r}")
+    if type == "CLIP" and x.dtype.kind in "iu":
+        alpha, beta = _int_bounds(x.dtype, alpha, beta)
+    return fn(x, alpha, beta, None)
 
 
 def activation_inplace(y, type, alpha=0.0, beta=0.0):
-    if type == "RELU":
-        return np.maximum(y, 0, out=y) if y.flags.writeable else np.maximum(y, 0)
-    raise NotImplementedError(type)
+    """f(y), written into `y` where it is a writable array that can hold the result, else a new array."""
+    fn = ACTIVATIONS.get(type)
+    if fn is None:
+        raise NotImplementedError(f"activation type {type!r}")
+    if not isinstance(y, np.ndarray) or not y.flags.writeable or (y.dtype.kind != "f" and type not in ("RELU", "CLIP")):
+        return activation(np.asarray(y), type, alpha, beta)
+    if type == "CLIP" and y.dtype.kind in "iu":
+        alpha, beta = _int_bounds(y.dtype, alpha, beta)
+    return fn(y, alpha, beta, y)
+
+
+def _int_bounds(dtype, lo, hi):
+    info = np.iinfo(dtype)
+    lo = info.min if lo is None or lo == -math.inf else int(max(math.ceil(lo), info.min))
+    hi = info.max if hi is None or hi == math.inf else int(min(math.floor(hi), info.max))
+    return dtype.type(lo), dtype.type(hi)

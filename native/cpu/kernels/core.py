@@ -15,9 +15,47 @@ def identity(op, inputs):
     return [inputs[0]]
 
 
-def _cast(x, to, saturate=True):
-    dtype = np.dtype(to) if to != "bfloat16" else np.dtype(__import__("ml_dtypes").bfloat16)
-    if isinstance(x, np.ndarray) and x.dtype.kind in "OUS" and dtype.kind in "fiub":
+def _np_dtype(name):
+    """numpy dtype for a numpy or ml_dtypes name (bfloat16, float8_*, int4, float4_e2m1fn ...)."""
+    if isinstance(name, np.dtype):
+        return name
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+def _to_small_float(x, dtype, saturate, round_mode):
+    """Float8 / float4 / e8m0 casts with ONNX's saturation rule: out-of-range (and inf) values clamp to ±max."""
+    import ml_dtypes
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    if dtype.name == "float8_e8m0fnu":
+        xf = x.astype(np.float64)
+        m, e = np.frexp(xf)  # xf = m * 2**e, 0.5 <= |m| < 1
+        if round_mode == "up":
+            p = np.where(m == 0.5, e - 1, e)
+        elif round_mode == "down":
+            p = e - 1
+        else:  # nearest: the closer of 2**(e-1) and 2**e (ties up)
+            p = np.where(m >= 0.75, e, e - 1)
+        y = np.where(xf == 0, 0.0, np.ldexp(1.0, p.astype(np.int32)))
+        if saturate:
+            y = np.clip(np.where(np.isinf(xf), np.inf, y), 2.0 ** -127, 2.0 ** 127)
+        y = np.where(np.isnan(xf), np.nan, y)
+        return y.astype(dtype)
+    if saturate and dtype.kind == "V" or saturate and "float" in dtype.name:
+        hi = float(ml_dtypes.finfo(dtype).max)
+        with np.errstate(over="ignore"):
+            x = np.clip(x.astype(np.float32) if x.itemsize < 4 else x, -hi, hi)  # NaN stays NaN; ±inf clamps
+    return x.astype(dtype)
+
+
+def _cast(x, to, saturate=True, round_mode="up"):
+    dtype = _np_dtype(to)
+    if isinstance(x, np.ndarray) and x.dtype.kind in "OUS" and dtype.kind not in "OUS":
         return np.asarray(x.astype(np.float64) if dtype.kind == "f" else x.astype(np.float64).astype(dtype)).astype(dtype)
     if dtype.kind in "OUS":
         x = np.asarray(x)
@@ -25,12 +63,18 @@ def _cast(x, to, saturate=True):
             return np.array([np.format_float_positional(v, unique=True, trim="-") if np.isfinite(v) else str(v).upper().replace("NAN", "NaN").replace("INF", "INF")
                              for v in x.ravel()], dtype=object).reshape(x.shape)
         return x.astype(str).astype(object)
+    if dtype.name.startswith(("float8", "float4", "float6")):
+        return _to_small_float(x, dtype, saturate, round_mode)
     return np.asarray(x).astype(dtype)
 
 
 @simple_tactic("Cast")
 def cast(op, inputs):
-    return [_cast(inputs[0], op.params["to"], op.params.get("saturate", True))]
+    """Cast to params['to']; with `to` None (CastLike whose target dtype was unknown at import) to input 1's dtype."""
+    to = op.params.get("to")
+    if to is None:
+        to = np.asarray(inputs[1]).dtype
+    return [_cast(inputs[0], to, op.params.get("saturate", True), op.params.get("round_mode", "up"))]
 
 
 @simple_tactic("Shape")

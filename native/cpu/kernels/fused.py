@@ -1,13 +1,24 @@
-"""CPU kernels for fused work: the post-op epilogue shared by convolution and matrix multiply.
+"""CPU kernels for fused work: the post-op epilogue shared by convolution and matrix multiply, the Pointwise
+program interpreter and the Attention layer.
 
-Contract: a Convolution / Deconvolution / MatrixMultiply node may carry params["post_ops"], a list of steps
-applied in place to its result, in order:
+Post-op contract: a Convolution / Deconvolution / MatrixMultiply node may carry params["post_ops"], a list of
+steps applied in place to its result, in order:
     {"op": "bias", "weight": "<weights key>", "axis": 1}      add a per-channel bias from op.weights
+                                                              (axis 1 for convolutions, -1 for matrix multiply)
     {"op": "activation", "type": "RELU", "alpha": .., "beta": ..}
     {"op": "add", "input": <index into the node's inputs>}     residual add of an extra input
-Extra inputs referenced by "add" are appended after the node's normal inputs.
+Extra inputs referenced by "add" are appended after the node's normal inputs (Convolution / Deconvolution pad their
+inputs to 3 with None first, MatrixMultiply to 2), so the kernel's own optional inputs keep their positions.
+
+Pointwise program (params["program"]): steps {"op": <layer kind: ElementWise | Unary | Activation>,
+"args": [refs], "params": <that layer's params>} evaluated in order; refs are "in:<i>" (node input i),
+"w:<key>" (op.weights[key], small constants inlined at build time) or "s:<j>" (result of step j). The last
+step's result is the output. Intermediates are reused in place once their last reader has run, so a chain of
+n ops allocates about one buffer instead of n.
 """
 import numpy as np
+
+from native.tactics import Tactic, register_tactic, simple_tactic
 
 
 def apply_post_ops(y, op, inputs):
@@ -25,7 +36,196 @@ def apply_post_ops(y, op, inputs):
         elif kind == "activation":
             y = activation_inplace(y, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
         elif kind == "add":
-            y += inputs[step["input"]]
+            r = inputs[step["input"]]
+            if np.shape(r) == y.shape:
+                y += r
+            else:
+                y = y + r
         else:
             raise ValueError(f"unknown post-op {kind!r}")
     return y
+
+
+# Pointwise ---------------------------------------------------------------------------------------------------
+
+_BINARY = {"SUM": np.add, "PROD": np.multiply, "SUB": np.subtract, "DIV": np.divide, "MAX": np.maximum,
+           "MIN": np.minimum}
+
+
+def _last_reads(program):
+    """For each step, the step indices whose results are read for the last time by it."""
+    last = {}
+    for j, st in enumerate(program):
+        for a in st["args"]:
+            if a.startswith("s:"):
+                last[int(a[2:])] = j
+    frees = [[] for _ in program]
+    for s, j in last.items():
+        frees[j].append(s)
+    return frees
+
+
+def _binary(name, a, b, owned):
+    fn = _BINARY.get(name)
+    if fn is None:                                   # POW keeps the base's dtype, like the ElementWise kernel
+        if name == "POW":
+            return np.power(a, b.astype(a.dtype) if b.dtype != a.dtype else b)
+        raise ValueError(f"pointwise: unsupported ElementWise op {name!r}")
+    shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
+    dtype = np.result_type(a, b)
+    for cand in owned:
+        if cand.shape == shape and cand.dtype == dtype:
+            return fn(a, b, out=cand)
+    return fn(a, b)
+
+
+@simple_tactic("Pointwise")
+def pointwise(op, inputs):
+    """Evaluate the fused chain with in-place reuse of dead intermediates."""
+    from native.cpu.kernels.activations import activation, activation_inplace
+    from native.cpu.kernels.elementwise import UNARY
+    program = op.params["program"]
+    frees = _last_reads(program)
+    vals = [None] * len(program)
+    fresh = [False] * len(program)                    # result is a buffer this kernel allocated
+    for j, st in enumerate(program):
+        args = []
+        for a in st["args"]:
+            kind, key = a.split(":", 1)
+            if kind == "in":
+                v = inputs[int(key)]
+            elif kind == "w":
+                v = op.weights[key]
+            else:
+                v = vals[int(key)]
+            args.append(v if isinstance(v, np.ndarray) else np.asarray(v))
+        dead = [vals[s] for s in frees[j] if fresh[s]]
+        p = st.get("params", {})
+        kind = st["op"]
+        if kind == "ElementWise":
+            y = _binary(p["op"], args[0], args[1], dead)
+        elif kind == "Unary":
+            y = UNARY[p["op"]](args[0], p)
+            y = y if isinstance(y, np.ndarray) else np.asarray(y)
+        elif kind == "Activation":
+            src = st["args"][0]
+            if src.startswith("s:") and fresh[int(src[2:])] and int(src[2:]) in frees[j]:
+                y = activation_inplace(args[0], p["type"], p.get("alpha", 0.0), p.get("beta", 0.0))
+            else:
+                y = activation(args[0], p["type"], p.get("alpha", 0.0), p.get("beta", 0.0))
+        else:
+            raise ValueError(f"pointwise: unsupported step kind {kind!r}")
+        vals[j] = y
+        fresh[j] = isinstance(y, np.ndarray) and y.flags.writeable and y.flags.owndata and \
+            not any(y is x for x in inputs) and not any(y is w for w in op.weights.values())
+        for s in frees[j]:
+            if vals[s] is not y:
+                vals[s] = None
+    return [vals[-1]]
+
+
+# Attention ---------------------------------------------------------------------------------------------------
+
+@simple_tactic("Attention")
+def attention(op, inputs):
+    """softmax(q @ k' * scale + mask) @ v, with k' = k^T when transpose_k else k (already transposed).
+    nan_to_zero maps fully masked rows (NaN after softmax) to 0, as SDPA exports do with Where(IsNaN)."""
+    q, k, v = inputs[0], inputs[1], inputs[2]
+    mask = inputs[3] if len(inputs) > 3 else None
+    p = op.params
+    kt = np.swapaxes(k, -1, -2) if p.get("transpose_k", True) else k
+    scale = p.get("scale")
+    if scale is None:
+        scale = 1.0 / np.sqrt(q.shape[-1])
+    s = np.matmul(q, kt)
+    if scale != 1.0:
+        s *= s.dtype.type(scale)
+    if mask is not None and p.get("mask_kind", "add") != "none":
+        if p.get("mask_kind") == "bool":
+            s = np.where(mask, s, s.dtype.type(-np.inf))
+        elif s.shape == np.broadcast_shapes(s.shape, np.shape(mask)):
+            s += mask
+        else:
+            s = s + mask
+    with np.errstate(invalid="ignore", over="ignore"):
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        s /= s.sum(axis=-1, keepdims=True)
+    if p.get("nan_to_zero"):
+        np.nan_to_num(s, copy=False, nan=0.0, posinf=np.inf, neginf=-np.inf)
+    return [np.matmul(s, v)]
+
+
+# NHWC twins made by the layout pass ---------------------------------------------------------------------------
+
+def _pads2(p):
+    pre = list(p.get("pre_padding") or [0, 0])
+    post = list(p.get("post_padding") or [0, 0])
+    return pre, post
+
+
+def _windows(x, kh, kw, sh, sw, dh=1, dw=1):
+    """Strided view [N, OH, OW, KH, KW, C] over a padded NHWC tensor (no copy)."""
+    n, h, w, c = x.shape
+    oh = (h - (kh - 1) * dh - 1) // sh + 1
+    ow = (w - (kw - 1) * dw - 1) // sw + 1
+    s = x.strides
+    return np.lib.stride_tricks.as_strided(x, (n, oh, ow, kh, kw, c),
+                                           (s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]), writeable=False)
+
+
+@register_tactic
+class ConvNhwcGemm(Tactic):
+    """ConvolutionNHWC: x [N,H,W,C] → y [N,OH,OW,M]; kernel pre-transposed at build time to [KH*KW*C, M], so
+    1×1 stride-1 convolutions are one GEMM on the input as is and others gather patches in channel-last order."""
+    kind = "ConvolutionNHWC"
+    name = "nhwc-im2col-gemm"
+
+    def run(self, op, inputs):
+        x = inputs[0]
+        p = op.params
+        k = op.weights["kernel_hwio"]
+        kh, kw = p["kernel_spatial"]
+        sh, sw = p.get("strides") or [1, 1]
+        dh, dw = p.get("dilations") or [1, 1]
+        pre, post = _pads2(p)
+        if any(pre) or any(post):
+            x = np.pad(x, ((0, 0), (pre[0], post[0]), (pre[1], post[1]), (0, 0)))
+        n, c = x.shape[0], x.shape[3]
+        if kh == kw == 1 and sh == sw == 1:
+            cols, (oh, ow) = x.reshape(-1, c), x.shape[1:3]
+        else:
+            win = _windows(x, kh, kw, sh, sw, dh, dw)
+            oh, ow = win.shape[1:3]
+            cols = win.reshape(n * oh * ow, kh * kw * c)
+        y = (cols @ k).reshape(n, oh, ow, -1)
+        b = op.weights.get("bias")
+        if b is not None:
+            y += np.asarray(b, y.dtype)
+        return [apply_post_ops(y, op, inputs)]
+
+
+
+@simple_tactic("PoolingNHWC")
+def pooling_nhwc(op, inputs):
+    """MAX / AVERAGE pooling over axes 1, 2 of an NHWC tensor (global, or a 2-D window without ceil mode)."""
+    x = inputs[0]
+    p = op.params
+    kind = p["type"]
+    if p.get("global"):
+        return [x.max(axis=(1, 2), keepdims=True) if kind == "MAX" else x.mean(axis=(1, 2), keepdims=True)]
+    kh, kw = p["window"]
+    sh, sw = p.get("strides") or [1, 1]
+    pre, post = _pads2(p)
+    padded = any(pre) or any(post)
+    pads = ((0, 0), (pre[0], post[0]), (pre[1], post[1]), (0, 0))
+    if kind == "MAX":
+        xp = np.pad(x, pads, constant_values=-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min) if padded else x
+        return [_windows(xp, kh, kw, sh, sw).max(axis=(3, 4))]
+    xp = np.pad(x, pads) if padded else x
+    s = _windows(xp, kh, kw, sh, sw).sum(axis=(3, 4))
+    if padded and p.get("average_count_excludes_padding", True):
+        ones = np.pad(np.ones((1,) + x.shape[1:3] + (1,), x.dtype), pads)
+        cnt = _windows(ones, kh, kw, sh, sw).sum(axis=(3, 4))
+        return [(s / cnt).astype(x.dtype, copy=False)]
+    return [(s / (kh * kw)).astype(x.dtype, copy=False)]

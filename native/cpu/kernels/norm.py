@@ -1,1 +1,160 @@
-"""CPU kernels: norm."""
+"""CPU kernels: normalization (batch / instance / layer / group / RMS / Lp / mean-variance), Scale and LRN.
+
+Statistics are computed in float64 (the ONNX stash_type asks for at least float32) and the result is cast back
+to the input's dtype, so float16 / bfloat16 inputs do not lose accuracy in the reductions.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from native.tactics import simple_tactic
+
+
+def _bcast(v, ndim, axis):
+    """A per-channel vector shaped to broadcast along `axis` of an ndim tensor."""
+    shape = [1] * ndim
+    shape[axis] = -1
+    return np.asarray(v).reshape(shape)
+
+
+def _batch(x, inputs, p):
+    scale, bias, mean, var = [np.asarray(v, np.float64) for v in inputs[1:5]]
+    eps = p.get("epsilon", 1e-5)
+    xf = x.astype(np.float64)
+    if not p.get("training_mode"):
+        inv = scale / np.sqrt(var + eps)
+        y = xf * _bcast(inv, x.ndim, 1) + _bcast(bias - mean * inv, x.ndim, 1)
+        return [y.astype(x.dtype)]
+    axes = (0,) + tuple(range(2, x.ndim))
+    bm = xf.mean(axis=axes)
+    bv = xf.var(axis=axes)
+    y = (xf - _bcast(bm, x.ndim, 1)) / np.sqrt(_bcast(bv, x.ndim, 1) + eps) * _bcast(scale, x.ndim, 1) \
+        + _bcast(bias, x.ndim, 1)
+    mom = p.get("momentum", 0.9)
+    run_mean = mean * mom + bm * (1 - mom)
+    run_var = var * mom + bv * (1 - mom)
+    return [y.astype(x.dtype), run_mean.astype(inputs[3].dtype), run_var.astype(inputs[4].dtype)]
+
+
+def _standardize(xf, axes, eps):
+    mean = xf.mean(axis=axes, keepdims=True)
+    d = xf - mean
+    var = (d * d).mean(axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(var + eps)
+    return d * inv, mean, inv
+
+
+def _layer(x, inputs, p):
+    ndim = x.ndim
+    axis = p.get("axes", [-1])[0] % ndim
+    axes = tuple(range(axis, ndim))
+    xf = x.astype(np.float64)
+    y, mean, inv = _standardize(xf, axes, p.get("epsilon", 1e-5))
+    if len(inputs) > 1 and inputs[1] is not None:
+        y = y * np.asarray(inputs[1], np.float64)
+    if len(inputs) > 2 and inputs[2] is not None:
+        y = y + np.asarray(inputs[2], np.float64)
+    stat_dtype = np.float32 if p.get("stash_type", 1) == 1 else x.dtype
+    return [y.astype(x.dtype), mean.astype(stat_dtype), inv.astype(stat_dtype)]
+
+
+def _instance(x, inputs, p):
+    xf = x.astype(np.float64)
+    y, _, _ = _standardize(xf, tuple(range(2, x.ndim)), p.get("epsilon", 1e-5))
+    y = y * _bcast(np.asarray(inputs[1], np.float64), x.ndim, 1) + _bcast(np.asarray(inputs[2], np.float64), x.ndim, 1)
+    return [y.astype(x.dtype)]
+
+
+def _group(x, inputs, p):
+    n, c = x.shape[:2]
+    g = int(p.get("num_groups", 1))
+    xf = x.astype(np.float64).reshape(n, g, -1)
+    y, _, _ = _standardize(xf, (2,), p.get("epsilon", 1e-5))
+    y = y.reshape(x.shape)
+    scale, bias = (np.asarray(v, np.float64) for v in inputs[1:3])
+    if scale.size == g and g != c:        # opset 18: one scale per group
+        scale, bias = np.repeat(scale, c // g), np.repeat(bias, c // g)
+    y = y * _bcast(scale, x.ndim, 1) + _bcast(bias, x.ndim, 1)
+    return [y.astype(x.dtype)]
+
+
+def _rms(x, inputs, p):
+    ndim = x.ndim
+    axis = p.get("axes", [-1])[0] % ndim
+    xf = x.astype(np.float64)
+    ms = (xf * xf).mean(axis=tuple(range(axis, ndim)), keepdims=True)
+    y = xf / np.sqrt(ms + p.get("epsilon", 1e-5))
+    if len(inputs) > 1 and inputs[1] is not None:
+        y = y * np.asarray(inputs[1], np.float64)
+    if len(inputs) > 2 and inputs[2] is not None:
+        y = y + np.asarray(inputs[2], np.float64)
+    return [y.astype(x.dtype)]
+
+
+def _lp(x, inputs, p):
+    axis = p.get("axes", [-1])[0]
+    order = int(p.get("p", 2))
+    xf = x.astype(np.float64)
+    norm = np.sum(np.abs(xf) ** order, axis=axis, keepdims=True) ** (1.0 / order)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(norm == 0, 0, xf / norm)
+    return [y.astype(x.dtype)]
+
+
+def _mvn(x, inputs, p):
+    axes = tuple(a % x.ndim for a in p.get("axes", [0, 2, 3]))
+    xf = x.astype(np.float64)
+    mean = xf.mean(axis=axes, keepdims=True)
+    var = (xf * xf).mean(axis=axes, keepdims=True) - mean * mean
+    y = (xf - mean) / (np.sqrt(np.maximum(var, 0)) + p.get("epsilon", 1e-9))
+    return [y.astype(x.dtype)]
+
+
+_MODES = {"BATCH": _batch, "LAYER": _layer, "INSTANCE": _instance, "GROUP": _group, "RMS": _rms, "LP": _lp,
+          "MVN": _mvn}
+
+
+@simple_tactic("Normalization", name="float64-stats")
+def normalization(op, inputs):
+    """Dispatch on params['mode']; returns as many outputs as the mode defines (extra ones are ignored)."""
+    x = np.asarray(inputs[0])
+    return _MODES[op.params.get("mode", "LAYER")](x, inputs, op.params)
+
+
+@simple_tactic("Scale", name="numpy")
+def scale(op, inputs):
+    """y = (x * scale + shift) ** power per channel (mode CHANNEL), per element (ELEMENTWISE) or uniform."""
+    x = np.asarray(inputs[0])
+    axis = op.params.get("channel_axis", 1) % x.ndim
+    mode = op.params.get("mode", "CHANNEL")
+
+    def shaped(v):
+        v = np.asarray(v, x.dtype)
+        return _bcast(v, x.ndim, axis) if mode == "CHANNEL" and v.ndim == 1 and v.size > 1 else v
+
+    y = x
+    if "scale" in op.weights:
+        y = y * shaped(op.weights["scale"])
+    if "shift" in op.weights:
+        y = y + shaped(op.weights["shift"])
+    if "power" in op.weights:
+        y = y ** shaped(op.weights["power"])
+    return [np.asarray(y, x.dtype)]
+
+
+@simple_tactic("LRN", name="channel-taps")
+def lrn(op, inputs):
+    """y = x / (k + alpha / size * sum of x^2 over a channel window) ** beta; loops over the window taps."""
+    x = np.asarray(inputs[0])
+    size = int(op.params.get("window", 5))
+    sq = x.astype(np.float64) ** 2
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    width = [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2)
+    sp = np.pad(sq, width)
+    c = x.shape[1]
+    acc = np.zeros_like(sq)
+    for t in range(size):
+        acc += sp[:, t:t + c]
+    p = op.params
+    y = x / (p.get("k", 1.0) + p.get("alpha", 1e-4) / size * acc) ** p.get("beta", 0.75)
+    return [y.astype(x.dtype)]

@@ -1,1 +1,188 @@
-"""CPU kernels: pooling."""
+"""CPU kernels: pooling (max / average / Lp, global), max-unpooling and max-RoI pooling.
+
+Window reductions loop over the kernel taps only (k*k strided views of the padded input, each a whole-tensor
+numpy op); average-pool divisors come from the same tap loop run on a small spatial mask.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from native.cpu.kernels.conv import resolve_pads, tap_slices
+from native.tactics import simple_tactic
+
+
+def pool_geometry(params, spatial):
+    nd = len(spatial)
+    ks = list(params["window"])
+    strides = list(params.get("strides") or [1] * nd)
+    dil = list(params.get("dilations") or [1] * nd)
+    pre, post = resolve_pads(params.get("auto_pad"), spatial, ks, strides, dil,
+                             params.get("pre_padding"), params.get("post_padding"))
+    out = []
+    for i in range(nd):
+        span = spatial[i] + pre[i] + post[i] - (ks[i] - 1) * dil[i] - 1
+        if params.get("ceil_mode"):
+            o = -(-span // strides[i]) + 1
+            if (o - 1) * strides[i] >= spatial[i] + pre[i]:   # last window would start in the end padding
+                o -= 1
+        else:
+            o = span // strides[i] + 1
+        out.append(o)
+    if (params.get("auto_pad") or "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-spatial[i] // strides[i]) for i in range(nd)]
+    extra = [max(0, (out[i] - 1) * strides[i] + (ks[i] - 1) * dil[i] + 1 - (spatial[i] + pre[i] + post[i]))
+             for i in range(nd)]
+    return ks, strides, dil, pre, post, extra, out
+
+
+def _pad(x, pre, post, extra, value):
+    width = [(0, 0)] * (x.ndim - len(pre)) + [(a, b + e) for a, b, e in zip(pre, post, extra)]
+    return np.pad(x, width, constant_values=value) if any(a or b for a, b in width) else x
+
+
+def _min_value(dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _max_pool(x, params, want_indices):
+    spatial = list(x.shape[2:])
+    ks, strides, dil, pre, post, extra, out = pool_geometry(params, spatial)
+    xp = _pad(x, pre, post, extra, _min_value(x.dtype))
+    lead = (slice(None), slice(None))
+    y = best_tap = None
+    for t, taps in enumerate(itertools.product(*[range(k) for k in ks])):
+        view = xp[lead + tap_slices(taps, dil, strides, out)]
+        if y is None:
+            y = view.copy()
+            best_tap = np.zeros(y.shape, np.int64) if want_indices else None
+            continue
+        if want_indices:
+            better = view > y
+            best_tap[better] = t
+            np.copyto(y, view, where=better)
+        else:
+            np.maximum(y, view, out=y)
+    if not want_indices:
+        return [y]
+    tap_idx = np.unravel_index(best_tap, ks)
+    pos = []
+    for i in range(len(ks)):
+        o = np.arange(out[i]).reshape((-1,) + (1,) * (len(ks) - 1 - i))
+        pos.append(o * strides[i] + tap_idx[i] * dil[i] - pre[i])
+    n, c = x.shape[:2]
+    base = (np.arange(n).reshape(-1, 1) * c + np.arange(c)).reshape((n, c) + (1,) * len(ks))
+    if params.get("storage_order", 0) == 1 and len(ks) == 2:
+        flat = (base * spatial[1] + pos[1]) * spatial[0] + pos[0]
+    else:
+        flat = base
+        for i in range(len(ks)):
+            flat = flat * spatial[i] + pos[i]
+    return [y, flat.astype(np.int64)]
+
+
+def _window_sum(xp, ks, dil, strides, out, dtype):
+    lead = (slice(None),) * (xp.ndim - len(ks))
+    acc = None
+    for taps in itertools.product(*[range(k) for k in ks]):
+        view = xp[lead + tap_slices(taps, dil, strides, out)]
+        if acc is None:
+            acc = view.astype(dtype, copy=True)
+        else:
+            acc += view
+    return acc
+
+
+def _avg_pool(x, params):
+    spatial = list(x.shape[2:])
+    ks, strides, dil, pre, post, extra, out = pool_geometry(params, spatial)
+    xp = _pad(x, pre, post, extra, 0)
+    acc = _window_sum(xp, ks, dil, strides, out, x.dtype)
+    mask = np.ones(spatial, dtype=np.float64)
+    if params.get("average_count_excludes_padding", True):
+        mask = _pad(mask, pre, post, extra, 0)
+    else:
+        mask = _pad(np.pad(mask, list(zip(pre, post)), constant_values=1), [0] * len(ks), [0] * len(ks), extra, 0)
+    count = _window_sum(mask, ks, dil, strides, out, np.float64)
+    return [(acc / np.maximum(count, 1)).astype(x.dtype)]
+
+
+def _lp_pool(x, params):
+    p = float(params.get("p", 2))
+    spatial = list(x.shape[2:])
+    ks, strides, dil, pre, post, extra, out = pool_geometry(params, spatial)
+    xp = _pad(np.abs(x) ** p, pre, post, extra, 0)
+    acc = _window_sum(xp, ks, dil, strides, out, x.dtype)
+    return [(acc ** (1.0 / p)).astype(x.dtype)]
+
+
+def _global(x, params):
+    axes = tuple(range(2, x.ndim))
+    kind = params.get("type", "MAX")
+    if kind == "MAX":
+        return [np.max(x, axis=axes, keepdims=True)]
+    if kind == "AVERAGE":
+        return [np.mean(x, axis=axes, keepdims=True, dtype=np.float64).astype(x.dtype)]
+    p = float(params.get("p", 2))
+    return [(np.sum(np.abs(x) ** p, axis=axes, keepdims=True) ** (1.0 / p)).astype(x.dtype)]
+
+
+def _max_unpool(x, indices, out_shape, params):
+    spatial = list(x.shape[2:])
+    nd = len(spatial)
+    ks = list(params["window"])
+    strides = list(params.get("strides") or [1] * nd)
+    pre = list(params.get("pre_padding") or [0] * nd)
+    post = list(params.get("post_padding") or [0] * nd)
+    default = list(x.shape[:2]) + [(spatial[i] - 1) * strides[i] + ks[i] - pre[i] - post[i] for i in range(nd)]
+    out_shape = default if out_shape is None else [int(v) for v in out_shape]
+    idx = np.asarray(indices).reshape(-1)
+    if out_shape != default:   # indices address the default-shaped tensor: re-address them in the requested one
+        idx = np.ravel_multi_index(np.unravel_index(idx, default), out_shape)
+    y = np.zeros(int(np.prod(out_shape)), dtype=x.dtype)
+    y[idx] = x.reshape(-1)
+    return [y.reshape(out_shape)]
+
+
+def _max_roi_pool(x, rois, params):
+    ph, pw = params["window"]
+    scale = float(params.get("spatial_scale", 1.0))
+    n_rois = rois.shape[0]
+    c, h, w = x.shape[1:]
+    y = np.zeros((n_rois, c, ph, pw), dtype=x.dtype)
+    for r in range(n_rois):            # loops over boxes and output bins only
+        b = int(rois[r, 0])
+        x1, y1, x2, y2 = [int(np.round(v * scale)) for v in rois[r, 1:5]]
+        rh, rw = max(y2 - y1 + 1, 1), max(x2 - x1 + 1, 1)
+        for i in range(ph):
+            hs = min(max(int(np.floor(i * rh / ph)) + y1, 0), h)
+            he = min(max(int(np.ceil((i + 1) * rh / ph)) + y1, 0), h)
+            for j in range(pw):
+                ws = min(max(int(np.floor(j * rw / pw)) + x1, 0), w)
+                we = min(max(int(np.ceil((j + 1) * rw / pw)) + x1, 0), w)
+                if he > hs and we > ws:
+                    y[r, :, i, j] = x[b, :, hs:he, ws:we].max(axis=(1, 2))
+    return [y]
+
+
+@simple_tactic("Pooling", name="strided-taps")
+def pooling(op, inputs):
+    """Max / average / Lp pooling over strided tap views; global pooling as a reduction."""
+    x = np.asarray(inputs[0])
+    p = op.params
+    kind = p.get("type", "MAX")
+    if kind == "MAX_UNPOOL":
+        out_shape = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+        return _max_unpool(x, inputs[1], None if out_shape is None else np.asarray(out_shape).tolist(), p)
+    if kind == "MAX_ROI":
+        return _max_roi_pool(x, np.asarray(inputs[1]), p)
+    if p.get("global"):
+        return _global(x, p)
+    if kind == "MAX":
+        return _max_pool(x, p, p.get("num_outputs", 1) > 1)
+    if kind == "AVERAGE":
+        return _avg_pool(x, p)
+    if kind == "LP":
+        return _lp_pool(x, p)
+    raise ValueError(f"unknown pooling type {kind!r}")

@@ -1,1 +1,161 @@
-"""CPU kernels: rnn."""
+"""CPU kernel: recurrent layers (ONNX RNN / GRU / LSTM semantics, TensorRT's RNNv2 layer).
+
+The input projection X @ W^T of every time step is one GEMM up front; the loop runs over time steps only, with
+one small GEMM for the recurrence. Sequence lengths are handled by masking: past a batch item's length its state
+is held and its output is zero; the reverse direction walks each item's own valid span backwards.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from native.tactics import simple_tactic
+
+
+def _sigmoid(x):
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)
+
+
+def activation(name, alpha=None, beta=None):
+    n = name.lower()
+    if n == "sigmoid":
+        return _sigmoid
+    if n == "tanh":
+        return np.tanh
+    if n == "relu":
+        return lambda x: np.maximum(x, 0)
+    if n == "affine":
+        return lambda x: (1.0 if alpha is None else alpha) * x + (0.0 if beta is None else beta)
+    if n == "leakyrelu":
+        a = 0.01 if alpha is None else alpha
+        return lambda x: np.where(x >= 0, x, a * x)
+    if n == "thresholdedrelu":
+        a = 1.0 if alpha is None else alpha
+        return lambda x: np.where(x > a, x, 0)
+    if n == "scaledtanh":
+        return lambda x: (1.0 if alpha is None else alpha) * np.tanh((1.0 if beta is None else beta) * x)
+    if n == "hardsigmoid":
+        a, b = (0.2 if alpha is None else alpha), (0.5 if beta is None else beta)
+        return lambda x: np.clip(a * x + b, 0, 1)
+    if n == "elu":
+        a = 1.0 if alpha is None else alpha
+        return lambda x: np.where(x >= 0, x, a * (np.exp(np.minimum(x, 0)) - 1))
+    if n == "softsign":
+        return lambda x: x / (1 + np.abs(x))
+    if n == "softplus":
+        return lambda x: np.logaddexp(0, x)
+    raise ValueError(f"unsupported RNN activation {name!r}")
+
+
+_DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def _acts(p, cell, ndir):
+    names = p.get("activations") or _DEFAULT_ACTS[cell] * ndir
+    per = len(_DEFAULT_ACTS[cell])
+    if len(names) == per and ndir == 2:
+        names = names * 2
+    alphas = p.get("activation_alpha") or []
+    betas = p.get("activation_beta") or []
+    fns = [activation(nm, alphas[i] if i < len(alphas) else None, betas[i] if i < len(betas) else None)
+           for i, nm in enumerate(names)]
+    return [fns[d * per:(d + 1) * per] for d in range(ndir)]
+
+
+def _run_direction(cell, xw, w_r, b_r, h, c, peep, acts, mask, clip, lbr, input_forget):
+    """Loop over time for one direction. xw: [T, B, G*H] (input projection + W bias); returns Y [T, B, H], h, c."""
+    steps, batch = xw.shape[:2]
+    hidden = h.shape[-1]
+    ys = np.zeros((steps, batch, hidden), dtype=xw.dtype)
+
+    def clipped(v):
+        return np.clip(v, -clip, clip) if clip is not None else v
+
+    for t in range(steps):
+        m = mask[t][:, None]
+        if cell == "GRU":
+            gx = xw[t]
+            hr = h @ w_r.T
+            z = acts[0](clipped(gx[:, :hidden] + hr[:, :hidden] + b_r[:hidden]))
+            r = acts[0](clipped(gx[:, hidden:2 * hidden] + hr[:, hidden:2 * hidden] + b_r[hidden:2 * hidden]))
+            if lbr:
+                hh = acts[1](clipped(gx[:, 2 * hidden:] + r * (hr[:, 2 * hidden:] + b_r[2 * hidden:])))
+            else:
+                hh = acts[1](clipped(gx[:, 2 * hidden:] + (r * h) @ w_r[2 * hidden:].T + b_r[2 * hidden:]))
+            new_h = (1 - z) * hh + z * h
+        elif cell == "LSTM":
+            g = xw[t] + h @ w_r.T + b_r
+            gi, go, gf, gc = (g[:, k * hidden:(k + 1) * hidden] for k in range(4))
+            if peep is not None:
+                gi = gi + peep[0] * c
+                gf = gf + peep[2] * c
+            i = acts[0](clipped(gi))
+            f = 1 - i if input_forget else acts[0](clipped(gf))
+            cc = acts[1](clipped(gc))
+            new_c = f * c + i * cc
+            if peep is not None:
+                go = go + peep[1] * new_c
+            o = acts[0](clipped(go))
+            new_h = o * acts[2](new_c)
+            c = np.where(m, new_c, c)
+        else:
+            new_h = acts[0](clipped(xw[t] + h @ w_r.T + b_r))
+        h = np.where(m, new_h, h)
+        ys[t] = np.where(m, new_h, 0)
+    return ys, h, c
+
+
+@simple_tactic("RNN", name="time-loop")
+def rnn(op, inputs):
+    """Inputs (X, W, R, B, sequence_lens, initial_h, initial_c, P); outputs (Y, Y_h[, Y_c])."""
+    p = op.params
+    cell = p.get("cell", "LSTM")
+    ins = list(inputs) + [None] * (8 - len(inputs))
+    x, w, r, b, seq_lens, h0, c0, peep = ins
+    x = np.asarray(x)
+    dtype = x.dtype
+    layout = p.get("layout", 0)
+    if layout == 1:
+        x = x.transpose(1, 0, 2)
+    steps, batch = x.shape[:2]
+    ndir, gh = np.asarray(w).shape[:2]
+    hidden = gh // _GATES[cell]
+    b = np.zeros((ndir, 2 * gh), dtype) if b is None else np.asarray(b, dtype)
+    lens = np.full(batch, steps, np.int64) if seq_lens is None else np.asarray(seq_lens, np.int64)
+    h0 = np.zeros((ndir, batch, hidden), dtype) if h0 is None else np.asarray(h0, dtype)
+    if layout == 1:
+        h0 = h0.transpose(1, 0, 2)
+        c0 = None if c0 is None else np.asarray(c0).transpose(1, 0, 2)
+    c0 = np.zeros((ndir, batch, hidden), dtype) if c0 is None else np.asarray(c0, dtype)
+    acts = _acts(p, cell, ndir)
+    direction = p.get("direction", "forward")
+    t_idx = np.arange(steps)[:, None]
+    mask = t_idx < lens[None, :]                                   # [T, B]
+    ys, hs, cs = [], [], []
+    for d in range(ndir):
+        reverse = direction == "reverse" or (direction == "bidirectional" and d == 1)
+        if reverse:   # time index of step k for batch item n: len[n] - 1 - k (clamped where invalid)
+            src = np.clip(lens[None, :] - 1 - t_idx, 0, steps - 1)
+            xd = x[src, np.arange(batch)[None, :]]
+        else:
+            xd = x
+        xw = xd @ np.asarray(w[d], dtype).T + b[d, :gh]
+        pd = None if peep is None else np.asarray(peep[d], dtype).reshape(3, hidden)
+        y, h, c = _run_direction(cell, xw, np.asarray(r[d], dtype), b[d, gh:], h0[d], c0[d], pd, acts[d], mask,
+                                 p.get("clip"), p.get("linear_before_reset", 0), p.get("input_forget", 0))
+        if reverse:
+            out = np.zeros_like(y)
+            out[src[mask], np.broadcast_to(np.arange(batch), mask.shape)[mask]] = y[mask]
+            y = out
+        ys.append(y)
+        hs.append(h)
+        cs.append(c)
+    y = np.stack(ys, axis=1)                                       # [T, D, B, H]
+    yh, yc = np.stack(hs), np.stack(cs)
+    if layout == 1:
+        y = y.transpose(2, 0, 1, 3)
+        yh, yc = yh.transpose(1, 0, 2), yc.transpose(1, 0, 2)
+    outs = [y.astype(dtype), yh.astype(dtype)]
+    if cell == "LSTM":
+        outs.append(yc.astype(dtype))
+    return outs

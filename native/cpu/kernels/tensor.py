@@ -1,1 +1,399 @@
-"""CPU kernels: tensor."""
+"""CPU kernels: data movement (Shuffle, Slice, Concatenation, Split, Gather, Scatter, Padding, Fill, TopK, NonZero,
+OneHot, Tile, Expand, Range) and the built-in plugins Trilu, Unique, ReverseSequence, CenterCropPad."""
+import numpy as np
+
+from native.errors import ExecutionError
+from native.plugins import Plugin, register_plugin
+from native.tactics import simple_tactic
+
+
+def _ints(v):
+    return [int(a) for a in np.asarray(v).reshape(-1)]
+
+
+def _arg(inputs, i):
+    return inputs[i] if len(inputs) > i else None
+
+
+@simple_tactic("Shuffle")
+def shuffle(op, inputs):
+    """first_transpose -> reshape (reshape_dims or input 1; 0 copies the dim when zero_is_placeholder) ->
+    second_transpose."""
+    x = np.asarray(inputs[0])
+    p = op.params
+    if p.get("first_transpose") is not None:
+        x = np.transpose(x, p["first_transpose"])
+    dims = _arg(inputs, 1)
+    dims = p.get("reshape_dims") if dims is None else dims
+    if dims is not None:
+        dims = _ints(dims)
+        if p.get("zero_is_placeholder", True):
+            dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+        x = x.reshape(dims)
+    if p.get("second_transpose") is not None:
+        x = np.transpose(x, p["second_transpose"])
+    return [x]
+
+
+def _clamp(v, lo, hi):
+    return max(lo, min(hi, v))
+
+
+@simple_tactic("Slice")
+def slice_(op, inputs):
+    """ONNX slice semantics: negative starts/ends count from the end, then clamp per the step's sign."""
+    x = np.asarray(inputs[0])
+    p = op.params
+    starts = _ints(inputs[1]) if _arg(inputs, 1) is not None else p["starts"]
+    ends = _ints(inputs[2]) if _arg(inputs, 2) is not None else p["ends"]
+    axes = _ints(inputs[3]) if _arg(inputs, 3) is not None else p.get("axes")
+    steps = _ints(inputs[4]) if _arg(inputs, 4) is not None else p.get("steps")
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    index = [slice(None)] * x.ndim
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        a = a + x.ndim if a < 0 else a
+        d = x.shape[a]
+        if st == 0:
+            raise ExecutionError(f"Slice '{op.name}': step 0 on axis {a}")
+        s = s + d if s < 0 else s
+        e = e + d if e < 0 else e
+        if st > 0:
+            index[a] = slice(_clamp(s, 0, d), _clamp(e, 0, d), st)
+        else:
+            s, e = _clamp(s, -1, d - 1), _clamp(e, -1, d - 1)
+            index[a] = slice(0, 0) if s < 0 else slice(s, None if e < 0 else e, st)
+    return [x[tuple(index)]]
+
+
+@simple_tactic("Concatenation")
+def concatenation(op, inputs):
+    arrs = [np.asarray(a) for a in inputs if a is not None]
+    if arrs[0].ndim == 0:
+        return [np.stack(arrs)]
+    return [np.concatenate(arrs, axis=op.params.get("axis", 0))]
+
+
+@simple_tactic("Split")
+def split(op, inputs):
+    """Sizes from `split` or input 1; else `num_outputs` parts of ceil(n / parts) (the last one smaller)."""
+    x = np.asarray(inputs[0])
+    axis = op.params.get("axis", 0)
+    axis = axis + x.ndim if axis < 0 else axis
+    sizes = _ints(inputs[1]) if _arg(inputs, 1) is not None else op.params.get("split")
+    if sizes is None:
+        n = int(op.params.get("num_outputs") or 1)
+        d = x.shape[axis]
+        chunk = -(-d // n)
+        sizes = [min(chunk, max(d - i * chunk, 0)) for i in range(n)]
+    bounds = np.cumsum(sizes)[:-1]
+    return list(np.split(x, bounds, axis=axis))
+
+
+def _fix_neg(idx, dim):
+    idx = np.asarray(idx).astype(np.int64, copy=False)
+    return np.where(idx < 0, idx + dim, idx)
+
+
+@simple_tactic("Gather")
+def gather(op, inputs):
+    x, idx = np.asarray(inputs[0]), np.asarray(inputs[1])
+    mode = op.params.get("mode", "DEFAULT")
+    if mode == "DEFAULT":
+        axis = op.params.get("axis", 0)
+        axis = axis + x.ndim if axis < 0 else axis
+        return [np.take(x, _fix_neg(idx, x.shape[axis]), axis=axis)]
+    if mode == "ELEMENT":
+        axis = op.params.get("axis", 0)
+        axis = axis + x.ndim if axis < 0 else axis
+        return [np.take_along_axis(x, _fix_neg(idx, x.shape[axis]), axis=axis)]
+    # ND with batch_dims
+    b = op.params.get("batch_dims", 0)
+    m = idx.shape[-1]
+    batch = int(np.prod(x.shape[:b], dtype=np.int64))
+    xr = x.reshape((batch,) + x.shape[b:])
+    ir = idx.reshape((batch, -1, m)).astype(np.int64)
+    ir = np.where(ir < 0, ir + np.array(x.shape[b:b + m], np.int64), ir)
+    bi = np.arange(batch)[:, None]
+    res = xr[(bi,) + tuple(ir[..., j] for j in range(m))]
+    return [res.reshape(idx.shape[:-1] + x.shape[b + m:])]
+
+
+_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+@simple_tactic("Scatter")
+def scatter(op, inputs):
+    data, idx, upd = np.asarray(inputs[0]), np.asarray(inputs[1]), np.asarray(inputs[2])
+    out = data.copy()
+    red = op.params.get("reduction", "none") or "none"
+    if op.params.get("mode", "ND") == "ELEMENT":
+        axis = op.params.get("axis", 0)
+        axis = axis + data.ndim if axis < 0 else axis
+        grid = list(np.indices(idx.shape, sparse=True))
+        grid[axis] = _fix_neg(idx, data.shape[axis])
+        where = tuple(grid)
+        upd = np.broadcast_to(upd, idx.shape)
+    else:
+        m = idx.shape[-1]
+        ii = _fix_neg(idx, np.array(data.shape[:m], np.int64))
+        where = tuple(ii[..., j] for j in range(m))
+    if red == "none":
+        out[where] = upd
+    else:
+        _REDUCE[red].at(out, where, upd)
+    return [out]
+
+
+@simple_tactic("Padding")
+def padding(op, inputs):
+    """pads [begin..., end...] for `axes` (all by default); negative pads crop; modes constant/reflect/edge/wrap."""
+    x = np.asarray(inputs[0])
+    p = op.params
+    pads = _ints(inputs[1]) if _arg(inputs, 1) is not None else list(p["pads"])
+    value = inputs[2] if _arg(inputs, 2) is not None else p.get("value", 0.0)
+    axes = _ints(inputs[3]) if _arg(inputs, 3) is not None else p.get("axes")
+    axes = list(range(x.ndim)) if axes is None else [a + x.ndim if a < 0 else a for a in axes]
+    n = len(axes)
+    width = [[0, 0] for _ in range(x.ndim)]
+    for i, a in enumerate(axes):
+        width[a] = [pads[i], pads[i + n]]
+    crop = tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(width))
+    x = x[crop]
+    width = [(max(b, 0), max(e, 0)) for b, e in width]
+    mode = p.get("mode", "constant")
+    if mode == "constant":
+        v = np.asarray(value).reshape(-1)
+        v = v[0] if v.size else 0
+        return [np.pad(x, width, mode="constant", constant_values=np.asarray(v).astype(x.dtype))]
+    return [np.pad(x, width, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
+
+
+def _dtype(name, default=np.float32):
+    if name is None:
+        return np.dtype(default)
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+@simple_tactic("Fill")
+def fill(op, inputs):
+    """CONSTANT (weights 'value'), EYE_LIKE (`k`), LINSPACE (alpha start, beta step), RANDOM_UNIFORM (alpha low,
+    beta high), RANDOM_NORMAL (alpha mean, beta scale); *_LIKE variants take input 0's shape (and dtype)."""
+    p = op.params
+    kind = p.get("op", "CONSTANT")
+    src = _arg(inputs, 0)
+    if kind == "EYE_LIKE":
+        x = np.asarray(src)
+        dt = _dtype(p.get("dtype"), x.dtype)
+        return [np.eye(x.shape[0], x.shape[1], k=int(p.get("k", 0)), dtype=dt)]
+    if kind.endswith("_LIKE"):
+        x = np.asarray(src)
+        shape, dt = x.shape, _dtype(p.get("dtype"), x.dtype)
+        kind = kind[:-5]
+    else:
+        shape = tuple(_ints(src)) if src is not None else tuple(p.get("shape") or ())
+        dt = None
+    if kind == "CONSTANT":
+        v = np.asarray(op.weights.get("value", np.zeros(1, np.float32))).reshape(-1)
+        return [np.full(shape, v[0], dtype=v.dtype if dt is None else dt)]
+    dt = _dtype(p.get("dtype")) if dt is None else dt
+    alpha, beta = float(p.get("alpha", 0.0)), float(p.get("beta", 1.0))
+    if kind == "LINSPACE":
+        n = int(np.prod(shape, dtype=np.int64))
+        return [(alpha + beta * np.arange(n)).reshape(shape).astype(dt)]
+    seed = p.get("seed")
+    rng = np.random.default_rng(None if seed is None else int(seed))
+    if kind == "RANDOM_UNIFORM":
+        return [rng.uniform(alpha, beta, shape).astype(dt)]
+    if kind == "RANDOM_NORMAL":
+        return [rng.normal(alpha, beta, shape).astype(dt)]
+    raise ExecutionError(f"Fill '{op.name}': unsupported op {kind}")
+
+
+@simple_tactic("TopK")
+def topk(op, inputs):
+    """Full stable sort along the axis; equal values keep the smaller index first."""
+    x = np.asarray(inputs[0])
+    k = int(np.asarray(inputs[1]).reshape(-1)[0]) if _arg(inputs, 1) is not None else int(op.params["k"])
+    axis = op.params.get("axis", -1)
+    axis = axis + x.ndim if axis < 0 else axis
+    if op.params.get("op", "MAX") == "MAX":
+        n = x.shape[axis]
+        rev = np.flip(x, axis=axis)
+        order = np.flip(np.argsort(rev, axis=axis, kind="stable"), axis=axis)
+        idx = (n - 1 - order)
+    else:
+        idx = np.argsort(x, axis=axis, kind="stable")
+    idx = np.take(idx, np.arange(k), axis=axis).astype(np.int64)
+    return [np.take_along_axis(x, idx, axis=axis), idx]
+
+
+@simple_tactic("NonZero")
+def nonzero(op, inputs):
+    x = np.asarray(inputs[0])
+    if x.ndim == 0:
+        return [np.zeros((0, int(bool(x))), np.int64)]
+    return [np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
+
+
+@simple_tactic("OneHot")
+def onehot(op, inputs):
+    idx = np.asarray(inputs[0])
+    depth = int(np.asarray(inputs[1]).reshape(-1)[0])
+    values = np.asarray(inputs[2]).reshape(-1)
+    axis = op.params.get("axis", -1)
+    axis = axis + idx.ndim + 1 if axis < 0 else axis
+    ii = idx.astype(np.int64)
+    ii = np.where(ii < 0, ii + depth, ii)
+    ii = np.expand_dims(ii, axis)
+    shape = [1] * (idx.ndim + 1)
+    shape[axis] = depth
+    hot = np.arange(depth).reshape(shape) == ii
+    return [np.where(hot, values[1], values[0]).astype(values.dtype)]
+
+
+@simple_tactic("Tile")
+def tile(op, inputs):
+    return [np.tile(np.asarray(inputs[0]), _ints(inputs[1]))]
+
+
+@simple_tactic("Expand")
+def expand(op, inputs):
+    x = np.asarray(inputs[0])
+    shape = np.broadcast_shapes(x.shape, tuple(_ints(inputs[1])))
+    return [np.array(np.broadcast_to(x, shape))]
+
+
+@simple_tactic("Range")
+def range_(op, inputs):
+    start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
+    n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
+
+
+# --- built-in plugins for ops with no layer of their own -------------------------------------------------------
+
+class TriluPlugin(Plugin):
+    """Keep the upper (upper=1) or lower triangle of the last two dims, shifted by k (input 1)."""
+    name = "Trilu"
+
+    def enqueue(self, inputs, fields):
+        x = np.asarray(inputs[0])
+        k = int(np.asarray(inputs[1]).reshape(-1)[0]) if _arg(inputs, 1) is not None else 0
+        n, m = x.shape[-2:]
+        r, c = np.arange(n)[:, None], np.arange(m)[None, :]
+        keep = (c - r >= k) if fields.get("upper", 1) else (c - r <= k)
+        return [np.where(keep, x, np.zeros((), x.dtype))]
+
+
+class UniquePlugin(Plugin):
+    """Unique values (flattened, or slices along `axis`); sorted or in first-occurrence order; outputs values,
+    first indices, inverse indices, counts (int64)."""
+    name = "Unique"
+
+    def enqueue(self, inputs, fields):
+        x = np.asarray(inputs[0])
+        axis = fields.get("axis")
+        if axis is None:
+            flat = x.reshape(-1)
+            vals, first, inv, counts = np.unique(flat, return_index=True, return_inverse=True, return_counts=True)
+        else:
+            axis = axis + x.ndim if axis < 0 else axis
+            vals, first, inv, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True,
+                                                 axis=axis)
+        inv = inv.reshape(-1)
+        if not fields.get("sorted", 1):
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            vals = np.take(vals, order, axis=0 if axis is None else axis)
+            first, counts, inv = first[order], counts[order], rank[inv]
+        return [vals, first.astype(np.int64), inv.astype(np.int64), counts.astype(np.int64)]
+
+
+class ReverseSequencePlugin(Plugin):
+    """Reverse the first seq_lens[b] steps along time_axis for every batch entry b."""
+    name = "ReverseSequence"
+
+    def enqueue(self, inputs, fields):
+        x, lens = np.asarray(inputs[0]), np.asarray(inputs[1]).astype(np.int64)
+        ta, ba = fields.get("time_axis", 0), fields.get("batch_axis", 1)
+        t = np.arange(x.shape[ta])
+        shape = [1] * x.ndim
+        shape[ta] = x.shape[ta]
+        tt = t.reshape(shape)
+        bshape = [1] * x.ndim
+        bshape[ba] = x.shape[ba]
+        ll = lens.reshape(bshape)
+        src = np.where(tt < ll, ll - 1 - tt, tt)
+        src = np.broadcast_to(src, np.broadcast_shapes(src.shape, [x.shape[i] if i in (ta, ba) else 1
+                                                                    for i in range(x.ndim)]))
+        src = np.broadcast_to(src, x.shape)
+        return [np.take_along_axis(x, np.ascontiguousarray(src), axis=ta)]
+
+
+class CenterCropPadPlugin(Plugin):
+    """Center-crop or zero-pad the `axes` (all by default) to the sizes of input 1."""
+    name = "CenterCropPad"
+
+    def enqueue(self, inputs, fields):
+        x, target = np.asarray(inputs[0]), _ints(inputs[1])
+        axes = fields.get("axes")
+        axes = list(range(x.ndim)) if axes is None else [a + x.ndim if a < 0 else a for a in axes]
+        out = x
+        for a, t in zip(axes, target):
+            d = out.shape[a]
+            if t < d:
+                s = (d - t) // 2
+                out = np.take(out, np.arange(s, s + t), axis=a)
+            elif t > d:
+                b = (t - d) // 2
+                width = [(0, 0)] * out.ndim
+                width[a] = (b, t - d - b)
+                out = np.pad(out, width)
+        return [out]
+
+
+class SqueezePlugin(Plugin):
+    """Squeeze with axes from input 1 or `axes` (None: every size-1 dim), for axes known only at run time."""
+    name = "Squeeze"
+
+    def enqueue(self, inputs, fields):
+        x = np.asarray(inputs[0])
+        axes = _ints(inputs[1]) if _arg(inputs, 1) is not None else fields.get("axes")
+        if axes is None:
+            return [x.reshape([d for d in x.shape if d != 1])]
+        return [np.squeeze(x, axis=tuple(a + x.ndim if a < 0 else a for a in axes))]
+
+
+class UnsqueezePlugin(Plugin):
+    """Unsqueeze with axes (of the output) from input 1 or `axes`."""
+    name = "Unsqueeze"
+
+    def enqueue(self, inputs, fields):
+        x = np.asarray(inputs[0])
+        axes = _ints(inputs[1]) if _arg(inputs, 1) is not None else fields.get("axes")
+        return [np.expand_dims(x, tuple(axes))]
+
+
+class DropoutPlugin(Plugin):
+    """Dropout with ratio (input 1, default 0.5) and training_mode (input 2) known at run time: identity and an
+    all-True mask when not training or ratio is 0; else a random keep-mask (seeded by `seed`) and x / (1 - ratio)."""
+    name = "Dropout"
+
+    def enqueue(self, inputs, fields):
+        x = np.asarray(inputs[0])
+        ratio = float(np.asarray(inputs[1]).reshape(-1)[0]) if _arg(inputs, 1) is not None else 0.5
+        training = bool(np.asarray(inputs[2]).reshape(-1)[0]) if _arg(inputs, 2) is not None else False
+        if not training or ratio == 0.0:
+            return [x, np.ones(x.shape, bool)]
+        seed = fields.get("seed")
+        mask = np.random.default_rng(None if seed is None else int(seed)).uniform(size=x.shape) >= ratio
+        return [(x * mask / (1.0 - ratio)).astype(x.dtype), mask]
+
+
+for _cls in (DropoutPlugin, SqueezePlugin, UnsqueezePlugin, TriluPlugin, UniquePlugin, ReverseSequencePlugin, CenterCropPadPlugin):
+    register_plugin(_cls, override=True)

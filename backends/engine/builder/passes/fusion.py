@@ -1,5 +1,42 @@
-"""Fusion passes (filled in by the fusion work): each matches a pattern and rewrites nodes in place."""
+"""Fusion driver: runs the fusion passes in order over the builder's Graph (skipped by BuilderFlag.DISABLE_FUSION).
+
+Order matters: clean-ups first (so patterns see through Identity / no-op nodes), then the pattern rebuilders
+(GELU, LayerNorm, Softmax, attention) that need the decomposed ElementWise / Unary nodes, then weight folding and
+epilogues on convolutions and matrix multiplies, and last the generic pointwise chains over what is left.
+Each pass is `f(graph, config, logger) -> rewrites`; matches are logged at verbose level, the totals at info.
+"""
+from __future__ import annotations
+
+from backends.engine.builder.passes.dead import eliminate_dead_layers
+from backends.engine.builder.passes.fusion_epilogue import fold_conv_scale, fuse_epilogues
+from backends.engine.builder.passes.fusion_patterns import fuse_attention, fuse_gelu, fuse_layernorm, fuse_softmax
+from backends.engine.builder.passes.fusion_pointwise import eliminate_identities, fuse_pointwise, merge_shuffles
+
+PASSES = [
+    ("identity elimination", eliminate_identities),
+    ("shuffle merging", merge_shuffles),
+    ("GELU patterns", fuse_gelu),
+    ("LayerNorm patterns", fuse_layernorm),
+    ("Softmax patterns", fuse_softmax),
+    ("attention", fuse_attention),
+    ("conv + BatchNorm/Scale folding", fold_conv_scale),
+    ("conv/matmul epilogues", fuse_epilogues),
+    ("pointwise chains", fuse_pointwise),
+]
 
 
 def run_fusions(graph, config, logger) -> int:
-    return 0
+    before = len(graph.nodes)
+    total, done = 0, []
+    for label, fn in PASSES:
+        n = fn(graph, config, logger)
+        if n:
+            done.append(f"{label}: {n}")
+        total += n
+    eliminate_dead_layers(graph, config)
+    for node in graph.nodes:   # fuse inside If / Loop / Scan bodies too
+        for sub in node.subgraphs.values():
+            total += run_fusions(sub, config, logger)
+    if done:
+        logger.info(f"fusion: {total} rewrites, {before} → {len(graph.nodes)} layers ({'; '.join(done)})")
+    return total

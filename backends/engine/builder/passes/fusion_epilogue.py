@@ -1,0 +1,218 @@
+"""Convolution / MatrixMultiply epilogue fusions (TensorRT FUS-02/04/06/11/12):
+
+- Convolution + BatchNorm (Normalization BATCH) / Scale / per-channel Mul and Add: folded into kernel and bias.
+- Convolution / Deconvolution / MatrixMultiply + bias add + activation + residual add: appended to
+  params["post_ops"] (the contract in native/cpu/kernels/fused.py), so the GEMM's result is finished in place.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from backends.engine.builder.passes.fusion_util import View, other_input, same_precision
+
+EPILOGUE_ACTIVATIONS = {"RELU", "CLIP", "GELU_ERF", "GELU_TANH", "SILU", "HARD_SWISH", "SIGMOID", "LEAKY_RELU",
+                        "HARD_SIGMOID", "TANH", "ELU"}
+NORMAL_ARITY = {"Convolution": 3, "Deconvolution": 3, "MatrixMultiply": 2}
+
+
+def _conv_kernel(view, node):
+    """(kernel array, bias array or None, where) for a float Convolution with constant weights."""
+    if node.params.get("integer") or node.params.get("post_ops"):
+        return None
+    if "kernel" in node.weights:
+        return np.asarray(node.weights["kernel"]), node.weights.get("bias"), "weights"
+    if len(node.inputs) > 1:
+        k = view.const(node.inputs[1])
+        b = view.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None
+        if k is not None and (len(node.inputs) < 3 or node.inputs[2] is None or b is not None) and len(node.inputs) <= 3:
+            return k, b, "inputs"
+    return None
+
+
+def _channel_vector(c, m, out_rank, axis=1):
+    """c as a length-m vector if it broadcasts only along `axis` of an output of rank out_rank, else None."""
+    if c is None or c.dtype.kind != "f":
+        return None
+    if c.size == 1:
+        return np.full(m, c.reshape(-1)[0], c.dtype)
+    if out_rank is None or c.ndim > out_rank:
+        return None
+    full = (1,) * (out_rank - c.ndim) + c.shape
+    if c.size != m or full[axis] != m:
+        return None
+    return c.reshape(-1)
+
+
+def _bn_scale_shift(view, bn):
+    """(s, t) with bn(y) = y * s + t per channel, for Normalization BATCH / Scale CHANNEL/UNIFORM, else None."""
+    if bn.kind == "Normalization" and bn.params.get("mode") == "BATCH":
+        w = bn.weights
+
+        def get(keys, idx):
+            for k in keys:
+                if k in w:
+                    return np.asarray(w[k])
+            return view.const(bn.inputs[idx]) if len(bn.inputs) > idx and bn.inputs[idx] is not None else None
+        scale, bias = get(("scale", "gamma"), 1), get(("bias", "beta", "shift"), 2)
+        mean, var = get(("mean", "running_mean"), 3), get(("var", "variance", "running_var"), 4)
+        if any(v is None for v in (scale, bias, mean, var)):
+            return None
+        s = scale / np.sqrt(var + bn.params.get("epsilon", 1e-5))
+        return s, bias - mean * s
+    if bn.kind == "Scale" and bn.params.get("mode", "CHANNEL") in ("CHANNEL", "UNIFORM"):
+        p = bn.weights.get("power")
+        if p is not None and not np.all(np.asarray(p) == 1):
+            return None
+        if bn.params.get("mode", "CHANNEL") == "CHANNEL" and bn.params.get("channel_axis", 1) != 1:
+            return None
+        s = np.asarray(bn.weights.get("scale", 1.0), np.float64)
+        t = np.asarray(bn.weights.get("shift", 0.0), np.float64)
+        return s, t
+    return None
+
+
+def fold_conv_scale(graph, config, logger) -> int:
+    """Convolution followed by BatchNorm / Scale / per-channel Mul or Add: fold into the conv's kernel and bias."""
+    view, count = View(graph), 0
+    for conv in list(graph.nodes):
+        if conv not in graph.nodes or conv.kind != "Convolution":
+            continue
+        while True:
+            kb = _conv_kernel(view, conv)
+            nxt = view.sole_consumer(conv.outputs[0])
+            if kb is None or nxt is None or not same_precision([conv, nxt]) or not view.is_float(conv.outputs[0]):
+                break
+            k, b, where = kb
+            m, rank = k.shape[0], k.ndim
+            st = None
+            if nxt.kind in ("Normalization", "Scale") and nxt.inputs[0] == conv.outputs[0]:
+                st = _bn_scale_shift(view, nxt)
+                if st is not None:
+                    s, t = (np.broadcast_to(np.asarray(v, np.float64).reshape(-1), (m,)) if np.size(v) in (1, m)
+                            else None for v in st)
+                    st = None if s is None or t is None else (s, t)
+            elif nxt.kind == "ElementWise" and nxt.params.get("op") in ("PROD", "SUM"):
+                c = _channel_vector(view.const(other_input(nxt, conv.outputs[0])), m, rank)
+                if c is not None:
+                    st = (c.astype(np.float64), np.zeros(m)) if nxt.params["op"] == "PROD" else \
+                        (np.ones(m), c.astype(np.float64))
+            if st is None:
+                break
+            s, t = st
+            dt = k.dtype
+            k2 = (k.astype(np.float64) * s.reshape((-1,) + (1,) * (k.ndim - 1))).astype(dt)
+            b2 = ((np.zeros(m) if b is None else np.asarray(b, np.float64)) * s + t).astype(dt)
+            if where == "weights":
+                conv.weights = dict(conv.weights, kernel=k2, bias=b2)
+                conv.weights.pop("kernel_gemm", None)
+            else:
+                kn = view.new_constant(f"{conv.name}/folded_kernel", k2, conv, conv.source_nodes)
+                bn_ = view.new_constant(f"{conv.name}/folded_bias", b2, conv, conv.source_nodes)
+                conv.inputs = [conv.inputs[0], kn, bn_]
+            conv.outputs = list(nxt.outputs)
+            conv.source_nodes = list(conv.source_nodes or [conv.name]) + list(nxt.source_nodes or [nxt.name])
+            old_name = conv.name
+            conv.name = f"{conv.name} + {nxt.name}"
+            graph.nodes = [n for n in graph.nodes if n is not nxt]
+            view.refresh()
+            logger.verbose(f"fusion: folded {nxt.kind} '{nxt.name}' into convolution '{old_name}'")
+            count += 1
+    return count
+
+
+def _bias_vector(view, node, name):
+    """Per-output-channel bias for an add after `node` (conv: axis 1; matmul: last axis), else None."""
+    c = view.const(name)
+    if c is None or c.dtype.kind != "f" or c.size <= 1 and node.kind == "MatrixMultiply":
+        return None, None
+    out_rank = view.rank(node.outputs[0])
+    if node.kind in ("Convolution", "Deconvolution"):
+        k = node.weights.get("kernel")
+        if k is None and len(node.inputs) > 1:
+            k = view.const(node.inputs[1])
+        if k is None:
+            return None, None
+        m = k.shape[0] if node.kind == "Convolution" else k.shape[1] * node.params.get("groups", 1)
+        if out_rank is None:
+            out_rank = k.ndim
+        v = _channel_vector(c, m, out_rank, 1)
+        return v, 1
+    # MatrixMultiply: c broadcasts along the last axis only
+    if out_rank is None or c.ndim > out_rank or any(d != 1 for d in c.shape[:-1]):
+        return None, None
+    out_shape = view.shape(node.outputs[0])
+    n = out_shape[-1] if out_shape is not None and out_shape and out_shape[-1] >= 0 else None
+    b = node.weights.get("b")
+    if b is None and len(node.inputs) > 1:
+        b = view.const(node.inputs[1])
+    if n is None and b is not None and np.ndim(b) >= 2:
+        n = np.shape(b)[-2] if node.params.get("transpose_b") else np.shape(b)[-1]
+    if n is None or c.shape[-1] != n:
+        return None, None
+    return c.reshape(-1), -1
+
+
+def _same_shape(view, a, b) -> bool:
+    sa, sb = view.shape(a), view.shape(b)
+    return sa is not None and sa == sb and view.dtype(a) == view.dtype(b)
+
+
+def fuse_epilogues(graph, config, logger) -> int:
+    """Conv/Deconv/MatMul followed by bias add, activation, residual add: appended to params['post_ops']."""
+    view, count = View(graph), 0
+    for node in list(graph.nodes):
+        if node not in graph.nodes or node.kind not in NORMAL_ARITY or node.params.get("integer"):
+            continue
+        if not view.is_float(node.outputs[0]) or len(node.outputs) != 1:
+            continue
+        while True:
+            t = node.outputs[0]
+            nxt = view.sole_consumer(t)
+            if nxt is None or not same_precision([node, nxt]):
+                break
+            post = list(node.params.get("post_ops") or [])
+            step, extra = None, None
+            if nxt.kind == "Activation" and nxt.params.get("type") in EPILOGUE_ACTIVATIONS and len(nxt.inputs) == 1:
+                step = {"op": "activation", "type": nxt.params["type"], "alpha": nxt.params.get("alpha", 0.0),
+                        "beta": nxt.params.get("beta", 0.0)}
+            elif nxt.kind == "ElementWise" and nxt.params.get("op") == "SUM" and other_input(nxt, t) is not None:
+                o = other_input(nxt, t)
+                vec, axis = _bias_vector(view, node, o)
+                if vec is not None:
+                    key = f"post_bias_{len(post)}"
+                    node.weights = dict(node.weights, **{key: vec.astype(np.dtype(view.dtype(t)))})
+                    step = {"op": "bias", "weight": key, "axis": axis}
+                elif view.const(o) is None and node.kind == "Convolution" and _same_shape(view, o, t) and \
+                        nxt.outputs[0] not in view.ins:
+                    ar = NORMAL_ARITY[node.kind]
+                    inputs = list(node.inputs) + [None] * (ar - len(node.inputs)) if len(node.inputs) < ar \
+                        else list(node.inputs)
+                    extra = inputs + [o]
+                    step = {"op": "add", "input": len(extra) - 1}
+            if step is None:
+                break
+            if extra is not None:
+                node.inputs = extra
+            node.params = dict(node.params, post_ops=post + [step])
+            node.outputs = list(nxt.outputs)
+            node.source_nodes = list(node.source_nodes or [node.name]) + list(nxt.source_nodes or [nxt.name])
+            logger.verbose(f"fusion: {node.kind} '{node.name}' + {step['op']} from '{nxt.name}'")
+            node.name = f"{node.name} + {nxt.name}"
+            graph.nodes = [n for n in graph.nodes if n is not nxt]
+            # the node now also reads `o` (residual): move it down to where the add stood
+            if extra is not None:
+                graph.nodes = _move_after_inputs(graph.nodes, node)
+            view.refresh()
+            count += 1
+    return count
+
+
+def _move_after_inputs(nodes, node):
+    """Place `node` right after the last producer of its inputs (keeps topological order after adding an input)."""
+    rest = [n for n in nodes if n is not node]
+    needed = set(i for i in node.inputs if i is not None)
+    pos = 0
+    for i, n in enumerate(rest):
+        if needed & set(n.outputs):
+            pos = i + 1
+    return rest[:pos] + [node] + rest[pos:]

@@ -1,0 +1,135 @@
+"""EngineRunner: builds our engine from ONNX (or loads a plan) and runs it; taps return intermediate tensors."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from backends.runners.base import Runner, TensorMeta
+from backends.runners.model import load_onnx, markable_onnx_tensors, onnx_input_metadata
+from native.errors import UsageError
+
+PLAN_MAGIC = b"DKPLAN\r\n"
+
+
+def is_plan(source) -> bool:
+    """True for plan bytes or a path to a plan file (checked by magic, not by extension)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source[:8]) == PLAN_MAGIC
+    if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
+        with open(source, "rb") as f:
+            return f.read(8) == PLAN_MAGIC
+    return False
+
+
+class EngineRunner(Runner):
+    """Runs our engine.
+
+    model: an ONNX path / bytes / ModelProto (built at activation) or a plan path / bytes (loaded).
+    shapes: {input: shape or (min, opt, max)} for dynamic inputs; when missing, the engine is built at the first
+    `infer` with that feed's shapes (the feed also drives tactic timing).
+    flags: BuilderFlag values ("fp16", "tf32", ...); config: a ready BuilderConfig (wins over flags).
+    """
+
+    prefix = "engine-runner"
+
+    def __init__(self, model, shapes=None, flags=(), config=None, name=None, device="cpu", save_plan=None):
+        super().__init__(name)
+        self.model_source = model
+        self.shapes = dict(shapes or {})
+        self.flags = list(flags)
+        self.config = config
+        self.device = device
+        self.save_plan = save_plan
+        self.engine = self.context = self.onnx_model = None
+        self._plan = None
+
+    # lifecycle ---------------------------------------------------------------------------------------
+    def _activate(self):
+        if is_plan(self.model_source):
+            self._load_plan(self.model_source)
+            return
+        self.onnx_model = load_onnx(self.model_source)
+        meta = onnx_input_metadata(self.onnx_model)
+        unknown = [k for k in self.shapes if k not in meta]
+        if unknown:
+            raise UsageError(f"shape given for unknown input(s) {unknown}; the model's inputs are {list(meta)}")
+        if all(not m.is_dynamic() or m.name in self.shapes for m in meta.values()):
+            self._build()
+
+    def _deactivate(self):
+        self.engine = self.context = None
+
+    def _build(self, timing_feeds=None):
+        from backends.engine.build import build_plan_from_onnx
+        from backends.engine.builder import BuilderConfig
+        ranges = {k: v for k, v in self.shapes.items() if _is_range(v)}
+        shapes = {k: v for k, v in self.shapes.items() if not _is_range(v)}
+        config = self.config or BuilderConfig()
+        plan = build_plan_from_onnx(self.onnx_model, shapes=shapes, flags=self.flags if self.config is None else (),
+                                    ranges=ranges, device=self.device, timing_feeds=timing_feeds, config=config)
+        if self.save_plan:
+            with open(self.save_plan, "wb") as f:
+                f.write(plan)
+        self._load_plan(plan)
+
+    def _load_plan(self, plan):
+        from backends.engine.runtime import Runtime
+        self.engine = Runtime(device=self.device if self.device != "cpu" else None).deserialize_engine(plan)
+        self.context = self.engine.create_execution_context()
+
+    # queries -----------------------------------------------------------------------------------------
+    def _input_metadata(self):
+        if self.engine is None:
+            return onnx_input_metadata(self.onnx_model)
+        meta = {}
+        for t in self.engine.graph.inputs:
+            shape = None if t.shape is None else tuple(
+                (t.dim_names.get(i) or -1) if d < 0 else d for i, d in enumerate(t.shape))
+            meta[t.name] = TensorMeta(t.name, np.dtype(t.dtype or "float32") if t.dtype not in ("object", "bfloat16")
+                                      else np.dtype(object if t.dtype == "object" else np.float32), shape)
+        return meta
+
+    @property
+    def build_config(self) -> dict:
+        return dict(self.engine.header.get("build_config", {})) if self.engine is not None else {}
+
+    def output_names(self):
+        if self.engine is not None:
+            return list(self.engine.graph.output_names)
+        return [o.name for o in self.onnx_model.graph.output]
+
+    def observable_tensors(self):
+        """ONNX tensors the engine computes at layer boundaries (a fused layer shows only its fused output)."""
+        self._require_built()
+        engine_names = set(self.engine.tensor_names())
+        aliases = self.engine.graph.aliases
+        inputs = set(self.engine.graph.input_names)
+        if self.onnx_model is not None:
+            candidates = markable_onnx_tensors(self.onnx_model)
+        else:
+            candidates = [n for n in self.engine.tensor_names() if n not in inputs]
+            consts = {o for n in self.engine.graph.nodes if n.kind == "Constant" for o in n.outputs}
+            candidates = [n for n in candidates if n not in consts]
+        return [t for t in candidates if aliases.get(t, t) in engine_names and aliases.get(t, t) not in inputs]
+
+    def _require_built(self):
+        if self.engine is None:
+            raise UsageError(f"{self.name}: the engine is built at the first infer() (dynamic input shapes); "
+                             f"pass shapes= to build at activation")
+
+    # inference ---------------------------------------------------------------------------------------
+    def check_feeds(self, feeds):
+        if self.engine is None:
+            super().check_feeds(feeds)   # against the ONNX inputs; the engine checks itself after the build
+
+    def _infer(self, feeds, taps):
+        if self.engine is None:
+            self.shapes.update({k: tuple(np.shape(v)) for k, v in feeds.items()})
+            self._build(timing_feeds=feeds)
+        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        return self.context.execute(feeds, taps=taps)
+
+
+def _is_range(v):
+    return isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, (list, tuple)) for x in v)

@@ -1,0 +1,221 @@
+"""Comparator: run every source on the same feeds, compare each against the reference, stream to HDF5.
+
+A *source* is a live runner or a runner's results loaded from a data file. Per iteration the comparator gets the
+feeds, runs the outputs of every source, then (layerwise) walks the observable tensors in chunks bounded by a byte
+budget: each chunk is fetched from every source, written to disk, compared, and dropped. Only the small
+OutputResults stay in memory, so --mark-all costs the largest chunk, not the whole model twice.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from debugkit.compare.divergence import first_divergence
+from debugkit.compare.funcs import Tolerances, compare_simple, validate
+from debugkit.data_file import inputs_hash
+from native.errors import DataFileError, UsageError
+from native.logger import G_LOGGER
+
+
+class LiveSource:
+    def __init__(self, runner):
+        self.runner, self.name = runner, runner.name
+        self.loaded = False
+
+    def outputs(self, feeds):
+        return self.runner.infer(feeds)
+
+    def observable(self, iteration):
+        return self.runner.observable_tensors()
+
+    def fetch(self, feeds, iteration, names):
+        out = self.runner.infer(feeds, taps=names)
+        return {n: out[n] for n in names if n in out}
+
+
+class LoadedSource:
+    """One runner's results in a data file written by --save-outputs."""
+
+    def __init__(self, data_file, runner):
+        self.file, self.runner_name = data_file, runner
+        self.name = f"{runner}[{data_file.path}]"
+        self.loaded = True
+        self.layerwise = set()
+        self.output_names = self.file.runner_attrs(runner).get("outputs") or []
+
+    def outputs(self, feeds, iteration):
+        names = self.output_names or self.file.tensor_names(iteration, self.runner_name)
+        return {n: self.file.read(iteration, n, self.runner_name) for n in names
+                if n in set(self.file.tensor_names(iteration, self.runner_name))}
+
+    def observable(self, iteration):
+        return self.file.tensor_names(iteration, self.runner_name)
+
+    def fetch(self, feeds, iteration, names):
+        have = set(self.file.tensor_names(iteration, self.runner_name))
+        return {n: self.file.read(iteration, n, self.runner_name) for n in names if n in have}
+
+
+@dataclass
+class PairResult:
+    """One iteration of one (source, reference) pair."""
+
+    source: str
+    reference: str
+    iteration: int
+    outputs: dict = field(default_factory=dict)      # name -> OutputResult (model outputs)
+    layers: dict = field(default_factory=dict)       # name -> OutputResult (intermediate tensors, layerwise)
+    divergence: object = None
+    extra_funcs: dict = field(default_factory=dict)  # func name -> {output: OutputResult}
+
+    @property
+    def passed(self):
+        return all(r.passed for r in self.outputs.values()) and all(
+            r.passed for d in self.extra_funcs.values() for r in d.values())
+
+
+@dataclass
+class RunSummary:
+    pairs: list = field(default_factory=list)
+    validation: list = field(default_factory=list)   # (source, iteration, tensor, problems)
+    warnings: list = field(default_factory=list)
+    iterations: int = 0
+
+    @property
+    def passed(self):
+        return all(p.passed for p in self.pairs) and not self.validation
+
+
+def select_tensors(candidates: list, patterns) -> list:
+    """`patterns` True/"all" → everything; a list of names or fnmatch patterns → those tensors."""
+    if patterns in (True, "all"):
+        return list(candidates)
+    out = [t for t in candidates if any(t == p or fnmatch.fnmatchcase(t, p) for p in patterns)]
+    if not out:
+        raise UsageError(f"--mark {' '.join(patterns)} matches no observable tensor")
+    return out
+
+
+class Comparator:
+    """compare_funcs: extra {name: fn(name, actual, expected) -> OutputResult} run on the outputs besides simple."""
+
+    def __init__(self, tolerances: Tolerances | None = None, nan_equal=False, inf_equal=True, extra_funcs=None,
+                 validate=False, layerwise=None, model=None, chunk_bytes=256 << 20, logger=None):
+        self.tolerances = tolerances or Tolerances()
+        self.nan_equal, self.inf_equal = nan_equal, inf_equal
+        self.extra_funcs = dict(extra_funcs or {})
+        self.validate = validate
+        self.layerwise = layerwise            # None, True (all) or a list of names/patterns
+        self.model = model                    # ONNX ModelProto for topological order and divergence
+        self.chunk_bytes = chunk_bytes
+        self.logger = logger or G_LOGGER
+
+    def _simple(self, name, a, e):
+        return compare_simple(name, a, e, self.tolerances, self.nan_equal, self.inf_equal)
+
+    def run(self, sources: list, reference, feeds_iter, writer=None, input_writer=None, expected_hashes=None):
+        """Compare every source against `reference` for each feed dict; returns a RunSummary."""
+        summary = RunSummary()
+        others = [s for s in sources if s is not reference]
+        if not any(not s.loaded for s in others):
+            others = [s for s in others]  # loaded-only runs compare loaded results with each other
+        for it, feeds in enumerate(feeds_iter):
+            summary.iterations += 1
+            ihash = inputs_hash(feeds)
+            if input_writer is not None:
+                input_writer.write_inputs(it, feeds)
+            self._check_provenance(sources, it, ihash, summary)
+            outs = {}
+            for s in sources:
+                outs[s.name] = s.outputs(feeds, it) if s.loaded else s.outputs(feeds)
+                if writer is not None and not s.loaded:
+                    writer.write_many(s.name, it, outs[s.name], ihash)
+                    writer.set_runner_attrs(s.name, {"outputs": list(outs[s.name])})
+                if self.validate:
+                    for name, v in outs[s.name].items():
+                        problems = validate(name, v)
+                        if problems:
+                            summary.validation.append((s.name, it, name, problems))
+            ref_out = outs[reference.name]
+            pairs = []
+            for s in others:
+                pr = PairResult(s.name, reference.name, it)
+                for name, v in outs[s.name].items():
+                    if name not in ref_out:
+                        continue
+                    pr.outputs[name] = self._simple(name, v, ref_out[name])
+                    for fname, fn in self.extra_funcs.items():
+                        pr.extra_funcs.setdefault(fname, {})[name] = fn(name, v, ref_out[name])
+                missing = [n for n in ref_out if n not in outs[s.name]]
+                if missing:
+                    summary.warnings.append(f"{s.name} has no output(s) {missing} that {reference.name} has")
+                pairs.append(pr)
+            del outs
+            if self.layerwise:
+                self._layerwise(sources, reference, others, pairs, feeds, it, ihash, writer)
+            summary.pairs.extend(pairs)
+        return summary
+
+    def _check_provenance(self, sources, it, ihash, summary):
+        for s in sources:
+            if not s.loaded:
+                continue
+            try:
+                saved = s.file.inputs_hash(it, s.runner_name)
+            except DataFileError as e:
+                raise DataFileError(f"{s.file.path}: {e}; it was saved with fewer iterations than this run "
+                                    f"(use --iterations)") from None
+            if saved and saved != ihash:
+                msg = (f"MISMATCHED INPUTS: outputs in {s.file.path} (runner {s.runner_name}, iteration {it}) were "
+                       f"produced from different inputs than this run's; the comparison is not meaningful. Pass "
+                       f"the inputs saved with them via --load-inputs")
+                self.logger.warning(msg)
+                summary.warnings.append(msg)
+
+    def _order(self, names):
+        if self.model is None:
+            return list(names)
+        from backends.runners.model import markable_onnx_tensors
+        rank = {t: i for i, t in enumerate(markable_onnx_tensors(self.model))}
+        return sorted(names, key=lambda t: (rank.get(t, len(rank)), t))
+
+    def _layerwise(self, sources, reference, others, pairs, feeds, it, ihash, writer):
+        common = None
+        for s in sources:
+            obs = set(s.observable(it))
+            common = obs if common is None else common & obs
+        tensors = select_tensors(self._order(common or []), self.layerwise)
+        if not tensors:
+            self.logger.warning("layerwise: the runners share no observable tensor")
+            return
+        self.logger.info(f"layerwise: comparing {len(tensors)} tensors observable in every runner")
+        i, per_tensor = 0, None
+        while i < len(tensors):
+            n = 16 if per_tensor is None else max(1, int(self.chunk_bytes // max(per_tensor, 1)))
+            chunk = tensors[i:i + n]
+            i += len(chunk)
+            vals = {}
+            nbytes = 0
+            for s in sources:
+                vals[s.name] = s.fetch(feeds, it, chunk)
+                nbytes = max(nbytes, sum(getattr(v, "nbytes", 0) for v in vals[s.name].values()))
+                if writer is not None and not s.loaded:
+                    writer.write_many(s.name, it, vals[s.name], ihash)
+            per_tensor = max(per_tensor or 0, nbytes / max(len(chunk), 1))
+            ref = vals[reference.name]
+            for pr, s in zip(pairs, others):
+                for t in chunk:
+                    a, e = vals[s.name].get(t), ref.get(t)
+                    if isinstance(a, np.ndarray) and isinstance(e, np.ndarray):
+                        pr.layers[t] = self._simple(t, a, e)
+            del vals, ref
+        if writer is not None:
+            for s in sources:
+                if not s.loaded:
+                    writer.set_runner_attrs(s.name, {"layerwise": True})
+        for pr in pairs:
+            merged = dict(pr.layers)
+            merged.update(pr.outputs)
+            pr.divergence = first_divergence(self.model, merged)

@@ -1,0 +1,52 @@
+"""Shared test setup: the `cuda` marker skips without a GPU; conformance prints pass counts per op."""
+import collections
+
+import pytest
+
+
+def _cuda_available():
+    try:
+        from native.cuda import available
+        return available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if not any("cuda" in item.keywords for item in items):
+        return
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with cuda-python")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+_OP_RESULTS = collections.defaultdict(collections.Counter)
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+        return
+    op = dict(report.user_properties).get("onnx_op")
+    if op is None:
+        return
+    outcome = "xfailed" if hasattr(report, "wasxfail") and report.outcome == "skipped" else report.outcome
+    if hasattr(report, "wasxfail") and report.outcome == "passed":
+        outcome = "passed"
+    _OP_RESULTS[op][outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _OP_RESULTS:
+        return
+    tr = terminalreporter
+    tr.section("ONNX node conformance: pass count per op")
+    total = collections.Counter()
+    for op in sorted(_OP_RESULTS):
+        c = _OP_RESULTS[op]
+        total.update(c)
+        tr.write_line(f"{op:32s} passed {c['passed']:4d}  failed {c['failed']:4d}  xfailed {c['xfailed']:4d}")
+    tr.write_line(f"conformance total: {total['passed']} passed, {total['failed']} failed, "
+                  f"{total['xfailed']} expected failures (of {sum(total.values())} cases)")

@@ -1,0 +1,156 @@
+"""Acceptance check for `debugkit surgeon sanitize --fold-constants` against Polygraphy 0.53.6's.
+
+For every model of the public corpus (public_models.json): run both tools' CLIs on it (each in its own process,
+wall time measured), count the nodes of each result, and check with ONNX Runtime that our output matches the
+original model within rtol 1e-5 (and atol 1e-5 x the output's largest magnitude) on the corpus' seeded feeds.
+Polygraphy must live in a separate venv (it is never a dependency of debugkit):
+
+    python -m venv /tmp/polyvenv && /tmp/polyvenv/bin/pip install polygraphy==0.53.6 onnx-graphsurgeon onnxruntime
+    bash /work/shared/corpus/get_public_models.sh /tmp/dk_models
+    python tools/compare_polygraphy_sanitize.py --shipped-dir /tmp/dk_models [--repeat 3] [--markdown out.md]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = "/work/shared/corpus"
+
+
+def feeds_for(spec, seed=0):
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, f in spec["feeds"].items():
+        shape, dtype = tuple(f["shape"]), np.dtype(f["dtype"])
+        if "value" in f:
+            feeds[name] = np.full(shape, f["value"], dtype=dtype)
+        elif dtype.kind in "iu":
+            lo, hi = f["range"]
+            feeds[name] = rng.integers(lo, hi + 1, size=shape).astype(dtype)
+        else:
+            lo, hi = f["range"]
+            feeds[name] = rng.uniform(lo, hi, size=shape).astype(dtype)
+    return feeds
+
+
+def run_ort(path, feeds):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    wanted = {i.name for i in sess.get_inputs()}
+    return dict(zip(names, sess.run(names, {k: v for k, v in feeds.items() if k in wanted})))
+
+
+def compare(ref, got, rtol=1e-5):
+    """Largest error as a fraction of each output's scale; None when names/shapes differ."""
+    worst = 0.0
+    for name, a in ref.items():
+        if name not in got or np.shape(got[name]) != np.shape(a):
+            return None, f"output {name}: shape {np.shape(got.get(name))} vs {np.shape(a)}"
+        a64, b64 = np.asarray(a, np.float64), np.asarray(got[name], np.float64)
+        if a64.size == 0:
+            continue
+        scale = max(float(np.max(np.abs(a64))), 1e-30)
+        err = np.abs(a64 - b64) - rtol * np.abs(a64)
+        worst = max(worst, float(np.max(err)) / scale if np.max(err) > 0 else 0.0)
+    return worst, ""
+
+
+def timed(cmd, env=None):
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return time.perf_counter() - t0, p
+
+
+def count(path):
+    m = onnx.load(path, load_external_data=False)
+    return len(m.graph.node)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shipped-dir", default="/tmp/dk_models")
+    ap.add_argument("--polygraphy", default="/tmp/polyvenv/bin/polygraphy")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per tool per model; the best time is kept")
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--markdown", help="also write the table as Markdown here")
+    ap.add_argument("--json", help="write the raw results here")
+    args = ap.parse_args(argv)
+
+    spec = json.load(open(os.path.join(CORPUS, "public_models.json")))
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    tmp = tempfile.mkdtemp(prefix="dk_sanitize_")
+    rows = []
+    for m in spec["models"]:
+        if args.only and m["name"] not in args.only.split(","):
+            continue
+        base = CORPUS if m["source"] == "exported" else args.shipped_dir
+        src = os.path.join(base, m["path"])
+        if not os.path.exists(src):
+            print(f"skip {m['name']}: {src} missing", file=sys.stderr)
+            continue
+        ours, poly = os.path.join(tmp, m["name"] + ".ours.onnx"), os.path.join(tmp, m["name"] + ".poly.onnx")
+        row = {"model": m["name"], "before": count(src)}
+        t_ours, t_poly = [], []
+        for _ in range(args.repeat):
+            t, p = timed([sys.executable, "-m", "debugkit.cli.main", "surgeon", "sanitize", src, "-o", ours,
+                          "--fold-constants", "-q"], env)
+            t_ours.append(t)
+            if p.returncode:
+                row["ours_error"] = (p.stderr or p.stdout).strip().splitlines()[-1][:200]
+            t, p = timed([args.polygraphy, "surgeon", "sanitize", src, "-o", poly, "--fold-constants"])
+            t_poly.append(t)
+            if p.returncode:
+                row["poly_error"] = (p.stderr or p.stdout).strip().splitlines()[-1][:200]
+        row["t_ours"], row["t_poly"] = min(t_ours), min(t_poly)
+        row["ours"] = count(ours) if os.path.exists(ours) else None
+        row["poly"] = count(poly) if os.path.exists(poly) else None
+        feeds = feeds_for(m)
+        try:
+            ref = run_ort(src, feeds)
+            got = run_ort(ours, feeds)
+            row["rel_err"], row["note"] = compare(ref, got)
+        except Exception as e:
+            row["rel_err"], row["note"] = None, f"{type(e).__name__}: {str(e)[:150]}"
+        rows.append(row)
+        print(_fmt(row), flush=True)
+
+    lines = ["| model | nodes before | ours | Polygraphy 0.53.6 | ours time (s) | Polygraphy time (s) | "
+             "ours vs original (ORT, max err / scale) |", "|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        err = "FAIL " + r["note"] if r["rel_err"] is None else (f"{r['rel_err']:.1e}" + (" ok" if r["rel_err"] <= 1e-5 else " FAIL"))
+        lines.append(f"| {r['model']} | {r['before']} | {r['ours']} | {r['poly']} | {r['t_ours']:.2f} | "
+                     f"{r['t_poly']:.2f} | {err} |")
+    le = sum(1 for r in rows if r["ours"] is not None and r["poly"] is not None and r["ours"] <= r["poly"])
+    lt = sum(1 for r in rows if r["ours"] is not None and r["poly"] is not None and r["ours"] < r["poly"])
+    ok = sum(1 for r in rows if r["rel_err"] is not None and r["rel_err"] <= 1e-5)
+    summary = (f"{len(rows)} models: ours <= Polygraphy on {le}, strictly fewer nodes on {lt}; "
+               f"outputs match the original (1e-5) on {ok}")
+    print("\n" + "\n".join(lines) + "\n\n" + summary)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("\n".join(lines) + "\n\n" + summary + "\n")
+    if args.json:
+        json.dump(rows, open(args.json, "w"), indent=1)
+    return 0 if le == len(rows) and ok == len(rows) else 1
+
+
+def _fmt(r):
+    return (f"{r['model']:34s} before {r['before']:5d}  ours {r['ours']!s:>5}  poly {r['poly']!s:>5}  "
+            f"t_ours {r['t_ours']:.2f}s t_poly {r['t_poly']:.2f}s  err {r['rel_err']} {r.get('note', '')} "
+            f"{r.get('ours_error', '')} {r.get('poly_error', '')}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
