@@ -107,7 +107,8 @@ def render(summary, verbose=False, stream=None) -> str:
     passed = sum(p.passed for p in summary.pairs)
     verdict = "PASSED" if summary.passed else "FAILED"
     rate = f"{100.0 * passed / npairs:.1f}%" if npairs else "n/a"
-    out.append(f"{paint(verdict, 'green' if summary.passed else 'red', stream)} | {passed}/{npairs} comparisons "
-               f"passed ({rate}) over {summary.iterations} iteration(s)"
+    what = f"{passed}/{npairs} comparisons passed ({rate})" if npairs else "nothing to compare (one source)"
+    out.append(f"{paint(verdict, 'green' if summary.passed else 'red', stream)} | {what} "
+               f"over {summary.iterations} iteration(s)"
                + (f" | {len(summary.validation)} NaN/Inf finding(s)" if summary.validation else ""))
     return "\n".join(out)

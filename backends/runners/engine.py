@@ -83,9 +83,12 @@ class EngineRunner(Runner):
         if self.engine is None:
             return onnx_input_metadata(self.onnx_model)
         meta = {}
+        profile = self.engine.profiles[self.context.active_profile] if self.engine.profiles else None
         for t in self.engine.graph.inputs:
             shape = None if t.shape is None else tuple(
                 (t.dim_names.get(i) or -1) if d < 0 else d for i, d in enumerate(t.shape))
+            if profile is not None and profile.get_shape(t.name) is not None:
+                shape = tuple(profile.get_shape(t.name)[1])   # a plan's profile fixes the shape to generate
             meta[t.name] = TensorMeta(t.name, np.dtype(t.dtype or "float32") if t.dtype not in ("object", "bfloat16")
                                       else np.dtype(object if t.dtype == "object" else np.float32), shape)
         return meta

@@ -72,8 +72,8 @@ class PairResult:
 
     @property
     def passed(self):
-        return all(r.passed for r in self.outputs.values()) and all(
-            r.passed for d in self.extra_funcs.values() for r in d.values())
+        return all(r.passed for r in self.outputs.values()) and all(r.passed for r in self.layers.values()) \
+            and all(r.passed for d in self.extra_funcs.values() for r in d.values())
 
 
 @dataclass
@@ -118,9 +118,9 @@ class Comparator:
     def run(self, sources: list, reference, feeds_iter, writer=None, input_writer=None, expected_hashes=None):
         """Compare every source against `reference` for each feed dict; returns a RunSummary."""
         summary = RunSummary()
-        others = [s for s in sources if s is not reference]
-        if not any(not s.loaded for s in others):
-            others = [s for s in others]  # loaded-only runs compare loaded results with each other
+        others = [s for s in sources if s is not reference and not s.loaded]
+        if not others:  # nothing live besides the reference: compare the loaded results with each other
+            others = [s for s in sources if s is not reference]
         for it, feeds in enumerate(feeds_iter):
             summary.iterations += 1
             ihash = inputs_hash(feeds)

@@ -86,8 +86,12 @@ def _stats(x: np.ndarray, prefix_index=True) -> dict:
         return {}
     flat = x.ravel()
     i = int(np.argmax(flat))
-    q = np.quantile(flat, [0.5, 0.9, 0.95, 0.99])
-    return {"mean": float(flat.mean()), "std": float(flat.std()), "min": float(flat.min()), "max": float(flat[i]),
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        q = np.quantile(flat, [0.5, 0.9, 0.95, 0.99])
+        std = float(flat.std())
+        mean = float(flat.mean())
+    return {"mean": mean, "std": std, "min": float(flat.min()), "max": float(flat[i]),
             "argmax": [int(v) for v in np.unravel_index(i, x.shape)], "median": float(q[0]),
             "p90": float(q[1]), "p95": float(q[2]), "p99": float(q[3])}
 

@@ -237,13 +237,6 @@ def fold_pass(model, options: FoldOptions, report: FoldReport) -> int:
     # which tensors of folded nodes does the rest of the graph read?
     planned_outputs = {o for n in planned for o in n.output if o}
     folded_names = planned_outputs | set(direct)
-    wanted = set()
-    planned_ids = {id(n) for n in planned}
-    for node in graph.node:
-        if id(node) in planned_ids:
-            continue
-        wanted.update(r for r in node_reads(node) if r in folded_names)
-    wanted |= graph_outputs & folded_names
     # engine inputs: initializers plus directly computed shape values read by planned nodes
     needed_consts = {}
     for node in planned:
@@ -254,9 +247,9 @@ def fold_pass(model, options: FoldOptions, report: FoldReport) -> int:
                 needed_consts[r] = numpy_helper.from_array(direct[r], r)
             elif r in init_by_name:
                 needed_consts[r] = init_by_name[r]
-    value_types = _value_types(graph)
-    result = engine_eval.evaluate_nodes(model, planned, needed_consts, wanted & planned_outputs, value_types,
-                                        options.device)
+    value_types = _value_types(graph, {x for n in planned for x in list(n.input) + list(n.output) if x})
+    # ask for every planned output: a folded node's value is needed when a planned reader of it fails
+    result = engine_eval.evaluate_nodes(model, planned, needed_consts, planned_outputs, value_types, options.device)
     values = dict(direct)
     for name, v in result.values.items():
         reason = _check_value(name, v, types)
@@ -324,9 +317,11 @@ def fold_pass(model, options: FoldOptions, report: FoldReport) -> int:
     return folded
 
 
-def _value_types(graph):
-    from backends.engine.onnx_parser.parser import collect_value_types
-    return collect_value_types(graph)
+def _value_types(graph, names):
+    """What our parser knows of these tensors from ONNX shape inference (dtype, shape, dim names, kind)."""
+    from backends.engine.onnx_parser.parser import _value_info_type
+    return {vi.name: _value_info_type(vi) for vi in list(graph.input) + list(graph.value_info) + list(graph.output)
+            if vi.name in names}
 
 
 def _check_value(name, value, types):

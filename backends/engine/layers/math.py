@@ -7,7 +7,9 @@ __all__ = ["ActivationLayer", "ElementWiseLayer", "UnaryLayer", "SelectLayer", "
 
 class ActivationLayer(Layer):
     """y = f(x) for `type` in RELU, SIGMOID, TANH, LEAKY_RELU, ELU, SELU, SOFTSIGN, SOFTPLUS, CLIP, HARD_SIGMOID,
-    SCALED_TANH, THRESHOLDED_RELU, GELU_ERF, GELU_TANH, SILU, HARD_SWISH, MISH, CELU; `alpha`, `beta` as in TensorRT."""
+    SCALED_TANH, THRESHOLDED_RELU, GELU_ERF, GELU_TANH, SILU, HARD_SWISH, MISH, CELU; `alpha`, `beta` as in TensorRT.
+    Also SWISH (x*sigmoid(alpha*x)), SHRINK (lambda=alpha, bias=beta), PRELU (slope from input 1), and CLIP may
+    take its bounds from optional inputs 1 and 2 (None / missing bound: unbounded)."""
     kind = "Activation"
     defaults = {"type": "RELU", "alpha": 0.0, "beta": 0.0}
 
@@ -22,7 +24,8 @@ class ElementWiseLayer(Layer):
 
 class UnaryLayer(Layer):
     """y = op(x) for op in EXP, LOG, SQRT, RECIP, ABS, NEG, SIN, COS, TAN, SINH, COSH, ASIN, ACOS, ATAN, ASINH,
-    ACOSH, ATANH, CEIL, FLOOR, ERF, NOT, SIGN, ROUND, ISINF, ISNAN, BITWISE_NOT, RECIPROCAL_SQRT."""
+    ACOSH, ATANH, CEIL, FLOOR, ERF, NOT, SIGN, ROUND, ISINF, ISNAN, BITWISE_NOT, RECIPROCAL_SQRT; DET (determinant
+    over the last two dims). ISINF reads `detect_positive` / `detect_negative` (default True)."""
     kind = "Unary"
     defaults = {"op": "EXP"}
 
@@ -46,7 +49,8 @@ class ArgReduceLayer(Layer):
 
 
 class SoftmaxLayer(Layer):
-    """Softmax along `axis`; `log` for LogSoftmax; `hard` for Hardmax."""
+    """Softmax along `axis`; `log` for LogSoftmax; `hard` for Hardmax; `flatten` (ONNX opset < 13) normalises over
+    all dims from `axis` on, as if the input were reshaped to 2-D."""
     kind = "Softmax"
     defaults = {"axis": -1, "log": False, "hard": False}
 

@@ -53,8 +53,9 @@ def geometry(params, x_shape, kernel):
 def pad_input(x, pre, post, value=0):
     if not any(pre) and not any(post):
         return x
-    width = [(0, 0), (0, 0)] + [(max(a, 0), max(b, 0)) for a, b in zip(pre, post)]
-    xp = np.pad(x, width, constant_values=value)
+    width = [(max(a, 0), max(b, 0)) for a, b in zip(pre, post)]
+    xp = np.full(x.shape[:2] + tuple(s + a + b for s, (a, b) in zip(x.shape[2:], width)), value, dtype=x.dtype)
+    xp[(slice(None), slice(None)) + tuple(slice(a, a + s) for s, (a, _) in zip(x.shape[2:], width))] = x
     # negative pads crop
     sl = [slice(None), slice(None)] + [slice(-min(a, 0) or None, (min(b, 0) or None)) for a, b in zip(pre, post)]
     return xp[tuple(sl)] if any(a < 0 for a in pre) or any(b < 0 for b in post) else xp
@@ -63,6 +64,28 @@ def pad_input(x, pre, post, value=0):
 def tap_slices(taps, dil, strides, out):
     """The slice tuple (over spatial dims) of the padded input that kernel tap `taps` reads for every output."""
     return tuple(slice(t * d, t * d + s * (o - 1) + 1, s) for t, d, s, o in zip(taps, dil, strides, out))
+
+
+def flat_taps(xp, ks, strides, dil, out):
+    """2-D tap views with long inner loops: flatten the padded [N, C, Hp, Wp] input (padding more rows if
+    needed) so output (oy, ox) of tap (i, j) reads flat[i*d*Wp + j*d + s*(oy*Wp + ox)] -- for each tap one
+    1-D strided slice of length Ho*Wp. Returns (views list, crop) where crop([N, C, Ho*Wp]) -> [N, C, Ho, Wo]."""
+    n, c, hp, wp = xp.shape
+    (sh, sw), (dh, dw), (ho, wo) = strides, dil, out
+    if sh != sw:
+        return None
+    st = sh
+    length = ho * wp
+    need = (ks[0] - 1) * dh * wp + (ks[1] - 1) * dw + st * (length - 1) + 1
+    if need > hp * wp:
+        rows = -(-(need - hp * wp) // wp)
+        xp = np.concatenate([xp, np.zeros((n, c, rows, wp), xp.dtype)], axis=2)
+    xf = xp.reshape(n, c, -1)
+    views = []
+    for i, j in itertools.product(range(ks[0]), range(ks[1])):
+        off = i * dh * wp + j * dw
+        views.append(xf[:, :, off:off + st * (length - 1) + 1:st])
+    return views, lambda acc: acc.reshape(n, c, ho, wp)[:, :, :, :wo]
 
 
 # shared helpers ------------------------------------------------------------------------------------------------
@@ -232,6 +255,15 @@ class Depthwise(Tactic):
         taps_w = np.asarray(w, dtype).reshape(c, -1).T if taps_w is None else taps_w.astype(dtype, copy=False)
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
         xp = pad_input(x, pre, post)
+        flat = flat_taps(np.ascontiguousarray(xp), ks, strides, dil, out) if len(ks) == 2 else None
+        if flat is not None:
+            views, crop = flat
+            acc = views[0] * taps_w[0].reshape(1, c, 1)
+            tmp = np.empty_like(acc)
+            for t in range(1, len(views)):
+                np.multiply(views[t], taps_w[t].reshape(1, c, 1), out=tmp)
+                acc += tmp
+            return _finish(op, crop(acc), b, inputs, x.dtype)
         bshape = (1, c) + (1,) * len(out)
         y = np.zeros((x.shape[0], c) + tuple(out), dtype=dtype)
         tmp = np.empty_like(y)
@@ -239,6 +271,60 @@ class Depthwise(Tactic):
             view = xp[(slice(None), slice(None)) + tap_slices(taps, dil, strides, out)]
             np.multiply(view, taps_w[t].reshape(bshape), out=tmp)
             y += tmp
+        return _finish(op, y, b, inputs, x.dtype)
+
+
+@register_tactic
+class ShiftedGemm(Tactic):
+    """Stride-1 2-D convolution without a column matrix: flatten the padded input and, for each tap, multiply
+    W[tap] ([M, C]) by a contiguous window of it (offset i*d*Wp + j*d), accumulating [M, Ho*Wp]; the Wp - Wo
+    wrap-around columns are cropped at the end. Trades the im2col copy for kh*kw smaller GEMMs."""
+    kind, name = "Convolution", "shifted-gemm"
+
+    def supports(self, op, input_shapes):
+        p = op.params
+        ks = p.get("kernel_shape") or []
+        return (len(ks) == 2 and (p.get("groups", 1) or 1) == 1 and not p.get("integer")
+                and all(s == 1 for s in (p.get("strides") or [1, 1])) and ks != [1, 1])
+
+    def prepare(self, op):
+        w = op.weights.get("kernel")
+        if w is None:
+            return op.weights
+        weights = {k: v for k, v in op.weights.items() if k != "kernel"}
+        m, c = w.shape[:2]
+        weights["kernel_tap_gemm"] = np.ascontiguousarray(np.asarray(w).reshape(m, c, -1).transpose(2, 0, 1))
+        return weights
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        w, b = _kernel_and_bias(op, inputs)
+        ks = _kernel_spatial(op, w)
+        dtype = _work_dtype(op, x)
+        x = x.astype(dtype, copy=False)
+        wt = op.weights.get("kernel_tap_gemm")
+        if wt is None:
+            w = np.asarray(w, dtype)
+            wt = w.reshape(w.shape[0], w.shape[1], -1).transpose(2, 0, 1)
+        wt = wt.astype(dtype, copy=False)
+        strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
+        ho, wo = out
+        extra = 1 if ks[1] > 1 else 0
+        xp = np.pad(x, [(0, 0), (0, 0), (max(pre[0], 0), max(post[0], 0) + extra), (max(pre[1], 0), max(post[1], 0))])
+        n, c, hp, wp = xp.shape
+        xf = xp.reshape(n, c, hp * wp)
+        length = ho * wp
+        y = tmp = None
+        for t, (i, j) in enumerate(itertools.product(range(ks[0]), range(ks[1]))):
+            off = i * dil[0] * wp + j * dil[1]
+            view = xf[:, :, off:off + length]
+            if y is None:
+                y = np.matmul(wt[t], view)
+                tmp = np.empty_like(y)
+            else:
+                np.matmul(wt[t], view, out=tmp)
+                y += tmp
+        y = y.reshape(n, -1, ho, wp)[:, :, :, :wo]
         return _finish(op, y, b, inputs, x.dtype)
 
 

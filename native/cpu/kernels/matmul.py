@@ -81,14 +81,12 @@ class PackedGemm(Tactic):
         bp = op.weights["b_packed"]
         if op.params.get("transpose_a") and a.ndim >= 2:
             a = np.swapaxes(a, -1, -2)
-        out_dtype = a.dtype
-        if a.dtype != bp.dtype:
-            if a.dtype.name not in _WIDEN:
-                out_dtype = np.result_type(a.dtype, bp.dtype)
-            a = a.astype(bp.dtype)
-            if out_dtype != bp.dtype and out_dtype.name not in _WIDEN:
-                bp = bp.astype(out_dtype)
-                a = a.astype(out_dtype)
+        out_dtype = a.dtype if a.dtype == bp.dtype or a.dtype.name in _WIDEN else np.result_type(a.dtype, bp.dtype)
+        compute = bp.dtype if out_dtype.name in _WIDEN else out_dtype
+        if a.dtype != compute:
+            a = a.astype(compute)
+        if bp.dtype != compute:
+            bp = bp.astype(compute)
         k, n = bp.shape
         if a.ndim == 1:
             y = np.dot(a, bp)

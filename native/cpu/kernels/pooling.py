@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-from native.cpu.kernels.conv import resolve_pads, tap_slices
+from native.cpu.kernels.conv import flat_taps, resolve_pads, tap_slices
 from native.tactics import simple_tactic
 
 
@@ -50,6 +50,14 @@ def _max_pool(x, params, want_indices):
     spatial = list(x.shape[2:])
     ks, strides, dil, pre, post, extra, out = pool_geometry(params, spatial)
     xp = _pad(x, pre, post, extra, _min_value(x.dtype))
+    if not want_indices and len(ks) == 2 and x.ndim == 4:
+        flat = flat_taps(np.ascontiguousarray(xp), ks, strides, dil, out)
+        if flat is not None:
+            views, crop = flat
+            acc = views[0].copy()
+            for v in views[1:]:
+                np.maximum(acc, v, out=acc)
+            return [crop(acc)]
     lead = (slice(None), slice(None))
     y = best_tap = None
     for t, taps in enumerate(itertools.product(*[range(k) for k in ks])):

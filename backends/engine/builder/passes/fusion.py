@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.fusion_epilogue import fold_conv_scale, fuse_epilogues
-from backends.engine.builder.passes.fusion_patterns import fuse_attention, fuse_gelu, fuse_layernorm, fuse_softmax
+from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
+                                                          fuse_softmax)
 from backends.engine.builder.passes.fusion_pointwise import eliminate_identities, fuse_pointwise, merge_shuffles
 
 PASSES = [
     ("identity elimination", eliminate_identities),
     ("shuffle merging", merge_shuffles),
     ("GELU patterns", fuse_gelu),
+    ("SiLU patterns", fuse_silu),
     ("LayerNorm patterns", fuse_layernorm),
     ("Softmax patterns", fuse_softmax),
     ("attention", fuse_attention),

@@ -323,3 +323,24 @@ def fuse_attention(graph, config, logger) -> int:
                        f"'{new.name}'")
         count += 1
     return count
+
+
+# SiLU / HardSwish ---------------------------------------------------------------------------------------
+
+def fuse_silu(graph, config, logger) -> int:
+    """x * sigmoid(x) ⇒ Activation SILU (so a preceding convolution can take it as its epilogue)."""
+    view, count = View(graph), 0
+    for sig in list(graph.nodes):
+        if sig not in graph.nodes or sig.kind != "Activation" or sig.params.get("type") != "SIGMOID" or \
+                len(sig.inputs) != 1 or not view.is_float(sig.inputs[0]):
+            continue
+        x, s = sig.inputs[0], sig.outputs[0]
+        mul = view.sole_consumer(s)
+        if mul is None or mul.kind != "ElementWise" or mul.params.get("op") != "PROD" or other_input(mul, s) != x \
+                or not same_precision([sig, mul]) or view.shape(x) is None or view.shape(x) != view.shape(mul.outputs[0]):
+            continue
+        new = fused_node([sig, mul], "Activation", [x], mul.outputs, {"type": "SILU", "alpha": 0.0, "beta": 0.0})
+        view.replace([sig, mul], new)
+        logger.verbose(f"fusion: SiLU pattern → '{new.name}'")
+        count += 1
+    return count

@@ -56,4 +56,4 @@ def _load():
         return
     _loaded = True
     from backends.engine.onnx_parser.importers import (  # noqa: F401
-        elementwise, reduce, nn, tensor, control, sequence, quantize, plugins, misc)
+        elementwise, reduce, nn, tensor, control, sequence, quantize, plugins, misc, losses, training)

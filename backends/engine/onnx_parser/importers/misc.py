@@ -6,6 +6,7 @@ opset-dependent defaults become explicit fields.
 from backends.engine.dtypes import DataType
 from backends.engine.onnx_parser.importers import OpImporter, onnx_op
 from backends.engine.onnx_parser.importers.plugins import import_as_plugin
+from native.errors import ParseError
 
 
 def _np_name(enum, default):
@@ -103,3 +104,13 @@ class RoiAlign(OpImporter):
         default = "half_pixel" if ctx.opset >= 16 else "output_half_pixel"
         mode = attrs.get("coordinate_transformation_mode", default)
         return import_as_plugin(ctx, node, inputs, attrs, {"coordinate_transformation_mode": mode})
+
+
+@onnx_op("BitCast", since_version=26)
+class BitCast(OpImporter):
+    """`to` (ONNX enum) becomes field `dtype` (numpy name); the width check happens at run time."""
+
+    def convert(self, ctx, node, inputs, attrs):
+        if attrs.get("to") is None:
+            raise ParseError("BitCast needs the 'to' attribute")
+        return import_as_plugin(ctx, node, inputs, attrs, {"dtype": _np_name(attrs["to"], None)}, drop=("to",))

@@ -195,8 +195,7 @@ class BatchNormalization(OpImporter):
     returns the updated running mean / variance."""
 
     def convert(self, ctx, node, inputs, attrs):
-        training = bool(attrs.get("training_mode", 0)) or (ctx.opset < 14 and len(node.output) > 1
-                                                           and ctx.opset >= 9 and False)
+        training = bool(attrs.get("training_mode", 0))
         n_out = 3 if training and len([o for o in node.output if o]) >= 3 else 1
         params = {"mode": "BATCH", "axes": [1], "epsilon": float(attrs.get("epsilon", 1e-5)),
                   "momentum": float(attrs.get("momentum", 0.9)), "training_mode": training}

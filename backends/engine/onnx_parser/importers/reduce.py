@@ -92,6 +92,15 @@ class CumSum(OpImporter):
         return ctx.add_layer("Cumulative", inputs[:2], params).outputs
 
 
+@onnx_op("CumProd", since_version=26)
+class CumProd(OpImporter):
+    """Cumulative PROD along the axis in input 1 (exclusive starts from 1)."""
+
+    def convert(self, ctx, node, inputs, attrs):
+        params = {"op": "PROD", "exclusive": bool(attrs.get("exclusive", 0)), "reverse": bool(attrs.get("reverse", 0))}
+        return ctx.add_layer("Cumulative", inputs[:2], params).outputs
+
+
 # --- matrix products --------------------------------------------------------------------------------------------
 @onnx_op("MatMul")
 class MatMul(OpImporter):

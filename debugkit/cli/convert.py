@@ -1,0 +1,64 @@
+"""Build a plan file from an ONNX model (FP32 by default; --fp16/--int8 allow lower precision)."""
+from __future__ import annotations
+
+import os
+
+from debugkit.cli import _args
+from native.errors import InputFileError
+
+
+def register(subparsers):
+    p = subparsers.add_parser("convert", help=__doc__.splitlines()[0], description=__doc__)
+    p.add_argument("model", help="ONNX model")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.plan", help="where to write the plan")
+    p.add_argument("--input-shapes", nargs="+", default=[], metavar="NAME:[D0,...]",
+                   help="fixed shapes for dynamic inputs (min=opt=max)")
+    p.add_argument("--profile", nargs="+", default=[], metavar="NAME:[MIN]:[OPT]:[MAX]",
+                   help="an optimization profile range per dynamic input, e.g. x:[1,3,64,64]:[1,3,224,224]:[4,3,512,512]")
+    _args.add_build_args(p)
+    _args.add_verbose(p)
+    p.set_defaults(func=run)
+
+
+def _parse_profiles(items):
+    import ast
+    from native.errors import UsageError
+    out = {}
+    for item in items:
+        name, sep, rest = item.partition(":[")
+        try:
+            parts = ast.literal_eval("[[" + rest.replace("]:[", "],[") + "]")
+            if len(parts) != 3:
+                raise ValueError
+            out[name] = tuple(tuple(int(d) for d in s) for s in parts)
+        except (ValueError, SyntaxError, TypeError):
+            raise UsageError(f"--profile expects NAME:[min]:[opt]:[max], got '{item}'") from None
+    return out
+
+
+def run(args) -> int:
+    from backends.engine.build import build_plan_from_onnx
+    from backends.runners import load_onnx
+    from backends.runners.model import onnx_input_metadata
+    from native.errors import UsageError
+    _args.apply_verbosity(args)
+    if not os.path.exists(args.model):
+        raise InputFileError(f"model file not found: {args.model}")
+    model = load_onnx(args.model)
+    meta = onnx_input_metadata(model)
+    shapes = _args.parse_shape_list(args.input_shapes)
+    ranges = _parse_profiles(args.profile)
+    unknown = [n for n in list(shapes) + list(ranges) if n not in meta]
+    if unknown:
+        raise UsageError(f"unknown input(s) {unknown}; the model's inputs are {list(meta)}")
+    for m in meta.values():
+        if m.is_dynamic() and m.name not in shapes and m.name not in ranges:
+            shapes[m.name] = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
+            print(f"input '{m.name}' has dynamic shape {list(m.shape)}; building for {list(shapes[m.name])} "
+                  f"(set it with --input-shapes or --profile)")
+    plan = build_plan_from_onnx(model, shapes=shapes, ranges=ranges, device=args.device,
+                                config=_args.build_config_from_args(args))
+    with open(args.output, "wb") as f:
+        f.write(plan)
+    print(f"wrote {args.output} ({len(plan) / 2**20:.2f} MiB)")
+    return 0

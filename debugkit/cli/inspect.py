@@ -1,0 +1,130 @@
+"""Describe a model (ONNX or plan: inputs, outputs, layers, tactics) or a saved HDF5 data file."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from debugkit.cli import _args
+from native.errors import InputFileError
+
+
+def register(subparsers):
+    p = subparsers.add_parser("inspect", help=__doc__.splitlines()[0], description=__doc__)
+    subs = p.add_subparsers(dest="what", metavar="WHAT", required=True)
+    m = subs.add_parser("model", help="inputs, outputs and layers of an ONNX model or a plan file")
+    m.add_argument("path")
+    m.add_argument("--show", nargs="+", default=[], choices=["layers", "attrs", "weights"],
+                   help="also list layers (plans: with fused ONNX nodes, tactic and precision)")
+    m.add_argument("--json", action="store_true", help="plans: print the EngineInspector JSON")
+    _args.add_verbose(m)
+    m.set_defaults(func=run)
+    d = subs.add_parser("data", help="a data file written by --save-inputs / --save-outputs")
+    d.add_argument("path")
+    d.add_argument("-s", "--show-values", action="store_true", help="print the values")
+    d.add_argument("-a", "--all", action="store_true", help="every iteration (default: the first)")
+    _args.add_verbose(d)
+    d.set_defaults(func=run)
+
+
+def run(args) -> int:
+    _args.apply_verbosity(args)
+    if not os.path.exists(args.path):
+        raise InputFileError(f"file not found: {args.path}")
+    return _model(args) if args.what == "model" else _data(args)
+
+
+def _shape(shape):
+    return "?" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _model(args) -> int:
+    from backends.runners.engine import is_plan
+    if is_plan(args.path):
+        from backends.engine.runtime import Runtime
+        engine = Runtime().deserialize_engine(args.path)
+        inspector = engine.create_engine_inspector()
+        if args.json:
+            print(inspector.get_engine_information())
+            return 0
+        info = json.loads(inspector.get_engine_information())
+        print(f"==== Plan {args.path} ====")
+        print(f"producer {info['Producer']} | device {info['Device']} | flags {info['BuildConfig'].get('flags')}")
+        for kind in ("INPUT", "OUTPUT"):
+            ts = [t for t in info["Bindings"] if (t["name"] in engine.graph.input_names) == (kind == "INPUT")]
+            print(f"---- {len(ts)} {kind.title()}(s) ----")
+            for t in ts:
+                print(f"  {t['name']} [dtype={t['dtype']}, shape={_shape(t['shape'])}]")
+        print(f"---- {len(info['Layers'])} Layer(s) ----")
+        for i, layer in enumerate(info["Layers"]):
+            print(f"  Layer {i} | {layer['Fused']} [{layer['LayerType']}] tactic={layer['TacticName']} "
+                  f"precision={layer['Precision']} -> {layer['Outputs']}")
+        return 0
+    from backends.runners import load_onnx
+    from backends.runners.model import onnx_input_metadata
+    model = load_onnx(args.path)
+    g = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    print(f"==== ONNX Model {args.path} ====")
+    print(f"name {g.name} | opset {opset} | producer {model.producer_name} {model.producer_version}")
+    meta = onnx_input_metadata(model)
+    print(f"---- {len(meta)} Input(s) ----")
+    for m in meta.values():
+        print(f"  {m}")
+    print(f"---- {len(g.output)} Output(s) ----")
+    for o in g.output:
+        tt = o.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        print(f"  {o.name} [elem_type={tt.elem_type}, shape={_shape(dims)}]")
+    print(f"---- {len(g.initializer)} Initializer(s) | {len(g.node)} Node(s) ----")
+    if "layers" in args.show:
+        from onnx import helper, numpy_helper
+        inits = {i.name: i for i in g.initializer}
+        for i, n in enumerate(g.node):
+            print(f"  Node {i} | {n.name} [{n.op_type}] {list(n.input)} -> {list(n.output)}")
+            if "attrs" in args.show:
+                for a in n.attribute:
+                    v = helper.get_attribute_value(a)
+                    print(f"      {a.name} = {v if not hasattr(v, 'SerializeToString') else type(v).__name__}")
+            if "weights" in args.show:
+                for name in n.input:
+                    if name in inits:
+                        arr = numpy_helper.to_array(inits[name])
+                        print(f"      {name} {arr.dtype} {list(arr.shape)}: {np.array2string(arr.ravel()[:8])}")
+    return 0
+
+
+def _data(args) -> int:
+    from debugkit.data_file import DataFile
+    with DataFile(args.path) as f:
+        attrs = f.attrs
+        print(f"==== {f.kind} file {args.path} ({attrs.get('format')}) ====")
+        for k in ("model_path", "model_sha256", "command", "versions"):
+            if k in attrs:
+                print(f"{k}: {attrs[k]}")
+        groups = f.runners() if f.kind == "outputs" else [None]
+        for runner in groups:
+            if runner is not None:
+                ra = f.runner_attrs(runner)
+                print(f"---- runner {runner} ----")
+                if ra.get("build_config"):
+                    print(f"build_config: {json.dumps(ra['build_config'])}")
+            its = f.iterations(runner)
+            print(f"{len(its)} iteration(s)")
+            for it in its if args.all else its[:1]:
+                names = f.tensor_names(it, runner)
+                print(f"  iteration {it}: {len(names)} tensor(s), inputs_hash {str(f.inputs_hash(it, runner))[:16]}…")
+                for n in names:
+                    v = f.read(it, n, runner)
+                    if isinstance(v, np.ndarray):
+                        line = f"    {n} [dtype={v.dtype.name}, shape={list(v.shape)}]"
+                        if v.size and v.dtype.kind in "fiub":
+                            vf = v.astype(np.float64)
+                            line += f" | mean={vf.mean():.4g} min={vf.min():.4g} max={vf.max():.4g}"
+                        print(line)
+                        if args.show_values:
+                            print("      " + np.array2string(v, threshold=50).replace("\n", "\n      "))
+                    else:
+                        print(f"    {n} [{'none' if v is None else 'sequence'}]")
+    return 0

@@ -1,0 +1,187 @@
+"""Fusion passes: fused names present, outputs equal to the unfused engine, graph outputs never fused away."""
+import math
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.backends.fusion_helpers import RNG, build, const, fused_names, kinds, model, run
+
+X4 = ("x", [1, 4, 8, 8])
+
+
+def _compare(m, feeds, atol=1e-5):
+    fused, plain = build(m), build(m, fusion=False)
+    a, b = run(fused, feeds), run(plain, feeds)
+    for u, v in zip(a, b):
+        np.testing.assert_allclose(u, v, rtol=1e-5, atol=atol)
+    return fused, plain
+
+
+def _conv(name, x, y, w, b=None, **kw):
+    return helper.make_node("Conv", [x, w] + ([b] if b else []), [y], name=name, pads=[1, 1, 1, 1], **kw)
+
+
+def test_conv_bn_relu_folds_into_one_layer():
+    w = RNG.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    bn = [RNG.uniform(0.5, 2, 6).astype(np.float32) for _ in range(4)]
+    nodes = [_conv("conv1", "x", "c", "w"),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "mu", "var"], ["n"], name="bn1"),
+             helper.make_node("Relu", ["n"], ["y"], name="relu1")]
+    m = model(nodes, [X4], ["y"], [const("w", w), const("s", bn[0]), const("bb", bn[1]), const("mu", bn[2]),
+                                   const("var", bn[3])])
+    fused, plain = _compare(m, {"x": RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)})
+    assert "conv1 + bn1 + relu1" in fused_names(fused)
+    assert kinds(fused) == ["Convolution"]
+    assert len(kinds(plain)) == 3
+
+
+def test_conv_bias_add_activation_and_residual():
+    w1 = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    bias = RNG.standard_normal((1, 4, 1, 1)).astype(np.float32)
+    nodes = [_conv("conv1", "x", "c", "w1"), helper.make_node("Add", ["c", "bias"], ["cb"], name="addb"),
+             helper.make_node("Add", ["cb", "x"], ["r"], name="res"),
+             helper.make_node("HardSwish", ["r"], ["y"], name="act")]
+    m = model(nodes, [X4], ["y"], [const("w1", w1), const("bias", bias)])
+    fused, _ = _compare(m, {"x": RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)})
+    conv = [n for n in fused.nodes if n.kind == "Convolution"][0]
+    assert conv.fused_name == "conv1 + addb + res + act"
+    # the constant per-channel add folds into the conv bias; residual and activation become post-ops
+    np.testing.assert_allclose(conv.weights["bias"], bias.reshape(-1))
+    assert [s["op"] for s in conv.params["post_ops"]] == ["add", "activation"]
+
+
+@pytest.mark.parametrize("act", ["Relu", "Sigmoid", "Gelu"])
+def test_matmul_bias_activation(act):
+    wm = RNG.standard_normal((8, 5)).astype(np.float32)
+    bias = RNG.standard_normal(5).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "wm"], ["mm"], name="mm"),
+             helper.make_node("Add", ["bias", "mm"], ["a"], name="add"),
+             helper.make_node(act, ["a"], ["y"], name="act")]
+    m = model(nodes, [("x", [2, 3, 8])], ["y"], [const("wm", wm), const("bias", bias)], opset=20)
+    fused, _ = _compare(m, {"x": RNG.standard_normal((2, 3, 8)).astype(np.float32)})
+    assert fused_names(fused) == ["mm + add + act"]
+
+
+def test_graph_output_is_never_fused_away():
+    w = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    nodes = [_conv("conv1", "x", "c", "w"), helper.make_node("Relu", ["c"], ["y"], name="relu1")]
+    m = model(nodes, [X4], ["c", "y"], [const("w", w)])
+    fused, _ = _compare(m, {"x": RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)})
+    assert "conv1 + relu1" not in fused_names(fused)
+    assert set(fused.output_names) == {"c", "y"}
+
+
+def test_pointwise_chain_becomes_one_layer():
+    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="mul"),
+             helper.make_node("Sigmoid", ["a"], ["s"], name="sig"),
+             helper.make_node("Mul", ["a", "s"], ["b"], name="silu"),
+             helper.make_node("Exp", ["b"], ["e"], name="exp"),
+             helper.make_node("Sub", ["e", "x"], ["y"], name="sub")]
+    m = model(nodes, [("x", [3, 7])], ["y"], [const("two", np.float32(2.0))])
+    fused, _ = _compare(m, {"x": RNG.standard_normal((3, 7)).astype(np.float32)})
+    # sigmoid(a) * a is first recognised as SiLU, after which every link is single-consumer: one layer
+    assert kinds(fused) == ["Pointwise"]
+    assert fused.nodes[-1].name == "PWN(mul, sig + silu, exp, sub)"
+    prog = fused.nodes[-1].params["program"]
+    assert [s["op"] for s in prog] == ["ElementWise", "Activation", "Unary", "ElementWise"]
+    assert [s["args"] for s in prog] == [["in:0", "w:c0"], ["s:0"], ["s:1"], ["s:2", "in:0"]]
+
+
+def test_gelu_erf_and_tanh_patterns():
+    s2 = math.sqrt(2.0)
+    erf_nodes = [helper.make_node("Div", ["x", "s2"], ["d"], name="div"), helper.make_node("Erf", ["d"], ["e"], name="erf"),
+                 helper.make_node("Add", ["e", "one"], ["a"], name="add"), helper.make_node("Mul", ["x", "a"], ["m"], name="mul"),
+                 helper.make_node("Mul", ["m", "half"], ["y"], name="mul2")]
+    inits = [const("s2", np.float32(s2)), const("one", np.float32(1)), const("half", np.float32(0.5))]
+    m = model(erf_nodes, [("x", [4, 16])], ["y"], inits)
+    x = RNG.standard_normal((4, 16)).astype(np.float32) * 3
+    fused, _ = _compare(m, {"x": x})
+    assert kinds(fused) == ["Activation"] and fused.nodes[-1].params["type"] == "GELU_ERF"
+    assert fused.nodes[-1].fused_name == "div + erf + add + mul + mul2"
+
+    tanh_nodes = [helper.make_node("Mul", ["x", "half"], ["h"], name="h"),
+                  helper.make_node("Pow", ["x", "three"], ["p"], name="pow"),
+                  helper.make_node("Mul", ["p", "c1"], ["q"], name="q"), helper.make_node("Add", ["x", "q"], ["s"], name="s"),
+                  helper.make_node("Mul", ["s", "c2"], ["t"], name="t"), helper.make_node("Tanh", ["t"], ["th"], name="tanh"),
+                  helper.make_node("Add", ["th", "one"], ["a"], name="a"), helper.make_node("Mul", ["h", "a"], ["y"], name="y")]
+    inits = [const("half", np.float32(0.5)), const("three", np.float32(3)), const("c1", np.float32(0.044715)),
+             const("c2", np.float32(math.sqrt(2 / math.pi))), const("one", np.float32(1))]
+    m = model(tanh_nodes, [("x", [4, 16])], ["y"], inits)
+    fused, _ = _compare(m, {"x": x})
+    assert kinds(fused) == ["Activation"] and fused.nodes[-1].params["type"] == "GELU_TANH"
+
+
+def test_layernorm_and_softmax_patterns():
+    gamma, beta = RNG.standard_normal(16).astype(np.float32), RNG.standard_normal(16).astype(np.float32)
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mu"], name="mean", axes=[-1]),
+             helper.make_node("Sub", ["x", "mu"], ["d"], name="sub"),
+             helper.make_node("Pow", ["d", "two"], ["sq"], name="pow"),
+             helper.make_node("ReduceMean", ["sq"], ["var"], name="var", axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"], name="eps"),
+             helper.make_node("Sqrt", ["ve"], ["sd"], name="sqrt"),
+             helper.make_node("Div", ["d", "sd"], ["n"], name="div"),
+             helper.make_node("Mul", ["n", "g"], ["ng"], name="gamma"),
+             helper.make_node("Add", ["ng", "b"], ["ln"], name="beta"),
+             helper.make_node("ReduceMax", ["ln"], ["mx"], name="max", axes=[-1]),
+             helper.make_node("Sub", ["ln", "mx"], ["z"], name="shift"),
+             helper.make_node("Exp", ["z"], ["ez"], name="exp"),
+             helper.make_node("ReduceSum", ["ez", "ax"], ["se"], name="sum"),
+             helper.make_node("Div", ["ez", "se"], ["y"], name="norm")]
+    inits = [const("two", np.float32(2)), const("eps", np.float32(1e-5)), const("g", gamma), const("b", beta),
+             const("ax", np.array([-1], np.int64))]
+    m = model(nodes, [("x", [2, 5, 16])], ["y"], inits)
+    fused, _ = _compare(m, {"x": RNG.standard_normal((2, 5, 16)).astype(np.float32)})
+    assert kinds(fused) == ["Normalization", "Softmax"]
+    assert fused.nodes[-2].fused_name == "mean + sub + pow + var + eps + sqrt + div + gamma + beta"
+    assert fused.nodes[-1].fused_name == "max + shift + exp + sum + norm"
+
+
+def test_attention_pattern_with_scale_mask_and_nan_guard():
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
+             helper.make_node("Div", ["s", "scale"], ["ss"], name="scale"),
+             helper.make_node("Add", ["ss", "mask"], ["sm"], name="mask"),
+             helper.make_node("Softmax", ["sm"], ["p"], name="softmax", axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"], name="isnan"),
+             helper.make_node("Where", ["nan", "zero", "p"], ["pp"], name="where"),
+             helper.make_node("MatMul", ["pp", "v"], ["y"], name="pv")]
+    shp = [2, 2, 6, 8]
+    m = model(nodes, [("q", shp), ("k", shp), ("v", shp), ("mask", [2, 1, 1, 6])], ["y"],
+              [const("scale", np.float32(math.sqrt(8))), const("zero", np.float32(0))])
+    mask = np.zeros((2, 1, 1, 6), np.float32)
+    mask[1, ..., 3:] = -np.inf
+    feeds = {n: RNG.standard_normal(shp).astype(np.float32) for n in "qkv"}
+    feeds["mask"] = mask
+    fused, _ = _compare(m, feeds)
+    att = [n for n in fused.nodes if n.kind == "Attention"]
+    assert len(att) == 1 and att[0].params["mask_kind"] == "add" and att[0].params["nan_to_zero"]
+    assert att[0].params["scale"] == pytest.approx(1 / math.sqrt(8), rel=1e-6)
+
+
+def test_transpose_pairs_and_identities_removed():
+    nodes = [helper.make_node("Identity", ["x"], ["i"], name="id"),
+             helper.make_node("Transpose", ["i"], ["t1"], name="t1", perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["t1"], ["t2"], name="t2", perm=[0, 3, 1, 2]),
+             helper.make_node("Relu", ["t2"], ["y"], name="relu")]
+    m = model(nodes, [X4], ["y"])
+    fused, plain = _compare(m, {"x": RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)})
+    assert kinds(fused) == ["Activation"]
+    assert len(kinds(plain)) == 4
+
+
+def test_disable_fusion_flag_keeps_every_layer():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r1"), helper.make_node("Exp", ["a"], ["y"], name="e1")]
+    m = model(nodes, [("x", [3])], ["y"])
+    assert kinds(build(m, fusion=False)) == ["Activation", "Unary"]
+    assert kinds(build(m)) == ["Pointwise"]
+
+
+def test_conv_silu_becomes_conv_epilogue():
+    w = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    nodes = [_conv("conv", "x", "c", "w"), helper.make_node("Sigmoid", ["c"], ["s"], name="sig"),
+             helper.make_node("Mul", ["c", "s"], ["y"], name="mul")]
+    m = model(nodes, [X4], ["y"], [const("w", w)])
+    fused, _ = _compare(m, {"x": RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)})
+    assert fused_names(fused) == ["conv + sig + mul"]
+    assert fused.nodes[-1].params["post_ops"][-1]["type"] == "SILU"

@@ -1,0 +1,57 @@
+"""Acceptance: a perturbed weight in a real model is named as the first diverging tensor, born at its node.
+
+ONNX Runtime runs the original model and saves every tensor (--mark-all); the engine runs a copy with one weight
+changed and is compared against that golden file. Feeds follow /work/shared/corpus/public_models.json.
+"""
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+CORPUS = os.environ.get("DEBUGKIT_CORPUS", "/work/shared/corpus")
+pytestmark = pytest.mark.skipif(not os.path.isdir(os.path.join(CORPUS, "models")), reason="corpus not present")
+
+
+def feed_args(name):
+    spec = {m["name"]: m for m in json.load(open(os.path.join(CORPUS, "public_models.json")))["models"]}[name]
+    shapes, ranges = [], []
+    for inp, f in spec["feeds"].items():
+        shapes.append(f"{inp}:{json.dumps(f['shape']).replace(' ', '')}")
+        lo, hi = (f["value"], f["value"]) if "value" in f else f["range"]
+        ranges.append(f"{inp}:[{lo},{hi}]")
+    return ["--input-shapes", *shapes, "--val-range", *ranges]
+
+
+def perturb(name, node_name, tmp_path):
+    """Copy the model with the weight (input 1, an initializer) of node `node_name` changed."""
+    m = onnx.load(os.path.join(CORPUS, "models", f"{name}.onnx"))
+    inits = {i.name: i for i in m.graph.initializer}
+    node = next(n for n in m.graph.node if n.name == node_name)
+    op_type = node.op_type
+    w = numpy_helper.to_array(inits[node.input[1]]).copy()
+    assert np.abs(w).max() > 0
+    w[(0,) if op_type == "Conv" else (slice(None), 0)] += 0.2 * np.abs(w).max()
+    inits[node.input[1]].CopyFrom(numpy_helper.from_array(w, node.input[1]))
+    path = tmp_path / f"{name}_perturbed.onnx"
+    onnx.save(m, path)
+    return str(path), node
+
+
+@pytest.mark.parametrize("name,node_name", [("timm-resnet18", "/m/layer2/layer2.0/conv1/Conv"),
+                                            ("bert_mini", "/m/encoder/layer.0/attention/output/dense/MatMul")])
+def test_perturbed_weight_is_the_first_divergence(cli, tmp_path, name, node_name):
+    original = os.path.join(CORPUS, "models", f"{name}.onnx")
+    bad, node = perturb(name, node_name, tmp_path)
+    golden = tmp_path / "golden.h5"
+    code, out, err = cli("run", original, "--onnxrt", "--mark-all", "--save-outputs", golden, *feed_args(name))
+    assert code == 0, err
+    code, out, err = cli("run", bad, "--engine", "--mark-all", "--load-outputs", golden, *feed_args(name))
+    assert code == 1
+    assert "MISMATCHED MODEL" in err
+    line = next(l for l in out.splitlines() if "first diverging tensor" in l)
+    assert "born there" in line
+    # the node itself, or the fused layer it belongs to, is named
+    assert f"'{node.output[0]}', produced by node '{node.name}'" in line or f"fused region: {node.name}" in line, line

@@ -1,0 +1,88 @@
+import numpy as np
+import pytest
+
+from debugkit.compare import (Tolerances, compare_cosine, compare_indices, compare_l2, compare_psnr, compare_simple,
+                              compare_snr, default_tolerance)
+
+
+def test_simple_passes_when_either_tolerance_holds():
+    e = np.array([1.0, 100.0], np.float32)
+    a = np.array([1.0005, 100.05], np.float32)       # abs 5e-4 / 5e-2, rel 5e-4 / 5e-4
+    assert compare_simple("y", a, e, Tolerances({"": 1e-3}, {"": 1e-9})).passed is False   # 100.05 fails abs
+    assert compare_simple("y", a, e, Tolerances({"": 1e-9}, {"": 1e-3})).passed is True
+
+
+def test_minimum_tolerances_are_reported():
+    e = np.array([1.0, 2.0, 4.0])
+    a = np.array([1.1, 2.0, 4.2])
+    r = compare_simple("y", a, e, Tolerances({"": 0.0}, {"": 0.0}))
+    assert not r.passed
+    assert r.min_atol == pytest.approx(0.2)
+    assert r.min_rtol == pytest.approx(0.1)
+    assert r.metrics["mismatches"] == 2
+    assert r.histogram and "|" in r.histogram[0]
+    assert compare_simple("y", a, e, Tolerances({"": r.min_atol}, {"": 0.0})).passed
+
+
+def test_per_output_tolerances_and_dtype_defaults():
+    tol = Tolerances({"": 1e-6, "out": 1e-1}, {})
+    assert tol.for_output("out", "float32")[0] == 0.1
+    assert tol.for_output("other", "float32")[0] == 1e-6
+    assert Tolerances().for_output("z", "float16")[:2] == default_tolerance("float16") == (1e-2, 1e-2)
+    assert default_tolerance("int64") == (0.0, 0.0)
+    a, e = np.float16([1.0, 2.0]), np.float16([1.005, 2.0])
+    assert compare_simple("h", a, e).passed                       # fp16 default tolerance
+    assert not compare_simple("i", np.int64([1, 2]), np.int64([1, 3])).passed
+
+
+def test_error_stats():
+    e = np.zeros(100)
+    a = np.zeros(100)
+    a[0] = 1.0                                                    # one outlier
+    t = lambda stat: Tolerances({"": 0.05}, {"": 0.0}, {"": stat})  # noqa: E731
+    assert not compare_simple("y", a, e, t("max")).passed
+    assert compare_simple("y", a, e, t("mean")).passed            # mean 0.01
+    assert compare_simple("y", a, e, t("median")).passed
+    r = compare_simple("y", a, e, t("mean"))
+    assert r.min_atol == pytest.approx(0.01)
+
+
+def test_nan_inf_policy():
+    nan, inf = np.nan, np.inf
+    e = np.array([1.0, nan, inf])
+    a = np.array([1.0, nan, inf])
+    r = compare_simple("y", a, e)
+    assert not r.passed and "NaN(s) on both sides" in r.reason
+    assert compare_simple("y", a, e, nan_equal=True).passed
+    assert not compare_simple("y", np.array([1.0, 2.0, inf]), np.array([1.0, 2.0, inf]), inf_equal=False).passed
+    assert compare_simple("y", np.array([inf, 1.0]), np.array([inf, 1.0])).passed
+    r = compare_simple("y", np.array([1.0, -inf]), np.array([1.0, inf]), nan_equal=True)
+    assert not r.passed and "one side only" in r.reason
+
+
+def test_shape_mismatch_and_bool():
+    assert "shape mismatch" in compare_simple("y", np.zeros(3), np.zeros(4)).reason
+    r = compare_simple("b", np.array([True, False]), np.array([True, True]))
+    assert not r.passed and r.metrics["mismatches"] == 1
+
+
+@pytest.mark.parametrize("actual,expected,tol,ok", [
+    ([1, 0, 2, 3], [0, 1, 2, 3], 0, False),
+    ([1, 0, 2, 3], [0, 1, 2, 3], 1, True),
+    ([0, 1, 2, 3], [0, 1, 3, 2], 1, True),       # last position ignored, 2 moved by 1
+    ([3, 1, 2, 0], [0, 1, 2, 3], 1, False),
+])
+def test_indices(actual, expected, tol, ok):
+    assert compare_indices("k", np.array(actual), np.array(expected), tol).passed is ok
+
+
+def test_metrics():
+    e = np.linspace(1, 2, 100)
+    a = e + 1e-3
+    assert compare_l2("y", a, e, 1e-1).metrics["l2"] == pytest.approx(1e-2)
+    assert not compare_l2("y", a, e, 1e-3).passed
+    assert compare_cosine("y", a, e).passed
+    assert not compare_cosine("y", -e, e).passed
+    assert compare_psnr("y", a, e, 30).metrics["psnr"] == pytest.approx(20 * np.log10(2 / 1e-3))
+    assert compare_snr("y", e, e).passed
+    assert not compare_snr("y", a * 2, e, 20).passed

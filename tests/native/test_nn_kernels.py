@@ -1,0 +1,143 @@
+"""NN kernels: every Convolution tactic agrees with a direct reference; deconvolution, pooling, resize, RNN and
+quantize kernels agree with ONNX Runtime on cases the ONNX node tests do not cover."""
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from native.tactics import Op, tactics_for
+
+ort = pytest.importorskip("onnxruntime")
+RNG = np.random.default_rng(0)
+
+
+def reference_conv(x, w, b, stride, pad, dil, groups):
+    """Direct float64 convolution (loops over output pixels: test-only)."""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pad, pad), (pad, pad)])
+    ho = (h + 2 * pad - dil * (kh - 1) - 1) // stride + 1
+    wo = (wd + 2 * pad - dil * (kw - 1) - 1) // stride + 1
+    y = np.zeros((n, m, ho, wo))
+    mg = m // groups
+    for oy, ox in itertools.product(range(ho), range(wo)):
+        patch = xp[:, :, oy * stride:oy * stride + dil * (kh - 1) + 1:dil, ox * stride:ox * stride + dil * (kw - 1) + 1:dil]
+        for g in range(groups):
+            pg = patch[:, g * cg:(g + 1) * cg].reshape(n, -1)
+            y[:, g * mg:(g + 1) * mg, oy, ox] = pg @ w[g * mg:(g + 1) * mg].reshape(mg, -1).T
+    return y + b.reshape(1, -1, 1, 1)
+
+
+CONV_CASES = [  # (c, m, hw, k, stride, pad, dil, groups)
+    (3, 8, 11, 3, 1, 1, 1, 1), (4, 6, 9, 3, 2, 1, 1, 2), (8, 8, 10, 3, 1, 2, 2, 8), (6, 5, 7, 1, 1, 0, 1, 1),
+    (6, 4, 8, 1, 2, 0, 1, 1), (5, 7, 12, 5, 2, 2, 1, 1), (4, 4, 9, 3, 2, 1, 1, 4), (3, 4, 6, 2, 1, 0, 1, 1),
+]
+
+
+@pytest.mark.parametrize("c,m,hw,k,stride,pad,dil,groups", CONV_CASES)
+def test_every_conv_tactic_matches_reference(c, m, hw, k, stride, pad, dil, groups):
+    x = RNG.standard_normal((2, c, hw, hw)).astype(np.float32)
+    w = RNG.standard_normal((m, c // groups, k, k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    params = {"num_output_maps": m, "kernel_shape": [k, k], "strides": [stride] * 2, "pre_padding": [pad] * 2,
+              "post_padding": [pad] * 2, "dilations": [dil] * 2, "groups": groups}
+    op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+    want = reference_conv(x, w, b, stride, pad, dil, groups)
+    ran = []
+    for t in tactics_for("Convolution"):
+        if not t.supports(op, [list(x.shape)]):
+            continue
+        for weights in (op.weights, t.prepare(op)):       # unpacked (first build run) and pre-packed
+            got = t.run(Op("Convolution", "c", params, weights), [x])[0]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=t.name)
+        ran.append(t.name)
+    assert "im2col-gemm" in ran
+    if k == 1 and pad == 0:
+        assert "1x1-gemm" in ran
+    if groups == c == m:
+        assert "depthwise" in ran
+
+
+def _ort(node, feeds, out_names, opset=21, inits=(), out_types=None):
+    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for k, v in feeds.items()]
+    types = out_types or {}
+    outputs = [helper.make_tensor_value_info(o, types.get(o, TensorProto.FLOAT), None) for o in out_names]
+    g = helper.make_graph([node], "g", inputs, outputs, initializer=list(inits))
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return model, sess.run(None, feeds)
+
+
+def _ours(model, feeds):
+    from backends.engine.onnx_backend import Backend
+    return Backend.prepare(model).run(list(feeds.values()))
+
+
+def _check(node, feeds, out_names, rtol=1e-4, atol=1e-5, opset=21, out_types=None):
+    model, want = _ort(node, feeds, out_names, opset, out_types=out_types)
+    got = _ours(model, feeds)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+
+
+def test_conv_1d_and_3d_and_same_lower():
+    x = RNG.standard_normal((1, 3, 10)).astype(np.float32)
+    w = RNG.standard_normal((4, 3, 3)).astype(np.float32)
+    _check(helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_LOWER", strides=[2]), {"x": x, "w": w}, ["y"])
+    x = RNG.standard_normal((1, 2, 5, 6, 4)).astype(np.float32)
+    w = RNG.standard_normal((3, 2, 2, 3, 2)).astype(np.float32)
+    _check(helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 0, 1, 0, 1, 1]), {"x": x, "w": w}, ["y"])
+
+
+def test_convtranspose_strided_grouped_output_padding():
+    x = RNG.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    w = RNG.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 3], group=2, pads=[1, 0, 0, 1],
+                            output_padding=[1, 2], dilations=[1, 2])
+    _check(node, {"x": x, "w": w}, ["y"])
+
+
+def test_pools_against_ort():
+    x = RNG.standard_normal((2, 3, 9, 10)).astype(np.float32)
+    _check(helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1],
+                            ceil_mode=1), {"x": x}, ["y", "i"], out_types={"i": TensorProto.INT64})
+    _check(helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1],
+                            count_include_pad=1), {"x": x}, ["y"])
+
+
+def test_resize_linear_antialias_and_nearest_upsample():
+    x = RNG.standard_normal((1, 2, 12, 9)).astype(np.float32)
+    scales = np.array([1, 1, 0.5, 0.7], np.float32)
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", antialias=1)
+    _check(node, {"x": x, "s": scales}, ["y"], opset=18)
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest", nearest_mode="floor",
+                            coordinate_transformation_mode="asymmetric")
+    _check(node, {"x": x, "s": np.array([1, 1, 2, 2], np.float32)}, ["y"], opset=18)
+
+
+@pytest.mark.parametrize("op,gates", [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+def test_bidirectional_recurrent_with_sequence_lengths(op, gates):
+    t, b, i, h = 5, 3, 4, 6
+    feeds = {"x": RNG.standard_normal((t, b, i)).astype(np.float32),
+             "w": RNG.standard_normal((2, gates * h, i)).astype(np.float32) * 0.5,
+             "r": RNG.standard_normal((2, gates * h, h)).astype(np.float32) * 0.5,
+             "b": RNG.standard_normal((2, 2 * gates * h)).astype(np.float32) * 0.1,
+             "l": np.array([5, 2, 4], np.int32)}
+    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
+    extra = {"linear_before_reset": 1} if op == "GRU" else {}
+    node = helper.make_node(op, ["x", "w", "r", "b", "l"], outs, hidden_size=h, direction="bidirectional", **extra)
+    _check(node, feeds, outs, opset=14)
+
+
+def test_quantize_per_axis_roundtrip():
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    s = np.array([0.01, 0.02, 0.05], np.float32)
+    z = np.array([0, 10, -5], np.int8)
+    _check(helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=1), {"x": x, "s": s, "z": z}, ["y"],
+           out_types={"y": TensorProto.INT8})
+    q = RNG.integers(-128, 127, (2, 3, 4)).astype(np.int8)
+    _check(helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1), {"q": q, "s": s, "z": z}, ["y"])

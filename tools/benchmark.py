@@ -1,0 +1,181 @@
+"""trtexec-like benchmark: build an engine from ONNX, time inference, compare with ONNX Runtime in the same run.
+
+    python tools/benchmark.py MODEL.onnx [--shapes x:1x3x224x224,...] [--iterations 20] [--warmup 3]
+                              [--no-fusion] [--nhwc] [--compare-onnxrt]
+    python tools/benchmark.py --all-corpus [--models-dir /tmp/dk_models] [--iterations 10]
+
+Reports latency min / median / mean / p90 / p99 (ms), throughput (qps), build time, and with --compare-onnxrt the
+ONNX Runtime (CPU provider) median and the ratio ours / ORT. --all-corpus also builds with fusion off and prints
+the fusion-on / fusion-off latency ratio. Feeds are random (seeded) from --shapes, the corpus list, or the model.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CORPUS = "/work/shared/corpus"
+ALL_CORPUS = ["timm-resnet18", "bert_mini", "vit_tiny", "yolov8n", "ppocr_v4_det"]
+
+
+def stats(times_s):
+    t = np.asarray(times_s) * 1e3
+    return {"min": float(t.min()), "median": float(np.median(t)), "mean": float(t.mean()),
+            "p90": float(np.percentile(t, 90)), "p99": float(np.percentile(t, 99))}
+
+
+def make_feeds(spec: dict, seed=0):
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, s in spec.items():
+        dtype = np.dtype(s.get("dtype", "float32"))
+        if "value" in s:
+            feeds[name] = np.full(s["shape"], s["value"], dtype)
+        else:
+            lo, hi = s.get("range", [-1, 1])
+            feeds[name] = (rng.integers(lo, hi + 1, s["shape"]) if dtype.kind in "iu"
+                           else rng.uniform(lo, hi, s["shape"])).astype(dtype)
+    return feeds
+
+
+def model_feed_spec(path, shapes):
+    import onnx
+    m = onnx.load(path, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    spec = {}
+    for vi in m.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        shape = shapes.get(vi.name) or [d.dim_value if d.dim_value > 0 else 1 for d in tt.shape.dim]
+        spec[vi.name] = {"shape": list(shape), "dtype": dtype.name}
+    return spec
+
+
+def time_fn(fn, iterations, warmup):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def bench_engine(path, feeds, iterations, warmup, fusion=True, nhwc=None):
+    from backends.engine import BuilderConfig, BuilderFlag, Runtime, parse_onnx
+    from backends.engine.build import profile_from_shapes
+    from backends.engine.builder import Builder
+    from backends.engine.plan import serialize_plan
+    net, _ = parse_onnx(path)
+    cfg = BuilderConfig()
+    if not fusion:
+        cfg.set_flag(BuilderFlag.DISABLE_FUSION)
+    cfg.prefer_nhwc = nhwc
+    profile = profile_from_shapes(net, {k: v.shape for k, v in feeds.items()})
+    if profile is not None:
+        cfg.add_optimization_profile(profile)
+    t0 = time.perf_counter()
+    graph = Builder().build_graph(net, cfg, timing_feeds=feeds)
+    plan = serialize_plan(graph, cfg)
+    build_s = time.perf_counter() - t0
+    ctx = Runtime().deserialize_engine(plan).create_execution_context()
+    outputs = ctx.execute(dict(feeds))
+    times = time_fn(lambda: ctx.execute(dict(feeds)), iterations, warmup)
+    return {"build_s": build_s, "layers": len(graph.nodes), "latency_ms": stats(times),
+            "throughput_qps": len(times) / sum(times), "outputs": outputs}
+
+
+def bench_onnxrt(path, feeds, iterations, warmup):
+    import onnxruntime as ort
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    f = {n: feeds[n] for n in names}
+    outs = sess.run(None, f)
+    times = time_fn(lambda: sess.run(None, f), iterations, warmup)
+    return {"latency_ms": stats(times), "outputs": dict(zip([o.name for o in sess.get_outputs()], outs))}
+
+
+def report(name, ours, ort=None, off=None):
+    lat = ours["latency_ms"]
+    line = (f"{name}: build {ours['build_s']:.2f} s, {ours['layers']} layers | latency ms min {lat['min']:.2f} "
+            f"median {lat['median']:.2f} mean {lat['mean']:.2f} p90 {lat['p90']:.2f} p99 {lat['p99']:.2f} | "
+            f"throughput {ours['throughput_qps']:.1f} qps")
+    if ort is not None:
+        line += f" | ORT median {ort['latency_ms']['median']:.2f} ms, ours/ORT {lat['median'] / ort['latency_ms']['median']:.2f}"
+        errs = [float(np.max(np.abs(np.asarray(ours['outputs'][k], np.float64) - v))) for k, v in ort["outputs"].items()
+                if k in ours["outputs"] and np.asarray(v).dtype.kind == "f" and np.shape(ours['outputs'][k]) == np.shape(v)]
+        if errs:
+            line += f", max |ours-ORT| {max(errs):.2e}"
+    if off is not None:
+        line += f" | fusion off median {off['latency_ms']['median']:.2f} ms ({off['layers']} layers), " \
+                f"on/off {lat['median'] / off['latency_ms']['median']:.2f}"
+    print(line, flush=True)
+
+
+def parse_shapes(text):
+    out = {}
+    for part in filter(None, (text or "").split(",")):
+        name, dims = part.rsplit(":", 1)
+        out[name] = [int(d) for d in dims.split("x")]
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--shapes", default="", help="name:1x3x224x224,... input shapes")
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--no-fusion", action="store_true")
+    ap.add_argument("--nhwc", action="store_true", help="build with the NHWC layout pass on")
+    ap.add_argument("--compare-onnxrt", action="store_true")
+    ap.add_argument("--all-corpus", action="store_true")
+    ap.add_argument("--models-dir", default="/tmp/dk_models", help="where get_public_models.sh put shipped models")
+    ap.add_argument("--json", help="also write the results here")
+    a = ap.parse_args(argv)
+    results = {}
+    if a.all_corpus:
+        entries = {m["name"]: m for m in json.load(open(f"{CORPUS}/public_models.json"))["models"]}
+        for name in ALL_CORPUS:
+            e = entries[name]
+            path = os.path.join(CORPUS if e["source"] == "exported" else a.models_dir, e["path"])
+            if not os.path.exists(path):
+                print(f"{name}: skipped ({path} missing; run get_public_models.sh {a.models_dir})")
+                continue
+            feeds = make_feeds(e["feeds"])
+            try:
+                ours = bench_engine(path, feeds, a.iterations, a.warmup)
+                off = bench_engine(path, feeds, a.iterations, a.warmup, fusion=False)
+                ort = bench_onnxrt(path, feeds, a.iterations, a.warmup)
+            except Exception as ex:  # one failing model should not hide the others' numbers
+                print(f"{name}: failed: {type(ex).__name__}: {str(ex)[:300]}")
+                continue
+            report(name, ours, ort, off)
+            results[name] = {"ours": ours["latency_ms"], "ort": ort["latency_ms"], "fusion_off": off["latency_ms"],
+                             "build_s": ours["build_s"]}
+    else:
+        if not a.model:
+            ap.error("give MODEL or --all-corpus")
+        feeds = make_feeds(model_feed_spec(a.model, parse_shapes(a.shapes)))
+        ours = bench_engine(a.model, feeds, a.iterations, a.warmup, fusion=not a.no_fusion, nhwc=a.nhwc or None)
+        ort = bench_onnxrt(a.model, feeds, a.iterations, a.warmup) if a.compare_onnxrt else None
+        report(os.path.basename(a.model), ours, ort)
+        results[a.model] = {"ours": ours["latency_ms"], "build_s": ours["build_s"]}
+        if ort:
+            results[a.model]["ort"] = ort["latency_ms"]
+    if a.json:
+        json.dump(results, open(a.json, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
