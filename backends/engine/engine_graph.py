@@ -29,8 +29,10 @@ class TensorInfo:
                    d.get("kind", "tensor"))
 
 
-@dataclass
+@dataclass(eq=False)
 class Node:
+    """One engine layer. Compared by identity: passes ask 'is this the same node', never 'equal fields'."""
+
     name: str
     kind: str
     inputs: list                      # tensor names, None for an absent optional input
@@ -49,7 +51,7 @@ class Node:
         return " + ".join(self.source_nodes) if self.source_nodes else self.name
 
 
-@dataclass
+@dataclass(eq=False)
 class Graph:
     name: str = "network"
     inputs: list = field(default_factory=list)     # TensorInfo

@@ -127,11 +127,12 @@ class NetworkDefinition:
         self.tensors: dict[str, Tensor] = {}
         self.aliases: dict[str, str] = {}  # ONNX name -> engine tensor name when they differ
         self._counter = itertools.count()
+        self._layer_names: set[str] = set()
 
     # names -------------------------------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
         name = base
-        while name in self.tensors or any(l.name == name for l in self.layers[-1:]):
+        while name in self.tensors or name in self._layer_names:
             name = f"{base}_{next(self._counter)}"
         return name
 
@@ -204,7 +205,7 @@ class NetworkDefinition:
             if t is not None and not isinstance(t, Tensor):
                 raise UsageError(f"layer '{name or kind}' got {type(t).__name__} where a Tensor was expected")
         name = name or f"({kind}) {len(self.layers)}"
-        if any(l.name == name for l in self.layers):
+        if name in self._layer_names:
             name = f"{name}_{next(self._counter)}"
         layer = cls(self, name, inputs, params, weights, subgraphs)
         n = cls.num_outputs_default if num_outputs is None else num_outputs
@@ -213,6 +214,7 @@ class NetworkDefinition:
             out.producer = layer
             layer.outputs.append(out)
         self.layers.append(layer)
+        self._layer_names.add(name)
         return layer
 
     def remove_layer(self, layer: Layer):

@@ -10,7 +10,8 @@ One pass:
    no kernel, kernel error, output of an unexpected dtype/shape) is reported by name and stays as it is.
 4. Folded nodes are replaced by initializers for the tensors the rest of the graph still reads, unless a tensor
    is larger than `size_threshold` bytes (then its producer stays).
-5. No-op removal (`noops.py`): Identity, Dropout, same-type Cast, shape-preserving Reshape/Expand/..., x*1, x+0.
+5. `If` nodes with a constant condition are replaced by their taken branch (`inline_if.py`).
+6. No-op removal (`noops.py`): Identity, Dropout, same-type Cast, shape-preserving Reshape/Expand/..., x*1, x+0.
 `fold_constants` repeats passes (with cleanup and shape inference between them) until nothing changes.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from onnx import numpy_helper
 
 from debugkit.surgeon import engine_eval, noops
 from debugkit.surgeon.cleanup import cleanup_graph
+from debugkit.surgeon.inline_if import inline_constant_ifs
 from debugkit.surgeon.graphutil import elem_type, node_label, node_reads, static_shape, subgraphs, tensor_types
 from debugkit.surgeon.shapes import infer_shapes
 from debugkit.surgeon.toposort import toposort_graph
@@ -358,6 +360,7 @@ def fold_constants(model, options: FoldOptions | None = None) -> FoldReport:
         if options.shape_inference:
             infer_shapes(model)
         folded = fold_pass(model, options, report)
+        folded += inline_constant_ifs(model.graph)
         removed = noops.remove_noops(model.graph) if options.remove_noops else 0
         cleanup_graph(model.graph, remove_unused_inputs=False)
         report.passes = p + 1

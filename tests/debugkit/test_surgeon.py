@@ -280,3 +280,20 @@ def test_cli_extract_insert(tmp_path):
     ins = onnx.load(str(tmp_path / "i.onnx"))
     assert [n.op_type for n in ins.graph.node] == ["LeakyRelu", "Add", "Exp"]
     assert ins.graph.node[0].attribute[0].f == pytest.approx(0.2)
+
+
+def test_if_with_constant_condition_is_inlined():
+    then_g = h.make_graph([h.make_node("Add", ["x", "k"], ["t_out"], name="then_add")], "then", [],
+                          [h.make_tensor_value_info("t_out", T.FLOAT, [2])], [init("k", np.ones(2, np.float32))])
+    else_g = h.make_graph([h.make_node("Neg", ["x"], ["e_out"], name="else_neg")], "else", [],
+                          [h.make_tensor_value_info("e_out", T.FLOAT, [2])])
+    m = model([h.make_node("Equal", ["a", "b"], ["cond"], name="eq"),
+               h.make_node("If", ["cond"], ["r"], name="if", then_branch=then_g, else_branch=else_g),
+               h.make_node("Relu", ["r"], ["y"], name="relu")],
+              [h.make_tensor_value_info("x", T.FLOAT, [2])], [h.make_tensor_value_info("y", T.FLOAT, [2])],
+              [init("a", np.array(3, np.int64)), init("b", np.array(3, np.int64))])
+    fold_constants(m)
+    assert [n.name for n in m.graph.node] == ["then_add", "relu"]
+    assert list(m.graph.node[0].output) == ["r"]
+    np.testing.assert_array_equal(inits_of(m)["k"], [1, 1])
+    onnx.checker.check_model(m)

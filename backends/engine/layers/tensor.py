@@ -26,7 +26,8 @@ class ConcatenationLayer(Layer):
 
 
 class SplitLayer(Layer):
-    """Split along `axis` into `split` sizes (or input 1, or equal parts = number of outputs)."""
+    """Split along `axis` into `split` sizes (or input 1); else `num_outputs` parts of ceil(n / parts), the last
+    one smaller."""
     kind = "Split"
     defaults = {"axis": 0, "split": None}
 
@@ -91,6 +92,7 @@ class RangeLayer(Layer):
 
 class SequenceLayer(Layer):
     """ONNX sequence and optional values: `op` CONSTRUCT, EMPTY, AT, INSERT, ERASE, LENGTH, SPLIT_TO, CONCAT_FROM,
-    OPTIONAL, HAS_ELEMENT, GET_ELEMENT; `axis`, `keepdims`, `new_axis`, `dtype`."""
+    OPTIONAL, HAS_ELEMENT, GET_ELEMENT, MAP (SequenceMap: subgraphs['body'] per element); `axis`, `keepdims`,
+    `new_axis`, `dtype`."""
     kind = "Sequence"
     defaults = {"op": "CONSTRUCT", "axis": 0, "keepdims": 1, "new_axis": 0, "dtype": None}

@@ -107,6 +107,7 @@ class ImportContext:
         self.parent = parent
         self.base_dir = base_dir
         self.names: dict[str, Tensor] = {}
+        self.bound: set[int] = set()  # ids of tensors already bound to an ONNX name
         self.node = None
         self._node_layers = []
 
@@ -176,13 +177,14 @@ def collect_value_types(graph) -> dict:
 def _bind(ctx, onnx_name, tensor, node_layers):
     """Give the ONNX name to the tensor an importer returned (or alias it if it is not ours to rename)."""
     network = ctx.network
-    ours = tensor.producer is not None and tensor.producer in node_layers and tensor.name not in ctx.names.values() \
-        and not tensor.is_network_input
-    if ours and not any(v is tensor for v in ctx.names.values()) and onnx_name not in network.tensors:
+    ours = tensor.producer is not None and any(tensor.producer is l for l in node_layers) \
+        and not tensor.is_network_input and id(tensor) not in ctx.bound
+    if ours and onnx_name not in network.tensors:
         network.rename_tensor(tensor, onnx_name)
     elif tensor.name != onnx_name:
         network.aliases[onnx_name] = tensor.name
     ctx.names[onnx_name] = tensor
+    ctx.bound.add(id(tensor))
     dtype, shape, dim_names, kind = ctx.value_types.get(onnx_name, (None, None, {}, "tensor"))
     if dtype is not None and tensor.dtype is None:
         tensor.dtype = dtype

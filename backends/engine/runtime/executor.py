@@ -79,7 +79,14 @@ class GraphExecutor:
             for name in self.outer:
                 if name not in env and name in parent_env:
                     env[name] = parent_env[name]
-        dies = None if self.keep_all else self.free_plan(keep)
+        if self.keep_all:
+            dies = None
+        else:  # cached per `keep`: loop bodies run this many times with the same keep set
+            cache = self.__dict__.setdefault("_dies_cache", {})
+            key = frozenset(keep)
+            dies = cache.get(key)
+            if dies is None:
+                dies = cache[key] = self.free_plan(keep)
         for i, (node, tactic, op, subs) in enumerate(self.steps):
             if tactics is not None and node.name in tactics:
                 tactic = tactics[node.name]
