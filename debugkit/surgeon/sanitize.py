@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from debugkit.surgeon.cleanup import cleanup_graph
 from debugkit.surgeon.fold import FoldOptions, FoldReport, fold_constants, lower_constant_nodes
-from debugkit.surgeon.shapes import infer_shapes, override_input_shapes
+from debugkit.surgeon.shapes import drop_inconsistent_value_info, infer_shapes, override_input_shapes
 from debugkit.surgeon.toposort import toposort_graph
 from native.logger import G_LOGGER
 
@@ -39,6 +39,7 @@ def sanitize(model, opts: SanitizeOptions) -> FoldReport | None:
         toposort_graph(model.graph)
     if opts.shape_inference and (opts.override_input_shapes or opts.fold_constants or opts.cleanup):
         infer_shapes(model)
+        drop_inconsistent_value_info(model)
     return report
 
 

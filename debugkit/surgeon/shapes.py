@@ -142,3 +142,27 @@ def _copy_body_info(sub, isub):
     for node, inode in zip(sub.node, isub.node):
         for s, i in zip(subgraphs(node), subgraphs(inode)):
             _copy_body_info(s, i)
+
+
+def inconsistency(model):
+    """Why ONNX's strict shape inference rejects the model's own shapes (e.g. a wrong inferred value_info fed
+    to a later node), or None when they are consistent or only unknown ops stop it."""
+    try:
+        onnx.shape_inference.infer_shapes(_proxy(model), check_type=True, strict_mode=True, data_prop=True)
+    except Exception as e:
+        msg = " ".join(str(e).split())[:300]
+        if "No Op registered" in msg or "is not a registered function/op" in msg or "Unsupported" in msg:
+            return None
+        return msg
+    return None
+
+
+def drop_inconsistent_value_info(model) -> bool:
+    """Remove intermediate value_info when it contradicts itself, so ONNX Runtime can still load the model."""
+    reason = inconsistency(model)
+    if reason is None:
+        return False
+    G_LOGGER.warning(f"ONNX shape inference gives inconsistent intermediate shapes ({reason}); not writing "
+                     f"intermediate shapes (value_info) into the output model")
+    del model.graph.value_info[:]
+    return True

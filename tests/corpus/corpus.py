@@ -84,7 +84,7 @@ def compare(ref: dict, ours: dict, rtol=1e-3, atol=1e-4):
                 problems.append(f"{name}: {int(np.sum(o != r))} of {r.size} elements differ")
             continue
         scale = float(np.max(np.abs(r))) if r.size else 0.0
-        eff_atol = atol if scale >= 1.0 else atol * max(scale, 1e-3)
+        eff_atol = atol * min(1.0, max(scale, 1e-6) / 1e-2)  # below 1e-2 in magnitude, compare relatively
         diff = np.abs(o.astype(np.float64) - r.astype(np.float64))
         bad = diff > eff_atol + rtol * np.abs(r.astype(np.float64))
         if np.any(bad & ~(np.isnan(o) & np.isnan(r))):

@@ -297,3 +297,14 @@ def test_if_with_constant_condition_is_inlined():
     assert list(m.graph.node[0].output) == ["r"]
     np.testing.assert_array_equal(inits_of(m)["k"], [1, 1])
     onnx.checker.check_model(m)
+
+
+def test_inconsistent_inferred_shapes_are_not_written(log):
+    from debugkit.surgeon.sanitize import SanitizeOptions, sanitize
+    from debugkit.surgeon.shapes import inconsistency
+    m = model([h.make_node("Relu", ["x"], ["r"]), h.make_node("MatMul", ["r", "w"], ["y"])],
+              [h.make_tensor_value_info("x", T.FLOAT, [2, 3])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+              [init("w", np.ones((3, 4), np.float32))])
+    m.graph.value_info.append(h.make_tensor_value_info("r", T.FLOAT, [2, 5]))  # wrong on purpose
+    sanitize(m, SanitizeOptions(cleanup=True))
+    assert inconsistency(m) is None and "inconsistent" in log.getvalue()

@@ -63,7 +63,8 @@ class STFTPlugin(Plugin):
         frame_len = _scalar(inputs[3] if len(inputs) > 3 else None)
         frame_len = int(frame_len) if frame_len is not None else int(np.size(window))
         onesided = int(fields.get("onesided", 1))
-        z = _to_complex(sig.astype(np.float64))  # (B, L)
+        # [B, L] is accepted as a real signal (ONNX Runtime does; exporters such as onnx-asr's emit it)
+        z = sig.astype(np.float64) if sig.ndim == 2 else _to_complex(sig.astype(np.float64))  # (B, L)
         frames = 1 + (z.shape[1] - frame_len) // step
         idx = np.arange(frames)[:, None] * step + np.arange(frame_len)[None, :]
         seg = z[:, idx]  # (B, frames, frame_len)
