@@ -1,0 +1,61 @@
+"""Run `debugkit run M --engine --onnxrt` on every public corpus model with the manifest's feeds, save the outputs,
+then reload and re-compare them; print one row per model (exit codes, seconds).
+
+    python tools/corpus_run.py [--models NAME ...] [--workdir DIR]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from tests.corpus.corpus import manifest, model_path  # noqa: E402
+
+
+def feed_args(entry):
+    shapes, ranges = [], []
+    for name, spec in entry["feeds"].items():
+        shapes.append(f"{name}:{json.dumps(spec['shape']).replace(' ', '')}")
+        lo, hi = (spec["value"], spec["value"]) if "value" in spec else spec["range"]
+        ranges.append(f"{name}:[{lo},{hi}]")
+    return ["--input-shapes", *shapes, "--val-range", *ranges]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*")
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+    work = args.workdir or tempfile.mkdtemp(prefix="dk_corpus_run_")
+    rows, bad = [], 0
+    for entry in manifest():
+        if args.models and entry["name"] not in args.models:
+            continue
+        path = model_path(entry)
+        outs, ins = os.path.join(work, entry["name"] + "_out.h5"), os.path.join(work, entry["name"] + "_in.h5")
+        cmd = [sys.executable, "-m", "debugkit", "run", path, "--engine", "--onnxrt", *feed_args(entry),
+               "--save-inputs", ins, "--save-outputs", outs]
+        t0 = time.time()
+        first = subprocess.run(cmd, capture_output=True, text=True)
+        t1 = time.time()
+        again = subprocess.run([sys.executable, "-m", "debugkit", "run", path, "--engine", "--load-inputs", ins,
+                                "--load-outputs", outs], capture_output=True, text=True)
+        t2 = time.time()
+        ok = first.returncode == 0 and again.returncode == 0
+        bad += not ok
+        rows.append((entry["name"], first.returncode, again.returncode, t1 - t0, t2 - t1))
+        if not ok:
+            print(f"--- {entry['name']} failed:\n{first.stdout[-1500:]}{first.stderr[-1500:]}{again.stderr[-800:]}")
+    print(f"{'model':36s} {'run':>4s} {'reload':>6s} {'run s':>7s} {'reload s':>8s}")
+    for name, a, b, ta, tb in rows:
+        print(f"{name:36s} {a:4d} {b:6d} {ta:7.1f} {tb:8.1f}")
+    print(f"{len(rows) - bad} of {len(rows)} models exit 0 on run and on reload")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
