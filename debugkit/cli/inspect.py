@@ -56,10 +56,26 @@ def _model(args) -> int:
             print(f"---- {len(ts)} {kind.title()}(s) ----")
             for t in ts:
                 print(f"  {t['name']} [dtype={t['dtype']}, shape={_shape(t['shape'])}]")
-        print(f"---- {len(info['Layers'])} Layer(s) ----")
-        for i, layer in enumerate(info["Layers"]):
+        profiles = info["BuildConfig"].get("profiles") or []
+        for i, p in enumerate(profiles):
+            print(f"---- Profile {i} ----")
+            for name, (lo, opt, hi) in p.items():
+                print(f"  {name}: min={lo} opt={opt} max={hi}")
+        layers = info["Layers"]
+        consts = [l for l in layers if l["LayerType"] == "Constant"]
+        show_consts = "weights" in args.show
+        shown = layers if show_consts else [l for l in layers if l["LayerType"] != "Constant"]
+        hidden = "" if show_consts or not consts else f" ({len(consts)} constant layers hidden; --show weights lists them)"
+        print(f"---- {len(shown)} Layer(s){hidden} ----")
+        for i, layer in enumerate(shown):
+            shapes = ""
+            if layer.get("InputShapes") is not None or layer.get("OutputShapes") is not None:
+                shapes = f" {layer.get('InputShapes')} -> {layer.get('OutputShapes')}"
+            timing = ""
+            if layer.get("Timings_ms"):
+                timing = " | timed: " + ", ".join(f"{k} {v:.3f} ms" for k, v in layer["Timings_ms"].items())
             print(f"  Layer {i} | {layer['Fused']} [{layer['LayerType']}] tactic={layer['TacticName']} "
-                  f"precision={layer['Precision']} -> {layer['Outputs']}")
+                  f"precision={layer['Precision']}{shapes}{timing}")
         return 0
     from backends.runners import load_onnx
     from backends.runners.model import onnx_input_metadata
