@@ -182,3 +182,63 @@ def test_gemm_import_end_to_end(const_b):
     feeds = [a] if const_b else [a, b]
     (y,) = Backend.prepare(model).run(feeds)
     np.testing.assert_allclose(y, 0.5 * a @ b + 2.0 * c, rtol=1e-5, atol=1e-5)
+
+
+def test_gelu_erf_accuracy():
+    from scipy.special import erf
+    x = np.concatenate([np.linspace(-12, 12, 4001), [0.0, -0.0, 1e-8, -1e-8]]).astype(np.float32)
+    ref = 0.5 * x.astype(np.float64) * (1 + erf(x.astype(np.float64) / np.sqrt(2)))
+    for y in (activation(x, "GELU_ERF"), activation_inplace(x.copy(), "GELU_ERF")):
+        assert y.dtype == np.float32
+        np.testing.assert_allclose(y, ref, rtol=0, atol=5e-7)
+    y64 = activation(x.astype(np.float64), "GELU_ERF")
+    np.testing.assert_allclose(y64, ref, rtol=0, atol=3e-7)
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("a_shape", [(2, 16, 64), (16, 64), (40, 64)])
+def test_matmul_tactics_agree(transpose_b, a_shape):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal((48, 64) if transpose_b else (64, 48)).astype(np.float32)
+    bias = rng.standard_normal(48).astype(np.float32)
+    ref = a.astype(np.float64) @ (b.T if transpose_b else b).astype(np.float64) + bias
+    ref = np.where(ref > 0, ref, 0)
+    params = {"transpose_b": transpose_b, "post_ops": [{"op": "bias", "weight": "bias", "axis": -1},
+                                                       {"op": "activation", "type": "RELU"}]}
+    names = [t.name for t in tactics_for("MatrixMultiply")]
+    assert {"blas", "packed-gemm", "packed-gemm-t"} <= set(names)
+    for name in ("blas", "packed-gemm", "packed-gemm-t"):
+        (y,) = run("MatrixMultiply", params, [a], {"b": b, "bias": bias}, tactic=name)
+        assert y.shape == a_shape[:-1] + (48,) and y.flags.c_contiguous
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_packed_gemm_splits_large_products_into_bands():
+    from native.cpu.kernels import matmul
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((300, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 300)).astype(np.float32)
+    calls = []
+    y = matmul.gemm(a, b, epilogue=lambda rows: calls.append(rows.shape[0]) or np.maximum(rows, 0, out=rows))
+    np.testing.assert_allclose(y, np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+    assert sum(calls) == 300
+
+
+@pytest.mark.parametrize("mask_shape", [None, (1, 1, 256, 256), (256,), (2, 1, 1, 256)])
+def test_attention_row_bands_match_reference(mask_shape):
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 4, 256, 32)).astype(np.float32)
+    k = rng.standard_normal((2, 4, 256, 32)).astype(np.float32)
+    v = rng.standard_normal((2, 4, 256, 32)).astype(np.float32)
+    inputs = [q, k, v]
+    s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) * 0.25
+    if mask_shape is not None:
+        mask = rng.standard_normal(mask_shape).astype(np.float32)
+        inputs.append(mask)
+        s = s + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = (p / p.sum(-1, keepdims=True)) @ v
+    (y,) = run("Attention", {"scale": 0.25, "mask_kind": "add" if mask_shape else "none", "transpose_k": True}, inputs)
+    assert y.shape == (2, 4, 256, 32)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)

@@ -60,6 +60,41 @@ def test_every_conv_tactic_matches_reference(c, m, hw, k, stride, pad, dil, grou
         assert "depthwise" in ran
 
 
+
+THREADED_CASES = [  # (n, c, m, hw, k, stride, pad, dil, groups): row bands, channel split (m > ho*wo), phases
+    (1, 3, 16, 23, 7, 2, 3, 1, 1), (2, 5, 6, 17, 7, 3, 2, 1, 1), (1, 6, 40, 5, 3, 1, 1, 1, 1),
+    (1, 4, 6, 19, 3, 2, 1, 1, 2), (3, 8, 8, 12, 3, 1, 2, 2, 1), (1, 8, 12, 9, 1, 2, 0, 1, 1), (1, 16, 70, 6, 1, 1, 0, 1, 1),
+    (2, 6, 6, 15, 3, 2, 1, 1, 6), (1, 8, 8, 20, 5, 1, 2, 2, 8),  # depthwise
+]
+
+
+@pytest.mark.parametrize("n,c,m,hw,k,stride,pad,dil,groups", THREADED_CASES)
+@pytest.mark.parametrize("threads,cols_bytes", [(1, 1 << 20), (3, 1 << 20), (2, 64)])
+def test_threaded_conv_with_post_ops(monkeypatch, n, c, m, hw, k, stride, pad, dil, groups, threads, cols_bytes):
+    """conv2d_gemm (bands of rows / output channels over the pool, cache-sized sub-bands, phase split for large
+    strided kernels) with bias + residual add + ReLU applied per region equals reference + add + relu."""
+    from native.cpu.kernels import conv
+    monkeypatch.setenv("DEBUGKIT_THREADS", str(threads))
+    monkeypatch.setattr(conv, "_COLS_BYTES", cols_bytes)
+    monkeypatch.setattr(conv, "_DW_BYTES", cols_bytes)
+    x = RNG.standard_normal((n, c, hw, hw)).astype(np.float32)
+    w = RNG.standard_normal((m, c // groups, k, k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    want = reference_conv(x, w, b, stride, pad, dil, groups)
+    r = RNG.standard_normal(want.shape).astype(np.float32)
+    params = {"num_output_maps": m, "kernel_shape": [k, k], "strides": [stride] * 2, "pre_padding": [pad] * 2,
+              "post_padding": [pad] * 2, "dilations": [dil] * 2, "groups": groups,
+              "post_ops": [{"op": "add", "input": 1}, {"op": "activation", "type": "RELU"}]}
+    want = np.maximum(want + r, 0)
+    for t in tactics_for("Convolution"):
+        op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+        if t.name not in ("im2col-gemm", "1x1-gemm", "depthwise") or not t.supports(op, [list(x.shape)]):
+            continue
+        op.weights = t.prepare(op)
+        got = t.run(op, [x, r])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=t.name)
+        assert got.flags.c_contiguous
+
 def _ort(node, feeds, out_names, opset=21, inits=(), out_types=None):
     inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
               for k, v in feeds.items()]
@@ -101,6 +136,15 @@ def test_convtranspose_strided_grouped_output_padding():
     _check(node, {"x": x, "w": w}, ["y"])
 
 
+
+@pytest.mark.parametrize("kernel,strides,dil", [([2, 2], [2, 2], [1, 1]), ([3, 2], [3, 2], [1, 1]), ([2, 2], [4, 4], [2, 2])])
+def test_convtranspose_tiling_kernel_equals_stride(kernel, strides, dil):
+    x = RNG.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    w = RNG.standard_normal((4, 3) + tuple(kernel)).astype(np.float32)
+    b = RNG.standard_normal(3).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=strides, dilations=dil)
+    _check(node, {"x": x, "w": w, "b": b}, ["y"])
+
 def test_pools_against_ort():
     x = RNG.standard_normal((2, 3, 9, 10)).astype(np.float32)
     _check(helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1],
@@ -108,6 +152,15 @@ def test_pools_against_ort():
     _check(helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1],
                             count_include_pad=1), {"x": x}, ["y"])
 
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 1], ceil_mode=1),
+                                   dict(kernel_shape=[1, 3], strides=[3, 1], pads=[0, 2, 0, 1]),
+                                   dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])])
+def test_separable_max_pool_against_ort(attrs):
+    x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
+    _check(helper.make_node("MaxPool", ["x"], ["y"], **attrs), {"x": x}, ["y"])
 
 def test_resize_linear_antialias_and_nearest_upsample():
     x = RNG.standard_normal((1, 2, 12, 9)).astype(np.float32)
@@ -141,3 +194,20 @@ def test_quantize_per_axis_roundtrip():
            out_types={"y": TensorProto.INT8})
     q = RNG.integers(-128, 127, (2, 3, 4)).astype(np.int8)
     _check(helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1), {"q": q, "s": s, "z": z}, ["y"])
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_deconv_batchnorm_folds_into_kernel(group):
+    """ConvTranspose + BatchNormalization folds (kernel [C, M/g, kh, kw] scaled per output channel); the fused
+    engine equals the unfused one."""
+    from tests.backends.fusion_helpers import build, const, kinds, model, run
+    w = RNG.standard_normal((4, 6 // group, 2, 2)).astype(np.float32)
+    bn = [RNG.uniform(0.5, 2, 6).astype(np.float32) for _ in range(4)]
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["c"], name="up", strides=[2, 2], group=group),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "mu", "var"], ["y"], name="bn")]
+    m = model(nodes, [("x", [1, 4, 5, 5])], ["y"], [const("w", w), const("s", bn[0]), const("bb", bn[1]),
+                                                    const("mu", bn[2]), const("var", bn[3])])
+    feeds = {"x": RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)}
+    fused, plain = build(m), build(m, fusion=False)
+    np.testing.assert_allclose(run(fused, feeds)[0], run(plain, feeds)[0], rtol=1e-5, atol=1e-5)
+    assert kinds(fused) == ["Deconvolution"] and "Normalization" in kinds(plain)

@@ -73,6 +73,14 @@ class Builder:
             self.logger.verbose(f"constant folding: folded {n} layers")
         n = passes.eliminate_dead_layers(graph, config)
         self.logger.verbose(f"dead-layer elimination: removed {n} layers")
+        profile = config.profiles[0] if config.profiles else None
+        if not config.get_flag(BuilderFlag.DISABLE_CONSTANT_FOLDING):
+            # fixed input shapes: Shape layers and the shape arithmetic behind them become constants
+            from backends.engine.builder.passes.shape_fold import fixed_input_shapes, fold_shapes
+            if fixed_input_shapes(graph, config) is not None:
+                n = fold_shapes(graph, config, opt_feeds(graph, profile, feeds=timing_feeds), device, self.logger)
+                if n:
+                    self.logger.verbose(f"shape folding: removed {n} layers")
         if not config.get_flag(BuilderFlag.DISABLE_FUSION):
             from backends.engine.builder.passes import fusion
             fusion.run_fusions(graph, config, self.logger)
@@ -81,7 +89,6 @@ class Builder:
             layout.run_layout(graph, config, self.logger)
         from backends.engine.builder.passes import precision
         precision.assign_precision(graph, config, self.logger)
-        profile = config.profiles[0] if config.profiles else None
         env = None
         try:
             feeds = opt_feeds(graph, profile, feeds=timing_feeds)

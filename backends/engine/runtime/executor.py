@@ -34,9 +34,13 @@ class GraphExecutor:
         self.graph = graph
         self.device = device
         self.steps = []
+        self.consts = {}  # Constant layers' outputs, bound once here instead of running a layer per execution
         for node in graph.nodes:
             tactic = tactic_by_id(node.kind, node.tactic_id, device) if node.tactic_id is not None \
                 else default_tactic(node, device)
+            if node.kind == "Constant" and tactic.name == "numpy" and not node.subgraphs:
+                self.consts[node.outputs[0]] = node.weights["value"]
+                continue
             subs = {k: GraphExecutor(g, device) for k, g in node.subgraphs.items()}
             op = node_op(node)
             if hasattr(tactic, "check_loadable"):  # e.g. a Plugin layer whose plugin is not registered here
@@ -59,7 +63,7 @@ class GraphExecutor:
 
     def free_plan(self, keep: set):
         """Per step, the names that die after it (not outputs, not kept)."""
-        keep = set(keep) | set(self.graph.output_names)
+        keep = set(keep) | set(self.graph.output_names) | set(self.consts)
         dies = [[] for _ in self.steps]
         for name, i in self._last_use.items():
             if name not in keep:
@@ -74,7 +78,8 @@ class GraphExecutor:
 
     def run(self, feeds: dict, keep=(), parent_env=None, tactics=None) -> dict:
         """Execute; returns the env restricted to outputs and `keep` (everything when keep_all)."""
-        env = dict(feeds)
+        env = dict(self.consts)
+        env.update(feeds)
         if parent_env is not None:
             for name in self.outer:
                 if name not in env and name in parent_env:

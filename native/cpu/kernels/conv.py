@@ -7,6 +7,12 @@ Convolution has three real tactics the builder times against each other:
   depthwise    groups == channels == outputs: per-tap multiply-accumulate over shifted views (no GEMM).
 Weights are pre-packed at build time in `prepare` ([g, M/g, C/g*k] contiguous for the GEMMs, [C, taps] for
 depthwise). `run` also accepts unpacked weights (the builder's first run and constant folding use them).
+
+2-D float convolutions (im2col-gemm, 1x1-gemm, depthwise) run through `conv2d_gemm` / `depthwise2d`: the output
+is split into bands (rows, or output channels for small maps) over native/cpu/threads.py's pool, each band
+builds a cache-sized patch matrix with one strided copy (large strided kernels copy from a phase-split input so
+every copy is unit-stride), runs single-threaded GEMMs straight into the output and applies bias, activation and
+residual add in place on its band while it is still in cache. Other ranks / integer convs use the generic path.
 """
 from __future__ import annotations
 
@@ -14,8 +20,14 @@ import itertools
 
 import numpy as np
 
+from native.cpu.kernels.activations import activation_inplace
 from native.cpu.kernels.fused import apply_post_ops
+from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import Tactic, register_tactic
+
+_as_strided = np.lib.stride_tricks.as_strided
+_DW_BYTES = 1 << 18  # depthwise accumulator block (cache)
+_COLS_BYTES = 1 << 20  # patch-matrix bytes per GEMM call: still in cache when the GEMM reads it
 
 
 # geometry ----------------------------------------------------------------------------------------------------
@@ -51,14 +63,26 @@ def geometry(params, x_shape, kernel):
 
 
 def pad_input(x, pre, post, value=0):
+    """x with `pre`/`post` elements of `value` around its spatial dims (negative pads crop). One pass: only the
+    border is filled, the interior is copied once."""
     if not any(pre) and not any(post):
         return x
-    width = [(max(a, 0), max(b, 0)) for a, b in zip(pre, post)]
-    xp = np.full(x.shape[:2] + tuple(s + a + b for s, (a, b) in zip(x.shape[2:], width)), value, dtype=x.dtype)
-    xp[(slice(None), slice(None)) + tuple(slice(a, a + s) for s, (a, _) in zip(x.shape[2:], width))] = x
-    # negative pads crop
-    sl = [slice(None), slice(None)] + [slice(-min(a, 0) or None, (min(b, 0) or None)) for a, b in zip(pre, post)]
-    return xp[tuple(sl)] if any(a < 0 for a in pre) or any(b < 0 for b in post) else xp
+    nd = len(pre)
+    if min(pre) < 0 or min(post) < 0:
+        sl = (slice(None), slice(None)) + tuple(slice(max(-a, 0), (x.shape[2 + i] - max(-b, 0)))
+                                                for i, (a, b) in enumerate(zip(pre, post)))
+        return pad_input(x[sl], [max(a, 0) for a in pre], [max(b, 0) for b in post], value)
+    shape = x.shape[:2] + tuple(s + a + b for s, a, b in zip(x.shape[2:], pre, post))
+    xp = np.empty(shape, dtype=x.dtype)
+    for i in range(nd):
+        ax = 2 + i
+        lead = (slice(None),) * ax
+        if pre[i]:
+            xp[lead + (slice(0, pre[i]),)] = value
+        if post[i]:
+            xp[lead + (slice(shape[ax] - post[i], None),)] = value
+    xp[(slice(None), slice(None)) + tuple(slice(a, a + s) for s, a in zip(x.shape[2:], pre))] = x
+    return xp
 
 
 def tap_slices(taps, dil, strides, out):
@@ -153,6 +177,175 @@ def _pack_gemm(op):
     return weights
 
 
+# threaded 2-D GEMM convolution ---------------------------------------------------------------------------------
+
+def _view_as(a, shape):
+    """Reshape that must not copy (we write through it)."""
+    v = a.view()
+    v.shape = shape
+    return v
+
+
+def _region_epilogue(y, sel, op, inputs, bias):
+    """Bias + the layer's post-ops applied in place to y[sel] (a region of output channels/rows); False when a
+    post-op cannot be restricted to a region (a broadcast residual), so the caller runs it on the whole output."""
+    yr = y[sel]
+    csel = sel[1]
+    if bias is not None:
+        yr += bias[csel].reshape(-1, 1, 1)
+    for step in op.params.get("post_ops") or ():
+        kind = step["op"]
+        if kind == "bias":
+            yr += np.asarray(op.weights[step["weight"]], y.dtype).reshape(-1)[csel].reshape(-1, 1, 1)
+        elif kind == "activation":
+            r = activation_inplace(yr, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
+            if r is not yr:
+                np.copyto(yr, r)
+        elif kind == "add":
+            yr += inputs[step["input"]][sel]
+        else:
+            raise ValueError(f"unknown post-op {kind!r}")
+
+
+def _regionable(op, inputs, y_shape):
+    for step in op.params.get("post_ops") or ():
+        if step["op"] == "add":
+            r = inputs[step["input"]]
+            if not isinstance(r, np.ndarray) or r.shape != tuple(y_shape):
+                return False
+        elif step["op"] == "bias" and step.get("axis", 1) != 1:
+            return False
+    return True
+
+
+def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwise=False):
+    """2-D convolution as im2col + GEMM, split over the thread pool into bands of output rows (or of output
+    channels when the output map is small): each band copies its patches with one strided copy, runs one
+    single-threaded GEMM per group straight into the output and applies bias/post-ops in place.
+    x: [N, C, H, W] float; wm: [g, Mg, Cg*kh*kw] (C-major, taps minor); b: [M] or None."""
+    n, c = x.shape[:2]
+    g, mg, kdim = wm.shape
+    m = g * mg
+    kh, kw = ks
+    (sh, sw), (dh, dw), (ho, wo) = strides, dil, out
+    dtype = wm.dtype
+    direct = pointwise and sh == sw == 1 and not any(pre) and not any(post)
+    bias = None if b is None else np.asarray(b, dtype).reshape(-1)
+    y = np.empty((n, m, ho, wo), dtype)
+    region = _regionable(op, inputs, y.shape)
+    threads = num_threads()
+    by_rows = ho * wo >= m or g > 1 or threads == 1
+    cg = c // g
+
+    phases = None
+    if not direct and kh * kw >= 4 * sh * sw > 4:
+        # (large kernel, strided: the first layer) taps read every s-th element; split the padded input into its
+        # sh*sw phases once so that every tap copies unit-stride rows: xp[.., p + sh*a, q + sw*b] == ph[.., p, q, a, b]
+        hp, wp = x.shape[2] + pre[0] + post[0], x.shape[3] + pre[1] + post[1]
+        phases = np.zeros((n, c, sh, sw, -(-hp // sh), -(-wp // sw)), dtype)
+        for p_, q_ in itertools.product(range(sh), range(sw)):
+            a0, b0 = max(0, -(-(pre[0] - p_) // sh)), max(0, -(-(pre[1] - q_) // sw))
+            src = x[:, :, p_ + sh * a0 - pre[0]::sh, q_ + sw * b0 - pre[1]::sw]
+            na, nb = min(src.shape[2], phases.shape[4] - a0), min(src.shape[3], phases.shape[5] - b0)
+            phases[:, :, p_, q_, a0:a0 + na, b0:b0 + nb] = src[:, :, :na, :nb]
+        xp = None
+    else:
+        xp = np.ascontiguousarray(x) if direct else pad_input(x, pre, post)
+        st = xp.strides
+    def cols_for(ni, r0, r1):
+        rows = r1 - r0
+        if direct:
+            return _view_as(xp[ni, :, r0:r1], (g, cg, rows * wo))
+        cols = np.empty((c, kh, kw, rows, wo), dtype)
+        if phases is not None:
+            for i, j in itertools.product(range(kh), range(kw)):
+                a0, b0 = r0 + (i * dh) // sh, (j * dw) // sw
+                cols[:, i, j] = phases[ni, :, (i * dh) % sh, (j * dw) % sw, a0:a0 + rows, b0:b0 + wo]
+        else:
+            xs = xp[ni, :, r0 * sh:]
+            np.copyto(cols, _as_strided(xs, (c, kh, kw, rows, wo),
+                                        (st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw)))
+        return cols.reshape(g, cg * kh * kw, rows * wo)
+
+    if by_rows:
+        per = max(1, -(-threads // n))
+        tasks = [(ni, r0, r1) for ni in range(n) for r0, r1 in split(ho, per)]
+        # sub-bands small enough that the patch matrix is still in cache when the GEMM reads it
+        step = ho if direct else max(1, _COLS_BYTES // max(1, c * kh * kw * wo * wm.itemsize))
+
+        def band(task):
+            ni, r0, r1 = task
+            for s0 in range(r0, r1, step):
+                s1 = min(r1, s0 + step)
+                cm = cols_for(ni, s0, s1)
+                np.matmul(wm, cm, out=_view_as(y[ni, :, s0:s1], (g, mg, (s1 - s0) * wo)))
+                if region:
+                    _region_epilogue(y, (slice(ni, ni + 1), slice(None), slice(s0, s1)), op, inputs, bias)
+        parallel_for(band, tasks)
+    else:
+        for ni in range(n):
+            cm = cols_for(ni, 0, ho)[0]
+
+            def chan(rng, ni=ni, cm=cm):
+                m0, m1 = rng
+                np.matmul(wm[0, m0:m1], cm, out=_view_as(y[ni, m0:m1], (m1 - m0, ho * wo)))
+                if region:
+                    _region_epilogue(y, (slice(ni, ni + 1), slice(m0, m1)), op, inputs, bias)
+            parallel_for(chan, split(m, threads))
+    if not region:
+        if bias is not None:
+            y += bias.reshape(1, -1, 1, 1)
+        y = apply_post_ops(y, op, inputs)
+    return [y]
+
+
+
+def depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs):
+    """Depthwise 2-D convolution as per-tap multiply-accumulate over strided views, blocked so that the
+    accumulator (a band of output rows of a chunk of channels, written straight into the output) stays in
+    cache across the kh*kw taps; channel chunks run on the thread pool, the epilogue runs per block."""
+    n, c = x.shape[:2]
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = ks, strides, dil, out
+    dtype = taps_w.dtype
+    xp = pad_input(x, pre, post)
+    y = np.empty((n, c, ho, wo), dtype)
+    bias = None if b is None else np.asarray(b, dtype).reshape(-1)
+    region = _regionable(op, inputs, y.shape)
+    taps = list(itertools.product(range(kh), range(kw)))
+
+    def task(t):
+        ni, c0, c1 = t
+        cc = c1 - c0
+        step = max(1, min(ho, _DW_BYTES // max(1, cc * wo * y.itemsize)))
+        tmp = np.empty((cc, step, wo), dtype)
+        wv = taps_w[:, c0:c1, None, None]
+        for r0 in range(0, ho, step):
+            r1 = min(ho, r0 + step)
+            rows = r1 - r0
+            acc, tm = y[ni, c0:c1, r0:r1], tmp[:, :rows]
+            for k, (i, j) in enumerate(taps):
+                y0, x0 = r0 * sh + i * dh, j * dw
+                v = xp[ni, c0:c1, y0:y0 + sh * (rows - 1) + 1:sh, x0:x0 + sw * (wo - 1) + 1:sw]
+                if k == 0:
+                    np.multiply(v, wv[k], out=acc)
+                else:
+                    np.multiply(v, wv[k], out=tm)
+                    acc += tm
+            if region:
+                _region_epilogue(y, (slice(ni, ni + 1), slice(c0, c1), slice(r0, r1)), op, inputs, bias)
+    parallel_for(task, [(ni, c0, c1) for ni in range(n) for c0, c1 in split(c, max(1, -(-num_threads() // n)))])
+    if not region:
+        if bias is not None:
+            y += bias.reshape(1, -1, 1, 1)
+        y = apply_post_ops(y, op, inputs)
+    return [y]
+
+
+def _fast_ok(op, x, ks, pre, post):
+    return (x.ndim == 4 and len(ks) == 2 and x.dtype.kind == "f" and x.dtype.itemsize >= 4
+            and not op.params.get("integer") and min(pre) >= 0 and min(post) >= 0)
+
+
 # tactics -------------------------------------------------------------------------------------------------------
 
 @register_tactic
@@ -173,6 +366,8 @@ class Im2colGemm(Tactic):
         dtype = _work_dtype(op, x)
         x = x.astype(dtype, copy=False)
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
+        if _fast_ok(op, x, ks, pre, post):
+            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype), b, ks, strides, dil, pre, post, out, inputs)
         xp = pad_input(x, pre, post)
         n, c = x.shape[:2]
         ntaps = int(np.prod(ks))
@@ -212,6 +407,10 @@ class PointwiseGemm(Tactic):
         dtype = _work_dtype(op, x)
         x = x.astype(dtype, copy=False)
         strides = op.params.get("strides") or [1] * (x.ndim - 2)
+        if x.ndim == 4 and x.dtype.itemsize >= 4:
+            out = [(x.shape[2] - 1) // strides[0] + 1, (x.shape[3] - 1) // strides[1] + 1]
+            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype), b, [1, 1], list(strides), [1, 1],
+                               [0, 0], [0, 0], out, inputs, pointwise=True)
         if any(s != 1 for s in strides):
             x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
         out = x.shape[2:]
@@ -254,6 +453,8 @@ class Depthwise(Tactic):
         taps_w = op.weights.get("kernel_taps")
         taps_w = np.asarray(w, dtype).reshape(c, -1).T if taps_w is None else taps_w.astype(dtype, copy=False)
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
+        if _fast_ok(op, x, ks, pre, post):
+            return depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs)
         xp = pad_input(x, pre, post)
         flat = flat_taps(np.ascontiguousarray(xp), ks, strides, dil, out) if len(ks) == 2 else None
         if flat is not None:
@@ -421,7 +622,15 @@ class DeconvGemmCol2im(Tactic):
         wt = w.reshape(g, c // g, mg * ntaps).transpose(0, 2, 1)            # [g, Mg*taps, Cg]
         cols = np.matmul(wt, x.reshape(n, g, c // g, -1))                   # [n, g, Mg*taps, P]
         cols = cols.reshape((n, g * mg, ntaps) + tuple(in_sizes))
-        y = scatter_taps(cols, ks, strides, dil, pre, out, in_sizes)
+        tiles = all(k == s and d == 1 for k, d, s in zip(ks, dil, strides)) and not any(pre) and \
+            all(o == i * s for o, i, s in zip(out, in_sizes, strides))
+        if tiles:  # kernel == stride (the usual 2x upsampler): taps tile the output exactly, plain assignments
+            y = np.empty((n, g * mg) + tuple(out), dtype=dtype)
+            for t, taps in enumerate(itertools.product(*[range(k) for k in ks])):
+                y[(slice(None), slice(None)) + tuple(slice(tp * d, None, s) for tp, d, s in zip(taps, dil, strides))] = \
+                    cols[:, :, t]
+        else:
+            y = scatter_taps(cols, ks, strides, dil, pre, out, in_sizes)
         if b is not None:
             y += np.asarray(b, dtype).reshape((1, -1) + (1,) * len(out))
         return [apply_post_ops(y, op, inputs)]

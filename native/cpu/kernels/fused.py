@@ -126,12 +126,32 @@ def pointwise(op, inputs):
 
 # Attention ---------------------------------------------------------------------------------------------------
 
+PARALLEL_MIN_MACS = 1 << 23  # split query rows over the CPU pool above this (waking a pool thread costs ~50 µs)
+
+
 @simple_tactic("Attention")
 def attention(op, inputs):
     """softmax(q @ k' * scale + mask) @ v, with k' = k^T when transpose_k else k (already transposed).
-    nan_to_zero maps fully masked rows (NaN after softmax) to 0, as SDPA exports do with Where(IsNaN)."""
+    nan_to_zero maps fully masked rows (NaN after softmax) to 0, as SDPA exports do with Where(IsNaN).
+    Large problems (ViT: 3 heads x 197 tokens) run bands of query rows in parallel on the CPU pool."""
     q, k, v = inputs[0], inputs[1], inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
+    rows = q.shape[-2] if q.ndim >= 2 else 0
+    if rows >= 32 and q.size * (k.shape[-1] if not op.params.get("transpose_k", True) else k.shape[-2]) * 2 \
+            >= PARALLEL_MIN_MACS:
+        from native.cpu import threads
+        parts = threads.num_threads()
+        if parts > 1:  # query rows are independent: split them into bands (mask rows follow when it has them)
+            m_rows = mask is not None and np.ndim(mask) >= 2 and np.shape(mask)[-2] == rows
+
+            def band(r):
+                mb = mask[..., r[0]:r[1], :] if m_rows else mask
+                return _attention(op, q[..., r[0]:r[1], :], k, v, mb)
+            return [np.concatenate(threads.parallel_for(band, threads.split(rows, parts)), axis=-2)]
+    return [_attention(op, q, k, v, mask)]
+
+
+def _attention(op, q, k, v, mask):
     p = op.params
     kt = np.swapaxes(k, -1, -2) if p.get("transpose_k", True) else k
     scale = p.get("scale")
@@ -153,7 +173,7 @@ def attention(op, inputs):
         s /= s.sum(axis=-1, keepdims=True)
     if p.get("nan_to_zero"):
         np.nan_to_num(s, copy=False, nan=0.0, posinf=np.inf, neginf=-np.inf)
-    return [np.matmul(s, v)]
+    return np.matmul(s, v)
 
 
 # NHWC twins made by the layout pass ---------------------------------------------------------------------------

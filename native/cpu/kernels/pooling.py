@@ -9,7 +9,8 @@ import itertools
 
 import numpy as np
 
-from native.cpu.kernels.conv import flat_taps, resolve_pads, tap_slices
+from native.cpu.kernels.conv import flat_taps, pad_input, resolve_pads, tap_slices
+from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import simple_tactic
 
 
@@ -49,6 +50,8 @@ def _min_value(dtype):
 def _max_pool(x, params, want_indices):
     spatial = list(x.shape[2:])
     ks, strides, dil, pre, post, extra, out = pool_geometry(params, spatial)
+    if not want_indices and len(ks) == 2 and x.ndim == 4:
+        return [_max_pool_2d(x, ks, strides, dil, pre, [b + e for b, e in zip(post, extra)], out)]
     xp = _pad(x, pre, post, extra, _min_value(x.dtype))
     if not want_indices and len(ks) == 2 and x.ndim == 4:
         flat = flat_taps(np.ascontiguousarray(xp), ks, strides, dil, out)
@@ -88,6 +91,37 @@ def _max_pool(x, params, want_indices):
         for i in range(len(ks)):
             flat = flat * spatial[i] + pos[i]
     return [y, flat.astype(np.int64)]
+
+
+def _max_pool_2d(x, ks, strides, dil, pre, post, out):
+    """Separable 2-D max pooling: max over the kw column taps into [.., Hp, Wo], then over the kh row taps;
+    (kw-1) + (kh-1) whole-slab np.maximum calls instead of kh*kw, split over channels on the thread pool."""
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = ks, strides, dil, out
+    n, c = x.shape[:2]
+    xp = pad_input(x, pre, post, _min_value(x.dtype)).reshape((n * c,) + tuple(s + a + b for s, a, b in
+                                                                               zip(x.shape[2:], pre, post)))
+    hp = xp.shape[1]
+    y = np.empty((n * c, ho, wo), x.dtype)
+
+    def chunk(rng):
+        c0, c1 = rng
+        src = xp[c0:c1]
+        cols = np.empty((c1 - c0, hp, wo), x.dtype)
+        np.copyto(cols, src[:, :, 0:sw * (wo - 1) + 1:sw])
+        for j in range(1, kw):
+            np.maximum(cols, src[:, :, j * dw:j * dw + sw * (wo - 1) + 1:sw], out=cols)
+        dst = y[c0:c1]
+
+        def rows(i):
+            return cols[:, i * dh:i * dh + sh * (ho - 1) + 1:sh]
+        if kh == 1:
+            np.copyto(dst, rows(0))
+            return
+        np.maximum(rows(0), rows(1), out=dst)
+        for i in range(2, kh):
+            np.maximum(dst, rows(i), out=dst)
+    parallel_for(chunk, split(n * c, num_threads()))
+    return y.reshape(n, c, ho, wo)
 
 
 def _window_sum(xp, ks, dil, strides, out, dtype):

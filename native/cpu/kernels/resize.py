@@ -111,6 +111,25 @@ def _axis_plan(x, p, roi, scales, sizes):
     return [(a, outs[i], scl[i], float(starts[i]), float(ends[i])) for i, a in enumerate(axes)]
 
 
+def _repeat_axes(y, repeats):
+    """Nearest upsampling by integer factors {axis: f}: the last axis by a gather, the others through a
+    broadcast view [.., n, f, ..] copied once (inner runs stay contiguous)."""
+    last = y.ndim - 1
+    if last in repeats:
+        repeats = dict(repeats)
+        f = repeats.pop(last)
+        y = np.take(y, np.arange(y.shape[last] * f) // f, axis=last)
+        if not repeats:
+            return y
+    expand, bshape, out = [], [], []
+    for a, d in enumerate(y.shape):
+        f = repeats.get(a)
+        expand += [d, 1] if f else [d]
+        bshape += [d, f] if f else [d]
+        out.append(d * f if f else d)
+    return np.broadcast_to(y.reshape(expand), bshape).reshape(out)
+
+
 def _resize(x, p, roi, scales, sizes):
     mode = p.get("mode", "NEAREST").lower()
     ctm = p.get("coordinate_transformation", "half_pixel")
@@ -118,6 +137,7 @@ def _resize(x, p, roi, scales, sizes):
     if mode != "nearest":
         y = x.astype(np.float64)
     outside = None
+    repeats = {}
     for axis, out_len, scale, r0, r1 in _axis_plan(x, p, roi, scales, sizes):
         in_len = x.shape[axis]
         if out_len == in_len and scale == 1.0 and ctm != "tf_crop_and_resize":
@@ -130,7 +150,12 @@ def _resize(x, p, roi, scales, sizes):
             bad = bad.reshape(shape)
             outside = bad if outside is None else (outside | bad)
         if mode == "nearest":
-            y = np.take(y, nearest_index(coords, p.get("nearest_rounding", "round_prefer_floor"), in_len), axis=axis)
+            idx = nearest_index(coords, p.get("nearest_rounding", "round_prefer_floor"), in_len)
+            f = out_len // in_len
+            if f > 1 and f * in_len == out_len and np.array_equal(idx, np.arange(out_len) // f):
+                repeats[axis] = f          # integer upsample: done below in one broadcast copy for all axes
+            else:
+                y = np.take(y, idx, axis=axis)
             continue
         idx, w = interp_taps(coords, in_len, mode, scale, p.get("antialias", False), p.get("cubic_coeff", -0.75),
                              p.get("exclude_outside", False))
@@ -141,6 +166,8 @@ def _resize(x, p, roi, scales, sizes):
             term = np.take(y, idx[:, t], axis=axis) * w[:, t].reshape(wshape)
             acc = term if acc is None else acc + term
         y = acc
+    if repeats:
+        y = _repeat_axes(y, repeats)
     if outside is not None:
         y = np.where(outside, p.get("extrapolation_value", 0.0), y)
     if y.dtype != x.dtype:

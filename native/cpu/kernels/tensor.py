@@ -19,15 +19,16 @@ def _arg(inputs, i):
 def shuffle(op, inputs):
     """first_transpose -> reshape (reshape_dims or input 1; 0 copies the dim when zero_is_placeholder) ->
     second_transpose."""
-    x = np.asarray(inputs[0])
+    x = inputs[0]
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x)
     p = op.params
     if p.get("first_transpose") is not None:
         x = np.transpose(x, p["first_transpose"])
-    dims = _arg(inputs, 1)
-    dims = p.get("reshape_dims") if dims is None else dims
+    dims = inputs[1] if len(inputs) > 1 else None
+    dims = p.get("reshape_dims") if dims is None else _ints(dims)
     if dims is not None:
-        dims = _ints(dims)
-        if p.get("zero_is_placeholder", True):
+        if p.get("zero_is_placeholder", True) and 0 in dims:
             dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
         x = x.reshape(dims)
     if p.get("second_transpose") is not None:
@@ -86,8 +87,12 @@ def split(op, inputs):
         d = x.shape[axis]
         chunk = -(-d // n)
         sizes = [min(chunk, max(d - i * chunk, 0)) for i in range(n)]
-    bounds = np.cumsum(sizes)[:-1]
-    return list(np.split(x, bounds, axis=axis))
+    index, out, start = [slice(None)] * x.ndim, [], 0
+    for size in sizes:  # plain slicing: views, without np.split's per-call overhead
+        index[axis] = slice(start, start + int(size))
+        out.append(x[tuple(index)])
+        start += int(size)
+    return out
 
 
 def _fix_neg(idx, dim):
@@ -102,7 +107,7 @@ def gather(op, inputs):
     if mode == "DEFAULT":
         axis = op.params.get("axis", 0)
         axis = axis + x.ndim if axis < 0 else axis
-        return [np.take(x, _fix_neg(idx, x.shape[axis]), axis=axis)]
+        return [np.asarray(np.take(x, _fix_neg(idx, x.shape[axis]), axis=axis))]
     if mode == "ELEMENT":
         axis = op.params.get("axis", 0)
         axis = axis + x.ndim if axis < 0 else axis

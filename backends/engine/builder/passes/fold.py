@@ -48,6 +48,8 @@ def fold_constants(graph: Graph, config=None, device="cpu", max_bytes=MAX_FOLD_B
             except Exception as e:
                 G_LOGGER.verbose(f"constant folding: left '{node.name}' ({node.kind}) unfolded: {e}")
                 values = None
+            if values is not None:  # kernels may return numpy scalars for 0-d results (np.take, ufuncs)
+                values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
             if values is not None and any(not isinstance(v, np.ndarray) or v.nbytes > max_bytes for v in values):
                 values = None
         if values is None or len(values) != len(node.outputs):

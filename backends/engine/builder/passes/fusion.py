@@ -10,8 +10,9 @@ from __future__ import annotations
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.fusion_epilogue import fold_conv_scale, fuse_epilogues
 from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
-                                                          fuse_softmax)
-from backends.engine.builder.passes.fusion_pointwise import eliminate_identities, fuse_pointwise, merge_shuffles
+                                                          fuse_softmax, merge_parallel_gemms)
+from backends.engine.builder.passes.fusion_pointwise import (eliminate_identities, fuse_pointwise, merge_reshape_transpose,
+                                                           merge_shuffles, sink_gemm_reshapes)
 
 PASSES = [
     ("identity elimination", eliminate_identities),
@@ -23,7 +24,11 @@ PASSES = [
     ("attention", fuse_attention),
     ("conv + BatchNorm/Scale folding", fold_conv_scale),
     ("conv/matmul epilogues", fuse_epilogues),
+    ("parallel GEMM merging", merge_parallel_gemms),
+    ("reshapes around GEMMs", sink_gemm_reshapes),
+    ("conv/matmul epilogues (after reshape removal)", fuse_epilogues),
     ("pointwise chains", fuse_pointwise),
+    ("reshape/transpose merging", merge_reshape_transpose),
 ]
 
 

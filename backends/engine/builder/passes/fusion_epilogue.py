@@ -71,11 +71,25 @@ def _bn_scale_shift(view, bn):
     return None
 
 
+def _scale_kernel(conv, k, s):
+    """k scaled per output channel by s: Convolution kernels are [M, C/g, ...]; Deconvolution (ConvTranspose)
+    kernels are [C, M/g, ...] with output channel gi*M/g + j read from rows of group gi, column j."""
+    kd = k.astype(np.float64)
+    if conv.kind == "Convolution":
+        return (kd * s.reshape((-1,) + (1,) * (k.ndim - 1))).astype(k.dtype)
+    g = conv.params.get("groups", 1) or 1
+    c, mg = k.shape[:2]
+    kd = kd.reshape((g, c // g, mg) + k.shape[2:]) * s.reshape((g, 1, mg) + (1,) * (k.ndim - 2))
+    return kd.reshape(k.shape).astype(k.dtype)
+
+
 def fold_conv_scale(graph, config, logger) -> int:
-    """Convolution followed by BatchNorm / Scale / per-channel Mul or Add: fold into the conv's kernel and bias."""
+    """Convolution / Deconvolution followed by BatchNorm / Scale / per-channel Mul or Add: fold into the
+    kernel and bias."""
     view, count = View(graph), 0
     for conv in list(graph.nodes):
-        if conv not in graph.nodes or conv.kind != "Convolution":
+        if conv not in graph.nodes or conv.kind not in ("Convolution", "Deconvolution") or \
+                conv.kind == "Deconvolution" and conv.params.get("col2im"):
             continue
         while True:
             kb = _conv_kernel(view, conv)
@@ -83,7 +97,8 @@ def fold_conv_scale(graph, config, logger) -> int:
             if kb is None or nxt is None or not same_precision([conv, nxt]) or not view.is_float(conv.outputs[0]):
                 break
             k, b, where = kb
-            m, rank = k.shape[0], k.ndim
+            m = k.shape[0] if conv.kind == "Convolution" else k.shape[1] * (conv.params.get("groups", 1) or 1)
+            rank = k.ndim
             st = None
             if nxt.kind in ("Normalization", "Scale") and nxt.inputs[0] == conv.outputs[0]:
                 st = _bn_scale_shift(view, nxt)
@@ -100,7 +115,7 @@ def fold_conv_scale(graph, config, logger) -> int:
                 break
             s, t = st
             dt = k.dtype
-            k2 = (k.astype(np.float64) * s.reshape((-1,) + (1,) * (k.ndim - 1))).astype(dt)
+            k2 = _scale_kernel(conv, k, s)
             b2 = ((np.zeros(m) if b is None else np.asarray(b, np.float64)) * s + t).astype(dt)
             if where == "weights":
                 conv.weights = dict(conv.weights, kernel=k2, bias=b2)

@@ -344,3 +344,60 @@ def fuse_silu(graph, config, logger) -> int:
         logger.verbose(f"fusion: SiLU pattern → '{new.name}'")
         count += 1
     return count
+
+
+# Parallel GEMMs (Q / K / V projections) -------------------------------------------------------------------------
+
+def _gemm_key(n):
+    """Group key of a MatrixMultiply that can share one GEMM with its siblings, else None."""
+    import numpy as np
+    b = n.weights.get("b")
+    if n.kind != "MatrixMultiply" or b is None or np.ndim(b) != 2 or n.params.get("transpose_a") or \
+            len([i for i in n.inputs if i is not None]) != 1 or len(n.outputs) != 1 or n.meta.get("output_types"):
+        return None
+    if any(s["op"] != "bias" or s.get("axis", -1) not in (-1, 1) for s in n.params.get("post_ops") or []):
+        return None
+    return n.inputs[0], bool(n.params.get("transpose_b")), str(b.dtype), n.meta.get("precision_constraint")
+
+
+def merge_parallel_gemms(graph, config, logger) -> int:
+    """MatrixMultiply layers that read the same input with constant 2-D right operands (the Q, K and V projections
+    of attention) → one GEMM over the concatenated weights (and biases) plus a Split into the original tensors:
+    one larger GEMM instead of three small ones, and two fewer layers."""
+    import numpy as np
+    groups: dict = {}
+    for n in graph.nodes:
+        key = _gemm_key(n)
+        if key is not None:
+            groups.setdefault(key, []).append(n)
+    count = 0
+    for (src, tb, _, _), nodes in groups.items():
+        if len(nodes) < 2:
+            continue
+        ws = [n.weights["b"] for n in nodes]
+        if len({w.shape[1 if tb else 0] for w in ws}) != 1:
+            continue
+        sizes = [int(w.shape[0 if tb else 1]) for w in ws]
+        weights = {"b": np.concatenate(ws, axis=0 if tb else 1)}
+        params = {"transpose_a": False, "transpose_b": tb}
+        if any(n.params.get("post_ops") for n in nodes):
+            biases = []
+            for n, size in zip(nodes, sizes):
+                b = np.zeros(size, ws[0].dtype)
+                for s in n.params.get("post_ops") or []:
+                    b = b + np.asarray(n.weights[s["weight"]], ws[0].dtype).reshape(-1)
+                biases.append(b)
+            weights["bias"] = np.concatenate(biases)
+            params["post_ops"] = [{"op": "bias", "weight": "bias", "axis": -1}]
+        merged = nodes[0].outputs[0] + "/merged_gemm"
+        gemm = fused_node(nodes, "MatrixMultiply", [src], [merged], params, weights)
+        split = fused_node(nodes, "Split", [merged], [n.outputs[0] for n in nodes], {"axis": -1, "split": sizes},
+                           name=gemm.name + " (split)")
+        first = min(graph.nodes.index(n) for n in nodes)
+        ids = {id(n) for n in nodes}
+        kept = [n for n in graph.nodes[:first] if id(n) not in ids]
+        graph.nodes = kept + [gemm, split] + [n for n in graph.nodes[first:] if id(n) not in ids]
+        graph.tensor_info.pop(merged, None)
+        logger.verbose(f"fusion: {len(nodes)} GEMMs on '{src}' merged → '{gemm.name}' ({sizes})")
+        count += 1
+    return count

@@ -118,6 +118,74 @@ def merge_shuffles(graph, config, logger) -> int:
     return count
 
 
+def _static(shape):
+    return shape is not None and all(isinstance(d, int) and d >= 0 for d in shape)
+
+
+def sink_gemm_reshapes(graph, config, logger) -> int:
+    """Reshape [..., K] → [P, K], MatrixMultiply by a constant 2-D operand, Reshape [P, N] → [..., N]: the GEMM
+    kernels fold leading dims themselves, so both reshapes go (ONNX Gemm exports of GPT-2 / BERT blocks).
+    Needs static shapes (fixed profiles); the GEMM may carry bias / activation post-ops (row-local), not residuals."""
+    view, count = View(graph), 0
+    for m in list(graph.nodes):
+        if m.kind != "MatrixMultiply" or "b" not in m.weights or np.ndim(m.weights["b"]) != 2 or \
+                m.params.get("transpose_a") or len(m.outputs) != 1 or len([i for i in m.inputs if i]) != 1 or \
+                any(s["op"] not in ("bias", "activation") for s in m.params.get("post_ops") or []):
+            continue
+        r1, r2 = view.producer(m.inputs[0], "Shuffle"), view.sole_consumer(m.outputs[0])
+        if _reshape_dims(view, r1) is None or _reshape_dims(view, r2) is None or r2.inputs[0] != m.outputs[0]:
+            continue
+        x_shape, flat, out = view.shape(r1.inputs[0]), view.shape(m.inputs[0]), view.shape(r2.outputs[0])
+        if not (_static(x_shape) and _static(flat) and _static(out)) or len(flat) != 2 or len(x_shape) < 2 or \
+                x_shape[-1] != flat[-1] or list(out) != list(x_shape[:-1]) + [view.shape(m.outputs[0])[-1]]:
+            continue
+        m.inputs = [r1.inputs[0]] + m.inputs[1:]
+        old_out = m.outputs[0]
+        m.outputs = list(r2.outputs)
+        m.source_nodes = (m.source_nodes or [m.name]) + (r2.source_nodes or [r2.name])
+        graph.nodes = [n for n in graph.nodes if n is not r2]
+        graph.tensor_info.pop(old_out, None)
+        view.refresh()
+        logger.verbose(f"fusion: reshapes around GEMM '{m.name}' removed")
+        count += 1
+    return count
+
+
+def merge_reshape_transpose(graph, config, logger) -> int:
+    """Reshape (constant dims) then Transpose → one Shuffle (reshape, second_transpose); Transpose then Reshape →
+    one Shuffle (first_transpose, reshape). Runs after the pattern fusions, which look for plain transposes."""
+    view, count = View(graph), 0
+    for n in graph.nodes:  # constant dims input → params (a static reshape, as TensorRT builds it)
+        if n.kind == "Shuffle" and len(n.inputs) == 2 and n.inputs[1] is not None and n.params.get("reshape_dims") is None:
+            c = view.const(n.inputs[1])
+            if c is not None:
+                n.params = dict(n.params, reshape_dims=[int(d) for d in np.asarray(c).reshape(-1)])
+                n.inputs = n.inputs[:1]
+                count += 1
+    view.refresh()
+    for first in list(graph.nodes):
+        if first not in graph.nodes or first.kind != "Shuffle":
+            continue
+        second = view.sole_consumer(first.outputs[0])
+        if second is None or second.kind != "Shuffle" or second.inputs[0] != first.outputs[0]:
+            continue
+        d1, d2 = _reshape_dims(view, first), _reshape_dims(view, second)
+        if d1 is not None and _is_transpose(second):
+            params = {"first_transpose": None, "reshape_dims": [int(d) for d in d1],
+                      "second_transpose": list(second.params["first_transpose"]),
+                      "zero_is_placeholder": first.params.get("zero_is_placeholder", True)}
+        elif _is_transpose(first) and d2 is not None:
+            params = {"first_transpose": list(first.params["first_transpose"]), "reshape_dims": [int(d) for d in d2],
+                      "second_transpose": None, "zero_is_placeholder": second.params.get("zero_is_placeholder", True)}
+        else:
+            continue
+        new = fused_node([first, second], "Shuffle", [first.inputs[0]], second.outputs, params)
+        view.replace([first, second], new)
+        logger.verbose(f"fusion: reshape and transpose merged → '{new.name}'")
+        count += 1
+    return count
+
+
 def _pointwise_op(view, n):
     """Whether `n` can be a step of a Pointwise program."""
     if len(n.outputs) != 1 or n.subgraphs or n.params.get("post_ops") or not view.is_float(n.outputs[0]):

@@ -1,0 +1,90 @@
+"""CPU threading for engine kernels: one small pool that kernels split their work over (bands of output rows or
+channels), with BLAS itself single-threaded while the pool is in use.
+
+Why not let OpenBLAS thread each GEMM: its worker threads busy-wait after every call (~0.1 s), so (a) a 2-thread
+GEMM on a 2-core machine that is also running anything else stalls for whole scheduler slices (measured 4-10x
+slower than one thread under load), and (b) its spinning idle worker steals the core from whatever kernel runs
+next. Kernels that split work themselves run each band's im2col copy, GEMM and epilogue on one thread and wait on
+futures (blocking, not spinning): near 2x on an idle 2-core machine, about single-thread speed under load, and the
+copies and epilogues run in parallel too, which BLAS threading does not give.
+
+DEBUGKIT_THREADS=N sets the pool size (default: the CPUs this process may run on; 1 disables the pool and leaves
+BLAS threading alone).
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+_LOCK = threading.Lock()
+_STATE = {"pool": None, "blas": None}
+_LOCAL = threading.local()
+
+
+def num_threads() -> int:
+    env = os.environ.get("DEBUGKIT_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _blas_setter():
+    """The OpenBLAS `set_num_threads` of the library numpy links (scipy-openblas wheels), or None."""
+    here = os.path.dirname(np.__file__)
+    for path in glob.glob(os.path.join(here, "..", "numpy.libs", "*openblas*")) + \
+            glob.glob(os.path.join(here, ".dylibs", "*openblas*")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for sym in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                    "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                return fn
+    return None
+
+
+def _pool():
+    pool = _STATE["pool"]
+    if pool is None:
+        with _LOCK:
+            if _STATE["pool"] is None:
+                setter = _blas_setter()
+                if setter is not None:
+                    setter(1)
+                _STATE["blas"] = setter
+                _STATE["pool"] = ThreadPoolExecutor(num_threads() - 1, thread_name_prefix="debugkit-cpu",
+                                                    initializer=_mark_worker)
+            pool = _STATE["pool"]
+    return pool
+
+
+def _mark_worker():
+    _LOCAL.worker = True
+
+
+def parallel_for(fn, items):
+    """fn(item) for every item, spread over the pool (the caller runs the first); returns the results in order.
+    Runs inline when there is one item, one thread, or when called from a pool worker (no nested waits)."""
+    items = list(items)
+    if len(items) <= 1 or num_threads() == 1 or getattr(_LOCAL, "worker", False):
+        return [fn(i) for i in items]
+    pool = _pool()
+    futures = [pool.submit(fn, i) for i in items[1:]]
+    first = fn(items[0])
+    return [first] + [f.result() for f in futures]
+
+
+def split(total: int, parts: int):
+    """`parts` near-equal [start, stop) ranges covering range(total) (fewer when total < parts)."""
+    parts = max(1, min(parts, total))
+    return [(total * i // parts, total * (i + 1) // parts) for i in range(parts)]
