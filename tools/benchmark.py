@@ -4,7 +4,8 @@
                               [--no-fusion] [--nhwc] [--compare-onnxrt]
     python tools/benchmark.py --all-corpus [--models-dir /tmp/dk_models] [--iterations 10]
 
-Reports latency min / median / mean / p90 / p99 (ms), throughput (qps), build time, and with --compare-onnxrt the
+Contenders (ours, ours with fusion off, ONNX Runtime) are timed in interleaved rounds so that a noisy shared machine
+skews them alike. Reports latency min / median / mean / p90 / p99 (ms), throughput (qps), build time, and with --compare-onnxrt the
 ONNX Runtime (CPU provider) median and the ratio ours / ORT. --all-corpus also builds with fusion off and prints
 the fusion-on / fusion-off latency ratio. Feeds are random (seeded) from --shapes, the corpus list, or the model.
 """
@@ -20,7 +21,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-CORPUS = "/work/shared/corpus"
+from tests.corpus.corpus import corpus_dir  # noqa: E402
+
+CORPUS = corpus_dir()
 ALL_CORPUS = ["timm-resnet18", "bert_mini", "vit_tiny", "yolov8n", "ppocr_v4_det"]
 
 
@@ -59,18 +62,27 @@ def model_feed_spec(path, shapes):
     return spec
 
 
-def time_fn(fn, iterations, warmup):
+def interleaved(fns: dict, iterations, warmup, block=5) -> dict:
+    """Time several contenders in alternating blocks (A×5, B×5, C×5, A×5, ...), so slow drifts of a shared machine
+    hit every contender alike and the ratios stay meaningful. The first call after each switch is not timed: ONNX
+    Runtime's worker threads keep spinning after a run and would otherwise slow whoever runs next."""
     for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iterations):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+        for fn in fns.values():
+            fn()
+    times = {k: [] for k in fns}
+    rounds = max(1, -(-iterations // block))
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            fn()
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
     return times
 
 
-def bench_engine(path, feeds, iterations, warmup, fusion=True, nhwc=None):
+def build_engine(path, feeds, fusion=True, nhwc=None):
+    """(context, build seconds, layer count) for an engine built at the feeds' shapes."""
     from backends.engine import BuilderConfig, BuilderFlag, Runtime, parse_onnx
     from backends.engine.build import profile_from_shapes
     from backends.engine.builder import Builder
@@ -87,21 +99,34 @@ def bench_engine(path, feeds, iterations, warmup, fusion=True, nhwc=None):
     graph = Builder().build_graph(net, cfg, timing_feeds=feeds)
     plan = serialize_plan(graph, cfg)
     build_s = time.perf_counter() - t0
-    ctx = Runtime().deserialize_engine(plan).create_execution_context()
-    outputs = ctx.execute(dict(feeds))
-    times = time_fn(lambda: ctx.execute(dict(feeds)), iterations, warmup)
-    return {"build_s": build_s, "layers": len(graph.nodes), "latency_ms": stats(times),
-            "throughput_qps": len(times) / sum(times), "outputs": outputs}
+    return Runtime().deserialize_engine(plan).create_execution_context(), build_s, len(graph.nodes)
 
 
-def bench_onnxrt(path, feeds, iterations, warmup):
+def ort_session(path, feeds):
     import onnxruntime as ort
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    names = [i.name for i in sess.get_inputs()]
-    f = {n: feeds[n] for n in names}
-    outs = sess.run(None, f)
-    times = time_fn(lambda: sess.run(None, f), iterations, warmup)
-    return {"latency_ms": stats(times), "outputs": dict(zip([o.name for o in sess.get_outputs()], outs))}
+    f = {i.name: feeds[i.name] for i in sess.get_inputs()}
+    return sess, f
+
+
+def bench_all(path, feeds, iterations, warmup, with_ort=True, with_off=True, fusion=True, nhwc=None):
+    """Build our engine (and the fusion-off engine), open ONNX Runtime, then time them interleaved."""
+    ctx, build_s, layers = build_engine(path, feeds, fusion=fusion, nhwc=nhwc)
+    fns = {"ours": lambda: ctx.execute(dict(feeds))}
+    res = {"ours": {"build_s": build_s, "layers": layers, "outputs": ctx.execute(dict(feeds))}}
+    if with_off:
+        ctx_off, _, layers_off = build_engine(path, feeds, fusion=False)
+        fns["off"] = lambda: ctx_off.execute(dict(feeds))
+        res["off"] = {"layers": layers_off}
+    if with_ort:
+        sess, f = ort_session(path, feeds)
+        fns["ort"] = lambda: sess.run(None, f)
+        res["ort"] = {"outputs": dict(zip([o.name for o in sess.get_outputs()], sess.run(None, f)))}
+    for k, times in interleaved(fns, iterations, warmup).items():
+        res[k]["latency_ms"] = stats(times)
+        if k == "ours":
+            res[k]["throughput_qps"] = len(times) / sum(times)
+    return res
 
 
 def report(name, ours, ort=None, off=None):
@@ -153,9 +178,8 @@ def main(argv=None):
                 continue
             feeds = make_feeds(e["feeds"])
             try:
-                ours = bench_engine(path, feeds, a.iterations, a.warmup)
-                off = bench_engine(path, feeds, a.iterations, a.warmup, fusion=False)
-                ort = bench_onnxrt(path, feeds, a.iterations, a.warmup)
+                r = bench_all(path, feeds, a.iterations, a.warmup)
+                ours, off, ort = r["ours"], r["off"], r["ort"]
             except Exception as ex:  # one failing model should not hide the others' numbers
                 print(f"{name}: failed: {type(ex).__name__}: {str(ex)[:300]}")
                 continue
@@ -166,8 +190,9 @@ def main(argv=None):
         if not a.model:
             ap.error("give MODEL or --all-corpus")
         feeds = make_feeds(model_feed_spec(a.model, parse_shapes(a.shapes)))
-        ours = bench_engine(a.model, feeds, a.iterations, a.warmup, fusion=not a.no_fusion, nhwc=a.nhwc or None)
-        ort = bench_onnxrt(a.model, feeds, a.iterations, a.warmup) if a.compare_onnxrt else None
+        r = bench_all(a.model, feeds, a.iterations, a.warmup, with_ort=a.compare_onnxrt, with_off=False,
+                      fusion=not a.no_fusion, nhwc=a.nhwc or None)
+        ours, ort = r["ours"], r.get("ort")
         report(os.path.basename(a.model), ours, ort)
         results[a.model] = {"ours": ours["latency_ms"], "build_s": ours["build_s"]}
         if ort:
