@@ -68,6 +68,13 @@ def _pool():
     return pool
 
 
+def init():
+    """Start the pool (and turn BLAS threading off) now, so every kernel of an engine sees the same BLAS setting
+    whichever kernel happens to run first: engines call this when they are loaded."""
+    if num_threads() > 1:
+        _pool()
+
+
 def _mark_worker():
     _LOCAL.worker = True
 

@@ -33,6 +33,28 @@ def time_tactic(tactic, op, inputs, iterations) -> float:
     return best * 1e3
 
 
+def time_candidates(node, candidates, inputs, iterations) -> dict:
+    """{tactic id: best ms} for the candidates that run. Runs are interleaved round-robin (A B C A B C ...) so a
+    burst of load on a shared machine slows every candidate alike instead of disqualifying whichever was being
+    timed; each candidate is warmed up first (pool threads, caches) and scored by its fastest run."""
+    live = []
+    for t in candidates:
+        try:
+            prepared = node_op(node)
+            prepared.weights = t.prepare(prepared)
+            t.run(prepared, inputs)  # warm up
+            live.append((t, prepared))
+        except Exception as e:
+            G_LOGGER.verbose(f"tactic {t.name} failed on layer '{node.name}': {e}; skipped")
+    best = {t.id: float("inf") for t, _ in live}
+    for _ in range(max(1, iterations)):
+        for t, prepared in live:
+            t0 = time.perf_counter()
+            t.run(prepared, inputs)
+            best[t.id] = min(best[t.id], time.perf_counter() - t0)
+    return {k: v * 1e3 for k, v in best.items()}
+
+
 def algorithm_context(node, inputs):
     return {"name": node.name, "kind": node.kind, "source_nodes": list(node.source_nodes),
             "input_shapes": [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs]}
@@ -41,6 +63,9 @@ def algorithm_context(node, inputs):
 def select_tactics(graph, env, config, device="cpu"):
     """Choose a tactic for every node (recursing into subgraphs with default choices). `env` holds each
     tensor's value from the timing run (None when that run failed); returns per-node timing records."""
+    if device == "cpu":  # time candidates under the runtime's BLAS threading (the pool turns BLAS threads off)
+        from native.cpu import threads
+        threads.init()
     cache = config.timing_cache
     use_cache = cache is not None and not config.get_flag("disable_timing_cache")
     selector = config.algorithm_selector
@@ -75,13 +100,7 @@ def select_tactics(graph, env, config, device="cpu"):
             if cached:
                 timings = {int(k): v for k, v in cached.items()}
             else:
-                for t in candidates:
-                    try:
-                        prepared = node_op(node)
-                        prepared.weights = t.prepare(prepared)
-                        timings[t.id] = time_tactic(t, prepared, inputs, config.avg_timing_iterations)
-                    except Exception as e:
-                        G_LOGGER.verbose(f"tactic {t.name} failed on layer '{node.name}': {e}; skipped")
+                timings = time_candidates(node, candidates, inputs, config.avg_timing_iterations)
                 if use_cache and timings:
                     cache.put(key, {str(k): v for k, v in timings.items()})
             ranked = [t for t in candidates if t.id in timings]

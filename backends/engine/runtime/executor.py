@@ -33,6 +33,9 @@ class GraphExecutor:
     def __init__(self, graph, device: str = "cpu", keep_all: bool = False):
         self.graph = graph
         self.device = device
+        if device == "cpu":
+            from native.cpu import threads
+            threads.init()  # BLAS single-threaded from the first layer on, not from the first parallel kernel
         self.steps = []
         self.consts = {}  # Constant layers' outputs, bound once here instead of running a layer per execution
         for node in graph.nodes:

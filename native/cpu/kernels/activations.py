@@ -196,7 +196,12 @@ def _gelu_tanh(x, a, b, out):
 
 
 def _silu(x, a, b, out):
-    return np.multiply(x, _sigmoid(x, 0, 0, None), out=out)
+    # x * sigmoid(x) == h + h * tanh(h) with h = x / 2: four passes and one transcendental
+    h = np.multiply(x, 0.5)
+    y = np.tanh(h, out=out)
+    y *= h
+    y += h
+    return y
 
 
 def _swish(x, a, b, out):

@@ -28,6 +28,9 @@ from native.tactics import Tactic, register_tactic
 _as_strided = np.lib.stride_tricks.as_strided
 _DW_BYTES = 1 << 18  # depthwise accumulator block (cache)
 _COLS_BYTES = 1 << 20  # patch-matrix bytes per GEMM call: still in cache when the GEMM reads it
+# below this many multiply-adds a layer runs on the calling thread: handing a band to a pool thread costs
+# ~25-70 us (wake-up + GIL hand-over), more than the split saves on a small GEMM
+PARALLEL_MIN_MACS = 1 << 22
 
 
 # geometry ----------------------------------------------------------------------------------------------------
@@ -233,7 +236,7 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
     bias = None if b is None else np.asarray(b, dtype).reshape(-1)
     y = np.empty((n, m, ho, wo), dtype)
     region = _regionable(op, inputs, y.shape)
-    threads = num_threads()
+    threads = num_threads() if n * m * kdim * ho * wo >= PARALLEL_MIN_MACS else 1
     by_rows = ho * wo >= m or g > 1 or threads == 1
     cg = c // g
 
