@@ -189,10 +189,10 @@ def _view_as(a, shape):
     return v
 
 
-def _region_epilogue(y, sel, op, inputs, bias):
-    """Bias + the layer's post-ops applied in place to y[sel] (a region of output channels/rows); False when a
-    post-op cannot be restricted to a region (a broadcast residual), so the caller runs it on the whole output."""
-    yr = y[sel]
+def _region_epilogue(y, sel, op, inputs, bias, yr=None):
+    """Bias + the layer's post-ops applied in place to y[sel] (a region of output channels/rows), or to `yr`, a
+    contiguous buffer holding that region (faster: ufuncs then run long inner loops instead of one per row)."""
+    yr = y[sel] if yr is None else yr
     csel = sel[1]
     if bias is not None:
         yr += bias[csel].reshape(-1, 1, 1)
@@ -236,6 +236,7 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
     bias = None if b is None else np.asarray(b, dtype).reshape(-1)
     y = np.empty((n, m, ho, wo), dtype)
     region = _regionable(op, inputs, y.shape)
+    has_epilogue = bias is not None or bool(op.params.get("post_ops"))
     threads = num_threads() if n * m * kdim * ho * wo >= PARALLEL_MIN_MACS else 1
     by_rows = ho * wo >= m or g > 1 or threads == 1
     cg = c // g
@@ -281,6 +282,14 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
             for s0 in range(r0, r1, step):
                 s1 = min(r1, s0 + step)
                 cm = cols_for(ni, s0, s1)
+                if region and has_epilogue and s1 - s0 < ho:
+                    # GEMM into a contiguous band, epilogue there, then one strided copy into the output
+                    tmp = np.empty((g, mg, (s1 - s0) * wo), dtype)
+                    np.matmul(wm, cm, out=tmp)
+                    tb = _view_as(tmp, (1, m, s1 - s0, wo))
+                    _region_epilogue(y, (slice(ni, ni + 1), slice(None), slice(s0, s1)), op, inputs, bias, tb)
+                    y[ni, :, s0:s1] = tb[0]
+                    continue
                 np.matmul(wm, cm, out=_view_as(y[ni, :, s0:s1], (g, mg, (s1 - s0) * wo)))
                 if region:
                     _region_epilogue(y, (slice(ni, ni + 1), slice(None), slice(s0, s1)), op, inputs, bias)
