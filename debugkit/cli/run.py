@@ -40,6 +40,10 @@ def register(subparsers):
     lw.add_argument("--mark-all", action="store_true",
                     help="compare every ONNX tensor observable at engine layer boundaries; names the first divergence")
     lw.add_argument("--mark", nargs="+", metavar="NAME|PATTERN", help="compare only these tensors (fnmatch patterns)")
+    lw.add_argument("--layer-scale-tol", type=float, default=None, metavar="FRACTION",
+                    help="intermediate tensors: atol is at least FRACTION x max|reference| (default by dtype: "
+                         "fp32 1e-5, fp16 1e-3), so float rounding in large-valued layers is not called a "
+                         "divergence; 0 turns it off")
     io = p.add_argument_group("data files (HDF5)")
     io.add_argument("--save-inputs", metavar="FILE.h5")
     io.add_argument("--save-outputs", metavar="FILE.h5", help="outputs (and layerwise tensors) of every runner")
@@ -152,7 +156,7 @@ def run(args) -> int:
         reference = _reference(sources)
         comparator = Comparator(tol, nan_equal=args.allow_nan, inf_equal=not args.strict_inf,
                                 extra_funcs=_extra_funcs(args), validate=args.validate, layerwise=layerwise,
-                                model=model)
+                                model=model, scale_tol=args.layer_scale_tol)
         summary = comparator.run(sources, reference, feeds_iter, writer=writer, input_writer=input_writer)
         if writer is not None:
             for r in live:

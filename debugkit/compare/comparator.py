@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from debugkit.compare.divergence import first_divergence
-from debugkit.compare.funcs import Tolerances, compare_simple, validate
+from debugkit.compare.funcs import DEFAULT_SCALE_TOL, Tolerances, compare_simple, validate
 from debugkit.data_file import inputs_hash
 from native.errors import DataFileError, UsageError
 from native.logger import G_LOGGER
@@ -102,7 +102,7 @@ class Comparator:
     """compare_funcs: extra {name: fn(name, actual, expected) -> OutputResult} run on the outputs besides simple."""
 
     def __init__(self, tolerances: Tolerances | None = None, nan_equal=False, inf_equal=True, extra_funcs=None,
-                 validate=False, layerwise=None, model=None, chunk_bytes=256 << 20, logger=None):
+                 validate=False, layerwise=None, model=None, chunk_bytes=256 << 20, logger=None, scale_tol=None):
         self.tolerances = tolerances or Tolerances()
         self.nan_equal, self.inf_equal = nan_equal, inf_equal
         self.extra_funcs = dict(extra_funcs or {})
@@ -110,6 +110,9 @@ class Comparator:
         self.layerwise = layerwise            # None, True (all) or a list of names/patterns
         self.model = model                    # ONNX ModelProto for topological order and divergence
         self.chunk_bytes = chunk_bytes
+        # layerwise noise floor per dtype (fraction of max |reference|); 0 turns it off
+        self.scale_tol = dict(DEFAULT_SCALE_TOL) if scale_tol is None else (
+            {k: float(scale_tol) for k in DEFAULT_SCALE_TOL} if not isinstance(scale_tol, dict) else scale_tol)
         self.logger = logger or G_LOGGER
 
     def _simple(self, name, a, e):
@@ -209,7 +212,8 @@ class Comparator:
                 for t in chunk:
                     a, e = vals[s.name].get(t), ref.get(t)
                     if isinstance(a, np.ndarray) and isinstance(e, np.ndarray):
-                        pr.layers[t] = self._simple(t, a, e)
+                        pr.layers[t] = compare_simple(t, a, e, self.tolerances, self.nan_equal, self.inf_equal,
+                                                      scale_tol=self.scale_tol.get(e.dtype.name))
             del vals, ref
         if writer is not None:
             for s in sources:

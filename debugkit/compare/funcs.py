@@ -15,6 +15,10 @@ import numpy as np
 DEFAULT_TOLERANCES = {"float64": (1e-8, 1e-7), "float32": (1e-4, 1e-3), "float16": (1e-2, 1e-2),
                       "bfloat16": (5e-2, 5e-2)}
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
+# Layerwise noise floor, as a fraction of an intermediate tensor's largest reference magnitude: a float32 conv summing
+# thousands of products in another order differs by ~1e-6 of its scale, so a fixed atol of 1e-4 would flag rounding
+# in every large-valued layer (ppocr_v4_det's 200-magnitude convs) as a divergence.
+DEFAULT_SCALE_TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
 
 
 @dataclass
@@ -141,13 +145,21 @@ def _prepare(name, actual, expected, func):
 
 
 def compare_simple(name, actual, expected, tolerances: Tolerances | None = None, nan_equal=False,
-                   inf_equal=True, hist=True) -> OutputResult:
-    """Pass where |a - e| <= atol or |a - e| <= rtol * |e| (per element, or on the chosen error statistic)."""
+                   inf_equal=True, hist=True, scale_tol=None) -> OutputResult:
+    """Pass where |a - e| <= atol or |a - e| <= rtol * |e| (per element, or on the chosen error statistic).
+    scale_tol (layerwise checks): atol is raised to scale_tol * max|e| so rounding noise of large tensors passes."""
     a, e, res = _prepare(name, actual, expected, "simple")
     if a is None:
         return res
     dtype = _common_dtype(a, e)
     atol, rtol, stat = (tolerances or Tolerances()).for_output(name, dtype)
+    if scale_tol and e.size and e.dtype.kind == "f":
+        finite = np.abs(e[np.isfinite(e)])
+        if finite.size:
+            floor = float(scale_tol) * float(finite.max())
+            if floor > atol:
+                atol = floor
+                res.metrics["scaled_atol"] = floor
     res.atol, res.rtol, res.metrics["error_stat"] = atol, rtol, stat
     if a.dtype == bool or e.dtype == bool:
         mism = np.asarray(a, bool) != np.asarray(e, bool)

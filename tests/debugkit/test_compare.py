@@ -86,3 +86,21 @@ def test_metrics():
     assert compare_psnr("y", a, e, 30).metrics["psnr"] == pytest.approx(20 * np.log10(2 / 1e-3))
     assert compare_snr("y", e, e).passed
     assert not compare_snr("y", a * 2, e, 20).passed
+
+
+def test_layerwise_noise_floor_scales_with_tensor_magnitude():
+    """float32 rounding in a large-valued intermediate (scale 300, error 2e-4) is not a divergence; a real fault is."""
+    import numpy as np
+    from debugkit.compare.funcs import compare_simple
+    rng = np.random.default_rng(0)
+    ref = (rng.standard_normal((4, 64)) * 100).astype(np.float32)
+    ref[0, 0] = 300.0
+    ref[1, 1] = 0.0
+    noisy = ref.copy()
+    noisy[1, 1] = 2e-4                         # cancellation noise right where the reference is 0
+    assert not compare_simple("t", noisy, ref).passed            # fixed atol 1e-4 calls it a mismatch
+    ok = compare_simple("t", noisy, ref, scale_tol=1e-5)
+    assert ok.passed and abs(ok.atol - 3e-3) < 1e-9              # atol raised to 1e-5 * 300
+    faulty = ref.copy()
+    faulty[2, 2] += 0.5
+    assert not compare_simple("t", faulty, ref, scale_tol=1e-5).passed
