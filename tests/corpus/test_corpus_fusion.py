@@ -1,0 +1,38 @@
+"""Fusions on real models: what the inspector shows for timm-resnet18 and bert_mini, and that outputs still match."""
+import numpy as np
+
+from backends.engine import Runtime, build_plan_from_onnx
+from tests.corpus.corpus import compare, make_feeds, manifest, model_path, run_onnxrt
+
+
+def _engine(name):
+    entry = next(m for m in manifest() if m["name"] == name)
+    path, feeds = model_path(entry), make_feeds(entry)
+    engine = Runtime().deserialize_engine(build_plan_from_onnx(path, shapes={k: v.shape for k, v in feeds.items()}))
+    return engine, path, feeds
+
+
+def test_resnet18_has_no_standalone_bn_relu_or_residual_add():
+    engine, path, feeds = _engine("timm-resnet18")
+    layers = engine.create_engine_inspector().layers()
+    kinds = [l["LayerType"] for l in layers]
+    assert "Normalization" not in kinds and "Scale" not in kinds
+    assert not [l for l in layers if l["LayerType"] in ("Activation", "ElementWise", "Pointwise")], \
+        [l["Fused"] for l in layers if l["LayerType"] in ("Activation", "ElementWise", "Pointwise")]
+    convs = [l for l in layers if l["LayerType"] == "Convolution"]
+    assert len(convs) == 20
+    fused = [l["Fused"] for l in convs if "Relu" in l["Fused"]]
+    residual = [f for f in fused if "/Add" in f]
+    assert len(fused) == 17 and len(residual) == 8          # 17 conv+relu (8 of them with the residual add)
+    assert "/m/conv1/Conv + /m/act1/Relu" in [l["Fused"] for l in convs]
+    assert not compare(run_onnxrt(path, feeds), engine.create_execution_context().execute(feeds))
+
+
+def test_bert_mini_attention_blocks_are_single_layers():
+    engine, path, feeds = _engine("bert_mini")
+    layers = engine.create_engine_inspector().layers()
+    attention = [l for l in layers if l["LayerType"] == "Attention"]
+    assert len(attention) == 4
+    assert all("Softmax" in l["Fused"] for l in attention)
+    assert not [l for l in layers if l["LayerType"] == "Softmax"]
+    assert not compare(run_onnxrt(path, feeds), engine.create_execution_context().execute(feeds))
