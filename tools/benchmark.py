@@ -63,16 +63,19 @@ def model_feed_spec(path, shapes):
 
 
 def interleaved(fns: dict, iterations, warmup, block=5) -> dict:
-    """Time several contenders in alternating blocks (A×5, B×5, C×5, A×5, ...), so slow drifts of a shared machine
-    hit every contender alike and the ratios stay meaningful. The first call after each switch is not timed: ONNX
-    Runtime's worker threads keep spinning after a run and would otherwise slow whoever runs next."""
+    """Time several contenders in alternating blocks (A×5, B×5, C×5, then B, C, A, ...), so slow drifts of a shared
+    machine hit every contender alike and the ratios stay meaningful. The first call after each switch is not timed
+    and the order rotates each round: ONNX Runtime's worker threads keep spinning after a run and would otherwise
+    slow whoever always runs next."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times = {k: [] for k in fns}
     rounds = max(1, -(-iterations // block))
-    for _ in range(rounds):
-        for k, fn in fns.items():
+    order = list(fns.items())
+    for r in range(rounds):
+        # rotate who goes first, so nobody always runs right after ONNX Runtime's still-spinning threads
+        for k, fn in order[r % len(order):] + order[:r % len(order)]:
             fn()
             for _ in range(block):
                 t0 = time.perf_counter()

@@ -11,8 +11,10 @@ depthwise). `run` also accepts unpacked weights (the builder's first run and con
 2-D float convolutions (im2col-gemm, 1x1-gemm, depthwise) run through `conv2d_gemm` / `depthwise2d`: the output
 is split into bands (rows, or output channels for small maps) over native/cpu/threads.py's pool, each band
 builds a cache-sized patch matrix with one strided copy (large strided kernels copy from a phase-split input so
-every copy is unit-stride), runs single-threaded GEMMs straight into the output and applies bias, activation and
-residual add in place on its band while it is still in cache. Other ranks / integer convs use the generic path.
+every copy is unit-stride), runs single-threaded GEMMs into a band buffer and applies bias, activation and
+residual add there while it is still in cache, the last epilogue step storing into the output (no copy pass).
+When the first post-op is SiLU the packed GEMM weights are pre-halved (exact) so the GEMM yields z/2 and
+silu(z) = h + h*tanh(h) costs 3 passes. Other ranks / integer convs use the generic path.
 """
 from __future__ import annotations
 
@@ -160,10 +162,25 @@ def _finish(op, y, b, inputs, x_dtype):
     return [apply_post_ops(y, op, inputs)]
 
 
-def _gemm_weights(op, w, groups, dtype):
-    """The packed [g, M/g, C/g*prod(k)] GEMM matrix: from `prepare` when there, else a reshape of w."""
+def _silu_first(op):
+    """The layer's first post-op is SiLU (YOLO's conv + SiLU): worth pre-scaling the GEMM by 1/2, see `_pack_gemm`."""
+    post = op.params.get("post_ops") or ()
+    return bool(post) and post[0]["op"] == "activation" and post[0]["type"] == "SILU"
+
+
+def _gemm_scale(op):
+    """The pre-scale of op.weights["kernel_gemm"] (see `_pack_gemm`), or None."""
+    return op.weights.get("kernel_gemm_scale") if "kernel_gemm" in op.weights else None
+
+
+def _gemm_weights(op, w, groups, dtype, raw=False):
+    """The packed [g, M/g, C/g*prod(k)] GEMM matrix: from `prepare` when there, else a reshape of w. `raw`: as
+    packed, possibly pre-scaled by op.weights["kernel_gemm_scale"] (only conv2d_gemm handles that)."""
     packed = op.weights.get("kernel_gemm")
     if packed is not None:
+        scale = _gemm_scale(op)
+        if scale is not None and not raw:
+            packed = packed / scale.reshape(())  # exact: the scale is a power of two
         return packed if packed.dtype == dtype else packed.astype(dtype)
     w = np.asarray(w)
     return w.astype(dtype, copy=False).reshape(groups, w.shape[0] // groups, -1)
@@ -177,6 +194,11 @@ def _pack_gemm(op):
     weights = {k: v for k, v in op.weights.items() if k != "kernel"}
     weights["kernel_gemm"] = np.ascontiguousarray(_gemm_weights(op, w, op.params.get("groups", 1) or 1,
                                                                 np.float32 if w.dtype.kind != "f" else w.dtype))
+    if _silu_first(op) and weights["kernel_gemm"].dtype.itemsize >= 4:
+        # silu(z) = h + h*tanh(h) with h = z/2: a GEMM with weights (and bias) halved -- exact, a power of two --
+        # yields h directly, so the epilogue saves the z/2 pass and the SiLU is 3 passes over the band
+        weights["kernel_gemm"] = weights["kernel_gemm"] * 0.5
+        weights["kernel_gemm_scale"] = np.full(1, 0.5, weights["kernel_gemm"].dtype)
     return weights
 
 
@@ -189,25 +211,58 @@ def _view_as(a, shape):
     return v
 
 
-def _region_epilogue(y, sel, op, inputs, bias, yr=None):
+def _silu_from_half(h, out=None):
+    """silu(2h) = h + h*tanh(h) into `out` (default: in place on h; any layout): 3 passes, one scratch buffer."""
+    t = np.tanh(h)
+    t *= h
+    np.add(h, t, out=h if out is None else out)
+
+
+# activations whose kernel (activations.py) computes f(x) correctly into an `out` distinct from x
+_OUT_SAFE = {"RELU", "SILU", "SIGMOID", "TANH", "HARD_SWISH", "GELU_TANH"}
+
+
+def _region_epilogue(y, sel, op, inputs, bias, yr=None, half=False):
     """Bias + the layer's post-ops applied in place to y[sel] (a region of output channels/rows), or to `yr`, a
-    contiguous buffer holding that region (faster: ufuncs then run long inner loops instead of one per row)."""
-    yr = y[sel] if yr is None else yr
+    contiguous buffer holding that region (faster: ufuncs then run long inner loops instead of one per row); the
+    last step then writes its result straight into y[sel] (no separate copy pass) where it can.
+    half: the region holds z/2 (GEMM pre-scaled, bias already halved) and the first post-op is SiLU."""
+    dst = None
+    if yr is None:
+        yr = y[sel]
+    else:
+        dst = y[sel]
     csel = sel[1]
+    post = op.params.get("post_ops") or ()
+    last = len(post) - 1
     if bias is not None:
+        if last < 0 and dst is not None:
+            np.add(yr, bias[csel].reshape(-1, 1, 1), out=dst)
+            return
         yr += bias[csel].reshape(-1, 1, 1)
-    for step in op.params.get("post_ops") or ():
+    for i, step in enumerate(post):
         kind = step["op"]
-        if kind == "bias":
-            yr += np.asarray(op.weights[step["weight"]], y.dtype).reshape(-1)[csel].reshape(-1, 1, 1)
+        out = dst if i == last else None
+        if half and i == 0:
+            _silu_from_half(yr, out)
+        elif kind == "bias":
+            b = np.asarray(op.weights[step["weight"]], y.dtype).reshape(-1)[csel].reshape(-1, 1, 1)
+            np.add(yr, b, out=yr if out is None else out)
         elif kind == "activation":
-            r = activation_inplace(yr, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
-            if r is not yr:
-                np.copyto(yr, r)
+            if out is not None and step["type"] in _OUT_SAFE and yr.dtype.itemsize >= 4:
+                activation_inplace(yr, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0), out=out)
+            else:
+                r = activation_inplace(yr, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
+                if r is not yr:
+                    np.copyto(yr, r)
+                if out is not None:
+                    np.copyto(out, yr)
         elif kind == "add":
-            yr += inputs[step["input"]][sel]
+            np.add(yr, inputs[step["input"]][sel], out=yr if out is None else out)
         else:
             raise ValueError(f"unknown post-op {kind!r}")
+    if last < 0 and dst is not None:
+        np.copyto(dst, yr)
 
 
 def _regionable(op, inputs, y_shape):
@@ -221,11 +276,12 @@ def _regionable(op, inputs, y_shape):
     return True
 
 
-def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwise=False):
+def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwise=False, scale=None):
     """2-D convolution as im2col + GEMM, split over the thread pool into bands of output rows (or of output
     channels when the output map is small): each band copies its patches with one strided copy, runs one
     single-threaded GEMM per group straight into the output and applies bias/post-ops in place.
-    x: [N, C, H, W] float; wm: [g, Mg, Cg*kh*kw] (C-major, taps minor); b: [M] or None."""
+    x: [N, C, H, W] float; wm: [g, Mg, Cg*kh*kw] (C-major, taps minor); b: [M] or None; scale: wm's pre-scale
+    (0.5 when the first post-op is SiLU, see `_pack_gemm`) or None."""
     n, c = x.shape[:2]
     g, mg, kdim = wm.shape
     m = g * mg
@@ -236,6 +292,13 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
     bias = None if b is None else np.asarray(b, dtype).reshape(-1)
     y = np.empty((n, m, ho, wo), dtype)
     region = _regionable(op, inputs, y.shape)
+    half = scale is not None
+    if half:
+        if bias is not None:
+            bias = bias * scale.reshape(())
+        if not region:  # rare (broadcast residual): undo the scaling and run the plain epilogue
+            wm = wm / scale.reshape(())
+            bias, half = (None if bias is None else bias / scale.reshape(())), False
     has_epilogue = bias is not None or bool(op.params.get("post_ops"))
     threads = num_threads() if n * m * kdim * ho * wo >= PARALLEL_MIN_MACS else 1
     by_rows = ho * wo >= m or g > 1 or threads == 1
@@ -283,16 +346,16 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
                 s1 = min(r1, s0 + step)
                 cm = cols_for(ni, s0, s1)
                 if region and has_epilogue and s1 - s0 < ho:
-                    # GEMM into a contiguous band, epilogue there, then one strided copy into the output
+                    # GEMM into a contiguous band, epilogue there, its last step stores into the output
                     tmp = np.empty((g, mg, (s1 - s0) * wo), dtype)
                     np.matmul(wm, cm, out=tmp)
                     tb = _view_as(tmp, (1, m, s1 - s0, wo))
-                    _region_epilogue(y, (slice(ni, ni + 1), slice(None), slice(s0, s1)), op, inputs, bias, tb)
-                    y[ni, :, s0:s1] = tb[0]
+                    # the epilogue's last step writes the band into the output (no extra copy pass)
+                    _region_epilogue(y, (slice(ni, ni + 1), slice(None), slice(s0, s1)), op, inputs, bias, tb, half)
                     continue
                 np.matmul(wm, cm, out=_view_as(y[ni, :, s0:s1], (g, mg, (s1 - s0) * wo)))
                 if region:
-                    _region_epilogue(y, (slice(ni, ni + 1), slice(None), slice(s0, s1)), op, inputs, bias)
+                    _region_epilogue(y, (slice(ni, ni + 1), slice(None), slice(s0, s1)), op, inputs, bias, None, half)
         parallel_for(band, tasks)
     else:
         for ni in range(n):
@@ -302,7 +365,7 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
                 m0, m1 = rng
                 np.matmul(wm[0, m0:m1], cm, out=_view_as(y[ni, m0:m1], (m1 - m0, ho * wo)))
                 if region:
-                    _region_epilogue(y, (slice(ni, ni + 1), slice(m0, m1)), op, inputs, bias)
+                    _region_epilogue(y, (slice(ni, ni + 1), slice(m0, m1)), op, inputs, bias, None, half)
             parallel_for(chan, split(m, threads))
     if not region:
         if bias is not None:
@@ -379,7 +442,8 @@ class Im2colGemm(Tactic):
         x = x.astype(dtype, copy=False)
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
         if _fast_ok(op, x, ks, pre, post):
-            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype), b, ks, strides, dil, pre, post, out, inputs)
+            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype, raw=True), b, ks, strides, dil, pre, post, out,
+                               inputs, scale=_gemm_scale(op))
         xp = pad_input(x, pre, post)
         n, c = x.shape[:2]
         ntaps = int(np.prod(ks))
@@ -421,8 +485,8 @@ class PointwiseGemm(Tactic):
         strides = op.params.get("strides") or [1] * (x.ndim - 2)
         if x.ndim == 4 and x.dtype.itemsize >= 4:
             out = [(x.shape[2] - 1) // strides[0] + 1, (x.shape[3] - 1) // strides[1] + 1]
-            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype), b, [1, 1], list(strides), [1, 1],
-                               [0, 0], [0, 0], out, inputs, pointwise=True)
+            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype, raw=True), b, [1, 1], list(strides), [1, 1],
+                               [0, 0], [0, 0], out, inputs, pointwise=True, scale=_gemm_scale(op))
         if any(s != 1 for s in strides):
             x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
         out = x.shape[2:]
