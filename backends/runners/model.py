@@ -6,30 +6,7 @@ import os
 
 import onnx
 
-from native.errors import InputFileError, ModelError
-
-
-def load_onnx(model) -> onnx.ModelProto:
-    """A ModelProto from a path, bytes or a ModelProto; a missing or corrupt file raises with its name."""
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        try:
-            return onnx.load_from_string(bytes(model))
-        except Exception as e:
-            raise ModelError(f"bytes are not an ONNX model ({type(e).__name__})") from None
-    path = os.fspath(model)
-    if not os.path.exists(path):
-        raise InputFileError(f"model file not found: {path}")
-    if os.path.isdir(path):
-        raise InputFileError(f"model path is a directory, not a file: {path}")
-    try:
-        m = onnx.load(path, load_external_data=True)
-    except Exception as e:
-        raise ModelError(f"{path} is not a readable ONNX model ({type(e).__name__}: {str(e)[:120]})") from None
-    if not m.graph.node and not m.graph.output:
-        raise ModelError(f"{path} is not an ONNX model (no graph)")
-    return m
+from backends.engine.onnx_parser.parser import load_onnx  # noqa: F401  (one loader, one set of error messages)
 
 
 def model_sha256(model) -> str:
