@@ -73,6 +73,8 @@ class Runner:
         t0 = time.perf_counter()
         out = self._infer(feeds, list(taps or []))
         self.inference_time = time.perf_counter() - t0
+        if not taps:  # outputs-only calls are the ones worth timing (taps add copies)
+            self.__dict__.setdefault("inference_times", []).append(self.inference_time)
         return out
 
     def check_feeds(self, feeds):

@@ -175,6 +175,10 @@ def run(args) -> int:
     for w in summary.warnings:
         if w.startswith("MISMATCHED"):
             print(f"WARNING: {w}", file=sys.stderr)
+    for r in live:
+        times = getattr(r, "inference_times", [])
+        if times:
+            print(f"{r.name:16s} | {len(times)} inference(s), median {sorted(times)[len(times) // 2] * 1e3:.2f} ms")
     print(render(summary, verbose=args.verbose >= 2))
     if args.save_outputs:
         print(f"saved outputs to {args.save_outputs}")
