@@ -214,3 +214,26 @@ def test_profile_naming_unknown_input_fails():
     from native.errors import BuildError
     with pytest.raises(BuildError, match="not_an_input"):
         Builder().build_serialized_network(network, config)
+
+
+def test_external_data_and_unused_domains_are_handled(tmp_path):
+    """Weights stored beside the model (external data) load; an imported-but-unused domain is tolerated."""
+    model = mlp_model(dynamic=False)
+    model.opset_import.append(helper.make_opsetid("com.example.unused", 1))
+    from onnx import numpy_helper  # external data needs raw_data tensors
+    for i, init in enumerate(model.graph.initializer):
+        model.graph.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init), init.name))
+    path = tmp_path / "mlp.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="mlp.weights", size_threshold=0)
+    assert (tmp_path / "mlp.weights").exists()
+    x = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
+    ctx = Runtime().deserialize_engine(build_plan_from_onnx(str(path))).create_execution_context()
+    np.testing.assert_allclose(ctx.execute({"x": x})["y"], reference(onnx.load(str(path)), x), rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_dims_keep_their_names_and_profile_ranges_run():
+    network = NetworkDefinition()
+    assert OnnxParser(network).parse(mlp_model())
+    x = network.get_input(0)
+    assert x.shape == (-1, 8) and x.get_dimension_name(0) == "N"
