@@ -23,23 +23,10 @@ import numpy as np
 import onnx
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS = "/work/shared/corpus"
+sys.path.insert(0, REPO)
+from tests.corpus.corpus import corpus_dir, make_feeds  # noqa: E402  (the corpus feeds, one definition)
 
-
-def feeds_for(spec, seed=0):
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name, f in spec["feeds"].items():
-        shape, dtype = tuple(f["shape"]), np.dtype(f["dtype"])
-        if "value" in f:
-            feeds[name] = np.full(shape, f["value"], dtype=dtype)
-        elif dtype.kind in "iu":
-            lo, hi = f["range"]
-            feeds[name] = rng.integers(lo, hi + 1, size=shape).astype(dtype)
-        else:
-            lo, hi = f["range"]
-            feeds[name] = rng.uniform(lo, hi, size=shape).astype(dtype)
-    return feeds
+CORPUS = corpus_dir()
 
 
 def run_ort(path, feeds):
@@ -128,7 +115,7 @@ def main(argv=None):
         row["before_all"] = count(src, True)
         row["ours_all"] = count(ours, True) if os.path.exists(ours) else None
         row["poly_all"] = count(poly, True) if os.path.exists(poly) else None
-        feeds = feeds_for(m)
+        feeds = make_feeds(m)
         try:
             ref = run_ort(src, feeds)
             got = run_ort(ours, feeds)
