@@ -237,3 +237,27 @@ def test_dynamic_dims_keep_their_names_and_profile_ranges_run():
     assert OnnxParser(network).parse(mlp_model())
     x = network.get_input(0)
     assert x.shape == (-1, 8) and x.get_dimension_name(0) == "N"
+
+
+def test_weights_that_become_constant_by_folding_are_prepacked():
+    """A Conv whose weight arrives through an Identity (as timm exports it) still gets build-time packed weights."""
+    rng = np.random.default_rng(7)
+    w = numpy_helper_from(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Identity", ["w"], ["w_shared"], name="share"),
+                           helper.make_node("Conv", ["x", "w_shared"], ["y"], name="conv", pads=[1, 1, 1, 1])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    engine = Runtime().deserialize_engine(build_plan_from_onnx(model))
+    (conv,) = [n for n in engine.graph.nodes if n.kind == "Convolution"]
+    assert conv.inputs == ["x"] and not [n for n in engine.graph.nodes if n.kind == "Constant"]
+    assert "kernel" not in conv.weights and len(conv.weights) >= 1      # packed form, chosen by the tactic
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    import onnxruntime as ort
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(engine.create_execution_context().execute({"x": x})["y"], ref, rtol=1e-5, atol=1e-5)
+
+
+def numpy_helper_from(array, name):
+    from onnx import numpy_helper
+    return numpy_helper.from_array(array, name)

@@ -81,6 +81,8 @@ class Builder:
                 n = fold_shapes(graph, config, opt_feeds(graph, profile, feeds=timing_feeds), device, self.logger)
                 if n:
                     self.logger.verbose(f"shape folding: removed {n} layers")
+        if passes.absorb_constant_weights(graph, config):
+            passes.eliminate_dead_layers(graph, config)
         if not config.get_flag(BuilderFlag.DISABLE_FUSION):
             from backends.engine.builder.passes import fusion
             fusion.run_fusions(graph, config, self.logger)

@@ -66,3 +66,31 @@ def fold_constants(graph: Graph, config=None, device="cpu", max_bytes=MAX_FOLD_B
         for sub in node.subgraphs.values():
             folded += fold_constants(sub, config, device, max_bytes)
     return folded
+
+
+# layer kind -> the weight names its input slots 1.. take when those inputs are build-time constants
+_WEIGHT_SLOTS = {"Convolution": ("kernel", "bias"), "Deconvolution": ("kernel", "bias"), "MatrixMultiply": ("b",)}
+
+
+def absorb_constant_weights(graph: Graph, config=None) -> int:
+    """Move constant kernel/bias/right-operand inputs into `weights`, where tactics can pre-pack them at build time.
+
+    The parser does this for operands that are constants at import; operands that only became constants by
+    folding (weights behind an Identity or Transpose, as timm and many exporters emit) would otherwise reach the
+    kernel as inputs and be re-packed on every call. Integer convolutions keep their (zero-point) inputs."""
+    consts = {n.outputs[0]: n.weights["value"] for n in graph.nodes if n.kind == "Constant"}
+    count = 0
+    for node in graph.nodes:
+        slots = _WEIGHT_SLOTS.get(node.kind)
+        if slots is None or node.params.get("integer") or node.params.get("post_ops") \
+                or any(s in node.weights for s in slots) or len(node.inputs) > len(slots) + 1:
+            continue
+        extra = node.inputs[1:]
+        if not extra or any(name is not None and name not in consts for name in extra):
+            continue
+        for slot, name in zip(slots, extra):
+            if name is not None:
+                node.weights[slot] = consts[name]
+        node.inputs = node.inputs[:1]
+        count += 1
+    return count
