@@ -84,8 +84,9 @@ def interleaved(fns: dict, iterations, warmup, block=5) -> dict:
     return times
 
 
-def build_engine(path, feeds, fusion=True, nhwc=None):
-    """(context, build seconds, layer count) for an engine built at the feeds' shapes."""
+def build_engine(path, feeds, fusion=True, nhwc=None, tactic_sources=None):
+    """(context, build seconds, layer count) for an engine built at the feeds' shapes. tactic_sources: tactic names
+    to prefer wherever they apply (the config's restriction)."""
     from backends.engine import BuilderConfig, BuilderFlag, Runtime, parse_onnx
     from backends.engine.build import profile_from_shapes
     from backends.engine.builder import Builder
@@ -95,6 +96,8 @@ def build_engine(path, feeds, fusion=True, nhwc=None):
     if not fusion:
         cfg.set_flag(BuilderFlag.DISABLE_FUSION)
     cfg.prefer_nhwc = nhwc
+    if tactic_sources:
+        cfg.tactic_sources = set(tactic_sources)
     profile = profile_from_shapes(net, {k: v.shape for k, v in feeds.items()})
     if profile is not None:
         cfg.add_optimization_profile(profile)

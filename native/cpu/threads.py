@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from native.cpu import allocator
+
 _LOCK = threading.Lock()
 _STATE = {"pool": None, "blas": None}
 _LOCAL = threading.local()
@@ -70,7 +72,9 @@ def _pool():
 
 def init():
     """Start the pool (and turn BLAS threading off) now, so every kernel of an engine sees the same BLAS setting
-    whichever kernel happens to run first: engines call this when they are loaded."""
+    whichever kernel happens to run first, and keep freed buffers mapped (allocator.py): engines call this when
+    they are loaded."""
+    allocator.tune()
     if num_threads() > 1:
         _pool()
 

@@ -6,6 +6,7 @@ import pytest
 from onnx import helper
 
 from tests.backends.fusion_helpers import RNG, build, const, fused_names, kinds, model, run
+from native.cpu.kernels.conv import conv_bias
 
 X4 = ("x", [1, 4, 8, 8])
 
@@ -47,7 +48,7 @@ def test_conv_bias_add_activation_and_residual():
     conv = [n for n in fused.nodes if n.kind == "Convolution"][0]
     assert conv.fused_name == "conv1 + addb + res + act"
     # the constant per-channel add folds into the conv bias; residual and activation become post-ops
-    np.testing.assert_allclose(conv.weights["bias"], bias.reshape(-1))
+    np.testing.assert_allclose(conv_bias(conv.weights), bias.reshape(-1))
     assert [s["op"] for s in conv.params["post_ops"]] == ["add", "activation"]
 
 

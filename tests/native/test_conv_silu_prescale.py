@@ -22,7 +22,9 @@ def _ref(x, w, b, add=None):
 @pytest.mark.parametrize("k,tactic", [(3, C.Im2colGemm), (1, C.PointwiseGemm)])
 @pytest.mark.parametrize("add", [None, "full", "broadcast"])
 @pytest.mark.parametrize("hw,m", [(5, 40), (48, 40), (12, 400)])  # single thread, row bands, channel bands
-def test_conv_silu_prescaled(k, tactic, add, hw, m):
+def test_conv_silu_prescaled(k, tactic, add, hw, m, monkeypatch):
+    if hw > 5:  # split even small layers over the pool, so row and channel bands are both exercised
+        monkeypatch.setattr(C, "PARALLEL_MIN_MACS", 0)
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 24, hw, hw), dtype=np.float32)
     w = (rng.standard_normal((m, 24, k, k)) * 0.2).astype(np.float32)
@@ -39,8 +41,10 @@ def test_conv_silu_prescaled(k, tactic, add, hw, m):
     op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
     t = tactic()
     op.weights = t.prepare(op)
-    assert "kernel_gemm_scale" in op.weights
-    np.testing.assert_allclose(op.weights["kernel_gemm"] * 2, w.reshape(1, m, -1))
+    assert "kernel_gemm_scale" in op.weights and "bias" not in op.weights
+    # the bias rides in the GEMM as a last column, halved with the weights
+    np.testing.assert_allclose(op.weights["kernel_gemm_biased"] * 2,
+                               np.concatenate([w.reshape(1, m, -1), b.reshape(1, m, 1)], axis=2))
     y = t.run(op, inputs)[0]
     np.testing.assert_allclose(y, _ref(x, w, b, r), rtol=1e-4, atol=1e-4)
     # the unpacked-weights path (builder's first run) agrees

@@ -68,6 +68,8 @@ def test_conv_small_inline_and_threaded_agree(monkeypatch, c, m, h, k, stride):
               "groups": 1, "num_output_maps": m, "post_ops": [{"op": "activation", "type": "SILU"}]}
     for limit in (0, 1 << 40):
         monkeypatch.setattr(conv_mod, "PARALLEL_MIN_MACS", limit)
+        monkeypatch.setattr(conv_mod, "PARALLEL_MIN_DW_MACS", limit)
+        monkeypatch.setattr(conv_mod, "PARALLEL_EPILOGUE_MIN", limit)
         for t in tactics_for("Convolution", "cpu"):
             op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
             if not t.supports(op, [list(x.shape)]):
@@ -110,3 +112,39 @@ def test_time_candidates_interleaves_and_skips_failures():
     got = time_candidates(node, [T(1, 0.004), T(2, 0.0), T(3, 0.0, fail=True)], [np.zeros(2)], 3)
     assert set(got) == {1, 2} and got[2] < got[1] and got[1] >= 3.5
     assert calls == [1, 2] + [1, 2] * 3  # warm-ups, then round-robin
+
+
+def test_pick_fastest_breaks_near_ties_by_registration_order():
+    from types import SimpleNamespace
+    from backends.engine.builder.tactic_selection import TIE_MARGIN, pick_fastest
+    a, b, c = (SimpleNamespace(id=i) for i in (1, 2, 3))
+    # b is fastest, but a (registered first) is within the margin: a wins, every build
+    assert pick_fastest([a, b, c], {1: 1.0 + TIE_MARGIN / 2, 2: 1.0, 3: 2.0}) is a
+    # a clear winner still wins
+    assert pick_fastest([a, b, c], {1: 1.5, 2: 1.0, 3: 2.0}) is b
+    assert pick_fastest([], {}) is None
+
+
+def test_malloc_tuning_keeps_conv_buffers_mapped():
+    """After engines start (threads.init), a warm convolution must not page-fault its buffers in again on every
+    call (glibc returned them to the OS before allocator.tune: ~470 faults per 56x56x64 layer)."""
+    import resource
+    import sys
+    from native.cpu import allocator
+    threads.init()
+    if not sys.platform.startswith("linux") or not allocator.tune():
+        pytest.skip("glibc malloc tuning not available here")
+    x = RNG.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    w = RNG.standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.1
+    params = {"kernel_shape": [3, 3], "pre_padding": [1, 1], "post_padding": [1, 1], "groups": 1,
+              "num_output_maps": 64, "post_ops": []}
+    t = [t for t in tactics_for("Convolution", "cpu") if t.name == "im2col-gemm"][0]
+    op = Op("Convolution", "c", params, {"kernel": w, "bias": np.zeros(64, np.float32)})
+    op.weights = t.prepare(op)
+    for _ in range(3):
+        t.run(op, [x])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        t.run(op, [x])
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
+    assert faults < 50, f"{faults} page faults per call"

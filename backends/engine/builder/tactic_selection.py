@@ -55,6 +55,20 @@ def time_candidates(node, candidates, inputs, iterations) -> dict:
     return {k: v * 1e3 for k, v in best.items()}
 
 
+# candidates timed within this fraction of the fastest count as tied; the earliest registered of them wins
+TIE_MARGIN = 0.03
+
+
+def pick_fastest(ranked, timings):
+    """The fastest of `ranked` (in registration order), breaking near-ties by that order: on a shared machine two
+    tactics a few percent apart swap places from build to build, and engines that differ only by such a coin
+    toss make every A/B comparison (fusion on/off, FP32 vs FP16, before/after a change) noisier."""
+    if not ranked:
+        return None
+    best = min(timings[t.id] for t in ranked)
+    return next(t for t in ranked if timings[t.id] <= best * (1 + TIE_MARGIN))
+
+
 def algorithm_context(node, inputs):
     return {"name": node.name, "kind": node.kind, "source_nodes": list(node.source_nodes),
             "input_shapes": [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs]}
@@ -103,8 +117,7 @@ def select_tactics(graph, env, config, device="cpu"):
                 timings = time_candidates(node, candidates, inputs, config.avg_timing_iterations)
                 if use_cache and timings:
                     cache.put(key, {str(k): v for k, v in timings.items()})
-            ranked = [t for t in candidates if t.id in timings]
-            chosen = min(ranked, key=lambda t: timings[t.id]) if ranked else candidates[0]
+            chosen = pick_fastest([t for t in candidates if t.id in timings], timings) or candidates[0]
         else:
             chosen = candidates[0]
         node.tactic_id, node.tactic_name = chosen.id, chosen.name

@@ -30,9 +30,11 @@ from native.tactics import Tactic, register_tactic
 _as_strided = np.lib.stride_tricks.as_strided
 _DW_BYTES = 1 << 18  # depthwise accumulator block (cache)
 _COLS_BYTES = 1 << 20  # patch-matrix bytes per GEMM call: still in cache when the GEMM reads it
-# below this many multiply-adds a layer runs on the calling thread: handing a band to a pool thread costs
-# ~25-70 us (wake-up + GIL hand-over), more than the split saves on a small GEMM
-PARALLEL_MIN_MACS = 1 << 22
+# below this many multiply-adds a layer runs on the calling thread: a parallel_for costs ~0.1 ms on a 2-vCPU VM
+# (waking the pool thread, handing the GIL over, waking the caller again), more than the split saves below
+# ~16M MACs of GEMM (~0.35 ms on one core)
+PARALLEL_MIN_MACS = 1 << 24
+PARALLEL_MIN_DW_MACS = 1 << 18  # depthwise: numpy multiply-adds run ~1 ns per MAC, so the bar is far lower
 
 
 # geometry ----------------------------------------------------------------------------------------------------
@@ -121,12 +123,24 @@ def flat_taps(xp, ks, strides, dil, out):
 
 def _kernel_and_bias(op, inputs):
     w = op.weights.get("kernel")
-    if w is None and "kernel_gemm" not in op.weights and "kernel_taps" not in op.weights and len(inputs) > 1:
+    packed = ("kernel_gemm" in op.weights or "kernel_gemm_biased" in op.weights or "kernel_taps" in op.weights
+              or "kernel_tap_gemm" in op.weights)
+    if w is None and not packed and len(inputs) > 1:
         w = inputs[1]
-    b = op.weights.get("bias")
+    b = conv_bias(op.weights)
     if b is None and len(inputs) > 2:
         b = inputs[2]
     return w, b
+
+
+def conv_bias(weights):
+    """A convolution's bias weight, also when prepare moved it into the GEMM matrix's last column (see
+    `_pack_gemm`); None when it has none."""
+    if "kernel_gemm_biased" not in weights:
+        return weights.get("bias")
+    col = weights["kernel_gemm_biased"][0, :, -1]
+    scale = weights.get("kernel_gemm_scale")
+    return col if scale is None else col / scale.reshape(())
 
 
 def _kernel_spatial(op, w):
@@ -169,14 +183,25 @@ def _silu_first(op):
 
 
 def _gemm_scale(op):
-    """The pre-scale of op.weights["kernel_gemm"] (see `_pack_gemm`), or None."""
-    return op.weights.get("kernel_gemm_scale") if "kernel_gemm" in op.weights else None
+    """The pre-scale of the packed GEMM weights (see `_pack_gemm`), or None."""
+    packed = "kernel_gemm" in op.weights or "kernel_gemm_biased" in op.weights
+    return op.weights.get("kernel_gemm_scale") if packed else None
+
+
+def _bias_in_gemm(op):
+    """The packed GEMM weights carry the bias as a last column (see `_pack_gemm`)."""
+    return "kernel_gemm_biased" in op.weights
 
 
 def _gemm_weights(op, w, groups, dtype, raw=False):
     """The packed [g, M/g, C/g*prod(k)] GEMM matrix: from `prepare` when there, else a reshape of w. `raw`: as
-    packed, possibly pre-scaled by op.weights["kernel_gemm_scale"] (only conv2d_gemm handles that)."""
+    packed, possibly pre-scaled by op.weights["kernel_gemm_scale"] and with the bias column of
+    "kernel_gemm_biased" (only conv2d_gemm handles those)."""
     packed = op.weights.get("kernel_gemm")
+    if packed is None and "kernel_gemm_biased" in op.weights:
+        packed = op.weights["kernel_gemm_biased"]
+        if not raw:
+            packed = packed[..., :-1]
     if packed is not None:
         scale = _gemm_scale(op)
         if scale is not None and not raw:
@@ -187,18 +212,27 @@ def _gemm_weights(op, w, groups, dtype, raw=False):
 
 
 def _pack_gemm(op):
-    """Replace 'kernel' by its contiguous GEMM form 'kernel_gemm' (same bytes, no extra storage)."""
+    """Replace 'kernel' by its contiguous GEMM form: 'kernel_gemm' [g, M/g, C/g*k], or, for an ungrouped float
+    convolution with a bias weight, 'kernel_gemm_biased' [1, M, C*k + 1] whose last column is the bias: the patch
+    matrix then gets a row of ones and the GEMM adds the bias itself (one pass over the output less)."""
     w = op.weights.get("kernel")
     if w is None or op.params.get("integer"):
         return op.weights
     weights = {k: v for k, v in op.weights.items() if k != "kernel"}
-    weights["kernel_gemm"] = np.ascontiguousarray(_gemm_weights(op, w, op.params.get("groups", 1) or 1,
-                                                                np.float32 if w.dtype.kind != "f" else w.dtype))
-    if _silu_first(op) and weights["kernel_gemm"].dtype.itemsize >= 4:
+    groups = op.params.get("groups", 1) or 1
+    packed = np.ascontiguousarray(_gemm_weights(op, w, groups, np.float32 if w.dtype.kind != "f" else w.dtype))
+    key = "kernel_gemm"
+    bias = weights.get("bias")
+    if bias is not None and groups == 1 and packed.dtype.kind == "f" and np.size(bias) == packed.shape[1]:
+        packed = np.concatenate([packed, np.asarray(bias, packed.dtype).reshape(1, -1, 1)], axis=2)
+        del weights["bias"]
+        key = "kernel_gemm_biased"
+    if _silu_first(op) and packed.dtype.itemsize >= 4:
         # silu(z) = h + h*tanh(h) with h = z/2: a GEMM with weights (and bias) halved -- exact, a power of two --
         # yields h directly, so the epilogue saves the z/2 pass and the SiLU is 3 passes over the band
-        weights["kernel_gemm"] = weights["kernel_gemm"] * 0.5
-        weights["kernel_gemm_scale"] = np.full(1, 0.5, weights["kernel_gemm"].dtype)
+        packed = packed * 0.5
+        weights["kernel_gemm_scale"] = np.full(1, 0.5, packed.dtype)
+    weights[key] = packed
     return weights
 
 
@@ -265,6 +299,19 @@ def _region_epilogue(y, sel, op, inputs, bias, yr=None, half=False):
         np.copyto(dst, yr)
 
 
+# an epilogue over at least this many elements is split over the pool (a hand-off costs ~0.1 ms on a VM)
+PARALLEL_EPILOGUE_MIN = 1 << 20
+
+
+def _whole_epilogue(y, op, inputs, bias, half, threads):
+    """`_region_epilogue` over all of y: inline, or in channel chunks over the pool when y is large."""
+    if threads > 1 and y.size >= PARALLEL_EPILOGUE_MIN:
+        parallel_for(lambda rng: _region_epilogue(y, (slice(None), slice(*rng)), op, inputs, bias, None, half),
+                     split(y.shape[1], threads))
+    else:
+        _region_epilogue(y, (slice(None), slice(None)), op, inputs, bias, None, half)
+
+
 def _regionable(op, inputs, y_shape):
     for step in op.params.get("post_ops") or ():
         if step["op"] == "add":
@@ -276,26 +323,33 @@ def _regionable(op, inputs, y_shape):
     return True
 
 
-def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwise=False, scale=None):
+def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwise=False, scale=None, bias_col=False):
     """2-D convolution as im2col + GEMM, split over the thread pool into bands of output rows (or of output
     channels when the output map is small): each band copies its patches with one strided copy, runs one
     single-threaded GEMM per group straight into the output and applies bias/post-ops in place.
     x: [N, C, H, W] float; wm: [g, Mg, Cg*kh*kw] (C-major, taps minor); b: [M] or None; scale: wm's pre-scale
-    (0.5 when the first post-op is SiLU, see `_pack_gemm`) or None."""
+    (0.5 when the first post-op is SiLU, see `_pack_gemm`) or None; bias_col: wm's last column is the bias (scaled
+    like wm), which the GEMM adds through a row of ones under the patch matrix."""
     n, c = x.shape[:2]
-    g, mg, kdim = wm.shape
-    m = g * mg
     kh, kw = ks
     (sh, sw), (dh, dw), (ho, wo) = strides, dil, out
-    dtype = wm.dtype
     direct = pointwise and sh == sw == 1 and not any(pre) and not any(post)
+    col_bias = None
+    if bias_col and direct:  # no patch matrix to extend: the column goes back to the epilogue
+        col_bias, wm, bias_col = wm[0, :, -1], wm[..., :-1], False
+    g, mg, kdim = wm.shape
+    kdim -= int(bias_col)
+    m = g * mg
+    dtype = wm.dtype
     bias = None if b is None else np.asarray(b, dtype).reshape(-1)
     y = np.empty((n, m, ho, wo), dtype)
     region = _regionable(op, inputs, y.shape)
     half = scale is not None
+    if half and bias is not None:
+        bias = bias * scale.reshape(())
+    if col_bias is not None:
+        bias = col_bias  # already scaled with wm
     if half:
-        if bias is not None:
-            bias = bias * scale.reshape(())
         if not region:  # rare (broadcast residual): undo the scaling and run the plain epilogue
             wm = wm / scale.reshape(())
             bias, half = (None if bias is None else bias / scale.reshape(())), False
@@ -323,7 +377,11 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
         rows = r1 - r0
         if direct:
             return _view_as(xp[ni, :, r0:r1], (g, cg, rows * wo))
-        cols = np.empty((c, kh, kw, rows, wo), dtype)
+        size = c * kh * kw * rows * wo
+        buf = np.empty(size + rows * wo if bias_col else size, dtype)
+        if bias_col:
+            buf[size:] = 1  # the ones row that multiplies wm's bias column
+        cols = buf[:size].reshape(c, kh, kw, rows, wo)
         if phases is not None:
             for i, j in itertools.product(range(kh), range(kw)):
                 a0, b0 = r0 + (i * dh) // sh, (j * dw) // sw
@@ -332,7 +390,7 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
             xs = xp[ni, :, r0 * sh:]
             np.copyto(cols, _as_strided(xs, (c, kh, kw, rows, wo),
                                         (st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw)))
-        return cols.reshape(g, cg * kh * kw, rows * wo)
+        return buf.reshape(g, -1, rows * wo)
 
     if by_rows:
         per = max(1, -(-threads // n))
@@ -345,18 +403,13 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
             for s0 in range(r0, r1, step):
                 s1 = min(r1, s0 + step)
                 cm = cols_for(ni, s0, s1)
-                if region and has_epilogue and s1 - s0 < ho:
-                    # GEMM into a contiguous band, epilogue there, its last step stores into the output
-                    tmp = np.empty((g, mg, (s1 - s0) * wo), dtype)
-                    np.matmul(wm, cm, out=tmp)
-                    tb = _view_as(tmp, (1, m, s1 - s0, wo))
-                    # the epilogue's last step writes the band into the output (no extra copy pass)
-                    _region_epilogue(y, (slice(ni, ni + 1), slice(None), slice(s0, s1)), op, inputs, bias, tb, half)
-                    continue
                 np.matmul(wm, cm, out=_view_as(y[ni, :, s0:s1], (g, mg, (s1 - s0) * wo)))
-                if region:
-                    _region_epilogue(y, (slice(ni, ni + 1), slice(None), slice(s0, s1)), op, inputs, bias, None, half)
         parallel_for(band, tasks)
+        if region and has_epilogue:
+            # once over the whole output, in place, after every GEMM: measured cheaper than per-band epilogues
+            # between the GEMMs (they slow the next band's patch copy and GEMM more than they save) and than
+            # separate layers (no new buffers, no dispatch)
+            _whole_epilogue(y, op, inputs, bias, half, threads)
     else:
         for ni in range(n):
             cm = cols_for(ni, 0, ho)[0]
@@ -408,7 +461,8 @@ def depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs):
                     acc += tm
             if region:
                 _region_epilogue(y, (slice(ni, ni + 1), slice(c0, c1), slice(r0, r1)), op, inputs, bias)
-    parallel_for(task, [(ni, c0, c1) for ni in range(n) for c0, c1 in split(c, max(1, -(-num_threads() // n)))])
+    parts = max(1, -(-num_threads() // n)) if c * ho * wo * kh * kw * n >= PARALLEL_MIN_DW_MACS else 1
+    parallel_for(task, [(ni, c0, c1) for ni in range(n) for c0, c1 in split(c, parts)])
     if not region:
         if bias is not None:
             y += bias.reshape(1, -1, 1, 1)
@@ -442,8 +496,9 @@ class Im2colGemm(Tactic):
         x = x.astype(dtype, copy=False)
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
         if _fast_ok(op, x, ks, pre, post):
-            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype, raw=True), b, ks, strides, dil, pre, post, out,
-                               inputs, scale=_gemm_scale(op))
+            biased = _bias_in_gemm(op)
+            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype, raw=True), None if biased else b, ks, strides,
+                               dil, pre, post, out, inputs, scale=_gemm_scale(op), bias_col=biased)
         xp = pad_input(x, pre, post)
         n, c = x.shape[:2]
         ntaps = int(np.prod(ks))
@@ -485,8 +540,10 @@ class PointwiseGemm(Tactic):
         strides = op.params.get("strides") or [1] * (x.ndim - 2)
         if x.ndim == 4 and x.dtype.itemsize >= 4:
             out = [(x.shape[2] - 1) // strides[0] + 1, (x.shape[3] - 1) // strides[1] + 1]
-            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype, raw=True), b, [1, 1], list(strides), [1, 1],
-                               [0, 0], [0, 0], out, inputs, pointwise=True, scale=_gemm_scale(op))
+            biased = _bias_in_gemm(op)
+            return conv2d_gemm(op, x, _gemm_weights(op, w, g, dtype, raw=True), None if biased else b, [1, 1],
+                               list(strides), [1, 1], [0, 0], [0, 0], out, inputs, pointwise=True,
+                               scale=_gemm_scale(op), bias_col=biased)
         if any(s != 1 for s in strides):
             x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
         out = x.shape[2:]

@@ -167,7 +167,7 @@ def activation_layer(op, inputs):
         hi = inputs[2] if len(inputs) > 2 and inputs[2] is not None else p.get("beta")
         lo = _bound(lo, x.dtype, True)
         hi = _bound(hi, x.dtype, False)
-        return [np.minimum(np.maximum(x, lo), hi)]
+        return [np.clip(x, lo, hi)]  # == min(max(x, lo), hi), also when lo > hi
     return [_arr(activation(x, kind, p.get("alpha", 0.0), p.get("beta", 0.0)))]
 
 

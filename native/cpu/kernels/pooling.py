@@ -11,6 +11,9 @@ import numpy as np
 
 from native.cpu.kernels.conv import flat_taps, pad_input, resolve_pads, tap_slices
 from native.cpu.threads import num_threads, parallel_for, split
+
+# below this many elements touched a pool hand-off (~0.1 ms on a VM) costs more than the split saves
+PARALLEL_MIN_ELEMENTS = 1 << 19
 from native.tactics import simple_tactic
 
 
@@ -120,7 +123,8 @@ def _max_pool_2d(x, ks, strides, dil, pre, post, out):
         np.maximum(rows(0), rows(1), out=dst)
         for i in range(2, kh):
             np.maximum(dst, rows(i), out=dst)
-    parallel_for(chunk, split(n * c, num_threads()))
+    work = n * c * hp * wo * kw + y.size * kh  # elements the two max passes touch
+    parallel_for(chunk, split(n * c, num_threads() if work >= PARALLEL_MIN_ELEMENTS else 1))
     return y.reshape(n, c, ho, wo)
 
 

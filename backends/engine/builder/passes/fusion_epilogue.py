@@ -120,6 +120,7 @@ def fold_conv_scale(graph, config, logger) -> int:
             if where == "weights":
                 conv.weights = dict(conv.weights, kernel=k2, bias=b2)
                 conv.weights.pop("kernel_gemm", None)
+                conv.weights.pop("kernel_gemm_biased", None)
             else:
                 kn = view.new_constant(f"{conv.name}/folded_kernel", k2, conv, conv.source_nodes)
                 bn_ = view.new_constant(f"{conv.name}/folded_bias", b2, conv, conv.source_nodes)
