@@ -7,7 +7,10 @@
 Contenders (ours, ours with fusion off, ONNX Runtime) are timed in interleaved rounds so that a noisy shared machine
 skews them alike. Reports latency min / median / mean / p90 / p99 (ms), throughput (qps), build time, and with --compare-onnxrt the
 ONNX Runtime (CPU provider) median and the ratio ours / ORT. --all-corpus also builds with fusion off and prints
-the fusion-on / fusion-off latency ratio. Feeds are random (seeded) from --shapes, the corpus list, or the model.
+the fusion-on / fusion-off latency ratio: the ratio of the interleaved medians, and then (ONNX Runtime idle) the
+median of call-by-call ratios from 2x--iterations alternating ABBA pairs with a bootstrap 95% interval, so a
+few-percent difference can be told from this shared machine's noise. Feeds are random (seeded) from --shapes, the corpus
+list, or the model.
 """
 from __future__ import annotations
 
@@ -84,9 +87,60 @@ def interleaved(fns: dict, iterations, warmup, block=5) -> dict:
     return times
 
 
-def build_engine(path, feeds, fusion=True, nhwc=None, tactic_sources=None):
+def alternate(fa, fb, pairs, warmup=2):
+    """Time a and b call by call in ABBA order (so neither always runs first): ([a seconds], [b seconds]), the i-th
+    of each taken back to back. For two engines of ours; ONNX Runtime's still-spinning threads (see `interleaved`)
+    would tax whichever ran right after it."""
+    for _ in range(warmup):
+        fa()
+        fb()
+    ta, tb = [], []
+    for i in range(pairs):
+        for fn, out in ((fa, ta), (fb, tb)) if i % 2 == 0 else ((fb, tb), (fa, ta)):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return ta, tb
+
+
+def paired_ratio(a_times, b_times, block=1, seed=0) -> dict:
+    """a/b compared round by round (a round: `block` calls of each, taken close together in time), so the ratio
+    cancels the machine's drift. Returns the median of the per-round ratios, a bootstrap 95% interval over rounds,
+    and how many rounds a was faster in."""
+    rounds = min(len(a_times), len(b_times)) // block
+    if rounds == 0:
+        return {}
+    r = np.array([np.median(a_times[i * block:(i + 1) * block]) / np.median(b_times[i * block:(i + 1) * block])
+                  for i in range(rounds)])
+    rng = np.random.default_rng(seed)
+    boot = np.median(r[rng.integers(0, rounds, (2000, rounds))], axis=1)
+    return {"median": float(np.median(r)), "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+            "a_faster_rounds": int(np.sum(r < 1)), "rounds": rounds}
+
+
+def tactics_by_source(ctx) -> dict:
+    """{first ONNX node of each layer: tactic name} of a built engine's context."""
+    return {(node.source_nodes or [node.name])[0]: tactic.name for node, tactic, *_ in ctx.engine.executor.steps}
+
+
+def _same_tactics_selector(picks: dict):
+    """An algorithm selector that gives each layer the tactic `picks` names for its first ONNX node (when that
+    tactic is among its choices): the fusion-off engine then runs the fused engine's convolution tactics, so the
+    on/off ratio measures fusion and not two builds' timing luck."""
+    from backends.engine.builder.config import AlgorithmSelector
+
+    class SameTactics(AlgorithmSelector):
+        def select_algorithms(self, context, choices):
+            want = picks.get((context.get("source_nodes") or [context["name"]])[0])
+            hit = [i for i, c in enumerate(choices) if c["tactic_name"] == want]
+            return hit or list(range(len(choices)))
+    return SameTactics()
+
+
+def build_engine(path, feeds, fusion=True, nhwc=None, tactic_sources=None, same_tactics_as=None):
     """(context, build seconds, layer count) for an engine built at the feeds' shapes. tactic_sources: tactic names
-    to prefer wherever they apply (the config's restriction)."""
+    to prefer wherever they apply (the config's restriction); same_tactics_as: {ONNX node: tactic name} to reuse
+    (see `_same_tactics_selector`)."""
     from backends.engine import BuilderConfig, BuilderFlag, Runtime, parse_onnx
     from backends.engine.build import profile_from_shapes
     from backends.engine.builder import Builder
@@ -98,6 +152,8 @@ def build_engine(path, feeds, fusion=True, nhwc=None, tactic_sources=None):
     cfg.prefer_nhwc = nhwc
     if tactic_sources:
         cfg.tactic_sources = set(tactic_sources)
+    if same_tactics_as:
+        cfg.algorithm_selector = _same_tactics_selector(same_tactics_as)
     profile = profile_from_shapes(net, {k: v.shape for k, v in feeds.items()})
     if profile is not None:
         cfg.add_optimization_profile(profile)
@@ -121,17 +177,21 @@ def bench_all(path, feeds, iterations, warmup, with_ort=True, with_off=True, fus
     fns = {"ours": lambda: ctx.execute(dict(feeds))}
     res = {"ours": {"build_s": build_s, "layers": layers, "outputs": ctx.execute(dict(feeds))}}
     if with_off:
-        ctx_off, _, layers_off = build_engine(path, feeds, fusion=False)
+        ctx_off, _, layers_off = build_engine(path, feeds, fusion=False, same_tactics_as=tactics_by_source(ctx))
         fns["off"] = lambda: ctx_off.execute(dict(feeds))
         res["off"] = {"layers": layers_off}
     if with_ort:
         sess, f = ort_session(path, feeds)
         fns["ort"] = lambda: sess.run(None, f)
         res["ort"] = {"outputs": dict(zip([o.name for o in sess.get_outputs()], sess.run(None, f)))}
-    for k, times in interleaved(fns, iterations, warmup).items():
-        res[k]["latency_ms"] = stats(times)
+    times = interleaved(fns, iterations, warmup)
+    for k, t in times.items():
+        res[k]["latency_ms"] = stats(t)
         if k == "ours":
-            res[k]["throughput_qps"] = len(times) / sum(times)
+            res[k]["throughput_qps"] = len(t) / sum(t)
+    if with_off:  # then fusion on vs off alone, call by call, for a ratio that resolves a few percent
+        on_t, off_t = alternate(fns["ours"], fns["off"], max(2 * iterations, 60))
+        res["off"]["paired_on_off"] = paired_ratio(on_t, off_t)
     return res
 
 
@@ -149,6 +209,10 @@ def report(name, ours, ort=None, off=None):
     if off is not None:
         line += f" | fusion off median {off['latency_ms']['median']:.2f} ms ({off['layers']} layers), " \
                 f"on/off {lat['median'] / off['latency_ms']['median']:.2f}"
+        p = off.get("paired_on_off")
+        if p:
+            line += (f" (paired {p['median']:.3f}, 95% CI {p['ci95'][0]:.3f}-{p['ci95'][1]:.3f}, "
+                     f"on faster in {p['a_faster_rounds']}/{p['rounds']} pairs)")
     print(line, flush=True)
 
 
@@ -171,12 +235,17 @@ def main(argv=None):
     ap.add_argument("--compare-onnxrt", action="store_true")
     ap.add_argument("--all-corpus", action="store_true")
     ap.add_argument("--models-dir", default="/tmp/dk_models", help="where get_public_models.sh put shipped models")
+    ap.add_argument("--models", default="", help="with --all-corpus: only these (comma-separated names)")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args(argv)
     results = {}
     if a.all_corpus:
         entries = {m["name"]: m for m in json.load(open(f"{CORPUS}/public_models.json"))["models"]}
-        for name in ALL_CORPUS:
+        only = [m for m in a.models.split(",") if m]
+        unknown = [m for m in only if m not in ALL_CORPUS]
+        if unknown:
+            ap.error(f"unknown --models {unknown}; choose from {ALL_CORPUS}")
+        for name in only or ALL_CORPUS:
             e = entries[name]
             path = os.path.join(CORPUS if e["source"] == "exported" else a.models_dir, e["path"])
             if not os.path.exists(path):
@@ -191,7 +260,7 @@ def main(argv=None):
                 continue
             report(name, ours, ort, off)
             results[name] = {"ours": ours["latency_ms"], "ort": ort["latency_ms"], "fusion_off": off["latency_ms"],
-                             "build_s": ours["build_s"]}
+                             "paired_on_off": off.get("paired_on_off"), "build_s": ours["build_s"]}
     else:
         if not a.model:
             ap.error("give MODEL or --all-corpus")

@@ -186,3 +186,36 @@ def test_conv_silu_becomes_conv_epilogue():
     fused, _ = _compare(m, {"x": RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)})
     assert fused_names(fused) == ["conv + sig + mul"]
     assert fused.nodes[-1].params["post_ops"][-1]["type"] == "SILU"
+
+
+def _act_pool_model(act, extra_reader=False):
+    nodes = [helper.make_node(act, ["x"], ["a"], name="act"),
+             helper.make_node("MaxPool", ["a"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1])]
+    outputs = ["p"]
+    if extra_reader:
+        nodes.append(helper.make_node("Neg", ["a"], ["n"], name="neg"))
+        outputs.append("n")
+    return model(nodes, [("x", [1, 3, 9, 9])], outputs)
+
+
+def test_relu_moves_past_max_pool_as_its_epilogue():
+    """max_pool(relu(x)) == relu(max_pool(x)): the ReLU runs on the pooled map, inside the Pooling layer."""
+    m = _act_pool_model("Relu")
+    x = RNG.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    fused, plain = build(m), build(m, fusion=False)
+    assert kinds(fused) == ["Pooling"] and fused_names(fused) == ["pool + act"]
+    assert [s["type"] for s in fused.nodes[0].params["post_ops"]] == ["RELU"]
+    np.testing.assert_array_equal(run(fused, {"x": x})[0], run(plain, {"x": x})[0])  # bit-identical
+
+
+@pytest.mark.parametrize("act,extra", [("Sigmoid", False), ("Relu", True)])
+def test_activation_stays_before_max_pool(act, extra):
+    """Smooth activations (rounding may break monotonicity) and activations whose output is read elsewhere stay."""
+    m = _act_pool_model(act, extra_reader=extra)
+    x = RNG.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    fused = build(m)
+    assert "Activation" in kinds(fused) and not any(n.params.get("post_ops") for n in fused.nodes
+                                                      if n.kind == "Pooling")
+    for a, b in zip(run(fused, {"x": x}), run(build(m, fusion=False), {"x": x})):
+        np.testing.assert_allclose(a, b, rtol=1e-6)

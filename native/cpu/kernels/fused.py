@@ -228,7 +228,13 @@ class ConvNhwcGemm(Tactic):
 
 @simple_tactic("PoolingNHWC")
 def pooling_nhwc(op, inputs):
-    """MAX / AVERAGE pooling over axes 1, 2 of an NHWC tensor (global, or a 2-D window without ceil mode)."""
+    """MAX / AVERAGE pooling over axes 1, 2 of an NHWC tensor (global, or a 2-D window without ceil mode), then
+    the post-ops (an activation moved past the max pool, see fusion_pool.py)."""
+    y = _pool_nhwc(op, inputs)
+    return [apply_post_ops(y[0], op, inputs)] if op.params.get("post_ops") else y
+
+
+def _pool_nhwc(op, inputs):
     x = inputs[0]
     p = op.params
     kind = p["type"]

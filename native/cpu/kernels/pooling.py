@@ -10,6 +10,7 @@ import itertools
 import numpy as np
 
 from native.cpu.kernels.conv import flat_taps, pad_input, resolve_pads, tap_slices
+from native.cpu.kernels.fused import apply_post_ops
 from native.cpu.threads import num_threads, parallel_for, split
 
 # below this many elements touched a pool hand-off (~0.1 ms on a VM) costs more than the split saves
@@ -214,7 +215,15 @@ def _max_roi_pool(x, rois, params):
 
 @simple_tactic("Pooling", name="strided-taps")
 def pooling(op, inputs):
-    """Max / average / Lp pooling over strided tap views; global pooling as a reduction."""
+    """Max / average / Lp pooling over strided tap views; global pooling as a reduction. An activation the builder
+    moved past a max pool (fusion_pool.py) runs as the post-op, in place on the pooled map."""
+    outs = _pool(op, inputs)
+    if op.params.get("post_ops"):
+        outs[0] = apply_post_ops(outs[0], op, inputs)
+    return outs
+
+
+def _pool(op, inputs):
     x = np.asarray(inputs[0])
     p = op.params
     kind = p.get("type", "MAX")

@@ -11,12 +11,14 @@ from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.fusion_epilogue import fold_conv_scale, fuse_epilogues
 from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
                                                           fuse_softmax, merge_parallel_gemms)
+from backends.engine.builder.passes.fusion_pool import move_activation_past_maxpool
 from backends.engine.builder.passes.fusion_pointwise import (eliminate_identities, fuse_pointwise, merge_reshape_transpose,
                                                            merge_shuffles, sink_gemm_reshapes)
 
 PASSES = [
     ("identity elimination", eliminate_identities),
     ("shuffle merging", merge_shuffles),
+    ("activation past max pool", move_activation_past_maxpool),
     ("GELU patterns", fuse_gelu),
     ("SiLU patterns", fuse_silu),
     ("LayerNorm patterns", fuse_layernorm),
