@@ -219,3 +219,77 @@ def test_activation_stays_before_max_pool(act, extra):
                                                       if n.kind == "Pooling")
     for a, b in zip(run(fused, {"x": x}), run(build(m, fusion=False), {"x": x})):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def _shortcut_block(stride):
+    """x -> conv_a(3x3) -> relu -> conv_b(3x3, stride) ; x -> short(1x1, stride) ; relu(conv_b + short)."""
+    wa = RNG.standard_normal((6, 4, 3, 3)).astype(np.float32) * 0.3
+    wb = RNG.standard_normal((8, 6, 3, 3)).astype(np.float32) * 0.3
+    ws = RNG.standard_normal((8, 4, 1, 1)).astype(np.float32) * 0.3
+    bb, bs = (RNG.standard_normal(8).astype(np.float32) for _ in range(2))
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ra"], name="relu_a"),
+             helper.make_node("Conv", ["ra", "wb", "bb"], ["b"], name="conv_b", pads=[1, 1, 1, 1],
+                              strides=[stride, stride]),
+             helper.make_node("Conv", ["x", "ws", "bs"], ["s"], name="short", strides=[stride, stride]),
+             helper.make_node("Add", ["b", "s"], ["r"], name="res"),
+             helper.make_node("Relu", ["r"], ["y"], name="relu_out")]
+    return model(nodes, [("x", [2, 4, 10, 10])], ["y"], [const("wa", wa), const("wb", wb), const("ws", ws),
+                                                        const("bb", bb), const("bs", bs)])
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_shortcut_conv_merges_into_the_residual_conv(stride):
+    """ResNet's projection shortcut: its 1x1 conv becomes extra GEMM columns of the conv it is added to."""
+    m = _shortcut_block(stride)
+    x = RNG.standard_normal((2, 4, 10, 10)).astype(np.float32)
+    fused, plain = build(m), build(m, fusion=False)
+    assert kinds(fused) == ["Convolution", "Convolution"]
+    merged = fused.nodes[1]
+    assert merged.name == "conv_b + res + relu_out + short" and merged.params["side"]["strides"] == [stride] * 2
+    assert [s["op"] for s in merged.params["post_ops"]] == ["activation"]
+    np.testing.assert_allclose(run(fused, {"x": x})[0], run(plain, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def _conv_ref(x, w, b, stride, pad):
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho, wo = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    y = np.zeros((n, m, ho, wo))
+    for i in range(kh):
+        for j in range(kw):
+            y += np.einsum("mc,nchw->nmhw", w[:, :, i, j],
+                           xp[:, :, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride])
+    return y + (0 if b is None else b.reshape(1, -1, 1, 1))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_every_conv_tactic_honours_a_merged_shortcut(stride, monkeypatch):
+    """Unpacked and packed weights (shortcut rows in the patch matrix), inline and threaded, every tactic: the
+    merged layer equals relu(conv(h) + b + shortcut(x) + b_s)."""
+    from native.cpu.kernels import conv as conv_mod
+    from native.tactics import Op, tactics_for
+    h = RNG.standard_normal((2, 6, 10, 10)).astype(np.float32)
+    x = RNG.standard_normal((2, 4, 10, 10)).astype(np.float32)
+    w = RNG.standard_normal((8, 6, 3, 3)).astype(np.float32) * 0.3
+    ws = RNG.standard_normal((8, 4)).astype(np.float32) * 0.3
+    b, bs = (RNG.standard_normal(8).astype(np.float32) for _ in range(2))
+    ref = np.maximum(_conv_ref(h, w, b, stride, 1) + _conv_ref(x, ws[:, :, None, None], bs, stride, 0), 0)
+    params = {"kernel_shape": [3, 3], "strides": [stride] * 2, "pre_padding": [1, 1], "post_padding": [1, 1],
+              "groups": 1, "num_output_maps": 8, "post_ops": [{"op": "activation", "type": "RELU"}],
+              "side": {"input": 3, "strides": [stride] * 2}}
+    weights = {"kernel": w, "bias": b + bs, "side_kernel": ws}
+    args = [h, None, None, x]
+    seen = set()
+    for limit in (0, 1 << 40):
+        monkeypatch.setattr(conv_mod, "PARALLEL_MIN_MACS", limit)
+        for t in tactics_for("Convolution", "cpu"):
+            op = Op("Convolution", "c", params, dict(weights))
+            if not t.supports(op, [list(h.shape), None, None, list(x.shape)]):
+                continue
+            seen.add(t.name)
+            np.testing.assert_allclose(t.run(op, args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=t.name)
+            op.weights = t.prepare(op)
+            np.testing.assert_allclose(t.run(op, args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"{t.name} prepared")
+    assert {"im2col-gemm"} <= seen

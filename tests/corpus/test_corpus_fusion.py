@@ -20,7 +20,10 @@ def test_resnet18_has_no_standalone_bn_relu_or_residual_add():
     assert not [l for l in layers if l["LayerType"] in ("Activation", "ElementWise", "Pointwise")], \
         [l["Fused"] for l in layers if l["LayerType"] in ("Activation", "ElementWise", "Pointwise")]
     convs = [l for l in layers if l["LayerType"] == "Convolution"]
-    assert len(convs) == 20
+    # 20 ONNX convolutions; the 3 strided 1x1 shortcut convs ride in the GEMM of the conv they are added to
+    assert len(convs) == 17
+    merged = [l["Fused"] for l in convs if "downsample" in l["Fused"]]
+    assert len(merged) == 3 and all("conv2/Conv" in f and "/Add" in f for f in merged)
     fused = [l["Fused"] for l in convs if "Relu" in l["Fused"]]
     residual = [f for f in fused if "/Add" in f]
     assert len(fused) == 16 and len(residual) == 8          # 16 conv+relu (8 of them with the residual add)

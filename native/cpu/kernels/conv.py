@@ -11,10 +11,11 @@ depthwise). `run` also accepts unpacked weights (the builder's first run and con
 2-D float convolutions (im2col-gemm, 1x1-gemm, depthwise) run through `conv2d_gemm` / `depthwise2d`: the output
 is split into bands (rows, or output channels for small maps) over native/cpu/threads.py's pool, each band
 builds a cache-sized patch matrix with one strided copy (large strided kernels copy from a phase-split input so
-every copy is unit-stride), runs single-threaded GEMMs into a band buffer and applies bias, activation and
-residual add there while it is still in cache, the last epilogue step storing into the output (no copy pass).
-When the first post-op is SiLU the packed GEMM weights are pre-halved (exact) so the GEMM yields z/2 and
-silu(z) = h + h*tanh(h) costs 3 passes. Other ranks / integer convs use the generic path.
+every copy is unit-stride) and runs single-threaded GEMMs straight into the output. The bias rides in the GEMM
+(a ones row under the patch matrix, a bias column in the packed weights); activation and residual add run once
+over the whole output after the GEMMs, in place (measured cheaper than per-band epilogues interleaved with the
+GEMMs, and than separate layers). When the first post-op is SiLU the packed GEMM weights are pre-halved (exact)
+so the GEMM yields z/2 and silu(z) = h + h*tanh(h) costs 3 passes. Other ranks / integer convs use the generic path.
 """
 from __future__ import annotations
 
@@ -171,9 +172,37 @@ def _integer_inputs(op, x, w, inputs):
 def _finish(op, y, b, inputs, x_dtype):
     if op.params.get("integer"):
         return [np.rint(y).astype(np.int32)]
+    if op.params.get("side"):
+        y += side_term(op, inputs, y.shape[2:], y.dtype)
     if b is not None:
         y += np.asarray(b, y.dtype).reshape((1, -1) + (1,) * (y.ndim - 2))
     return [apply_post_ops(y, op, inputs)]
+
+
+# merged shortcut convolution (backends/engine/builder/passes/fusion_shortcut.py) ---------------------------------
+
+def _side_cin(op) -> int:
+    """Input channels of the merged 1x1 shortcut (0 when there is none)."""
+    return int(op.weights["side_kernel"].shape[1]) if op.params.get("side") else 0
+
+
+def side_input(op, inputs, out_hw, dtype):
+    """The shortcut's input sampled at the output pixels: x2[:, :, ::s, ::s] cropped to out_hw (a view)."""
+    side = op.params["side"]
+    s = side["strides"]
+    x2 = np.asarray(inputs[side["input"]])
+    if x2.dtype != dtype:
+        x2 = x2.astype(dtype)
+    return x2[:, :, :s[0] * (out_hw[0] - 1) + 1:s[0], :s[1] * (out_hw[1] - 1) + 1:s[1]]
+
+
+def side_term(op, inputs, out_hw, dtype, weights=None):
+    """side_kernel @ the sampled shortcut input: [N, M, *out_hw] (`weights`: the [M, C2] matrix to use instead,
+    e.g. the pre-scaled columns of the packed GEMM weights)."""
+    xs = side_input(op, inputs, out_hw, dtype)
+    w = np.asarray(op.weights["side_kernel"] if weights is None else weights, dtype)
+    n, c2 = xs.shape[:2]
+    return np.matmul(w, xs.reshape(n, c2, -1)).reshape((n, w.shape[0]) + tuple(out_hw))
 
 
 def _silu_first(op):
@@ -201,7 +230,7 @@ def _gemm_weights(op, w, groups, dtype, raw=False):
     if packed is None and "kernel_gemm_biased" in op.weights:
         packed = op.weights["kernel_gemm_biased"]
         if not raw:
-            packed = packed[..., :-1]
+            packed = packed[..., :packed.shape[2] - 1 - _side_cin(op)]
     if packed is not None:
         scale = _gemm_scale(op)
         if scale is not None and not raw:
@@ -224,7 +253,10 @@ def _pack_gemm(op):
     key = "kernel_gemm"
     bias = weights.get("bias")
     if bias is not None and groups == 1 and packed.dtype.kind == "f" and np.size(bias) == packed.shape[1]:
-        packed = np.concatenate([packed, np.asarray(bias, packed.dtype).reshape(1, -1, 1)], axis=2)
+        cols = [packed]
+        if op.params.get("side"):  # the merged shortcut's weights multiply its input rows of the patch matrix
+            cols.append(np.asarray(weights["side_kernel"], packed.dtype)[None])
+        packed = np.concatenate(cols + [np.asarray(bias, packed.dtype).reshape(1, -1, 1)], axis=2)
         del weights["bias"]
         key = "kernel_gemm_biased"
     if _silu_first(op) and packed.dtype.itemsize >= 4:
@@ -258,8 +290,7 @@ _OUT_SAFE = {"RELU", "SILU", "SIGMOID", "TANH", "HARD_SWISH", "GELU_TANH"}
 
 def _region_epilogue(y, sel, op, inputs, bias, yr=None, half=False):
     """Bias + the layer's post-ops applied in place to y[sel] (a region of output channels/rows), or to `yr`, a
-    contiguous buffer holding that region (faster: ufuncs then run long inner loops instead of one per row); the
-    last step then writes its result straight into y[sel] (no separate copy pass) where it can.
+    contiguous buffer holding that region, the last step then writing its result straight into y[sel].
     half: the region holds z/2 (GEMM pre-scaled, bias already halved) and the first post-op is SiLU."""
     dst = None
     if yr is None:
@@ -329,16 +360,26 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
     single-threaded GEMM per group straight into the output and applies bias/post-ops in place.
     x: [N, C, H, W] float; wm: [g, Mg, Cg*kh*kw] (C-major, taps minor); b: [M] or None; scale: wm's pre-scale
     (0.5 when the first post-op is SiLU, see `_pack_gemm`) or None; bias_col: wm's last column is the bias (scaled
-    like wm), which the GEMM adds through a row of ones under the patch matrix."""
+    like wm), which the GEMM adds through a row of ones under the patch matrix. A merged shortcut (params "side")
+    rides the same way: its weights are columns of a packed wm, its sampled input rows of the patch matrix; with
+    unpacked weights, or no patch matrix, its term is computed apart and added before the epilogue."""
     n, c = x.shape[:2]
     kh, kw = ks
     (sh, sw), (dh, dw), (ho, wo) = strides, dil, out
     direct = pointwise and sh == sw == 1 and not any(pre) and not any(post)
-    col_bias = None
-    if bias_col and direct:  # no patch matrix to extend: the column goes back to the epilogue
+    side_cin = _side_cin(op)
+    packed_side = bias_col and side_cin > 0
+    col_bias = side_w = None
+    if bias_col and direct:  # no patch matrix to extend: the columns go back to the epilogue
         col_bias, wm, bias_col = wm[0, :, -1], wm[..., :-1], False
+        if packed_side:
+            side_w, wm, packed_side = wm[0, :, -side_cin:], wm[..., :-side_cin], False
+    elif side_cin and not packed_side:
+        side_w = op.weights["side_kernel"]
+    side_rows = side_input(op, inputs, out, wm.dtype) if packed_side else None
+    side_full = side_term(op, inputs, out, wm.dtype, side_w) if side_w is not None else None
     g, mg, kdim = wm.shape
-    kdim -= int(bias_col)
+    kdim -= int(bias_col) + (side_cin if packed_side else 0)
     m = g * mg
     dtype = wm.dtype
     bias = None if b is None else np.asarray(b, dtype).reshape(-1)
@@ -378,9 +419,12 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
         if direct:
             return _view_as(xp[ni, :, r0:r1], (g, cg, rows * wo))
         size = c * kh * kw * rows * wo
-        buf = np.empty(size + rows * wo if bias_col else size, dtype)
+        extra = side_cin * rows * wo if side_rows is not None else 0
+        buf = np.empty(size + extra + (rows * wo if bias_col else 0), dtype)
+        if extra:  # the merged shortcut's input at these output rows, under wm's shortcut columns
+            buf[size:size + extra].reshape(side_cin, rows, wo)[...] = side_rows[ni, :, r0:r1]
         if bias_col:
-            buf[size:] = 1  # the ones row that multiplies wm's bias column
+            buf[size + extra:] = 1  # the ones row that multiplies wm's bias column
         cols = buf[:size].reshape(c, kh, kw, rows, wo)
         if phases is not None:
             for i, j in itertools.product(range(kh), range(kw)):
@@ -405,6 +449,8 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
                 cm = cols_for(ni, s0, s1)
                 np.matmul(wm, cm, out=_view_as(y[ni, :, s0:s1], (g, mg, (s1 - s0) * wo)))
         parallel_for(band, tasks)
+        if side_full is not None:
+            y += side_full
         if region and has_epilogue:
             # once over the whole output, in place, after every GEMM: measured cheaper than per-band epilogues
             # between the GEMMs (they slow the next band's patch copy and GEMM more than they save) and than
@@ -417,6 +463,8 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
             def chan(rng, ni=ni, cm=cm):
                 m0, m1 = rng
                 np.matmul(wm[0, m0:m1], cm, out=_view_as(y[ni, m0:m1], (m1 - m0, ho * wo)))
+                if side_full is not None:
+                    y[ni, m0:m1] += side_full[ni, m0:m1]
                 if region:
                     _region_epilogue(y, (slice(ni, ni + 1), slice(m0, m1)), op, inputs, bias, None, half)
             parallel_for(chan, split(m, threads))

@@ -60,6 +60,8 @@ def _transpose_node(view, name, src, perm, base):
 def _conv_eligible(view, n):
     if n.kind != "Convolution" or n.params.get("integer") or len(n.params.get("kernel_shape") or []) != 2:
         return None
+    if n.params.get("side"):   # a merged shortcut convolution (fusion_shortcut.py): NCHW kernels only
+        return None
     if n.params.get("groups", 1) != 1 or n.params.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID", None):
         return None
     if view.rank(n.inputs[0]) != 4:
