@@ -25,6 +25,15 @@ def feed_args(entry):
     return ["--input-shapes", *shapes, "--val-range", *ranges]
 
 
+# Sorted detection outputs swap rows whose scores tie to ~1e-6 under any change of float rounding (tv-ssdlite's
+# 300 boxes include two at 0.7620649 / 0.7620643): compare its boxes and labels by the 99th-percentile error, the
+# scores elementwise. Everything else is compared element by element.
+EXTRA_ARGS = {
+    "tv-ssdlite320_mobilenet_v3_large": ["--check-error-stat", "4209:quantile", "4179:quantile",
+                                         "--error-quantile", "0.99"],
+}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*")
@@ -38,12 +47,13 @@ def main():
         path = model_path(entry)
         outs, ins = os.path.join(work, entry["name"] + "_out.h5"), os.path.join(work, entry["name"] + "_in.h5")
         cmd = [sys.executable, "-m", "debugkit", "run", path, "--engine", "--onnxrt", *feed_args(entry),
-               "--save-inputs", ins, "--save-outputs", outs]
+               "--save-inputs", ins, "--save-outputs", outs, *EXTRA_ARGS.get(entry["name"], [])]
         t0 = time.time()
         first = subprocess.run(cmd, capture_output=True, text=True)
         t1 = time.time()
         again = subprocess.run([sys.executable, "-m", "debugkit", "run", path, "--engine", "--load-inputs", ins,
-                                "--load-outputs", outs], capture_output=True, text=True)
+                                "--load-outputs", outs, *EXTRA_ARGS.get(entry["name"], [])],
+                               capture_output=True, text=True)
         t2 = time.time()
         ok = first.returncode == 0 and again.returncode == 0
         bad += not ok
