@@ -148,3 +148,14 @@ def test_malloc_tuning_keeps_conv_buffers_mapped():
         t.run(op, [x])
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
     assert faults < 50, f"{faults} page faults per call"
+
+
+def test_parallel_for_orders_results_propagates_errors_and_nests_inline():
+    threads.init()
+    assert threads.parallel_for(lambda i: i * 10, range(9)) == [i * 10 for i in range(9)]
+    for bad in (0, 1, 4):   # the caller's share and a worker's share both surface their exception
+        with pytest.raises(ZeroDivisionError):
+            threads.parallel_for(lambda i, bad=bad: 1 / (i - bad), range(6))
+    # the pool still works after a failure, and a nested call (from the caller or a worker) runs inline
+    nested = threads.parallel_for(lambda i: threads.parallel_for(lambda j: (i, j), range(3)), range(4))
+    assert nested == [[(i, j) for j in range(3)] for i in range(4)]

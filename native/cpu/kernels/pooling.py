@@ -13,7 +13,7 @@ from native.cpu.kernels.conv import flat_taps, pad_input, resolve_pads, tap_slic
 from native.cpu.kernels.fused import apply_post_ops
 from native.cpu.threads import num_threads, parallel_for, split
 
-# below this many elements touched a pool hand-off (~0.1 ms on a VM) costs more than the split saves
+# below this many elements touched a pool hand-off (25-100 us on a VM) costs more than the split saves
 PARALLEL_MIN_ELEMENTS = 1 << 19
 from native.tactics import simple_tactic
 
