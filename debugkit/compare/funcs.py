@@ -199,9 +199,42 @@ def compare_simple(name, actual, expected, tolerances: Tolerances | None = None,
         res.min_atol = res.min_rtol = None
     else:
         res.passed, res.reason = passed, "" if passed else why
+        if not passed:
+            perm = row_permutation(a64, e64, atol, rtol)
+            if perm:
+                res.metrics["row_permutation"] = perm
+                moves = ", ".join(f"{i}<-{j}" for i, j in perm[:6]) + (", ..." if len(perm) > 6 else "")
+                res.reason += (f"; the {len(perm)} differing rows (axis 0) equal reference rows in another order "
+                               f"(ours<-reference: {moves}): a sorted output (detections, top-k) whose near-tied "
+                               f"entries swapped? if its sort key (the scores) matches, check this one with "
+                               f"--check-error-stat NAME:quantile")
     if hist and not res.passed:
         res.histogram = histogram(absdiff)
     return res
+
+
+def row_permutation(a, e, atol, rtol, limit=64):
+    """[(i, j), ...] when every row of `a` (along axis 0) that is out of tolerance equals a different out-of-
+    tolerance row j of `e`, i.e. the mismatch is a reordering of rows (at most `limit` of them); else None."""
+    if a.ndim == 0 or a.shape != e.shape or a.shape[0] < 2 or not (np.isfinite(a).all() and np.isfinite(e).all()):
+        return None
+    n = a.shape[0]
+    ar, er = a.reshape(n, -1), e.reshape(n, -1)
+
+    def close(x, y):
+        d = np.abs(x - y)
+        return (d <= atol) | (d <= rtol * np.abs(y))
+    bad = np.nonzero(~close(ar, er).all(axis=1))[0]
+    if len(bad) < 2 or len(bad) > limit:
+        return None
+    free, pairs = set(int(j) for j in bad), []
+    for i in bad:
+        j = next((j for j in sorted(free) if j != i and close(ar[i], er[j]).all()), None)
+        if j is None:
+            return None
+        free.discard(j)
+        pairs.append((int(i), j))
+    return pairs
 
 
 def compare_indices(name, actual, expected, index_tolerance=0) -> OutputResult:

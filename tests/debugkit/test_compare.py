@@ -104,3 +104,25 @@ def test_layerwise_noise_floor_scales_with_tensor_magnitude():
     faulty = ref.copy()
     faulty[2, 2] += 0.5
     assert not compare_simple("t", faulty, ref, scale_tol=1e-5).passed
+
+
+def test_swapped_rows_are_named_as_a_reordering():
+    """A sorted output whose near-tied entries swapped (SSD's boxes at scores 0.7620649 / 0.7620643) still fails,
+    but the reason says the rows are the reference's in another order."""
+    rng = np.random.default_rng(0)
+    ref = rng.uniform(0, 300, (10, 4)).astype(np.float32)
+    ours = ref.copy()
+    ours[[6, 7]] = ref[[7, 6]]
+    r = compare_simple("boxes", ours, ref)
+    assert not r.passed and r.metrics["row_permutation"] == [(6, 7), (7, 6)]
+    assert "other order" in r.reason and "6<-7" in r.reason
+    # labels (integers) too
+    lab = np.arange(10)
+    swapped = lab.copy()
+    swapped[[2, 3]] = lab[[3, 2]]
+    assert compare_simple("labels", swapped, lab).metrics["row_permutation"] == [(2, 3), (3, 2)]
+    # a real difference is not dressed up as a reordering
+    wrong = ref.copy()
+    wrong[[6, 7]] += 50
+    r = compare_simple("boxes", wrong, ref)
+    assert not r.passed and "row_permutation" not in r.metrics and "other order" not in r.reason
