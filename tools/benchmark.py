@@ -9,8 +9,8 @@ skews them alike. Reports latency min / median / mean / p90 / p99 (ms), throughp
 ONNX Runtime (CPU provider) median and the ratio ours / ORT. --all-corpus also builds with fusion off and prints
 the fusion-on / fusion-off latency ratio: the ratio of the interleaved medians, and then (ONNX Runtime idle) the
 median of call-by-call ratios from 2x--iterations alternating ABBA pairs with a bootstrap 95% interval, so a
-few-percent difference can be told from this shared machine's noise. Feeds are random (seeded) from --shapes, the corpus
-list, or the model.
+few-percent difference can be told from this shared machine's noise. Feeds are random (seeded) from --shapes, the
+corpus list, or the model.
 """
 from __future__ import annotations
 
@@ -137,10 +137,9 @@ def _same_tactics_selector(picks: dict):
     return SameTactics()
 
 
-def build_engine(path, feeds, fusion=True, nhwc=None, tactic_sources=None, same_tactics_as=None):
-    """(context, build seconds, layer count) for an engine built at the feeds' shapes. tactic_sources: tactic names
-    to prefer wherever they apply (the config's restriction); same_tactics_as: {ONNX node: tactic name} to reuse
-    (see `_same_tactics_selector`)."""
+def build_engine(path, feeds, fusion=True, nhwc=None, same_tactics_as=None):
+    """(context, build seconds, layer count) for an engine built at the feeds' shapes. same_tactics_as: {ONNX
+    node: tactic name} to reuse (see `_same_tactics_selector`)."""
     from backends.engine import BuilderConfig, BuilderFlag, Runtime, parse_onnx
     from backends.engine.build import profile_from_shapes
     from backends.engine.builder import Builder
@@ -150,8 +149,6 @@ def build_engine(path, feeds, fusion=True, nhwc=None, tactic_sources=None, same_
     if not fusion:
         cfg.set_flag(BuilderFlag.DISABLE_FUSION)
     cfg.prefer_nhwc = nhwc
-    if tactic_sources:
-        cfg.tactic_sources = set(tactic_sources)
     if same_tactics_as:
         cfg.algorithm_selector = _same_tactics_selector(same_tactics_as)
     profile = profile_from_shapes(net, {k: v.shape for k, v in feeds.items()})

@@ -55,8 +55,8 @@ def _blas_setter():
 
 
 class _Worker:
-    """One pool thread, parked on a lock: `run` hands it a share of a parallel_for and releases the lock; the
-    caller later waits on `done`. Two bare locks per hand-off (~25-57 us on a 2-vCPU VM) instead of an executor's
+    """One pool thread, parked on a lock: `start` hands it a share of a parallel_for and releases the lock; the
+    caller later waits on `done` (`wait`). Two bare locks per hand-off (~25-57 us on a 2-vCPU VM) instead of an executor's
     queue, future and condition (~83-107 us measured for a no-op parallel_for)."""
 
     def __init__(self, index):

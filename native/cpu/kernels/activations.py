@@ -277,13 +277,9 @@ def activation(x, type, alpha=0.0, beta=0.0):
     return fn(x, alpha, beta, None)
 
 
-def activation_inplace(y, type, alpha=0.0, beta=0.0, out=None):
-    """f(y), written into `y` where it is a writable array that can hold the result, else a new array.
-    out: write f(y) there instead (a float32/64 array of y's shape; RELU, SILU, SIGMOID, TANH, HARD_SWISH and
-    GELU_TANH only -- the others assume out holds x), e.g. a fused epilogue storing its last step into the output."""
+def activation_inplace(y, type, alpha=0.0, beta=0.0):
+    """f(y), written into `y` where it is a writable array that can hold the result, else a new array."""
     fn = ACTIVATIONS.get(type)
-    if out is not None:
-        return fn(y, alpha, beta, out)
     if fn is None:
         raise NotImplementedError(f"activation type {type!r}")
     if not isinstance(y, np.ndarray) or not y.flags.writeable or (y.dtype.kind != "f" and type not in ("RELU", "CLIP")):

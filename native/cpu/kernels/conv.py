@@ -241,6 +241,16 @@ def _gemm_weights(op, w, groups, dtype, raw=False):
     return w.astype(dtype, copy=False).reshape(groups, w.shape[0] // groups, -1)
 
 
+def _repacked(op, key, pack):
+    """op.weights with 'kernel' replaced by weights[key] = pack(kernel), C-contiguous (as they are without one)."""
+    w = op.weights.get("kernel")
+    if w is None:
+        return op.weights
+    weights = {k: v for k, v in op.weights.items() if k != "kernel"}
+    weights[key] = np.ascontiguousarray(pack(np.asarray(w)))
+    return weights
+
+
 def _pack_gemm(op):
     """Replace 'kernel' by its contiguous GEMM form: 'kernel_gemm' [g, M/g, C/g*k], or, for an ungrouped float
     convolution with a bias weight, 'kernel_gemm_biased' [1, M, C*k + 1] whose last column is the bias: the patch
@@ -278,70 +288,47 @@ def _view_as(a, shape):
     return v
 
 
-def _silu_from_half(h, out=None):
-    """silu(2h) = h + h*tanh(h) into `out` (default: in place on h; any layout): 3 passes, one scratch buffer."""
+def _silu_from_half(h):
+    """silu(2h) = h + h*tanh(h), in place on h (any layout): 3 passes, one scratch buffer."""
     t = np.tanh(h)
     t *= h
-    np.add(h, t, out=h if out is None else out)
+    h += t
 
 
-# activations whose kernel (activations.py) computes f(x) correctly into an `out` distinct from x
-_OUT_SAFE = {"RELU", "SILU", "SIGMOID", "TANH", "HARD_SWISH", "GELU_TANH"}
-
-
-def _region_epilogue(y, sel, op, inputs, bias, yr=None, half=False):
-    """Bias + the layer's post-ops applied in place to y[sel] (a region of output channels/rows), or to `yr`, a
-    contiguous buffer holding that region, the last step then writing its result straight into y[sel].
+def _region_epilogue(y, sel, op, inputs, bias, half=False):
+    """Bias + the layer's post-ops, in place on y[sel] (all of y, or a region of output channels / rows).
     half: the region holds z/2 (GEMM pre-scaled, bias already halved) and the first post-op is SiLU."""
-    dst = None
-    if yr is None:
-        yr = y[sel]
-    else:
-        dst = y[sel]
+    yr = y[sel]
     csel = sel[1]
-    post = op.params.get("post_ops") or ()
-    last = len(post) - 1
     if bias is not None:
-        if last < 0 and dst is not None:
-            np.add(yr, bias[csel].reshape(-1, 1, 1), out=dst)
-            return
         yr += bias[csel].reshape(-1, 1, 1)
-    for i, step in enumerate(post):
+    for i, step in enumerate(op.params.get("post_ops") or ()):
         kind = step["op"]
-        out = dst if i == last else None
         if half and i == 0:
-            _silu_from_half(yr, out)
+            _silu_from_half(yr)
         elif kind == "bias":
-            b = np.asarray(op.weights[step["weight"]], y.dtype).reshape(-1)[csel].reshape(-1, 1, 1)
-            np.add(yr, b, out=yr if out is None else out)
+            yr += np.asarray(op.weights[step["weight"]], y.dtype).reshape(-1)[csel].reshape(-1, 1, 1)
         elif kind == "activation":
-            if out is not None and step["type"] in _OUT_SAFE and yr.dtype.itemsize >= 4:
-                activation_inplace(yr, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0), out=out)
-            else:
-                r = activation_inplace(yr, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
-                if r is not yr:
-                    np.copyto(yr, r)
-                if out is not None:
-                    np.copyto(out, yr)
+            r = activation_inplace(yr, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
+            if r is not yr:
+                np.copyto(yr, r)
         elif kind == "add":
-            np.add(yr, inputs[step["input"]][sel], out=yr if out is None else out)
+            yr += inputs[step["input"]][sel]
         else:
             raise ValueError(f"unknown post-op {kind!r}")
-    if last < 0 and dst is not None:
-        np.copyto(dst, yr)
 
 
-# an epilogue over at least this many elements is split over the pool (a hand-off costs ~0.1 ms on a VM)
+# an epilogue over at least this many elements is split over the pool (a hand-off costs 25-100 us on a VM)
 PARALLEL_EPILOGUE_MIN = 1 << 20
 
 
 def _whole_epilogue(y, op, inputs, bias, half, threads):
     """`_region_epilogue` over all of y: inline, or in channel chunks over the pool when y is large."""
     if threads > 1 and y.size >= PARALLEL_EPILOGUE_MIN:
-        parallel_for(lambda rng: _region_epilogue(y, (slice(None), slice(*rng)), op, inputs, bias, None, half),
+        parallel_for(lambda rng: _region_epilogue(y, (slice(None), slice(*rng)), op, inputs, bias, half),
                      split(y.shape[1], threads))
     else:
-        _region_epilogue(y, (slice(None), slice(None)), op, inputs, bias, None, half)
+        _region_epilogue(y, (slice(None), slice(None)), op, inputs, bias, half)
 
 
 def _regionable(op, inputs, y_shape):
@@ -467,7 +454,7 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
                 if side_full is not None:
                     y[ni, m0:m1] += side_full[ni, m0:m1]
                 if region:
-                    _region_epilogue(y, (slice(ni, ni + 1), slice(m0, m1)), op, inputs, bias, None, half)
+                    _region_epilogue(y, (slice(ni, ni + 1), slice(m0, m1)), op, inputs, bias, half)
             parallel_for(chan, split(m, threads))
     if not region:
         if bias is not None:
@@ -618,12 +605,7 @@ class Depthwise(Tactic):
         return True
 
     def prepare(self, op):
-        w = op.weights.get("kernel")
-        if w is None:
-            return op.weights
-        weights = {k: v for k, v in op.weights.items() if k != "kernel"}
-        weights["kernel_taps"] = np.ascontiguousarray(np.asarray(w).reshape(w.shape[0], -1).T)  # [taps, C]
-        return weights
+        return _repacked(op, "kernel_taps", lambda w: w.reshape(w.shape[0], -1).T)  # [taps, C]
 
     def run(self, op, inputs):
         x = np.asarray(inputs[0])
@@ -671,13 +653,7 @@ class ShiftedGemm(Tactic):
                 and all(s == 1 for s in (p.get("strides") or [1, 1])) and ks != [1, 1])
 
     def prepare(self, op):
-        w = op.weights.get("kernel")
-        if w is None:
-            return op.weights
-        weights = {k: v for k, v in op.weights.items() if k != "kernel"}
-        m, c = w.shape[:2]
-        weights["kernel_tap_gemm"] = np.ascontiguousarray(np.asarray(w).reshape(m, c, -1).transpose(2, 0, 1))
-        return weights
+        return _repacked(op, "kernel_tap_gemm", lambda w: w.reshape(w.shape[0], w.shape[1], -1).transpose(2, 0, 1))
 
     def run(self, op, inputs):
         x = np.asarray(inputs[0])

@@ -12,10 +12,10 @@ import numpy as np
 from native.cpu.kernels.conv import flat_taps, pad_input, resolve_pads, tap_slices
 from native.cpu.kernels.fused import apply_post_ops
 from native.cpu.threads import num_threads, parallel_for, split
+from native.tactics import simple_tactic
 
 # below this many elements touched a pool hand-off (25-100 us on a VM) costs more than the split saves
 PARALLEL_MIN_ELEMENTS = 1 << 19
-from native.tactics import simple_tactic
 
 
 def pool_geometry(params, spatial):

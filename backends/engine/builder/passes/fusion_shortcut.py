@@ -17,7 +17,7 @@ import numpy as np
 from backends.engine.builder.passes.fusion_util import View, same_precision
 
 
-def _plain_pointwise(view, node):
+def _plain_pointwise(node):
     """The [M, C] weights and bias of a 1x1, ungrouped, unpadded convolution with constant weights and no
     post-ops (the shortcut), else None."""
     p = node.params
@@ -52,7 +52,7 @@ def merge_shortcut_convs(graph, config, logger) -> int:
         short = view.producer(r, "Convolution")
         if short is None or view.sole_consumer(r) is not main or not same_precision([short, main]):
             continue
-        got = _plain_pointwise(view, short)
+        got = _plain_pointwise(short)
         if got is None:
             continue
         w_s, b_s, strides = got
