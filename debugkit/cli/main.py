@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBTOOLS = ["run", "inspect", "convert", "surgeon", "check"]
+SUBTOOLS = ["run", "inspect", "convert", "surgeon", "check", "debug", "bench", "sweep"]  # missing modules are skipped
 
 
 class _Parser(argparse.ArgumentParser):
