@@ -45,6 +45,10 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     verbose = getattr(args, "verbose", 0)
+    from native import progress
+    was_quiet = progress.is_quiet()
+    if getattr(args, "quiet", False):
+        progress.set_quiet(True)
     try:
         return int(args.func(args) or 0)
     except DebugkitError as e:
@@ -56,6 +60,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        progress.set_quiet(was_quiet)
 
 
 if __name__ == "__main__":
