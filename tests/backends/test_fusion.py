@@ -284,7 +284,7 @@ def test_every_conv_tactic_honours_a_merged_shortcut(stride, k, monkeypatch):
     args = [h, None, None, x]
     seen = set()
     for limit in (0, 1 << 40):
-        monkeypatch.setattr(conv_mod, "PARALLEL_MIN_MACS", limit)
+        monkeypatch.setattr(conv_mod.tuning, "PARALLEL_MIN_MACS", limit)
         for t in tactics_for("Convolution", "cpu"):
             op = Op("Convolution", "c", params, dict(weights))
             if not t.supports(op, [list(h.shape), None, None, list(x.shape)]):

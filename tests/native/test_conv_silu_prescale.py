@@ -24,7 +24,7 @@ def _ref(x, w, b, add=None):
 @pytest.mark.parametrize("hw,m", [(5, 40), (48, 40), (12, 400)])  # single thread, row bands, channel bands
 def test_conv_silu_prescaled(k, tactic, add, hw, m, monkeypatch):
     if hw > 5:  # split even small layers over the pool, so row and channel bands are both exercised
-        monkeypatch.setattr(C, "PARALLEL_MIN_MACS", 0)
+        monkeypatch.setattr(C.tuning, "PARALLEL_MIN_MACS", 0)
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 24, hw, hw), dtype=np.float32)
     w = (rng.standard_normal((m, 24, k, k)) * 0.2).astype(np.float32)

@@ -67,9 +67,9 @@ def test_conv_small_inline_and_threaded_agree(monkeypatch, c, m, h, k, stride):
     params = {"kernel_shape": [k, k], "strides": [stride] * 2, "pre_padding": [pad] * 2, "post_padding": [pad] * 2,
               "groups": 1, "num_output_maps": m, "post_ops": [{"op": "activation", "type": "SILU"}]}
     for limit in (0, 1 << 40):
-        monkeypatch.setattr(conv_mod, "PARALLEL_MIN_MACS", limit)
-        monkeypatch.setattr(conv_mod, "PARALLEL_MIN_DW_MACS", limit)
-        monkeypatch.setattr(conv_mod, "PARALLEL_EPILOGUE_MIN", limit)
+        monkeypatch.setattr(conv_mod.tuning, "PARALLEL_MIN_MACS", limit)
+        monkeypatch.setattr(conv_mod.tuning, "PARALLEL_MIN_DW_MACS", limit)
+        monkeypatch.setattr(conv_mod.tuning, "PARALLEL_EPILOGUE_MIN", limit)
         for t in tactics_for("Convolution", "cpu"):
             op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
             if not t.supports(op, [list(x.shape)]):

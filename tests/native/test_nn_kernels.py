@@ -75,8 +75,8 @@ def test_threaded_conv_with_post_ops(monkeypatch, n, c, m, hw, k, stride, pad, d
     strided kernels) with bias + residual add + ReLU applied per region equals reference + add + relu."""
     from native.cpu.kernels import conv
     monkeypatch.setenv("DEBUGKIT_THREADS", str(threads))
-    monkeypatch.setattr(conv, "_COLS_BYTES", cols_bytes)
-    monkeypatch.setattr(conv, "_DW_BYTES", cols_bytes)
+    monkeypatch.setattr(conv.tuning, "COLS_BYTES", cols_bytes)
+    monkeypatch.setattr(conv.tuning, "DW_BYTES", cols_bytes)
     x = RNG.standard_normal((n, c, hw, hw)).astype(np.float32)
     w = RNG.standard_normal((m, c // groups, k, k)).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32)

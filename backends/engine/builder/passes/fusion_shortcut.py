@@ -7,7 +7,7 @@ are GEMMs over the same output pixels, so the shortcut's weights become extra co
 GEMM and its (strided) input extra rows of the patch matrix: the shortcut layer, its output buffer, its GEMM call
 and the residual add pass disappear, and the multiply-adds are the same. The merged layer keeps the shortcut's
 input at the residual's input slot and records it in params["side"]; every convolution tactic honours it
-(native/cpu/kernels/conv.py). Runs after the epilogue fusion, which has turned the Add into the main
+(native/cpu/kernels/conv/). Runs after the epilogue fusion, which has turned the Add into the main
 convolution's "add" post-op.
 """
 from __future__ import annotations

@@ -1,0 +1,23 @@
+"""CPU convolution and transposed convolution, one module per tactic family (N-d, NCHW layouts).
+
+Convolution tactics the builder times against each other (registration order breaks near-ties):
+  im2col_gemm.py    im2col-gemm   column matrix of all kernel taps, one BLAS GEMM (handles everything)
+  pointwise_1x1.py  1x1-gemm      pointwise convolution as a direct GEMM on the (strided) input
+  depthwise.py      depthwise     groups == channels == outputs: per-tap multiply-accumulate, no GEMM
+  shifted_gemm.py   shifted-gemm  stride 1: kh*kw GEMMs over shifted windows of the flattened input
+Transposed convolution: deconv.py (gemm-col2im, and ONNX Col2Im).
+
+Shared by the tactics: geometry.py (pads, output sizes, tap views; pooling uses it too), weights.py (finding and
+packing kernel/bias), epilogue.py (bias, fused post-ops, merged shortcut), gemm2d.py (the threaded banded 2-D
+GEMM driver of im2col-gemm and 1x1-gemm), tuning.py (cache blocks and parallel thresholds).
+"""
+from native.cpu.kernels.conv import im2col_gemm, pointwise_1x1, depthwise, shifted_gemm, deconv  # noqa: F401  (registers)
+from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
+from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401
+from native.cpu.kernels.conv.epilogue import side_input, side_term  # noqa: F401
+from native.cpu.kernels.conv.gemm2d import conv2d_gemm  # noqa: F401
+from native.cpu.kernels.conv.geometry import flat_taps, geometry, pad_input, resolve_pads, tap_slices  # noqa: F401
+from native.cpu.kernels.conv.im2col_gemm import Im2colGemm  # noqa: F401
+from native.cpu.kernels.conv.pointwise_1x1 import PointwiseGemm  # noqa: F401
+from native.cpu.kernels.conv.shifted_gemm import ShiftedGemm  # noqa: F401
+from native.cpu.kernels.conv.weights import conv_bias  # noqa: F401

@@ -1,0 +1,106 @@
+"""The depthwise tactic (groups == channels == outputs): per-tap multiply-accumulate over shifted views, no GEMM."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from native.cpu.kernels.conv import tuning
+from native.cpu.kernels.conv.epilogue import finish, region_epilogue, regionable
+from native.cpu.kernels.conv.geometry import flat_taps, geometry, pad_input, tap_slices
+from native.cpu.kernels.conv.gemm2d import fast_path_ok
+from native.cpu.kernels.conv.weights import kernel_and_bias, kernel_spatial, repacked, work_dtype
+from native.cpu.kernels.fused import apply_post_ops
+from native.cpu.threads import num_threads, parallel_for, split
+from native.tactics import Tactic, register_tactic
+
+
+def depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs):
+    """Depthwise 2-D convolution as per-tap multiply-accumulate over strided views, blocked so that the
+    accumulator (a band of output rows of a chunk of channels, written straight into the output) stays in
+    cache across the kh*kw taps; channel chunks run on the thread pool, the epilogue runs per block."""
+    n, c = x.shape[:2]
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = ks, strides, dil, out
+    dtype = taps_w.dtype
+    xp = pad_input(x, pre, post)
+    y = np.empty((n, c, ho, wo), dtype)
+    bias = None if b is None else np.asarray(b, dtype).reshape(-1)
+    region = regionable(op, inputs, y.shape)
+    taps = list(itertools.product(range(kh), range(kw)))
+
+    def task(t):
+        ni, c0, c1 = t
+        cc = c1 - c0
+        step = max(1, min(ho, tuning.DW_BYTES // max(1, cc * wo * y.itemsize)))
+        tmp = np.empty((cc, step, wo), dtype)
+        wv = taps_w[:, c0:c1, None, None]
+        for r0 in range(0, ho, step):
+            r1 = min(ho, r0 + step)
+            rows = r1 - r0
+            acc, tm = y[ni, c0:c1, r0:r1], tmp[:, :rows]
+            for k, (i, j) in enumerate(taps):
+                y0, x0 = r0 * sh + i * dh, j * dw
+                v = xp[ni, c0:c1, y0:y0 + sh * (rows - 1) + 1:sh, x0:x0 + sw * (wo - 1) + 1:sw]
+                if k == 0:
+                    np.multiply(v, wv[k], out=acc)
+                else:
+                    np.multiply(v, wv[k], out=tm)
+                    acc += tm
+            if region:
+                region_epilogue(y, (slice(ni, ni + 1), slice(c0, c1), slice(r0, r1)), op, inputs, bias)
+    parts = max(1, -(-num_threads() // n)) if c * ho * wo * kh * kw * n >= tuning.PARALLEL_MIN_DW_MACS else 1
+    parallel_for(task, [(ni, c0, c1) for ni in range(n) for c0, c1 in split(c, parts)])
+    if not region:
+        if bias is not None:
+            y += bias.reshape(1, -1, 1, 1)
+        y = apply_post_ops(y, op, inputs)
+    return [y]
+
+
+@register_tactic
+class Depthwise(Tactic):
+    """groups == C == M: y[:, c] = sum over taps of w[c, tap] * shifted view of x[:, c]."""
+    kind, name = "Convolution", "depthwise"
+
+    def supports(self, op, input_shapes):
+        g = op.params.get("groups", 1) or 1
+        m = op.params.get("num_output_maps")
+        if g == 1 or op.params.get("integer") or m != g:
+            return False
+        if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) > 1:
+            return input_shapes[0][1] == g
+        return True
+
+    def prepare(self, op):
+        return repacked(op, "kernel_taps", lambda w: w.reshape(w.shape[0], -1).T)  # [taps, C]
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        w, b = kernel_and_bias(op, inputs)
+        ks = kernel_spatial(op, w)
+        dtype = work_dtype(op, x)
+        x = x.astype(dtype, copy=False)
+        c = x.shape[1]
+        taps_w = op.weights.get("kernel_taps")
+        taps_w = np.asarray(w, dtype).reshape(c, -1).T if taps_w is None else taps_w.astype(dtype, copy=False)
+        strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
+        if fast_path_ok(op, x, ks, pre, post):
+            return depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs)
+        xp = pad_input(x, pre, post)
+        flat = flat_taps(np.ascontiguousarray(xp), ks, strides, dil, out) if len(ks) == 2 else None
+        if flat is not None:
+            views, crop = flat
+            acc = views[0] * taps_w[0].reshape(1, c, 1)
+            tmp = np.empty_like(acc)
+            for t in range(1, len(views)):
+                np.multiply(views[t], taps_w[t].reshape(1, c, 1), out=tmp)
+                acc += tmp
+            return finish(op, crop(acc), b, inputs, x.dtype)
+        bshape = (1, c) + (1,) * len(out)
+        y = np.zeros((x.shape[0], c) + tuple(out), dtype=dtype)
+        tmp = np.empty_like(y)
+        for t, taps in enumerate(itertools.product(*[range(k) for k in ks])):
+            view = xp[(slice(None), slice(None)) + tap_slices(taps, dil, strides, out)]
+            np.multiply(view, taps_w[t].reshape(bshape), out=tmp)
+            y += tmp
+        return finish(op, y, b, inputs, x.dtype)

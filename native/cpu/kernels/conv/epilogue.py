@@ -1,0 +1,96 @@
+"""What runs after a convolution's multiply-accumulate: bias, the fused post-ops (activation, residual add,
+per-channel bias), and the merged 1x1 shortcut's term (backends/engine/builder/passes/fusion_shortcut.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cpu.kernels.activations import activation_inplace
+from native.cpu.kernels.conv import tuning
+from native.cpu.kernels.fused import apply_post_ops
+from native.cpu.threads import parallel_for, split
+
+
+def finish(op, y, b, inputs, x_dtype):
+    if op.params.get("integer"):
+        return [np.rint(y).astype(np.int32)]
+    if op.params.get("side"):
+        y += side_term(op, inputs, y.shape[2:], y.dtype)
+    if b is not None:
+        y += np.asarray(b, y.dtype).reshape((1, -1) + (1,) * (y.ndim - 2))
+    return [apply_post_ops(y, op, inputs)]
+
+
+def side_input(op, inputs, out_hw, dtype):
+    """The shortcut's input sampled at the output pixels: x2[:, :, ::s, ::s] cropped to out_hw (a view)."""
+    side = op.params["side"]
+    s = side["strides"]
+    x2 = np.asarray(inputs[side["input"]])
+    if x2.dtype != dtype:
+        x2 = x2.astype(dtype)
+    return x2[:, :, :s[0] * (out_hw[0] - 1) + 1:s[0], :s[1] * (out_hw[1] - 1) + 1:s[1]]
+
+
+def side_term(op, inputs, out_hw, dtype, weights=None):
+    """side_kernel @ the sampled shortcut input: [N, M, *out_hw] (`weights`: the [M, C2] matrix to use instead,
+    e.g. the pre-scaled columns of the packed GEMM weights)."""
+    xs = side_input(op, inputs, out_hw, dtype)
+    w = np.asarray(op.weights["side_kernel"] if weights is None else weights, dtype)
+    n, c2 = xs.shape[:2]
+    return np.matmul(w, xs.reshape(n, c2, -1)).reshape((n, w.shape[0]) + tuple(out_hw))
+
+
+def view_as(a, shape):
+    """Reshape that must not copy (we write through it)."""
+    v = a.view()
+    v.shape = shape
+    return v
+
+
+def silu_from_half(h):
+    """silu(2h) = h + h*tanh(h), in place on h (any layout): 3 passes, one scratch buffer."""
+    t = np.tanh(h)
+    t *= h
+    h += t
+
+
+def region_epilogue(y, sel, op, inputs, bias, half=False):
+    """Bias + the layer's post-ops, in place on y[sel] (all of y, or a region of output channels / rows).
+    half: the region holds z/2 (GEMM pre-scaled, bias already halved) and the first post-op is SiLU."""
+    yr = y[sel]
+    csel = sel[1]
+    if bias is not None:
+        yr += bias[csel].reshape(-1, 1, 1)
+    for i, step in enumerate(op.params.get("post_ops") or ()):
+        kind = step["op"]
+        if half and i == 0:
+            silu_from_half(yr)
+        elif kind == "bias":
+            yr += np.asarray(op.weights[step["weight"]], y.dtype).reshape(-1)[csel].reshape(-1, 1, 1)
+        elif kind == "activation":
+            r = activation_inplace(yr, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
+            if r is not yr:
+                np.copyto(yr, r)
+        elif kind == "add":
+            yr += inputs[step["input"]][sel]
+        else:
+            raise ValueError(f"unknown post-op {kind!r}")
+
+
+def whole_epilogue(y, op, inputs, bias, half, threads):
+    """`region_epilogue` over all of y: inline, or in channel chunks over the pool when y is large."""
+    if threads > 1 and y.size >= tuning.PARALLEL_EPILOGUE_MIN:
+        parallel_for(lambda rng: region_epilogue(y, (slice(None), slice(*rng)), op, inputs, bias, half),
+                     split(y.shape[1], threads))
+    else:
+        region_epilogue(y, (slice(None), slice(None)), op, inputs, bias, half)
+
+
+def regionable(op, inputs, y_shape):
+    for step in op.params.get("post_ops") or ():
+        if step["op"] == "add":
+            r = inputs[step["input"]]
+            if not isinstance(r, np.ndarray) or r.shape != tuple(y_shape):
+                return False
+        elif step["op"] == "bias" and step.get("axis", 1) != 1:
+            return False
+    return True

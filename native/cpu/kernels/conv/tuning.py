@@ -1,0 +1,14 @@
+"""Convolution tuning knobs: cache-block sizes and the work below which a layer stays on the calling thread.
+
+Read at call time through this module (`tuning.X`), so tests and experiments can change them in one place."""
+
+COLS_BYTES = 1 << 20  # patch-matrix bytes per GEMM call: still in cache when the GEMM reads it
+DW_BYTES = 1 << 18  # depthwise accumulator block (cache)
+# below this many multiply-adds a layer runs on the calling thread: a parallel_for costs 25-100 us on a 2-vCPU VM
+# (waking the pool thread, handing the GIL over, waking the caller again, and the worker starting late), more than
+# the split saves below ~4M MACs of GEMM (~0.1 ms on one core). Paired A/B against 1M and 16M: ppocr_v4_det 5.7%
+# faster than at 16M, yolov8n 2% faster than at 1M.
+PARALLEL_MIN_MACS = 1 << 22
+PARALLEL_MIN_DW_MACS = 1 << 18  # depthwise: numpy multiply-adds run ~1 ns per MAC, so the bar is far lower
+# an epilogue over at least this many elements is split over the pool (a hand-off costs 25-100 us on a VM)
+PARALLEL_EPILOGUE_MIN = 1 << 20
