@@ -1,0 +1,122 @@
+"""Executors: evaluate independent probes in parallel — inline, local processes, or a Ray cluster.
+
+`executor.map(fn, items)` returns `[fn(x) for x in items]` in order. Process and Ray executors pickle `fn`, so it
+must be a module-level function or an instance of a module-level class (a probe object that loads its model once
+per worker: see `WorkerCache`). `make_executor(workers, ray)` picks one from the CLI's `--workers` / `--ray`.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+from native.errors import UsageError
+
+
+class InlineExecutor:
+    """Runs probes one after another in this process (workers=1: no pickling, easiest to debug)."""
+
+    workers = 1
+    name = "inline"
+
+    def map(self, fn, items):
+        return [fn(x) for x in items]
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class LocalExecutor(InlineExecutor):
+    """A pool of `workers` spawned processes (spawn, not fork: the engine's CPU thread pool does not survive fork).
+
+    Each worker runs single-threaded kernels (DEBUGKIT_THREADS=1) so N workers use N cores instead of fighting
+    over them.
+    """
+
+    name = "local"
+
+    def __init__(self, workers: int = 2):
+        if workers < 1:
+            raise UsageError(f"--workers must be >= 1, got {workers}")
+        self.workers = workers
+        self._pool = None
+
+    def _get_pool(self):
+        if self._pool is None:
+            from concurrent.futures import ProcessPoolExecutor
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_init_worker)
+        return self._pool
+
+    def map(self, fn, items):
+        items = list(items)
+        return list(self._get_pool().map(fn, items)) if items else []
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _init_worker():
+    os.environ["DEBUGKIT_THREADS"] = "1"
+
+
+class RayExecutor(InlineExecutor):
+    """Probes as Ray tasks on the cluster at `address` ("auto" joins a running one or starts a local instance)."""
+
+    name = "ray"
+
+    def __init__(self, address: str = "auto", workers: int | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise UsageError("--ray needs Ray: pip install 'debugkit[ray]'") from None
+        self._ray = ray
+        if not ray.is_initialized():
+            try:
+                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                         runtime_env={"env_vars": {"DEBUGKIT_THREADS": "1"}})
+            except ConnectionError:
+                if address != "auto":
+                    raise UsageError(f"--ray {address}: no Ray cluster answers there") from None
+                ray.init(ignore_reinit_error=True, log_to_driver=False, num_cpus=workers,
+                         runtime_env={"env_vars": {"DEBUGKIT_THREADS": "1"}})
+        self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._remote = ray.remote(_ray_call)
+
+    def map(self, fn, items):
+        ref = self._ray.put(fn)
+        return self._ray.get([self._remote.remote(ref, x) for x in items])
+
+
+def _ray_call(fn, x):
+    return fn(x)
+
+
+class WorkerCache:
+    """Per-process cache for probe objects: the model, reference outputs, ... loaded once per worker."""
+
+    _store: dict = {}
+
+    @classmethod
+    def get(cls, key, make):
+        if key not in cls._store:
+            cls._store[key] = make()
+        return cls._store[key]
+
+
+def make_executor(workers: int = 1, ray: str | None = None):
+    """--ray ADDRESS wins; else workers > 1 gives a local process pool; else inline."""
+    if ray:
+        return RayExecutor(ray, workers=workers if workers and workers > 1 else None)
+    if workers and workers > 1:
+        return LocalExecutor(workers)
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {workers}")
+    return InlineExecutor()

@@ -1,0 +1,224 @@
+"""Search strategies as plain functions over "does this candidate still show the property?".
+
+`fails(candidate) -> bool` answers for one candidate (for `debug reduce`: does this subgraph still fail the check;
+for `debug precision`: does the check pass with these layers kept in higher precision). Every strategy also accepts
+a `Prober` in place of `fails`, which memoises answers, records each probe in a `ProbeLog` (so `--resume` replays
+them), counts probes, and sends independent candidates to an executor in batches of `executor.workers`. The answer
+never depends on the number of workers: within a batch the first candidate (in sequential order) that shows the
+property wins, exactly as a one-worker search would have picked it.
+
+- `ddmin(items, fails)`: Zeller's delta debugging, a 1-minimal subset (removing any one item loses the property).
+- `bisect_prefix(n, fails)`: the smallest k in 0..n with fails(k), for a monotone predicate ((w+1)-ary with w workers).
+- `linear(n, fails)`: the first k in start..n with fails(k), scanning in order (no monotonicity assumed).
+- `greedy(ranked, fails)`: the shortest prefix of a ranked list that shows the property (galloping 1, 2, 4, ...
+  then bisection), the usual first step before `ddmin`.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from debugkit.debug.executor import InlineExecutor
+
+
+def _artifact(candidate):
+    if isinstance(candidate, (list, tuple, set, frozenset)):
+        try:
+            return sorted(candidate)
+        except TypeError:
+            return sorted(candidate, key=str)
+    return candidate
+
+
+class _Timed:
+    """Picklable wrapper: (fn(x), seconds) so each probe's cost is measured where it runs."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x):
+        t0 = time.perf_counter()
+        r = self.fn(x)
+        return r, time.perf_counter() - t0
+
+
+def _truth(result) -> bool:
+    return bool(result.get("fails")) if isinstance(result, dict) else bool(result)
+
+
+class Prober:
+    """Evaluates candidates for a strategy: memo + probe log + executor + probe count.
+
+    fails: the predicate (picklable when the executor runs processes or Ray). log: a ProbeLog (its records answer
+    repeated candidates, including those of a resumed search). on_probe(record, n): called after each new probe
+    (progress bars). `fails` may return a dict with a "fails" key plus details, which go to the log.
+    """
+
+    def __init__(self, fails, *, log=None, executor=None, on_probe=None):
+        self.fails = fails
+        self.log = log
+        self.executor = executor or InlineExecutor()
+        self.on_probe = on_probe
+        self.memo: dict[str, object] = {}
+        self.probes = 0          # candidates evaluated by this search (not answered from memo or log)
+        self.replayed = 0        # answered from a resumed log
+        self.history: list[dict] = []
+
+    @property
+    def workers(self):
+        return max(1, int(getattr(self.executor, "workers", 1)))
+
+    def seed(self, candidate, result):
+        """Tell the prober an answer it already knows (e.g. the full candidate fails by assumption)."""
+        self.memo[self._key(candidate)] = result
+
+    def _key(self, candidate):
+        return json.dumps(_artifact(candidate), sort_keys=True, default=str)
+
+    def known(self, candidate):
+        k = self._key(candidate)
+        if k in self.memo:
+            return True, self.memo[k]
+        if self.log is not None:
+            rec = self.log.lookup(_artifact(candidate))
+            if rec is not None:
+                self.memo[k] = rec["result"]
+                self.replayed += 1
+                return True, rec["result"]
+        return False, None
+
+    def many(self, candidates) -> list[bool]:
+        """Answers for all candidates; unknown ones are evaluated together on the executor."""
+        candidates = list(candidates)
+        todo, seen = [], set()
+        for c in candidates:
+            k = self._key(c)
+            if not self.known(c)[0] and k not in seen:
+                seen.add(k)
+                todo.append(c)
+        if todo:
+            timed = _Timed(self.fails)
+            outs = self.executor.map(timed, todo) if len(todo) > 1 or self.workers > 1 else [timed(todo[0])]
+            for c, (result, cost) in zip(todo, outs):
+                self.memo[self._key(c)] = result
+                self.probes += 1
+                rec = {"artifact": _artifact(c), "result": result, "cost": cost}
+                if self.log is not None:
+                    rec = self.log.record(_artifact(c), result, cost)
+                self.history.append(rec)
+                if self.on_probe is not None:
+                    self.on_probe(rec, self.probes)
+        return [_truth(self.known(c)[1]) for c in candidates]
+
+    def __call__(self, candidate) -> bool:
+        return self.many([candidate])[0]
+
+    def first(self, candidates):
+        """Index of the first candidate that shows the property (batches of `workers`), or None."""
+        candidates = list(candidates)
+        w = self.workers
+        for start in range(0, len(candidates), w):
+            batch = candidates[start:start + w]
+            for i, hit in enumerate(self.many(batch)):
+                if hit:
+                    return start + i
+        return None
+
+
+def _prober(fails, log, executor):
+    return fails if isinstance(fails, Prober) else Prober(fails, log=log, executor=executor)
+
+
+def _split(items, n):
+    k, m = divmod(len(items), n)
+    out, i = [], 0
+    for j in range(n):
+        size = k + (1 if j < m else 0)
+        out.append(items[i:i + size])
+        i += size
+    return [c for c in out if c]
+
+
+def ddmin(items, fails, *, log=None, executor=None) -> list:
+    """A 1-minimal sublist of `items` for which `fails` holds (`fails(items)` is assumed, not probed).
+
+    Subsets are tried before complements, granularity doubles when neither shows the property (Zeller and
+    Hildebrandt 2002). Item order is kept. A single remaining item is dropped if the empty list also shows it.
+    """
+    probe = _prober(fails, log, executor)
+    items = list(items)
+    probe.seed(items, True) if not probe.known(items)[0] else None
+    n = 2
+    while len(items) >= 2:
+        chunks = _split(items, min(n, len(items)))
+        hit = probe.first(chunks)
+        if hit is not None:
+            items, n = chunks[hit], 2
+            continue
+        if len(chunks) > 2:
+            comps = [[x for j, c in enumerate(chunks) if j != i for x in c] for i in range(len(chunks))]
+            hit = probe.first(comps)
+            if hit is not None:
+                items, n = comps[hit], max(len(chunks) - 1, 2)
+                continue
+        if len(chunks) >= len(items):
+            break
+        n = min(len(items), 2 * len(chunks))
+    if len(items) == 1 and probe([]):
+        return []
+    return items
+
+
+def _bisect(bad: int, good: int, many, workers: int) -> int:
+    """Shrink (bad, good] to the first k with the property; many(points) answers a batch."""
+    while good - bad > 1:
+        w = min(workers, good - bad - 1)
+        points = sorted({bad + max(1, round((i + 1) * (good - bad) / (w + 1))) for i in range(w)})
+        points = [p for p in points if bad < p < good] or [bad + 1]
+        for p, r in zip(points, many(points)):
+            if r:
+                good = p
+                break
+            bad = p
+    return good
+
+
+def bisect_prefix(n: int, fails, *, log=None, executor=None, lo: int = 0) -> int:
+    """The smallest k in lo..n with fails(k), for fails monotone in k (False ... False True ... True).
+
+    fails(n) is assumed (returned when nothing smaller shows the property). With w workers each round probes w
+    evenly spaced points at once, so the interval shrinks (w+1)-fold per round.
+    """
+    probe = _prober(fails, log, executor)
+    return _bisect(lo - 1, n, probe.many, probe.workers)
+
+
+def linear(n: int, fails, *, log=None, executor=None, start: int = 0):
+    """The first k in start..n (in order) with fails(k), or None. No monotonicity is assumed."""
+    probe = _prober(fails, log, executor)
+    hit = probe.first(range(start, n + 1))
+    return None if hit is None else start + hit
+
+
+def greedy(ranked, fails, *, log=None, executor=None) -> list:
+    """The shortest prefix of `ranked` (most suspect first) that shows the property; `fails(ranked)` is assumed.
+
+    Gallops through prefix lengths 1, 2, 4, ... then bisects between the last miss and the first hit, so an answer of
+    k items costs about 2·log2(k) probes. For a non-monotone predicate it still returns a prefix that shows the
+    property (the one found), which `ddmin` can then minimise.
+    """
+    probe = _prober(fails, log, executor)
+    ranked = list(ranked)
+    if not ranked:
+        return []
+    probe.seed(ranked, True) if not probe.known(ranked)[0] else None
+    sizes, k = [], 1
+    while k < len(ranked):
+        sizes.append(k)
+        k *= 2
+    sizes.append(len(ranked))
+    hit = probe.first([ranked[:s] for s in sizes])
+    hi = sizes[hit]
+    lo = sizes[hit - 1] if hit > 0 else 0
+    k = _bisect(lo, hi, lambda sizes: probe.many([ranked[:s] for s in sizes]), probe.workers)
+    return ranked[:k]

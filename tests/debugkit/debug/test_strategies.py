@@ -1,0 +1,150 @@
+"""Search strategies over synthetic predicates: the answers, the probe counts, the log, and the executors."""
+import json
+import math
+
+import pytest
+
+from debugkit.debug.executor import InlineExecutor, LocalExecutor, make_executor
+from debugkit.debug.probe_log import ProbeLog, ProbeLogError
+from debugkit.debug.strategies import Prober, bisect_prefix, ddmin, greedy, linear
+
+
+class Contains:
+    """fails(subset) iff subset contains every culprit (picklable, counts calls in this process)."""
+
+    def __init__(self, culprits):
+        self.culprits = set(culprits)
+        self.calls = 0
+
+    def __call__(self, subset):
+        self.calls += 1
+        return self.culprits <= set(subset)
+
+
+class AtLeast:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, x):
+        return x >= self.k
+
+
+@pytest.mark.parametrize("culprits", [[7], [3, 90], [0, 50, 99], list(range(10, 14))])
+def test_ddmin_finds_exactly_the_culprits(culprits):
+    f = Contains(culprits)
+    got = ddmin(list(range(100)), f)
+    assert sorted(got) == sorted(culprits)
+    # delta debugging on n items with c culprits costs O(c log n) probes
+    assert f.calls <= 2 * len(culprits) * math.ceil(math.log2(100)) * 2 + 4
+
+
+def test_ddmin_result_is_one_minimal_for_an_or_predicate():
+    # fails if {1,2} or {5} is present: the answer must be one of them and removing any item must pass
+    fails = lambda s: {1, 2} <= set(s) or 5 in s
+    got = ddmin(list(range(8)), fails)
+    assert fails(got)
+    assert all(not fails([x for x in got if x != y]) for y in got)
+
+
+def test_ddmin_returns_empty_when_empty_still_fails():
+    assert ddmin([1, 2, 3], lambda s: True) == []
+
+
+@pytest.mark.parametrize("k", [0, 1, 17, 63, 64])
+def test_bisect_prefix_finds_the_threshold(k):
+    calls = []
+    got = bisect_prefix(64, lambda x: calls.append(x) or x >= k)
+    assert got == k
+    assert len(calls) <= 7 and 64 not in calls    # log2(65) rounded up; fails(n) is assumed
+
+
+def test_bisect_prefix_with_workers_takes_fewer_rounds():
+    class Two(InlineExecutor):
+        workers = 2
+        rounds = 0
+
+        def map(self, fn, items):
+            Two.rounds += 1
+            return [fn(x) for x in items]
+    ex = Two()
+    assert bisect_prefix(100, AtLeast(37), executor=ex) == 37
+    assert Two.rounds <= math.ceil(math.log(101, 3)) + 1 < math.ceil(math.log2(101))
+
+
+def test_linear_scans_in_order_and_returns_none():
+    calls = []
+    assert linear(10, lambda x: calls.append(x) or x in (4, 8)) == 4
+    assert calls == [0, 1, 2, 3, 4]
+    assert linear(5, lambda x: False) is None
+
+
+def test_greedy_returns_shortest_prefix_in_about_2_log_k_probes():
+    ranked = list(range(200))
+    f = Contains([0, 1, 2, 3, 4])
+    got = greedy(ranked, f)
+    assert got == [0, 1, 2, 3, 4]
+    assert f.calls <= 2 * math.ceil(math.log2(5)) + 1
+
+
+def test_greedy_then_ddmin_shares_the_prober_and_counts_probes(tmp_path):
+    log = ProbeLog(tmp_path / "p.jsonl", {"model": "m", "search": "s"})
+    f = Contains(["b", "x"])
+    probe = Prober(f, log=log)
+    ranked = ["x", "q", "b", "r", "s", "t", "u"]
+    kept = greedy(ranked, probe)
+    assert kept == ["x", "q", "b"]
+    assert sorted(ddmin(kept, probe)) == ["b", "x"]
+    assert probe.probes == f.calls == len(log)
+    lines = [json.loads(line) for line in open(tmp_path / "p.jsonl")]
+    assert lines[0] == {"meta": {"model": "m", "search": "s"}}
+    assert all({"artifact", "result", "cost"} <= set(r) for r in lines[1:])
+
+
+def test_resume_replays_probes_without_evaluating_them(tmp_path):
+    path = tmp_path / "p.jsonl"
+    first = Contains([3, 40])
+    ddmin(list(range(64)), Prober(first, log=ProbeLog(path, {"model": "abc", "search": "reduce"})))
+    again = Contains([3, 40])
+    log = ProbeLog(path, {"model": "abc", "search": "reduce"}, resume=True)
+    probe = Prober(again, log=log)
+    assert sorted(ddmin(list(range(64)), probe)) == [3, 40]
+    assert again.calls == 0 and probe.replayed == first.calls
+
+
+def test_resume_refuses_a_log_of_another_model(tmp_path):
+    path = tmp_path / "p.jsonl"
+    ProbeLog(path, {"model": "abc", "search": "reduce"})
+    with pytest.raises(ProbeLogError, match="another search.*model"):
+        ProbeLog(path, {"model": "def", "search": "reduce"}, resume=True)
+    with pytest.raises(ProbeLogError, match="does not exist"):
+        ProbeLog(tmp_path / "none.jsonl", {"model": "abc"}, resume=True)
+    (tmp_path / "junk.jsonl").write_text("not json\n")
+    with pytest.raises(ProbeLogError, match="not a debugkit probe log"):
+        ProbeLog(tmp_path / "junk.jsonl", {"model": "abc"}, resume=True)
+
+
+def test_local_executor_gives_the_same_answers_as_inline():
+    with LocalExecutor(2) as ex:
+        assert ex.map(AtLeast(3), [1, 2, 3, 4]) == [False, False, True, True]
+        assert sorted(ddmin(list(range(40)), Contains([5, 31]), executor=ex)) == [5, 31]
+        assert bisect_prefix(50, AtLeast(19), executor=ex) == 19
+
+
+def test_make_executor_choices():
+    assert isinstance(make_executor(1), InlineExecutor) and make_executor(1).workers == 1
+    ex = make_executor(3)
+    assert isinstance(ex, LocalExecutor) and ex.workers == 3
+    from native.errors import UsageError
+    with pytest.raises(UsageError):
+        make_executor(0)
+
+
+def test_ray_executor_matches_inline():
+    pytest.importorskip("ray")
+    from debugkit.debug.executor import RayExecutor
+    import ray
+    try:
+        ex = RayExecutor("auto", workers=2)
+        assert sorted(ddmin(list(range(30)), Contains([2, 17]), executor=ex)) == [2, 17]
+    finally:
+        ray.shutdown()
