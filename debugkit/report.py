@@ -1,6 +1,6 @@
 """Terminal report: per-output detail for failures, the first divergence as the headline, one summary table.
 
-Colour comes from `colored` and is off when the stream is not a TTY or NO_COLOR is set.
+Colour comes from `colored` and is off when the stream is not a TTY, NO_COLOR is set, or --no-color was given.
 """
 from __future__ import annotations
 
@@ -8,9 +8,27 @@ import os
 import sys
 
 
+_COLOUR = None   # None: automatic; False: off (--no-color)
+
+
+def set_colour(on) -> None:
+    """Force colour off (False) or back to automatic (None); the CLI's --no-color."""
+    global _COLOUR
+    _COLOUR = on
+
+
+def colour_override():
+    return _COLOUR
+
+
 def use_colour(stream=None) -> bool:
+    if _COLOUR is False:
+        return False
     stream = stream or sys.stdout
-    return not os.environ.get("NO_COLOR") and hasattr(stream, "isatty") and stream.isatty()
+    try:
+        return not os.environ.get("NO_COLOR") and hasattr(stream, "isatty") and stream.isatty()
+    except ValueError:   # a closed stream
+        return False
 
 
 def paint(text: str, colour: str, stream=None) -> str:

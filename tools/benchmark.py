@@ -54,6 +54,8 @@ def model_feed_spec(path, shapes):
     import onnx
     m = onnx.load(path, load_external_data=False)
     inits = {i.name for i in m.graph.initializer}
+    from debugkit.cli._args import check_input_names
+    check_input_names(shapes, [vi.name for vi in m.graph.input if vi.name not in inits], "--shapes")
     spec = {}
     for vi in m.graph.input:
         if vi.name in inits:
@@ -213,18 +215,27 @@ def report(name, ours, ort=None, off=None):
     print(line, flush=True)
 
 
-def parse_shapes(text):
-    out = {}
-    for part in filter(None, (text or "").split(",")):
-        name, dims = part.rsplit(":", 1)
-        out[name] = [int(d) for d in dims.split("x")]
-    return out
+def parse_shapes(items):
+    """--shapes in the CLI's one syntax: x:1x3x224x224 or x:[1,3,224,224], several comma- or space-separated."""
+    from debugkit.cli._args import parse_shape_list
+    return {k: list(v) for k, v in parse_shape_list(items, what="--shapes").items()}
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from native.errors import DebugkitError
+    try:
+        return _main(argv)
+    except DebugkitError as e:   # bad input: one line, exit 2, as the CLI does
+        print(f"benchmark: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("model", nargs="?")
-    ap.add_argument("--shapes", default="", help="name:1x3x224x224,... input shapes")
+    ap.add_argument("--shapes", nargs="+", default=[], metavar="NAME:1x3x224x224|NAME:[1,3,224,224]",
+                    help="input shapes (names must be model inputs)")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-fusion", action="store_true")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from native.logger import G_LOGGER, Severity
+from debugkit.cli import _args
+from native.logger import G_LOGGER
 
 
 def register(subparsers):
@@ -18,7 +19,7 @@ def register(subparsers):
     p.add_argument("--external-data-dir", metavar="DIR", help="folder of the model's external weights")
     p.add_argument("--no-importer-check", action="store_true",
                    help="do not warn about ops that debugkit's engine cannot import yet")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    _args.add_common_args(p, default="info")
     p.set_defaults(func=run)
     parser.set_defaults(func=lambda a: (parser.print_help(), 2)[1])
 
@@ -26,7 +27,7 @@ def register(subparsers):
 def run(args) -> int:
     from debugkit.surgeon.external_data import load_model
     from debugkit.surgeon.lint import ERROR, WARNING, lint_model
-    G_LOGGER.min_severity = Severity.VERBOSE if args.verbose else Severity.INFO
+    _args.apply_common_args(args)
     model = load_model(args.model, args.external_data_dir)
     report = lint_model(model, check_importers=not args.no_importer_check)
     for e in report.entries:

@@ -11,28 +11,28 @@ def register(subparsers):
     p = subparsers.add_parser("convert", help=__doc__.splitlines()[0], description=__doc__)
     p.add_argument("model", help="ONNX model")
     p.add_argument("-o", "--output", required=True, metavar="FILE.plan", help="where to write the plan")
-    p.add_argument("--input-shapes", nargs="+", default=[], metavar="NAME:[D0,...]",
+    p.add_argument("--input-shapes", nargs="+", default=[], metavar="NAME:[D0,...]|NAME:D0xD1x..",
                    help="fixed shapes for dynamic inputs (min=opt=max)")
     p.add_argument("--profile", nargs="+", default=[], metavar="NAME:[MIN]:[OPT]:[MAX]",
                    help="an optimization profile range per dynamic input, e.g. x:[1,3,64,64]:[1,3,224,224]:[4,3,512,512]")
     _args.add_build_args(p)
-    _args.add_verbose(p)
+    _args.add_common_args(p)
     p.set_defaults(func=run)
 
 
 def _parse_profiles(items):
-    import ast
+    """["x:[1,3,64,64]:[1,3,224,224]:[4,3,512,512]"] or "x:1x3x64x64:1x3x224x224:4x3x512x512" -> {x: (min, opt, max)}."""
     from native.errors import UsageError
     out = {}
     for item in items:
-        name, sep, rest = item.partition(":[")
-        try:
-            parts = ast.literal_eval("[[" + rest.replace("]:[", "],[") + "]")
-            if len(parts) != 3:
-                raise ValueError
-            out[name] = tuple(tuple(int(d) for d in s) for s in parts)
-        except (ValueError, SyntaxError, TypeError):
-            raise UsageError(f"--profile expects NAME:[min]:[opt]:[max], got '{item}'") from None
+        if ":[" in item:
+            name, _, rest = item.partition(":[")
+            parts = ["[" + p if not p.startswith("[") else p for p in ("[" + rest).split(":")]
+        else:
+            name, *parts = item.rsplit(":", 3)
+        if len(parts) != 3 or not name:
+            raise UsageError(f"--profile expects NAME:[min]:[opt]:[max] or NAME:MINx..:OPTx..:MAXx.., got '{item}'")
+        out[name] = tuple(_args.parse_dims(p, what="--profile") for p in parts)
     return out
 
 
@@ -41,16 +41,15 @@ def run(args) -> int:
     from backends.runners import load_onnx
     from backends.runners.model import onnx_input_metadata
     from native.errors import UsageError
-    _args.apply_verbosity(args)
+    _args.apply_common_args(args)
     if not os.path.exists(args.model):
         raise InputFileError(f"model file not found: {args.model}")
     model = load_onnx(args.model)
     meta = onnx_input_metadata(model)
     shapes = _args.parse_shape_list(args.input_shapes)
     ranges = _parse_profiles(args.profile)
-    unknown = [n for n in list(shapes) + list(ranges) if n not in meta]
-    if unknown:
-        raise UsageError(f"unknown input(s) {unknown}; the model's inputs are {list(meta)}")
+    _args.check_input_names(shapes, meta, "--input-shapes")
+    _args.check_input_names(ranges, meta, "--profile")
     for m in meta.values():
         if m.is_dynamic() and m.name not in shapes and m.name not in ranges:
             shapes[m.name] = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)

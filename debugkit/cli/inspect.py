@@ -18,18 +18,18 @@ def register(subparsers):
     m.add_argument("--show", nargs="+", default=[], choices=["layers", "attrs", "weights"],
                    help="also list layers (plans: with fused ONNX nodes, tactic and precision)")
     m.add_argument("--json", action="store_true", help="plans: print the EngineInspector JSON")
-    _args.add_verbose(m)
+    _args.add_common_args(m)
     m.set_defaults(func=run)
     d = subs.add_parser("data", help="a data file written by --save-inputs / --save-outputs")
     d.add_argument("path")
     d.add_argument("-s", "--show-values", action="store_true", help="print the values")
     d.add_argument("-a", "--all", action="store_true", help="every iteration (default: the first)")
-    _args.add_verbose(d)
+    _args.add_common_args(d)
     d.set_defaults(func=run)
 
 
 def run(args) -> int:
-    _args.apply_verbosity(args)
+    _args.apply_common_args(args)
     if not os.path.exists(args.path):
         raise InputFileError(f"file not found: {args.path}")
     return _model(args) if args.what == "model" else _data(args)

@@ -14,9 +14,46 @@ SUBTOOLS = ["run", "inspect", "convert", "surgeon", "check", "debug", "bench", "
 
 
 class _Parser(argparse.ArgumentParser):
+    """Every (sub)parser: no abbreviated flags, errors with its own usage, a did-you-mean for unknown flags."""
+
+    def __init__(self, *a, **kw):
+        kw["allow_abbrev"] = False
+        super().__init__(*a, **kw)
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extras = super().parse_known_args(args, namespace)
+        if not hasattr(ns, "_dk_parser"):   # the innermost subparser finishes first and wins
+            ns._dk_parser = self
+        return ns, extras
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner = getattr(ns, "_dk_parser", self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}{owner.suggest(extras)}")
+        return ns
+
+    def suggest(self, extras) -> str:
+        """'; did you mean --atol?' for flags that look like one of this parser's."""
+        import difflib
+        known = [o for a in self._actions for o in a.option_strings]
+        hints = []
+        for x in extras:
+            if x.startswith("-"):
+                close = difflib.get_close_matches(x.split("=", 1)[0], known, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"did you mean {close[0]} (for {x})?")
+        return ("; " + " ".join(hints)) if hints else ""
+
     def error(self, message):
-        self.print_usage(sys.stderr)
-        print(f"debugkit: error: {message}", file=sys.stderr)
+        """Short usage of this (sub)command, the error, and where the full list of options is."""
+        positionals = " ".join(a.metavar or a.dest for a in self._actions
+                               if not a.option_strings and a.help != argparse.SUPPRESS
+                               and not isinstance(a, argparse._SubParsersAction))
+        subs = any(isinstance(a, argparse._SubParsersAction) for a in self._actions)
+        print(f"usage: {self.prog} [options] {'COMMAND ... ' if subs else ''}{positionals}".rstrip()
+              + f"   ('{self.prog} -h' lists every option)", file=sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -33,7 +70,20 @@ def build_parser():
                 continue
             raise
         mod.register(subs)
+    _common_args_everywhere(parser)
     return parser
+
+
+def _common_args_everywhere(parser):
+    """Every command that does something (a parser without subcommands) gets -v/-q/--log-file/--no-color, also
+    subtools registered by modules that did not add them; main applies them before the subtool runs."""
+    from debugkit.cli._args import add_common_args
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for action in subs:
+        for child in dict.fromkeys(action.choices.values()):
+            _common_args_everywhere(child)
+    if parser.prog != "debugkit" and not subs:
+        add_common_args(parser)   # adds only the options a subtool did not define itself
 
 
 def main(argv=None) -> int:
@@ -45,11 +95,9 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     verbose = getattr(args, "verbose", 0)
-    from native import progress
-    was_quiet = progress.is_quiet()
-    if getattr(args, "quiet", False):
-        progress.set_quiet(True)
+    from debugkit.cli._args import apply_common_args, reset_common_args
     try:
+        apply_common_args(args)
         return int(args.func(args) or 0)
     except DebugkitError as e:
         if verbose:
@@ -61,7 +109,7 @@ def main(argv=None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
-        progress.set_quiet(was_quiet)
+        reset_common_args()   # log level, log file, colour and progress settings are per command
 
 
 if __name__ == "__main__":

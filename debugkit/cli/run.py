@@ -49,7 +49,7 @@ def register(subparsers):
     io.add_argument("--save-outputs", metavar="FILE.h5", help="outputs (and layerwise tensors) of every runner")
     io.add_argument("--load-outputs", nargs="+", default=[], metavar="FILE.h5",
                     help="saved outputs to compare against (they become the reference)")
-    _args.add_verbose(p)
+    _args.add_common_args(p)
     p.set_defaults(func=run)
 
 
@@ -92,7 +92,7 @@ def run(args) -> int:
     from debugkit.data_loader import coerce_feeds
     from debugkit.report import render
 
-    _args.apply_verbosity(args)
+    _args.apply_common_args(args)
     runners = list(dict.fromkeys(args.runners or []))
     if not runners and not args.load_outputs:
         raise UsageError("choose at least one runner (--engine, --onnxrt) or give --load-outputs")

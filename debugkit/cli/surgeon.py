@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import json
 
+from debugkit.cli import _args
 from native.errors import UsageError
-from native.logger import G_LOGGER, Severity
+from native.logger import G_LOGGER
 
 
 def _common(p):
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more output (-v: details and tracebacks)")
-    p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    _args.add_common_args(p, default="info")
     p.add_argument("--external-data-dir", metavar="DIR",
                    help="folder holding the model's external weights (default: the model's folder)")
     p.add_argument("--save-external-data", nargs="?", const="", default=None, metavar="FILE",
@@ -84,15 +84,6 @@ def _size(text: str) -> int:
         raise UsageError(f"bad size '{text}': expected bytes, optionally with K, M or G") from None
 
 
-def _set_verbosity(args):
-    if getattr(args, "verbose", 0):
-        G_LOGGER.min_severity = Severity.VERBOSE
-    elif getattr(args, "quiet", False):
-        G_LOGGER.min_severity = Severity.WARNING
-    else:
-        G_LOGGER.min_severity = Severity.INFO
-
-
 def _save(model, args):
     from debugkit.surgeon.external_data import save_model
     ext = args.save_external_data
@@ -104,7 +95,7 @@ def _save(model, args):
 
 
 def run(args) -> int:
-    _set_verbosity(args)
+    _args.apply_common_args(args)
     cmd = args.surgeon_cmd
     from debugkit.surgeon.external_data import load_model
     model = load_model(args.model, args.external_data_dir)

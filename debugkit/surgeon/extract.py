@@ -1,6 +1,8 @@
 """Cut the subgraph between named tensors (`surgeon extract`); 'auto' shapes and dtypes come from shape inference."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 
@@ -25,13 +27,8 @@ def _dtype(text):
 def _shape(text):
     if text == AUTO:
         return AUTO
-    body = text.strip()
-    if not (body.startswith("[") and body.endswith("]")):
-        raise UsageError(f"bad shape '{text}': expected [d0,d1,...] or auto")
-    dims = []
-    for tok in filter(None, (t.strip() for t in body[1:-1].split(","))):
-        dims.append(int(tok) if tok.lstrip("-").isdigit() else tok)
-    return dims
+    from debugkit.cli._args import parse_dims
+    return list(parse_dims(text, what="--inputs", symbolic=True))
 
 
 def parse_input_specs(specs):
@@ -42,7 +39,7 @@ def parse_input_specs(specs):
     for spec in specs:
         # the shape may contain ':'-free brackets; split from the right
         parts = spec.rsplit(":", 2)
-        if len(parts) == 3 and (parts[1].startswith("[") or parts[1] == AUTO):
+        if len(parts) == 3 and (parts[1].startswith("[") or parts[1] == AUTO or re.fullmatch(r"\d+(x\d+)*", parts[1])):
             name, shape, dtype = parts
         elif len(parts) >= 2 and parts[-1] == AUTO:
             name, shape, dtype = spec[: -len(":auto")], AUTO, AUTO

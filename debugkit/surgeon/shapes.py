@@ -17,23 +17,12 @@ PROXY_MIN_ELEMENTS = 4096  # initializers at least this big are replaced by type
 
 
 def parse_shape_spec(specs) -> dict:
-    """`["x:[1,3,224,224]", "y:[batch,16]"]` (or one string with spaces) -> {"x": [1,3,224,224], "y": ["batch",16]}."""
+    """`["x:[1,3,224,224]", "y:[batch,16]", "z:1x16"]` (or one string with spaces) -> {"x": [1,3,224,224], ...};
+    the CLI's one shape syntax (debugkit.cli._args.parse_shape_list), with dim names allowed."""
+    from debugkit.cli._args import parse_shape_list
     if isinstance(specs, str):
         specs = specs.split()
-    out = {}
-    for spec in specs or []:
-        m = re.fullmatch(r"(.+):\[([^\]]*)\]", spec.strip())
-        if not m:
-            raise UsageError(f"bad shape '{spec}': expected NAME:[d0,d1,...] (dims are ints or names)")
-        name, body = m.group(1), m.group(2).strip()
-        dims = []
-        for tok in filter(None, (t.strip() for t in body.split(","))):
-            if re.fullmatch(r"-?\d+", tok):
-                dims.append(int(tok))
-            else:
-                dims.append(tok.strip("'\""))
-        out[name] = dims
-    return out
+    return {k: list(v) for k, v in parse_shape_list(specs or [], what="shape", symbolic=True).items()}
 
 
 def set_dims(tp, dims):
