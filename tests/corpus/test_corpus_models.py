@@ -9,7 +9,7 @@ from tests.corpus.corpus import compare, make_feeds, manifest, model_path, run_o
 
 MODELS = manifest()
 EXPORTED = [m for m in MODELS if m["source"] == "exported"]
-SHIPPED = [m for m in MODELS if m["source"] == "shipped"]
+SHIPPED = [m for m in MODELS if m["source"] == "pypi"]
 
 
 def check_model(entry, tmp_path):

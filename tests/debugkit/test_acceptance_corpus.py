@@ -1,22 +1,21 @@
 """Acceptance: a perturbed weight in a real model is named as the first diverging tensor, born at its node.
 
 ONNX Runtime runs the original model and saves every tensor (--mark-all); the engine runs a copy with one weight
-changed and is compared against that golden file. Feeds follow /work/shared/corpus/public_models.json.
+changed and is compared against that golden file. Feeds follow tests/corpus/models.json; the exported models come
+from DEBUGKIT_CORPUS (the tests skip with the reason without it).
 """
 import json
-import os
 
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
 
-CORPUS = os.environ.get("DEBUGKIT_CORPUS", "/work/shared/corpus")
-pytestmark = pytest.mark.skipif(not os.path.isdir(os.path.join(CORPUS, "models")), reason="corpus not present")
+from tests.corpus.corpus import entry, model_path
 
 
 def feed_args(name):
-    spec = {m["name"]: m for m in json.load(open(os.path.join(CORPUS, "public_models.json")))["models"]}[name]
+    spec = entry(name)
     shapes, ranges = [], []
     for inp, f in spec["feeds"].items():
         shapes.append(f"{inp}:{json.dumps(f['shape']).replace(' ', '')}")
@@ -27,7 +26,7 @@ def feed_args(name):
 
 def perturb(name, node_name, tmp_path):
     """Copy the model with the weight (input 1, an initializer) of node `node_name` changed."""
-    m = onnx.load(os.path.join(CORPUS, "models", f"{name}.onnx"))
+    m = onnx.load(model_path(entry(name)))
     inits = {i.name: i for i in m.graph.initializer}
     node = next(n for n in m.graph.node if n.name == node_name)
     op_type = node.op_type
@@ -43,7 +42,7 @@ def perturb(name, node_name, tmp_path):
 @pytest.mark.parametrize("name,node_name", [("timm-resnet18", "/m/layer2/layer2.0/conv1/Conv"),
                                             ("bert_mini", "/m/encoder/layer.0/attention/output/dense/MatMul")])
 def test_perturbed_weight_is_the_first_divergence(cli, tmp_path, name, node_name):
-    original = os.path.join(CORPUS, "models", f"{name}.onnx")
+    original = model_path(entry(name))
     bad, node = perturb(name, node_name, tmp_path)
     golden = tmp_path / "golden.h5"
     code, out, err = cli("run", original, "--onnxrt", "--mark-all", "--save-outputs", golden, *feed_args(name))
