@@ -1,6 +1,8 @@
 """`debugkit <subtool> ...`: dispatch, exit codes and error reporting.
 
-Exit codes: 0 pass, 1 failed comparison or check, 2 bad usage or bad input (one line, no traceback unless -v).
+Exit codes: 0 pass, 1 failed comparison or check, 2 bad usage or bad input (one line, no traceback unless -v),
+3 internal error: an exception that is not a DebugkitError is a bug in debugkit; it is reported as "internal error in
+<layer>" with where it happened, and the traceback only with -v.
 Each subtool module defines `register(subparsers)` (adds its parser, whose help is the module docstring) and
 `run(args) -> int`.
 """
@@ -8,9 +10,40 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 
 SUBTOOLS = ["run", "inspect", "convert", "surgeon", "check", "debug", "bench", "sweep"]  # missing modules are skipped
+
+
+# package prefix -> the layer named in "internal error in <layer>" (longest prefix wins)
+LAYERS = {
+    "backends.engine.onnx_parser": "the ONNX parser", "backends.engine.builder": "the builder",
+    "backends.engine.builder.passes": "a builder pass", "backends.engine.builder.tactic_selection": "tactic selection",
+    "backends.engine.plan": "the plan loader", "backends.engine.runtime": "the runtime", "backends.engine": "the engine",
+    "backends.runners": "a runner", "backends": "the backends", "native.cpu": "a CPU kernel", "native.cuda": "CUDA",
+    "native.dla": "the DLA emulation", "native": "native", "debugkit.compare": "the comparator",
+    "debugkit.surgeon": "the surgeon", "debugkit.debug": "a debug search", "debugkit.cli": "the command line",
+    "debugkit": "debugkit", "onnx": "ONNX (called by debugkit)", "onnxruntime": "ONNX Runtime (called by debugkit)",
+    "numpy": "numpy (called by debugkit)",
+}
+
+
+def internal_error_site(exc: BaseException) -> tuple[str, str]:
+    """(layer, 'file:line') of the deepest frame in our packages (else the deepest frame) where `exc` was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ours = [f for f in frames if os.path.abspath(f.filename).startswith(root + os.sep)]
+    frame = (ours or frames or [None])[-1]
+    if frame is None:
+        return "debugkit", "?"
+    path = os.path.abspath(frame.filename)
+    rel = os.path.relpath(path, root) if path.startswith(root + os.sep) else os.path.basename(path)
+    module = rel[:-3].replace(os.sep, ".") if rel.endswith(".py") else rel
+    layer = next((LAYERS[p] for p in sorted(LAYERS, key=len, reverse=True)
+                  if module == p or module.startswith(p + ".")), "debugkit")
+    return layer, f"{rel}:{frame.lineno}"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,6 +141,15 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug: say where, never a bare traceback (unless asked for with -v)
+        layer, site = internal_error_site(e)
+        if verbose:
+            traceback.print_exc()
+        first = (str(e).splitlines() or [""])[0][:300]
+        print(f"debugkit {args.subtool}: internal error in {layer} ({site}: {type(e).__name__}: {first}); this is a "
+              f"bug in debugkit" + ("" if verbose else ": rerun with -v for the traceback and report it"),
+              file=sys.stderr)
+        return 3
     finally:
         reset_common_args()   # log level, log file, colour and progress settings are per command
 

@@ -15,6 +15,7 @@ from onnx import numpy_helper
 from backends.engine.dtypes import DataType
 from backends.engine.network import NetworkDefinition, Tensor
 from backends.engine.onnx_parser.importers import find_importer
+from backends.engine.onnx_parser.validate import check_model, validate_model
 from native.errors import DebugkitError, InputFileError, ModelError, ParseError
 from native.logger import G_LOGGER
 
@@ -30,8 +31,17 @@ class ParserError:
         return f"node '{self.node}' ({self.op_type}): {self.reason}"
 
 
-def load_onnx(model, load_external_data=True) -> onnx.ModelProto:
-    """Accept a path, bytes or ModelProto; raise InputFileError/ModelError that name the problem."""
+def load_onnx(model, load_external_data=True, validate=True) -> onnx.ModelProto:
+    """Accept a path, bytes or ModelProto; raise InputFileError/ModelError that name the problem, and (validate)
+    ParseError naming node, attribute and value when the model would crash or exhaust what reads it next."""
+    proto = _load(model, load_external_data)
+    if validate:
+        what = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "model"
+        check_model(proto, what)
+    return proto
+
+
+def _load(model, load_external_data) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -321,8 +331,14 @@ class OnnxParser:
     def parse(self, model, base_dir=None) -> bool:
         if isinstance(model, (str, os.PathLike)):
             base_dir = base_dir or os.path.dirname(os.path.abspath(os.fspath(model)))
-        proto = load_onnx(model)
+        proto = load_onnx(model, validate=False)
         self.model = proto
+        problems = validate_model(proto)  # before shape inference: it trusts the model and can crash the process
+        if problems:
+            self.errors.extend(ParserError(p.node, p.op_type, str(p).split("): ", 1)[-1]) for p in problems)
+            for err in self.errors:
+                self.logger.error(f"ONNX parser: {err}")
+            return False
         opsets = {}
         for imp in proto.opset_import:
             opsets["" if imp.domain in ("", "ai.onnx") else imp.domain] = imp.version
@@ -350,6 +366,9 @@ class OnnxParser:
         if self.errors:
             unsupported = [e for e in self.errors if e.reason.startswith("unsupported op")]
             cls = __import__("native.errors", fromlist=["UnsupportedOpError"]).UnsupportedOpError if unsupported else ParseError
+            if len(self.errors) == 1:  # the CLI prints the first line: let it name the node
+                raise cls(f"failed to parse {what}: {self.errors[0]}", self.errors)
             lines = "\n  ".join(map(str, self.errors[:20]))
             more = f"\n  ... and {len(self.errors) - 20} more" if len(self.errors) > 20 else ""
-            raise cls(f"failed to parse {what}: {len(self.errors)} error(s):\n  {lines}{more}", self.errors)
+            raise cls(f"failed to parse {what}: {len(self.errors)} error(s), first {self.errors[0]}:\n  {lines}{more}",
+                      self.errors)
