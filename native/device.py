@@ -1,15 +1,40 @@
-"""The device interface every backend device implements (CPU now; CUDA and DLA slot in beside it)."""
+"""The device contract every backend device implements (CPU now; CUDA and DLA slot in beside it).
+
+A device owns execution: it allocates buffers (the memory plan's arena and tactic workspaces), runs tactics
+(`run(tactic, op, inputs, outputs, workspace, stream)`), times them for the builder (the CPU with a clock, CUDA
+with events) and says which machine it is (`fingerprint`, recorded in every plan and checked on load).
+
+A new device adds itself without touching the builder or the runtime: its package `native/<name>/` calls
+`register_device("<name>", DeviceClass)` when imported, and its `load_tactics()` imports the modules that
+register its tactics (native/tactics.py). `get_device(name)` imports `native.<name>` on first use.
+"""
 from __future__ import annotations
 
+import importlib
 import platform
+import time
+
+from native.errors import PlanError, UsageError
 
 
 class Device:
-    """allocate / copy / run / synchronize, plus a fingerprint recorded in plans."""
+    """allocate / run / time / synchronize, plus a fingerprint recorded in plans."""
 
     name = "abstract"
+    prefers_nhwc = False          # the layout pass asks this (passes/layout.py)
+    # fingerprint fields that must match for a plan built elsewhere to run here (see check_fingerprint)
+    fingerprint_fields = ("device", "machine")
 
+    # tactics ---------------------------------------------------------------------------------------------
+    def load_tactics(self):
+        """Import the modules that register this device's tactics."""
+
+    # memory ----------------------------------------------------------------------------------------------
     def allocate(self, nbytes: int):
+        raise NotImplementedError
+
+    def view(self, buffer, offset: int, shape, dtype):
+        """A tensor of `shape`/`dtype` at byte `offset` of an allocation (the memory plan's arena)."""
         raise NotImplementedError
 
     def copy_to_device(self, host_array):
@@ -18,25 +43,100 @@ class Device:
     def copy_to_host(self, buffer):
         raise NotImplementedError
 
-    def run(self, tactic, op, inputs):
-        raise NotImplementedError
+    # execution -------------------------------------------------------------------------------------------
+    def run(self, tactic, op, inputs, outputs=None, workspace=None, stream=None) -> list:
+        """Run one tactic; returns its output tensors."""
+        return call_tactic(tactic, op, inputs, outputs, workspace, stream)
 
-    def synchronize(self):
+    def check_stream(self, stream):
+        """Validate a user-supplied stream for execute_async_v3; raise UsageError if this device cannot use it."""
+        if stream is not None:
+            raise UsageError(f"device '{self.name}' has no streams; pass stream=None")
+
+    def synchronize(self, stream=None):
         pass
+
+    def time(self, fn, stream=None) -> float:
+        """Milliseconds one call of `fn()` takes on this device (the builder's tactic timing)."""
+        t0 = time.perf_counter()
+        fn()
+        self.synchronize(stream)
+        return (time.perf_counter() - t0) * 1e3
+
+    # process-wide tuning (explicit and reversible; never a side effect of loading an engine) ---------------
+    def tune_process(self) -> bool:
+        """Apply the process-wide settings this device runs fastest with; True when something changed."""
+        return False
+
+    def untune_process(self) -> bool:
+        """Undo tune_process()."""
+        return False
+
+    # identity --------------------------------------------------------------------------------------------
+    def available(self) -> bool:
+        return True
 
     def fingerprint(self) -> dict:
         return {"device": self.name, "machine": platform.machine()}
 
+    def check_fingerprint(self, recorded: dict) -> str | None:
+        """None when a plan whose header recorded `recorded` runs correctly here, else what differs."""
+        here = self.fingerprint()
+        diffs = [f"{k}: plan {recorded.get(k)!r}, here {here.get(k)!r}"
+                 for k in self.fingerprint_fields if k in recorded and recorded.get(k) != here.get(k)]
+        return "; ".join(diffs) or None
 
-def get_device(name: str) -> Device:
-    if name == "cpu":
-        from native.cpu.device import CpuDevice
-        return CpuDevice()
-    if name == "dla":
-        from native.dla.device import DlaDevice
-        return DlaDevice()
-    if name == "cuda":
-        from native.cuda.device import CudaDevice
-        return CudaDevice()
-    from native.errors import UsageError
-    raise UsageError(f"unknown device '{name}'; choose one of: cpu, cuda, dla")
+
+def call_tactic(tactic, op, inputs, outputs=None, workspace=None, stream=None):
+    """tactic.run with the full contract, or run(op, inputs) for an unregistered object in the short style."""
+    if getattr(tactic.run, "_contract", False):
+        return tactic.run(op, inputs, outputs, workspace, stream)
+    return tactic.run(op, inputs)
+
+
+_DEVICES: dict[str, type] = {}
+_INSTANCES: dict[str, Device] = {}
+
+
+def register_device(name: str, cls: type):
+    """Called by a device package when it is imported: makes `get_device(name)` return an instance of `cls`."""
+    _DEVICES[name] = cls
+    _INSTANCES.pop(name, None)
+
+
+def registered_devices() -> list[str]:
+    return sorted(_DEVICES)
+
+
+def get_device(name) -> Device:
+    """The device called `name` (a Device passes through), importing its package `native.<name>` on first use."""
+    if isinstance(name, Device):
+        return name
+    if name in _INSTANCES:
+        return _INSTANCES[name]
+    if name not in _DEVICES and isinstance(name, str) and name.isidentifier():
+        try:
+            importlib.import_module(f"native.{name}")
+        except ModuleNotFoundError as e:
+            if e.name not in (f"native.{name}",):
+                raise
+    if name not in _DEVICES:
+        known = sorted(set(_DEVICES) | {"cpu"})
+        raise UsageError(f"device '{name}' is not available in this installation (registered devices: "
+                         f"{', '.join(known)}); a device registers itself from its package native/<name>/")
+    dev = _DEVICES[name]()
+    _INSTANCES[name] = dev
+    return dev
+
+
+def device_for_plan(name: str) -> Device:
+    """The device a plan names, as a PlanError when it cannot run here."""
+    try:
+        dev = get_device(name)
+    except UsageError as e:
+        raise PlanError(f"plan was built for device '{name}', which is not available here ({e}); rebuild for the "
+                        f"CPU or run on a machine with that device") from None
+    if not dev.available():
+        raise PlanError(f"plan was built for device '{name}', but no {name} device is available here; rebuild "
+                        f"for the CPU or run on a machine with that device")
+    return dev

@@ -1,14 +1,31 @@
 """Tactics: the implementations a layer can run with, per (layer kind, device).
 
 A tactic is a real alternative (im2col-GEMM vs direct convolution, BLAS vs blocked matmul) with a stable id.
-The builder times the candidates that `supports()` a layer and records the winner's id in the plan;
-replaying a plan or an algorithm-selector choice means looking the id up here again.
+The contract every tactic on every device keeps (docs/architecture.md, "Tactic"):
+
+* `precisions`: the compute precisions it really computes in ("float32", "float16", ...). A layer asking for a
+  precision no tactic declares runs in one that is declared, and the builder says so (tactic_selection.py).
+* `formats`: the tensor formats it reads and writes ("linear" = row-major NCHW..., "nhwc" = channels last).
+* `honours`: the fused params it implements (FUSED_PARAMS: post_ops, side, integer, col2im, program). A layer
+  carrying one of them is never given a tactic that would silently ignore it.
+* `workspace_size(op, shapes)`: scratch bytes it needs; selection skips it when the workspace pool is too small
+  and the device hands it that much scratch when it runs.
+* `supports(op, shapes) -> None | reason`: None when it can run this layer at these input shapes (None where
+  unknown), else a short reason that ends up in the build log.
+* `run(op, inputs, outputs, workspace, stream) -> list`: compute. `outputs` are device buffers planned for the
+  results (None where the device has none: write-into tactics set `writes_outputs`), `workspace` the scratch,
+  `stream` the device's queue (None on the synchronous CPU). The device calls it (native/device.py).
+
+Tactics written in the older short style (`run(op, inputs)`, `supports` returning a bool) are adapted when they
+are registered, so both styles keep working.
 
 Kernels see an `Op`: the layer's kind, name, JSON-able params, packed weights and, for control flow,
 callables that run its subgraphs. They never see ONNX.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,6 +33,9 @@ from typing import Callable
 import numpy as np
 
 from native.errors import BuildError
+
+# params that carry fused meaning: a tactic that does not list one in `honours` must not run a layer that has it
+FUSED_PARAMS = ("post_ops", "side", "integer", "col2im", "program")
 
 
 @dataclass
@@ -28,6 +48,7 @@ class Op:
     weights: dict = field(default_factory=dict)
     subgraphs: dict = field(default_factory=dict)  # name -> callable(list_of_inputs) -> list_of_outputs
     precision: str = "float32"
+    format: str = "linear"
 
 
 class Tactic:
@@ -42,14 +63,16 @@ class Tactic:
     device: str = "cpu"
     precisions: tuple = ("float32",)
     formats: tuple = ("linear",)
+    honours: frozenset = frozenset()
+    writes_outputs: bool = False   # True: uses the `outputs` buffers the device passes to run()
 
     @property
     def id(self) -> int:
         return zlib.crc32(f"{self.device}:{self.kind}:{self.name}".encode()) & 0x7FFFFFFF
 
-    def supports(self, op: Op, input_shapes) -> bool:
-        """Whether this tactic can run `op` for inputs of these shapes (None where unknown)."""
-        return True
+    def supports(self, op: Op, input_shapes) -> str | None:
+        """None when this tactic can run `op` for inputs of these shapes (None where unknown), else why not."""
+        return None
 
     def workspace_size(self, op: Op, input_shapes) -> int:
         return 0
@@ -58,11 +81,66 @@ class Tactic:
         """Pre-pack weights at build time; the returned arrays go into the plan and come back as `op.weights`."""
         return op.weights
 
-    def run(self, op: Op, inputs: list) -> list:
+    def run(self, op: Op, inputs: list, outputs=None, workspace=None, stream=None) -> list:
         raise NotImplementedError
 
     def __repr__(self):
         return f"<Tactic {self.device}:{self.kind}:{self.name} id={self.id}>"
+
+
+def unsupported_reason(tactic: Tactic, op: Op, input_shapes, *, workspace_limit=None) -> str | None:
+    """Why `tactic` cannot run `op` as declared (precision, format, fused params, its own supports(), workspace),
+    or None when it can. Selection, default picks and the interpreter all ask this one question."""
+    missing = [p for p in FUSED_PARAMS if op.params.get(p) and p not in tactic.honours]
+    if missing:
+        return f"does not implement fused param(s) {missing}"
+    if op.precision not in tactic.precisions:
+        return f"computes in {'/'.join(tactic.precisions)}, not {op.precision}"
+    if op.format not in tactic.formats:
+        return f"reads/writes {'/'.join(tactic.formats)}, not {op.format}"
+    reason = tactic.supports(op, input_shapes)
+    if reason is not None:
+        return reason
+    if workspace_limit is not None:
+        need = int(tactic.workspace_size(op, input_shapes) or 0)
+        if need > workspace_limit:
+            return f"needs {need} bytes of workspace, the workspace pool allows {workspace_limit}"
+    return None
+
+
+def _adapt(cls):
+    """Bring a tactic class written in the short style up to the contract (see the module docstring)."""
+    run = cls.run
+    if not getattr(run, "_contract", False):
+        params = [p for p in inspect.signature(run).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        has_var = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(run).parameters.values())
+        if len(params) < 6 and not has_var:  # run(self, op, inputs): ignores outputs/workspace/stream
+            legacy = run
+
+            @functools.wraps(legacy)
+            def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+                return legacy(self, op, inputs)
+        run._contract = True
+        cls.run = run
+    sup = cls.supports
+    if not getattr(sup, "_contract", False):
+        legacy_sup = sup
+
+        @functools.wraps(legacy_sup)
+        def supports(self, op, input_shapes):
+            r = legacy_sup(self, op, input_shapes)
+            if r is None or r is True:
+                return None
+            if r is False:
+                return f"not applicable ({self.name}.supports declined these params/shapes)"
+            return str(r)
+        supports._contract = True
+        cls.supports = supports
+    cls.honours = frozenset(cls.honours)
+    bad = set(cls.honours) - set(FUSED_PARAMS)
+    assert not bad, f"{cls.__name__}.honours names unknown fused params {bad}; known: {FUSED_PARAMS}"
+    return cls
 
 
 _REGISTRY: dict[tuple[str, str], list[Tactic]] = {}
@@ -70,7 +148,7 @@ _REGISTRY: dict[tuple[str, str], list[Tactic]] = {}
 
 def register_tactic(cls):
     """Class decorator: instantiate the tactic and add it to the registry."""
-    tactic = cls()
+    tactic = _adapt(cls)()
     assert tactic.kind and tactic.name, f"{cls.__name__} needs kind and name"
     bucket = _REGISTRY.setdefault((tactic.device, tactic.kind), [])
     if any(t.name == tactic.name for t in bucket):
@@ -79,11 +157,14 @@ def register_tactic(cls):
     return cls
 
 
-def simple_tactic(kind: str, name: str = "numpy", device: str = "cpu") -> Callable:
+def simple_tactic(kind: str, name: str = "numpy", device: str = "cpu", *, honours=(), precisions=("float32",),
+                  formats=("linear",)) -> Callable:
     """Decorator turning `fn(op, inputs) -> list` into a registered single tactic for `kind`."""
 
     def wrap(fn):
         cls = type(f"{kind}_{name}", (Tactic,), {"kind": kind, "name": name, "device": device,
+                                                  "honours": frozenset(honours), "precisions": tuple(precisions),
+                                                  "formats": tuple(formats),
                                                   "run": lambda self, op, inputs: fn(op, inputs),
                                                   "__doc__": fn.__doc__})
         register_tactic(cls)
@@ -95,6 +176,17 @@ def simple_tactic(kind: str, name: str = "numpy", device: str = "cpu") -> Callab
 def tactics_for(kind: str, device: str = "cpu") -> list[Tactic]:
     _load_kernels(device)
     return list(_REGISTRY.get((device, kind), []))
+
+
+def all_tactic_names(device: str = "cpu") -> set:
+    """Every tactic name registered for `device` (any layer kind)."""
+    _load_kernels(device)
+    return {t.name for (d, _), ts in _REGISTRY.items() if d == device for t in ts}
+
+
+def precisions_for(kind: str, device: str = "cpu") -> set:
+    """The compute precisions some tactic of `kind` declares on `device` (what a precision pass may assign)."""
+    return {p for t in tactics_for(kind, device) for p in t.precisions}
 
 
 def tactic_by_id(kind: str, tactic_id: int, device: str = "cpu") -> Tactic:
@@ -114,15 +206,16 @@ _LOADED = set()
 
 
 def _load_kernels(device):
+    """Let the device register its tactics (Device.load_tactics), once per process."""
     if device in _LOADED:
         return
     _LOADED.add(device)
-    if device in ("cpu", "dla"):
-        import native.cpu.kernels  # noqa: F401  (registers the CPU tactics)
-    if device == "dla":
-        import native.dla  # noqa: F401
-    if device == "cuda":
-        import native.cuda  # noqa: F401
+    from native.device import get_device
+    try:
+        get_device(device).load_tactics()
+    except BaseException:
+        _LOADED.discard(device)
+        raise
 
 
 def as_array(x, dtype=None):

@@ -229,6 +229,8 @@ def main(argv=None):
 
 
 def _main(argv=None):
+    from native import config
+    config.cli_defaults()   # engines built and run with process tuning on, as the CLI runs them
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  allow_abbrev=False)
     ap.add_argument("model", nargs="?")

@@ -51,6 +51,13 @@ class Node:
         return " + ".join(self.source_nodes) if self.source_nodes else self.name
 
 
+def node_format(node) -> str:
+    """The tensor format a node's tactic reads and writes: "nhwc" for the layout pass's channel-last twins
+    (ConvolutionNHWC, PoolingNHWC), "linear" otherwise, unless a pass recorded another in meta["format"]."""
+    meta = getattr(node, "meta", None) or {}
+    return meta.get("format") or ("nhwc" if node.kind.endswith("NHWC") else "linear")
+
+
 @dataclass(eq=False)
 class Graph:
     name: str = "network"

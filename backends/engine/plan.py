@@ -73,7 +73,7 @@ def serialize_plan(graph: Graph, config) -> bytes:
     from native.device import get_device
     blob = _BlobWriter()
     header = {"producer": {"name": "debugkit", "version": producer_version()},
-              "device": get_device(config.device).fingerprint() if config.device == "cpu" else {"device": config.device},
+              "device": get_device(config.device).fingerprint(),
               "build_config": config.to_json(), "graph": _graph_to_json(graph, blob)}
     head = json.dumps(header, default=_json_default).encode()
     body = b"".join(blob.parts)

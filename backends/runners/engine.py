@@ -75,7 +75,7 @@ class EngineRunner(Runner):
 
     def _load_plan(self, plan):
         from backends.engine.runtime import Runtime
-        self.engine = Runtime(device=self.device if self.device != "cpu" else None).deserialize_engine(plan)
+        self.engine = Runtime().deserialize_engine(plan)   # the plan names its device
         self.context = self.engine.create_execution_context()
 
     # queries -----------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Argument groups and value parsers shared by run / convert / inspect (name:value syntax as in Polygraphy)."""
 from __future__ import annotations
 
+import argparse
 import ast
 import difflib
 import re
@@ -234,7 +235,17 @@ def add_build_args(parser):
     g.add_argument("--no-tf32", action="store_true", help="disallow TF32 (on by default, as in TensorRT)")
     g.add_argument("--disable-fusion", action="store_true", help="keep every layer as parsed")
     g.add_argument("--device", default="cpu", choices=["cpu", "cuda", "dla"], help="device to build for")
+    g.add_argument("--ignore-fingerprint", action=_IgnoreFingerprint, nargs=0,
+                   help="load a plan built on another machine (its recorded device fingerprint differs); safe for "
+                        "CPU plans moved between machines of one architecture family")
     return g
+
+
+class _IgnoreFingerprint(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        from native.config import settings
+        settings().check_fingerprint = False
+        setattr(namespace, "ignore_fingerprint", True)
 
 
 def build_flags(args) -> list[str]:

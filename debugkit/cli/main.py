@@ -120,7 +120,9 @@ def _common_args_everywhere(parser):
 
 
 def main(argv=None) -> int:
+    from native import config
     from native.errors import DebugkitError
+    config.cli_defaults()   # process tuning on for the CLI's engines (DEBUGKIT_TUNE_PROCESS=0 turns it off)
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -7,7 +7,6 @@ a failure by its ONNX name, and only the nodes that depend on it are skipped.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,43 +77,24 @@ def evaluate_nodes(model, nodes, constants: dict, wanted: set, value_types: dict
 
 
 def _run_tolerant(g, device, result: EvalResult):
-    from backends.engine.runtime.executor import GraphExecutor, default_tactic, node_op
+    """Run the lowered graph with the engine's interpreter in tolerant mode: a failing layer is recorded against
+    its ONNX node and only what depends on it is skipped."""
+    from backends.engine.runtime.executor import GraphExecutor, Skipped
 
-    env: dict = {}
     failed_sources = set()
-    for node in g.nodes:
+
+    def on_error(node, error):
         source = node.source_nodes[0] if node.source_nodes else node.name
-        missing = [n for n in node.inputs if n is not None and n not in env]
-        outer_missing = []
-        for sub in node.subgraphs.values():
-            outer_missing += [n for n in sub.outer_references() if n not in env]
-        if missing or outer_missing or source in failed_sources:
+        if isinstance(error, Skipped):
             if source not in result.failures:
-                result.skipped.setdefault(source, f"reads {(missing + outer_missing)[:3]}, which could not be folded")
-            failed_sources.add(source)
-            continue
-        try:
-            tactic = default_tactic(node, device)
-            op = node_op(node)
-            if node.subgraphs:
-                subs = {k: GraphExecutor(s, device) for k, s in node.subgraphs.items()}
-                op = dataclasses.replace(op, subgraphs={k: _bind(s, env) for k, s in subs.items()})
-            args = [env[n] if n is not None else None for n in node.inputs]
-            with np.errstate(all="ignore"):
-                outs = tactic.run(op, args)
-            if outs is None or len(outs) < len(node.outputs):
-                raise RuntimeError(f"kernel returned {0 if outs is None else len(outs)} outputs, "
-                                   f"layer has {len(node.outputs)}")
-        except Exception as e:
+                result.skipped.setdefault(source, f"reads [{error.tensor!r}], which could not be folded")
+        else:
+            e = error
             reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__
             result.failures[source] = f"layer '{node.name}' ({node.kind}): {reason}"
-            failed_sources.add(source)
             G_LOGGER.verbose(f"fold: '{source}' failed in layer '{node.name}' ({node.kind}): {reason}")
-            continue
-        for name, value in zip(node.outputs, outs):
-            env[name] = value
+        failed_sources.add(source)
+
+    with np.errstate(all="ignore"):
+        env = GraphExecutor(g, device, keep_all=True, lazy_tactics=True).run({}, on_error=on_error)
     return env, failed_sources
-
-
-def _bind(executor, env):
-    return lambda inputs: executor.run_list(inputs, parent_env=env)

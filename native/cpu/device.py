@@ -1,14 +1,28 @@
-"""CPU device: buffers are numpy arrays, execution is synchronous."""
+"""CPU device: buffers are numpy arrays, execution is synchronous, timing is a wall clock.
+
+It is also the reference device: constant and shape folding evaluate on it whatever device the engine targets.
+"""
 import numpy as np
 
-from native.device import Device
+from native.device import Device, call_tactic
+from native.errors import UsageError
 
 
 class CpuDevice(Device):
     name = "cpu"
+    # a CPU plan holds numpy arrays and tactic ids of numpy kernels: it runs wherever the architecture matches
+    fingerprint_fields = ("device", "machine")
+
+    def load_tactics(self):
+        import native.cpu.kernels  # noqa: F401  (registers the CPU tactics)
 
     def allocate(self, nbytes: int):
-        return np.empty(nbytes, dtype=np.uint8)
+        return np.empty(int(nbytes), dtype=np.uint8)
+
+    def view(self, buffer, offset, shape, dtype):
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return buffer[offset:offset + n].view(dtype).reshape(shape)
 
     def copy_to_device(self, host_array):
         return np.ascontiguousarray(host_array)
@@ -16,8 +30,22 @@ class CpuDevice(Device):
     def copy_to_host(self, buffer):
         return buffer
 
-    def run(self, tactic, op, inputs):
-        return tactic.run(op, inputs)
+    def run(self, tactic, op, inputs, outputs=None, workspace=None, stream=None):
+        return call_tactic(tactic, op, inputs, outputs, workspace, stream)
+
+    def tune_process(self) -> bool:
+        from native.cpu import threads
+        return threads.tune()
+
+    def untune_process(self) -> bool:
+        from native.cpu import threads
+        return threads.untune()
+
+    def check_stream(self, stream):
+        if stream not in (None, 0):
+            raise UsageError(f"the CPU device executes synchronously and has no streams; execute_async_v3 got "
+                             f"stream={stream!r}: pass stream=None (or 0), or build the engine for a device with "
+                             f"streams (cuda)")
 
     def fingerprint(self) -> dict:
         fp = super().fingerprint()

@@ -8,8 +8,11 @@ next. Kernels that split work themselves run each band's im2col copy, GEMM and e
 futures (blocking, not spinning): near 2x on an idle 2-core machine, about single-thread speed under load, and the
 copies and epilogues run in parallel too, which BLAS threading does not give.
 
-DEBUGKIT_THREADS=N sets the pool size (default: the CPUs this process may run on; 1 disables the pool and leaves
-BLAS threading alone).
+Both the pool and the BLAS setting are process-wide, so they are an explicit, reversible option (`tune()` /
+`untune()`, reached through `Runtime(tune_process=True)`, the `debugkit` CLI and tools/benchmark.py), never a side
+effect of loading an engine: until something asks, kernels run on the calling thread and OpenBLAS keeps whatever
+threading the process had. DEBUGKIT_THREADS=N sets the pool size (default: the CPUs this process may run on; 1
+disables the pool and leaves BLAS threading alone). See docs/architecture.md, "Process-wide tuning".
 """
 from __future__ import annotations
 
@@ -20,17 +23,25 @@ import threading
 
 import numpy as np
 
+from native import config
 from native.cpu import allocator
 
 _LOCK = threading.Lock()
-_STATE = {"pool": None, "blas": None}
+_STATE = {"pool": None, "blas": None, "tuned": False, "blas_before": None}
 _LOCAL = threading.local()
 
 
 def num_threads() -> int:
-    env = os.environ.get("DEBUGKIT_THREADS")
+    """Threads a parallel_for may use: 1 until process tuning is on, then DEBUGKIT_THREADS or the CPU count."""
+    if not _STATE["tuned"]:
+        return 1
+    return pool_size()
+
+
+def pool_size() -> int:
+    env = config.threads()
     if env:
-        return max(1, int(env))
+        return env
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -39,6 +50,26 @@ def num_threads() -> int:
 
 def _blas_setter():
     """The OpenBLAS `set_num_threads` of the library numpy links (scipy-openblas wheels), or None."""
+    return _blas_fn(("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                     "openblas_set_num_threads64_", "openblas_set_num_threads"))
+
+
+def _blas_getter():
+    """The matching `get_num_threads`, or None."""
+    fn = _blas_fn(("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                   "openblas_get_num_threads64_", "openblas_get_num_threads"))
+    if fn is not None:
+        fn.restype = ctypes.c_int
+    return fn
+
+
+def blas_threads() -> int | None:
+    """OpenBLAS's current thread count (None where numpy's BLAS is not an OpenBLAS we can ask)."""
+    getter = _blas_getter()
+    return int(getter()) if getter is not None else None
+
+
+def _blas_fn(symbols):
     here = os.path.dirname(np.__file__)
     for path in glob.glob(os.path.join(here, "..", "numpy.libs", "*openblas*")) + \
             glob.glob(os.path.join(here, ".dylibs", "*openblas*")):
@@ -46,8 +77,7 @@ def _blas_setter():
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for sym in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                    "openblas_set_num_threads64_", "openblas_set_num_threads"):
+        for sym in symbols:
             fn = getattr(lib, sym, None)
             if fn is not None:
                 return fn
@@ -95,25 +125,57 @@ class _Failed:
 
 def _pool():
     pool = _STATE["pool"]
-    if pool is None:
+    if pool is None or len(pool) < pool_size() - 1:
         with _LOCK:
-            if _STATE["pool"] is None:
-                setter = _blas_setter()
-                if setter is not None:
-                    setter(1)
-                _STATE["blas"] = setter
-                _STATE["pool"] = [_Worker(i) for i in range(num_threads() - 1)]
-            pool = _STATE["pool"]
+            pool = _STATE["pool"] or []
+            pool += [_Worker(i) for i in range(len(pool), pool_size() - 1)]
+            _STATE["pool"] = pool
     return pool
 
 
-def init():
-    """Start the pool (and turn BLAS threading off) now, so every kernel of an engine sees the same BLAS setting
-    whichever kernel happens to run first, and keep freed buffers mapped (allocator.py): engines call this when
-    they are loaded."""
-    allocator.tune()
-    if num_threads() > 1:
+def tune() -> bool:
+    """Process-wide tuning for engine speed, on request: start the kernel pool, turn OpenBLAS's own threading off
+    (its spinning workers fight the pool) and keep freed buffers mapped (allocator.py). Reversible with
+    `untune()`. Returns True when it changed anything. With DEBUGKIT_THREADS=1 the pool stays off and BLAS
+    threading is left alone."""
+    with _LOCK:
+        if _STATE["tuned"]:
+            return False
+        _STATE["tuned"] = True
+        allocator.tune()
+        if pool_size() > 1:
+            setter = _blas_setter()
+            if setter is not None:
+                _STATE["blas_before"] = blas_threads()
+                setter(1)
+            _STATE["blas"] = setter
+    if pool_size() > 1:
         _pool()
+    return True
+
+
+def untune() -> bool:
+    """Undo `tune()`: OpenBLAS gets its thread count back, kernels run on the calling thread again (pool threads
+    stay parked), glibc's malloc thresholds return to their defaults. Returns True when it changed anything."""
+    with _LOCK:
+        if not _STATE["tuned"]:
+            return False
+        _STATE["tuned"] = False
+        before, setter = _STATE["blas_before"], _STATE["blas"]
+        if setter is not None and before:
+            setter(int(before))
+        _STATE["blas_before"] = None
+        allocator.untune()
+    return True
+
+
+def tuned() -> bool:
+    return _STATE["tuned"]
+
+
+def init():
+    """Old name of `tune()` (explicit process tuning)."""
+    tune()
 
 
 _BUSY = threading.Lock()  # one parallel_for at a time owns the workers; a concurrent caller runs inline

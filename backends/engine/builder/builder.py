@@ -5,13 +5,15 @@ import time
 
 import numpy as np
 
-from backends.engine.builder.config import BuilderConfig, BuilderFlag, OptimizationProfile, TimingCache
+from backends.engine.builder.config import BuilderConfig, BuilderFlag, OptimizationProfile
 from backends.engine.builder.lower import lower
 from backends.engine.builder.memory_plan import plan_memory, tensor_bytes
 from backends.engine.builder import passes
 from backends.engine.builder.tactic_selection import select_tactics
 from backends.engine.network import NetworkDefinition
 from backends.engine.runtime.executor import GraphExecutor
+from native.config import tune_process_default
+from native.device import get_device
 from native.errors import BuildError, DebugkitError
 from native.logger import G_LOGGER
 
@@ -65,6 +67,8 @@ class Builder:
         """The optimised, tactic-annotated Graph (what the plan stores)."""
         t0 = time.perf_counter()
         device = config.device
+        if tune_process_default(False):   # time tactics under the process settings the engine will run with
+            get_device(device).tune_process()
         graph = lower(network)
         self._check_profiles(graph, config)
         nodes_in = len(graph.nodes)
@@ -107,8 +111,6 @@ class Builder:
                                              for i in node.inputs if i is not None]
                 node.meta["output_shapes"] = [list(np.shape(env[o])) if o in env and isinstance(env[o], np.ndarray) else None
                                               for o in node.outputs]
-        if config.timing_cache is None and not config.get_flag(BuilderFlag.DISABLE_TIMING_CACHE):
-            config.timing_cache = TimingCache()
         select_tactics(graph, env, config, device)
         if env is not None:
             mem = plan_memory(graph, {k: tensor_bytes(v) for k, v in env.items()})

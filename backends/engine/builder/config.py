@@ -25,6 +25,16 @@ class BuilderFlag(enum.Enum):
     DISABLE_CONSTANT_FOLDING = "disable_constant_folding"
 
 
+# flags accepted by name (TensorRT has them) but not implemented: setting one raises instead of being ignored.
+# An issue that implements a flag removes it here.
+NOT_IMPLEMENTED_FLAGS = {
+    BuilderFlag.REFIT: "refittable engines (weights swapped in a built plan) are not implemented; rebuild the "
+                       "engine from the updated ONNX model instead",
+    BuilderFlag.SPARSE_WEIGHTS: "structured-sparsity tactics are not implemented on any device; build without it "
+                                "(the dense tactics run)",
+}
+
+
 class MemoryPoolType(enum.Enum):
     WORKSPACE = "workspace"
     DLA_MANAGED_SRAM = "dla_managed_sram"
@@ -134,7 +144,7 @@ class BuilderConfig:
         self.flags: set[BuilderFlag] = {BuilderFlag.TF32}
         self.profiles: list[OptimizationProfile] = []
         self.memory_pool_limits: dict[MemoryPoolType, int] = {}
-        self.profiling_verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
+        self._profiling_verbosity = ProfilingVerbosity.DETAILED
         self.avg_timing_iterations = 4
         self.timing_cache: TimingCache | None = None
         self.algorithm_selector: AlgorithmSelector | None = None
@@ -144,9 +154,26 @@ class BuilderConfig:
         self.tactic_sources: set | None = None   # tactic names allowed; None means all
         self.builder_optimization_level = 3
 
+    @property
+    def profiling_verbosity(self) -> ProfilingVerbosity:
+        """What the engine inspector reports per layer. Only DETAILED is implemented (every plan records each
+        layer's kind, tactic, precision, format and shapes); asking for less raises rather than being ignored."""
+        return self._profiling_verbosity
+
+    @profiling_verbosity.setter
+    def profiling_verbosity(self, value):
+        value = ProfilingVerbosity(value)
+        if value is not ProfilingVerbosity.DETAILED:
+            raise UsageError(f"profiling_verbosity {value.name} is not implemented: plans always record DETAILED "
+                             f"layer information (the inspector reports it); leave the default")
+        self._profiling_verbosity = value
+
     # flags
     def set_flag(self, flag: BuilderFlag):
-        self.flags.add(BuilderFlag(flag))
+        flag = BuilderFlag(flag)
+        if flag in NOT_IMPLEMENTED_FLAGS:
+            raise UsageError(f"BuilderFlag.{flag.name} is not implemented: {NOT_IMPLEMENTED_FLAGS[flag]}")
+        self.flags.add(flag)
 
     def clear_flag(self, flag: BuilderFlag):
         self.flags.discard(BuilderFlag(flag))

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 
 import numpy as np
 
+from backends.engine.builder.config import BuilderFlag, MemoryPoolType, TimingCache
 from backends.engine.runtime.executor import node_op
-from native.errors import BuildError
+from native.device import get_device
+from native.errors import BuildError, UsageError
 from native.logger import G_LOGGER
-from native.tactics import tactics_for
+from native.tactics import all_tactic_names, precisions_for, tactics_for, unsupported_reason
 
 
 def _key(node, inputs, device):
@@ -23,36 +24,38 @@ def _key(node, inputs, device):
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
-def time_tactic(tactic, op, inputs, iterations) -> float:
-    tactic.run(op, inputs)  # warm up
-    best = float("inf")
-    for _ in range(max(1, iterations)):
-        t0 = time.perf_counter()
-        tactic.run(op, inputs)
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
-
-
-def time_candidates(node, candidates, inputs, iterations) -> dict:
+def time_candidates(node, candidates, inputs, iterations, device=None) -> dict:
     """{tactic id: best ms} for the candidates that run. Runs are interleaved round-robin (A B C A B C ...) so a
     burst of load on a shared machine slows every candidate alike instead of disqualifying whichever was being
-    timed; each candidate is warmed up first (pool threads, caches) and scored by its fastest run."""
+    timed; each candidate is warmed up first (pool threads, caches) and scored by its fastest run. The device
+    runs and times them (a clock on the CPU, events on a GPU)."""
+    dev = get_device(device or "cpu")
     live = []
     for t in candidates:
         try:
             prepared = node_op(node)
             prepared.weights = t.prepare(prepared)
-            t.run(prepared, inputs)  # warm up
-            live.append((t, prepared))
+            ws = _workspace(dev, t, prepared, inputs)
+            dev.run(t, prepared, inputs, None, ws)  # warm up
+            live.append((t, prepared, ws))
         except Exception as e:
             G_LOGGER.verbose(f"tactic {t.name} failed on layer '{node.name}': {e}; skipped")
-    best = {t.id: float("inf") for t, _ in live}
+    best = {t.id: float("inf") for t, _, _ in live}
     for _ in range(max(1, iterations)):
-        for t, prepared in live:
-            t0 = time.perf_counter()
-            t.run(prepared, inputs)
-            best[t.id] = min(best[t.id], time.perf_counter() - t0)
-    return {k: v * 1e3 for k, v in best.items()}
+        for t, prepared, ws in live:
+            ms = dev.time(lambda: dev.run(t, prepared, inputs, None, ws))
+            best[t.id] = min(best[t.id], ms)
+    return best
+
+
+def _workspace(dev, tactic, op, inputs):
+    size = getattr(tactic, "workspace_size", None)
+    need = int(size(op, _shapes(inputs)) or 0) if size is not None else 0
+    return dev.allocate(need) if need > 0 else None
+
+
+def _shapes(inputs):
+    return [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs]
 
 
 # candidates timed within this fraction of the fastest count as tied; the earliest registered of them wins
@@ -74,61 +77,127 @@ def algorithm_context(node, inputs):
             "input_shapes": [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs]}
 
 
-def select_tactics(graph, env, config, device="cpu"):
+def _named(node, config, device, log, said):
+    """The tactics of this node's kind that `config.tactic_sources` leaves (all of them when it names none)."""
+    tactics = tactics_for(node.kind, device)
+    named = config.tactic_sources
+    if named is None:
+        return tactics
+    kept = [t for t in tactics if t.name in named]
+    if kept:
+        return kept
+    if node.kind not in said:
+        said.add(node.kind)
+        log.verbose(f"tactic_sources {sorted(named)} name no {node.kind} tactic; {node.kind} layers keep all of "
+                    f"theirs: {[t.name for t in tactics]}")
+    return tactics
+
+
+def check_tactic_sources(config, device):
+    """A tactic_sources name that matches no tactic of any layer kind is a typo, not a preference."""
+    if config.tactic_sources is None:
+        return
+    known = all_tactic_names(device)
+    unknown = sorted(set(config.tactic_sources) - known)
+    if unknown:
+        raise UsageError(f"tactic_sources names {unknown}, which match no tactic on device '{device}'; known "
+                         f"tactic names: {sorted(known)}")
+
+
+def candidates(node, shapes, config, device, log=G_LOGGER, said=None):
+    """The tactics that can run `node` as it stands (precision, format, fused params, shapes, workspace), after
+    tactic_sources. A precision no tactic computes in is a warning naming the layer (an error under
+    OBEY_PRECISION_CONSTRAINTS) and the layer falls back to FP32, so what the engine reports is what runs."""
+    limit = config.get_memory_pool_limit(MemoryPoolType.WORKSPACE)
+    pool = _named(node, config, device, log, said if said is not None else set())
+    op = node_op(node)
+    reasons = {t.name: unsupported_reason(t, op, shapes, workspace_limit=limit) for t in pool}
+    ok = [t for t in pool if reasons[t.name] is None]
+    if not ok and node.precision != "float32":
+        fp32 = node_op(node)
+        fp32.precision = "float32"
+        fallback = {t.name: unsupported_reason(t, fp32, shapes, workspace_limit=limit) for t in pool}
+        if any(r is None for r in fallback.values()):
+            wanted = node.precision
+            asked = node.meta.get("precision_constraint") == wanted
+            msg = (f"layer '{node.name}' ({node.kind}) asks for {wanted}, but no {node.kind} tactic on device "
+                   f"'{device}' computes in it (they offer {sorted(precisions_for(node.kind, device))})")
+            if asked and config.get_flag(BuilderFlag.OBEY_PRECISION_CONSTRAINTS):
+                raise BuildError(msg + "; OBEY_PRECISION_CONSTRAINTS forbids running it in another precision: "
+                                       "drop the constraint or the flag")
+            (log.warning if asked else log.verbose)(msg + "; it runs in float32")
+            node.precision = "float32"
+            node.meta["precision_fallback"] = wanted
+            reasons = fallback
+            ok = [t for t in pool if reasons[t.name] is None]
+    if not ok:
+        why = "; ".join(f"{k}: {v}" for k, v in reasons.items()) or "no tactics registered for this kind"
+        raise BuildError(f"could not find any implementation for layer '{node.name}' (kind {node.kind}, ONNX "
+                         f"nodes {node.source_nodes}) on device '{device}' ({why})")
+    return ok
+
+
+class _Said(set):
+    """Per-build state shared with subgraph recursion: kinds already logged about, the timing cache."""
+    cache = None
+
+
+def select_tactics(graph, env, config, device="cpu", _said=None):
     """Choose a tactic for every node (recursing into subgraphs with default choices). `env` holds each
-    tensor's value from the timing run (None when that run failed); returns per-node timing records."""
-    if device == "cpu":  # time candidates under the runtime's BLAS threading (the pool turns BLAS threads off)
-        from native.cpu import threads
-        threads.init()
-    cache = config.timing_cache
-    use_cache = cache is not None and not config.get_flag("disable_timing_cache")
+    tensor's value from the timing run (None when that run failed); returns per-node timing records. The
+    cache is `config.timing_cache` when the caller gave one (it is filled in), else a private one."""
+    said = _Said() if _said is None else _said
+    if said.cache is None:
+        said.cache = config.timing_cache if config.timing_cache is not None else TimingCache()
+    if _said is None:
+        check_tactic_sources(config, device)
+    # the caller's cache is filled in; without one a private cache (identical layers, such as repeated blocks,
+    # are timed once) leaves the config untouched
+    cache = said.cache
+    use_cache = not config.get_flag("disable_timing_cache")
     selector = config.algorithm_selector
     reports = []
     for node in graph.nodes:
-        op = node_op(node)
         inputs = [env.get(i) if (env is not None and i is not None) else None for i in node.inputs]
         have_inputs = env is not None and all(i is None or i in env for i in node.inputs)
-        shapes = [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs] if have_inputs else None
-        candidates = [t for t in tactics_for(node.kind, device) if t.supports(op, shapes)]
-        if config.tactic_sources is not None:
-            allowed = [t for t in candidates if t.name in config.tactic_sources]
-            candidates = allowed or candidates
-        if not candidates:
-            raise BuildError(f"could not find any implementation for layer '{node.name}' (kind {node.kind}, ONNX "
-                             f"nodes {node.source_nodes}) on device '{device}'")
+        shapes = _shapes(inputs) if have_inputs else None
+        cands = candidates(node, shapes, config, device, said=said)
         if selector is not None:
-            choices = [{"tactic_id": t.id, "tactic_name": t.name} for t in candidates]
+            choices = [{"tactic_id": t.id, "tactic_name": t.name} for t in cands]
             picked = list(selector.select_algorithms(algorithm_context(node, inputs), choices))
             if not picked and config.get_flag("reject_empty_algorithms"):
                 raise BuildError(f"algorithm selector returned no choice for layer '{node.name}'")
             if picked:
-                bad = [i for i in picked if not 0 <= int(i) < len(candidates)]
+                bad = [i for i in picked if not 0 <= int(i) < len(cands)]
                 if bad:
                     raise BuildError(f"algorithm selector returned invalid indices {bad} for layer '{node.name}' "
-                                     f"({len(candidates)} choices)")
-                candidates = [candidates[int(i)] for i in picked]
+                                     f"({len(cands)} choices)")
+                cands = [cands[int(i)] for i in picked]
         timings = {}
-        if len(candidates) > 1 and have_inputs:
+        if len(cands) > 1 and have_inputs:
             key = _key(node, inputs, device)
             cached = cache.get(key) if use_cache else None
             if cached:
                 timings = {int(k): v for k, v in cached.items()}
             else:
-                timings = time_candidates(node, candidates, inputs, config.avg_timing_iterations)
+                timings = time_candidates(node, cands, inputs, config.avg_timing_iterations, device)
                 if use_cache and timings:
                     cache.put(key, {str(k): v for k, v in timings.items()})
-            chosen = pick_fastest([t for t in candidates if t.id in timings], timings) or candidates[0]
+            chosen = pick_fastest([t for t in cands if t.id in timings], timings) or cands[0]
         else:
-            chosen = candidates[0]
+            chosen = cands[0]
         node.tactic_id, node.tactic_name = chosen.id, chosen.name
+        ws = int(chosen.workspace_size(node_op(node), shapes) or 0)
+        if ws:
+            node.meta["workspace_bytes"] = ws
         if timings:
-            node.meta["timings_ms"] = {t.name: round(timings[t.id], 4) for t in candidates if t.id in timings}
+            node.meta["timings_ms"] = {t.name: round(timings[t.id], 4) for t in cands if t.id in timings}
             G_LOGGER.verbose(f"layer '{node.name}': tactic {chosen.name} from "
                              + ", ".join(f"{k}={v:.3f}ms" for k, v in node.meta["timings_ms"].items()))
         node.weights = chosen.prepare(node_op(node))
         reports.append(({"name": node.name, "kind": node.kind}, {"tactic_id": chosen.id, "tactic_name": chosen.name}))
         for sub in node.subgraphs.values():
-            reports += select_tactics(sub, None, config, device)
-    if selector is not None:
+            reports += select_tactics(sub, None, config, device, said)
+    if selector is not None and _said is None:
         selector.report_algorithms([r[0] for r in reports], [r[1] for r in reports])
     return reports

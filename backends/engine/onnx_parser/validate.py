@@ -55,11 +55,8 @@ def default_limits() -> Limits:
     """The process-wide limits: `set_limits(...)`, else DEBUGKIT_MAX_TENSOR_BYTES, else a quarter of memory."""
     if _LIMITS is not None:
         return _LIMITS
-    env = os.environ.get("DEBUGKIT_MAX_TENSOR_BYTES")
-    try:
-        max_bytes = int(float(env)) if env else physical_memory() // 4
-    except ValueError:
-        max_bytes = physical_memory() // 4
+    from native.config import max_tensor_bytes
+    max_bytes = max_tensor_bytes() or physical_memory() // 4
     return Limits(max_bytes=max_bytes, max_elements=max(1, max_bytes // 1))
 
 

@@ -1,57 +1,84 @@
-"""Runs an engine Graph node by node on a device, freeing each intermediate after its last use.
+"""The interpreter: runs an engine Graph node by node on a device, freeing each intermediate after its last use.
 
-Shared by the runtime, the builder's timing run and constant folding, so that all three execute the same code.
+The one loop that executes layers. The runtime, the builder's timing run, constant and shape folding and the
+surgeon's evaluation all use it, so they execute the same code; the device runs each tactic
+(`Device.run(tactic, op, inputs, outputs, workspace, stream)`). Strict by default (the first failing layer raises
+an ExecutionError naming it); with `on_error` it is tolerant: the hook sees the failure, the layer's outputs stay
+absent, and layers that read them are reported to the hook as skipped.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from native.errors import DebugkitError, ExecutionError
-from native.tactics import Op, tactic_by_id, tactics_for
+from backends.engine.engine_graph import node_format
+from native.device import get_device
+from native.errors import BuildError, DebugkitError, ExecutionError
+from native.tactics import Op, tactic_by_id, tactics_for, unsupported_reason
 
 
 def default_tactic(node, device="cpu"):
-    """The first registered tactic that supports the node (what an untimed build picks)."""
+    """The first registered tactic that can run the node as it stands (what an untimed build picks)."""
+    device = getattr(device, "name", device)
     candidates = tactics_for(node.kind, device)
     shapes = node.meta.get("input_shapes")
     op = node_op(node)
+    reasons = []
     for t in candidates:
-        if t.supports(op, shapes):
+        why = unsupported_reason(t, op, shapes)
+        if why is None:
             return t
-    from native.errors import BuildError
+        reasons.append(f"{t.name}: {why}")
     raise BuildError(f"no {device} implementation for layer '{node.name}' (kind {node.kind}, ONNX nodes "
-                     f"{node.source_nodes}); try another device or report the layer kind")
+                     f"{node.source_nodes}){' (' + '; '.join(reasons) + ')' if reasons else ''}; try another device "
+                     f"or report the layer kind")
 
 
 def node_op(node) -> Op:
-    return Op(node.kind, node.name, node.params, node.weights, {}, node.precision)
+    return Op(node.kind, node.name, node.params, node.weights, {}, node.precision, node_format(node))
+
+
+class Skipped(Exception):
+    """Passed to `on_error` for a layer that was not run because a tensor it reads (args[0]) is missing."""
+
+    @property
+    def tensor(self):
+        return self.args[0]
 
 
 class GraphExecutor:
-    """Executes one Graph. `keep` names tensors to return besides the outputs (debug taps)."""
+    """Executes one Graph on one device. `keep_all` returns every tensor (the builder's timing run)."""
 
-    def __init__(self, graph, device: str = "cpu", keep_all: bool = False):
+    def __init__(self, graph, device="cpu", keep_all: bool = False, lazy_tactics: bool = False):
         self.graph = graph
-        self.device = device
-        if device == "cpu":
-            from native.cpu import threads
-            threads.init()  # BLAS single-threaded from the first layer on, not from the first parallel kernel
+        self.device = get_device(device)
         self.steps = []
         self.consts = {}  # Constant layers' outputs, bound once here instead of running a layer per execution
+        self.workspace_bytes = 0
         for node in graph.nodes:
-            tactic = tactic_by_id(node.kind, node.tactic_id, device) if node.tactic_id is not None \
-                else default_tactic(node, device)
+            if lazy_tactics:  # tolerant callers: a layer without a tactic fails when it runs, not here
+                try:
+                    tactic = self._tactic(node)
+                except DebugkitError as e:
+                    tactic = _Unavailable(e)
+            else:
+                tactic = self._tactic(node)
             if node.kind == "Constant" and tactic.name == "numpy" and not node.subgraphs:
                 self.consts[node.outputs[0]] = node.weights["value"]
                 continue
-            subs = {k: GraphExecutor(g, device) for k, g in node.subgraphs.items()}
+            subs = {k: GraphExecutor(g, self.device, lazy_tactics=lazy_tactics) for k, g in node.subgraphs.items()}
             op = node_op(node)
             if hasattr(tactic, "check_loadable"):  # e.g. a Plugin layer whose plugin is not registered here
                 tactic.check_loadable(op)
+            self.workspace_bytes = max(self.workspace_bytes, int(node.meta.get("workspace_bytes", 0) or 0))
             self.steps.append((node, tactic, op, subs))
         self.outer = graph.outer_references()
         self.keep_all = keep_all
         self._last_use = self._compute_last_use()
+
+    def _tactic(self, node):
+        name = self.device.name
+        return tactic_by_id(node.kind, node.tactic_id, name) if node.tactic_id is not None \
+            else default_tactic(node, name)
 
     def _compute_last_use(self):
         last = {}
@@ -79,15 +106,20 @@ class GraphExecutor:
                     dies[i].append(name)
         return dies
 
-    def run(self, feeds: dict, keep=(), parent_env=None, tactics=None) -> dict:
-        """Execute; returns the env restricted to outputs and `keep` (everything when keep_all)."""
+    def run(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None) -> dict:
+        """Execute; returns the env restricted to outputs and `keep` (everything when keep_all).
+
+        tactics: {layer name: tactic} to run instead of the planned ones (debug tools).
+        on_error: `fn(node, exception)`; when given, a failing layer is handed to it and skipped (its outputs stay
+        absent) instead of raising, and a layer reading a missing tensor gets a `Skipped` exception."""
+        dev = self.device
         env = dict(self.consts)
         env.update(feeds)
         if parent_env is not None:
             for name in self.outer:
                 if name not in env and name in parent_env:
                     env[name] = parent_env[name]
-        if self.keep_all:
+        if self.keep_all or on_error is not None:
             dies = None
         else:  # cached per `keep`: loop bodies run this many times with the same keep set
             cache = self.__dict__.setdefault("_dies_cache", {})
@@ -95,21 +127,35 @@ class GraphExecutor:
             dies = cache.get(key)
             if dies is None:
                 dies = cache[key] = self.free_plan(keep)
+        workspace = dev.allocate(self.workspace_bytes) if self.workspace_bytes else None
         for i, (node, tactic, op, subs) in enumerate(self.steps):
             if tactics is not None and node.name in tactics:
                 tactic = tactics[node.name]
             try:
                 args = [env[n] if n is not None else None for n in node.inputs]
+                if on_error is not None:
+                    missing = [n for s in subs.values() for n in s.outer if n not in env]
+                    if missing:
+                        raise KeyError(missing[0])
             except KeyError as e:
+                if on_error is not None:
+                    on_error(node, Skipped(e.args[0]))
+                    continue
                 raise ExecutionError(f"layer '{node.name}' reads tensor {e.args[0]!r}, which no earlier layer or "
                                      f"input produced") from None
             if subs:
                 op = dataclasses.replace(op, subgraphs={k: _bind(s, env) for k, s in subs.items()})
             try:
-                outs = tactic.run(op, args)
-            except DebugkitError:
-                raise
+                outs = dev.run(tactic, op, args, None, workspace, stream)
+                if on_error is not None and (outs is None or len(outs) < len(node.outputs)):
+                    raise RuntimeError(f"kernel returned {0 if outs is None else len(outs)} outputs, layer has "
+                                       f"{len(node.outputs)}")
             except Exception as e:  # a kernel failing on real data is reported with the layer's ONNX origin
+                if on_error is not None:
+                    on_error(node, e)
+                    continue
+                if isinstance(e, DebugkitError):
+                    raise
                 shapes = [getattr(a, "shape", None) for a in args]
                 raise ExecutionError(f"layer '{node.name}' ({node.kind}, tactic {tactic.name}, ONNX nodes "
                                      f"{node.source_nodes}) failed on input shapes {shapes}: "
@@ -125,6 +171,23 @@ class GraphExecutor:
         feeds = {t.name: v for t, v in zip(self.graph.inputs, inputs)}
         env = self.run(feeds, parent_env=parent_env)
         return [env[t.name] for t in self.graph.outputs]
+
+
+Interpreter = GraphExecutor
+
+
+class _Unavailable:
+    """Stands in for a layer's tactic when none exists (tolerant runs): running it raises the reason."""
+
+    name = "unavailable"
+
+    def __init__(self, error):
+        self.error = error
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        raise self.error
+
+    run._contract = True
 
 
 def _bind(executor, env):

@@ -12,16 +12,33 @@ import os
 import numpy as np
 
 from backends.engine.builder.config import OptimizationProfile
+from backends.engine.engine_graph import node_format
 from backends.engine.plan import deserialize_plan
 from backends.engine.runtime.executor import GraphExecutor
+from native.config import settings, tune_process_default
+from native.device import device_for_plan
 from native.errors import FeedError, InputFileError, PlanError, ShapeError
 from native.logger import G_LOGGER
 
 
 class Runtime:
-    def __init__(self, logger=None, device=None):
+    """Loads plans. Options (all explicit, none process-wide unless asked for):
+
+    device: run on this device instead of the one the plan names.
+    tune_process: apply the device's process-wide tuning when an engine is loaded (CPU: kernel thread pool,
+        OpenBLAS single-threaded, glibc keeping freed buffers mapped; see native/cpu/threads.py). Default: off,
+        or DEBUGKIT_TUNE_PROCESS; the `debugkit` CLI and tools/benchmark.py turn it on. Undo with
+        `Engine.untune_process()`.
+    check_fingerprint: refuse (PlanError) a plan whose recorded device fingerprint (device kind, machine
+        architecture) differs from this machine's. False is the opt-out for a CPU plan moved between machines
+        (default: True, or DEBUGKIT_CHECK_FINGERPRINT; the CLI's --ignore-fingerprint).
+    """
+
+    def __init__(self, logger=None, device=None, *, tune_process=None, check_fingerprint=None):
         self.logger = logger or G_LOGGER
         self.device = device
+        self.tune_process = tune_process_default(False) if tune_process is None else bool(tune_process)
+        self.check_fingerprint = settings().check_fingerprint if check_fingerprint is None else bool(check_fingerprint)
 
     def deserialize_engine(self, plan) -> "Engine":
         if isinstance(plan, (str, os.PathLike)):
@@ -30,23 +47,33 @@ class Runtime:
                 raise InputFileError(f"plan file not found: {path}")
             plan = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else b""
         header, graph = deserialize_plan(plan)
-        return Engine(header, graph, self.device, self.logger)
+        return Engine(header, graph, self.device, self.logger, tune_process=self.tune_process,
+                      check_fingerprint=self.check_fingerprint)
 
 
 class Engine:
-    def __init__(self, header: dict, graph, device=None, logger=None):
+    def __init__(self, header: dict, graph, device=None, logger=None, *, tune_process=False, check_fingerprint=True):
         self.header = header
         self.graph = graph
         self.logger = logger or G_LOGGER
-        self.device = device or header.get("device", {}).get("device", "cpu")
-        if self.device == "cuda":
-            from native.cuda import available
-            if not available():
-                raise PlanError("plan was built for device 'cuda', but no CUDA device is available here; rebuild "
-                                "for the CPU or run on a GPU machine")
+        recorded = header.get("device", {}) or {}
+        self.device = device or recorded.get("device", "cpu")
+        dev = device_for_plan(self.device)
+        if check_fingerprint and (device is None or device == recorded.get("device")):
+            why = dev.check_fingerprint(recorded)
+            if why:
+                raise PlanError(f"plan was built for another machine ({why}); rebuild it here, or load it anyway "
+                                f"with Runtime(check_fingerprint=False) / --ignore-fingerprint (safe for CPU plans "
+                                f"moved between machines of one architecture family)")
         cfg = header.get("build_config", {})
         self.profiles = [OptimizationProfile.from_json(p) for p in cfg.get("profiles", [])]
-        self.executor = GraphExecutor(graph, self.device)
+        self._device = dev
+        self.tuned = dev.tune_process() if tune_process else False
+        self.executor = GraphExecutor(graph, dev)
+
+    def untune_process(self) -> bool:
+        """Undo the process-wide tuning this engine's load applied (see Runtime)."""
+        return self._device.untune_process()
 
     # I/O description ---------------------------------------------------------------------------------
     @property
@@ -170,6 +197,9 @@ class ExecutionContext:
     execute_v2 = execute
 
     def execute_async_v3(self, feeds, stream=None):
+        """TensorRT's enqueue. The engine's device validates `stream` (the CPU has none: None or 0, else a
+        UsageError); on a synchronous device the results are ready on return."""
+        self.engine._device.check_stream(stream)
         return self.execute(feeds)
 
 
@@ -187,6 +217,7 @@ class EngineInspector:
                 "Inputs": [i for i in n.inputs if i is not None], "Outputs": n.outputs,
                 "InputShapes": n.meta.get("input_shapes"), "OutputShapes": n.meta.get("output_shapes"),
                 "TacticName": n.tactic_name, "TacticValue": n.tactic_id, "Precision": n.precision,
+                "Format": node_format(n),
                 "Timings_ms": n.meta.get("timings_ms"), "Params": n.params}
 
     def layers(self) -> list[dict]:

@@ -79,7 +79,7 @@ def _binary(name, a, b, owned):
     return fn(a, b)
 
 
-@simple_tactic("Pointwise")
+@simple_tactic("Pointwise", honours=("program",))
 def pointwise(op, inputs):
     """Evaluate the fused chain with in-place reuse of dead intermediates."""
     from native.cpu.kernels.activations import activation, activation_inplace
@@ -200,6 +200,8 @@ class ConvNhwcGemm(Tactic):
     1×1 stride-1 convolutions are one GEMM on the input as is and others gather patches in channel-last order."""
     kind = "ConvolutionNHWC"
     name = "nhwc-im2col-gemm"
+    honours = {"post_ops"}
+    formats = ("nhwc",)
 
     def run(self, op, inputs):
         x = inputs[0]
@@ -226,7 +228,7 @@ class ConvNhwcGemm(Tactic):
 
 
 
-@simple_tactic("PoolingNHWC")
+@simple_tactic("PoolingNHWC", honours=("post_ops",), formats=("nhwc",))
 def pooling_nhwc(op, inputs):
     """MAX / AVERAGE pooling over axes 1, 2 of an NHWC tensor (global, or a 2-D window without ceil mode), then
     the post-ops (an activation moved past the max pool, see fusion_pool.py)."""

@@ -36,7 +36,7 @@ def _finish(y, out_dtype, op, inputs):
 class BlasMatMul(Tactic):
     kind = "MatrixMultiply"
     name = "blas"
-    precisions = ("float32", "float16", "int32")
+    honours = {"post_ops"}
 
     def run(self, op, inputs):
         p = op.params
@@ -56,7 +56,7 @@ class BlasMatMul(Tactic):
 class PackedGemm(Tactic):
     kind = "MatrixMultiply"
     name = "packed-gemm"
-    precisions = ("float32", "float16")
+    honours = {"post_ops"}
 
     def supports(self, op, input_shapes):
         b = op.weights.get("b_packed", op.weights.get("b"))
@@ -109,7 +109,7 @@ class PackedGemmTransposed(Tactic):
     [16, 256] x [256, 1024]; slower for tall inputs, so the builder's timing decides)."""
     kind = "MatrixMultiply"
     name = "packed-gemm-t"
-    precisions = ("float32",)
+    honours = {"post_ops"}
 
     def supports(self, op, input_shapes):
         b = op.weights.get("bt_packed", op.weights.get("b"))

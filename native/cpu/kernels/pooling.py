@@ -213,7 +213,7 @@ def _max_roi_pool(x, rois, params):
     return [y]
 
 
-@simple_tactic("Pooling", name="strided-taps")
+@simple_tactic("Pooling", name="strided-taps", honours=("post_ops",))
 def pooling(op, inputs):
     """Max / average / Lp pooling over strided tap views; global pooling as a reduction. An activation the builder
     moved past a max pool (fusion_pool.py) runs as the post-op, in place on the pooled map."""

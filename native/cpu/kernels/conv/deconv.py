@@ -57,6 +57,7 @@ def scatter_taps(cols, ks, strides, dil, pre, out, in_sizes):
 class Col2Im(Tactic):
     """ONNX Col2Im as a Deconvolution with params col2im: the input already holds the columns."""
     kind, name = "Deconvolution", "col2im"
+    honours = {"col2im"}
 
     def supports(self, op, input_shapes):
         return bool(op.params.get("col2im"))
@@ -81,6 +82,7 @@ class Col2Im(Tactic):
 class DeconvGemmCol2im(Tactic):
     """y = col2im(W^T @ x): one GEMM per group, then a scatter-add of each kernel tap into strided output views."""
     kind, name = "Deconvolution", "gemm-col2im"
+    honours = {"post_ops"}
 
     def supports(self, op, input_shapes):
         return not op.params.get("col2im")

@@ -61,6 +61,7 @@ def depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs):
 class Depthwise(Tactic):
     """groups == C == M: y[:, c] = sum over taps of w[c, tap] * shifted view of x[:, c]."""
     kind, name = "Convolution", "depthwise"
+    honours = {"post_ops"}
 
     def supports(self, op, input_shapes):
         g = op.params.get("groups", 1) or 1

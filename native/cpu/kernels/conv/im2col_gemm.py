@@ -18,6 +18,7 @@ from native.tactics import Tactic, register_tactic
 class Im2colGemm(Tactic):
     """Column matrix of all kernel taps, then one batched BLAS GEMM."""
     kind, name = "Convolution", "im2col-gemm"
+    honours = {"post_ops", "side", "integer"}
 
     def prepare(self, op):
         return pack_gemm(op)

@@ -21,6 +21,7 @@ def is_pointwise(op, input_shapes):
 class PointwiseGemm(Tactic):
     """1x1 convolution: y[n] = W[M, C] @ x[n].reshape(C, H*W); strides by slicing, no column matrix."""
     kind, name = "Convolution", "1x1-gemm"
+    honours = {"post_ops", "side"}
 
     def supports(self, op, input_shapes):
         return is_pointwise(op, input_shapes)

@@ -17,6 +17,7 @@ class ShiftedGemm(Tactic):
     W[tap] ([M, C]) by a contiguous window of it (offset i*d*Wp + j*d), accumulating [M, Ho*Wp]; the Wp - Wo
     wrap-around columns are cropped at the end. Trades the im2col copy for kh*kw smaller GEMMs."""
     kind, name = "Convolution", "shifted-gemm"
+    honours = {"post_ops", "side"}
 
     def supports(self, op, input_shapes):
         p = op.params

@@ -1,0 +1,106 @@
+"""The one place debugkit reads its environment (DEBUGKIT_* variables), and the process-wide settings they seed.
+
+Every other module asks `settings()` instead of reading os.environ, so the knobs are listed (and documented) here:
+
+    DEBUGKIT_THREADS=N          size of the CPU kernel pool (default: the CPUs this process may use; 1 = no pool)
+    DEBUGKIT_MALLOC_TUNE=0      never raise glibc's mmap/trim thresholds, even when process tuning is on
+    DEBUGKIT_TUNE_PROCESS=0|1   default of the process-tuning option (Runtime(tune_process=...)); unset: off for
+                                the Python API, on for the `debugkit` CLI and tools/benchmark.py
+    DEBUGKIT_CHECK_FINGERPRINT=0  load plans whose device fingerprint differs (Runtime(check_fingerprint=False),
+                                the CLI's --ignore-fingerprint)
+    DEBUGKIT_LINT=1             run Graph.lint() after every builder pass (the test suite sets it)
+    DEBUGKIT_MAX_TENSOR_BYTES=N largest tensor an untrusted ONNX model may declare (onnx_parser/validate.py)
+    DEBUGKIT_CORPUS=DIR         the real-model corpus (tests/corpus, tools/corpus_run.py)
+    DEBUGKIT_MODEL_CACHE=DIR    where fetched corpus models are kept
+
+Settings are read once, on first use; `reload()` re-reads them (tests that monkeypatch the environment call it).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from native.errors import UsageError
+
+
+@dataclass
+class Settings:
+    threads: int | None = None          # None: the CPUs this process may run on
+    malloc_tune: bool = True
+    tune_process: bool | None = None    # None: the caller's default (API off, CLI on)
+    check_fingerprint: bool = True
+    lint: bool = False
+    corpus: str | None = None
+    model_cache: str | None = None
+
+
+_SETTINGS: dict = {}
+
+
+def _flag(name, default):
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    if v.lower() in ("1", "true", "yes", "on"):
+        return True
+    if v.lower() in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"environment variable {name}={v!r}: expected 0 or 1")
+
+
+def _int(name):
+    v = os.environ.get(name)
+    if not v:
+        return None
+    try:
+        return max(1, int(v))
+    except ValueError:
+        raise UsageError(f"environment variable {name}={v!r}: expected a positive integer") from None
+
+
+def reload() -> Settings:
+    s = Settings(threads=_int("DEBUGKIT_THREADS"), malloc_tune=_flag("DEBUGKIT_MALLOC_TUNE", True),
+                 tune_process=_flag("DEBUGKIT_TUNE_PROCESS", None), lint=_flag("DEBUGKIT_LINT", False),
+                 check_fingerprint=_flag("DEBUGKIT_CHECK_FINGERPRINT", True),
+                 corpus=os.environ.get("DEBUGKIT_CORPUS") or None,
+                 model_cache=os.environ.get("DEBUGKIT_MODEL_CACHE") or None)
+    _SETTINGS["s"] = s
+    return s
+
+
+def settings() -> Settings:
+    s = _SETTINGS.get("s")
+    return s if s is not None else reload()
+
+
+def threads() -> int | None:
+    """DEBUGKIT_THREADS, read live (tests and benchmarks change it between runs)."""
+    return _int("DEBUGKIT_THREADS")
+
+
+def max_tensor_bytes() -> int | None:
+    """DEBUGKIT_MAX_TENSOR_BYTES (read live; accepts 1e9), None when unset or unreadable."""
+    v = os.environ.get("DEBUGKIT_MAX_TENSOR_BYTES")
+    try:
+        return int(float(v)) if v else None
+    except ValueError:
+        return None
+
+
+def malloc_tune() -> bool:
+    return _flag("DEBUGKIT_MALLOC_TUNE", True)
+
+
+def tune_process_default(fallback: bool) -> bool:
+    """The process-tuning default: DEBUGKIT_TUNE_PROCESS when set, else `fallback` (the caller's default)."""
+    v = settings().tune_process
+    return fallback if v is None else v
+
+
+def cli_defaults():
+    """What the `debugkit` CLI and the benchmark tools use: process tuning on (unless DEBUGKIT_TUNE_PROCESS=0),
+    so engines they build and run are timed and run with the kernel pool, as the performance numbers assume."""
+    s = settings()
+    if s.tune_process is None:
+        s.tune_process = True
+    return s
