@@ -1,0 +1,80 @@
+"""Options every `debug` search and `sweep` share: executor (--workers, --ray), probe log (--log, --resume), feeds."""
+from __future__ import annotations
+
+from debugkit.cli import _args
+
+
+def add_search_args(parser, default_log: str):
+    g = parser.add_argument_group("search")
+    g.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="evaluate independent probes in N local processes (default 1: in this process)")
+    g.add_argument("--ray", metavar="ADDRESS|auto", default=None,
+                   help="evaluate probes as tasks on a Ray cluster (pip install 'debugkit[ray]'); "
+                        "auto joins a running cluster or starts a local one")
+    g.add_argument("--log", default=default_log, metavar="FILE.jsonl",
+                   help=f"probe log, one JSON line per probe (default {default_log})")
+    g.add_argument("--resume", action="store_true",
+                   help="continue the search recorded in --log (refused if the log is of another model/search)")
+    return g
+
+
+def add_common(parser):
+    """-v/-q/--log-file/--no-color when the shared helper exists, else -v."""
+    if hasattr(_args, "add_common_args"):
+        _args.add_common_args(parser)
+    else:
+        _args.add_verbose(parser)
+
+
+def apply_common(args):
+    if hasattr(_args, "apply_common_args"):
+        _args.apply_common_args(args)
+    else:
+        _args.apply_verbosity(args)
+
+
+def generated_feeds(args, model) -> dict:
+    """The first feed of run's data loader (same seed, ranges, shapes, scripts, saved inputs) for this model."""
+    from backends.runners.model import onnx_input_metadata
+    from debugkit.data_loader import DataLoader, SavedDataLoader, ScriptDataLoader, coerce_feeds
+    from native.errors import UsageError
+    meta = onnx_input_metadata(model)
+    if args.load_inputs and args.data_loader_script:
+        raise UsageError("use either --load-inputs or --data-loader-script, not both")
+    if args.load_inputs:
+        loader = SavedDataLoader(args.load_inputs)
+    elif args.data_loader_script:
+        loader = ScriptDataLoader(args.data_loader_script)
+    else:
+        loader = DataLoader(args.seed, 1, _args.parse_ranges(args.val_range), _args.parse_shape_list(args.input_shapes))
+        loader.input_metadata = meta
+        loader.check_names(meta)
+    for feeds in loader:
+        return coerce_feeds(feeds, meta)
+    raise UsageError("the data loader produced no feeds")
+
+
+class Progress:
+    """A progress bar over probes when native.progress exists (i.e. tqdm on a TTY), else quiet."""
+
+    def __init__(self, total, desc):
+        self.bar = None
+        try:
+            from native.progress import progress
+            self.bar = progress(total=total, desc=desc, unit="probe")
+            self.bar.__enter__()
+        except Exception:
+            self.bar = None
+
+    def __call__(self, rec, n):
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(str(rec.get("result", {}).get("fails") if isinstance(rec.get("result"), dict)
+                                         else rec.get("result")))
+
+    def close(self):
+        if self.bar is not None:
+            try:
+                self.bar.__exit__(None, None, None)
+            except Exception:
+                pass

@@ -1,0 +1,103 @@
+"""Reduce a failing model to a minimal subgraph that still fails (ddmin over node sets, branches included).
+
+The check is either run's comparison in-process (our engine on the subgraph vs the values of one full ONNX Runtime
+run, with run's --atol/--rtol/--compare options) or an external command: `--check CMD ...` (last option; `{model}`
+and `{inputs}` are replaced by the subgraph's path and its HDF5 inputs file).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+
+from debugkit.cli import _args, _search_args
+from native.errors import InputFileError
+from native.logger import G_LOGGER
+
+
+def register(subparsers):
+    p = subparsers.add_parser("reduce", help=__doc__.splitlines()[0], description=__doc__)
+    p.add_argument("model", help="the failing ONNX model")
+    p.add_argument("-o", "--output", default="reduced.onnx", help="the minimal failing model (default reduced.onnx)")
+    p.add_argument("--min-good", metavar="FILE.onnx", help="also write the largest passing subgraph seen")
+    p.add_argument("--mode", choices=["graph-input", "fold"], default="graph-input",
+                   help="cut float tensors become graph inputs fed with captured values (default) or constants "
+                        "holding them; integer/bool tensors are always folded")
+    _args.add_data_loader_args(p)
+    _args.add_build_args(p)
+    from debugkit.debug.checks import add_check_args, add_compare_args
+    add_compare_args(p)
+    _search_args.add_search_args(p, "reduce_probes.jsonl")
+    _search_args.add_common(p)
+    add_check_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backends.runners import load_onnx, model_sha256
+    from debugkit.debug.checks import CompareOptions, command_check_from_args
+    from debugkit.debug.executor import InlineExecutor, make_executor
+    from debugkit.debug.probe_log import ProbeLog
+    from debugkit.debug.reduce import (ReduceProbe, ReductionError, Subgraphs, capture_values, finish,
+                                       save_with_inputs)
+    from debugkit.debug.strategies import Prober, ddmin
+
+    _search_args.apply_common(args)
+    if not os.path.exists(args.model):
+        raise InputFileError(f"model file not found: {args.model}")
+    check = command_check_from_args(args) or CompareOptions.from_args(args)
+    model = load_onnx(args.model)
+    feeds = _search_args.generated_feeds(args, model)
+    G_LOGGER.info("capturing every tensor of the model with ONNX Runtime")
+    values = capture_values(model, feeds)
+    sub = Subgraphs(model, feeds, values, args.mode)
+    items = sub.items
+    meta = {"search": "reduce", "model_sha256": model_sha256(args.model), "mode": args.mode,
+            "check": " ".join(check.argv) if hasattr(check, "argv") else repr(check),
+            "flags": _args.build_flags(args), "seed": args.seed}
+    log = ProbeLog(args.log, meta, resume=args.resume)
+    workdir = tempfile.mkdtemp(prefix="debugkit_reduce_")
+    t0 = time.perf_counter()
+    bar = _search_args.Progress(None, "reduce")
+    try:
+        with make_executor(args.workers, args.ray) as ex:
+            probe_fn = ReduceProbe(workdir, args.mode, check, _args.build_flags(args), subgraphs=sub)
+            if type(ex) is not InlineExecutor:
+                probe_fn.save_state(sub)
+            prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
+            if not prober(items):
+                rec = prober.known(items)[1]
+                raise ReductionError(f"the check passes on the whole model ({len(items)} nodes), so there is "
+                                     f"nothing to reduce ({rec.get('reason', '') if isinstance(rec, dict) else ''})")
+            G_LOGGER.info(f"the whole model fails the check; reducing {len(items)} nodes")
+            found = ddmin(items, prober)
+    finally:
+        bar.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if not found:
+        raise ReductionError("the check fails even on an empty model (none of the model's nodes): it does not "
+                             "depend on the model — check the --check command or the comparison options")
+    model_out, feeds_out, _ = sub.build(found)
+    finish(model_out)
+    prov = {"model_path": os.path.abspath(args.model), "model_sha256": meta["model_sha256"]}
+    inputs_path = save_with_inputs(model_out, feeds_out, args.output, prov)
+    print(f"reduced {len(items)} nodes to {len(found)} in {prober.probes} probes "
+          f"({prober.replayed} replayed from {args.log}), {time.perf_counter() - t0:.1f} s")
+    print(f"nodes: {', '.join(found)}")
+    print(f"wrote {args.output}" + (f" and its inputs {inputs_path}" if inputs_path else ""))
+    if args.min_good:
+        good = [r for r in log.records if not _fails(r["result"]) and r["artifact"]]
+        if good:
+            best = max(good, key=lambda r: len(r["artifact"]))["artifact"]
+            m, f, _ = sub.build(best)
+            finish(m)
+            save_with_inputs(m, f, args.min_good, prov)
+            print(f"wrote {args.min_good} (largest passing subgraph seen: {len(best)} nodes)")
+        else:
+            G_LOGGER.warning("--min-good: no probe passed, so there is no passing subgraph to write")
+    return 0
+
+
+def _fails(result):
+    return bool(result.get("fails")) if isinstance(result, dict) else bool(result)
