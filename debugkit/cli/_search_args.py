@@ -19,18 +19,12 @@ def add_search_args(parser, default_log: str):
 
 
 def add_common(parser):
-    """-v/-q/--log-file/--no-color when the shared helper exists, else -v."""
-    if hasattr(_args, "add_common_args"):
-        _args.add_common_args(parser)
-    else:
-        _args.add_verbose(parser)
+    """-v/-q/--log-file/--no-color (searches log at info level: they run long and should say what they do)."""
+    _args.add_common_args(parser, default="info")
 
 
 def apply_common(args):
-    if hasattr(_args, "apply_common_args"):
-        _args.apply_common_args(args)
-    else:
-        _args.apply_verbosity(args)
+    _args.apply_common_args(args)
 
 
 def generated_feeds(args, model) -> dict:

@@ -1,0 +1,104 @@
+"""Run a check repeatedly and sort the artifacts of passing and failing runs (flaky builds, nondeterminism).
+
+Without --check each iteration builds a fresh engine from MODEL (fresh tactic timing), runs it on the same feeds and
+compares with ONNX Runtime using run's comparison options; plans go to ART_DIR/good and ART_DIR/bad. With
+`--check CMD ...` (last option; `{model}` is replaced by MODEL) the command runs each time and the files named by
+--artifacts are moved there instead.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from debugkit.cli import _args, _search_args
+from native.errors import InputFileError, UsageError
+from native.logger import G_LOGGER
+
+
+def register(subparsers):
+    p = subparsers.add_parser("repeat", help=__doc__.splitlines()[0], description=__doc__)
+    p.add_argument("model", help="the ONNX model")
+    p.add_argument("--until", default="10", metavar="N|good|bad",
+                   help="N iterations (default 10), or stop at the first passing (good) / failing (bad) run "
+                        "(at most --max-iterations)")
+    p.add_argument("--max-iterations", type=int, default=100)
+    p.add_argument("--art-dir", default="repeat_artifacts", help="where good/ and bad/ go (default repeat_artifacts)")
+    p.add_argument("--artifacts", nargs="+", default=[], metavar="FILE",
+                   help="files the --check command writes, moved into good/ or bad/ after each run")
+    _args.add_data_loader_args(p)
+    _args.add_build_args(p)
+    from debugkit.debug.checks import add_check_args, add_compare_args
+    add_compare_args(p)
+    _search_args.add_search_args(p, "repeat_probes.jsonl")
+    _search_args.add_common(p)
+    add_check_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backends.runners import OnnxrtRunner, load_onnx, model_sha256
+    from debugkit.debug.checks import CompareOptions, ReferenceFailedError, command_check_from_args
+    from debugkit.debug.executor import make_executor
+    from debugkit.debug.probe_log import ProbeLog
+    from debugkit.debug.repeat import RepeatProbe, tactic_culprits
+    from native.errors import DebugkitError
+
+    _search_args.apply_common(args)
+    if not os.path.exists(args.model):
+        raise InputFileError(f"model file not found: {args.model}")
+    until = args.until
+    if until not in ("good", "bad"):
+        try:
+            count = int(until)
+        except ValueError:
+            raise UsageError(f"--until expects a number, good or bad; got '{until}'") from None
+        if count < 1:
+            raise UsageError("--until N needs N >= 1")
+    else:
+        count = args.max_iterations
+    check = command_check_from_args(args)
+    if check is None:
+        model = load_onnx(args.model)
+        feeds = _search_args.generated_feeds(args, model)
+        try:
+            with OnnxrtRunner(model) as r:
+                expected = r.infer(feeds)
+        except DebugkitError as e:
+            raise ReferenceFailedError(f"the reference (ONNX Runtime) fails on {args.model}: "
+                                       f"{str(e).splitlines()[0]}") from None
+        probe_fn = RepeatProbe(CompareOptions.from_args(args), os.path.abspath(args.model), feeds, expected,
+                               _args.build_flags(args), args.art_dir)
+    else:
+        probe_fn = RepeatProbe(check, args.model, art_dir=args.art_dir, artifacts=args.artifacts)
+    meta = {"search": "repeat", "model_sha256": model_sha256(args.model),
+            "check": " ".join(check.argv) if check else "in-process", "flags": _args.build_flags(args)}
+    log = ProbeLog(args.log, meta, resume=args.resume)
+    done = {r["artifact"]: r for r in log.records}
+    t0 = time.perf_counter()
+    bar = _search_args.Progress(count, "repeat")
+    with make_executor(args.workers, args.ray) as ex:
+        i = 0
+        while i < count:
+            batch = [k for k in range(i, min(count, i + max(1, ex.workers))) if k not in done]
+            for k, res in zip(batch, ex.map(probe_fn, batch) if len(batch) > 1 else map(probe_fn, batch)):
+                rec = log.record(k, res)
+                done[k] = rec
+                bar(rec, k)
+                G_LOGGER.info(f"iteration {k}: {'FAILED' if res['fails'] else 'passed'}"
+                              f"{' (' + res['reason'] + ')' if res.get('reason') else ''}")
+            i += max(1, ex.workers)
+            hits = [done[k]["result"]["fails"] for k in range(min(i, count)) if k in done]
+            if (until == "bad" and any(hits)) or (until == "good" and not all(hits)):
+                break
+    bar.close()
+    records = [done[k] for k in sorted(done)]
+    bad = sum(1 for r in records if r["result"]["fails"])
+    print(f"{len(records)} run(s): {len(records) - bad} passed, {bad} failed ({time.perf_counter() - t0:.1f} s)")
+    if args.art_dir and any(r["result"].get("artifacts") for r in records):
+        print(f"artifacts sorted into {os.path.join(args.art_dir, 'good')} and {os.path.join(args.art_dir, 'bad')}")
+    culprits = tactic_culprits(records)
+    for layer, t in sorted(culprits.items()):
+        print(f"layer {layer}: tactic {t['good']} in every passing build, {t['bad']} in every failing one")
+    if until == "good":
+        return 0 if bad < len(records) else 1
+    return 1 if bad else 0

@@ -1,0 +1,77 @@
+"""`debug repeat`: run a check again and again and sort what each run produced into good/ and bad/.
+
+Flaky builds (a tactic that wins timing only sometimes) and nondeterministic kernels show up as a mix of passing
+and failing runs. In-process, every iteration builds a fresh engine (fresh tactic timing), runs it on the same feeds
+and compares with ONNX Runtime; its plan goes to good/ or bad/, and when both kinds occur the layers whose tactic
+differs between every good and every bad build are named. With `--check CMD` the command runs each time and the
+files named by `--artifacts` are moved into good/ or bad/.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+
+class RepeatProbe:
+    """One iteration; picklable. check: CommandCheck or CompareOptions (then model/feeds/expected are used)."""
+
+    def __init__(self, check, model_path=None, feeds=None, expected=None, flags=(), art_dir=None, artifacts=()):
+        self.check, self.model_path, self.feeds, self.expected = check, model_path, feeds, expected
+        self.flags, self.art_dir, self.artifacts = tuple(flags), art_dir, list(artifacts)
+
+    def __call__(self, iteration: int) -> dict:
+        from debugkit.debug.checks import CommandCheck
+        if isinstance(self.check, CommandCheck):
+            res = self.check(self.model_path)
+            res["artifacts"] = self._sort(iteration, res["fails"], self.artifacts)
+            return res
+        return self._in_process(iteration)
+
+    def _in_process(self, iteration):
+        import tempfile
+        from backends.runners import EngineRunner
+        from native.errors import DebugkitError
+        fd, plan = tempfile.mkstemp(suffix=".plan")
+        os.close(fd)
+        try:
+            with EngineRunner(self.model_path, flags=self.flags, save_plan=plan) as r:
+                out = r.infer(self.feeds)
+                tactics = {n.fused_name: n.tactic_name or str(n.tactic_id) for n in r.engine.graph.nodes
+                           if n.tactic_id is not None}
+            res = self.check.judge(out, self.expected)
+            res.pop("outputs", None)
+        except DebugkitError as e:
+            res, tactics = {"fails": True, "reason": f"error: {str(e).splitlines()[0][:200]}"}, {}
+        res["tactics"] = tactics
+        res["artifacts"] = self._sort(iteration, res["fails"], [plan], rename=f"engine_{iteration}.plan")
+        if os.path.exists(plan):
+            os.remove(plan)
+        return res
+
+    def _sort(self, iteration, fails, paths, rename=None):
+        if not self.art_dir:
+            return []
+        moved = []
+        dest = os.path.join(self.art_dir, "bad" if fails else "good")
+        os.makedirs(dest, exist_ok=True)
+        for p in paths:
+            if os.path.exists(p):
+                target = os.path.join(dest, rename or f"{iteration}_{os.path.basename(p)}")
+                shutil.move(p, target)
+                moved.append(target)
+        return moved
+
+
+def tactic_culprits(records) -> dict:
+    """Layers whose tactic is the same in every good build, the same in every bad build, and differs between them."""
+    good = [r["result"].get("tactics", {}) for r in records if not r["result"]["fails"]]
+    bad = [r["result"].get("tactics", {}) for r in records if r["result"]["fails"]]
+    if not good or not bad:
+        return {}
+    out = {}
+    for layer in set(good[0]) & set(bad[0]):
+        g = {t.get(layer) for t in good}
+        b = {t.get(layer) for t in bad}
+        if len(g) == 1 and len(b) == 1 and g != b:
+            out[layer] = {"good": g.pop(), "bad": b.pop()}
+    return out

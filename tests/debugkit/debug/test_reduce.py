@@ -1,0 +1,150 @@
+"""debug reduce: ddmin over node sets finds planted faulty nodes on branches; outputs are valid; bad input exits 2."""
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from debugkit.cli.main import main
+from debugkit.debug.checks import CompareOptions
+from debugkit.debug.reduce import ReduceProbe, Subgraphs, capture_values
+from debugkit.debug.strategies import Prober, ddmin
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PLANT = os.path.join(ROOT, "tools", "plant_fault.py")
+
+
+def _plant_module():
+    spec = importlib.util.spec_from_file_location("plant_fault", PLANT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def branchy_model():
+    """x → 3 parallel branches of 4 nodes each (MatMul, Add, Tanh, Mul) → Sum → Sigmoid → y, plus a shape chain."""
+    rng = np.random.default_rng(0)
+    nodes, inits, outs = [], [], []
+    for b in range(3):
+        w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) * 0.3, f"w{b}")
+        c = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), f"c{b}")
+        inits += [w, c]
+        nodes += [helper.make_node("MatMul", ["x", f"w{b}"], [f"m{b}"], name=f"mm{b}"),
+                  helper.make_node("Add", [f"m{b}", f"c{b}"], [f"a{b}"], name=f"add{b}"),
+                  helper.make_node("Tanh", [f"a{b}"], [f"t{b}"], name=f"tanh{b}"),
+                  helper.make_node("Mul", [f"t{b}", f"c{b}"], [f"o{b}"], name=f"mul{b}")]
+        outs.append(f"o{b}")
+    nodes += [helper.make_node("Sum", outs, ["s"], name="sum"),
+              helper.make_node("Shape", ["x"], ["shp"], name="shape"),
+              helper.make_node("Reshape", ["s", "shp"], ["r"], name="reshape"),
+              helper.make_node("Sigmoid", ["r"], ["y"], name="sig")]
+    g = helper.make_graph(nodes, "branchy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.fixture
+def planted():
+    undo = []
+    mod = _plant_module()
+
+    def plant(names, together=False):
+        undo.append(mod.plant(names, 0.5, together))
+    yield plant
+    for u in undo:
+        u()
+
+
+def _reduce(model, workdir):
+    feeds = {"x": np.random.default_rng(1).random((2, 8), dtype=np.float32)}
+    sub = Subgraphs(model, feeds, capture_values(model, feeds))
+    probe = Prober(ReduceProbe(str(workdir), "graph-input", CompareOptions(), subgraphs=sub))
+    assert probe(sub.items)
+    return ddmin(sub.items, probe), probe, sub
+
+
+def test_one_planted_node_on_a_branch_is_found(tmp_path, planted):
+    planted(["tanh1"])
+    found, probe, sub = _reduce(branchy_model(), tmp_path)
+    assert found == ["tanh1"]
+    model, feeds, expected = sub.build(found)
+    onnx.checker.check_model(model, full_check=True)
+    assert [i.name for i in model.graph.input] == ["a1"] and [o.name for o in model.graph.output] == ["t1"]
+    np.testing.assert_allclose(expected["t1"], np.tanh(sub.values["a1"]), rtol=1e-6)
+    assert probe.probes <= 20
+
+
+def test_two_planted_nodes_on_different_branches_are_both_kept(tmp_path, planted):
+    planted(["add0", "mul2"], together=True)
+    found, _, sub = _reduce(branchy_model(), tmp_path)
+    assert sorted(found) == ["add0", "mul2"]
+    model, _, _ = sub.build(found)
+    assert {o.name for o in model.graph.output} == {"a0", "o2"}   # a disconnected, multi-output subgraph
+
+
+def test_integer_tensors_are_folded_and_sums_keep_all_inputs(tmp_path):
+    model = branchy_model()
+    feeds = {"x": np.ones((2, 8), np.float32)}
+    sub = Subgraphs(model, feeds, capture_values(model, feeds))
+    m, f, expected = sub.build(["reshape"])
+    assert [i.name for i in m.graph.input] == ["s"] and "shp" in {t.name for t in m.graph.initializer}
+    m, f, _ = sub.build(["sum"])
+    assert sorted(f) == ["o0", "o1", "o2"]
+    fold = Subgraphs(model, feeds, sub.values, mode="fold")
+    m, f, _ = fold.build(["sum"])
+    assert not f and {"o0", "o1", "o2"} <= {t.name for t in m.graph.initializer}
+
+
+def _cli(tmp_path, model, *extra):
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    return main(["debug", "reduce", str(path), "-o", str(tmp_path / "red.onnx"), "--log",
+                 str(tmp_path / "probes.jsonl"), *extra])
+
+
+CHECK = """import os, sys, onnx
+m = onnx.load(sys.argv[1])
+assert os.path.exists(sys.argv[2]), "inputs file missing"
+sys.exit(1 if {"mul0", "tanh2"} <= {n.name for n in m.graph.node} else 0)
+"""
+
+
+def test_cli_with_a_check_command_and_min_good(tmp_path, capsys):
+    script = tmp_path / "check.py"
+    script.write_text(CHECK)
+    rc = _cli(tmp_path, branchy_model(), "--min-good", str(tmp_path / "good.onnx"), "--fail-code", "1", "--check",
+              sys.executable, str(script), "{model}", "{inputs}")
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    red = onnx.load(tmp_path / "red.onnx")
+    assert sorted(n.name for n in red.graph.node) == ["mul0", "tanh2"]
+    good = onnx.load(tmp_path / "good.onnx")
+    assert 0 < len(good.graph.node) < 16
+    assert os.path.exists(tmp_path / "red_inputs.h5")
+    lines = [json.loads(line) for line in open(tmp_path / "probes.jsonl")]
+    assert lines[0]["meta"]["search"] == "reduce" and len(lines) > 3
+
+
+def test_bad_inputs_exit_2(tmp_path, capsys):
+    model = branchy_model()
+    assert _cli(tmp_path, model, "--check", "no-such-command-xyz", "{model}") == 2
+    assert "not found" in capsys.readouterr().err
+    assert _cli(tmp_path, model) == 2                      # nothing planted: the model passes
+    assert "passes on the whole model" in capsys.readouterr().err
+    assert _cli(tmp_path, model, "--check", "false") == 2  # fails whatever the model: empty after reduction
+    assert "empty model" in capsys.readouterr().err
+    other = branchy_model()
+    other.graph.node[0].name = "renamed"
+    assert _cli(tmp_path, other, "--resume", "--check", "false") == 2
+    assert "another search" in capsys.readouterr().err
+    bad = branchy_model()
+    bad.graph.node[-1].op_type = "NoSuchOp"
+    onnx.save(bad, tmp_path / "bad.onnx")
+    assert main(["debug", "reduce", str(tmp_path / "bad.onnx"), "--log", str(tmp_path / "b.jsonl")]) == 2
+    assert "reference" in capsys.readouterr().err
