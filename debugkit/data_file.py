@@ -241,3 +241,147 @@ def _attr(v):
         except ValueError:
             pass
     return v
+
+
+# Polygraphy's JSON data files ------------------------------------------------------------------------------------
+# Facts of the format (Polygraphy 0.53): an outputs file is {"polygraphy_class": "RunResults", "lst": [[runner name,
+# [iteration, ...]], ...]}, each iteration {"polygraphy_class": "IterationResult", "runner_name", "runtime",
+# "outputs": {name: array}}; an inputs file is a JSON list with one {name: array} dict per iteration. An array is
+# {"polygraphy_class": "ndarray", "array": base64 of the bytes numpy.save writes} (older files: latin-1 text, or an
+# NPZ archive), possibly wrapped as {"polygraphy_class": "LazyArray", "values": array}.
+
+def _decode_polygraphy(obj, path):
+    if isinstance(obj, dict):
+        cls = obj.get("polygraphy_class")
+        if cls == "LazyArray":
+            return _decode_polygraphy(obj.get("values"), path)
+        if cls == "ndarray" or (cls is None and set(obj) == {"array"}):
+            import base64
+            import binascii
+            import io
+            text = obj.get("array")
+            if not isinstance(text, str):
+                raise DataFileError(f"{path}: an array entry has no 'array' text")
+            try:
+                data = base64.b64decode(text.encode(), validate=True)
+            except (binascii.Error, ValueError):
+                data = text.encode("latin-1")
+            try:
+                arr = np.load(io.BytesIO(data), allow_pickle=False)
+            except Exception as e:
+                raise DataFileError(f"{path}: an array entry is not a numpy array ({type(e).__name__}: {e})") from None
+            if not isinstance(arr, np.ndarray):   # an NPZ archive (older Polygraphy): its first array
+                names = list(arr.keys())
+                if not names:
+                    raise DataFileError(f"{path}: an array entry is an empty NPZ archive")
+                arr = arr[names[0]]
+            return arr
+        if cls is not None and cls not in ("RunResults", "IterationResult"):
+            raise DataFileError(f"{path}: holds a Polygraphy '{cls}' value, which debugkit cannot read (arrays "
+                                f"must be numpy arrays, not e.g. torch tensors)")
+        return {k: _decode_polygraphy(v, path) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode_polygraphy(v, path) for v in obj]
+    return obj
+
+
+class PolygraphyJsonFile:
+    """A Polygraphy JSON data file (RunResults from `--save-outputs`, feeds from `--save-inputs`) read through
+    the same interface as DataFile. Polygraphy keeps no model or inputs hash, so those are None."""
+
+    def __init__(self, path: str, expect_kind: str | None = None):
+        self.path = path
+        try:
+            with open(path) as f:
+                raw = json.load(f)
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise DataFileError(f"{path} is neither a debugkit HDF5 data file nor a readable Polygraphy JSON file "
+                                f"({type(e).__name__}: {str(e)[:120]})") from None
+        if isinstance(raw, dict) and raw.get("polygraphy_class") == "RunResults":
+            self.kind = "outputs"
+            lst = raw.get("lst")
+            if not isinstance(lst, list):
+                raise DataFileError(f"{path}: a Polygraphy RunResults without its 'lst' of runners")
+            self._runs = {}
+            for item in lst:
+                if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], list)):
+                    raise DataFileError(f"{path}: RunResults entries must be [runner name, [iterations]]")
+                its = []
+                for r in _decode_polygraphy(item[1], path):
+                    outs = r.get("outputs") if isinstance(r, dict) else None
+                    if not isinstance(outs, dict):
+                        raise DataFileError(f"{path}: an iteration of runner {item[0]} has no outputs")
+                    its.append(outs)
+                self._runs[str(item[0])] = its
+        elif isinstance(raw, list) and all(isinstance(x, dict) for x in raw):
+            self.kind = "inputs"
+            self._runs = {None: _decode_polygraphy(raw, path)}
+        else:
+            raise DataFileError(f"{path} is JSON but neither Polygraphy RunResults (--save-outputs) nor a list of "
+                                f"feed dicts (--save-inputs)")
+        if expect_kind and self.kind != expect_kind:
+            raise DataFileError(f"{path} holds {self.kind}, not {expect_kind}")
+
+    @property
+    def attrs(self) -> dict:
+        return {"format": "polygraphy-json", "kind": self.kind}
+
+    def runners(self) -> list[str]:
+        return [r for r in self._runs if r is not None]
+
+    def runner_attrs(self, runner: str) -> dict:
+        its = self._iterations_of(runner)
+        return {"runner": runner, "outputs": list(its[0]) if its else []}
+
+    def _iterations_of(self, runner):
+        key = runner if self.kind == "outputs" else None
+        if key not in self._runs:
+            raise DataFileError(f"{self.path} has no results for runner '{runner}'; it has {self.runners()}")
+        return self._runs[key]
+
+    def iterations(self, runner: str | None = None) -> list[int]:
+        if self.kind == "outputs" and runner is None:
+            runner = self.runners()[0]
+        return list(range(len(self._iterations_of(runner))))
+
+    def _iteration(self, runner, iteration):
+        its = self._iterations_of(runner)
+        if not 0 <= iteration < len(its):
+            raise DataFileError(f"{self.path} has no iteration {iteration}" + (f" for runner '{runner}'" if runner else ""))
+        return its[iteration]
+
+    def inputs_hash(self, iteration: int, runner: str | None = None):
+        self._iteration(runner, iteration)
+        return None
+
+    def tensor_names(self, iteration: int, runner: str | None = None) -> list[str]:
+        return list(self._iteration(runner, iteration))
+
+    def read(self, iteration: int, name: str, runner: str | None = None):
+        it = self._iteration(runner, iteration)
+        if name not in it:
+            raise DataFileError(f"{self.path} has no tensor '{name}' in iteration {iteration}")
+        return it[name]
+
+    def read_iteration(self, iteration: int, runner: str | None = None) -> dict:
+        return dict(self._iteration(runner, iteration))
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_data_file(path: str, expect_kind: str | None = None):
+    """A debugkit HDF5 data file or a Polygraphy JSON one, told apart by content (not by extension)."""
+    if not os.path.exists(path):
+        raise InputFileError(f"data file not found: {path}")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head.lstrip()[:1] in (b"{", b"["):
+        return PolygraphyJsonFile(path, expect_kind)
+    return DataFile(path, expect_kind)

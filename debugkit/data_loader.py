@@ -40,7 +40,8 @@ class DataLoader:
         for what, names in (("--input-shapes", self.shapes), ("--val-range", self.val_ranges)):
             unknown = [n for n in names if n and n not in metadata]
             if unknown:
-                raise UsageError(f"{what} names unknown input(s) {unknown}; the model's inputs are {list(metadata)}")
+                from debugkit.cli._args import check_input_names
+                check_input_names(unknown, metadata, what)
 
     def shape_for(self, meta) -> tuple:
         if meta.name in self.shapes:
@@ -131,11 +132,12 @@ class ScriptDataLoader:
 
 
 class SavedDataLoader:
-    """Feeds read back from an inputs file written by --save-inputs (streamed, one iteration at a time)."""
+    """Feeds read back from an inputs file written by --save-inputs: ours (HDF5, streamed one iteration at a time)
+    or Polygraphy's JSON."""
 
     def __init__(self, path: str):
-        from debugkit.data_file import DataFile
-        self.file = DataFile(path, expect_kind="inputs")
+        from debugkit.data_file import open_data_file
+        self.file = open_data_file(path, expect_kind="inputs")
         self.input_metadata = None
 
     def __len__(self):

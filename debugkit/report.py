@@ -44,6 +44,13 @@ def fmt(x, spec=".3g"):
     return format(x, spec)
 
 
+def fmt_rel(x, spec=".3g"):
+    """A relative error; infinite only where the reference is exactly 0, where it is undefined, so say that."""
+    if x is not None and x == float("inf"):
+        return "n/a (ref 0)"
+    return fmt(x, spec)
+
+
 def status(passed: bool, stream=None) -> str:
     return paint("PASSED", "green", stream) if passed else paint("FAILED", "red", stream)
 
@@ -64,14 +71,14 @@ def output_detail(r, verbose=False) -> list[str]:
     if r.func == "simple" and r.atol is not None:
         lines.append(f"    tolerance: atol={r.atol:g} rtol={r.rtol:g} ({r.metrics.get('error_stat', 'elemwise')})")
         if r.min_atol is not None:
-            lines.append(f"    minimum tolerance that would pass: atol={r.min_atol:.4g} OR rtol={r.min_rtol:.4g}")
+            lines.append(f"    minimum tolerance that would pass: atol={r.min_atol:.4g} OR rtol={fmt_rel(r.min_rtol, '.4g')}")
         s = r.stats
         if s:
             lines.append(f"    abs error: mean={s['mean']:.4g} std={s['std']:.4g} median={s['median']:.4g} "
                          f"p90={s['p90']:.4g} p99={s['p99']:.4g} max={s['max']:.4g} at {tuple(s['argmax'])}")
             rs = r.rel_stats
-            lines.append(f"    rel error: mean={rs['mean']:.4g} median={rs['median']:.4g} max={rs['max']:.4g} "
-                         f"at {tuple(rs['argmax'])}")
+            lines.append(f"    rel error: mean={fmt_rel(rs['mean'], '.4g')} median={fmt_rel(rs['median'], '.4g')} "
+                         f"max={fmt_rel(rs['max'], '.4g')} at {tuple(rs['argmax'])}")
         if r.histogram:
             lines.append("    abs error histogram:")
             lines.extend("      " + h for h in r.histogram)
@@ -82,14 +89,16 @@ def output_detail(r, verbose=False) -> list[str]:
 
 
 def render(summary, verbose=False, stream=None) -> str:
-    """The whole end-of-run report as one string."""
+    """The whole end-of-run report as one string. Every status in it is read from `summary`, whose `passed` is
+    the run's one verdict (the exit code and the JSON read the same)."""
     out = []
     for pr in summary.pairs:
         title = f"iteration {pr.iteration}: {pr.source} vs {pr.reference}"
         failing = [r for r in pr.outputs.values() if not r.passed or verbose]
         failing += [r for d in pr.extra_funcs.values() for r in d.values() if not r.passed or verbose]
-        if failing:
+        if failing or pr.problems:
             out.append(f"---- {title} ----")
+            out.extend(paint(f"FAILED | {p}", "red", stream) for p in pr.problems)
             for r in failing:
                 out.extend(output_detail(r, verbose))
         if pr.layers:
@@ -103,30 +112,106 @@ def render(summary, verbose=False, stream=None) -> str:
                         f"{k} ({v})" for k, v in list(d.inputs.items())[:8]))
                 if d.result is not None and d.result.min_atol is not None:
                     out.append(f"    minimum tolerance that would pass there: atol={d.result.min_atol:.4g} OR "
-                               f"rtol={d.result.min_rtol:.4g}")
+                               f"rtol={fmt_rel(d.result.min_rtol, '.4g')}")
                 for other in d.born_elsewhere[:3]:
                     out.append(f"    another error is born at '{other.tensor}' (node '{other.node}', {other.op_type})")
-            elif pr.layers:
+            else:
                 out.append("    every compared tensor agrees")
+    for nf in summary.first_nonfinite.values():
+        out.append(paint(">>> " + nf.headline(), "red", stream))
     for src, it, name, problems in summary.validation:
         out.append(paint(f"VALIDATION FAILED | {src} iteration {it} | '{name}' has {', '.join(problems)}", "red", stream))
+    for p in summary.problems:
+        out.append(paint(f"FAILED | {p}", "red", stream))
     rows = []
     for pr in summary.pairs:
+        pair = f"{pr.source} vs {pr.reference}"
         for r in list(pr.outputs.values()) + [r for d in pr.extra_funcs.values() for r in d.values()]:
             metric = fmt(r.max_abs) if r.func == "simple" else fmt(r.metrics.get(r.func))
-            rows.append([str(pr.iteration), f"{pr.source} vs {pr.reference}", r.name, r.func, status(r.passed, stream),
-                         metric, fmt(r.max_rel) if r.func == "simple" else "-",
-                         fmt(r.min_atol) if r.func == "simple" else "-", fmt(r.min_rtol) if r.func == "simple" else "-"])
+            rows.append([str(pr.iteration), pair, r.name, r.func, status(r.passed, stream),
+                         metric, fmt_rel(r.max_rel) if r.func == "simple" else "-",
+                         fmt(r.min_atol) if r.func == "simple" else "-",
+                         fmt_rel(r.min_rtol) if r.func == "simple" else "-"])
+        if not pr.outputs:
+            rows.append([str(pr.iteration), pair, "(no output in common)", "simple", status(False, stream),
+                         "-", "-", "-", "-"])
+        if pr.layerwise:
+            d = pr.divergence
+            r = d.result if d is not None else None
+            what = f"{len(pr.layers)} tensors, {sum(not x.passed for x in pr.layers.values())} differ"
+            rows.append([str(pr.iteration), pair, f"(layerwise: {what})", "layerwise",
+                         status(pr.layerwise_passed, stream), fmt(r.max_abs) if r is not None else "-",
+                         fmt_rel(r.max_rel) if r is not None else "-", fmt(r.min_atol) if r is not None else "-",
+                         fmt_rel(r.min_rtol) if r is not None else "-"])
     if rows:
         out.append("")
         out.append(table(rows, ["iter", "runners", "output", "check", "status", "max abs/metric", "max rel",
                                 "min atol", "min rtol"]))
+    out.append(verdict_line(summary, stream))
+    return "\n".join(out)
+
+
+def verdict_line(summary, stream=None) -> str:
     npairs = len(summary.pairs)
     passed = sum(p.passed for p in summary.pairs)
     verdict = "PASSED" if summary.passed else "FAILED"
     rate = f"{100.0 * passed / npairs:.1f}%" if npairs else "n/a"
-    what = f"{passed}/{npairs} comparisons passed ({rate})" if npairs else "nothing to compare (one source)"
-    out.append(f"{paint(verdict, 'green' if summary.passed else 'red', stream)} | {what} "
-               f"over {summary.iterations} iteration(s)"
-               + (f" | {len(summary.validation)} NaN/Inf finding(s)" if summary.validation else ""))
-    return "\n".join(out)
+    what = f"{passed}/{npairs} comparisons passed ({rate})" if npairs else "nothing compared (one source)"
+    extra = ""
+    if summary.validation or summary.first_nonfinite:
+        extra += f" | {len(summary.validation) + len(summary.first_nonfinite)} NaN/Inf finding(s)"
+    if summary.problems:
+        extra += " | " + "; ".join(p.split(":")[0] for p in summary.problems)
+    if any(p.problems for p in summary.pairs):
+        extra += " | " + "; ".join(dict.fromkeys(x.split(":")[0] for p in summary.pairs for x in p.problems))
+    return (f"{paint(verdict, 'green' if summary.passed else 'red', stream)} | {what} "
+            f"over {summary.iterations} iteration(s){extra}")
+
+
+def _num(x):
+    """A JSON number, or None where there is none (or it is not finite: JSON has no inf/nan)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def run_json(summary, timing: dict, provenance: dict) -> dict:
+    """The run's verdict for CI, from the same summary the terminal report reads (so they cannot disagree)."""
+    outputs = []
+    for pr in summary.pairs:
+        pair = f"{pr.source} vs {pr.reference}"
+        for r in list(pr.outputs.values()) + [r for d in pr.extra_funcs.values() for r in d.values()]:
+            simple = r.func == "simple"
+            outputs.append({"name": r.name, "runner_pair": pair, "iteration": pr.iteration, "check": r.func,
+                            "status": "PASSED" if r.passed else "FAILED",
+                            "max_abs": _num(r.max_abs) if simple else None,
+                            "max_rel": _num(r.max_rel) if simple else None,
+                            "min_atol": _num(r.min_atol) if simple else None,
+                            "min_rtol": _num(r.min_rtol) if simple else None,
+                            "rel_undefined_where_ref_is_0": bool(simple and r.max_rel == float("inf")),
+                            "metric": None if simple else _num(r.metrics.get(r.func)),
+                            "reason": r.reason or None, "dtype": r.dtype, "shape": list(r.shape)})
+    layerwise = None
+    lw_pairs = [pr for pr in summary.pairs if pr.layerwise]
+    if lw_pairs:
+        per_pair = []
+        for pr in lw_pairs:
+            d = pr.divergence
+            per_pair.append({"runner_pair": f"{pr.source} vs {pr.reference}", "iteration": pr.iteration,
+                             "status": "PASSED" if pr.layerwise_passed else "FAILED",
+                             "compared": len(pr.layers), "differ": sum(not r.passed for r in pr.layers.values()),
+                             "first_divergence": None if d is None else {
+                                 "tensor": d.tensor, "node": d.node, "op_type": d.op_type, "born_here": d.born_here,
+                                 "region": d.region,
+                                 "max_abs": _num(d.result.max_abs) if d.result is not None else None,
+                                 "min_atol": _num(d.result.min_atol) if d.result is not None else None}})
+        first = next((p for p in per_pair if p["first_divergence"] is not None), per_pair[0])
+        layerwise = dict(first, pairs=per_pair)
+    return {"passed": summary.passed, "exit_code": summary.exit_code, "reasons": summary.reasons(),
+            "iterations": summary.iterations, "outputs": outputs, "layerwise": layerwise,
+            "nonfinite": [{"source": n.source, "iteration": n.iteration, "tensor": n.tensor, "node": n.node,
+                           "op_type": n.op_type, "problems": n.problems} for n in summary.first_nonfinite.values()],
+            "validation": [{"source": s, "iteration": i, "tensor": t, "problems": p}
+                           for s, i, t, p in summary.validation],
+            "warnings": list(summary.warnings), "timing": timing, "provenance": provenance}

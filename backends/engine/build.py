@@ -29,8 +29,26 @@ def profile_from_shapes(network, shapes: dict, ranges: dict | None = None) -> Op
     return profile if profile.shapes else None
 
 
+def source_model_record(model) -> dict:
+    """What a plan records about the ONNX model it was built from, so a plan can be checked against a model later:
+    sha256 of the model's canonical serialisation (the same whether it came from a path or a loaded ModelProto),
+    its graph name, inputs and outputs."""
+    import hashlib
+
+    import onnx
+    proto = model if isinstance(model, onnx.ModelProto) else (
+        onnx.load_from_string(bytes(model)) if isinstance(model, (bytes, bytearray, memoryview)) else onnx.load(model))
+    digest = hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
+    inits = {i.name for i in proto.graph.initializer}
+    return {"sha256": digest, "graph_name": proto.graph.name,
+            "inputs": [i.name for i in proto.graph.input if i.name not in inits],
+            "outputs": [o.name for o in proto.graph.output]}
+
+
 def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=None, device="cpu", timing_feeds=None,
                          config: BuilderConfig | None = None, logger=None) -> bytes:
+    """Plan bytes for an ONNX model (path, bytes or ModelProto); the header records the source model."""
+    from backends.engine.plan import serialize_plan
     network, _ = parse_onnx(model, logger)
     config = config or BuilderConfig()
     config.device = device
@@ -39,4 +57,6 @@ def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=Non
     profile = profile_from_shapes(network, shapes or {}, ranges)
     if profile is not None and not config.profiles:
         config.add_optimization_profile(profile)
-    return Builder(logger or G_LOGGER).build_serialized_network(network, config, timing_feeds=timing_feeds)
+    graph = Builder(logger or G_LOGGER).build_graph(network, config, timing_feeds=timing_feeds)
+    graph.meta = dict(getattr(graph, "meta", None) or {}, source_model=source_model_record(model))
+    return serialize_plan(graph, config)

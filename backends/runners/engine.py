@@ -43,6 +43,7 @@ class EngineRunner(Runner):
         self.save_plan = save_plan
         self.engine = self.context = self.onnx_model = None
         self._plan = None
+        self.build_seconds = None    # set when this runner built the engine (not for a loaded plan)
 
     # lifecycle ---------------------------------------------------------------------------------------
     def _activate(self):
@@ -65,13 +66,24 @@ class EngineRunner(Runner):
         from backends.engine.builder import BuilderConfig
         ranges = {k: v for k, v in self.shapes.items() if _is_range(v)}
         shapes = {k: v for k, v in self.shapes.items() if not _is_range(v)}
+        import sys
+        import time
+
+        from native.progress import enabled as on_tty
         config = self.config or BuilderConfig()
+        t0 = time.perf_counter()
+        if on_tty():
+            print(f"building {self.name} …", file=sys.stderr, flush=True)
         plan = build_plan_from_onnx(self.onnx_model, shapes=shapes, flags=self.flags if self.config is None else (),
                                     ranges=ranges, device=self.device, timing_feeds=timing_feeds, config=config)
+        self.build_seconds = time.perf_counter() - t0
         if self.save_plan:
             with open(self.save_plan, "wb") as f:
                 f.write(plan)
         self._load_plan(plan)
+        if on_tty():
+            print(f"building {self.name} … done ({len(self.engine.graph.nodes)} layers, {self.build_seconds:.2f} s)",
+                  file=sys.stderr, flush=True)
 
     def _load_plan(self, plan):
         from backends.engine.runtime import Runtime

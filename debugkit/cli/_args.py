@@ -224,7 +224,8 @@ def add_data_loader_args(parser):
     g.add_argument("--iterations", type=int, default=1, help="number of generated feeds (default 1)")
     g.add_argument("--data-loader-script", metavar="FILE.py[:FUNC]",
                    help="a Python function that returns or yields {input: array} dicts (FUNC defaults to load_data)")
-    g.add_argument("--load-inputs", metavar="FILE.h5", help="inputs saved by --save-inputs")
+    g.add_argument("--load-inputs", metavar="FILE.h5|FILE.json",
+                   help="inputs saved by --save-inputs (ours, HDF5, or Polygraphy's JSON)")
     return g
 
 

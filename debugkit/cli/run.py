@@ -5,7 +5,7 @@ import os
 import sys
 
 from debugkit.cli import _args
-from native.errors import DataFileError, UsageError
+from native.errors import UsageError
 from native.logger import G_LOGGER
 
 
@@ -18,6 +18,12 @@ def register(subparsers):
     _args.add_data_loader_args(p)
     _args.add_build_args(p)
     p.add_argument("--save-engine", metavar="FILE.plan", help="save the built plan")
+    p.add_argument("--load-engine", metavar="FILE.plan",
+                   help="run this saved plan as the engine; MODEL is the ONNX model it was built from (checked), "
+                        "for ONNX Runtime and layerwise names")
+    p.add_argument("--warm-up", type=int, default=None, metavar="N",
+                   help="untimed inferences per runner before the timed ones (default 1; 0: the timing is cold and "
+                        "says so)")
     c = p.add_argument_group("comparison")
     c.add_argument("--atol", nargs="+", default=[], metavar="[NAME:]VALUE",
                    help="absolute tolerance, global or per output (default by dtype: fp32 1e-4)")
@@ -35,7 +41,10 @@ def register(subparsers):
     c.add_argument("--snr-threshold", type=float, default=20.0)
     c.add_argument("--allow-nan", action="store_true", help="NaNs in the same place on both sides compare equal")
     c.add_argument("--strict-inf", action="store_true", help="matching infinities compare unequal (default: equal)")
-    c.add_argument("--validate", action="store_true", help="fail on NaN/Inf in any output")
+    c.add_argument("--validate", action="store_true",
+                   help="fail on NaN/Inf in any output; with --mark-all, name the first tensor and node that made one")
+    c.add_argument("--allow-mismatched-inputs", action="store_true",
+                   help="compare with saved outputs although they came from other inputs (otherwise that fails)")
     lw = p.add_argument_group("layerwise")
     lw.add_argument("--mark-all", action="store_true",
                     help="compare every ONNX tensor observable at engine layer boundaries; names the first divergence")
@@ -44,11 +53,14 @@ def register(subparsers):
                     help="intermediate tensors: atol is at least FRACTION x max|reference| (default by dtype: "
                          "fp32 1e-5, fp16 1e-3), so float rounding in large-valued layers is not called a "
                          "divergence; 0 turns it off")
-    io = p.add_argument_group("data files (HDF5)")
+    io = p.add_argument_group("data files (ours: HDF5; Polygraphy's JSON is read too)")
     io.add_argument("--save-inputs", metavar="FILE.h5")
     io.add_argument("--save-outputs", metavar="FILE.h5", help="outputs (and layerwise tensors) of every runner")
-    io.add_argument("--load-outputs", nargs="+", default=[], metavar="FILE.h5",
-                    help="saved outputs to compare against (they become the reference)")
+    io.add_argument("--load-outputs", nargs="+", default=[], metavar="FILE.h5|FILE.json",
+                    help="saved outputs to compare against (they become the reference); ours or Polygraphy's")
+    io.add_argument("--json", metavar="FILE|-",
+                    help="write the verdict as JSON (passed, exit_code, outputs, layerwise, timing, provenance); "
+                         "'-' for stdout (the report then goes to stderr)")
     _args.add_common_args(p)
     p.set_defaults(func=run)
 
@@ -83,87 +95,138 @@ def _data_loader(args, metadata):
 
 
 def run(args) -> int:
+    """The exit code: 0 pass, 1 fail (the summary's one verdict), 2 bad input (DebugkitError, raised)."""
+    from native.errors import DebugkitError
+    try:
+        return _run(args)
+    except DebugkitError as e:
+        if getattr(args, "json", None):   # CI reads the file even when the run could not start
+            _write_json(args.json, {"passed": False, "exit_code": 2, "error": f"{type(e).__name__}: {e}",
+                                    "outputs": [], "layerwise": None, "timing": {}, "provenance": {}})
+        raise
+
+
+def _run(args) -> int:
+    import warnings
+
     from backends.runners import EngineRunner, OnnxrtRunner, load_onnx, model_sha256
     from backends.runners.engine import is_plan
     from backends.runners.model import markable_onnx_tensors, onnx_input_metadata
     from debugkit.compare.comparator import Comparator, LiveSource, LoadedSource
     from debugkit.compare.funcs import Tolerances
-    from debugkit.data_file import DataFile, DataWriter
+    from debugkit.data_file import DataWriter, open_data_file, package_versions
     from debugkit.data_loader import coerce_feeds
-    from debugkit.report import render
+    from debugkit.report import render, run_json
 
     _args.apply_common_args(args)
     runners = list(dict.fromkeys(args.runners or []))
     if not runners and not args.load_outputs:
         raise UsageError("choose at least one runner (--engine, --onnxrt) or give --load-outputs")
+    if args.warm_up is not None and args.warm_up < 0:
+        raise UsageError("--warm-up must be >= 0")
     if not os.path.exists(args.model):
         from native.errors import InputFileError
         raise InputFileError(f"model file not found: {args.model}")
     plan_model = is_plan(args.model)
+    if args.load_engine:
+        if plan_model:
+            raise UsageError(f"{args.model} is a plan file; --load-engine takes the plan and MODEL the ONNX model "
+                             f"it was built from")
+        if "engine" not in runners:
+            raise UsageError("--load-engine needs --engine (it is the engine that runs)")
+        if args.save_engine:
+            raise UsageError("--save-engine with --load-engine: the plan is already saved")
+        if not is_plan(args.load_engine):
+            from native.errors import PlanError
+            raise PlanError(f"--load-engine {args.load_engine} is not a debugkit plan file"
+                            if os.path.exists(args.load_engine) else f"plan file not found: {args.load_engine}")
     model = None if plan_model else load_onnx(args.model)
     if plan_model and "onnxrt" in runners:
-        raise UsageError(f"{args.model} is a plan file; ONNX Runtime needs the ONNX model")
+        raise UsageError(f"{args.model} is a plan file; ONNX Runtime needs the ONNX model: run MODEL.onnx "
+                         f"--engine --load-engine {args.model} --onnxrt")
     sha = model_sha256(args.model)
     layerwise = True if args.mark_all else (args.mark or None)
 
     live = []
     for kind in runners:
         if kind == "engine":
-            live.append(EngineRunner(args.model, config=_args.build_config_from_args(args), device=args.device,
-                                     save_plan=args.save_engine))
+            r = EngineRunner(args.load_engine or args.model, config=_args.build_config_from_args(args),
+                             device=args.device, save_plan=args.save_engine)
+            if args.load_engine:
+                r.onnx_model = model      # the plan's tensors keep their ONNX names; layerwise walks this graph
+            live.append(r)
         else:
             live.append(OnnxrtRunner(model, mark="all" if layerwise else None))
 
     loaded, files = [], []
-    for path in args.load_outputs:
-        f = DataFile(path, expect_kind="outputs")
-        files.append(f)
-        saved_sha = f.attrs.get("model_sha256")
-        if saved_sha and saved_sha != sha:
-            G_LOGGER.warning(f"MISMATCHED MODEL: outputs in {path} were produced by model {f.attrs.get('model_path')} "
-                             f"(sha256 {saved_sha[:12]}…), not by {args.model} (sha256 {sha[:12]}…)")
-        loaded.extend(LoadedSource(f, r) for r in f.runners())
-
+    provenance = {"model_path": os.path.abspath(args.model), "model_sha256": sha,
+                  "command": " ".join(["debugkit"] + sys.argv[1:]), "versions": package_versions(),
+                  "loaded_outputs": [], "loaded_inputs": args.load_inputs}
     tol = Tolerances(_args.parse_per_output(args.atol, "--atol"), _args.parse_per_output(args.rtol, "--rtol"),
                      _args.parse_per_output(args.check_error_stat, "--check-error-stat", str), args.error_quantile)
     writer = input_writer = None
+    timing = {}
+    caught = []
     try:
-        for r in live:
-            r.activate()
-        metadata = live[0].input_metadata() if live else (onnx_input_metadata(model) if model is not None else {})
-        known = set(live[0].output_names()) if live else set()
-        if model is not None:
-            known |= {o.name for o in model.graph.output}
-            if layerwise:
-                known |= set(markable_onnx_tensors(model))
-        for f, src in ((f, s) for f in files for s in loaded if s.file is f):
-            known |= set(src.output_names)
-        unknown = sorted(n for n in tol.names() if n not in known)
-        if unknown:
-            raise UsageError(f"--atol/--rtol/--check-error-stat name unknown output(s) {unknown}; outputs are "
-                             f"{sorted(o.name for o in model.graph.output) if model is not None else sorted(known)}")
-        loader = _data_loader(args, metadata)
-        feeds_iter = (coerce_feeds(f, metadata) for f in loader)
+        for path in args.load_outputs:
+            f = open_data_file(path, expect_kind="outputs")
+            files.append(f)
+            saved_sha = f.attrs.get("model_sha256")
+            provenance["loaded_outputs"].append({"path": path, "format": f.attrs.get("format"),
+                                                 "model_sha256": saved_sha, "runners": f.runners()})
+            if saved_sha and saved_sha != sha:
+                G_LOGGER.warning(f"MISMATCHED MODEL: outputs in {path} were produced by model "
+                                 f"{f.attrs.get('model_path')} (sha256 {saved_sha[:12]}…), not by {args.model} "
+                                 f"(sha256 {sha[:12]}…)")
+            if f.attrs.get("format") == "polygraphy-json" and not args.load_inputs:
+                G_LOGGER.warning(f"{path} is a Polygraphy file, which does not record its inputs: pass the inputs "
+                                 f"Polygraphy saved with it (--save-inputs) via --load-inputs, or outputs computed "
+                                 f"from other data will differ")
+            loaded.extend(LoadedSource(f, r) for r in f.runners())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            for r in live:
+                r.activate()
+            for r in live:
+                if args.load_engine and isinstance(r, EngineRunner):
+                    provenance["plan"] = _check_plan_source(r, model, args.load_engine, args.model)
+            metadata = live[0].input_metadata() if live else (onnx_input_metadata(model) if model is not None else {})
+            known = set(live[0].output_names()) if live else set()
+            if model is not None:
+                known |= {o.name for o in model.graph.output}
+                if layerwise:
+                    known |= set(markable_onnx_tensors(model))
+            for src in loaded:
+                known |= set(src.output_names)
+            unknown = sorted(n for n in tol.names() if n not in known)
+            if unknown:
+                raise UsageError(f"--atol/--rtol/--check-error-stat name unknown output(s) {unknown}; outputs are "
+                                 f"{sorted(o.name for o in model.graph.output) if model is not None else sorted(known)}")
+            loader = _data_loader(args, metadata)
+            feeds_iter = (coerce_feeds(f, metadata) for f in loader)
+            warm_up = 1 if args.warm_up is None else args.warm_up
+            feeds_iter = _warm_up(live, feeds_iter, warm_up)
 
-        provenance = {"model_path": os.path.abspath(args.model), "model_sha256": sha,
-                      "command": " ".join(["debugkit"] + sys.argv[1:])}
-        if args.save_inputs:
-            input_writer = DataWriter(args.save_inputs, "inputs", provenance)
-        if args.save_outputs:
-            writer = DataWriter(args.save_outputs, "outputs", provenance)
+            if args.save_inputs:
+                input_writer = DataWriter(args.save_inputs, "inputs", provenance)
+            if args.save_outputs:
+                writer = DataWriter(args.save_outputs, "outputs", provenance)
 
-        sources = [LiveSource(r) for r in live] + loaded
-        reference = _reference(sources)
-        comparator = Comparator(tol, nan_equal=args.allow_nan, inf_equal=not args.strict_inf,
-                                extra_funcs=_extra_funcs(args), validate=args.validate, layerwise=layerwise,
-                                model=model, scale_tol=args.layer_scale_tol)
-        summary = comparator.run(sources, reference, feeds_iter, writer=writer, input_writer=input_writer)
+            sources = [LiveSource(r) for r in live] + loaded
+            reference = _reference(sources)
+            comparator = Comparator(tol, nan_equal=args.allow_nan, inf_equal=not args.strict_inf,
+                                    extra_funcs=_extra_funcs(args), validate=args.validate, layerwise=layerwise,
+                                    model=model, scale_tol=args.layer_scale_tol,
+                                    allow_mismatched_inputs=args.allow_mismatched_inputs)
+            summary = comparator.run(sources, reference, feeds_iter, writer=writer, input_writer=input_writer)
         if writer is not None:
             for r in live:
                 attrs = {"model_sha256": sha}
                 if isinstance(r, EngineRunner):
                     attrs["build_config"] = r.build_config
                 writer.set_runner_attrs(r.name, attrs)
+        for r in live:
+            timing[r.name] = _timing(r, warm_up)
     finally:
         for w in (writer, input_writer):
             if w is not None:
@@ -172,19 +235,112 @@ def run(args) -> int:
             r.deactivate()
         for f in files:
             f.close()
+        _report_numpy_warnings(caught)
+    human = sys.stderr if args.json == "-" else sys.stdout   # with --json - stdout is the JSON alone
     for w in summary.warnings:
-        if w.startswith("MISMATCHED"):
-            print(f"WARNING: {w}", file=sys.stderr)
-    for r in live:
-        times = getattr(r, "inference_times", [])
-        if times:
-            print(f"{r.name:16s} | {len(times)} inference(s), median {sorted(times)[len(times) // 2] * 1e3:.2f} ms")
-    print(render(summary, verbose=args.verbose >= 2))
+        print(f"WARNING: {w}", file=sys.stderr)
+    for name, t in timing.items():
+        if t["inferences"]:
+            print(_timing_line(name, t), file=human)
     if args.save_outputs:
-        print(f"saved outputs to {args.save_outputs}")
+        print(f"saved outputs to {args.save_outputs}", file=human)
     if args.save_inputs:
-        print(f"saved inputs to {args.save_inputs}")
-    return 0 if summary.passed else 1
+        print(f"saved inputs to {args.save_inputs}", file=human)
+    if args.json and args.json != "-":
+        _write_json(args.json, run_json(summary, timing, provenance))
+        print(f"saved the verdict as JSON to {args.json}", file=human)
+    print(render(summary, verbose=args.verbose >= 2, stream=human), file=human)   # the verdict: the last line
+    if args.json == "-":
+        _write_json(args.json, run_json(summary, timing, provenance))
+    return summary.exit_code
+
+
+def _warm_up(live, feeds_iter, n):
+    """Run every live runner `n` times on the first feed (untimed: builds, first-call allocation and caches are
+    not what a user means by latency), then yield the feeds unchanged."""
+    first = next(feeds_iter, None)
+    if first is None:
+        return
+    for r in live:
+        for _ in range(n):
+            r.infer(first)
+        r.inference_times = []
+    yield first
+    yield from feeds_iter
+
+
+def _timing(runner, warm_up) -> dict:
+    import numpy as np
+    times = list(getattr(runner, "inference_times", []))
+    t = {"inferences": len(times), "warm_up": warm_up, "cold": warm_up == 0}
+    if times:
+        ms = np.asarray(times) * 1e3
+        t.update(median_ms=float(np.median(ms)), min_ms=float(ms.min()), max_ms=float(ms.max()))
+    if getattr(runner, "build_seconds", None) is not None:
+        t["build_s"] = round(runner.build_seconds, 3)
+    return t
+
+
+def _timing_line(name, t) -> str:
+    how = (f"after {t['warm_up']} warm-up run(s)" if not t["cold"] else
+           "cold: no warm-up, so it includes first-call costs (builds, allocation); use --warm-up N")
+    return f"{name:16s} | {t['inferences']} inference(s), median {t['median_ms']:.2f} ms, min {t['min_ms']:.2f} ms | {how}"
+
+
+def _check_plan_source(runner, model, plan_path, model_path) -> dict:
+    """A plan compared beside its model must have been built from it: the plan header records the source model's
+    sha256 (of its canonical serialisation). Another model's plan is bad input (exit 2)."""
+    from backends.engine.build import source_model_record
+    from native.errors import PlanError
+    recorded = (getattr(runner.engine.graph, "meta", None) or {}).get("source_model")
+    here = source_model_record(model)
+    if not recorded:
+        G_LOGGER.warning(f"{plan_path} does not record the model it was built from (built by an older debugkit or "
+                         f"through the Python API from a network); cannot check that it belongs to {model_path}")
+        return {"path": plan_path, "source_model": None, "checked": False}
+    if recorded.get("sha256") != here["sha256"]:
+        raise PlanError(f"{plan_path} was built from another model (graph '{recorded.get('graph_name')}', sha256 "
+                        f"{str(recorded.get('sha256'))[:12]}…, inputs {recorded.get('inputs')}), not from "
+                        f"{model_path} (graph '{here['graph_name']}', sha256 {here['sha256'][:12]}…); rebuild it "
+                        f"with: debugkit convert {model_path} -o {plan_path}")
+    return {"path": plan_path, "source_model": recorded, "checked": True}
+
+
+_NUMPY_WORDS = {"invalid value": "invalid operations (they produce NaN)", "divide by zero": "divisions by zero (Inf)",
+                "overflow": "overflows (Inf)", "underflow": "underflows"}
+
+
+def _report_numpy_warnings(caught):
+    """numpy's RuntimeWarnings from the kernels, once, in our words (they would otherwise leak to the terminal
+    one by one with a source line of ours)."""
+    import re
+    import warnings
+    seen = {}
+    for w in caught or []:
+        if issubclass(w.category, RuntimeWarning):
+            m = re.match(r"(invalid value|divide by zero|overflow|underflow) encountered in (\w+)", str(w.message))
+            key = (_NUMPY_WORDS[m.group(1)], m.group(2)) if m else (str(w.message), "")
+            seen[key] = seen.get(key, 0) + 1
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if seen:
+        what = "; ".join(f"{kind} in {op}" if op else kind for (kind, op) in seen)
+        G_LOGGER.warning(f"numpy reported floating-point problems while running: {what}. Outputs may hold NaN/Inf; "
+                         f"--validate --mark-all names the first layer that produced one")
+
+
+def _write_json(dest, doc):
+    import json
+    text = json.dumps(doc, indent=1, default=str, allow_nan=False)
+    if dest == "-":
+        print(text)
+        return
+    try:
+        with open(dest, "w") as f:
+            f.write(text + "\n")
+    except OSError as e:
+        from native.errors import InputFileError
+        raise InputFileError(f"cannot write --json {dest}: {e.strerror}") from None
 
 
 def _reference(sources):

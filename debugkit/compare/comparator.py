@@ -14,6 +14,7 @@ import numpy as np
 
 from debugkit.compare.divergence import first_divergence
 from debugkit.compare.funcs import DEFAULT_SCALE_TOL, Tolerances, compare_simple, validate
+from debugkit.compare.nonfinite import NonFinite, locate  # noqa: F401  (NonFinite: part of this module's API)
 from debugkit.data_file import inputs_hash
 from native.errors import DataFileError, UsageError
 from native.logger import G_LOGGER
@@ -36,7 +37,7 @@ class LiveSource:
 
 
 class LoadedSource:
-    """One runner's results in a data file written by --save-outputs."""
+    """One runner's results in a data file written by --save-outputs (ours, HDF5) or by Polygraphy (JSON)."""
 
     def __init__(self, data_file, runner):
         self.file, self.runner_name = data_file, runner
@@ -69,23 +70,45 @@ class PairResult:
     layers: dict = field(default_factory=dict)       # name -> OutputResult (intermediate tensors, layerwise)
     divergence: object = None
     extra_funcs: dict = field(default_factory=dict)  # func name -> {output: OutputResult}
+    problems: list = field(default_factory=list)     # why this pair's comparison means nothing (fails it)
+    layerwise: bool = False                          # whether a layerwise comparison ran for this pair
+
+    @property
+    def layerwise_passed(self):
+        return all(r.passed for r in self.layers.values()) and not (self.layerwise and not self.layers)
 
     @property
     def passed(self):
-        return all(r.passed for r in self.outputs.values()) and all(r.passed for r in self.layers.values()) \
-            and all(r.passed for d in self.extra_funcs.values() for r in d.values())
+        return not self.problems and bool(self.outputs) and all(r.passed for r in self.outputs.values()) \
+            and self.layerwise_passed and all(r.passed for d in self.extra_funcs.values() for r in d.values())
 
 
 @dataclass
 class RunSummary:
+    """Everything a run found. `passed` is the one verdict: the report, the exit code and the JSON all read it."""
+
     pairs: list = field(default_factory=list)
     validation: list = field(default_factory=list)   # (source, iteration, tensor, problems)
     warnings: list = field(default_factory=list)
+    problems: list = field(default_factory=list)     # run-level reasons to fail (e.g. mismatched inputs)
+    first_nonfinite: dict = field(default_factory=dict)   # source -> NonFinite (first NaN/Inf tensor, layerwise)
     iterations: int = 0
 
     @property
     def passed(self):
-        return all(p.passed for p in self.pairs) and not self.validation
+        return all(p.passed for p in self.pairs) and not self.validation and not self.problems \
+            and not self.first_nonfinite
+
+    @property
+    def exit_code(self):
+        return 0 if self.passed else 1
+
+    def reasons(self) -> list:
+        """Why the run failed, one line each (empty when it passed)."""
+        out = list(self.problems)
+        for p in self.pairs:
+            out += [f"{p.source} vs {p.reference}, iteration {p.iteration}: {x}" for x in p.problems]
+        return out
 
 
 def select_tensors(candidates: list, patterns) -> list:
@@ -102,7 +125,8 @@ class Comparator:
     """compare_funcs: extra {name: fn(name, actual, expected) -> OutputResult} run on the outputs besides simple."""
 
     def __init__(self, tolerances: Tolerances | None = None, nan_equal=False, inf_equal=True, extra_funcs=None,
-                 validate=False, layerwise=None, model=None, chunk_bytes=256 << 20, logger=None, scale_tol=None):
+                 validate=False, layerwise=None, model=None, chunk_bytes=256 << 20, logger=None, scale_tol=None,
+                 allow_mismatched_inputs=False):
         self.tolerances = tolerances or Tolerances()
         self.nan_equal, self.inf_equal = nan_equal, inf_equal
         self.extra_funcs = dict(extra_funcs or {})
@@ -114,6 +138,9 @@ class Comparator:
         self.scale_tol = dict(DEFAULT_SCALE_TOL) if scale_tol is None else (
             {k: float(scale_tol) for k in DEFAULT_SCALE_TOL} if not isinstance(scale_tol, dict) else scale_tol)
         self.logger = logger or G_LOGGER
+        # results loaded from a file but produced from other inputs compare nothing meaningful: they fail the run
+        # unless the user says the inputs may differ
+        self.allow_mismatched_inputs = allow_mismatched_inputs
 
     def _simple(self, name, a, e):
         return compare_simple(name, a, e, self.tolerances, self.nan_equal, self.inf_equal)
@@ -121,6 +148,7 @@ class Comparator:
     def run(self, sources: list, reference, feeds_iter, writer=None, input_writer=None, expected_hashes=None):
         """Compare every source against `reference` for each feed dict; returns a RunSummary."""
         summary = RunSummary()
+        self._mismatch_reported = set()
         others = [s for s in sources if s is not reference and not s.loaded]
         if not others:  # nothing live besides the reference: compare the loaded results with each other
             others = [s for s in sources if s is not reference]
@@ -152,12 +180,15 @@ class Comparator:
                     for fname, fn in self.extra_funcs.items():
                         pr.extra_funcs.setdefault(fname, {})[name] = fn(name, v, ref_out[name])
                 missing = [n for n in ref_out if n not in outs[s.name]]
-                if missing:
+                if not pr.outputs:
+                    pr.problems.append(f"nothing in common: {s.name} has outputs {_names(outs[s.name])}, "
+                                       f"{reference.name} has {_names(ref_out)} (outputs of another model?)")
+                elif missing:
                     summary.warnings.append(f"{s.name} has no output(s) {missing} that {reference.name} has")
                 pairs.append(pr)
             del outs
             if self.layerwise:
-                self._layerwise(sources, reference, others, pairs, feeds, it, ihash, writer)
+                self._layerwise(sources, reference, others, pairs, feeds, it, ihash, writer, summary)
             summary.pairs.extend(pairs)
         return summary
 
@@ -170,12 +201,31 @@ class Comparator:
             except DataFileError as e:
                 raise DataFileError(f"{s.file.path}: {e}; it was saved with fewer iterations than this run "
                                     f"(use --iterations)") from None
-            if saved and saved != ihash:
+            if saved and saved != ihash and (s.file.path, s.runner_name) not in self._mismatch_reported:
+                self._mismatch_reported.add((s.file.path, s.runner_name))
                 msg = (f"MISMATCHED INPUTS: outputs in {s.file.path} (runner {s.runner_name}, iteration {it}) were "
-                       f"produced from different inputs than this run's; the comparison is not meaningful. Pass "
+                       f"produced from different inputs than this run's, so comparing them means nothing. Pass "
                        f"the inputs saved with them via --load-inputs")
-                self.logger.warning(msg)
-                summary.warnings.append(msg)
+                if self.allow_mismatched_inputs:
+                    summary.warnings.append(msg + " (allowed by --allow-mismatched-inputs)")
+                else:
+                    summary.problems.append(msg + ", or --allow-mismatched-inputs if that is intended")
+
+    def _first_nonfinite(self, source, it, chunk, values, summary, observed, feeds):
+        """Record the first tensor of `chunk` (chunks come in topological order) that holds NaN or Inf, and the
+        ONNX node inside its fused region that made it."""
+        for t in chunk:
+            problems = validate(t, values.get(t))
+            if problems:
+                def fetch(names):
+                    got = {n: feeds[n] for n in names if n in feeds}
+                    rest = [n for n in names if n not in got]
+                    if rest:
+                        got.update(source.fetch(feeds, it, rest))
+                    return got
+                summary.first_nonfinite[source.name] = locate(self.model, source.name, it, t, problems, observed,
+                                                              fetch)
+                return
 
     def _order(self, names):
         if self.model is None:
@@ -184,14 +234,18 @@ class Comparator:
         rank = {t: i for i, t in enumerate(markable_onnx_tensors(self.model))}
         return sorted(names, key=lambda t: (rank.get(t, len(rank)), t))
 
-    def _layerwise(self, sources, reference, others, pairs, feeds, it, ihash, writer):
+    def _layerwise(self, sources, reference, others, pairs, feeds, it, ihash, writer, summary):
         common = None
         for s in sources:
             obs = set(s.observable(it))
             common = obs if common is None else common & obs
         tensors = select_tensors(self._order(common or []), self.layerwise)
+        for pr in pairs:
+            pr.layerwise = True
         if not tensors:
-            self.logger.warning("layerwise: the runners share no observable tensor")
+            for pr in pairs:
+                pr.problems.append("layerwise: no tensor is observable in both (was the saved file written "
+                                   "without --mark-all?)")
             return
         self.logger.info(f"layerwise: comparing {len(tensors)} tensors observable in every runner")
         i, per_tensor = 0, None
@@ -206,6 +260,8 @@ class Comparator:
                 nbytes = max(nbytes, sum(getattr(v, "nbytes", 0) for v in vals[s.name].values()))
                 if writer is not None and not s.loaded:
                     writer.write_many(s.name, it, vals[s.name], ihash)
+                if self.validate and s.name not in summary.first_nonfinite:
+                    self._first_nonfinite(s, it, chunk, vals[s.name], summary, tensors, feeds)
             per_tensor = max(per_tensor or 0, nbytes / max(len(chunk), 1))
             ref = vals[reference.name]
             for pr, s in zip(pairs, others):
@@ -223,3 +279,8 @@ class Comparator:
             merged = dict(pr.layers)
             merged.update(pr.outputs)
             pr.divergence = first_divergence(self.model, merged)
+
+
+def _names(d, limit=6):
+    names = list(d)
+    return str(names[:limit])[:-1] + (f", ... ({len(names)} in all)]" if len(names) > limit else "]")

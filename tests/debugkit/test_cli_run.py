@@ -29,11 +29,16 @@ def test_save_and_reload_outputs(cli, chain, tmp_path):
     assert code == 0 and "runner engine-runner" in out and "y [dtype=float32, shape=[3, 4]]" in out
 
 
-def test_reload_with_other_inputs_warns_loudly(cli, chain, tmp_path):
+def test_reload_with_other_inputs_fails_unless_allowed(cli, chain, tmp_path):
     outs = tmp_path / "o.h5"
-    assert cli("run", chain, "--onnxrt", "--save-outputs", outs)[0] == 0
-    code, _, err = cli("run", chain, "--engine", "--load-outputs", outs, "--seed", 7)
-    assert "MISMATCHED INPUTS" in err
+    assert cli("run", chain, "--onnxrt", "--save-outputs", outs, "--val-range", "[0,0]")[0] == 0
+    code, out, err = cli("run", chain, "--engine", "--load-outputs", outs, "--seed", 7, "--val-range", "[0,0.5]")
+    assert code == 1 and out.count("produced from different inputs") == 1   # said once, not twice
+    assert out.splitlines()[-1].startswith("FAILED") and "MISMATCHED INPUTS" in out.splitlines()[-1]
+    code, out, err = cli("run", chain, "--engine", "--load-outputs", outs, "--seed", 7, "--val-range", "[0,0.5]",
+                         "--allow-mismatched-inputs")
+    assert "MISMATCHED INPUTS" in err and "allowed" in err   # allowed: a warning; the values decide the verdict
+    assert "MISMATCHED" not in out.splitlines()[-1]
 
 
 def test_mark_all_names_first_diverging_tensor(cli, chain, chain_bad, tmp_path):
