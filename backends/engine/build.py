@@ -48,7 +48,6 @@ def source_model_record(model) -> dict:
 def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=None, device="cpu", timing_feeds=None,
                          config: BuilderConfig | None = None, logger=None) -> bytes:
     """Plan bytes for an ONNX model (path, bytes or ModelProto); the header records the source model."""
-    from backends.engine.plan import serialize_plan
     network, _ = parse_onnx(model, logger)
     config = config or BuilderConfig()
     config.device = device
@@ -57,6 +56,5 @@ def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=Non
     profile = profile_from_shapes(network, shapes or {}, ranges)
     if profile is not None and not config.profiles:
         config.add_optimization_profile(profile)
-    graph = Builder(logger or G_LOGGER).build_graph(network, config, timing_feeds=timing_feeds)
-    graph.meta = dict(getattr(graph, "meta", None) or {}, source_model=source_model_record(model))
-    return serialize_plan(graph, config)
+    network.source_model = source_model_record(model)   # the builder carries it into the plan header
+    return Builder(logger or G_LOGGER).build_serialized_network(network, config, timing_feeds=timing_feeds)

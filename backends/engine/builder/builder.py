@@ -121,6 +121,8 @@ class Builder:
             graph_meta = {}
         graph_meta.update({"build_seconds": round(time.perf_counter() - t0, 3), "layers_parsed": nodes_in,
                            "layers_built": len(graph.nodes)})
+        if getattr(network, "source_model", None):   # the ONNX model it came from (build_plan_from_onnx sets it)
+            graph_meta["source_model"] = network.source_model
         graph.meta = graph_meta
         self.logger.info(f"built engine '{graph.name}': {nodes_in} layers → {len(graph.nodes)} in "
                          f"{graph_meta['build_seconds']:.2f} s; weights {graph.weight_bytes() / 2**20:.1f} MiB")
