@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 import json
 
+from backends.engine.builder.device_types import DeviceType, DeviceTypeMixin, EngineCapability  # noqa: F401
 from native.errors import PlanError, ShapeError, UsageError
 
 
@@ -139,7 +140,7 @@ class AlgorithmSelector:
         pass
 
 
-class BuilderConfig:
+class BuilderConfig(DeviceTypeMixin):
     def __init__(self):
         self.flags: set[BuilderFlag] = {BuilderFlag.TF32}
         self.profiles: list[OptimizationProfile] = []
@@ -150,7 +151,7 @@ class BuilderConfig:
         self.algorithm_selector: AlgorithmSelector | None = None
         self.int8_calibrator = None
         self.device = "cpu"
-        self.default_device_type = "cpu"
+        self.default_device_type = DeviceType.GPU
         self.tactic_sources: set | None = None   # tactic names allowed; None means all
         self.builder_optimization_level = 3
 
@@ -208,4 +209,5 @@ class BuilderConfig:
                 "memory_pool_limits": {k.value: v for k, v in self.memory_pool_limits.items()},
                 "profiling_verbosity": self.profiling_verbosity.value,
                 "avg_timing_iterations": self.avg_timing_iterations, "device": self.device,
-                "tactic_sources": sorted(self.tactic_sources) if self.tactic_sources is not None else None}
+                "tactic_sources": sorted(self.tactic_sources) if self.tactic_sources is not None else None,
+                **({"dla": self.device_types_json()} if self.uses_dla() else {})}
