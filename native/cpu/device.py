@@ -15,6 +15,7 @@ class CpuDevice(Device):
 
     def load_tactics(self):
         import native.cpu.kernels  # noqa: F401  (registers the CPU tactics)
+        import native.dla.tactics  # noqa: F401  (DLA loadables and reformats are launched from the host)
 
     def allocate(self, nbytes: int):
         return np.empty(int(nbytes), dtype=np.uint8)

@@ -54,6 +54,16 @@ class Builder:
         self.platform_has_fast_fp16 = False
         self.platform_has_fast_int8 = False
 
+    def get_max_dla_batch_size(self) -> int:
+        """The largest DLA batch (product of the index dims but C, H, W) a loadable accepts (seed 000 L143)."""
+        from native.dla.profiles import MAX_BATCH
+        return MAX_BATCH
+
+    @property
+    def num_dla_cores(self) -> int:
+        from native.dla.profiles import get_profile
+        return get_profile("orin").num_cores
+
     def create_network(self, flags=0) -> NetworkDefinition:
         return NetworkDefinition()
 
@@ -90,7 +100,7 @@ class Builder:
         if not config.get_flag(BuilderFlag.DISABLE_FUSION):
             from backends.engine.builder.passes import fusion
             fusion.run_fusions(graph, config, self.logger)
-        if not config.get_flag(BuilderFlag.DISABLE_LAYOUT):
+        if not config.get_flag(BuilderFlag.DISABLE_LAYOUT) and not config.uses_dla():  # DLA formats are NCHW-based
             from backends.engine.builder.passes import layout
             layout.run_layout(graph, config, self.logger)
         from backends.engine.builder.passes import precision
@@ -111,6 +121,12 @@ class Builder:
                                              for i in node.inputs if i is not None]
                 node.meta["output_shapes"] = [list(np.shape(env[o])) if o in env and isinstance(env[o], np.ndarray) else None
                                               for o in node.outputs]
+        if config.uses_dla():
+            from backends.engine.builder.passes.dla import apply_dla, network_ranges
+            if env is None:
+                raise BuildError("a DLA build needs every tensor's static shape, but the timing run failed (see above)")
+            shapes = {k: list(np.shape(v)) for k, v in env.items() if isinstance(v, np.ndarray)}
+            apply_dla(graph, config, shapes, network_ranges(network), network, self.logger)
         select_tactics(graph, env, config, device)
         if env is not None:
             mem = plan_memory(graph, {k: tensor_bytes(v) for k, v in env.items()})

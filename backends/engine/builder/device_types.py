@@ -21,6 +21,22 @@ class EngineCapability(enum.Enum):
     DLA_STANDALONE = "dla_standalone"
 
 
+class TensorFormat(enum.IntEnum):
+    """TensorRT's tensor formats; `tensor.allowed_formats` is a bit mask of 1 << format."""
+    LINEAR = 0
+    CHW2 = 1
+    HWC8 = 2
+    CHW4 = 3
+    CHW16 = 4
+    CHW32 = 5
+    DHWC8 = 6
+    CDHW32 = 7
+    HWC = 8
+    DLA_LINEAR = 9
+    DLA_HWC4 = 10
+    HWC16 = 11
+
+
 def _layer_name(layer) -> str:
     name = layer if isinstance(layer, str) else getattr(layer, "name", None)
     if not name:

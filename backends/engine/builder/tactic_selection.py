@@ -197,7 +197,7 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
         node.weights = chosen.prepare(node_op(node))
         reports.append(({"name": node.name, "kind": node.kind}, {"tactic_id": chosen.id, "tactic_name": chosen.name}))
         for sub in node.subgraphs.values():
-            reports += select_tactics(sub, None, config, device, said)
+            reports += select_tactics(sub, None, config, getattr(chosen, "subgraph_device", device), said)
     if selector is not None and _said is None:
         selector.report_algorithms([r[0] for r in reports], [r[1] for r in reports])
     return reports

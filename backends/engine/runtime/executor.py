@@ -65,7 +65,8 @@ class GraphExecutor:
             if node.kind == "Constant" and tactic.name == "numpy" and not node.subgraphs:
                 self.consts[node.outputs[0]] = node.weights["value"]
                 continue
-            subs = {k: GraphExecutor(g, self.device, lazy_tactics=lazy_tactics) for k, g in node.subgraphs.items()}
+            sub_device = getattr(tactic, "subgraph_device", self.device)  # a DLA loadable's body runs on the DLA
+            subs = {k: GraphExecutor(g, sub_device, lazy_tactics=lazy_tactics) for k, g in node.subgraphs.items()}
             op = node_op(node)
             if hasattr(tactic, "check_loadable"):  # e.g. a Plugin layer whose plugin is not registered here
                 tactic.check_loadable(op)

@@ -1,0 +1,12 @@
+"""The DLA device: buffers are numpy arrays on the host, kernels are the CPU's with DLA numerics."""
+from native.cpu.device import CpuDevice
+
+
+class DlaDevice(CpuDevice):
+    name = "dla"
+
+    def load_tactics(self):
+        from native.tactics import tactics_for
+        tactics_for("Convolution", "cpu")          # the CPU kernels first: the DLA tactics wrap them
+        from native.dla.tactics import wrap_cpu_tactics
+        wrap_cpu_tactics()

@@ -1,0 +1,166 @@
+"""DLA numerics on top of the CPU kernels: what a layer's result looks like when the DLA computes it.
+
+The model (documented in docs/DLA.md):
+- FP16: every tensor inside a loadable is FP16; a layer reads FP16 values, computes (the CPU kernel, FP32) and its
+  result is rounded to FP16 once. Layers the DLA runs as several hardware ops (HardSigmoid = Scale + Clipped
+  ReLU(1), HardSwish = that times x, each step of a fused Pointwise chain, a mean over H/W as staged average pools)
+  round after every op.
+- INT8: tensors carry INT8 values times their scale (dynamic range / 127); quantization rounds ties away from zero
+  (seed 001 L829: the DLA's compute-kernel rule, and its weight rule); weights per output channel. TanH, Sigmoid
+  and LRN in INT8 run upgraded to FP16 (seed 000 L181, L285).
+- Weights: convolution / deconvolution / fully connected weights in FP16 (or INT8); on Orin every other layer's
+  weights (scales, shifts, element-wise constants, biases) are stored as FP19 (1+8+10 bits, seed 000 L383), i.e.
+  rounded to a 10-bit mantissa with FP32's exponent range; on Xavier they are FP16.
+- Softmax in optimized mode (seed 000 L370): exponentials rounded to FP16 and the denominator accumulated along the
+  axis as a running FP16 sum, so the error grows with the axis length (relative error up to about n * 2^-11 at
+  n = 1024); accurate mode accumulates in FP32 and rounds the result once.
+All rounding goes through native.numerics.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from native.numerics import dequantize, quantize, round_fp16, round_tf32
+
+CONV_KINDS = ("Convolution", "Deconvolution", "MatrixMultiply")
+CONV_WEIGHTS = ("kernel", "b")
+DECOMPOSED = ("HARD_SIGMOID", "HARD_SWISH")
+FP16_UPGRADED = ("TANH", "SIGMOID")
+
+
+def fake_quant(x, scale):
+    """x rounded onto the INT8 grid of `scale`, ties away from zero (the DLA's rounding)."""
+    return dequantize(quantize(x, scale, rounding="half_away"), scale)
+
+
+def _weight_scale(w, axis=0):
+    a = np.abs(np.asarray(w, np.float32))
+    red = tuple(i for i in range(a.ndim) if i != axis)
+    m = a.max(axis=red) if red else a
+    return np.where(m > 0, m / 127.0, 1.0).astype(np.float32)
+
+
+def dla_weights(kind: str, weights: dict, precision: str, profile: str) -> dict:
+    """Weights as the loadable stores them (returned as float32 arrays holding the stored values)."""
+    out = {}
+    for key, w in weights.items():
+        w = np.asarray(w)
+        if w.dtype.kind != "f":
+            out[key] = w
+            continue
+        if kind in CONV_KINDS and key in CONV_WEIGHTS:
+            if precision == "int8":
+                axis = 0 if key == "kernel" and kind == "Convolution" else (1 if key == "kernel" else 1)
+                if key == "b" and w.ndim == 2:
+                    axis = 1
+                s = _weight_scale(w, axis)
+                out[key] = dequantize(quantize(w, s, axis=axis, rounding="half_away"), s, axis=axis)
+            else:
+                out[key] = round_fp16(w)
+        else:
+            out[key] = round_tf32(w) if profile == "orin" else round_fp16(w)
+    return out
+
+
+def _round_out(y, precision, scale):
+    if not isinstance(y, np.ndarray) or y.dtype.kind != "f":
+        return y
+    if precision == "int8" and scale is not None:
+        return fake_quant(y, scale)
+    return round_fp16(y)
+
+
+def _hard_sigmoid(x, alpha, beta):
+    y = round_fp16(x * np.float32(alpha) + np.float32(beta))    # Scale
+    return np.clip(y, 0, 1)                                     # Clipped ReLU(1): exact
+
+
+def activation_dla(x, t, alpha, beta):
+    """A decomposed activation, rounding after each hardware op."""
+    if t == "HARD_SIGMOID":
+        return _hard_sigmoid(x, alpha, beta)
+    if t == "HARD_SWISH":   # TensorRT's kHARD_SWISH: x * clip(x / 6 + 0.5, 0, 1)
+        return round_fp16(x * _hard_sigmoid(x, 1 / 6, 0.5))
+    raise ValueError(t)
+
+
+def softmax_dla(x, axis, mode):
+    x = np.asarray(x, np.float32)
+    m = x.max(axis=axis, keepdims=True)
+    e = round_fp16(np.exp(x - m))
+    if mode == "accurate":
+        return round_fp16(e / e.sum(axis=axis, keepdims=True, dtype=np.float32))
+    e16 = np.moveaxis(e, axis, 0).astype(np.float16)
+    acc = np.zeros(e16.shape[1:], np.float16)
+    for row in e16:                                              # running FP16 sum: error grows with the axis
+        acc = (acc + row).astype(np.float16)
+    return round_fp16(e / np.expand_dims(acc.astype(np.float32), axis))
+
+
+def _pointwise_dla(inner_run, op, inputs):
+    """Each step of a fused chain as its own DLA op, rounded after every step."""
+    program = op.params["program"]
+    vals = []
+    for j, st in enumerate(program):
+        p = st.get("params", {})
+        if st["op"] == "Activation" and p.get("type") in DECOMPOSED:
+            a = st["args"][0]
+            kind, key = a.split(":", 1)
+            x = inputs[int(key)] if kind == "in" else (op.weights[key] if kind == "w" else vals[int(key)])
+            vals.append(activation_dla(np.asarray(x, np.float32), p["type"], p.get("alpha", 0.0), p.get("beta", 0.0)))
+            continue
+        args, ins = [], []
+        for a in st["args"]:
+            kind, key = a.split(":", 1)
+            if kind == "s":
+                args.append(f"in:{len(ins)}")
+                ins.append(vals[int(key)])
+            elif kind == "in":
+                args.append(f"in:{len(ins)}")
+                ins.append(inputs[int(key)])
+            else:
+                args.append(a)
+        one = dataclasses.replace(op, params=dict(op.params, program=[dict(st, args=args)]))
+        vals.append(round_fp16(np.asarray(inner_run(one, ins)[0], np.float32)))
+    return [vals[-1]]
+
+
+def run_dla(inner_run, op, inputs, dla: dict):
+    """Run one layer with DLA numerics. `inner_run(op, inputs)` is the CPU kernel; `dla` holds the layer's
+    precision and, for INT8, its tensor scales."""
+    precision = dla.get("precision", "float16")
+    in_scales = dla.get("in_scales") or []
+    out_scales = dla.get("out_scales") or []
+    t = op.params.get("type") if op.kind == "Activation" else None
+    upgraded = precision == "int8" and (t in FP16_UPGRADED or op.kind == "LRN")
+    xs = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+            s = in_scales[i] if i < len(in_scales) else None
+            x = fake_quant(x, s) if precision == "int8" and s is not None else round_fp16(x)
+        xs.append(x)
+    if op.kind == "Activation" and t in DECOMPOSED:
+        outs = [activation_dla(xs[0], t, op.params.get("alpha", 0.0), op.params.get("beta", 0.0))]
+    elif op.kind == "Pointwise" and precision != "int8":
+        outs = _pointwise_dla(inner_run, op, xs)
+    elif op.kind == "Softmax" and dla.get("softmax_mode"):
+        outs = [softmax_dla(xs[0], int(op.params.get("axis", -1)) % xs[0].ndim, dla["softmax_mode"])]
+    elif op.kind in CONV_KINDS and any(s.get("type") in DECOMPOSED for s in op.params.get("post_ops") or []):
+        post = op.params["post_ops"]
+        cut = next(i for i, s in enumerate(post) if s.get("type") in DECOMPOSED)
+        y = round_fp16(inner_run(dataclasses.replace(op, params=dict(op.params, post_ops=post[:cut])), xs)[0])
+        for s in post[cut:]:
+            if s["op"] == "activation" and s["type"] in DECOMPOSED:
+                y = activation_dla(y, s["type"], s.get("alpha", 0.0), s.get("beta", 0.0))
+            else:
+                from native.cpu.kernels.fused import apply_post_ops
+                one = dataclasses.replace(op, params=dict(op.params, post_ops=[s]))
+                y = round_fp16(apply_post_ops(np.array(y, np.float32), one, xs))
+        outs = [y]
+    else:
+        outs = list(inner_run(op, xs))
+    return [_round_out(y, "float16" if upgraded else precision, out_scales[i] if i < len(out_scales) else None)
+            for i, y in enumerate(outs)]
+
