@@ -59,6 +59,8 @@ def dla_weights(kind: str, weights: dict, precision: str, profile: str) -> dict:
                 out[key] = dequantize(quantize(w, s, axis=axis, rounding="half_away"), s, axis=axis)
             else:
                 out[key] = round_fp16(w)
+        elif kind in CONV_KINDS:   # the convolution's own bias: FP16 (INT8 engines keep it wide, as INT32 in HW)
+            out[key] = w if precision == "int8" else round_fp16(w)
         else:
             out[key] = round_tf32(w) if profile == "orin" else round_fp16(w)
     return out

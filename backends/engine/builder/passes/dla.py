@@ -60,8 +60,14 @@ def network_layer_facts(layer, config) -> LayerFacts:
         params["to"] = getattr(to, "value", to)
     prec = layer.precision.value if layer.precision is not None else None
 
+    known = _network_shapes(net, config)
+
     def shape(t):
-        return list(t.shape) if t is not None and t.shape is not None else None
+        if t is None:
+            return None
+        if t.shape is not None and all(int(d) >= 0 for d in t.shape) or t.name not in known:
+            return list(t.shape) if t.shape is not None else None
+        return known[t.name]
 
     facts = LayerFacts(layer.name, layer.kind, params, dict(layer.weights), [shape(t) for t in layer.inputs],
                        [shape(t) for t in layer.outputs], [_const_of(t) for t in layer.inputs],
@@ -70,6 +76,26 @@ def network_layer_facts(layer, config) -> LayerFacts:
                        explicit, prec is not None)
     facts.consumers = [network_layer_facts_shallow(c, config) for c in consumers]
     return facts
+
+
+def _network_shapes(net, config) -> dict:
+    """Every tensor's shape, from one run of the network at the profile's opt shapes (cached per network)."""
+    key = (len(net.layers), tuple(tuple(t.shape or ()) for t in net.inputs))
+    cache = net.__dict__.setdefault("_dla_shapes", {})
+    if key not in cache:
+        import numpy as np
+        from backends.engine.builder.builder import opt_feeds
+        from backends.engine.builder.lower import lower
+        from backends.engine.runtime.executor import GraphExecutor
+        g = lower(net)
+        try:
+            env = GraphExecutor(g, "cpu", keep_all=True).run(
+                opt_feeds(g, config.profiles[0] if config.profiles else None))
+            cache[key] = {k: list(np.shape(v)) for k, v in env.items() if isinstance(v, np.ndarray)}
+        except Exception as e:   # shapes stay unknown; the rules then say which shape they needed
+            G_LOGGER.verbose(f"DLA checks: could not run the network for shapes ({e})")
+            cache[key] = {}
+    return cache[key]
 
 
 def network_layer_facts_shallow(layer, config) -> LayerFacts:
@@ -298,6 +324,11 @@ def check_plan(plan, config):
             raise BuildError(f"DLA loadable {ld.name} does not fit: the {POOLS[pool]} pool ({pool.name}) is too "
                              f"small: needs {need} bytes, limit {limit}; raise it with "
                              f"config.set_memory_pool_limit({pool}, ...)")
+    if standalone:
+        if not config.get_flag(BuilderFlag.DIRECT_IO):
+            raise BuildError("DLA_STANDALONE needs BuilderFlag.DIRECT_IO (no reformatting at the loadable's I/O)")
+        if dla_precision(config) == "float32":
+            raise BuildError("DLA_STANDALONE needs BuilderFlag.FP16 and/or INT8: the DLA runs FP16 and INT8 only")
     if bad and (standalone or not config.get_flag(BuilderFlag.GPU_FALLBACK)):
         lines = "\n".join(f"  layer '{e['node'].name}' ({e['node'].kind}, ONNX nodes {e['node'].source_nodes}): "
                           f"{e['reason']}" for e in bad)
