@@ -239,6 +239,8 @@ def add_build_args(parser):
     g.add_argument("--ignore-fingerprint", action=_IgnoreFingerprint, nargs=0,
                    help="load a plan built on another machine (its recorded device fingerprint differs); safe for "
                         "CPU plans moved between machines of one architecture family")
+    from debugkit.cli.tactic_args import add_tactic_args
+    add_tactic_args(parser)
     return g
 
 
@@ -267,4 +269,5 @@ def build_config_from_args(args):
         config.clear_flag(BuilderFlag.TF32)
     for f in build_flags(args):
         config.set_flag(BuilderFlag(f))
-    return config
+    from debugkit.cli.tactic_args import apply_tactic_args
+    return apply_tactic_args(args, config)

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from backends.engine.builder.algorithm_selector import algorithm, algorithm_context, checked_selection
 from backends.engine.builder.config import BuilderFlag, MemoryPoolType, TimingCache
 from backends.engine.runtime.executor import node_op
 from native.device import get_device
@@ -70,11 +71,6 @@ def pick_fastest(ranked, timings):
         return None
     best = min(timings[t.id] for t in ranked)
     return next(t for t in ranked if timings[t.id] <= best * (1 + TIE_MARGIN))
-
-
-def algorithm_context(node, inputs):
-    return {"name": node.name, "kind": node.kind, "source_nodes": list(node.source_nodes),
-            "input_shapes": [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs]}
 
 
 def _named(node, config, device, log, said):
@@ -162,27 +158,24 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
         have_inputs = env is not None and all(i is None or i in env for i in node.inputs)
         shapes = _shapes(inputs) if have_inputs else None
         cands = candidates(node, shapes, config, device, said=said)
+        context = algorithm_context(node, inputs)
         if selector is not None:
-            choices = [{"tactic_id": t.id, "tactic_name": t.name} for t in cands]
-            picked = list(selector.select_algorithms(algorithm_context(node, inputs), choices))
-            if not picked and config.get_flag("reject_empty_algorithms"):
-                raise BuildError(f"algorithm selector returned no choice for layer '{node.name}'")
+            op = node_op(node)
+            choices = [algorithm(t, op, context) for t in cands]
+            picked = checked_selection(selector.select_algorithms(context, choices), choices, context,
+                                       config.get_flag("reject_empty_algorithms"))
             if picked:
-                bad = [i for i in picked if not 0 <= int(i) < len(cands)]
-                if bad:
-                    raise BuildError(f"algorithm selector returned invalid indices {bad} for layer '{node.name}' "
-                                     f"({len(cands)} choices)")
-                cands = [cands[int(i)] for i in picked]
+                cands = [cands[i] for i in picked]
         timings = {}
-        if len(cands) > 1 and have_inputs:
+        if len(cands) > 1 and have_inputs and not config.get_flag("enable_tactic_heuristic"):
             key = _key(node, inputs, device)
             cached = cache.get(key) if use_cache else None
-            if cached:
+            if cached and all(str(t.id) in cached for t in cands):   # a new candidate (user tactic) is timed
                 timings = {int(k): v for k, v in cached.items()}
             else:
                 timings = time_candidates(node, cands, inputs, config.avg_timing_iterations, device)
                 if use_cache and timings:
-                    cache.put(key, {str(k): v for k, v in timings.items()})
+                    cache.put(key, {**(cached or {}), **{str(k): v for k, v in timings.items()}})
             chosen = pick_fastest([t for t in cands if t.id in timings], timings) or cands[0]
         else:
             chosen = cands[0]
@@ -195,7 +188,7 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
             G_LOGGER.verbose(f"layer '{node.name}': tactic {chosen.name} from "
                              + ", ".join(f"{k}={v:.3f}ms" for k, v in node.meta["timings_ms"].items()))
         node.weights = chosen.prepare(node_op(node))
-        reports.append(({"name": node.name, "kind": node.kind}, {"tactic_id": chosen.id, "tactic_name": chosen.name}))
+        reports.append((context, algorithm(chosen, node_op(node), context, timings.get(chosen.id))))
         for sub in node.subgraphs.values():
             reports += select_tactics(sub, None, config, getattr(chosen, "subgraph_device", device), said)
     if selector is not None and _said is None:

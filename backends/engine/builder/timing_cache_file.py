@@ -1,0 +1,73 @@
+"""The timing cache as a file (`--timing-cache F`): tactic timings reused across builds.
+
+Entries are keyed by layer signature (kind, params, weight and input shapes/dtypes, precision, device); the file's
+header records the device fingerprint, the debugkit version and the config bits that change what implementations
+compute (precision flags). Timings measured under another header
+are not evidence for this build: such a cache is refused unless `ignore_mismatch` (then its entries are used as
+they are, like TensorRT's ignore-mismatch flag). A file that is not a timing cache, or is truncated, is refused
+with the reason.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from backends.engine.builder.config import TimingCache
+from native.errors import PlanError
+
+FORMAT = "debugkit-timing-cache-file"
+VERSION = 1
+
+
+class TimingCacheError(PlanError):
+    """A timing cache file is corrupt, of another version, or was measured for another device or config."""
+
+
+def cache_header(config) -> dict:
+    """What the timings depend on besides the layer: the device and the flags that change what kernels compute.
+    (Tactic sources and user tactics modules only change which tactics are candidates: an entry lacking a
+    candidate's timing is measured again.)"""
+    from backends.engine.plan import producer_version
+    from native.device import get_device
+    device = config.device
+    fp = get_device(device).fingerprint() if device == "cpu" else {"device": device}
+    flags = sorted(f.value for f in config.flags if f.value in ("fp16", "int8", "tf32", "bf16", "fp8"))
+    return {"device": fp, "flags": flags, "producer": producer_version()}
+
+
+def load_timing_cache(path, config, ignore_mismatch=False) -> TimingCache:
+    """The cache stored at `path` (an empty one if the file does not exist yet)."""
+    if not os.path.exists(path):
+        return TimingCache()
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read().decode())
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise TimingCacheError(f"timing cache {path} is corrupt ({type(e).__name__}: {str(e)[:120]}); delete it "
+                               f"or pass another --timing-cache file") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), dict):
+        raise TimingCacheError(f"{path} is not a debugkit timing cache file (no '{FORMAT}' tag); delete it or "
+                               f"pass another --timing-cache file")
+    if doc.get("version") != VERSION:
+        raise TimingCacheError(f"timing cache {path} has version {doc.get('version')}, this debugkit reads "
+                               f"version {VERSION}; delete it to measure again")
+    mine = cache_header(config)
+    theirs = doc.get("header") or {}
+    diff = [k for k in mine if theirs.get(k) != mine[k]]
+    if diff and not ignore_mismatch:
+        what = "; ".join(f"{k}: file {theirs.get(k)}, this build {mine[k]}" for k in diff)
+        raise TimingCacheError(f"timing cache {path} was measured for another device or config ({what}); its "
+                               f"timings would pick tactics for the wrong machine. Delete it, use another file, "
+                               f"or pass --ignore-timing-cache-mismatch")
+    for key, timings in doc["entries"].items():
+        if not isinstance(timings, dict) or not all(isinstance(v, (int, float)) for v in timings.values()):
+            raise TimingCacheError(f"timing cache {path} is corrupt: entry {key[:16]} is not a timing table")
+    return TimingCache(doc["entries"])
+
+
+def save_timing_cache(cache: TimingCache, path, config):
+    doc = {"format": FORMAT, "version": VERSION, "header": cache_header(config), "entries": cache.entries}
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, sort_keys=True)
+    os.replace(tmp, path)

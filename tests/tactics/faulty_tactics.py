@@ -1,0 +1,131 @@
+"""Faulty tactics for tests and the docs' tutorial: each is right except under a condition, the way real
+library bugs are (a loop tail skipped for one channel count, an accumulator reset for one K). Off unless this file
+is loaded (`--tactics-module tests/tactics/faulty_tactics.py` or `native.tactic_modules.load_tactics_module`).
+
+Which layers a tactic gets wrong is set by the environment, so subprocesses (the CLI, `debug build --check`) see
+the same faults:
+
+    DEBUGKIT_FAULTY="faulty-conv:cin=128,h=28,stride=2;faulty-matmul:k=512"
+
+Condition keys: cin, cout, h, w, k (kernel size for conv, reduction size for matmul), stride, groups, precision,
+name (fnmatch pattern on the layer name). A tactic with no condition is correct everywhere.
+
+`flaky-conv` is offered (supported) for its condition's layers in one build out of three, at random (seeded by
+DEBUGKIT_FAULTY_SEED when set), and is wrong whenever it runs: with `--tactic-sources flaky-conv` one build in
+three is bad, and its replay differs from the good ones exactly on that layer.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import random
+
+import numpy as np
+
+from native.cpu.kernels.conv import Im2colGemm
+from native.cpu.kernels.matmul import BlasMatMul
+from native.tactics import register_tactic
+
+_rng = random.Random(os.environ.get("DEBUGKIT_FAULTY_SEED"))
+
+
+def conditions(name: str):
+    """The condition dict configured for tactic `name`, or None."""
+    for part in os.environ.get("DEBUGKIT_FAULTY", "").split(";"):
+        tactic, _, spec = part.partition(":")
+        if tactic.strip() == name:
+            out = {}
+            for kv in spec.split(","):
+                if "=" in kv:
+                    k, v = kv.split("=", 1)
+                    out[k.strip()] = v.strip()
+            return out
+    return None
+
+
+def _matches(cond, facts) -> bool:
+    if cond is None:
+        return False
+    for k, v in cond.items():
+        have = facts.get(k)
+        if k == "name":
+            if not fnmatch.fnmatchcase(str(have), v):
+                return False
+        elif str(have) != v:
+            return False
+    return True
+
+
+def _conv_facts(op, x):
+    ks = op.params.get("kernel_shape") or [0]
+    return {"cin": x.shape[1], "cout": op.params.get("num_output_maps"), "h": x.shape[2] if x.ndim > 2 else None,
+            "w": x.shape[3] if x.ndim > 3 else None, "k": ks[0], "stride": (op.params.get("strides") or [1])[0],
+            "groups": op.params.get("groups", 1) or 1, "precision": op.precision, "name": op.name}
+
+
+@register_tactic
+class FaultyConv(Im2colGemm):
+    """im2col-gemm whose channel loop skips its last block of 8 input channels under the condition."""
+    name = "faulty-conv"
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        if x.ndim == 4 and x.shape[1] > 8 and _matches(conditions(self.name), _conv_facts(op, x)):
+            x = x.copy()
+            x[:, -8:] = 0
+            inputs = [x] + list(inputs[1:])
+        return super().run(op, inputs)
+
+
+@register_tactic
+class FaultyConvRows(Im2colGemm):
+    """im2col-gemm whose last output row comes from the row above under the condition (an off-by-one band)."""
+    name = "faulty-conv-rows"
+
+    def run(self, op, inputs):
+        out = super().run(op, inputs)
+        x = np.asarray(inputs[0])
+        if x.ndim == 4 and _matches(conditions(self.name), _conv_facts(op, x)) and out[0].shape[2] > 1:
+            y = out[0].copy()
+            y[:, :, -1] = y[:, :, -2]
+            out = [y] + list(out[1:])
+        return out
+
+
+@register_tactic
+class FaultyMatMul(BlasMatMul):
+    """BLAS matmul that drops the last quarter of the reduction under the condition (a split-K partial lost)."""
+    name = "faulty-matmul"
+
+    def run(self, op, inputs):
+        a = np.asarray(inputs[0])
+        k = a.shape[-1] if a.ndim else 0
+        facts = {"k": k, "m": a.shape[-2] if a.ndim > 1 else 1, "precision": op.precision, "name": op.name}
+        if k >= 4 and _matches(conditions(self.name), facts):
+            a = a.copy()
+            a[..., k - k // 4:] = 0
+            inputs = [a] + list(inputs[1:])
+        return super().run(op, inputs)
+
+
+@register_tactic
+class FlakyConv(Im2colGemm):
+    """Wrong (drops the last 8 input channels) wherever it runs; offered for its condition's layers in one build
+    out of three."""
+    name = "flaky-conv"
+
+    def supports(self, op, input_shapes):
+        if not input_shapes or not input_shapes[0] or len(input_shapes[0]) != 4:
+            return False
+        x = np.empty([1] + list(input_shapes[0][1:2]) + list(input_shapes[0][2:]), dtype=np.uint8)
+        if not _matches(conditions(self.name), _conv_facts(op, x)) or not super().supports(op, input_shapes):
+            return False
+        return _rng.random() < 1 / 3
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        if x.ndim == 4 and x.shape[1] > 8:
+            x = x.copy()
+            x[:, -8:] = 0
+            inputs = [x] + list(inputs[1:])
+        return super().run(op, inputs)
