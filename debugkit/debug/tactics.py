@@ -59,7 +59,7 @@ class TacticBuilds:
 
     def __init__(self, model_path, make_config, feeds: dict):
         self.model_path = model_path
-        self.make_config = make_config   # (reference: bool) -> BuilderConfig; shares one timing cache
+        self.make_config = make_config   # (unrestricted: bool) -> BuilderConfig (no --tactic-sources); one timing cache
         self.feeds = feeds
 
     def build(self, replay: dict | None = None, reference=False):
@@ -67,7 +67,7 @@ class TacticBuilds:
         from backends.engine.build import parse_onnx, profile_from_shapes
         from backends.engine.builder import Builder
         from backends.engine.builder.algorithm_selector import SelectorChain
-        config = self.make_config(reference)
+        config = self.make_config(reference or replay is not None)  # a replay names tactics: no source filter
         recorder = TacticRecorder(device=config.device)
         chain = [ReferenceSelector() if reference else None,
                  TacticReplayer(replay, source="--bad/--good tactics") if replay is not None else None,
@@ -214,8 +214,11 @@ class TacticSearch:
         fixed = copy.deepcopy(bad_doc)
         for name in culprits:
             fixed["layers"][name] = good_doc["layers"][name]
+        fixed_graph, _ = self.builds.build(fixed)   # a real build from the replay it writes, checked once more
+        fixed_passes, fixed_detail = self.check(fixed_graph)
+        G_LOGGER.info(f"a build from the fixed replay {'passes' if fixed_passes else 'FAILS'} ({fixed_detail})")
         return {"guilty": guilty, "probes": probes, "end_point_checks": end_points,
-                "differing_layers": len(differing), "probe_budget": round(2 * np.log2(max(len(differing), 1)) + 4, 2),
+                "differing_layers": len(differing), "fixed_replay_passes": bool(fixed_passes), "probe_budget": round(2 * np.log2(max(len(differing), 1)) + 4, 2),
                 "build_seconds": round(build_s, 3), "search_seconds": round(time.perf_counter() - t0 - build_s, 3),
                 "bad_tactics": bad_doc, "good_tactics": good_doc, "fixed_tactics": fixed,
                 "probe_records": self.records}

@@ -7,8 +7,8 @@ the same faults:
 
     DEBUGKIT_FAULTY="faulty-conv:cin=128,h=28,stride=2;faulty-matmul:k=512"
 
-Condition keys: cin, cout, h, w, k (kernel size for conv, reduction size for matmul), stride, groups, precision,
-name (fnmatch pattern on the layer name). A tactic with no condition is correct everywhere.
+Condition keys: cin, cout, h, w, k (kernel size for conv, reduction size for matmul), stride, groups, side (1: a
+merged 1x1 shortcut conv rides in the layer), precision, name (fnmatch pattern on the layer name). A tactic with no condition is correct everywhere.
 
 `flaky-conv` is offered (supported) for its condition's layers in one build out of three, at random (seeded by
 DEBUGKIT_FAULTY_SEED when set), and is wrong whenever it runs: with `--tactic-sources flaky-conv` one build in
@@ -60,21 +60,28 @@ def _conv_facts(op, x):
     ks = op.params.get("kernel_shape") or [0]
     return {"cin": x.shape[1], "cout": op.params.get("num_output_maps"), "h": x.shape[2] if x.ndim > 2 else None,
             "w": x.shape[3] if x.ndim > 3 else None, "k": ks[0], "stride": (op.params.get("strides") or [1])[0],
-            "groups": op.params.get("groups", 1) or 1, "precision": op.precision, "name": op.name}
+            "groups": op.params.get("groups", 1) or 1, "side": int(bool(op.params.get("side"))),
+            "precision": op.precision, "name": op.name}
+
+
+def _misstore(y):
+    """The last block of 8 output channels written with the block before it (a store index off by one block)."""
+    y = np.array(y, copy=True)
+    y[:, -8:] = y[:, -16:-8]
+    return y
 
 
 @register_tactic
 class FaultyConv(Im2colGemm):
-    """im2col-gemm whose channel loop skips its last block of 8 input channels under the condition."""
+    """im2col-gemm whose last block of 8 output channels gets the block before it, under the condition."""
     name = "faulty-conv"
 
     def run(self, op, inputs):
+        out = super().run(op, inputs)
         x = np.asarray(inputs[0])
-        if x.ndim == 4 and x.shape[1] > 8 and _matches(conditions(self.name), _conv_facts(op, x)):
-            x = x.copy()
-            x[:, -8:] = 0
-            inputs = [x] + list(inputs[1:])
-        return super().run(op, inputs)
+        if x.ndim == 4 and out[0].shape[1] >= 16 and _matches(conditions(self.name), _conv_facts(op, x)):
+            out = [_misstore(out[0])] + list(out[1:])
+        return out
 
 
 @register_tactic
@@ -94,7 +101,7 @@ class FaultyConvRows(Im2colGemm):
 
 @register_tactic
 class FaultyMatMul(BlasMatMul):
-    """BLAS matmul that drops the last quarter of the reduction under the condition (a split-K partial lost)."""
+    """BLAS matmul that loses the last quarter of the reduction under the condition (a split-K partial dropped)."""
     name = "faulty-matmul"
 
     def run(self, op, inputs):
@@ -110,7 +117,7 @@ class FaultyMatMul(BlasMatMul):
 
 @register_tactic
 class FlakyConv(Im2colGemm):
-    """Wrong (drops the last 8 input channels) wherever it runs; offered for its condition's layers in one build
+    """Wrong (the last 8 output channels mis-stored) wherever it runs; offered for its condition's layers in one build
     out of three."""
     name = "flaky-conv"
 
@@ -123,9 +130,5 @@ class FlakyConv(Im2colGemm):
         return _rng.random() < 1 / 3
 
     def run(self, op, inputs):
-        x = np.asarray(inputs[0])
-        if x.ndim == 4 and x.shape[1] > 8:
-            x = x.copy()
-            x[:, -8:] = 0
-            inputs = [x] + list(inputs[1:])
-        return super().run(op, inputs)
+        out = super().run(op, inputs)
+        return [_misstore(out[0])] + list(out[1:]) if out[0].ndim == 4 and out[0].shape[1] >= 16 else out

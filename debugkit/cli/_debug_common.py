@@ -1,0 +1,83 @@
+"""Options and set-up shared by `debug build` and `debug tactics`: the model's feeds (run's data-loader options),
+the comparison tolerances (run's --atol/--rtol/--check-error-stat), and builder configs that share one timing
+cache (so only the first build of a search times tactics)."""
+from __future__ import annotations
+
+import os
+
+from debugkit.cli import _args
+from native.errors import InputFileError, UsageError
+
+
+def add_check_args(parser):
+    _args.add_data_loader_args(parser)
+    _args.add_build_args(parser)
+    c = parser.add_argument_group("comparison (as in run; the reference is ONNX Runtime)")
+    c.add_argument("--atol", nargs="+", default=[], metavar="[NAME:]VALUE", help="absolute tolerance")
+    c.add_argument("--rtol", nargs="+", default=[], metavar="[NAME:]VALUE", help="relative tolerance")
+    c.add_argument("--check-error-stat", nargs="+", default=[], metavar="[NAME:]STAT",
+                   help="elemwise (default), max, mean, median or quantile")
+    c.add_argument("--error-quantile", type=float, default=0.99)
+    _args.add_common_args(parser)
+
+
+def check_model(path):
+    if not os.path.exists(path):
+        raise InputFileError(f"model file not found: {path}")
+
+
+def feeds_from_args(args, model_path) -> list:
+    """The feed dicts run would generate or load for this model."""
+    from backends.runners import load_onnx
+    from backends.runners.model import onnx_input_metadata
+    from debugkit.data_loader import DataLoader, SavedDataLoader, coerce_feeds
+    meta = onnx_input_metadata(load_onnx(model_path))
+    if getattr(args, "load_inputs", None):
+        loader = SavedDataLoader(args.load_inputs)
+    else:
+        if args.iterations < 1:
+            raise UsageError("--iterations must be >= 1 for a debug search")
+        loader = DataLoader(args.seed, args.iterations, _args.parse_ranges(args.val_range),
+                            _args.parse_shape_list(args.input_shapes))
+        loader.input_metadata = meta
+        loader.check_names(meta)
+    return [coerce_feeds(f, meta) for f in loader]
+
+
+def tolerances_from_args(args):
+    from debugkit.compare.funcs import Tolerances
+    return Tolerances(_args.parse_per_output(args.atol, "--atol"), _args.parse_per_output(args.rtol, "--rtol"),
+                      _args.parse_per_output(args.check_error_stat, "--check-error-stat", str), args.error_quantile)
+
+
+def config_factory(args):
+    """make_config(reference=False) -> a fresh BuilderConfig from the build options, all sharing one timing
+    cache; a reference config drops --tactic-sources. `save()` writes the cache back to --timing-cache."""
+    from backends.engine.builder import TimingCache
+    from backends.engine.builder.timing_cache_file import save_timing_cache
+    first = _args.build_config_from_args(args)
+    cache = first.timing_cache if first.timing_cache is not None else TimingCache()
+    sources = first.tactic_sources
+
+    def make_config(reference=False):
+        config = _args.build_config_from_args(argparse_copy(args, load_tactics=None, save_tactics=None,
+                                                            timing_cache=None))
+        config.timing_cache = cache
+        config.tactic_sources = None if reference else sources
+        config.algorithm_selector = None
+        return config
+
+    def save():
+        if getattr(args, "timing_cache", None):
+            save_timing_cache(cache, args.timing_cache, first)
+
+    make_config.save = save
+    make_config.cache = cache
+    return make_config
+
+
+def argparse_copy(args, **changes):
+    import argparse
+    d = dict(vars(args))
+    d.update(changes)
+    return argparse.Namespace(**d)

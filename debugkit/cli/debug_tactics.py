@@ -1,0 +1,64 @@
+"""debug tactics: find the layers whose tactic makes the engine fail, and write a replay file that avoids them.
+
+Starts from a failing tactic assignment (--bad-tactics, or the default build) and a passing one (--good-tactics,
+or a build restricted to the reference tactics), then searches the layers whose tactics differ: each probe is an
+engine assembled from the two builds and checked against ONNX Runtime in process. Exit 0 when culprits were found.
+"""
+from __future__ import annotations
+
+import os
+
+from debugkit.cli import _debug_common as common
+
+
+def register(subparsers):
+    p = subparsers.add_parser("tactics", help=__doc__.splitlines()[0], description=__doc__)
+    p.add_argument("model", help="ONNX model")
+    p.add_argument("--bad-tactics", metavar="B.json", help="replay file of a failing build (default: build one)")
+    p.add_argument("--good-tactics", metavar="G.json",
+                   help="replay file of a passing build (default: build with the reference tactics)")
+    p.add_argument("--report", metavar="R.json", help="write the result as JSON")
+    p.add_argument("-o", "--output", metavar="F.json", default="fixed_tactics.json",
+                   help="replay file that avoids the guilty tactics (default fixed_tactics.json)")
+    p.add_argument("--log", metavar="F.jsonl", default="debug_tactics_log.jsonl",
+                   help="probe log, one JSON line per probe (default debug_tactics_log.jsonl)")
+    p.add_argument("--resume", action="store_true", help="continue the search recorded in --log")
+    common.add_check_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backends.engine.builder.tactic_replay import load_replay
+    from debugkit.cli import _args
+    from debugkit.debug.tactics import (OutputCheck, TacticBuilds, TacticSearch, model_hash, onnxrt_outputs,
+                                        save_fixed_replay, write_report)
+    _args.apply_common_args(args)
+    common.check_model(args.model)
+    bad = load_replay(args.bad_tactics) if args.bad_tactics else None
+    good = load_replay(args.good_tactics) if args.good_tactics else None
+    make_config = common.config_factory(args)
+    feeds = common.feeds_from_args(args, args.model)
+    check = OutputCheck(feeds, onnxrt_outputs(args.model, feeds), common.tolerances_from_args(args), args.device)
+    meta = {"model": model_hash(args.model), "search": "debug tactics",
+            "bad": args.bad_tactics and os.path.abspath(args.bad_tactics),
+            "good": args.good_tactics and os.path.abspath(args.good_tactics),
+            "sources": args.tactic_sources, "modules": sorted(os.path.abspath(m) for m in args.tactics_module)}
+    search = TacticSearch(TacticBuilds(args.model, make_config, feeds[0]), check, bad=bad, good=good,
+                          log_path=args.log, resume=args.resume, meta=meta)
+    report = search.run()
+    make_config.save()
+    save_fixed_replay(report, args.output)
+    if args.report:
+        write_report(report, args.report, args.output)
+    print(f"{report['differing_layers']} layer(s) differ in tactic; {report['probes']} probe(s) "
+          f"(+{report['end_point_checks']} end-point checks), budget 2*log2(L)+4 = {report['probe_budget']}")
+    if not report["guilty"]:
+        print("no culprit found")
+        return 1
+    print(f"guilty ({len(report['guilty'])}):")
+    for g in report["guilty"]:
+        print(f"  layer '{g['layer']}' [{g['kind']}] tactic {g['tactic']} (reference {g['reference_tactic']})")
+        print(f"      ONNX nodes: {', '.join(g['onnx_nodes'])}")
+    print(f"wrote {args.output}: the failing build's tactics with the guilty layers on their reference tactics "
+          f"(use it with --load-tactics)")
+    return 0
