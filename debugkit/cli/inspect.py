@@ -26,6 +26,8 @@ def register(subparsers):
     d.add_argument("-a", "--all", action="store_true", help="every iteration (default: the first)")
     _args.add_common_args(d)
     d.set_defaults(func=run)
+    from debugkit.cli import inspect_tactics
+    inspect_tactics.register(subs)
 
 
 def run(args) -> int:

@@ -8,7 +8,7 @@ the same faults:
     DEBUGKIT_FAULTY="faulty-conv:cin=128,h=28,stride=2;faulty-matmul:k=512"
 
 Condition keys: cin, cout, h, w, k (kernel size for conv, reduction size for matmul), stride, groups, side (1: a
-merged 1x1 shortcut conv rides in the layer), precision, name (fnmatch pattern on the layer name). A tactic with no condition is correct everywhere.
+merged 1x1 shortcut conv rides in the layer), precision, name (fnmatch pattern on the layer name). A tactic with no condition is not offered at all.
 
 `flaky-conv` is offered (supported) for its condition's layers in one build out of three, at random (seeded by
 DEBUGKIT_FAULTY_SEED when set), and is wrong whenever it runs: with `--tactic-sources flaky-conv` one build in
@@ -71,8 +71,15 @@ def _misstore(y):
     return y
 
 
+class _Configured:
+    """Offered only when DEBUGKIT_FAULTY configures this tactic (so loading the module changes nothing else)."""
+
+    def supports(self, op, input_shapes):
+        return conditions(self.name) is not None and super().supports(op, input_shapes)
+
+
 @register_tactic
-class FaultyConv(Im2colGemm):
+class FaultyConv(_Configured, Im2colGemm):
     """im2col-gemm whose last block of 8 output channels gets the block before it, under the condition."""
     name = "faulty-conv"
 
@@ -85,7 +92,7 @@ class FaultyConv(Im2colGemm):
 
 
 @register_tactic
-class FaultyConvRows(Im2colGemm):
+class FaultyConvRows(_Configured, Im2colGemm):
     """im2col-gemm whose last output row comes from the row above under the condition (an off-by-one band)."""
     name = "faulty-conv-rows"
 
@@ -100,7 +107,7 @@ class FaultyConvRows(Im2colGemm):
 
 
 @register_tactic
-class FaultyMatMul(BlasMatMul):
+class FaultyMatMul(_Configured, BlasMatMul):
     """BLAS matmul that loses the last quarter of the reduction under the condition (a split-K partial dropped)."""
     name = "faulty-matmul"
 

@@ -121,12 +121,12 @@ class TacticReplayer(AlgorithmSelector):
 
     def report_algorithms(self, contexts, choices):
         names = {c.name for c in contexts}
-        overlap = len(names & set(self.doc["layers"]))
-        if self.doc["layers"] and overlap * 2 < len(self.doc["layers"]):
-            fp = self.doc.get("model", {}).get("fingerprint")
+        fp = self.doc.get("model", {}).get("fingerprint")
+        matching = sum(1 for c in contexts if self.doc["layers"].get(c.name, {}).get("signature") == c.signature)
+        if fp != model_fingerprint(contexts) and self.doc["layers"] and matching * 2 < len(self.doc["layers"]):
             raise ReplayError(f"tactic replay file {self.source} was recorded for another model (fingerprint {fp}, "
-                              f"this one {model_fingerprint(contexts)}): only {overlap} of its "
-                              f"{len(self.doc['layers'])} layers exist in this engine")
+                              f"this one {model_fingerprint(contexts)}): only {matching} of its "
+                              f"{len(self.doc['layers'])} layers match a layer of this engine")
         for name in self.doc["layers"]:
             if name not in names:
                 self.stale.setdefault(name, "no longer in the engine")

@@ -1,0 +1,80 @@
+"""debug build: rebuild the engine repeatedly, check each build, and sort the tactic replays into good/ and bad/.
+
+The check is an in-process comparison against ONNX Runtime (--compare-onnxrt, the default) or a command
+(--check CMD, exit 0 = good; {plan} and {tactics} in CMD become the artifact paths). Then
+`debugkit inspect diff-tactics --good DIR/good --bad DIR/bad` names the layers whose tactics separate them.
+"""
+from __future__ import annotations
+
+from debugkit.cli import _debug_common as common
+from native.errors import UsageError
+
+
+def register(subparsers):
+    p = subparsers.add_parser("build", help=__doc__.splitlines()[0], description=__doc__)
+    p.add_argument("model", help="ONNX model")
+    p.add_argument("--until", default="bad", metavar="good|bad|N",
+                   help="stop at the first good build, the first bad one (default), or after N builds")
+    p.add_argument("--max-iterations", type=int, default=30, help="give up after this many builds (default 30)")
+    chk = p.add_mutually_exclusive_group()
+    chk.add_argument("--check", metavar="CMD", help="a command that checks {plan}; exit status 0 means good")
+    chk.add_argument("--compare-onnxrt", action="store_true",
+                     help="compare against ONNX Runtime in process (the default)")
+    p.add_argument("--artifacts-dir", default="debug_build_artifacts", metavar="DIR",
+                   help="where good/ and bad/ go (default debug_build_artifacts)")
+    p.add_argument("--save-plans", action="store_true", help="keep every build's plan beside its replay file")
+    common.add_check_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from debugkit.cli import _args
+    from debugkit.debug.build import BuildLoop, command_check
+    from debugkit.debug.tactics import OutputCheck, TacticBuilds, onnxrt_outputs
+    _args.apply_common_args(args)
+    common.check_model(args.model)
+    until = str(args.until)
+    if until not in ("good", "bad") and not (until.isdigit() and int(until) > 0):
+        raise UsageError(f"--until expects good, bad or a positive number of builds, got '{args.until}'")
+    feeds = common.feeds_from_args(args, args.model)
+    make_config = common.config_factory(args)
+    if not args.timing_cache:
+        make_config.cache.entries.clear()
+    builds = TacticBuilds(args.model, lambda unrestricted: _fresh(make_config, args), feeds[0])
+    need_plan = bool(args.check) or args.save_plans
+
+    def build(i):
+        graph, doc = builds.build()
+        plan = None
+        if need_plan:
+            from backends.engine.plan import serialize_plan
+            plan = serialize_plan(graph, make_config())
+        return graph, doc, plan
+
+    if args.check:
+        check = command_check(args.check)
+    else:
+        compare = OutputCheck(feeds, onnxrt_outputs(args.model, feeds), common.tolerances_from_args(args), args.device)
+
+        def check(graph, plan_path, replay_path):
+            return compare(graph)
+    loop = BuildLoop(build, check, args.artifacts_dir, until, args.save_plans)
+    results = loop.run(args.max_iterations)
+    make_config.save()
+    good = sum(r["result"] == "good" for r in results)
+    bad = len(results) - good
+    print(f"{len(results)} build(s): {good} good, {bad} bad -> {args.artifacts_dir}/good, {args.artifacts_dir}/bad")
+    if good and bad:
+        print(f"next: debugkit inspect diff-tactics --good {args.artifacts_dir}/good --bad {args.artifacts_dir}/bad")
+    reached = (until == "good" and results[-1]["result"] == "good") or \
+              (until == "bad" and results[-1]["result"] == "bad") or until.isdigit()
+    return 0 if reached else 1
+
+
+def _fresh(make_config, args):
+    """Each iteration a fresh build: timings are measured again unless --timing-cache was given."""
+    config = make_config(False)
+    if not args.timing_cache:
+        from backends.engine.builder import TimingCache
+        config.timing_cache = TimingCache()
+    return config

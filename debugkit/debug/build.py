@@ -1,0 +1,82 @@
+"""`debug build`: build the engine again and again, check each build, and sort the artifacts into good/ and bad/.
+
+Each iteration is a fresh build (tactic timing is measured anew unless a timing cache is given, so tactic choices
+vary the way they do between real builds), whose replay file (and plan, on request) is checked and then moved to
+`<artifacts>/good/` or `<artifacts>/bad/`. The check is our own comparison against ONNX Runtime, run in process,
+or any command (`--check CMD`), whose exit status 0 means good. `inspect diff-tactics --good DIR --bad DIR` then
+says which layers' tactics separate the two piles.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+
+from native.logger import G_LOGGER
+from native.progress import progress
+
+
+class BuildLoop:
+    """build(i) -> (graph, replay doc, plan bytes or None); check(graph, plan_path, replay_path) -> (passed, detail)."""
+
+    def __init__(self, build, check, artifacts_dir, until="bad", save_plans=False):
+        self.build, self.check = build, check
+        self.dir = artifacts_dir
+        self.until = until
+        self.save_plans = save_plans
+        self.results = []
+
+    def _done(self, passed, i):
+        if self.until == "good":
+            return passed
+        if self.until == "bad":
+            return not passed
+        return i + 1 >= int(self.until)
+
+    def run(self, max_iterations=100) -> list:
+        from backends.engine.builder.tactic_replay import save_replay
+        for sub in ("good", "bad"):
+            os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+        limit = int(self.until) if str(self.until).isdigit() else max_iterations
+        with progress(total=limit, desc="debug build", unit="build") as bar:
+            for i in range(limit):
+                t0 = time.perf_counter()
+                graph, doc, plan = self.build(i)
+                replay = os.path.join(self.dir, "current_tactics.json")
+                save_replay(doc, replay)
+                plan_path = None
+                if plan is not None:
+                    plan_path = os.path.join(self.dir, "current.plan")
+                    with open(plan_path, "wb") as f:
+                        f.write(plan)
+                passed, detail = self.check(graph, plan_path, replay)
+                pile = "good" if passed else "bad"
+                name = f"iter{i:03d}"
+                os.replace(replay, os.path.join(self.dir, pile, f"{name}_tactics.json"))
+                if plan_path is not None:
+                    if self.save_plans:
+                        os.replace(plan_path, os.path.join(self.dir, pile, f"{name}.plan"))
+                    else:
+                        os.remove(plan_path)
+                self.results.append({"iteration": i, "result": pile, "detail": detail,
+                                     "seconds": round(time.perf_counter() - t0, 3)})
+                G_LOGGER.info(f"build {i}: {pile.upper()} ({detail})")
+                bar.update(1)
+                bar.set_postfix_str(f"good {sum(r['result'] == 'good' for r in self.results)} "
+                                    f"bad {sum(r['result'] == 'bad' for r in self.results)}")
+                if self._done(passed, i):
+                    break
+        return self.results
+
+
+def command_check(cmd: str):
+    """A check that runs `cmd` (a shell-free argument list; {plan} and {tactics} are replaced by the artifact
+    paths, which are also in $DEBUGKIT_PLAN / $DEBUGKIT_TACTICS); exit status 0 means good."""
+    def check(graph, plan_path, replay_path):
+        argv = [a.replace("{plan}", plan_path or "").replace("{tactics}", replay_path) for a in shlex.split(cmd)]
+        env = dict(os.environ, DEBUGKIT_PLAN=plan_path or "", DEBUGKIT_TACTICS=replay_path)
+        r = subprocess.run(argv, env=env, capture_output=True, text=True)
+        tail = (r.stdout + r.stderr).strip().splitlines()[-1:] or [""]
+        return r.returncode == 0, f"exit {r.returncode}: {tail[0][:120]}"
+    return check

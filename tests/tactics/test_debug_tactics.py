@@ -1,0 +1,87 @@
+"""debug tactics finds faulty tactics; debug build sorts good and bad builds; inspect diff-tactics names the layer."""
+import json
+import math
+import os
+
+import pytest
+
+from debugkit.cli.main import main
+from native.tactic_modules import unload_tactics_module
+from tests.tactics.models import conv_chain, save
+
+FAULTY = os.path.join(os.path.dirname(__file__), "faulty_tactics.py")
+
+
+@pytest.fixture
+def model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    yield save(conv_chain(), tmp_path)
+    unload_tactics_module(FAULTY)
+
+
+def _debug_tactics(model, sources, *extra):
+    return main(["debug", "tactics", model, "--tactics-module", FAULTY, "--tactic-sources", sources,
+                 "--report", "R.json", "-q", *extra])
+
+
+def test_one_faulty_tactic_is_found_within_budget(model, monkeypatch):
+    monkeypatch.setenv("DEBUGKIT_FAULTY", "faulty-conv:cin=32")
+    assert _debug_tactics(model, "faulty-conv") == 0
+    r = json.load(open("R.json"))
+    assert [(g["layer"], g["tactic"], g["onnx_nodes"]) for g in r["guilty"]] == \
+        [("conv3 + relu3", "faulty-conv", ["conv3", "relu3"])]
+    assert r["differing_layers"] == 7 and r["probes"] <= 2 * math.log2(7) + 4
+    assert r["fixed_replay_passes"]
+    fixed = json.load(open("fixed_tactics.json"))
+    assert fixed["layers"]["conv3 + relu3"]["tactic"] == "im2col-gemm"
+    assert fixed["layers"]["conv1 + relu1"]["tactic"] == "faulty-conv"   # the harmless ones stay
+    # the replay it wrote builds an engine that passes; the bad one fails
+    assert main(["run", model, "--engine", "--onnxrt", "--tactics-module", FAULTY, "--load-tactics",
+                 "fixed_tactics.json", "-q"]) == 0
+    # every probe is in the log, and --resume answers them from it without building mixed engines again
+    log = [json.loads(line) for line in open("debug_tactics_log.jsonl")]
+    assert len(log) == 1 + r["probes"] + r["end_point_checks"]
+    assert _debug_tactics(model, "faulty-conv", "--resume") == 0
+    assert len(open("debug_tactics_log.jsonl").readlines()) == len(log)
+
+
+def test_two_faulty_tactics_on_different_layers(model, monkeypatch):
+    monkeypatch.setenv("DEBUGKIT_FAULTY", "faulty-conv:cin=16;faulty-matmul:k=64")
+    assert _debug_tactics(model, "faulty-conv,faulty-matmul") == 0
+    r = json.load(open("R.json"))
+    assert sorted((g["layer"], g["tactic"]) for g in r["guilty"]) == \
+        [("conv1 + relu1", "faulty-conv"), ("fc", "faulty-matmul")]
+    assert r["fixed_replay_passes"] and r["probes"] <= 2 * math.log2(r["differing_layers"]) + 4
+
+
+def test_given_replay_files_and_bad_inputs(model, monkeypatch, capsys):
+    monkeypatch.setenv("DEBUGKIT_FAULTY", "faulty-conv:cin=40")
+    assert main(["convert", model, "-o", "bad.plan", "--tactics-module", FAULTY, "--tactic-sources", "faulty-conv",
+                 "--save-tactics", "B.json"]) == 0
+    assert main(["debug", "tactics", model, "--tactics-module", FAULTY, "--bad-tactics", "B.json",
+                 "--report", "R.json", "-q"]) == 0
+    assert [g["layer"] for g in json.load(open("R.json"))["guilty"]] == ["conv4 + relu4"]
+    # a passing "bad" build is a clear error, exit 2; so is a replay for another model
+    monkeypatch.delenv("DEBUGKIT_FAULTY")
+    unload_tactics_module(FAULTY)
+    assert main(["debug", "tactics", model, "--report", "R2.json", "-q"]) == 2
+    assert "failing build passes the check" in capsys.readouterr().err
+    other = save(conv_chain([3, 8, 8]), __import__("pathlib").Path("."), "other.onnx")
+    assert main(["convert", other, "-o", "o.plan", "--save-tactics", "O.json"]) == 0
+    assert main(["debug", "tactics", model, "--bad-tactics", "O.json", "-q"]) == 2
+    assert "recorded for another model" in capsys.readouterr().err
+
+
+def test_debug_build_until_bad_and_diff_tactics(model, monkeypatch, capsys):
+    monkeypatch.setenv("DEBUGKIT_FAULTY", "flaky-conv:cin=24")
+    monkeypatch.setenv("DEBUGKIT_FAULTY_SEED", "5")
+    assert main(["debug", "build", model, "--tactics-module", FAULTY, "--tactic-sources", "flaky-conv",
+                 "--until", "bad", "--artifacts-dir", "A", "--timing-cache", "tc.json", "-q"]) == 0
+    good, bad = sorted(os.listdir("A/good")), sorted(os.listdir("A/bad"))
+    assert len(bad) == 1 and good, (good, bad)
+    assert json.load(open(f"A/bad/{bad[0]}"))["layers"]["conv2 + relu2"]["tactic"] == "flaky-conv"
+    capsys.readouterr()
+    assert main(["inspect", "diff-tactics", "--good", "A/good", "--bad", "A/bad"]) == 0
+    out = capsys.readouterr().out
+    first = out.split("----\n", 1)[1].splitlines()[0].strip()
+    assert first == "conv2 + relu2" and "flaky-conv (in 1/1 bad builds)" in out
