@@ -75,8 +75,7 @@ def test_given_replay_files_and_bad_inputs(model, monkeypatch, capsys):
 def test_debug_build_until_bad_and_diff_tactics(model, monkeypatch, capsys):
     monkeypatch.setenv("DEBUGKIT_FAULTY", "flaky-conv:cin=24")
     monkeypatch.setenv("DEBUGKIT_FAULTY_SEED", "5")
-    assert main(["debug", "build", model, "--tactics-module", FAULTY, "--tactic-sources", "flaky-conv",
-                 "--until", "bad", "--artifacts-dir", "A", "--timing-cache", "tc.json", "-q"]) == 0
+    assert main(["debug", "build", model, "--tactics-module", FAULTY, "--until", "bad", "--artifacts-dir", "A", "--timing-cache", "tc.json", "-q"]) == 0
     good, bad = sorted(os.listdir("A/good")), sorted(os.listdir("A/bad"))
     assert len(bad) == 1 and good, (good, bad)
     assert json.load(open(f"A/bad/{bad[0]}"))["layers"]["conv2 + relu2"]["tactic"] == "flaky-conv"
