@@ -15,6 +15,7 @@ import zlib
 import numpy as np
 
 from backends.engine.engine_graph import Graph, Node, TensorInfo
+from backends.engine.plan_schema import check_header
 from native.errors import PlanError
 
 MAGIC = b"DKPLAN\r\n"
@@ -75,11 +76,15 @@ def serialize_plan(graph: Graph, config) -> bytes:
     header = {"producer": {"name": "debugkit", "version": producer_version()},
               "device": get_device(config.device).fingerprint(),
               "build_config": config.to_json(), "graph": _graph_to_json(graph, blob)}
+    return pack_plan(header, b"".join(blob.parts))
+
+
+def pack_plan(header: dict, body: bytes) -> bytes:
+    """Header and weight blob → plan bytes (preamble with lengths and CRC32s, header, padding, blob)."""
     head = json.dumps(header, default=_json_default).encode()
-    body = b"".join(blob.parts)
     pre = _HEAD.pack(MAGIC, FORMAT_VERSION, 0, len(head), len(body), zlib.crc32(head), zlib.crc32(body))
     pad = (-(len(pre) + len(head))) % ALIGN
-    return pre + head + b"\0" * pad + body
+    return pre + head + b"\0" * pad + bytes(body)
 
 
 def _json_default(o):
@@ -148,6 +153,7 @@ def read_plan_header(data) -> tuple[dict, memoryview]:
 
 def deserialize_plan(data) -> tuple[dict, Graph]:
     header, blob = read_plan_header(data)
+    check_header(header, len(blob))  # a crafted header with valid checksums stops here, named by its field path
     try:
         graph = _graph_from_json(header["graph"], blob)
     except PlanError:

@@ -17,7 +17,7 @@ from backends.engine.plan import deserialize_plan
 from backends.engine.runtime.executor import GraphExecutor
 from native.config import settings, tune_process_default
 from native.device import device_for_plan
-from native.errors import FeedError, InputFileError, PlanError, ShapeError
+from native.errors import DebugkitError, FeedError, InputFileError, PlanError, ShapeError
 from native.logger import G_LOGGER
 
 
@@ -46,9 +46,14 @@ class Runtime:
             if not os.path.exists(path):
                 raise InputFileError(f"plan file not found: {path}")
             plan = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else b""
-        header, graph = deserialize_plan(plan)
-        return Engine(header, graph, self.device, self.logger, tune_process=self.tune_process,
-                      check_fingerprint=self.check_fingerprint)
+        header, graph = deserialize_plan(plan)  # header checked against plan_schema
+        try:
+            return Engine(header, graph, self.device, self.logger, tune_process=self.tune_process,
+                          check_fingerprint=self.check_fingerprint)
+        except DebugkitError:
+            raise
+        except Exception as e:  # a header the schema let through that still cannot be assembled: the plan's fault
+            raise PlanError(f"plan cannot be assembled into an engine: {type(e).__name__}: {e}") from e
 
 
 class Engine:
