@@ -315,6 +315,20 @@ def _check_weights(node, path, blob_len, errors):
         errors.append((f"{path}.weights", "a Constant layer needs its 'value' weight"))
 
 
+def _tactic_ids(kind, device) -> set:
+    """Ids of `kind`'s tactics on the plan's device, the CPU and every registered device (a DLA loadable's body
+    runs DLA tactics inside a CPU plan)."""
+    from native.device import registered_devices
+    from native.tactics import tactics_for
+    ids = set()
+    for d in dict.fromkeys([device, "cpu", *registered_devices()]):
+        try:
+            ids |= {t.id for t in tactics_for(kind, d)}
+        except Exception:  # a device that cannot load here (no GPU): its ids are not known, nor runnable
+            continue
+    return ids
+
+
 def _check_names(graph, path, outer: set, blob_len, kinds, device, depth, errors):
     if depth > MAX_DEPTH:
         errors.append((path, f"subgraphs nest deeper than {MAX_DEPTH} levels"))
@@ -328,12 +342,11 @@ def _check_names(graph, path, outer: set, blob_len, kinds, device, depth, errors
         where = f"{path}.nodes[{i}]"
         if node["kind"] not in kinds:
             errors.append((f"{where}.kind", f"'{node['kind'][:60]}' is not a layer kind this debugkit implements"))
-        elif node.get("tactic_id") is not None and device == "cpu":
-            from native.tactics import tactics_for
-            ids = {t.id for t in tactics_for(node["kind"], device)}
+        elif node.get("tactic_id") is not None:
+            ids = _tactic_ids(node["kind"], device)
             if node["tactic_id"] not in ids:
-                errors.append((f"{where}.tactic_id", f"no {node['kind']} tactic has id {node['tactic_id']} on the "
-                                                     f"{device} (known: {sorted(ids)})"))
+                errors.append((f"{where}.tactic_id", f"no {node['kind']} tactic has id {node['tactic_id']} "
+                                                     f"(known: {sorted(ids)})"))
         for j, name in enumerate(node["inputs"]):
             if name is not None and name not in defined:
                 errors.append((f"{where}.inputs[{j}]", f"tensor '{name[:80]}' is not produced by an earlier layer or "
