@@ -1,4 +1,4 @@
 """CPU tactics, one module per layer family; importing this package registers them all."""
 from native.cpu.kernels import (  # noqa: F401
     core, elementwise, reduce, conv, matmul, pooling, norm, resize, rnn, tensor, quantize, control, sequence,
-    plugins, fused, losses, training, deform_conv)
+    plugins, fused, losses, training, deform_conv, matmul_splitk, reduce_variants)

@@ -5,13 +5,15 @@ Convolution tactics the builder times against each other (registration order bre
   pointwise_1x1.py  1x1-gemm      pointwise convolution as a direct GEMM on the (strided) input
   depthwise.py      depthwise     groups == channels == outputs: per-tap multiply-accumulate, no GEMM
   shifted_gemm.py   shifted-gemm  stride 1: kh*kw GEMMs over shifted windows of the flattened input
+  winograd.py       winograd-f2x3, winograd-f4x3   3x3 stride 1: Winograd minimal filtering (other rounding)
 Transposed convolution: deconv.py (gemm-col2im, and ONNX Col2Im).
 
 Shared by the tactics: geometry.py (pads, output sizes, tap views; pooling uses it too), weights.py (finding and
 packing kernel/bias), epilogue.py (bias, fused post-ops, merged shortcut), gemm2d.py (the threaded banded 2-D
 GEMM driver of im2col-gemm and 1x1-gemm), tuning.py (cache blocks and parallel thresholds).
 """
-from native.cpu.kernels.conv import im2col_gemm, pointwise_1x1, depthwise, shifted_gemm, deconv  # noqa: F401  (registers)
+from native.cpu.kernels.conv import im2col_gemm, pointwise_1x1, depthwise, shifted_gemm, winograd, deconv  # noqa: F401
+# (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
 from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401
 from native.cpu.kernels.conv.epilogue import side_input, side_term  # noqa: F401

@@ -1,0 +1,127 @@
+"""Winograd minimal-filtering tactics for 3x3 stride-1 convolutions: winograd-f2x3 (F(2x2, 3x3), 4x4 tiles) and
+winograd-f4x3 (F(4x4, 3x3), 6x6 tiles).
+
+y = A^T [ (G g G^T) * (B^T d B) ] A per tile: the input tiles d and the kernels g are transformed once, the
+elementwise product over channels becomes (m+2)^2 GEMMs of [M, C] x [C, tiles], and the output transform
+assembles m x m outputs per tile. F(2,3) does 16 multiplies per 4 outputs where direct convolution does 36;
+F(4,3) 36 per 16 where direct does 144. The price is numerics: the transforms add and subtract (F(4,3) with
+coefficients up to 5 and 1/24), so rounding error grows with m, and it is a different error from the GEMM
+tactics' (tests/native/test_conv_tactics.py bounds each).
+
+Weights are transformed at build time (`prepare`: "kernel_winograd" [(m+2)^2, M, C]); the bias stays a vector
+and the layer's epilogue (fused post-ops, merged shortcut) runs after the output transform.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cpu.kernels.conv.epilogue import finish
+from native.cpu.kernels.conv.geometry import geometry, pad_input
+from native.cpu.kernels.conv.weights import conv_bias
+from native.tactics import Tactic, register_tactic
+
+_as_strided = np.lib.stride_tricks.as_strided
+
+# (B^T, G, A^T) per output tile size m, for r = 3
+_F23 = (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+        np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64))
+_F43 = (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
+                  [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                  [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64))
+TRANSFORMS = {2: _F23, 4: _F43}
+
+
+def transform_kernel(w, m) -> np.ndarray:
+    """[M, C, 3, 3] -> U [(m+2)^2, M, C] = G g G^T per (output, input) channel pair (computed in float64)."""
+    _, g, _ = TRANSFORMS[m]
+    u = np.einsum("ai,mcij,bj->abmc", g, np.asarray(w, np.float64), g)
+    return u.reshape(-1, *u.shape[2:])
+
+
+def winograd_conv2d(x, u, m, pre, post, out):
+    """The convolution (no bias) of x [N, C, H, W] with transformed kernels u, stride 1: [N, M, Ho, Wo]."""
+    bt, _, at = TRANSFORMS[m]
+    dtype = x.dtype
+    a = m + 2
+    n, c = x.shape[:2]
+    ho, wo = out
+    th, tw = -(-ho // m), -(-wo // m)
+    # pad so that th x tw tiles of a x a (overlapping by 2) cover the padded input
+    xp = pad_input(x, [pre[0], pre[1]], [post[0] + th * m + 2 - (x.shape[2] + pre[0] + post[0]),
+                                         post[1] + tw * m + 2 - (x.shape[3] + pre[1] + post[1])])
+    xp = np.ascontiguousarray(xp)
+    s = xp.strides
+    tiles = _as_strided(xp, (n, c, th, tw, a, a), (s[0], s[1], s[2] * m, s[3] * m, s[2], s[3]))
+    btd = bt.astype(dtype)
+    v = np.matmul(np.matmul(btd, tiles), btd.T)                      # [n, c, th, tw, a, a] = B^T d B
+    v = v.transpose(4, 5, 1, 0, 2, 3).reshape(a * a, c, n * th * tw)  # [a*a, C, P]
+    mm = np.matmul(u.astype(dtype, copy=False), v)                   # [a*a, M, P]
+    mm = mm.reshape(a, a, -1, n, th, tw).transpose(3, 2, 4, 5, 0, 1)  # [n, M, th, tw, a, a]
+    atd = at.astype(dtype)
+    y = np.matmul(np.matmul(atd, mm), atd.T)                         # [n, M, th, tw, m, m]
+    y = y.transpose(0, 1, 2, 4, 3, 5).reshape(n, -1, th * m, tw * m)
+    return np.ascontiguousarray(y[:, :, :ho, :wo])
+
+
+class _Winograd(Tactic):
+    kind = "Convolution"
+    m = 2
+    honours = {"post_ops", "side"}
+    precisions = ("float32",)
+
+    def supports(self, op, input_shapes):
+        p = op.params
+        if list(p.get("kernel_shape") or []) != [3, 3]:
+            return "3x3 kernels only"
+        if any(s != 1 for s in (p.get("strides") or [1, 1])) or any(d != 1 for d in (p.get("dilations") or [1, 1])):
+            return "stride 1, dilation 1 only"
+        if (p.get("groups", 1) or 1) != 1:
+            return "ungrouped convolutions only"
+        if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
+            return "2-D convolutions only"
+        return None
+
+    def workspace_size(self, op, input_shapes):
+        if not input_shapes or input_shapes[0] is None:
+            return 0
+        n, c, h, w = input_shapes[0]
+        tiles = n * -(-h // self.m) * -(-w // self.m)
+        mo = op.params.get("num_output_maps") or c
+        return 4 * (self.m + 2) ** 2 * tiles * (c + mo)   # transformed input and the product, float32
+
+    def prepare(self, op):
+        w = op.weights.get("kernel")
+        if w is None:
+            return op.weights
+        weights = {k: v for k, v in op.weights.items() if k != "kernel"}
+        weights["kernel_winograd"] = np.ascontiguousarray(transform_kernel(w, self.m).astype(np.float32))
+        return weights
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        x = x if x.dtype.kind == "f" and x.dtype.itemsize >= 4 else x.astype(np.float32)
+        u = op.weights.get("kernel_winograd")
+        if u is None:
+            w = op.weights.get("kernel")
+            u = transform_kernel(w if w is not None else inputs[1], self.m).astype(x.dtype)
+        b = conv_bias(op.weights)
+        if b is None and len(inputs) > 2:
+            b = inputs[2]
+        _, _, pre, post, out = geometry(op.params, x.shape, [3, 3])
+        y = winograd_conv2d(x, u, self.m, pre, post, out)
+        return finish(op, y, b, inputs, x.dtype)
+
+
+@register_tactic
+class WinogradF2x3(_Winograd):
+    """Winograd F(2x2, 3x3): 4x4 input tiles, 2x2 outputs each."""
+    name, m = "winograd-f2x3", 2
+
+
+@register_tactic
+class WinogradF4x3(_Winograd):
+    """Winograd F(4x4, 3x3): 6x6 input tiles, 4x4 outputs each (fewer multiplies, larger rounding error)."""
+    name, m = "winograd-f4x3", 4
