@@ -15,6 +15,9 @@ def register(subparsers):
     r = p.add_argument_group("runners (compared in the order given; ONNX Runtime is the reference)")
     r.add_argument("--engine", dest="runners", action="append_const", const="engine", help="run our engine")
     r.add_argument("--onnxrt", dest="runners", action="append_const", const="onnxrt", help="run ONNX Runtime")
+    r.add_argument("--reference", choices=["fp64"], default=None,
+                   help="fp64: also run the fp64 oracle (our engine in float64, fusion off) on the first feed and "
+                        "say per output (and per layer with --mark-all) which side is closer to it")
     _args.add_data_loader_args(p)
     _args.add_build_args(p)
     p.add_argument("--save-engine", metavar="FILE.plan", help="save the built plan")
@@ -227,6 +230,12 @@ def _run(args) -> int:
                 writer.set_runner_attrs(r.name, attrs)
         for r in live:
             timing[r.name] = _timing(r, warm_up)
+        oracle_text = None
+        if args.reference == "fp64" and model is not None and live:
+            from debugkit.debug.oracle import truth_report
+            first = next(iter(_data_loader(args, metadata)), None)
+            if first is not None:
+                oracle_text = truth_report(model, live, coerce_feeds(first, metadata), layerwise)
     finally:
         for w in (writer, input_writer):
             if w is not None:
@@ -249,6 +258,8 @@ def _run(args) -> int:
     if args.json and args.json != "-":
         _write_json(args.json, run_json(summary, timing, provenance))
         print(f"saved the verdict as JSON to {args.json}", file=human)
+    if oracle_text:
+        print(oracle_text, file=human)
     print(render(summary, verbose=args.verbose >= 2, stream=human), file=human)   # the verdict: the last line
     if args.json == "-":
         _write_json(args.json, run_json(summary, timing, provenance))

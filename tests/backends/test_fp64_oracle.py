@@ -94,3 +94,43 @@ def test_to_float64_rewrites_constants_casts_and_types():
     assert m.graph.node[0].attribute[0].t.data_type == TensorProto.DOUBLE
     assert m.graph.node[1].attribute[0].i == TensorProto.DOUBLE
     onnx.checker.check_model(m, full_check=True)
+
+
+class _Shifted:
+    """A runner whose outputs are another runner's plus an error (an engine with a wrong kernel)."""
+
+    def __init__(self, inner, name, delta):
+        self.inner, self.name, self.delta = inner, name, delta
+
+    def observable_tensors(self):
+        return self.inner.observable_tensors()
+
+    def infer(self, feeds, taps=None):
+        out = self.inner.infer(feeds, taps=taps)
+        return {k: v + np.float32(self.delta) if k == "y" else v for k, v in out.items()}
+
+
+def test_oracle_report_names_the_wrong_side():
+    from backends.runners import OnnxrtRunner
+    from debugkit.debug.oracle import compare_with_oracle, render, verdict
+    nodes, inputs, out_shape, inits = CASES["layernorm"]
+    model = _model(nodes, inputs, out_shape, inits)
+    feeds = {"x": RNG.standard_normal((2, 5, 32)).astype(np.float32)}
+    with OnnxrtRunner(model) as ort, OnnxrtRunner(model) as inner:
+        rows = compare_with_oracle(model, [_Shifted(inner, "engine-runner", 3e-2), ort], feeds)
+    (row,) = rows["outputs"]
+    assert row["errors"]["ONNX Runtime"] < 1e-5 and abs(row["errors"]["engine"] - 3e-2) < 1e-4
+    assert row["verdict"] == "engine is the wrong side"
+    assert "engine error vs oracle 0.03, ONNX Runtime error vs oracle" in render(rows)
+    assert verdict({"engine": 1e-7, "ONNX Runtime": 2e-7}, 1.0) == "both agree with the oracle to float32 rounding"
+    assert verdict({"engine": 1e-7, "ONNX Runtime": 5e-2}, 1.0) == "ONNX Runtime is the wrong side"
+
+
+def test_run_reference_fp64_prints_the_oracle_section(tmp_path, capsys):
+    from debugkit.cli.main import main
+    nodes, inputs, out_shape, inits = CASES["gemm"]
+    path = tmp_path / "g.onnx"
+    onnx.save(_model(nodes, inputs, out_shape, inits), path)
+    assert main(["run", str(path), "--engine", "--onnxrt", "--reference", "fp64"]) == 0
+    out = capsys.readouterr().out
+    assert "output y: engine error vs oracle" in out and "both agree with the oracle" in out
