@@ -43,7 +43,10 @@ class _Timed:
 
 
 def _truth(result) -> bool:
-    return bool(result.get("fails")) if isinstance(result, dict) else bool(result)
+    """A probe's answer: a bool, or a dict with "hit" (or "fails", for searches for a failure) plus details."""
+    if isinstance(result, dict):
+        return bool(result["hit"] if "hit" in result else result.get("fails"))
+    return bool(result)
 
 
 class Prober:
@@ -51,7 +54,7 @@ class Prober:
 
     fails: the predicate (picklable when the executor runs processes or Ray). log: a ProbeLog (its records answer
     repeated candidates, including those of a resumed search). on_probe(record, n): called after each new probe
-    (progress bars). `fails` may return a dict with a "fails" key plus details, which go to the log.
+    (progress bars). `fails` may return a dict with a "hit" (or "fails") key plus details, which go to the log.
     """
 
     def __init__(self, fails, *, log=None, executor=None, on_probe=None):
@@ -183,20 +186,23 @@ def _bisect(bad: int, good: int, many, workers: int) -> int:
     return good
 
 
-def bisect_prefix(n: int, fails, *, log=None, executor=None, lo: int = 0) -> int:
+def bisect_prefix(n: int, fails, *, log=None, executor=None, lo: int = 0, candidate=None) -> int:
     """The smallest k in lo..n with fails(k), for fails monotone in k (False ... False True ... True).
 
     fails(n) is assumed (returned when nothing smaller shows the property). With w workers each round probes w
-    evenly spaced points at once, so the interval shrinks (w+1)-fold per round.
+    evenly spaced points at once, so the interval shrinks (w+1)-fold per round. `candidate(k)` turns k into what
+    `fails` is asked about (e.g. the first k layers), so a shared Prober memoises and logs real artifacts.
     """
     probe = _prober(fails, log, executor)
-    return _bisect(lo - 1, n, probe.many, probe.workers)
+    make = candidate or (lambda k: k)
+    return _bisect(lo - 1, n, lambda ks: probe.many([make(k) for k in ks]), probe.workers)
 
 
-def linear(n: int, fails, *, log=None, executor=None, start: int = 0):
+def linear(n: int, fails, *, log=None, executor=None, start: int = 0, candidate=None):
     """The first k in start..n (in order) with fails(k), or None. No monotonicity is assumed."""
     probe = _prober(fails, log, executor)
-    hit = probe.first(range(start, n + 1))
+    make = candidate or (lambda k: k)
+    hit = probe.first([make(k) for k in range(start, n + 1)])
     return None if hit is None else start + hit
 
 
