@@ -40,7 +40,6 @@ def run(args) -> int:
     from backends.engine.build import build_plan_from_onnx
     from backends.runners import load_onnx
     from backends.runners.model import onnx_input_metadata
-    from native.errors import UsageError
     _args.apply_common_args(args)
     if not os.path.exists(args.model):
         raise InputFileError(f"model file not found: {args.model}")

@@ -17,10 +17,12 @@ def register(subparsers):
     m.add_argument("path")
     m.add_argument("--show", nargs="+", default=[], choices=["layers", "attrs", "weights"],
                    help="also list layers (plans: with fused ONNX nodes, tactic and precision)")
-    m.add_argument("--json", action="store_true", help="plans: print the EngineInspector JSON")
+    m.add_argument("--json", action="store_true",
+                   help="print JSON instead: for a plan the EngineInspector document, for an ONNX model its inputs, "
+                        "outputs (name, dtype, shape), opset, counts and, with --show layers, its nodes")
     _args.add_common_args(m)
     m.set_defaults(func=run)
-    d = subs.add_parser("data", help="a data file written by --save-inputs / --save-outputs")
+    d = subs.add_parser("data", help="a data file written by --save-inputs / --save-outputs (or Polygraphy's JSON)")
     d.add_argument("path")
     d.add_argument("-s", "--show-values", action="store_true", help="print the values")
     d.add_argument("-a", "--all", action="store_true", help="every iteration (default: the first)")
@@ -80,22 +82,19 @@ def _model(args) -> int:
                   f"precision={layer['Precision']}{shapes}{timing}")
         return 0
     from backends.runners import load_onnx
-    from backends.runners.model import onnx_input_metadata
     model = load_onnx(args.path)
+    info = onnx_summary(model, with_nodes="layers" in args.show)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
     g = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     print(f"==== ONNX Model {args.path} ====")
-    print(f"name {g.name} | opset {opset} | producer {model.producer_name} {model.producer_version}")
-    meta = onnx_input_metadata(model)
-    print(f"---- {len(meta)} Input(s) ----")
-    for m in meta.values():
-        print(f"  {m}")
-    print(f"---- {len(g.output)} Output(s) ----")
-    for o in g.output:
-        tt = o.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
-        print(f"  {o.name} [elem_type={tt.elem_type}, shape={_shape(dims)}]")
-    print(f"---- {len(g.initializer)} Initializer(s) | {len(g.node)} Node(s) ----")
+    print(f"name {info['graph_name']} | opset {info['opset']} | producer {info['producer']}")
+    for kind, key in (("Input", "inputs"), ("Output", "outputs")):
+        print(f"---- {len(info[key])} {kind}(s) ----")
+        for t in info[key]:
+            print(f"  {t['name']} [dtype={t['dtype']}, shape={_shape(t['shape'])}]")
+    print(f"---- {info['initializers']} Initializer(s) | {info['nodes']} Node(s) ----")
     if "layers" in args.show:
         from onnx import helper, numpy_helper
         inits = {i.name: i for i in g.initializer}
@@ -113,9 +112,43 @@ def _model(args) -> int:
     return 0
 
 
+def _dtype_name(elem_type) -> str:
+    """numpy's name for an ONNX element type (float32, int64, bfloat16, ...), the same for inputs and outputs."""
+    from onnx import TensorProto, helper
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:
+        return TensorProto.DataType.Name(elem_type).lower() if elem_type else "unknown"
+
+
+def _value_info(vi) -> dict:
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        return {"name": vi.name, "dtype": t.WhichOneof("value") or "unknown", "shape": None}
+    tt = t.tensor_type
+    shape = None if not tt.HasField("shape") else [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+    return {"name": vi.name, "dtype": _dtype_name(tt.elem_type), "shape": shape}
+
+
+def onnx_summary(model, with_nodes=False) -> dict:
+    """What `inspect model` says about an ONNX model, as a JSON-ready dict."""
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+    info = {"format": "onnx", "graph_name": g.name,
+            "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
+            "producer": f"{model.producer_name} {model.producer_version}".strip(),
+            "inputs": [_value_info(i) for i in g.input if i.name not in inits],
+            "outputs": [_value_info(o) for o in g.output], "initializers": len(g.initializer), "nodes": len(g.node)}
+    if with_nodes:
+        info["node_list"] = [{"name": n.name, "op_type": n.op_type, "inputs": list(n.input),
+                              "outputs": list(n.output)} for n in g.node]
+    return info
+
+
 def _data(args) -> int:
-    from debugkit.data_file import DataFile
-    with DataFile(args.path) as f:
+    from debugkit.data_file import open_data_file
+    with open_data_file(args.path) as f:
         attrs = f.attrs
         print(f"==== {f.kind} file {args.path} ({attrs.get('format')}) ====")
         for k in ("model_path", "model_sha256", "command", "versions"):
@@ -132,7 +165,7 @@ def _data(args) -> int:
             print(f"{len(its)} iteration(s)")
             for it in its if args.all else its[:1]:
                 names = f.tensor_names(it, runner)
-                print(f"  iteration {it}: {len(names)} tensor(s), inputs_hash {str(f.inputs_hash(it, runner))[:16]}…")
+                print(f"  iteration {it}: {len(names)} tensor(s), inputs_hash {_short_hash(f.inputs_hash(it, runner))}")
                 for n in names:
                     v = f.read(it, n, runner)
                     if isinstance(v, np.ndarray):
@@ -146,3 +179,7 @@ def _data(args) -> int:
                     else:
                         print(f"    {n} [{'none' if v is None else 'sequence'}]")
     return 0
+
+
+def _short_hash(h):
+    return f"{h[:16]}…" if h else "(not recorded)"

@@ -119,6 +119,16 @@ def _common_args_everywhere(parser):
         add_common_args(parser)   # adds only the options a subtool did not define itself
 
 
+def _silence_stdout():
+    """After a closed pipe, point stdout at /dev/null so the interpreter's final flush does not complain."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):   # stdout without a file descriptor (tests capture it)
+        pass
+
+
 def main(argv=None) -> int:
     from native import config
     from native.errors import DebugkitError
@@ -143,6 +153,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:   # `debugkit ... | head`: the reader has all it wanted; not an error
+        _silence_stdout()
+        return 0
     except Exception as e:  # a bug: say where, never a bare traceback (unless asked for with -v)
         layer, site = internal_error_site(e)
         if verbose:
