@@ -241,6 +241,8 @@ def add_build_args(parser):
                         "CPU plans moved between machines of one architecture family")
     from debugkit.cli.tactic_args import add_tactic_args
     add_tactic_args(parser)
+    from debugkit.cli.inspect_capability import add_dla_args   # the emulated DLA (docs/DLA.md)
+    add_dla_args(parser.add_argument_group("DLA"))
     return g
 
 
@@ -270,4 +272,5 @@ def build_config_from_args(args):
     for f in build_flags(args):
         config.set_flag(BuilderFlag(f))
     from debugkit.cli.tactic_args import apply_tactic_args
-    return apply_tactic_args(args, config)
+    from debugkit.cli.inspect_capability import apply_dla_args
+    return apply_dla_args(apply_tactic_args(args, config), args)

@@ -30,6 +30,8 @@ def register(subparsers):
     d.set_defaults(func=run)
     from debugkit.cli import inspect_tactics
     inspect_tactics.register(subs)
+    from debugkit.cli import inspect_capability   # `inspect capability MODEL --dla`
+    inspect_capability.register(subs)
 
 
 def run(args) -> int:

@@ -26,7 +26,7 @@ from native.numerics import dequantize, quantize, round_fp16, round_tf32
 
 CONV_KINDS = ("Convolution", "Deconvolution", "MatrixMultiply")
 CONV_WEIGHTS = ("kernel", "b")
-DECOMPOSED = ("HARD_SIGMOID", "HARD_SWISH")
+DECOMPOSED = ("HARD_SIGMOID", "HARD_SWISH", "SILU")
 FP16_UPGRADED = ("TANH", "SIGMOID")
 
 
@@ -85,7 +85,22 @@ def activation_dla(x, t, alpha, beta):
         return _hard_sigmoid(x, alpha, beta)
     if t == "HARD_SWISH":   # TensorRT's kHARD_SWISH: x * clip(x / 6 + 0.5, 0, 1)
         return round_fp16(x * _hard_sigmoid(x, 1 / 6, 0.5))
+    if t == "SILU":
+        return round_fp16(x * round_fp16(1.0 / (1.0 + np.exp(-x))))
     raise ValueError(t)
+
+
+def staged_pool(x, kind, axes=(2, 3)):
+    """Global MAX / AVERAGE over H, W as the DLA runs it: pools of windows <= 8 in stages, FP16 between them."""
+    from native.dla.rules import pool_stages
+    y = np.asarray(x, np.float32)
+    for ax in axes:
+        for k in pool_stages(y.shape[ax]) or [y.shape[ax]]:
+            shp = list(y.shape)
+            shp[ax:ax + 1] = [shp[ax] // k, k]
+            r = y.reshape(shp)
+            y = round_fp16(r.max(axis=ax + 1) if kind == "MAX" else r.mean(axis=ax + 1, dtype=np.float32))
+    return y
 
 
 def softmax_dla(x, axis, mode):
@@ -147,6 +162,11 @@ def run_dla(inner_run, op, inputs, dla: dict):
         outs = [activation_dla(xs[0], t, op.params.get("alpha", 0.0), op.params.get("beta", 0.0))]
     elif op.kind == "Pointwise" and precision != "int8":
         outs = _pointwise_dla(inner_run, op, xs)
+    elif op.kind == "Pooling" and op.params.get("global") and xs[0].ndim == 4 and max(xs[0].shape[2:]) > 8:
+        outs = [staged_pool(xs[0], op.params.get("type", "MAX"))]
+    elif op.kind == "Reduce" and op.params.get("op") == "AVG" and xs[0].ndim == 4 and max(xs[0].shape[2:]) > 8 \
+            and op.params.get("keep_dims", True) and sorted(int(a) % 4 for a in op.params.get("axes") or []) == [2, 3]:
+        outs = [staged_pool(xs[0], "AVERAGE")]
     elif op.kind == "Softmax" and dla.get("softmax_mode"):
         outs = [softmax_dla(xs[0], int(op.params.get("axis", -1)) % xs[0].ndim, dla["softmax_mode"])]
     elif op.kind in CONV_KINDS and any(s.get("type") in DECOMPOSED for s in op.params.get("post_ops") or []):

@@ -262,6 +262,12 @@ def check_pooling(f: LayerFacts, ctx: RuleContext):
     _need(t in ("MAX", "AVERAGE"), "pool.type", f"pooling type {t}; DLA supports MAX and AVERAGE")
     window = list(shape[2:]) if f.params.get("global") else list(f.params.get("window") or [])
     _need(len(window) == 2, "pool.spatial", f"pooling over {len(window)} spatial dims; DLA supports 2 only")
+    if f.params.get("global") and not _in_range(window, 1, 8):
+        stages = [pool_stages(int(w)) for w in window]
+        _need(all(s is not None for s in stages), "pool.window",
+              f"global pooling window {window} cannot be staged into windows <= 8")
+        f.notes.append(f"global pooling runs in stages {stages[0]} x {stages[1]}")
+        return
     _need(_in_range(window, 1, 8), "pool.window", f"window {window}: each dim must be in [1, 8]")
     pads = _pair(f.params.get("pre_padding"), 0) + _pair(f.params.get("post_padding"), 0)
     _need(_in_range(pads, 0, 7), "pool.padding", f"padding {pads}: each must be in [0, 7]")
@@ -300,6 +306,8 @@ def _check_activation_type(t, alpha, beta, f, ctx):
     elif t in ("HARD_SIGMOID", "HARD_SWISH"):
         # HardSigmoid = Clipped ReLU(1) of a Scale (alpha*x + beta); HardSwish = x * HardSigmoid(x)
         f.notes.append(f"{t} runs as Scale + Clipped ReLU(1){' + Product' if t == 'HARD_SWISH' else ''}")
+    elif t == "SILU":   # what the ONNX graph had before fusion: Sigmoid then Mul
+        f.notes.append("SILU runs as Sigmoid + Product")
     elif t in ("SIGMOID", "TANH"):
         if f.precision == "int8":
             f.notes.append(f"{t} in INT8 runs upgraded to FP16")
@@ -506,6 +514,18 @@ def check_slice(f: LayerFacts, ctx: RuleContext):
     _need(not batch_sliced, "slice.batch", "slicing the batch dim is not supported on DLA (CHW slicing only)")
 
 
+def check_split(f: LayerFacts, ctx: RuleContext):
+    """TensorRT builds Split from Slice layers; the DLA runs them under the Slice rules."""
+    shape = f.in_shapes[0] if f.in_shapes else None
+    _need(shape is not None and len(shape) == 4, "slice.rank", f"split (as slices) needs a 4-D input, got {shape}")
+    _dims_in_range(f, "slice.dims")
+    _need(len(f.in_shapes) < 2 or (len(f.in_consts) > 1 and f.in_consts[1] is not None), "slice.static",
+          "split sizes must be build-time constants (static slicing)")
+    _need(int(f.params.get("axis", 0)) % 4 != 0, "slice.batch",
+          "splitting the batch dim is not supported on DLA (CHW slicing only)")
+    f.notes.append(f"split runs as {len(f.out_shapes)} Slice layers")
+
+
 def softmax_mode(shape, axis) -> str:
     """'accurate' when every non-batch, non-axis dim is 1, else 'optimized' (seed 000 L370)."""
     others = [d for i, d in enumerate(shape) if i not in (0, axis)]
@@ -625,7 +645,7 @@ CHECKS = {
     "Convolution": check_convolution, "Deconvolution": check_deconvolution, "MatrixMultiply": check_fully_connected,
     "Pooling": check_pooling, "Activation": check_activation, "ElementWise": check_elementwise,
     "Scale": check_scale, "LRN": check_lrn, "Concatenation": check_concatenation, "Resize": check_resize,
-    "Unary": check_unary, "Slice": check_slice, "Softmax": check_softmax, "Shuffle": check_shuffle,
+    "Unary": check_unary, "Slice": check_slice, "Split": check_split, "Softmax": check_softmax, "Shuffle": check_shuffle,
     "Reduce": check_reduce, "Pointwise": check_pointwise, "Cast": check_cast, "Identity": check_cast,
     "Constant": check_constant,
 }

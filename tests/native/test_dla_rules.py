@@ -216,6 +216,8 @@ TABLE = [
     ("slice.batch", slice_(), slice_(axes=(0,), ends=(1,), shape=(2, 8, 4, 4), out=(1, 8, 4, 4)), ORIN, "batch dim"),
     ("slice.static", slice_(), slice_(static=False), ORIN, "build-time constants"),
     ("slice.rank", slice_(), slice_(shape=(1, 8, 4), out=(1, 4, 4)), ORIN, "4-D input"),
+    ("slice.batch", LayerFacts("sp", "Split", {"axis": 1}, {}, [[2, 8, 4, 4]], [[2, 4, 4, 4]] * 2, [None]),
+     LayerFacts("sp", "Split", {"axis": 0}, {}, [[2, 8, 4, 4]], [[1, 8, 4, 4]] * 2, [None]), ORIN, "batch dim"),
     # softmax (seed 000 L359–373)
     ("softmax.profile", softmax((1, 8, 1, 1)), softmax((1, 8, 1, 1)), (ORIN, XAVIER), "Orin only"),
     ("softmax.axis", softmax((1, 8, 1, 1), axis=1), softmax((1, 8, 1, 1), axis=0), ORIN, "non-batch"),

@@ -18,7 +18,7 @@ from backends.engine.builder.device_types import DeviceType, EngineCapability, T
 from backends.engine.engine_graph import Graph, Node, TensorInfo
 from native.dla.formats import INPUT_FORMATS, OUTPUT_FORMATS, TRT_NAMES, packed_bytes, packed_shape
 from native.dla.profiles import MAX_LOADABLES_PER_CORE, get_profile
-from native.dla.rules import LayerFacts, RuleContext, check, dla_batch, softmax_mode
+from native.dla.rules import LayerFacts, RuleContext, Verdict, check, dla_batch, softmax_mode
 from native.errors import BuildError
 from native.logger import G_LOGGER
 
@@ -230,10 +230,15 @@ def plan_dla(graph, config, shapes: dict, ranges: dict | None = None) -> DlaPlan
     consumers = graph.consumers()
     outputs = set(graph.output_names)
     plan = DlaPlan()
+    dynamic = [(n, lo, hi) for p in config.profiles for n, (lo, _, hi) in p.shapes.items() if tuple(lo) != tuple(hi)]
     for node in graph.nodes:
         dev, explicit = requested_device(node, config)
         wanted = dev is DeviceType.DLA
         v = check(node_facts(graph, node, config, shapes, ranges, consumers, outputs), ctx)
+        if v.ok and dynamic and node.kind != "Constant":
+            name, lo, hi = dynamic[0]
+            v = Verdict(False, "general.dynamic", f"[general.dynamic] input '{name}' has a dynamic profile (min "
+                                                  f"{list(lo)}, max {list(hi)}); the DLA needs min = opt = max")
         plan.layers.append({"node": node, "wanted": wanted, "dla": wanted and v.ok, "rule": v.rule,
                             "reason": v.reason if wanted else "device type GPU (the host device)",
                             "notes": v.notes})
@@ -330,12 +335,13 @@ def check_plan(plan, config):
         if dla_precision(config) == "float32":
             raise BuildError("DLA_STANDALONE needs BuilderFlag.FP16 and/or INT8: the DLA runs FP16 and INT8 only")
     if bad and (standalone or not config.get_flag(BuilderFlag.GPU_FALLBACK)):
-        lines = "\n".join(f"  layer '{e['node'].name}' ({e['node'].kind}, ONNX nodes {e['node'].source_nodes}): "
+        lines = "; ".join(f"layer '{e['node'].name}' ({e['node'].kind}, ONNX nodes {e['node'].source_nodes}): "
                           f"{e['reason']}" for e in bad)
         what = "DLA_STANDALONE needs every layer on the DLA" if standalone else \
             "these layers cannot run on the DLA and GPU fallback is off"
-        raise BuildError(f"{what} ({len(bad)} layers):\n{lines}\n"
-                         f"enable BuilderFlag.GPU_FALLBACK (--allow-gpu-fallback) to run them on the host device")
+        hint = "remove them from the network or build without DLA_STANDALONE" if standalone else \
+            "enable BuilderFlag.GPU_FALLBACK (--allow-gpu-fallback) to run them on the host device"
+        raise BuildError(f"{what} ({len(bad)} layer{'s' if len(bad) > 1 else ''}): {lines}. To fix: {hint}")
     if standalone and len(plan.loadables) != 1:
         raise BuildError(f"DLA_STANDALONE builds one loadable, this network splits into {len(plan.loadables)} "
                          f"(different batch sizes or host layers between them)")
@@ -356,7 +362,9 @@ def log_plan(plan, config, logger=G_LOGGER):
                        + ", ".join(f"{POOLS[p]} {ld.pools[p]} bytes" for p in POOLS))
     for e in plan.layers:
         if e["wanted"] and not e["dla"] and e["node"].kind != "Constant":
-            logger.warning(f"layer '{e['node'].name}' falls back to the host device: {e['reason']}")
+            if config.get_flag(BuilderFlag.GPU_FALLBACK) and \
+                    config.engine_capability is not EngineCapability.DLA_STANDALONE:
+                logger.warning(f"layer '{e['node'].name}' falls back to the host device: {e['reason']}")
 
 
 # rewrite -------------------------------------------------------------------------------------------------------
@@ -376,6 +384,8 @@ def io_format(config, tensor_info, precision, direction, network_tensor=None):
 def apply_dla(graph, config, shapes, ranges=None, network=None, logger=G_LOGGER) -> DlaPlan:
     """Plan, check, log, then rewrite the graph: loadables become DlaLoadable layers with reformats around them."""
     plan = plan_dla(graph, config, shapes, ranges)
+    for e in plan.layers:   # what `inspect capability` reports per engine layer
+        e["node"].meta["dla"] = {"dla": e["dla"], "rule": e["rule"], "reason": e["reason"], "notes": e["notes"]}
     log_plan(plan, config, logger)
     check_plan(plan, config)
     profile = get_profile(config.dla_profile)
