@@ -54,3 +54,8 @@ class DataFileError(DebugkitError):
 
 class UsageError(DebugkitError):
     """A command line or API call is malformed (unknown name, bad value)."""
+
+
+class CalibrationError(DebugkitError):
+    """INT8 calibration failed: a corrupt calibration cache (named with its line), batches that do not fit the
+    network, or tensors left without scales."""

@@ -16,3 +16,6 @@ from backends.engine.builder import (  # noqa: F401
     AlgorithmSelector, Builder, BuilderConfig, BuilderFlag, MemoryPoolType, OptimizationProfile, TimingCache)
 from backends.engine.runtime import Engine, EngineInspector, ExecutionContext, Runtime  # noqa: F401
 from backends.engine.build import build_plan_from_onnx, parse_onnx  # noqa: F401
+from backends.engine.calibration import (  # noqa: F401
+    CalibrationAlgoType, Calibrator, IInt8EntropyCalibrator, IInt8EntropyCalibrator2, IInt8LegacyCalibrator,
+    IInt8MinMaxCalibrator)

@@ -29,6 +29,18 @@ class Tensor:
         self.is_network_output = False
         self.kind = "tensor"  # "tensor" | "sequence" | "optional" (ONNX container values)
 
+    def set_dynamic_range(self, lo: float, hi: float) -> bool:
+        """INT8 range of this tensor (TensorRT's setDynamicRange): scale max(|lo|, |hi|) / 127; wins over
+        calibration."""
+        lo, hi = float(lo), float(hi)
+        if not (lo <= 0 <= hi) or not np.isfinite(lo) or not np.isfinite(hi):
+            raise UsageError(f"dynamic range of tensor '{self.name}' must satisfy lo <= 0 <= hi, got [{lo}, {hi}]")
+        self.dynamic_range = (lo, hi)
+        return True
+
+    def get_dynamic_range(self):
+        return self.dynamic_range
+
     def set_dimension_name(self, index: int, name: str):
         self.dim_names[index] = name
 
@@ -170,6 +182,10 @@ class NetworkDefinition:
         if tensor in self.outputs:
             self.outputs.remove(tensor)
             tensor.is_network_output = False
+
+    def dynamic_ranges(self) -> dict:
+        """{tensor name: (lo, hi)} for every tensor given a dynamic range (INT8 without calibration)."""
+        return {name: t.dynamic_range for name, t in self.tensors.items() if t.dynamic_range is not None}
 
     def get_input(self, i):
         return self.inputs[i]

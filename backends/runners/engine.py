@@ -29,12 +29,15 @@ class EngineRunner(Runner):
     shapes: {input: shape or (min, opt, max)} for dynamic inputs; when missing, the engine is built at the first
     `infer` with that feed's shapes (the feed also drives tactic timing).
     flags: BuilderFlag values ("fp16", "tf32", ...); config: a ready BuilderConfig (wins over flags).
+    calibrator: an INT8 calibrator (e.g. backends.engine.Calibrator(batches)) for flags=("int8",).
     """
 
     prefix = "engine-runner"
 
-    def __init__(self, model, shapes=None, flags=(), config=None, name=None, device="cpu", save_plan=None):
+    def __init__(self, model, shapes=None, flags=(), config=None, name=None, device="cpu", save_plan=None,
+                 calibrator=None):
         super().__init__(name)
+        self.calibrator = calibrator
         self.model_source = model
         self.shapes = dict(shapes or {})
         self.flags = list(flags)
@@ -71,6 +74,8 @@ class EngineRunner(Runner):
 
         from native.progress import enabled as on_tty
         config = self.config or BuilderConfig()
+        if self.calibrator is not None:
+            config.int8_calibrator = self.calibrator
         t0 = time.perf_counter()
         if on_tty():
             print(f"building {self.name} …", file=sys.stderr, flush=True)

@@ -81,6 +81,10 @@ class Builder:
             get_device(device).tune_process()
         graph = lower(network)
         self._check_profiles(graph, config)
+        int8 = config.get_flag(BuilderFlag.INT8)
+        if int8:  # explicit quantization: the Q/DQ weights' scales, before folding turns them into float weights
+            from backends.engine.builder.passes import int8 as int8_pass
+            int8_pass.record_qdq_weights(graph)
         nodes_in = len(graph.nodes)
         if not config.get_flag(BuilderFlag.DISABLE_CONSTANT_FOLDING):
             n = passes.fold_constants(graph, config, device)
@@ -97,9 +101,17 @@ class Builder:
                     self.logger.verbose(f"shape folding: removed {n} layers")
         if passes.absorb_constant_weights(graph, config):
             passes.eliminate_dead_layers(graph, config)
+        calibrated = None
+        if int8 and not int8_pass.has_qdq(graph):  # entropy2 / minmax calibrate the network as parsed
+            from backends.engine.calibration.collect import calibrate
+            calibrated = calibrate(graph, config, self.logger, "before_fusion")
         if not config.get_flag(BuilderFlag.DISABLE_FUSION):
             from backends.engine.builder.passes import fusion
             fusion.run_fusions(graph, config, self.logger)
+        if int8:
+            if calibrated is None and not int8_pass.has_qdq(graph):  # entropy / percentile: the fused network
+                calibrated = calibrate(graph, config, self.logger, "after_fusion")
+            int8_pass.assign_int8(graph, config, self.logger, calibrated, network.dynamic_ranges())
         if not config.get_flag(BuilderFlag.DISABLE_LAYOUT) and not config.uses_dla():  # DLA formats are NCHW-based
             from backends.engine.builder.passes import layout
             layout.run_layout(graph, config, self.logger)

@@ -150,6 +150,7 @@ class BuilderConfig(DeviceTypeMixin):
         self.timing_cache: TimingCache | None = None
         self.algorithm_selector: AlgorithmSelector | None = None
         self.int8_calibrator = None
+        self.calibration_profile: OptimizationProfile | None = None   # shapes of the calibration batches
         self.device = "cpu"
         self.default_device_type = DeviceType.GPU
         self.tactic_sources: set | None = None   # tactic names allowed; None means all
@@ -194,6 +195,14 @@ class BuilderConfig(DeviceTypeMixin):
 
     def get_memory_pool_limit(self, pool: MemoryPoolType):
         return self.memory_pool_limits.get(MemoryPoolType(pool))
+
+    def set_calibration_profile(self, profile: OptimizationProfile) -> bool:
+        """The profile calibration batches must fit (dynamic shapes); the first profile when unset."""
+        self.calibration_profile = profile
+        return True
+
+    def get_calibration_profile(self):
+        return self.calibration_profile
 
     def create_timing_cache(self, data: bytes = b"") -> TimingCache:
         return TimingCache.deserialize(data) if data else TimingCache()

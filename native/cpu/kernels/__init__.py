@@ -2,3 +2,4 @@
 from native.cpu.kernels import (  # noqa: F401
     core, elementwise, reduce, conv, matmul, pooling, norm, resize, rnn, tensor, quantize, control, sequence,
     plugins, fused, losses, training, deform_conv, matmul_splitk, reduce_variants)
+from native.cpu.kernels import conv_int8, matmul_int8  # noqa: F401,E402  (INT8 tactics)

@@ -116,6 +116,9 @@ def run_layout(graph, config, logger) -> int:
     view = View(graph)
     converted = 0
     for n in list(graph.nodes):
+        if n.precision == "int8":  # INT8 kernels take NCHW
+            continue
+
         def from_nchw(name):
             return is_transpose(view.prod.get(name), TO_NCHW)
         operands = None

@@ -9,8 +9,9 @@ from backends.engine.builder.config import BuilderFlag
 
 def assign_precision(graph, config, logger) -> int:
     for node in graph.walk():
-        node.precision = node.meta.get("precision_constraint") or "float32"
-    wanted = [f.name for f in (BuilderFlag.FP16, BuilderFlag.INT8) if config.get_flag(f)]
+        if node.precision != "int8":  # INT8 layers were chosen by passes/int8.py
+            node.precision = node.meta.get("precision_constraint") or "float32"
+    wanted = [f.name for f in (BuilderFlag.FP16,) if config.get_flag(f)]
     if wanted:
         logger.warning(f"{'/'.join(wanted)} requested, but device '{config.device}' has no reduced-precision "
                        f"tactics yet: every layer runs in FP32")

@@ -1,0 +1,68 @@
+"""CPU kernels: INT8 matrix multiply with a constant right operand (FullyConnected / Gemm / MatMul by weights).
+
+The numerics are those of conv_int8 (see its docstring): the activation quantized per tensor, the weights per
+output column (the N axis of [K, N], TensorRT's output channel), exact int32 accumulation, bias in int32, FP32
+rescale, requantization when the output is INT8. Leading "bias" post-ops (Gemm's C, a fused Add) become the int32
+bias; the rest of the epilogue runs in FP32.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from native import numerics
+from native.cpu.kernels.conv_int8 import exact_int_gemm, finish_int8, int8_params, quantize_bias, quantize_weights
+from native.tactics import Tactic, register_tactic
+
+
+def _leading_biases(op):
+    """The post-ops that are per-column biases ahead of everything else (folded into the int32 accumulator)."""
+    post = list(op.params.get("post_ops") or ())
+    n = 0
+    while n < len(post) and post[n]["op"] == "bias" and post[n].get("axis", -1) in (-1,):
+        n += 1
+    return post[:n], post[n:]
+
+
+@register_tactic
+class Int8PackedGemm(Tactic):
+    kind, name = "MatrixMultiply", "int8-gemm"
+    precisions = ("int8",)
+
+    def supports(self, op, input_shapes):
+        b = op.weights.get("b", op.weights.get("b_q"))
+        return (op.precision == "int8" and "input_scale" in int8_params(op) and b is not None and b.ndim == 2
+                and not op.params.get("transpose_a"))
+
+    def prepare(self, op):
+        w = dict(op.weights)
+        if "b_q" in w:
+            return w
+        p = int8_params(op)
+        b = w.pop("b")
+        if op.params.get("transpose_b"):
+            b = b.T
+        w["b_q"], w["b_scale"] = quantize_weights(np.ascontiguousarray(b), w.pop("b_scale", None), 1,
+                                                  narrow=p.get("narrow_weights", True))
+        biases, _ = _leading_biases(op)
+        if biases:
+            total = sum(np.asarray(w.pop(s["weight"]), np.float64).reshape(-1) for s in biases)
+            w["bias_q"] = quantize_bias(total, p["input_scale"], w["b_scale"])
+        return w
+
+    def run(self, op, inputs):
+        if "b_q" not in op.weights:
+            op = dataclasses.replace(op, weights=self.prepare(op))
+        p = int8_params(op)
+        s_x = p["input_scale"]
+        b_q, s_w = op.weights["b_q"], op.weights["b_scale"]
+        a = np.asarray(inputs[0])
+        x_q = numerics.quantize(a, s_x, rounding=p.get("rounding", "half_even"))
+        k, n = b_q.shape
+        acc = exact_int_gemm(x_q.reshape(-1, k), b_q, k).reshape(a.shape[:-1] + (n,))
+        if "bias_q" in op.weights:
+            acc += op.weights["bias_q"].astype(np.int64)
+        _, rest = _leading_biases(op)
+        op = dataclasses.replace(op, params={**op.params, "post_ops": rest})
+        return [finish_int8(acc, op, inputs, s_x, s_w, acc.ndim - 1)]

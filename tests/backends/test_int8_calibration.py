@@ -1,0 +1,206 @@
+"""Implicit INT8: calibrators, the calibration cache, dynamic ranges, the builder's INT8 layers against a numpy
+reference that uses the same scales."""
+import struct
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from backends.engine import (BuilderFlag, Calibrator, IInt8EntropyCalibrator2, IInt8MinMaxCalibrator,
+                             build_plan_from_onnx, parse_onnx)
+from backends.engine.builder import Builder, BuilderConfig
+from backends.engine.calibration import read_cache, write_cache
+from backends.engine.calibration.histogram import TensorStats, threshold
+from backends.engine.runtime import Runtime
+from backends.runners.engine import EngineRunner
+from native.errors import BuildError, CalibrationError
+
+
+def conv_model(bias2=0.0):
+    """x[2,3,7,9] -> conv(5, 3x3, pad 1) + relu -> conv(4, 1x1, groups 1) -> y (an FP32 network output)."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    b1 = rng.standard_normal(5).astype(np.float32)
+    w2 = rng.standard_normal((4, 5, 1, 1)).astype(np.float32)
+    b2 = np.full(4, bias2, np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 7, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 7, 9])],
+                          [numpy_helper.from_array(v, k) for k, v in
+                           {"w1": w1, "b1": b1, "w2": w2, "b2": b2}.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), (w1, b1, w2, b2)
+
+
+def batches(n=3, seed=1):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((2, 3, 7, 9)).astype(np.float32)} for _ in range(n)]
+
+
+# numpy reference of the two INT8 layers -----------------------------------------------------------------------
+
+def q(x, s, lo=-128):
+    return np.clip(np.rint(np.asarray(x, np.float32) / np.float32(s)), lo, 127).astype(np.int64)
+
+
+def ref_int8_conv(x, w, b, s_x, pad):
+    m = w.shape[0]
+    s_w = (np.abs(w).reshape(m, -1).max(1) / np.float32(127)).astype(np.float32)
+    wq = np.clip(np.rint(w / s_w[:, None, None, None]), -127, 127).astype(np.int64)
+    xq = np.pad(q(x, s_x), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    kh, kw = w.shape[2:]
+    ho, wo = xq.shape[2] - kh + 1, xq.shape[3] - kw + 1
+    acc = np.zeros((x.shape[0], m, ho, wo), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            acc += np.einsum("nchw,mc->nmhw", xq[:, :, i:i + ho, j:j + wo], wq[:, :, i, j])
+    acc += np.rint(b.astype(np.float64) / (np.float64(np.float32(s_x)) * s_w)).astype(np.int64)[None, :, None, None]
+    return acc, (np.float32(s_x) * s_w).astype(np.float32)
+
+
+def reference(x, params, scales):
+    w1, b1, w2, b2 = params
+    acc, comb = ref_int8_conv(x, w1, b1, scales["x"], 1)
+    s_r = np.float32(scales["r1"])
+    r1 = np.maximum(q(acc.astype(np.float32) * (comb / s_r)[None, :, None, None], 1), 0).astype(np.float32) * s_r
+    acc2, comb2 = ref_int8_conv(r1, w2, b2, scales["r1"], 0)
+    return acc2.astype(np.float32) * comb2[None, :, None, None]        # last layer: FP32 output (smoothing)
+
+
+def test_implicit_int8_engine_matches_numpy_reference_with_the_cached_scales(tmp_path):
+    model, params = conv_model()
+    cache = tmp_path / "calib.cache"
+    cal = Calibrator(batches(), algorithm="minmax", cache=cache)
+    with EngineRunner(model, flags=("int8",), calibrator=cal) as r:
+        x = batches(1, seed=9)[0]["x"]
+        y = r.infer({"x": x})["y"]
+        layers = [n for n in r.engine.graph.nodes if n.kind == "Convolution"]
+        assert [n.precision for n in layers] == ["int8", "int8"]
+        assert layers[1].params["int8"]["output_scale"] is None          # BLD-54: FP32 output before the output
+    algo, scales = read_cache(cache.read_bytes())
+    assert algo == "MinMaxCalibration" and {"x", "c1", "r1", "y"} <= set(scales)
+    amax_x = max(float(np.abs(b["x"]).max()) for b in batches())
+    assert scales["x"] == float(np.float32(amax_x) / np.float32(127))
+    np.testing.assert_array_equal(y, reference(x, params, scales))
+
+
+def test_cache_reads_back_bit_identically_and_second_build_does_not_calibrate(tmp_path):
+    model, _ = conv_model()
+    cache = tmp_path / "calib.cache"
+    first = Calibrator(batches(), algorithm="entropy2", cache=cache)
+    plan1 = build_plan_from_onnx(model, flags=("int8",), config=_config(first))
+    data = cache.read_bytes()
+    assert first.batches_read == 3 and data.splitlines()[0] == b"TRT-8601-EntropyCalibration2"
+    algo, scales = read_cache(data)
+    assert write_cache(scales, "entropy2") == data                     # bit-identical round trip
+    for line in data.decode().splitlines()[1:]:
+        name, hexbits = line.rsplit(": ", 1)
+        assert struct.pack(">f", scales[name]).hex() == hexbits
+
+    def no_batches():
+        raise AssertionError("calibration ran although the cache exists")
+        yield
+
+    second = Calibrator(no_batches(), algorithm="entropy2", cache=cache)
+    config = _config(second)
+    plan2 = build_plan_from_onnx(model, flags=("int8",), config=config)
+    assert second.batches_read == 0 and config.calibration_report["source"] == "cache"
+    assert cache.read_bytes() == data
+    x = {"x": batches(1, seed=5)[0]["x"]}
+    out = [Runtime().deserialize_engine(p).create_execution_context().execute(x)["y"] for p in (plan1, plan2)]
+    np.testing.assert_array_equal(out[0], out[1])
+
+
+def _config(cal):
+    c = BuilderConfig()
+    c.int8_calibrator = cal
+    return c
+
+
+def test_corrupt_cache_names_the_line(tmp_path):
+    cache = tmp_path / "bad.cache"
+    cache.write_bytes(b"TRT-8601-EntropyCalibration2\nx: 3c010204\nc1 3c0102zz\n")
+    model, _ = conv_model()
+    with pytest.raises(CalibrationError, match=r"line 3.*c1 3c0102zz"):
+        build_plan_from_onnx(model, flags=("int8",), config=_config(Calibrator(batches(), cache=cache)))
+    with pytest.raises(CalibrationError, match="line 1"):
+        read_cache(b"x: 3c010204\n")
+
+
+def test_user_calibrator_protocol_and_tensorrt_names():
+    """A TensorRT-style subclass: get_batch(names) returns arrays in `names` order, None when exhausted."""
+    class MyCalibrator(IInt8MinMaxCalibrator):
+        def __init__(self):
+            self.left = batches(2)
+            self.written = None
+
+        def get_batch_size(self):
+            return 2
+
+        def get_batch(self, names):
+            assert names == ["x"]
+            return [self.left.pop()["x"]] if self.left else None
+
+        def write_calibration_cache(self, cache):
+            self.written = cache
+
+    cal = MyCalibrator()
+    build_plan_from_onnx(conv_model()[0], flags=("int8",), config=_config(cal))
+    assert cal.written.startswith(b"TRT-8601-MinMaxCalibration\n") and not cal.left
+    assert issubclass(IInt8EntropyCalibrator2, object)
+
+
+def test_dynamic_range_overrides_calibration_and_no_scales_is_an_error():
+    model, _ = conv_model()
+    network, _ = parse_onnx(model)
+    with pytest.raises(BuildError, match="could not find scales for tensor x"):
+        config = BuilderConfig()
+        config.set_flag(BuilderFlag.INT8)
+        Builder().build_graph(network, config)
+    for name, amax in (("x", 4.0), ("c1", 8.0), ("r1", 6.0), ("y", 10.0)):
+        network.tensors[name].set_dynamic_range(-amax, amax)
+    config = BuilderConfig()
+    config.set_flag(BuilderFlag.INT8)
+    config.int8_calibrator = Calibrator(batches(), algorithm="minmax")   # the ranges win
+    graph = Builder().build_graph(network, config)
+    convs = [n for n in graph.nodes if n.kind == "Convolution"]
+    assert convs[0].params["int8"]["input_scale"] == float(np.float32(4.0) / np.float32(127))
+    assert convs[0].params["int8"]["output_scale"] == float(np.float32(6.0) / np.float32(127))
+
+
+def test_uniformly_zero_warning():
+    import io
+    from native.logger import G_LOGGER
+    model, _ = conv_model()
+    zero = [{"x": np.zeros((2, 3, 7, 9), np.float32)}]
+    stream = io.StringIO()
+    old = G_LOGGER.stream, G_LOGGER.min_severity
+    G_LOGGER.stream, G_LOGGER.min_severity = stream, G_LOGGER.WARNING
+    try:
+        build_plan_from_onnx(model, flags=("int8",), config=_config(Calibrator(zero, algorithm="minmax")))
+    finally:
+        G_LOGGER.stream, G_LOGGER.min_severity = old
+    assert "Tensor x is uniformly zero" in stream.getvalue()
+
+
+def test_calibration_batch_outside_profile_is_an_error():
+    model, _ = conv_model()
+    bad = [{"x": np.zeros((2, 3, 7, 8), np.float32)}]
+    with pytest.raises(CalibrationError, match=r"input 'x' has shape \[2, 3, 7, 8\]"):
+        build_plan_from_onnx(model, flags=("int8",), config=_config(Calibrator(bad)))
+
+
+def test_thresholds_per_algorithm():
+    rng = np.random.default_rng(0)
+    x = rng.laplace(0, 1, 200_000).astype(np.float32)
+    x[:3] = [60, -55, 58]                                 # rare outliers
+    s = TensorStats()
+    s.observe_range(x)
+    s.observe_histogram(x)
+    assert threshold(s, "minmax") == pytest.approx(60.0)
+    ent = threshold(s, "entropy2")
+    assert 5.0 < ent < 30.0                              # KL clips the outliers, keeps the bulk
+    pct = threshold(s, "percentile", 99.99)
+    assert abs(pct - np.percentile(np.abs(x), 99.99)) <= 60.0 / 2048 * 1.01

@@ -1,0 +1,282 @@
+"""INT8 post-training quantization of corpus models: our engine against ONNX Runtime's quantize_static.
+
+For each model:
+  1. calibration inputs and held-out inputs (disjoint seeds) that look like the model's real inputs (see `inputs`);
+  2. ONNX Runtime: quant_pre_process, then quantize_static in QDQ format, per-channel symmetric int8 weights,
+     symmetric int8 activations (zero point 0, which TensorRT and our engine require), once with the MinMax and
+     once with the Entropy calibration method, on the calibration inputs;
+  3. ours, implicit INT8: the FP32 model built with --int8 and a Calibrator (entropy2, minmax) on the SAME inputs;
+  4. ours, explicit INT8: each QDQ model from step 2 built with --int8 (Q/DQ fused into INT8 kernels);
+  5. on the held-out inputs: error against ONNX Runtime's FP32 run (1 - cosine, max abs; per output, over all
+     held-out inputs together) for steps 2 and 3, and for step 4 the cosine against ONNX Runtime's own run of the
+     same QDQ model plus, for classifiers, top-1 agreement with it over --top1 seeded inputs.
+Writes a Markdown table (stdout, or into the INT8 section of --doc between its markers).
+
+    python tools/int8_table.py --corpus CORPUS_DIR --shipped SHIPPED_DIR --work WORK_DIR [--doc docs/PRECISION.md]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MODELS = {  # name in the manifest -> (classifier?)
+    "timm-resnet18": True,
+    "timm-mobilenetv3_small_100": True,
+    "ppocr_v4_det": False,
+    "ppocr_v4_rec": False,
+}
+BEGIN, END = "<!-- int8-table:begin -->", "<!-- int8-table:end -->"
+
+
+def load_manifest(corpus):
+    with open(os.path.join(corpus, "public_models.json")) as f:
+        return {m["name"]: m for m in json.load(f)["models"]}
+
+
+def model_path(entry, corpus, shipped):
+    return os.path.join(corpus if entry["source"] == "exported" else shipped, entry["path"])
+
+
+def inputs(entry, corpus, seed, count):
+    """`count` feed dicts. Exported models: the exporter's own input from NAME_io.npz (normalised-image
+    statistics) and seeded variations of it (random shift, flip, gain 0.8-1.2, Gaussian noise of 0.2). Shipped OCR
+    models: smooth random images (a coarse uniform [0, 1] grid, bilinearly upsampled, plus fine noise) normalised as
+    PaddleOCR does, (x - 0.5) / 0.5, i.e. in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    (name, spec), = entry["feeds"].items()
+    shape = tuple(spec["shape"])
+    base = None
+    npz = os.path.join(corpus, "models", f"{entry['name']}_io.npz")
+    if entry["source"] == "exported" and os.path.exists(npz):
+        data = np.load(npz)
+        base = data[f"in_{name}"] if f"in_{name}" in data else None
+    feeds = []
+    for _ in range(count):
+        if base is not None:
+            x = np.roll(base, (int(rng.integers(-20, 21)), int(rng.integers(-20, 21))), axis=(2, 3))
+            if rng.random() < 0.5:
+                x = x[..., ::-1]
+            x = x * rng.uniform(0.8, 1.2) + rng.normal(0, 0.2, shape)
+        else:
+            n, c, h, w = shape
+            coarse = rng.uniform(0, 1, (n, c, max(2, h // 16), max(2, w // 16)))
+            yy = np.linspace(0, coarse.shape[2] - 1, h)
+            xx = np.linspace(0, coarse.shape[3] - 1, w)
+            y0, x0 = np.floor(yy).astype(int), np.floor(xx).astype(int)
+            y1, x1 = np.minimum(y0 + 1, coarse.shape[2] - 1), np.minimum(x0 + 1, coarse.shape[3] - 1)
+            fy, fx = (yy - y0)[:, None], (xx - x0)[None, :]
+            img = (coarse[:, :, y0][:, :, :, x0] * (1 - fy) * (1 - fx) + coarse[:, :, y1][:, :, :, x0] * fy * (1 - fx)
+                   + coarse[:, :, y0][:, :, :, x1] * (1 - fy) * fx + coarse[:, :, y1][:, :, :, x1] * fy * fx)
+            img = np.clip(img + rng.normal(0, 0.05, shape), 0, 1)
+            x = (img - 0.5) / 0.5
+        feeds.append({name: np.ascontiguousarray(x, dtype=np.float32)})
+    return feeds
+
+
+def ort_session(path):
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+
+def ort_quantize(src, dst_dir, tag, calib, method):
+    """quantize_static (QDQ, per-channel symmetric int8) after quant_pre_process; returns (path, note)."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    pre = os.path.join(dst_dir, f"{tag}_pre.onnx")
+    note = ""
+    cwd = os.getcwd()
+    os.chdir(dst_dir)   # ONNX Runtime's tools leave temporary models in the working directory
+    try:
+        if not os.path.exists(pre):
+            try:
+                quant_pre_process(src, pre)
+            except Exception as e:   # the quantizer may still work on the raw model
+                note = f"quant_pre_process failed ({type(e).__name__}); quantized the model as is. "
+                pre = src
+        return _quantize(pre, dst_dir, tag, calib, method), note
+    finally:
+        os.chdir(cwd)
+
+
+def _quantize(pre, dst_dir, tag, calib, method):
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, \
+        quantize_static
+    out = os.path.join(dst_dir, f"{tag}_{method.lower()}_qdq.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(calib)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(pre, out, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, per_channel=True,
+                    calibrate_method=getattr(CalibrationMethod, method),
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    return out
+
+
+def our_engine(path, shape_feed, calib=None, algorithm=None):
+    from backends.engine import Calibrator
+    from backends.runners.engine import EngineRunner
+    cal = Calibrator(calib, algorithm=algorithm) if calib is not None else None
+    shapes = {k: v.shape for k, v in shape_feed.items()}
+    runner = EngineRunner(path, shapes=shapes, flags=("int8",), calibrator=cal)
+    runner.activate()
+    return runner
+
+
+def errors(ref_runs, runs):
+    """Per output: (1 - cosine, max abs) over all runs together."""
+    out = []
+    for i in range(len(ref_runs[0])):
+        a = np.concatenate([np.asarray(r[i], np.float64).ravel() for r in ref_runs])
+        b = np.concatenate([np.asarray(r[i], np.float64).ravel() for r in runs])
+        cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-300))
+        out.append((1.0 - cos, float(np.max(np.abs(a - b)))))
+    return out
+
+
+def run_ours(runner, feeds, names):
+    outs = []
+    for f in feeds:
+        r = runner.infer(f)
+        outs.append([np.asarray(r[n]) for n in names])
+    return outs
+
+
+def evaluate(name, classifier, args, manifest):
+    entry = manifest[name]
+    src = model_path(entry, args.corpus, args.shipped)
+    calib = inputs(entry, args.corpus, 1000, args.calib)
+    held = inputs(entry, args.corpus, 2000, args.held_out)
+    fp32 = ort_session(src)
+    names = [o.name for o in fp32.get_outputs()]
+    ref = [fp32.run(None, f) for f in held]
+    row = {"model": name, "notes": []}
+    for method, ours_algo in (("MinMax", "minmax"), ("Entropy", "entropy2")):
+        t0 = time.time()
+        try:
+            qdq, note = ort_quantize(src, args.work, name, calib, method)
+            if note:
+                row["notes"].append(note)
+            qs = ort_session(qdq)
+            ort_runs = [qs.run(None, f) for f in held]
+            row[f"ort_{method}"] = errors(ref, ort_runs)
+        except Exception as e:
+            row["notes"].append(f"ONNX Runtime's quantizer failed with {method}: {type(e).__name__}: {str(e)[:120]}")
+            qdq = None
+        implicit = our_engine(src, held[0], calib, ours_algo)
+        ours = run_ours(implicit, held, implicit.output_names())
+        implicit.deactivate()
+        row[f"ours_{ours_algo}"] = errors(ref, ours)
+        if qdq is not None:   # acceptance 5: the same QDQ model on our engine vs ONNX Runtime's run of it
+            explicit = our_engine(qdq, held[0])
+            ex_names = explicit.output_names()
+            row[f"qdq_{method}"] = errors(ort_runs, run_ours(explicit, held, ex_names))
+            if classifier:
+                top = inputs(entry, args.corpus, 3000, args.top1)
+                agree = 0
+                for f in top:
+                    a = qs.run(None, f)[0]
+                    b = np.asarray(explicit.infer(f)[ex_names[0]])
+                    agree += int(np.argmax(a) == np.argmax(b))
+                row[f"top1_{method}"] = agree / len(top)
+            explicit.deactivate()
+        print(f"{name} {method}: {time.time() - t0:.1f} s", file=sys.stderr)
+    return row
+
+
+def fmt(err):
+    if err is None:
+        return "n/a"
+    return " / ".join(f"{c:.2e}, {m:.3g}" for c, m in err)
+
+
+def ratio(ours, theirs):
+    if ours is None or theirs is None:
+        return "n/a"
+    r = [max(o[0] / t[0] if t[0] > 0 else np.inf, o[1] / t[1] if t[1] > 0 else np.inf) for o, t in zip(ours, theirs)]
+    return f"{max(r):.2f}"
+
+
+def table(rows, args):
+    lines = [f"Calibration: {args.calib} inputs, held-out: {args.held_out} inputs (disjoint seeds), top-1: {args.top1} "
+             f"inputs. Error = (1 - cosine, max abs) against ONNX Runtime FP32 on the held-out inputs, per output "
+             f"(outputs separated by ' / '); ratio = the larger of ours/ORT over both metrics and all outputs "
+             f"(acceptance: <= 1.25).", "",
+             "| model | ORT QDQ MinMax | ours MinMax | ratio | ORT QDQ Entropy | ours Entropy2 | ratio |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {fmt(r.get('ort_MinMax'))} | {fmt(r.get('ours_minmax'))} | "
+                     f"{ratio(r.get('ours_minmax'), r.get('ort_MinMax'))} | {fmt(r.get('ort_Entropy'))} | "
+                     f"{fmt(r.get('ours_entropy2'))} | {ratio(r.get('ours_entropy2'), r.get('ort_Entropy'))} |")
+    lines += ["", "Explicit quantization: the QDQ models above on our engine (`--int8`, Q/DQ fused into INT8 kernels) "
+              "against ONNX Runtime's run of the same QDQ model (min cosine over outputs; top-1 agreement for the "
+              "classifiers).", "",
+              "| model | QDQ MinMax: cosine | top-1 | QDQ Entropy: cosine | top-1 |", "|---|---|---|---|---|"]
+    for r in rows:
+        def cos(k):
+            e = r.get(k)
+            return "n/a" if e is None else f"{min(1 - c for c, _ in e):.6f}"
+
+        def top(k):
+            v = r.get(k)
+            return "-" if v is None else f"{100 * v:.1f}%"
+        lines.append(f"| {r['model']} | {cos('qdq_MinMax')} | {top('top1_MinMax')} | {cos('qdq_Entropy')} | "
+                     f"{top('top1_Entropy')} |")
+    notes = [f"- {r['model']}: {n}" for r in rows for n in r["notes"]]
+    if notes:
+        lines += ["", "Notes:"] + notes
+    return "\n".join(lines) + "\n"
+
+
+def write_doc(path, text):
+    doc = open(path).read() if os.path.exists(path) else ""
+    block = f"{BEGIN}\n{text}{END}"
+    if BEGIN in doc and END in doc:
+        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
+    with open(path, "w") as f:
+        f.write(doc)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", required=True, help="the corpus dir (public_models.json, models/)")
+    ap.add_argument("--shipped", required=True, help="dir the shipped models were fetched into")
+    ap.add_argument("--work", required=True, help="dir for the quantized models")
+    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--calib", type=int, default=32)
+    ap.add_argument("--held-out", type=int, default=16)
+    ap.add_argument("--top1", type=int, default=200)
+    ap.add_argument("--doc", help="write the table into this Markdown file between its int8-table markers")
+    ap.add_argument("--json", help="also write the raw numbers here")
+    args = ap.parse_args(argv)
+    args.corpus, args.shipped, args.work = map(os.path.abspath, (args.corpus, args.shipped, args.work))
+    from native.logger import G_LOGGER, Severity
+    G_LOGGER.min_severity = Severity.ERROR   # the calibration's per-tensor warnings would drown the table
+    os.makedirs(args.work, exist_ok=True)
+    manifest = load_manifest(args.corpus)
+    rows = [evaluate(m, MODELS.get(m, False), args, manifest) for m in args.models]
+    text = table(rows, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if args.doc:
+        write_doc(args.doc, text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
