@@ -3,7 +3,7 @@ quantization written out with np.rint / floor)."""
 import numpy as np
 import pytest
 
-from native.tactics import Op, tactics_for
+from native.tactics import Op, tactics_for, unsupported_reason
 
 
 def ref_quant(x, s, rounding="half_even", lo=-128):
@@ -34,7 +34,7 @@ def ref_conv_int(xq, wq, stride, pad, dil, groups):
 def _run(kind, params, weights, x, precision="int8"):
     op = Op(kind, "l", params, weights, {}, precision)
     tac = [t for t in tactics_for(kind) if "int8" in t.precisions]
-    assert tac and tac[0].supports(op, [list(x.shape)])
+    assert tac and unsupported_reason(tac[0], op, [list(x.shape)]) is None
     op.weights = tac[0].prepare(op)
     return tac[0].run(op, [x])[0]
 

@@ -111,11 +111,14 @@ class Int8Im2colGemm(Tactic):
     exact integer GEMM per group; per-output-channel weight scales."""
     kind, name = "Convolution", "int8-im2col-gemm"
     precisions = ("int8",)
+    honours = frozenset({"post_ops"})
 
     def supports(self, op, input_shapes):
-        w = op.weights.get("kernel", op.weights.get("kernel_q"))
-        return (op.precision == "int8" and "input_scale" in int8_params(op) and w is not None
-                and not op.params.get("side") and not op.params.get("integer"))
+        if "input_scale" not in int8_params(op):
+            return "no INT8 input scale (params['int8'])"
+        if op.weights.get("kernel", op.weights.get("kernel_q")) is None:
+            return "kernel is not a constant weight"
+        return None
 
     def prepare(self, op):
         w = dict(op.weights)

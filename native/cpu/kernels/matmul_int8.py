@@ -29,11 +29,17 @@ def _leading_biases(op):
 class Int8PackedGemm(Tactic):
     kind, name = "MatrixMultiply", "int8-gemm"
     precisions = ("int8",)
+    honours = frozenset({"post_ops"})
 
     def supports(self, op, input_shapes):
+        if "input_scale" not in int8_params(op):
+            return "no INT8 input scale (params['int8'])"
         b = op.weights.get("b", op.weights.get("b_q"))
-        return (op.precision == "int8" and "input_scale" in int8_params(op) and b is not None and b.ndim == 2
-                and not op.params.get("transpose_a"))
+        if b is None or b.ndim != 2:
+            return "right operand is not a constant 2-D weight"
+        if op.params.get("transpose_a"):
+            return "transposed left operand"
+        return None
 
     def prepare(self, op):
         w = dict(op.weights)

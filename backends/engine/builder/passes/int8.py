@@ -270,7 +270,7 @@ def assign_implicit(graph, config, scales, logger) -> int:
 
 def _make_int8(n, s_x, s_y, rounding, narrow, logger) -> bool:
     """Put n in INT8 if an INT8 tactic implements it as fused; returns whether it did."""
-    from native.tactics import tactics_for
+    from native.tactics import tactics_for, unsupported_reason
     from backends.engine.runtime.executor import node_op
     key, scale_key, _ = _WEIGHT_KEY[n.kind]
     before = (n.precision, n.params.get("int8"), dict(n.weights))
@@ -287,7 +287,7 @@ def _make_int8(n, s_x, s_y, rounding, narrow, logger) -> bool:
         else:
             logger.verbose(f"layer '{n.name}': weights changed by fusion since Q/DQ; re-quantized per channel")
     op = node_op(n)
-    if not any("int8" in t.precisions and t.supports(op, None) for t in tactics_for(n.kind)):
+    if not any(unsupported_reason(t, op, None) is None for t in tactics_for(n.kind)):
         n.precision, n.weights = before[0], before[2]
         params = dict(n.params)
         params.pop("int8", None)
