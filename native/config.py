@@ -10,6 +10,7 @@ Every other module asks `settings()` instead of reading os.environ, so the knobs
                                 the CLI's --ignore-fingerprint)
     DEBUGKIT_LINT=1             run Graph.lint() after every builder pass (the test suite sets it)
     DEBUGKIT_MAX_TENSOR_BYTES=N largest tensor an untrusted ONNX model may declare (onnx_parser/validate.py)
+    DEBUGKIT_DUMP_PASSES=DIR    write the builder's graph before and after every pass into DIR
     DEBUGKIT_CORPUS=DIR         the real-model corpus (tests/corpus, tools/corpus_run.py)
     DEBUGKIT_MODEL_CACHE=DIR    where fetched corpus models are kept
 
@@ -30,6 +31,7 @@ class Settings:
     tune_process: bool | None = None    # None: the caller's default (API off, CLI on)
     check_fingerprint: bool = True
     lint: bool = False
+    dump_passes: str | None = None
     corpus: str | None = None
     model_cache: str | None = None
 
@@ -62,6 +64,7 @@ def reload() -> Settings:
     s = Settings(threads=_int("DEBUGKIT_THREADS"), malloc_tune=_flag("DEBUGKIT_MALLOC_TUNE", True),
                  tune_process=_flag("DEBUGKIT_TUNE_PROCESS", None), lint=_flag("DEBUGKIT_LINT", False),
                  check_fingerprint=_flag("DEBUGKIT_CHECK_FINGERPRINT", True),
+                 dump_passes=os.environ.get("DEBUGKIT_DUMP_PASSES") or None,
                  corpus=os.environ.get("DEBUGKIT_CORPUS") or None,
                  model_cache=os.environ.get("DEBUGKIT_MODEL_CACHE") or None)
     _SETTINGS["s"] = s

@@ -48,6 +48,14 @@ class Device:
         """Run one tactic; returns its output tensors."""
         return call_tactic(tactic, op, inputs, outputs, workspace, stream)
 
+    def bind(self, tactic):
+        """How the interpreter calls `tactic` here: (fn, full). full: `fn(op, inputs, outputs, workspace, stream)`;
+        not full: `fn(op, inputs)` (a tactic that needs none of the three). Bound once per layer at load, so the
+        per-call path is as short as the device can make it; the default goes through `run`."""
+        def call(op, inputs, outputs=None, workspace=None, stream=None):
+            return self.run(tactic, op, inputs, outputs, workspace, stream)
+        return call, True
+
     def check_stream(self, stream):
         """Validate a user-supplied stream for execute_async_v3; raise UsageError if this device cannot use it."""
         if stream is not None:

@@ -59,3 +59,7 @@ class UsageError(DebugkitError):
 class CalibrationError(DebugkitError):
     """INT8 calibration failed: a corrupt calibration cache (named with its line), batches that do not fit the
     network, or tensors left without scales."""
+
+
+class GraphError(BuildError):
+    """The builder's graph broke an invariant (Graph.lint) or a mutation would break one; names pass and tensor."""

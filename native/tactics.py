@@ -121,6 +121,7 @@ def _adapt(cls):
             @functools.wraps(legacy)
             def run(self, op, inputs, outputs=None, workspace=None, stream=None):
                 return legacy(self, op, inputs)
+            cls._short_run = legacy    # the device may call it directly (Device.bind): no adapter frame
         run._contract = True
         cls.run = run
     sup = cls.supports

@@ -1,7 +1,11 @@
 """Shared test setup: the `cuda` marker skips without a GPU; conformance prints pass counts per op."""
 import collections
+import os
 
 import pytest
+
+# Graph.lint() after every builder pass in every build the suite makes (docs/architecture.md, "Pass manager")
+os.environ.setdefault("DEBUGKIT_LINT", "1")
 
 
 def _cuda_available():

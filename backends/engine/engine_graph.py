@@ -1,8 +1,15 @@
 """The builder's working graph and the engine's content: nodes over tensor names.
 
-The builder lowers a NetworkDefinition into a Graph, runs its passes over it (plain functions that rewrite the
-node list), picks a tactic per node, and the plan file stores exactly this structure. Tensor names are the ONNX
-names wherever the parser could keep them, so debug taps and reports speak ONNX.
+The builder lowers a NetworkDefinition into a Graph, runs its passes over it (docs/architecture.md, "Graph"),
+picks a tactic per node, and the plan file stores exactly this structure. Tensor names are the ONNX names wherever
+the parser could keep them, so debug taps and reports speak ONNX.
+
+Invariants (checked by `Graph.lint()`, which the pass manager runs after every pass in tests and debug builds):
+every tensor has one producer (a node or a graph input) that comes before its readers; graph outputs are
+produced; fused params match their schema (backends/engine/params.py); a node with a tactic gets one that
+honours its fused params, precision and format. Passes that use the mutation API (`insert_before/after`,
+`replace_all_uses_with`, `erase`) keep the use-def index (`producer()`, `users()`) current; passes that edit
+`nodes` directly call `touch()` (the pass manager does it after each pass).
 """
 from __future__ import annotations
 
@@ -10,23 +17,39 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from native.errors import GraphError
+
 
 @dataclass
 class TensorInfo:
+    """What is known about one edge: dtype, shape, format, and for reduced precision its dynamic range / scale."""
+
     name: str
     dtype: str | None = None          # numpy dtype name, None where unknown
     shape: list | None = None         # ints, -1 for dynamic dims
     dim_names: dict = field(default_factory=dict)
     kind: str = "tensor"
+    format: str = "linear"            # "linear" (row-major as shaped) or "nhwc" (a channel-last layer's operand)
+    dynamic_range: tuple | None = None  # (min, max) for INT8/FP8 quantisation, None where not set
+    scale: object = None              # quantisation scale (float or per-channel list), None where not set
 
     def to_json(self):
-        return {"name": self.name, "dtype": self.dtype, "shape": self.shape,
-                "dim_names": {str(k): v for k, v in self.dim_names.items()}, "kind": self.kind}
+        d = {"name": self.name, "dtype": self.dtype, "shape": self.shape,
+             "dim_names": {str(k): v for k, v in self.dim_names.items()}, "kind": self.kind}
+        if self.format != "linear":
+            d["format"] = self.format
+        if self.dynamic_range is not None:
+            d["dynamic_range"] = [float(v) for v in self.dynamic_range]
+        if self.scale is not None:
+            d["scale"] = self.scale
+        return d
 
     @classmethod
     def from_json(cls, d):
+        dr = d.get("dynamic_range")
         return cls(d["name"], d.get("dtype"), d.get("shape"), {int(k): v for k, v in d.get("dim_names", {}).items()},
-                   d.get("kind", "tensor"))
+                   d.get("kind", "tensor"), d.get("format", "linear"), tuple(dr) if dr is not None else None,
+                   d.get("scale"))
 
 
 @dataclass(eq=False)
@@ -90,6 +113,167 @@ class Graph:
                     users.setdefault(name, []).append(n)
         return users
 
+    # use-def index and mutation API ---------------------------------------------------------------------
+    def touch(self):
+        """Say that `nodes` (or a node's inputs/outputs) changed outside the mutation API."""
+        self.__dict__.pop("_index", None)
+
+    def _idx(self):
+        idx = self.__dict__.get("_index")
+        if idx is None:
+            idx = self.__dict__["_index"] = (self.producers(), self.consumers())
+        return idx
+
+    def producer(self, name):
+        """The node that writes tensor `name` (None for graph inputs and unknown names)."""
+        return self._idx()[0].get(name)
+
+    def users(self, name) -> list:
+        """The nodes that read tensor `name` (a subgraph's outer reads count for its owner)."""
+        return list(self._idx()[1].get(name, ()))
+
+    def _position(self, anchor):
+        for i, n in enumerate(self.nodes):
+            if n is anchor:
+                return i
+        raise GraphError(f"node '{getattr(anchor, 'name', anchor)}' is not in graph '{self.name}'")
+
+    def _add(self, at, node):
+        clash = [o for o in node.outputs if o in self._idx()[0] or o in self.input_names]
+        if clash:
+            raise GraphError(f"cannot insert '{node.name}': tensor(s) {clash} already have a producer")
+        self.nodes.insert(at, node)
+        prod, users = self._idx()
+        for o in node.outputs:
+            prod[o] = node
+        for name in {i for i in node.inputs if i is not None} | \
+                {r for sub in node.subgraphs.values() for r in sub.outer_references()}:
+            users.setdefault(name, []).append(node)
+        return node
+
+    def insert_before(self, anchor, node):
+        """Insert `node` right before `anchor`; returns it."""
+        return self._add(self._position(anchor), node)
+
+    def insert_after(self, anchor, node):
+        """Insert `node` right after `anchor`; returns it."""
+        return self._add(self._position(anchor) + 1, node)
+
+    def append(self, node):
+        return self._add(len(self.nodes), node)
+
+    def replace_all_uses_with(self, old: str, new: str, *, outputs=True) -> int:
+        """Every reader of tensor `old` reads `new` instead (and a graph output named `old` becomes `new` when
+        `outputs`); returns how many input slots changed. The producer of `new` keeps reading `old` (the usual
+        insert-after-then-redirect), and `new` must be defined before its new readers."""
+        if old == new:
+            return 0
+        prod, users = self._idx()
+        maker = prod.get(new)
+        new_at = -1 if new in self.input_names or maker is None else self._position(maker)
+        count = 0
+        keep = []
+        for n in list(users.get(old, ())):
+            if n is maker:
+                keep.append(n)
+                continue
+            if new_at >= 0 and self._position(n) <= new_at:
+                raise GraphError(f"replace_all_uses_with('{old}', '{new}'): reader '{n.name}' comes before "
+                                 f"'{new}' is produced")
+            for i, name in enumerate(n.inputs):
+                if name == old:
+                    n.inputs[i] = new
+                    count += 1
+            users.setdefault(new, []).append(n)
+        if keep:
+            users[old] = keep
+        else:
+            users.pop(old, None)
+        for sub_owner in [n for n in self.nodes if n.subgraphs]:
+            for sub in sub_owner.subgraphs.values():
+                count += sub._rename_outer(old, new)
+        if outputs:
+            for t in self.outputs:
+                if t.name == old:
+                    self.aliases = {k: (new if v == old else v) for k, v in self.aliases.items()}
+                    self.aliases.setdefault(old, new)
+                    t.name = new
+                    count += 1
+        self.touch()
+        return count
+
+    def _rename_outer(self, old, new) -> int:
+        if old in {o for n in self.nodes for o in n.outputs} or old in self.input_names:
+            return 0
+        count = 0
+        for n in self.nodes:
+            for i, name in enumerate(n.inputs):
+                if name == old:
+                    n.inputs[i] = new
+                    count += 1
+            for sub in n.subgraphs.values():
+                count += sub._rename_outer(old, new)
+        self.touch()
+        return count
+
+    def erase(self, node):
+        """Remove `node`; refuses (GraphError) while any of its outputs is read or is a graph output."""
+        at = self._position(node)
+        _, users = self._idx()
+        outs = set(self.output_names)
+        live = {o: [u.name for u in users.get(o, ()) if u is not node] for o in node.outputs}
+        live = {o: u for o, u in live.items() if u}
+        if live or outs & set(node.outputs):
+            what = "; ".join(f"'{o}' is read by {u}" for o, u in live.items())
+            if outs & set(node.outputs):
+                what += ("; " if what else "") + f"{sorted(outs & set(node.outputs))} are graph outputs"
+            raise GraphError(f"cannot erase '{node.name}' ({node.kind}): {what}; replace_all_uses_with first")
+        del self.nodes[at]
+        self.touch()
+
+    # checks ----------------------------------------------------------------------------------------------
+    def lint(self, outer: set | None = None, *, where: str = "", device: str = "cpu") -> "Graph":
+        """Check the invariants (module docstring); raise GraphError naming every problem. `outer`: tensor names a
+        subgraph may read from its enclosing graph. Returns self."""
+        from backends.engine.params import check_params
+        problems = []
+        defined = set(self.input_names) | set(outer or ())
+        seen_out = {}
+        for n in self.nodes:
+            for name in n.inputs:
+                if name is not None and name not in defined:
+                    later = name in self.producers()
+                    problems.append(f"layer '{n.name}' reads '{name}', which is "
+                                    f"{'produced later' if later else 'never produced'}")
+            for p in check_params(n):
+                problems.append(f"layer '{n.name}' ({n.kind}): {p}")
+            if n.tactic_id is not None:
+                why = _tactic_problem(n, device)
+                if why:
+                    problems.append(f"layer '{n.name}' ({n.kind}): tactic {n.tactic_name}: {why}")
+            for sub_name, sub in n.subgraphs.items():
+                try:
+                    sub.lint(defined, device=device)
+                except GraphError as e:
+                    problems.append(f"in subgraph '{sub_name}' of '{n.name}': {e}")
+            for o in n.outputs:
+                if o in seen_out or o in self.input_names:
+                    problems.append(f"tensor '{o}' is produced twice ('{seen_out.get(o, 'graph input')}' and "
+                                    f"'{n.name}')")
+                seen_out[o] = n.name
+                defined.add(o)
+        for t in self.outputs:
+            if t.name not in defined:
+                problems.append(f"graph output '{t.name}' is never produced")
+        idx = self.__dict__.get("_index")
+        if idx is not None and {k: id(v) for k, v in idx[0].items()} != \
+                {k: id(v) for k, v in self.producers().items()}:
+            problems.append("use-def index is stale: a pass changed nodes without the mutation API or touch()")
+        if problems:
+            head = f"graph '{self.name}'{' after ' + where if where else ''} breaks {len(problems)} invariant(s): "
+            raise GraphError(head + "; ".join(problems[:10]) + (" ..." if len(problems) > 10 else ""))
+        return self
+
     def outer_references(self) -> set:
         defined = set(self.input_names)
         used = set()
@@ -115,3 +299,22 @@ class Graph:
 
     def weight_bytes(self) -> int:
         return sum(int(np.asarray(w).nbytes) for n in self.walk() for w in n.weights.values())
+
+
+def _tactic_problem(node, device):
+    """Why the node's recorded tactic does not fit it (None when it does, or when the tactic is unknown here)."""
+    from backends.engine.runtime.executor import node_op
+    from native.tactics import tactics_for, unsupported_reason
+    if True:
+        for t in tactics_for(node.kind, device):
+            if t.id == node.tactic_id:
+                shapes = node.meta.get("input_shapes")
+                op = node_op(node)
+                missing = [p for p in ("post_ops", "side", "integer", "col2im", "program")
+                           if op.params.get(p) and p not in t.honours]
+                if missing:
+                    return f"does not implement fused param(s) {missing}"
+                if op.precision not in t.precisions or op.format not in t.formats:
+                    return unsupported_reason(t, op, shapes)
+                return None
+    return None

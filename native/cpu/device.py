@@ -2,6 +2,8 @@
 
 It is also the reference device: constant and shape folding evaluate on it whatever device the engine targets.
 """
+import types
+
 import numpy as np
 
 from native.device import Device, call_tactic
@@ -33,6 +35,14 @@ class CpuDevice(Device):
 
     def run(self, tactic, op, inputs, outputs=None, workspace=None, stream=None):
         return call_tactic(tactic, op, inputs, outputs, workspace, stream)
+
+    def bind(self, tactic):
+        short = getattr(type(tactic), "_short_run", None)
+        if short is not None and getattr(tactic.run, "_contract", False):
+            return types.MethodType(short, tactic), False   # run(op, inputs): no adapter frame per call
+        if getattr(tactic.run, "_contract", False):
+            return tactic.run, True
+        return tactic.run, False   # an unregistered object in the short style
 
     def tune_process(self) -> bool:
         from native.cpu import threads

@@ -52,6 +52,7 @@ class GraphExecutor:
         self.graph = graph
         self.device = get_device(device)
         self.steps = []
+        self._calls = []  # per step: (fn, full) from Device.bind
         self.consts = {}  # Constant layers' outputs, bound once here instead of running a layer per execution
         self.workspace_bytes = 0
         for node in graph.nodes:
@@ -68,10 +69,11 @@ class GraphExecutor:
             sub_device = getattr(tactic, "subgraph_device", self.device)  # a DLA loadable's body runs on the DLA
             subs = {k: GraphExecutor(g, sub_device, lazy_tactics=lazy_tactics) for k, g in node.subgraphs.items()}
             op = node_op(node)
-            if hasattr(tactic, "check_loadable"):  # e.g. a Plugin layer whose plugin is not registered here
+            if hasattr(tactic, "check_loadable") and not lazy_tactics:  # e.g. a plugin not registered here
                 tactic.check_loadable(op)
             self.workspace_bytes = max(self.workspace_bytes, int(node.meta.get("workspace_bytes", 0) or 0))
             self.steps.append((node, tactic, op, subs))
+            self._calls.append(self.device.bind(tactic))
         self.outer = graph.outer_references()
         self.keep_all = keep_all
         self._last_use = self._compute_last_use()
@@ -129,9 +131,12 @@ class GraphExecutor:
             if dies is None:
                 dies = cache[key] = self.free_plan(keep)
         workspace = dev.allocate(self.workspace_bytes) if self.workspace_bytes else None
+        calls = self._calls
         for i, (node, tactic, op, subs) in enumerate(self.steps):
+            fn, full = calls[i]
             if tactics is not None and node.name in tactics:
                 tactic = tactics[node.name]
+                fn, full = dev.bind(tactic)
             try:
                 args = [env[n] if n is not None else None for n in node.inputs]
                 if on_error is not None:
@@ -147,7 +152,7 @@ class GraphExecutor:
             if subs:
                 op = dataclasses.replace(op, subgraphs={k: _bind(s, env) for k, s in subs.items()})
             try:
-                outs = dev.run(tactic, op, args, None, workspace, stream)
+                outs = fn(op, args, None, workspace, stream) if full else fn(op, args)
                 if on_error is not None and (outs is None or len(outs) < len(node.outputs)):
                     raise RuntimeError(f"kernel returned {0 if outs is None else len(outs)} outputs, layer has "
                                        f"{len(node.outputs)}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from backends.engine.engine_graph import Graph, Node
-from backends.engine.runtime.executor import default_tactic, node_op
 from native.logger import G_LOGGER
+
+CPU_REFERENCE = "cpu"   # folding evaluates here whatever device the engine is built for
 
 NOT_FOLDABLE = {"Constant", "Assertion", "Loop", "If", "Scan"}
 RANDOM_FILLS = {"RANDOM_UNIFORM", "RANDOM_NORMAL", "RANDOM_UNIFORM_LIKE", "RANDOM_NORMAL_LIKE", "MULTINOMIAL",
@@ -23,45 +24,52 @@ def _static_shape(graph: Graph, name):
     return info.shape
 
 
+def _foldable(node) -> bool:
+    return (node.kind not in NOT_FOLDABLE and not node.subgraphs and node.kind != "Plugin"
+            and str(node.params.get("op", "")) not in RANDOM_FILLS)
+
+
 def fold_constants(graph: Graph, config=None, device="cpu", max_bytes=MAX_FOLD_BYTES) -> int:
-    consts: dict[str, object] = {}
-    new_nodes, folded = [], 0
+    """Replace every layer whose inputs are build-time constants (and Shape layers of statically shaped tensors)
+    by Constant layers holding its outputs. The values come from the engine's interpreter (tolerant mode: a layer
+    that cannot run, or reads a non-constant, simply stays) on the CPU reference device, whatever the target."""
+    from backends.engine.runtime.executor import GraphExecutor
+    feeds = {}
+    runnable = []
     for node in graph.nodes:
-        if node.kind == "Constant":
-            consts[node.outputs[0]] = node.weights["value"]
-            new_nodes.append(node)
-            continue
-        values = None
-        if node.kind == "Shape" and node.inputs and node.inputs[0] not in consts:
+        if node.kind == "Constant" or _foldable(node):
+            runnable.append(node)
+        if node.kind == "Shape" and node.inputs:   # a statically shaped input: known without running anything
             shape = _static_shape(graph, node.inputs[0])
             if shape is not None:
                 s = np.array(shape, dtype=np.int64)
                 start, end = node.params.get("start", 0) or 0, node.params.get("end")
-                values = [s[start:end] if end is not None else s[start:]]
-        elif (node.kind not in NOT_FOLDABLE and not node.subgraphs
-              and str(node.params.get("op", "")) not in RANDOM_FILLS
-              and not (node.kind == "Plugin")
-              and all(i is None or i in consts for i in node.inputs)):
-            try:
-                tactic = default_tactic(node, device)
-                values = tactic.run(node_op(node), [consts[i] if i is not None else None for i in node.inputs])
-            except Exception as e:
-                G_LOGGER.verbose(f"constant folding: left '{node.name}' ({node.kind}) unfolded: {e}")
+                feeds[node.outputs[0]] = s[start:end] if end is not None else s[start:]
+
+    def skip(node, error):
+        if not isinstance(error, Skipped):
+            G_LOGGER.verbose(f"constant folding: left '{node.name}' ({node.kind}) unfolded: {error}")
+
+    from backends.engine.runtime.executor import Skipped
+    sub = Graph(name=graph.name, nodes=runnable, tensor_info=graph.tensor_info)
+    env = GraphExecutor(sub, CPU_REFERENCE, keep_all=True, lazy_tactics=True).run(dict(feeds), on_error=skip)
+    new_nodes, folded = [], 0
+    for node in graph.nodes:
+        values = None
+        if node.kind != "Constant" and _foldable(node) and all(o in env for o in node.outputs):
+            values = [np.asarray(env[o]) if isinstance(env[o], np.generic) else env[o] for o in node.outputs]
+            if any(not isinstance(v, np.ndarray) or v.nbytes > max_bytes for v in values):
                 values = None
-            if values is not None:  # kernels may return numpy scalars for 0-d results (np.take, ufuncs)
-                values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
-            if values is not None and any(not isinstance(v, np.ndarray) or v.nbytes > max_bytes for v in values):
-                values = None
-        if values is None or len(values) != len(node.outputs):
+        if values is None:
             new_nodes.append(node)
             continue
         folded += 1
         for i, (name, v) in enumerate(zip(node.outputs, values)):
-            consts[name] = v
             new_nodes.append(Node(name=node.name if i == 0 else f"{node.name}/{i}", kind="Constant", inputs=[],
                                   outputs=[name], params={"shape": list(np.shape(v))}, weights={"value": v},
                                   source_nodes=list(node.source_nodes), meta={"folded_from": node.kind}))
     graph.nodes = new_nodes
+    graph.touch()
     for node in graph.nodes:
         for sub in node.subgraphs.values():
             folded += fold_constants(sub, config, device, max_bytes)
