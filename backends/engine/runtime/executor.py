@@ -52,7 +52,7 @@ class GraphExecutor:
         self.graph = graph
         self.device = get_device(device)
         self.steps = []
-        self._calls = []  # per step: (fn, full) from Device.bind
+        self._calls, self._bound = [], None  # per step: (fn, full) from Device.bind, for the steps list `_bound`
         self.consts = {}  # Constant layers' outputs, bound once here instead of running a layer per execution
         self.workspace_bytes = 0
         for node in graph.nodes:
@@ -73,7 +73,6 @@ class GraphExecutor:
                 tactic.check_loadable(op)
             self.workspace_bytes = max(self.workspace_bytes, int(node.meta.get("workspace_bytes", 0) or 0))
             self.steps.append((node, tactic, op, subs))
-            self._calls.append(self.device.bind(tactic))
         self.outer = graph.outer_references()
         self.keep_all = keep_all
         self._last_use = self._compute_last_use()
@@ -131,6 +130,8 @@ class GraphExecutor:
             if dies is None:
                 dies = cache[key] = self.free_plan(keep)
         workspace = dev.allocate(self.workspace_bytes) if self.workspace_bytes else None
+        if self._bound is not self.steps:   # bound once; again if a debug tool swapped the steps' tactics
+            self._calls, self._bound = [dev.bind(t) for _, t, _, _ in self.steps], self.steps
         calls = self._calls
         for i, (node, tactic, op, subs) in enumerate(self.steps):
             fn, full = calls[i]
