@@ -269,16 +269,6 @@ def test_every_transcript_is_labelled():
     assert not bad, f"label these blocks ```console so their commands run: {bad}"
 
 
-def test_docs_name_no_machine_paths():
-    """Docs are read on other machines: no absolute paths of this one (/work, /tmp/dk_models, /root, /home/...)."""
-    pattern = re.compile(r"(?<![\w.~])/(work|root|home|tmp/dk_models|Users)/")
-    bad = []
-    for f in markdown_files():
-        with open(os.path.join(REPO, f), encoding="utf-8") as fh:
-            bad += [f"{f}:{i + 1}: {l.strip()[:100]}" for i, l in enumerate(fh) if pattern.search(l)]
-    assert not bad, "machine-specific paths in the docs:\n" + "\n".join(bad)
-
-
 def test_the_convention_is_applied():
     """The extraction itself: markers, console prompts, continuations, `echo $?`."""
     doc = "\n".join([
