@@ -47,8 +47,7 @@ def model_path(entry, corpus, shipped):
 def inputs(entry, corpus, seed, count):
     """`count` feed dicts. Exported models: the exporter's own input from NAME_io.npz (normalised-image
     statistics) and seeded variations of it (random shift, flip, gain 0.8-1.2, Gaussian noise of 0.2). Shipped OCR
-    models: smooth random images (a coarse uniform [0, 1] grid, bilinearly upsampled, plus fine noise) normalised as
-    PaddleOCR does, (x - 0.5) / 0.5, i.e. in [-1, 1]."""
+    models: synthetic text images (see `text_images`) normalised as PaddleOCR does."""
     rng = np.random.default_rng(seed)
     (name, spec), = entry["feeds"].items()
     shape = tuple(spec["shape"])
@@ -65,19 +64,52 @@ def inputs(entry, corpus, seed, count):
                 x = x[..., ::-1]
             x = x * rng.uniform(0.8, 1.2) + rng.normal(0, 0.2, shape)
         else:
-            n, c, h, w = shape
-            coarse = rng.uniform(0, 1, (n, c, max(2, h // 16), max(2, w // 16)))
-            yy = np.linspace(0, coarse.shape[2] - 1, h)
-            xx = np.linspace(0, coarse.shape[3] - 1, w)
-            y0, x0 = np.floor(yy).astype(int), np.floor(xx).astype(int)
-            y1, x1 = np.minimum(y0 + 1, coarse.shape[2] - 1), np.minimum(x0 + 1, coarse.shape[3] - 1)
-            fy, fx = (yy - y0)[:, None], (xx - x0)[None, :]
-            img = (coarse[:, :, y0][:, :, :, x0] * (1 - fy) * (1 - fx) + coarse[:, :, y1][:, :, :, x0] * fy * (1 - fx)
-                   + coarse[:, :, y0][:, :, :, x1] * (1 - fy) * fx + coarse[:, :, y1][:, :, :, x1] * fy * fx)
-            img = np.clip(img + rng.normal(0, 0.05, shape), 0, 1)
-            x = (img - 0.5) / 0.5
+            x = text_images(rng, shape, entry["name"])
         feeds.append({name: np.ascontiguousarray(x, dtype=np.float32)})
     return feeds
+
+
+def text_images(rng, shape, name):
+    """Dark pen strokes grouped into characters and text lines on a light, unevenly lit background: one line
+    filling a 48-pixel crop for the recogniser, several lines on a page for the detector. Normalised as PaddleOCR
+    does: the detector with ImageNet's mean/std, the recogniser to (x - 0.5) / 0.5."""
+    n, c, h, w = shape
+    out = np.empty(shape, np.float32)
+    for b in range(n):
+        light = rng.uniform(0.75, 1.0, (c, 3, 3))
+        yy, xx = np.linspace(0, 2, h)[:, None], np.linspace(0, 2, w)[None, :]
+        y0, x0 = np.minimum(yy.astype(int), 1), np.minimum(xx.astype(int), 1)
+        fy, fx = yy - y0, xx - x0
+        img = np.stack([(light[k][y0, x0] * (1 - fy) * (1 - fx) + light[k][y0 + 1, x0] * fy * (1 - fx)
+                         + light[k][y0, x0 + 1] * (1 - fy) * fx + light[k][y0 + 1, x0 + 1] * fy * fx)
+                        for k in range(c)])
+        lines = [(int(h * 0.2), int(h * 0.6))] if h <= 64 else \
+            [(int(y), int(rng.integers(14, 36))) for y in np.sort(rng.choice(np.arange(10, h - 50, 48),
+                                                                               size=min(8, (h - 60) // 48),
+                                                                               replace=False))]
+        for top, height in lines:
+            ink = rng.uniform(0.0, 0.35, c)[:, None, None]
+            x = int(rng.integers(4, max(5, w // 8)))
+            end = int(rng.integers(w // 2, w - 4))
+            while x < end:
+                cw = max(3, int(height * rng.uniform(0.5, 1.0)))
+                t = max(1, height // 8)
+                for _ in range(int(rng.integers(2, 5))):
+                    if rng.random() < 0.5:   # vertical stroke
+                        sx = x + int(rng.integers(0, cw))
+                        img[:, top:top + height, sx:sx + t] = ink
+                    else:
+                        sy = top + int(rng.integers(0, height))
+                        img[:, sy:sy + t, x:x + cw] = ink
+                x += cw + int(rng.integers(2, max(3, height // 3)))
+        img = np.clip(img + rng.normal(0, 0.02, img.shape), 0, 1)
+        if "det" in name:
+            mean = np.array([0.485, 0.456, 0.406])[:, None, None]
+            std = np.array([0.229, 0.224, 0.225])[:, None, None]
+            out[b] = (img - mean) / std
+        else:
+            out[b] = (img - 0.5) / 0.5
+    return out
 
 
 def ort_session(path):

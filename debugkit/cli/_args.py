@@ -239,6 +239,8 @@ def add_build_args(parser):
     g.add_argument("--ignore-fingerprint", action=_IgnoreFingerprint, nargs=0,
                    help="load a plan built on another machine (its recorded device fingerprint differs); safe for "
                         "CPU plans moved between machines of one architecture family")
+    from debugkit.cli.calibration_args import add_calibration_args
+    add_calibration_args(parser)
     from debugkit.cli.tactic_args import add_tactic_args
     add_tactic_args(parser)
     from debugkit.cli.inspect_capability import add_dla_args   # the emulated DLA (docs/DLA.md)
@@ -273,4 +275,5 @@ def build_config_from_args(args):
         config.set_flag(BuilderFlag(f))
     from debugkit.cli.tactic_args import apply_tactic_args
     from debugkit.cli.inspect_capability import apply_dla_args
-    return apply_dla_args(apply_tactic_args(args, config), args)
+    from debugkit.cli.calibration_args import apply_calibration_args
+    return apply_calibration_args(args, apply_dla_args(apply_tactic_args(args, config), args))

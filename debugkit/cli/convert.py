@@ -16,6 +16,8 @@ def register(subparsers):
     p.add_argument("--profile", nargs="+", default=[], metavar="NAME:[MIN]:[OPT]:[MAX]",
                    help="an optimization profile range per dynamic input, e.g. x:[1,3,64,64]:[1,3,224,224]:[4,3,512,512]")
     _args.add_build_args(p)
+    from debugkit.cli.calibration_args import add_calibration_data_args
+    add_calibration_data_args(p)
     _args.add_common_args(p)
     p.set_defaults(func=run)
 

@@ -204,3 +204,60 @@ def test_thresholds_per_algorithm():
     assert 5.0 < ent < 30.0                              # KL clips the outliers, keeps the bulk
     pct = threshold(s, "percentile", 99.99)
     assert abs(pct - np.percentile(np.abs(x), 99.99)) <= 60.0 / 2048 * 1.01
+
+
+def test_entropy_calibrates_after_fusion_entropy2_before(tmp_path):
+    """Entropy (v1) sees the fused network: conv1 + relu1 is one layer, so its pre-ReLU tensor c1 has no scale;
+    Entropy2 calibrates the network as parsed and scales c1 too."""
+    model, _ = conv_model()
+    for algo, has_c1 in (("entropy", False), ("entropy2", True)):
+        cache = tmp_path / f"{algo}.cache"
+        build_plan_from_onnx(model, flags=("int8",), config=_config(Calibrator(batches(), algo, cache=cache)))
+        name, scales = read_cache(cache.read_bytes())
+        assert ("c1" in scales) == has_c1 and {"x", "r1"} <= set(scales), (algo, sorted(scales))
+
+
+def test_calibration_profile_for_dynamic_shapes():
+    from backends.engine.builder import OptimizationProfile
+    model, _ = conv_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    network, _ = parse_onnx(model)
+    config = BuilderConfig()
+    config.set_flag(BuilderFlag.INT8)
+    run_profile = OptimizationProfile()
+    run_profile.set_shape("x", (1, 3, 7, 9), (4, 3, 7, 9), (8, 3, 7, 9))
+    config.add_optimization_profile(run_profile)
+    cal_profile = OptimizationProfile()
+    cal_profile.set_shape("x", (2, 3, 7, 9), (2, 3, 7, 9), (2, 3, 7, 9))
+    assert config.set_calibration_profile(cal_profile) and config.get_calibration_profile() is cal_profile
+    config.int8_calibrator = Calibrator(batches())                 # batch 2: fits the calibration profile
+    Builder().build_graph(network, config)
+    config.int8_calibrator = Calibrator([{"x": np.zeros((4, 3, 7, 9), np.float32)}])
+    with pytest.raises(CalibrationError, match="outside the optimization profile"):
+        Builder().build_graph(network, config)
+
+
+def test_int8_gemm_with_bias_survives_the_plan_file():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((10, 37)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", transB=1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 37])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 10])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    data = [{"x": rng.standard_normal((3, 37)).astype(np.float32)} for _ in range(2)]
+    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(data, "minmax")) as r:
+        x = data[0]["x"]
+        y = r.infer({"x": x})["y"]
+        assert [n.precision for n in r.engine.graph.nodes if n.kind == "MatrixMultiply"] == ["int8"]
+    s_x = np.float32(np.abs(np.concatenate([d["x"] for d in data])).max()) / np.float32(127)
+    s_w = (np.abs(w).max(1) / np.float32(127)).astype(np.float32)
+    acc = q(x, s_x) @ np.clip(np.rint(w / s_w[:, None]), -127, 127).astype(np.int64).T
+    acc += np.rint(b.astype(np.float64) / (np.float64(s_x) * s_w)).astype(np.int64)
+    np.testing.assert_array_equal(y, acc.astype(np.float32) * (s_x * s_w))
+
+
+def test_int8_rounding_is_a_device_parameter():
+    from backends.engine.builder.passes.int8 import int8_rounding
+    assert int8_rounding("cpu") == "half_even" and int8_rounding("dla") == "half_away"

@@ -53,7 +53,8 @@ class Int8PackedGemm(Tactic):
                                                   narrow=p.get("narrow_weights", True))
         biases, _ = _leading_biases(op)
         if biases:
-            total = sum(np.asarray(w.pop(s["weight"]), np.float64).reshape(-1) for s in biases)
+            # the float biases stay (the plan names them in post_ops); run adds bias_q instead of them
+            total = sum(np.asarray(w[s["weight"]], np.float64).reshape(-1) for s in biases)
             w["bias_q"] = quantize_bias(total, p["input_scale"], w["b_scale"])
         return w
 

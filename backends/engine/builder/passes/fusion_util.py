@@ -156,6 +156,8 @@ def fused_node(nodes: list, kind: str, inputs, outputs, params=None, weights=Non
     for n in nodes:
         if "precision_constraint" in n.meta:
             meta["precision_constraint"] = n.meta["precision_constraint"]
+        if "qdq_weight" in n.meta and n.kind == kind:  # explicit INT8: the weights' Q/DQ scale (passes/int8.py)
+            meta.setdefault("qdq_weight", n.meta["qdq_weight"])
     return Node(name=name or " + ".join(n.name for n in nodes), kind=kind, inputs=list(inputs),
                 outputs=list(outputs), params=params or {}, weights=weights or {}, source_nodes=sources, meta=meta)
 

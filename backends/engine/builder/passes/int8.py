@@ -31,12 +31,14 @@ _COMMUTING = ("Shuffle",)
 
 
 def int8_rounding(device: str) -> str:
-    """The device's rounding of FP32 -> INT8 (the DLA rounds ties away from zero; GPUs and the CPU to even)."""
+    """The device's rounding of FP32 -> INT8: its `int8_rounding` attribute where it declares one, else the DLA
+    rounds ties away from zero and GPUs and the CPU to even."""
+    default = "half_away" if device == "dla" else "half_even"
     try:
         from native.device import get_device
-        return getattr(get_device(device), "int8_rounding", "half_even")
+        return getattr(get_device(device), "int8_rounding", None) or default
     except Exception:  # a device that cannot start here still has a documented rounding
-        return "half_away" if device == "dla" else "half_even"
+        return default
 
 
 # explicit quantization ---------------------------------------------------------------------------------------
@@ -89,6 +91,13 @@ def record_qdq_weights(graph) -> int:
         if dq is None or dq.kind != "Dequantize":
             continue
         q, scale = _const(graph, prod, dq.inputs[0]), _const(graph, prod, dq.inputs[1])
+        if q is None and prod.get(dq.inputs[0]) is not None and prod[dq.inputs[0]].kind == "Quantize":
+            # FP32 weights quantized by a Q layer in the graph (Q-31): DQ(Q(w, s), s) folds to the same q * s
+            qn = prod[dq.inputs[0]]
+            w, s_q = _const(graph, prod, qn.inputs[0]), _const(graph, prod, qn.inputs[1])
+            if w is not None and s_q is not None and np.array_equal(np.asarray(s_q), np.asarray(scale)) \
+                    and qn.params.get("axis", 1) == dq.params.get("axis", 1):
+                q = np.zeros(np.shape(w), np.int8)
         if q is None or scale is None or np.asarray(q).dtype != np.int8:
             continue
         scale = np.asarray(scale, np.float32).reshape(-1)
@@ -319,7 +328,7 @@ def assign_int8(graph, config, logger, calibrated=None, dynamic_ranges=None) -> 
     """The INT8 step of the build, after the float fusions; returns how many layers run in INT8."""
     if has_qdq(graph):
         if config.int8_calibrator is not None:
-            logger.warning("the network has Q/DQ layers (explicit quantization): the INT8 calibrator is not used")
+            logger.info("the network has Q/DQ layers (explicit quantization): the INT8 calibrator is not used")
         process_qdq(graph, config, logger)
         return sum(n.precision == "int8" for n in graph.nodes)
     count = assign_implicit(graph, config, implicit_scales(graph, calibrated, dynamic_ranges), logger)
