@@ -22,7 +22,7 @@ import dataclasses
 
 import numpy as np
 
-from native.numerics import dequantize, quantize, round_fp16, round_tf32
+from native.numerics import dequantize, quantize, requantize, round_fp16, round_tf32
 
 CONV_KINDS = ("Convolution", "Deconvolution", "MatrixMultiply")
 CONV_WEIGHTS = ("kernel", "b")
@@ -35,16 +35,27 @@ def fake_quant(x, scale):
     return dequantize(quantize(x, scale, rounding="half_away"), scale)
 
 
-def _weight_scale(w, axis=0):
+def weight_scales(w, axis):
+    """Per-output-channel INT8 weight scales: max |w| / 127 along every other axis (1 where a channel is all 0)."""
     a = np.abs(np.asarray(w, np.float32))
     red = tuple(i for i in range(a.ndim) if i != axis)
     m = a.max(axis=red) if red else a
-    return np.where(m > 0, m / 127.0, 1.0).astype(np.float32)
+    return np.where(m > 0, m / np.float32(127.0), np.float32(1.0)).astype(np.float32)
 
 
-def dla_weights(kind: str, weights: dict, precision: str, profile: str) -> dict:
-    """Weights as the loadable stores them (returned as float32 arrays holding the stored values)."""
+def weight_axis(kind, key, w, params) -> int:
+    """The output-channel axis of a conv / deconv / fully connected weight."""
+    if kind == "MatrixMultiply":
+        return 0 if params.get("transpose_b") else np.ndim(w) - 1
+    return 1 if kind == "Deconvolution" else 0
+
+
+def dla_weights(kind: str, weights: dict, precision: str, profile: str, params=None) -> dict:
+    """Weights as the loadable stores them. FP16 / FP19 values as float32 arrays; INT8 conv / FC weights as their
+    integer values (float32 holding int8, quantized per output channel, ties away from zero) with the scales in
+    params['dla']['w_scale']."""
     out = {}
+    params = params or {}
     for key, w in weights.items():
         w = np.asarray(w)
         if w.dtype.kind != "f":
@@ -52,11 +63,9 @@ def dla_weights(kind: str, weights: dict, precision: str, profile: str) -> dict:
             continue
         if kind in CONV_KINDS and key in CONV_WEIGHTS:
             if precision == "int8":
-                axis = 0 if key == "kernel" and kind == "Convolution" else (1 if key == "kernel" else 1)
-                if key == "b" and w.ndim == 2:
-                    axis = 1
-                s = _weight_scale(w, axis)
-                out[key] = dequantize(quantize(w, s, axis=axis, rounding="half_away"), s, axis=axis)
+                axis = weight_axis(kind, key, w, params)
+                sc = np.asarray((params.get("dla") or {}).get("w_scale") or weight_scales(w, axis), np.float32)
+                out[key] = quantize(w, sc, axis=axis, rounding="half_away").astype(np.float32)
             else:
                 out[key] = round_fp16(w)
         elif kind in CONV_KINDS:   # the convolution's own bias: FP16 (INT8 engines keep it wide, as INT32 in HW)
@@ -64,6 +73,32 @@ def dla_weights(kind: str, weights: dict, precision: str, profile: str) -> dict:
         else:
             out[key] = round_tf32(w) if profile == "orin" else round_fp16(w)
     return out
+
+
+def _int8_conv(inner_run, op, x, dla):
+    """INT8 convolution / fully connected as the DLA computes it: INT8 input (ties away from zero), INT8 weights,
+    an exact integer accumulator, then one requantization to the output scale (ties away from zero). Bias and
+    post-ops, where present, apply to the dequantized accumulator before that requantization."""
+    s_in, s_out = dla["in_scales"][0], dla["out_scales"][0]
+    w_scale = np.asarray(dla["w_scale"], np.float32)
+    axis = 1 if op.kind != "MatrixMultiply" else -1
+    q = quantize(x, s_in, rounding="half_away").astype(np.float32)
+    bare = {k: v for k, v in op.params.items() if k != "post_ops"}
+    weights = {k: v for k, v in op.weights.items() if not k.startswith(("bias", "post_bias"))}
+    acc = inner_run(dataclasses.replace(op, params=bare, weights=weights), [q])[0]
+    acc = np.rint(acc).astype(np.int64)
+    if not op.params.get("post_ops") and "bias" not in op.weights:
+        mult = np.float32(s_in) * w_scale / np.float32(s_out)
+        return dequantize(requantize(acc.astype(np.int32), mult, axis=axis % acc.ndim, rounding="half_away"), s_out)
+    shape = [1] * acc.ndim
+    shape[axis] = -1
+    y = acc.astype(np.float32) * (np.float32(s_in) * w_scale).reshape(shape)
+    if "bias" in op.weights:
+        y = y + np.asarray(op.weights["bias"], np.float32).reshape(shape)
+    if op.params.get("post_ops"):
+        from native.cpu.kernels.fused import apply_post_ops
+        y = apply_post_ops(np.ascontiguousarray(y, np.float32), op, [x])
+    return fake_quant(y, s_out)
 
 
 def _round_out(y, precision, scale):
@@ -150,6 +185,9 @@ def run_dla(inner_run, op, inputs, dla: dict):
     precision = dla.get("precision", "float16")
     in_scales = dla.get("in_scales") or []
     out_scales = dla.get("out_scales") or []
+    if precision == "int8" and op.kind in CONV_KINDS and dla.get("w_scale") is not None and \
+            in_scales and in_scales[0] is not None and out_scales and out_scales[0] is not None:
+        return [_int8_conv(inner_run, op, np.asarray(inputs[0], np.float32), dla)]
     t = op.params.get("type") if op.kind == "Activation" else None
     upgraded = precision == "int8" and (t in FP16_UPGRADED or op.kind == "LRN")
     xs = []

@@ -25,7 +25,8 @@ class DlaTactic(Tactic):
 
     def prepare(self, op):
         dla = op.params.get("dla") or {}
-        weights = dla_weights(op.kind, op.weights, dla.get("precision", "float16"), dla.get("profile", "orin"))
+        weights = dla_weights(op.kind, op.weights, dla.get("precision", "float16"), dla.get("profile", "orin"),
+                              op.params)
         return self.inner.prepare(dataclasses.replace(op, weights=weights))
 
     def run(self, op, inputs):

@@ -46,11 +46,12 @@ def small_net(extra=None, fmt=TensorFormat.CHW16):
 
 
 def conv_ref(x, w):
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    out = np.zeros((1, w.shape[0], 8, 8), np.float64)
+    h, wd = x.shape[2:]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((1, w.shape[0], h, wd), np.float64)
     for i in range(3):
         for j in range(3):
-            out += np.einsum("nchw,mc->nmhw", xp[:, :, i:i + 8, j:j + 8], w[:, :, i, j])
+            out += np.einsum("nchw,mc->nmhw", xp[:, :, i:i + h, j:j + wd], w[:, :, i, j])
     return out
 
 
@@ -180,3 +181,51 @@ def test_local_dram_too_small_falls_back_with_the_pool_named():
     assert plan.loadables == [] and plan.failed_pools[0][1] is MemoryPoolType.DLA_LOCAL_DRAM
     assert all(e["rule"] == "pool.dla_local_dram" for e in plan.layers)
     assert "needs 65536 bytes of local DRAM" in plan.layers[0]["reason"]
+
+
+def int8_net(x_range=127.0, y_range=254.0):
+    """One INT8 convolution on the DLA: input scale 1, weight scales 1 (each output channel reaches +-127), output
+    scale 2, so requantizing the exact accumulator halves it and every odd accumulator is a rounding tie."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(-3, 4, (8, 4, 3, 3)).astype(np.float32)   # small taps: accumulators stay below saturation
+    w[:, 0, 0, 0] = 127.0
+    b = Builder()
+    net = b.create_network()
+    x = net.add_input("x", DataType.FLOAT, (1, 4, 6, 6))
+    x.dynamic_range = (-x_range, x_range)
+    c = net.add_convolution(x, 8, (3, 3), w, pre_padding=[1, 1], post_padding=[1, 1])
+    c.name = "qconv"
+    y = c.outputs[0]
+    y.name = "y"
+    y.dynamic_range = (-y_range, y_range)
+    net.mark_output(y)
+    cfg = b.create_builder_config()
+    cfg.set_flag(BuilderFlag.INT8)
+    cfg.default_device_type = DeviceType.DLA
+    return b, net, cfg, w
+
+
+def test_int8_dla_rounds_ties_away_from_zero_bit_for_bit():
+    from native.numerics import dequantize, requantize
+    b, net, cfg, w = int8_net()
+    plan = b.build_serialized_network(net, cfg)
+    _, g = deserialize_plan(plan)
+    assert [n.kind for n in g.nodes] == ["DlaReformat", "DlaLoadable", "DlaReformat"]
+    assert g.nodes[0].params["format"] == "chw32" and g.nodes[0].params["dtype"] == "int8"
+    x = np.random.default_rng(4).integers(-1, 2, (1, 4, 6, 6)).astype(np.float32)
+    y = run(plan, {"x": x})["y"]
+    acc = np.rint(conv_ref(x, w)).astype(np.int32)        # exact: |acc| < 2**24
+    dla = dequantize(requantize(acc, 0.5, rounding="half_away"), 2.0)
+    gpu = dequantize(requantize(acc, 0.5, rounding="half_even"), 2.0)
+    np.testing.assert_array_equal(y, dla)
+    ties = (acc % 2 != 0) & (np.abs(acc) < 254)
+    differ = dla != gpu
+    assert differ.sum() > 10 and np.array_equal(differ, ties & ((np.abs(acc) // 2) % 2 == 0))
+    assert np.array_equal(y != gpu, differ)                 # the engine differs from ties-to-even exactly there
+
+
+def test_int8_dla_needs_dynamic_ranges():
+    b, net, cfg, _ = int8_net()
+    net.inputs[0].dynamic_range = None
+    with pytest.raises(BuildError, match=r"needs dynamic ranges for its I/O tensors \['x'\]"):
+        b.build_serialized_network(net, cfg)

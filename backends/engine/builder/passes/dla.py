@@ -392,7 +392,7 @@ def apply_dla(graph, config, shapes, ranges=None, network=None, logger=G_LOGGER)
     precision = dla_precision(config)
     standalone = config.engine_capability is EngineCapability.DLA_STANDALONE
     ranges = ranges or {}
-    net_tensors = network.tensors if network is not None else {}
+    net_tensors = {t.name: t for t in network.tensors.values()} if network is not None else {}
     for ld in plan.loadables:
         body = Graph(name=ld.name)
         body.inputs = [TensorInfo(t, "float32", shapes.get(t)) for t in ld.inputs]
@@ -481,6 +481,11 @@ def _dla_params(n, config, profile, precision, shapes, ranges):
     if p["precision"] == "int8":
         p["in_scales"] = [scale(t) for t in n.inputs]
         p["out_scales"] = [scale(t) for t in n.outputs]
+        key = "b" if n.kind == "MatrixMultiply" else "kernel"
+        if n.kind in CONV_KINDS and key in n.weights:
+            from native.dla.numerics import weight_axis, weight_scales
+            w = n.weights[key]
+            p["w_scale"] = weight_scales(w, weight_axis(n.kind, key, w, n.params)).tolist()
     if n.kind == "Softmax" and n.inputs and shapes.get(n.inputs[0]):
         s = shapes[n.inputs[0]]
         p["softmax_mode"] = softmax_mode(s, int(n.params.get("axis", -1)) % len(s))
@@ -488,7 +493,7 @@ def _dla_params(n, config, profile, precision, shapes, ranges):
 
 
 def network_ranges(network) -> dict:
-    return {name: tuple(t.dynamic_range) for name, t in network.tensors.items() if t.dynamic_range is not None}
+    return {t.name: tuple(t.dynamic_range) for t in network.tensors.values() if t.dynamic_range is not None}
 
 
 def copy_graph(graph):
