@@ -179,8 +179,9 @@ def print_report(report, path):
     print(f"{report['layers_on_dla']} of {report['layers_total']} engine layers on DLA, "
           f"{report['loadables']} loadable(s)")
     for i, ld in enumerate(report["loadable_details"]):
-        pools = ", ".join(f"{k.replace('dla_', '').replace('_', ' ')} {v / 1024:.0f} KiB" for k, v in ld["pools"].items())
-        print(f"  loadable {i}: {ld['name']} | {ld['layers']} layers, batch {ld['batch']} | {pools}")
+        names = {"dla_managed_sram": "managed SRAM", "dla_local_dram": "local DRAM", "dla_global_dram": "global DRAM"}
+        pools = ", ".join(f"{names.get(k, k)} {v / 1024:.0f} KiB" for k, v in ld["pools"].items())
+        print(f"  loadable {i}: {ld['name']} | {ld['layers']} layers, batch {ld['batch']} | needs {pools}")
     print("---- layers ----")
     for e in report["layers"]:
         where = f"DLA (loadable {e['loadable']})" if e["dla"] else "host"

@@ -383,6 +383,13 @@ def io_format(config, tensor_info, precision, direction, network_tensor=None):
 
 def apply_dla(graph, config, shapes, ranges=None, network=None, logger=G_LOGGER) -> DlaPlan:
     """Plan, check, log, then rewrite the graph: loadables become DlaLoadable layers with reformats around them."""
+    known = {name for n in graph.nodes for name in _names(n)}
+    if network is not None:
+        known |= {layer.name for layer in network.layers}
+    unknown = sorted(set(config._device_types) - known)
+    if unknown:
+        logger.warning(f"device types were set for {unknown}, which name no layer or ONNX node of this network; "
+                       f"layer names look like {sorted(known)[:3]}")
     plan = plan_dla(graph, config, shapes, ranges)
     for e in plan.layers:   # what `inspect capability` reports per engine layer
         e["node"].meta["dla"] = {"dla": e["dla"], "rule": e["rule"], "reason": e["reason"], "notes": e["notes"]}
