@@ -4,6 +4,7 @@ from native.cpu.device import CpuDevice
 
 class DlaDevice(CpuDevice):
     name = "dla"
+    int8_rounding = "half_away"   # FP32 -> INT8 ties away from zero (seed 001 L829)
 
     def load_tactics(self):
         from native.tactics import tactics_for

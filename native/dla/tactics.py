@@ -41,8 +41,8 @@ def wrap_cpu_tactics():
         if device != "cpu" or kind in ("DlaLoadable", "DlaReformat"):
             continue
         have = {t.name for t in _REGISTRY.get(("dla", kind), [])}
-        for t in bucket:
-            if f"dla:{t.name}" not in have:
+        for t in bucket:   # the DLA's own rounding is applied around FP32 kernels
+            if f"dla:{t.name}" not in have and "float32" in t.precisions:
                 register_tactic(type(f"Dla_{kind}_{t.name}", (DlaTactic,),
                                      {"kind": kind, "name": f"dla:{t.name}", "inner": t, "honours": t.honours,
                                       "formats": t.formats}))

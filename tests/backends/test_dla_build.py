@@ -227,5 +227,49 @@ def test_int8_dla_rounds_ties_away_from_zero_bit_for_bit():
 def test_int8_dla_needs_dynamic_ranges():
     b, net, cfg, _ = int8_net()
     net.inputs[0].dynamic_range = None
-    with pytest.raises(BuildError, match=r"needs dynamic ranges for its I/O tensors \['x'\]"):
+    with pytest.raises(BuildError, match=r"scales for tensor x|needs dynamic ranges for its I/O tensors \['x'\]"):
         b.build_serialized_network(net, cfg)
+
+
+def test_int8_dla_engine_vs_int8_gpu_rule_engine_differ_exactly_at_rounding_ties():
+    """The same INT8 1x1 convolution built for the DLA and for the host (GPU rules): inputs with exact .5 ties on the
+    INT8 grid round away from zero on the DLA and to even on the host; each engine matches a numpy reference of its
+    own rule bit for bit, and the two differ exactly where those references do."""
+    from native.numerics import quantize
+    w = np.zeros((8, 5, 1, 1), np.float32)
+    w[:, 4, 0, 0] = 127.0                   # per-channel weight scale 1 on every channel (input channel 4 is 0)
+    w[:, 0, 0, 0] = 100.0
+    w[:, 1:4, 0, 0] = np.random.default_rng(5).integers(-3, 4, (8, 3))   # |accumulator| <= 109: no saturation
+    x = np.random.default_rng(6).integers(-1, 2, (1, 5, 6, 6)).astype(np.float32)
+    x[0, 4] = 0.0
+    x[0, 0] = np.random.default_rng(7).choice([-0.5, 0.0, 0.5, 1.0], (6, 6))   # ties on channel 0
+
+    def build(device_type):
+        b = Builder()
+        net = b.create_network()
+        t = net.add_input("x", DataType.FLOAT, (1, 5, 6, 6))
+        t.dynamic_range = (-127.0, 127.0)                          # input scale 1
+        c = net.add_convolution(t, 8, (1, 1), w)
+        y = c.outputs[0]
+        y.name = "y"
+        y.dynamic_range = (-127.0, 127.0)                          # output scale 1: no rounding at the output
+        net.mark_output(y)
+        cfg = b.create_builder_config()
+        cfg.set_flag(BuilderFlag.INT8)
+        cfg.default_device_type = device_type
+        return b.build_serialized_network(net, cfg)
+
+    def reference(rounding):
+        q = quantize(x, 1.0, rounding=rounding).astype(np.float64)
+        return np.clip(np.einsum("nchw,mc->nmhw", q, w[:, :, 0, 0]), -128, 127).astype(np.float32)
+
+    dla_plan, gpu_plan = build(DeviceType.DLA), build(DeviceType.GPU)
+    assert deserialize_plan(gpu_plan)[1].nodes[0].precision == "int8"         # the host conv really runs INT8
+    assert "DlaLoadable" in [n.kind for n in deserialize_plan(dla_plan)[1].nodes]
+    y_dla, y_gpu = run(dla_plan, {"x": x})["y"], run(gpu_plan, {"x": x})["y"]
+    away, even = reference("half_away"), reference("half_even")
+    np.testing.assert_array_equal(y_dla, away)
+    np.testing.assert_array_equal(y_gpu, even)
+    differ = away != even
+    assert differ.any() and np.array_equal(y_dla != y_gpu, differ)
+    assert np.array_equal(differ[0].any(axis=0), np.abs(x[0, 0]) == 0.5)   # +-0.5: even gives 0, away +-1

@@ -154,7 +154,12 @@ def dla_placement(graph, ctx):
         raise BuildError("a DLA build needs every tensor's static shape, but the timing run failed (see above)")
     network = ctx.state["network"]
     shapes = {k: list(np.shape(v)) for k, v in env.items() if isinstance(v, np.ndarray)}
-    plan = apply_dla(graph, ctx.config, shapes, network_ranges(network), network, ctx.logger)
+    ranges = network_ranges(network)
+    if ctx.config.get_flag(BuilderFlag.INT8):   # calibrated scales too: one calibration serves DLA and host layers
+        from backends.engine.builder.passes import int8 as int8_pass
+        scales = int8_pass.implicit_scales(graph, ctx.state.get("calibrated"), network.dynamic_ranges())
+        ranges = {**{t: (-127.0 * s, 127.0 * s) for t, s in scales.items()}, **ranges}
+    plan = apply_dla(graph, ctx.config, shapes, ranges, network, ctx.logger)
     return PassResult(len(getattr(plan, "loadables", None) or ()))
 
 

@@ -404,7 +404,8 @@ def apply_dla(graph, config, shapes, ranges=None, network=None, logger=G_LOGGER)
         body = Graph(name=ld.name)
         body.inputs = [TensorInfo(t, "float32", shapes.get(t)) for t in ld.inputs]
         body.outputs = [TensorInfo(t, "float32", shapes.get(t)) for t in ld.outputs]
-        for n in ld.nodes:
+        for n in ld.nodes:   # the DLA's numerics replace the host's INT8 annotations (its own rounding rule)
+            n.params = {k: v for k, v in n.params.items() if k != "int8"}
             n.params = dict(n.params, dla=_dla_params(n, config, profile, precision, shapes, ranges))
             n.precision = n.params["dla"]["precision"]
         body.nodes = list(ld.nodes)
