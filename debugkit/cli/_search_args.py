@@ -19,8 +19,8 @@ def add_search_args(parser, default_log: str):
 
 
 def add_common(parser):
-    """-v/-q/--log-file/--no-color (searches log at info level: they run long and should say what they do)."""
-    _args.add_common_args(parser, default="info")
+    """-v/-q/--log-file/--no-color, as on every subtool."""
+    _args.add_common_args(parser)
 
 
 def apply_common(args):

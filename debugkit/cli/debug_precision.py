@@ -1,0 +1,172 @@
+"""Find the smallest set of layers (ONNX nodes) that must run in higher precision for a low-precision build to pass.
+
+The check is run's comparison of the low-precision engine (--fp16 / --int8 / --fp8, the candidate layers obeying
+--higher) against the FP32 reference (ONNX Runtime, or the fp64 oracle with --reference fp64), with run's input and
+comparison options. -o FILE.json gets {"layer_precisions": {...}, "probes": N, ...}, which `run` and `convert` take as
+--layer-precisions FILE.json; beside it FILE_sensitivity.json/.svg (ranking), FILE.html (report) and the probe log.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+
+from debugkit.cli import _args, _search_args
+from native.errors import InputFileError, UsageError
+from native.logger import G_LOGGER
+
+
+def register(subparsers):
+    p = subparsers.add_parser("precision", help=__doc__.splitlines()[0], description=__doc__)
+    p.add_argument("model", help="the ONNX model")
+    low = p.add_argument_group("precision")
+    ex = low.add_mutually_exclusive_group(required=True)
+    for name in ("fp16", "int8", "fp8", "bf16"):
+        ex.add_argument(f"--{name}", dest="low", action="store_const", const=name,
+                        help=f"search with {name.upper()} enabled")
+    low.add_argument("--higher", choices=["fp32", "fp16"], default="fp32",
+                     help="the precision kept layers run in (default fp32; fp16 under --int8/--fp8)")
+    low.add_argument("--mode", choices=["minimal", "bisect", "linear"], default="minimal",
+                     help="minimal (default): a 1-minimal set from a sensitivity ranking; bisect/linear: "
+                          "Polygraphy's prefix of layers in topological order (a count)")
+    low.add_argument("--direction", choices=["forward", "reverse"], default="forward",
+                     help="bisect/linear: grow the higher-precision prefix from the inputs (forward) or a suffix from "
+                          "the outputs (reverse)")
+    low.add_argument("--reference", choices=["onnxrt", "fp64"], default="onnxrt",
+                     help="what the engine is compared with: ONNX Runtime in FP32 (default) or the fp64 oracle")
+    p.add_argument("-o", "--output", default="precision.json", help="the answer (default precision.json)")
+    _args.add_data_loader_args(p)
+    from debugkit.debug.checks import add_compare_args
+    add_compare_args(p)
+    _search_args.add_search_args(p, "<output>_probes.jsonl")
+    _search_args.add_common(p)
+    p.set_defaults(func=run)
+
+
+def _stem(path):
+    return os.path.splitext(path)[0]
+
+
+def run(args) -> int:
+    from backends.runners import load_onnx, model_sha256
+    from debugkit.debug import precision as P
+    from debugkit.debug.checks import CompareOptions, ReferenceFailedError
+    from debugkit.debug.executor import make_executor
+    from debugkit.debug.probe_log import ProbeLog
+    from debugkit.debug.reduce import Subgraphs, capture_values
+    from debugkit.debug.report_html import error_svg, search_html
+    from debugkit.debug.strategies import Prober, bisect_prefix, greedy, linear
+    from native.errors import DebugkitError
+
+    _search_args.apply_common(args)
+    if not os.path.exists(args.model):
+        raise InputFileError(f"model file not found: {args.model}")
+    if args.higher == "fp16" and args.low == "fp16":
+        raise UsageError("--higher fp16 with --fp16 keeps nothing higher; use --higher fp32")
+    options = CompareOptions.from_args(args)
+    model = load_onnx(args.model)
+    feeds = _search_args.generated_feeds(args, model)
+    G_LOGGER.info("FP32 reference: every tensor from ONNX Runtime")
+    values = capture_values(model, feeds)
+    outputs = [o.name for o in model.graph.output]
+    if args.reference == "fp64":
+        from backends.runners.oracle import Fp64OracleRunner
+        try:
+            with Fp64OracleRunner(model, shapes={k: v.shape for k, v in feeds.items()}) as r:
+                reference = r.infer(feeds)
+        except DebugkitError as e:
+            raise ReferenceFailedError(f"the fp64 oracle fails on {args.model}: {str(e).splitlines()[0]}") from None
+    else:
+        reference = {k: values[k] for k in outputs}
+    sub = Subgraphs(model, feeds, values)
+    layers = P.candidate_layers(sub)
+    if not layers:
+        raise P.PrecisionSearchError(f"{args.model} has no layers that compute float values")
+    log_path = args.log.replace("<output>", _stem(args.output))
+    meta = {"search": "precision", "model_sha256": model_sha256(args.model), "low": args.low, "higher": args.higher,
+            "mode": args.mode, "direction": args.direction, "reference": args.reference, "seed": args.seed,
+            "compare": repr(options)}
+    log = ProbeLog(log_path, meta, resume=args.resume)
+    probe_fn = P.PrecisionProbe(args.model, feeds, reference, options, args.low, args.higher)
+    t0 = time.perf_counter()
+    bound = P.build_bound(len(layers))
+    bar = _search_args.Progress(bound, f"precision ({args.mode})")
+    workdir = tempfile.mkdtemp(prefix="debugkit_precision_")
+    rows, answer, extra = [], [], {}
+    try:
+        with make_executor(args.workers, args.ray) as ex:
+            prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
+            base, top = prober.many([[], layers])
+            if base:
+                G_LOGGER.info(f"the {args.low} build already passes: no layer needs {args.higher}")
+            elif not top:
+                rec = prober.known(layers)[1]
+                raise P.PrecisionSearchError(
+                    f"the check fails even with all {len(layers)} layers in {args.higher} "
+                    f"({rec.get('reason', '') if isinstance(rec, dict) else ''}); loosen the tolerances or check "
+                    f"the reference")
+            elif args.mode == "minimal":
+                rows = _ranking(P, sub, layers, probe_fn, args, ex, workdir)
+                kept = greedy([r["layer"] for r in rows], prober)
+                G_LOGGER.info(f"greedy: the {len(kept)} most sensitive layers pass; minimising")
+                answer = P.one_minimal(kept, prober)
+                answer.sort(key=layers.index)
+            else:
+                order = layers if args.direction == "forward" else layers[::-1]
+                search = bisect_prefix if args.mode == "bisect" else linear
+                count = search(len(order), prober, candidate=lambda k: order[:k])
+                count = len(order) if count is None else count
+                answer = sorted(order[:count], key=layers.index)
+                extra = {"prefix_count": count, "direction": args.direction}
+    finally:
+        bar.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    seconds = time.perf_counter() - t0
+    result = {"layer_precisions": {n: args.higher for n in answer}, "probes": prober.probes,
+              "replayed": prober.replayed, "builds_bound": bound, "layers": len(layers), "mode": args.mode,
+              "precision": args.low, "higher": args.higher, "reference": args.reference,
+              "model": os.path.abspath(args.model), "model_sha256": meta["model_sha256"],
+              "seconds": round(seconds, 1), "workers": getattr(ex, "workers", 1), **extra}
+    final = prober.known(answer)[1] if prober.known(answer)[0] else None
+    if isinstance(final, dict):
+        result["final_check"] = {"passed": final.get("hit"), "outputs": final.get("outputs")}
+    stem = _stem(args.output)
+    if rows:
+        with open(stem + "_sensitivity.json", "w") as f:
+            json.dump([{k: (None if isinstance(v, float) and math.isinf(v) and k == "full" else v)
+                        for k, v in r.items()} for r in rows], f, indent=1, default=str)
+        with open(stem + "_sensitivity.svg", "w") as f:
+            f.write(error_svg(rows, answer, title=f"{os.path.basename(args.model)}: per-layer {args.low} error"))
+        result["sensitivity"] = stem + "_sensitivity.json"
+    result["probe_log"] = log_path
+    result["report"] = stem + ".html"
+    with open(args.output, "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    with open(stem + ".html", "w") as f:
+        f.write(search_html(f"debug precision {os.path.basename(args.model)} --{args.low}",
+                            {k: v for k, v in result.items() if k not in ("layer_precisions", "final_check")},
+                            rows, answer, log.records))
+    what = f"prefix of {extra['prefix_count']} layer(s) ({args.direction})" if extra else f"{len(answer)} layer(s)"
+    print(f"{what} of {len(layers)} must run in {args.higher}; {prober.probes} probe(s) "
+          f"(+{prober.replayed} replayed), {seconds:.1f} s")
+    for n in answer[:50]:
+        print(f"  {n}")
+    if len(answer) > 50:
+        print(f"  ... {len(answer) - 50} more")
+    print(f"wrote {args.output} (use: debugkit run {args.model} --engine --onnxrt --{args.low} "
+          f"--layer-precisions {args.output}), {stem}.html")
+    return 0
+
+
+def _ranking(P, sub, layers, probe_fn, args, ex, workdir):
+    """One layerwise low-precision run + one run per layer alone (independent: on the executor)."""
+    G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
+    low_values = probe_fn.engine_outputs([], taps="all")
+    alone_fn = P.LayerAloneProbe(workdir, args.low, subgraphs=sub)
+    if type(ex).__name__ != "InlineExecutor":
+        alone_fn.save_state(sub)
+    alone = dict(zip(layers, ex.map(alone_fn, layers)))
+    return P.sensitivity(sub, layers, low_values, alone)

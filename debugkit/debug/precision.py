@@ -1,0 +1,200 @@
+"""`debug precision`: the smallest set of layers (ONNX nodes) that must run in higher precision for a check to pass.
+
+A probe builds the engine with the low precision enabled (--fp16 / --int8 / --fp8) and the candidate layers
+constrained to the higher precision (obeyed), runs it on the search's feeds and judges the outputs against the FP32
+reference with run's comparison options. `hit` means the check passes.
+
+Modes:
+- `minimal` (default): rank layers by sensitivity from one layerwise low-precision run plus one run per layer alone
+  (see `sensitivity`), take the shortest passing prefix of the ranking (`greedy`), then `ddmin` it to a 1-minimal
+  set — typically 2·log2(k) + c probes for an answer of k layers.
+- `bisect` / `linear` (Polygraphy-compatible): the smallest prefix (or suffix, `direction="reverse"`) of the layers
+  in topological order that must be in higher precision — a count, found by bisection or a linear scan.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from debugkit.debug.reduce import ReduceProbe, Subgraphs
+from native.errors import UsageError
+
+PRECISION_FLAGS = {"fp16": ("fp16",), "int8": ("int8",), "fp8": ("fp8",), "bf16": ("bf16",)}
+HIGHER = {"fp32": "fp32", "fp16": "fp16"}
+
+
+class PrecisionSearchError(UsageError):
+    """The search cannot answer (the check fails even with every layer in higher precision, ...)."""
+
+
+def _have_layer_precisions():
+    try:
+        import backends.engine.builder.precision_spec  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_config(low: str, higher: str, layers=(), extra_flags=()):
+    """A BuilderConfig with the low precision enabled and `layers` obeying `higher`."""
+    from backends.engine.builder import BuilderConfig, BuilderFlag
+    if not _have_layer_precisions():
+        raise PrecisionSearchError("this build of debugkit has no per-layer precision constraints "
+                                   "(--layer-precisions); debug precision needs them")
+    from backends.engine.builder.precision_spec import parse_layer_precisions
+    config = BuilderConfig()
+    for f in PRECISION_FLAGS[low] + tuple(extra_flags):
+        config.set_flag(BuilderFlag(f))
+    if higher == "fp16" and low in ("int8", "fp8"):
+        config.set_flag(BuilderFlag("fp16"))
+    config.layer_precisions = parse_layer_precisions([(n, higher) for n in layers])
+    if layers:
+        config.set_flag(BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+    return config
+
+
+def _rel_err(a, ref) -> float:
+    a, ref = np.asarray(a), np.asarray(ref)
+    if a.shape != ref.shape or ref.dtype.kind != "f" or not ref.size:
+        return 0.0
+    with np.errstate(all="ignore"):
+        d = np.abs(a.astype(np.float64) - ref.astype(np.float64))
+        scale = float(np.max(np.abs(ref[np.isfinite(ref)]))) if np.isfinite(ref).any() else 0.0
+    if not np.all(np.isfinite(d)):
+        return math.inf
+    return float(d.max()) / max(scale, 1e-30)
+
+
+class PrecisionProbe:
+    """hit(layers) = the check passes with `layers` in higher precision. Picklable; the model loads once per worker."""
+
+    def __init__(self, model_path, feeds, reference, options, low="fp16", higher="fp32", extra_flags=()):
+        self.model_path, self.feeds, self.reference = os.path.abspath(model_path), feeds, reference
+        self.options, self.low, self.higher, self.extra_flags = options, low, higher, tuple(extra_flags)
+
+    def engine_outputs(self, layers, taps=None):
+        from backends.runners import EngineRunner
+        config = make_config(self.low, self.higher, layers, self.extra_flags)
+        shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
+        with EngineRunner(self.model_path, shapes=shapes, config=config) as r:
+            if taps == "all":
+                taps = r.observable_tensors()
+            return r.infer(self.feeds, taps=taps)
+
+    def __call__(self, layers) -> dict:
+        from native.errors import DebugkitError
+        try:
+            out = self.engine_outputs(list(layers))
+        except DebugkitError as e:
+            return {"hit": False, "reason": f"engine error: {str(e).splitlines()[0][:200]}"}
+        res = self.options.judge(out, self.reference)
+        metrics = {k: {m: v for m, v in r.items() if m != "passed" and v is not None}
+                   for k, r in res.get("outputs", {}).items()}
+        return {"hit": not res["fails"], "reason": res["reason"], "outputs": metrics}
+
+
+class LayerAloneProbe(ReduceProbe):
+    """The error one layer adds when it alone runs in low precision: its single-node subgraph, fed FP32 values."""
+
+    def __init__(self, workdir, low, extra_flags=(), subgraphs=None):
+        super().__init__(workdir, "graph-input", None, PRECISION_FLAGS[low] + tuple(extra_flags), subgraphs)
+
+    def __call__(self, label) -> float:
+        from backends.runners import EngineRunner
+        from native.errors import DebugkitError
+        model, feeds, expected = self.subgraphs().build([label])
+        try:
+            with EngineRunner(model, flags=self.flags) as r:
+                out = r.infer(feeds)
+        except DebugkitError:
+            return 0.0
+        return max([_rel_err(out.get(k), v) for k, v in expected.items() if k in out] or [0.0])
+
+
+def candidate_layers(sub: Subgraphs) -> list:
+    """ONNX nodes that compute float values from at least one non-constant input, in topological order."""
+    from debugkit.surgeon.graphutil import node_reads
+    consts = set(sub.inits) | set(sub.const_producer)
+    out = []
+    for lab in sub.items:
+        n = sub.by_label[lab]
+        if not any(o in sub.values and np.asarray(sub.values[o]).dtype.kind == "f" for o in n.output):
+            continue
+        if all(t in consts for t in node_reads(n)):
+            continue
+        out.append(lab)
+    return out
+
+
+def sensitivity(sub: Subgraphs, layers, low_values: dict, alone: dict) -> list:
+    """[{layer, alone, added, full, score}] sorted most sensitive first (ties: topological order).
+
+    alone: error of the layer's output when it alone runs in low precision on FP32 inputs. added: the error it adds
+    in the full low-precision engine (its output's error minus the largest error among its inputs; tensors inside a
+    fused layer are not observable and count 0). score: the larger of the two (inf for a non-finite output).
+    """
+    from debugkit.surgeon.graphutil import node_reads
+    err = {t: _rel_err(v, sub.values[t]) for t, v in low_values.items() if t in sub.values}
+    producer = {o: n for n in sub.nodes for o in n.output if o}
+    upstream: dict = {}
+
+    def upstream_err(t, depth=0):
+        """A tensor's error, or (inside a fused layer, not observable) the largest error of what it is made from."""
+        if t in err:
+            return err[t]
+        if t in upstream:
+            return upstream[t]
+        p = producer.get(t)
+        upstream[t] = 0.0
+        if p is not None and depth < 200:
+            upstream[t] = max([upstream_err(x, depth + 1) for x in node_reads(p)] or [0.0])
+        return upstream[t]
+
+    rows = []
+    for i, lab in enumerate(layers):
+        n = sub.by_label[lab]
+        outs = [err[o] for o in n.output if o in err]
+        ins = [upstream_err(t) for t in node_reads(n)]
+        full = max(outs) if outs else None
+        if full is None:
+            added = 0.0
+        elif math.isinf(full):
+            added = 0.0 if ins and math.isinf(max(ins)) else math.inf
+        else:
+            added = max(0.0, full - (max(ins) if ins else 0.0))
+        a = float(alone.get(lab, 0.0))
+        rows.append({"layer": lab, "order": i, "alone": a, "added": added, "full": full, "score": max(a, added)})
+    rows.sort(key=lambda r: (-r["score"], r["order"]))
+    return rows
+
+
+def one_minimal(items, hit, *, limit=8):
+    """Drop-one minimisation for a short candidate list: ask whether each item (least suspect first, in batches of
+    the prober's workers) can go; remove the first that can and go on until none can. When the list is already
+    1-minimal this costs len(items) probes instead of ddmin's ~2·len(items)+2. An item that had to stay stays needed
+    in any smaller set (the property is monotone: more layers in higher precision never hurt), so it is not asked
+    again. Lists longer than `limit` go to ddmin."""
+    from debugkit.debug.strategies import ddmin
+    items = list(items)
+    if len(items) > limit:
+        return ddmin(items, hit)
+    needed = set()
+    while True:
+        todo = [y for y in reversed(items) if y not in needed]
+        if not todo:
+            return items
+        batch = todo[:hit.workers]
+        results = hit.many([[x for x in items if x != y] for y in batch])
+        first = next((i for i, ok in enumerate(results) if ok), None)
+        for i, (y, ok) in enumerate(zip(batch, results)):
+            if not ok:
+                needed.add(y)
+        if first is not None:
+            items.remove(batch[first])
+
+
+def build_bound(n_layers: int, k: int = 2) -> int:
+    """The issue's budget for a k-layer answer: 2·k·log2(L) + 6 builds."""
+    return int(2 * k * math.log2(max(n_layers, 2)) + 6)

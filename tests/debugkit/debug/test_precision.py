@@ -1,0 +1,128 @@
+"""debug precision: finds exactly the planted FP16-sensitive layers within the build budget; bisect gives a prefix;
+the answer file is what run --layer-precisions takes; bad input exits 2."""
+import importlib.util
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from debugkit.cli.main import main
+
+pytest.importorskip("backends.engine.builder.precision_spec",
+                    reason="needs per-layer precision constraints (reduced-precision issue)")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("make_fp16_sensitive",
+                                                  os.path.join(ROOT, "tools", "make_fp16_sensitive.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def mlp(depth=10, width=16):
+    """x → depth × (MatMul 'mm{i}' → Add 'add{i}' → Tanh 'act{i}') → y: every layer is a candidate."""
+    rng = np.random.default_rng(0)
+    nodes, inits, t = [], [], "x"
+    for i in range(depth):
+        inits += [numpy_helper.from_array((rng.standard_normal((width, width)) / 4).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array((rng.standard_normal(width) / 4).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [t, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"add{i}"),
+                  helper.make_node("Tanh", [f"a{i}"], [f"t{i}"], name=f"act{i}")]
+        t = f"t{i}"
+    nodes.append(helper.make_node("Identity", [t], ["y"], name="out"))
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, width])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.fixture
+def planted(tmp_path):
+    from backends.runners import OnnxrtRunner
+    model = mlp()
+    feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
+    with OnnxrtRunner(model, mark=["m2", "m7"]) as r:
+        values = r.infer(feeds, taps=["m2", "m7"])
+    answer = _tool().plant(model, ["mm2", "mm7"], values)
+    path = tmp_path / "planted.onnx"
+    onnx.save(model, path)
+    must = sorted(x for v in answer.values() for x in v["must_stay_fp32"])
+    return str(path), must
+
+
+def _search(tmp_path, model, *extra):
+    out = tmp_path / "prec.json"
+    rc = main(["debug", "precision", model, "--fp16", "-o", str(out), "--atol", "1e-2", *extra])
+    return rc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_minimal_mode_finds_exactly_the_planted_layers(tmp_path, planted, capsys):
+    model, must = planted
+    rc, res = _search(tmp_path, model)
+    assert rc == 0, capsys.readouterr()
+    assert sorted(res["layer_precisions"]) == must
+    assert set(res["layer_precisions"].values()) == {"fp32"}
+    assert res["probes"] <= res["builds_bound"] <= 2 * 2 * np.log2(res["layers"]) + 6 + 1
+    assert res["final_check"]["passed"] is True
+    for suffix in ("_sensitivity.json", "_sensitivity.svg", ".html", "_probes.jsonl"):
+        assert (tmp_path / f"prec{suffix}").exists()
+    ranking = json.loads((tmp_path / "prec_sensitivity.json").read_text())
+    assert sorted(r["layer"] for r in ranking[:len(must)]) == must     # the planted layers rank first
+    # the answer file is what run takes
+    assert main(["run", model, "--engine", "--onnxrt", "--fp16", "--atol", "1e-2",
+                 "--layer-precisions", str(tmp_path / "prec.json")]) == 0
+    assert main(["run", model, "--engine", "--onnxrt", "--fp16", "--atol", "1e-2"]) == 1
+
+
+def test_bisect_mode_returns_a_prefix_covering_the_planted_layers(tmp_path, planted):
+    model, must = planted
+    rc, res = _search(tmp_path, model, "--mode", "bisect")
+    assert rc == 0
+    count = res["prefix_count"]
+    assert len(res["layer_precisions"]) == count
+    assert set(must) <= set(res["layer_precisions"]) and count > len(must)
+    rc, lin = _search(tmp_path, model, "--mode", "linear", "--log", str(tmp_path / "lin.jsonl"))
+    assert lin["prefix_count"] == count
+
+
+def test_resume_replays_and_refuses_another_model(tmp_path, planted, capsys):
+    model, must = planted
+    _search(tmp_path, model)
+    rc, res = _search(tmp_path, model, "--resume")
+    assert rc == 0 and res["probes"] == 0 and res["replayed"] > 0 and sorted(res["layer_precisions"]) == must
+    other = tmp_path / "other.onnx"
+    onnx.save(mlp(depth=3), other)
+    rc, _ = _search(tmp_path, str(other), "--resume", "--log", str(tmp_path / "prec_probes.jsonl"))
+    assert rc == 2 and "another search" in capsys.readouterr().err
+
+
+def test_two_workers_give_the_same_answer(tmp_path, planted):
+    model, must = planted
+    rc, res = _search(tmp_path, model, "--workers", "2")
+    assert rc == 0 and sorted(res["layer_precisions"]) == must and res["workers"] == 2
+
+
+def test_ray_gives_the_same_answer(tmp_path, planted):
+    ray = pytest.importorskip("ray")
+    model, must = planted
+    try:
+        rc, res = _search(tmp_path, model, "--ray", "auto", "--workers", "2")
+    finally:
+        ray.shutdown()
+    assert rc == 0 and sorted(res["layer_precisions"]) == must
+
+
+def test_a_model_that_fails_even_in_fp32_is_a_clear_error(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(mlp(depth=2), path)
+    rc, _ = _search(tmp_path, str(path), "--rtol", "0", "--atol", "0", "--compare", "cosine",
+                    "--cosine-threshold", "1.5")
+    assert rc == 2 and "even with all" in capsys.readouterr().err
