@@ -1,0 +1,181 @@
+"""Run `run` or `debug precision` over a list of models with one executor and write one summary table (HTML, JSON).
+
+    debugkit sweep MODEL [MODEL ...] [--models-file FILE] --task run|precision -o DIR [--workers N | --ray auto]
+        [--task-args 'options for every task, e.g. --engine --onnxrt --fp16 --atol 1e-2']
+
+Each model is an independent job (its own process with --workers/--ray); per model the task's own outputs (run's
+--json verdict, precision's answer file and report) go to DIR/<model>/, and DIR/sweep.json + DIR/sweep.html sum up.
+A models file holds one path per line (`#` comments) or a JSON list of {"path": ..., "args": [...]} entries whose
+args are added for that model only (e.g. its --input-shapes).
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+
+from debugkit.cli import _search_args
+from native.errors import InputFileError, UsageError
+
+TASKS = ("run", "precision")
+
+
+def register(subparsers):
+    p = subparsers.add_parser("sweep", help=__doc__.splitlines()[0], description=__doc__)
+    p.add_argument("models", nargs="*", help="ONNX models")
+    p.add_argument("--models-file", metavar="FILE", help="more models: one path per line, or a JSON list")
+    p.add_argument("--task", choices=TASKS, default="run")
+    p.add_argument("-o", "--output-dir", default="sweep", help="where results go (default ./sweep)")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="models evaluated in parallel processes")
+    p.add_argument("--ray", metavar="ADDRESS|auto", default=None, help="run the jobs on a Ray cluster")
+    p.add_argument("--task-args", default="", metavar="'OPTIONS'",
+                   help="options for every task, one quoted string (run: '--engine --onnxrt'; precision: '--fp16 "
+                        "--atol 1e-2')")
+    _search_args.add_common(p)
+    p.set_defaults(func=run)
+
+
+def _models(args) -> list:
+    jobs = [{"path": m, "args": []} for m in args.models]
+    if args.models_file:
+        if not os.path.exists(args.models_file):
+            raise InputFileError(f"--models-file not found: {args.models_file}")
+        text = open(args.models_file).read()
+        try:
+            data = json.loads(text)
+            jobs += [{"path": d["path"], "args": list(d.get("args", []))} if isinstance(d, dict)
+                     else {"path": str(d), "args": []} for d in data]
+        except ValueError:
+            jobs += [{"path": line.strip(), "args": []} for line in text.splitlines()
+                     if line.strip() and not line.strip().startswith("#")]
+    if not jobs:
+        raise UsageError("sweep: give at least one model (positional or --models-file)")
+    missing = [j["path"] for j in jobs if not os.path.exists(j["path"])]
+    if missing:
+        raise InputFileError(f"sweep: model file(s) not found: {missing}")
+    return jobs
+
+
+class SweepJob:
+    """One model's task, run through the CLI entry point in the worker (picklable)."""
+
+    def __init__(self, task, common_args, out_dir):
+        self.task, self.common_args, self.out_dir = task, list(common_args), out_dir
+
+    def __call__(self, job) -> dict:
+        import contextlib
+        import io
+        from debugkit.cli.main import main
+        name = os.path.splitext(os.path.basename(job["path"]))[0]
+        d = os.path.join(self.out_dir, name)
+        os.makedirs(d, exist_ok=True)
+        if self.task == "run":
+            argv = ["run", job["path"], *self.common_args, *job["args"], "--json", os.path.join(d, "run.json")]
+        else:
+            argv = ["debug", "precision", job["path"], *self.common_args, *job["args"],
+                    "-o", os.path.join(d, "precision.json")]
+        out, err = io.StringIO(), io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = main(argv)
+            except SystemExit as e:   # argparse errors
+                rc = int(e.code or 0)
+        res = {"model": name, "path": job["path"], "rc": rc, "seconds": round(time.perf_counter() - t0, 1),
+               "dir": d, "error": err.getvalue().strip().splitlines()[-1][:300] if rc not in (0, 1) and
+               err.getvalue().strip() else None}
+        with open(os.path.join(d, "log.txt"), "w") as f:
+            f.write(out.getvalue() + err.getvalue())
+        res.update(_task_summary(self.task, d))
+        return res
+
+
+def _task_summary(task, d) -> dict:
+    try:
+        if task == "run":
+            data = json.load(open(os.path.join(d, "run.json")))
+            outs = data.get("outputs", [])
+            worst = max((o["max_abs"] for o in outs if o.get("max_abs") is not None), default=None)
+            failed = [o["name"] for o in outs if o.get("status") == "FAILED"]
+            return {"status": "PASSED" if not failed else "FAILED", "max_abs": worst, "failed_outputs": failed}
+        data = json.load(open(os.path.join(d, "precision.json")))
+        return {"status": "FOUND", "kept": len(data["layer_precisions"]), "layers": data["layers"],
+                "probes": data["probes"], "report": data.get("report"),
+                "kept_layers": list(data["layer_precisions"])[:20]}
+    except (OSError, ValueError, KeyError):
+        return {"status": "ERROR"}
+
+
+def run(args) -> int:
+    from debugkit.debug.executor import make_executor
+    _search_args.apply_common(args)
+    jobs = _models(args)
+    import shlex
+    task_args = shlex.split(args.task_args)
+    os.makedirs(args.output_dir, exist_ok=True)
+    fn = SweepJob(args.task, task_args, os.path.abspath(args.output_dir))
+    t0 = time.perf_counter()
+    bar = _search_args.Progress(len(jobs), f"sweep {args.task}")
+    results = []
+    with make_executor(args.workers, args.ray) as ex:
+        for start in range(0, len(jobs), max(1, ex.workers)):
+            batch = jobs[start:start + max(1, ex.workers)]
+            for r in ex.map(fn, batch) if len(batch) > 1 or ex.workers > 1 else [fn(batch[0])]:
+                results.append(r)
+                bar({"result": r["status"]}, len(results))
+    bar.close()
+    summary = {"task": args.task, "task_args": task_args, "models": len(results),
+               "seconds": round(time.perf_counter() - t0, 1), "results": results}
+    with open(os.path.join(args.output_dir, "sweep.json"), "w") as f:
+        json.dump(summary, f, indent=1, default=str)
+    with open(os.path.join(args.output_dir, "sweep.html"), "w") as f:
+        f.write(_html(summary))
+    for line in _table(summary):
+        print(line)
+    print(f"wrote {os.path.join(args.output_dir, 'sweep.json')} and sweep.html")
+    return 0 if all(r["rc"] == 0 for r in results) else 1
+
+
+def _columns(task):
+    if task == "run":
+        return [("model", "model"), ("status", "status"), ("max_abs", "max abs"), ("seconds", "s"), ("error", "error")]
+    return [("model", "model"), ("status", "status"), ("kept", "kept"), ("layers", "of layers"),
+            ("probes", "probes"), ("seconds", "s"), ("error", "error")]
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return "" if v is None else str(v)
+
+
+def _table(summary):
+    cols = _columns(summary["task"])
+    rows = [[_fmt(r.get(k)) for k, _ in cols] for r in summary["results"]]
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, (_, h) in enumerate(cols)]
+    lines = ["  ".join(h.ljust(w) for (_, h), w in zip(cols, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    return lines
+
+
+def _html(summary):
+    cols = _columns(summary["task"])
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h in cols)
+    body = []
+    for r in summary["results"]:
+        cells = []
+        for k, _ in cols:
+            v = _fmt(r.get(k))
+            if k == "model" and r.get("report"):
+                v = f"<a href='{html.escape(os.path.relpath(r['report'], r['dir'] + '/..'))}'>{html.escape(v)}</a>"
+            else:
+                v = html.escape(v)
+            cells.append(f"<td>{v}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f"<!doctype html><meta charset='utf-8'><title>debugkit sweep {summary['task']}</title>"
+            "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}"
+            "tr:nth-child(even){background:#f4f4f4}</style>"
+            f"<h1>debugkit sweep: {summary['task']}</h1><p>{summary['models']} model(s), {summary['seconds']} s; "
+            f"options: <code>{html.escape(' '.join(summary['task_args']))}</code></p>"
+            f"<table><tr>{head}</tr>{''.join(body)}</table>")
