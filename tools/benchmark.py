@@ -1,7 +1,8 @@
 """trtexec-like benchmark: build an engine from ONNX, time inference, compare with ONNX Runtime in the same run.
 
-    python tools/benchmark.py MODEL.onnx [--shapes x:1x3x224x224,...] [--iterations 20] [--warmup 3]
+    python tools/benchmark.py MODEL.onnx [--shapes x:1x3x224x224 ...] [--iterations 20] [--warmup 3]
                               [--no-fusion] [--nhwc] [--compare-onnxrt]
+    python tools/benchmark.py MODEL.plan | MODEL.onnx --load-engine MODEL.plan [--compare-onnxrt]
     python tools/benchmark.py --all-corpus [--models-dir CACHE] [--iterations 10]   (exported models: DEBUGKIT_CORPUS)
 
 Contenders (ours, ours with fusion off, ONNX Runtime) are timed in interleaved rounds so that a noisy shared machine
@@ -168,9 +169,40 @@ def ort_session(path, feeds):
     return sess, f
 
 
-def bench_all(path, feeds, iterations, warmup, with_ort=True, with_off=True, fusion=True, nhwc=None):
-    """Build our engine (and the fusion-off engine), open ONNX Runtime, then time them interleaved."""
-    ctx, build_s, layers = build_engine(path, feeds, fusion=fusion, nhwc=nhwc)
+def load_plan_engine(plan_path):
+    """(context, engine) of a saved plan: no build, the plan's own tactics."""
+    from backends.engine import Runtime
+    with open(plan_path, "rb") as f:
+        engine = Runtime().deserialize_engine(f.read())
+    return engine.create_execution_context(), engine
+
+
+def plan_feed_spec(engine, shapes):
+    """Feeds for a plan: its inputs at the given shapes, else at their fixed shape or the profile's opt shape."""
+    from debugkit.cli._args import check_input_names
+    names = [t.name for t in engine.graph.inputs]
+    check_input_names(shapes, names, "--shapes")
+    profile = engine.profiles[0] if engine.profiles else None
+    spec = {}
+    for t in engine.graph.inputs:
+        shape = shapes.get(t.name)
+        if shape is None and profile is not None and profile.get_shape(t.name) is not None:
+            shape = list(profile.get_shape(t.name)[1])
+        if shape is None:
+            shape = [d if d >= 0 else 1 for d in (t.shape or [])]
+        spec[t.name] = {"shape": list(shape), "dtype": t.dtype or "float32"}
+    return spec
+
+
+def bench_all(path, feeds, iterations, warmup, with_ort=True, with_off=True, fusion=True, nhwc=None, plan=None):
+    """Build our engine (and the fusion-off engine), open ONNX Runtime, then time them interleaved.
+    plan: (context, engine) of a saved plan to time instead of building one (`path` is then the ONNX model for
+    ONNX Runtime, or None)."""
+    if plan is not None:
+        ctx, engine = plan
+        build_s, layers = None, len(engine.graph.nodes)
+    else:
+        ctx, build_s, layers = build_engine(path, feeds, fusion=fusion, nhwc=nhwc)
     fns = {"ours": lambda: ctx.execute(dict(feeds))}
     res = {"ours": {"build_s": build_s, "layers": layers, "outputs": ctx.execute(dict(feeds))}}
     if with_off:
@@ -194,7 +226,8 @@ def bench_all(path, feeds, iterations, warmup, with_ort=True, with_off=True, fus
 
 def report(name, ours, ort=None, off=None):
     lat = ours["latency_ms"]
-    line = (f"{name}: build {ours['build_s']:.2f} s, {ours['layers']} layers | latency ms min {lat['min']:.2f} "
+    built = "saved plan" if ours["build_s"] is None else f"build {ours['build_s']:.2f} s"
+    line = (f"{name}: {built}, {ours['layers']} layers | latency ms min {lat['min']:.2f} "
             f"median {lat['median']:.2f} mean {lat['mean']:.2f} p90 {lat['p90']:.2f} p99 {lat['p99']:.2f} | "
             f"throughput {ours['throughput_qps']:.1f} qps")
     if ort is not None:
@@ -233,7 +266,10 @@ def _main(argv=None):
     config.cli_defaults()   # engines built and run with process tuning on, as the CLI runs them
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  allow_abbrev=False)
-    ap.add_argument("model", nargs="?")
+    ap.add_argument("model", nargs="?", help="an ONNX model (built here) or a plan file (timed as saved)")
+    ap.add_argument("--load-engine", metavar="PLAN",
+                    help="time this saved plan; MODEL is the ONNX model it was built from (checked; for "
+                         "--compare-onnxrt)")
     ap.add_argument("--shapes", nargs="+", default=[], metavar="NAME:1x3x224x224|NAME:[1,3,224,224]",
                     help="input shapes (names must be model inputs)")
     ap.add_argument("--iterations", type=int, default=20)
@@ -276,9 +312,30 @@ def _main(argv=None):
     else:
         if not a.model:
             ap.error("give MODEL or --all-corpus")
-        feeds = make_feeds(model_feed_spec(a.model, parse_shapes(a.shapes)))
-        r = bench_all(a.model, feeds, a.iterations, a.warmup, with_ort=a.compare_onnxrt, with_off=False,
-                      fusion=not a.no_fusion, nhwc=a.nhwc or None)
+        from backends.runners.engine import is_plan
+        from native.errors import InputFileError, UsageError
+        for p in (a.model, a.load_engine):
+            if p and not os.path.isfile(p):
+                raise InputFileError(f"file not found: {p}")
+        plan_path = a.load_engine or (a.model if is_plan(a.model) else None)
+        onnx_path = None if is_plan(a.model) else a.model
+        plan = None
+        if plan_path:
+            if a.no_fusion or a.nhwc:
+                raise UsageError("--no-fusion/--nhwc are build options; a saved plan is timed as it was built")
+            if a.compare_onnxrt and not onnx_path:
+                raise UsageError(f"--compare-onnxrt with a plan needs its ONNX model: benchmark.py MODEL.onnx "
+                                 f"--load-engine {plan_path} --compare-onnxrt")
+            plan = load_plan_engine(plan_path)
+            if onnx_path:   # the plan must have been built from this model
+                from backends.runners import load_onnx
+                from debugkit.cli.run import check_plan_source
+                check_plan_source(plan[1], load_onnx(onnx_path), plan_path, onnx_path)
+            feeds = make_feeds(plan_feed_spec(plan[1], parse_shapes(a.shapes)))
+        else:
+            feeds = make_feeds(model_feed_spec(a.model, parse_shapes(a.shapes)))
+        r = bench_all(onnx_path, feeds, a.iterations, a.warmup, with_ort=a.compare_onnxrt, with_off=False,
+                      fusion=not a.no_fusion, nhwc=a.nhwc or None, plan=plan)
         ours, ort = r["ours"], r.get("ort")
         report(os.path.basename(a.model), ours, ort)
         results[a.model] = {"ours": ours["latency_ms"], "build_s": ours["build_s"]}

@@ -197,6 +197,13 @@ def apply_common_args(args):
         progress.set_quiet(True)
 
 
+def echo_to_log_file(text: str) -> None:
+    """Also put a line the CLI prints itself (the final error) into --log-file, if one is open."""
+    from native.logger import G_LOGGER
+    if isinstance(G_LOGGER.stream, _Tee):
+        G_LOGGER.stream.f.write(text + "\n")
+
+
 def reset_common_args():
     """Undo every apply_common_args (log level, formatter, log file, colour, quiet progress bars)."""
     from debugkit import report

@@ -140,7 +140,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     verbose = getattr(args, "verbose", 0)
-    from debugkit.cli._args import apply_common_args, reset_common_args
+    from debugkit.cli._args import apply_common_args, echo_to_log_file, reset_common_args
     try:
         apply_common_args(args)
         return int(args.func(args) or 0)
@@ -149,6 +149,7 @@ def main(argv=None) -> int:
             raise
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"debugkit {args.subtool}: error: {first}", file=sys.stderr)
+        echo_to_log_file(f"debugkit {args.subtool}: error: {first}")
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

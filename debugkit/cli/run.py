@@ -192,7 +192,7 @@ def _run(args) -> int:
                 r.activate()
             for r in live:
                 if args.load_engine and isinstance(r, EngineRunner):
-                    provenance["plan"] = _check_plan_source(r, model, args.load_engine, args.model)
+                    provenance["plan"] = check_plan_source(r.engine, model, args.load_engine, args.model)
             metadata = live[0].input_metadata() if live else (onnx_input_metadata(model) if model is not None else {})
             known = set(live[0].output_names()) if live else set()
             if model is not None:
@@ -298,12 +298,12 @@ def _timing_line(name, t) -> str:
     return f"{name:16s} | {t['inferences']} inference(s), median {t['median_ms']:.2f} ms, min {t['min_ms']:.2f} ms | {how}"
 
 
-def _check_plan_source(runner, model, plan_path, model_path) -> dict:
-    """A plan compared beside its model must have been built from it: the plan header records the source model's
-    sha256 (of its canonical serialisation). Another model's plan is bad input (exit 2)."""
+def check_plan_source(engine, model, plan_path, model_path) -> dict:
+    """A plan used beside its model must have been built from it: the plan header records the source model's
+    sha256 (of its canonical serialisation). Another model's plan is bad input (PlanError, exit 2)."""
     from backends.engine.build import source_model_record
     from native.errors import PlanError
-    recorded = (getattr(runner.engine.graph, "meta", None) or {}).get("source_model")
+    recorded = (getattr(engine.graph, "meta", None) or {}).get("source_model")
     here = source_model_record(model)
     if not recorded:
         G_LOGGER.warning(f"{plan_path} does not record the model it was built from (built by an older debugkit or "

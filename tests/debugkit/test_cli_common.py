@@ -65,8 +65,15 @@ def test_log_file_quiet_and_reset(cli, tmp_path):
     text = log.read_text()
     assert "[I]" in text and "\x1b[" not in text
     assert (G_LOGGER.min_severity, G_LOGGER.stream, G_LOGGER.formatter) == before   # nothing leaks to later commands
-    code, _, err = cli("run", EXAMPLE, "--engine", "--onnxrt", "--input-shapes", "x:[1,4]", "-q")
-    assert "[W]" not in err
+    code, _, err = cli("run", EXAMPLE, "--onnxrt", "--input-shapes", "nope:[1,8]", "--log-file", log)
+    assert code == 2 and "debugkit run: error: --input-shapes names unknown input(s) ['nope']" in log.read_text()
+
+
+def test_quiet_hides_warnings(cli, chain):
+    code, _, err = cli("run", chain, "--onnxrt")          # dynamic input: a warning says dims default to 1
+    assert code == 0 and "[W] input 'x' has dynamic shape" in err
+    code, _, err = cli("run", chain, "--onnxrt", "-q")
+    assert code == 0 and "[W]" not in err
 
 
 def test_quiet_silences_progress_bars(cli, monkeypatch):
