@@ -84,6 +84,35 @@ class Device:
     def available(self) -> bool:
         return True
 
+    def prepare(self, tactic, op) -> dict:
+        """Pre-pack the op's weights for `tactic` at build time (in the op's precision)."""
+        return tactic.prepare(op)
+
+    # Which precision a layer runs in. The one place that decides it: the builder's precision pass asks here.
+    PRECISION_LADDER = ("int8", "fp8", "float16", "bfloat16", "float32")
+
+    def choose_precision(self, kind: str, implemented, enabled) -> str:
+        """The precision a layer of `kind` runs in, given the precisions its tactics implement and those the
+        builder flags enable (a constraint, when there is one, is applied by the caller).
+
+        The rule (a model of a GPU builder's choice, which a device that can time precisions replaces): every
+        layer that has an implementation in an enabled reduced precision runs in the lowest such precision of
+        int8 < fp8 < float16 < bfloat16; a layer with none runs in the next precision up, float32 at the top.
+        """
+        for p in self.PRECISION_LADDER:
+            if p in implemented and (p in enabled or p == "float32"):
+                return p
+        return "float32"
+
+    def data_inputs(self, kind: str, n_inputs: int):
+        """Indices of the inputs of a `kind` layer that carry float data in its compute precision (the others are
+        shapes, indices or parameters that keep their type)."""
+        return range(n_inputs)
+
+    def fp32_only_reason(self, kind: str) -> str:
+        """Why layers of `kind` have no reduced-precision implementation on this device (for the verbose log)."""
+        return f"no reduced-precision implementation on device '{self.name}'"
+
     def fingerprint(self) -> dict:
         return {"device": self.name, "machine": platform.machine()}
 

@@ -47,8 +47,10 @@ class Op:
     params: dict
     weights: dict = field(default_factory=dict)
     subgraphs: dict = field(default_factory=dict)  # name -> callable(list_of_inputs) -> list_of_outputs
-    precision: str = "float32"
+    precision: str = "float32"  # what the layer computes in: float32 | float16 | bfloat16 | fp8 | int8
     format: str = "linear"
+    output_types: tuple = ()    # storage type per output where the precision pass set one (None: as computed)
+    math: str = ""              # "tf32": a float32 conv/matmul whose GEMM operands are rounded to TF32
 
 
 class Tactic:
@@ -196,6 +198,11 @@ def tactic_by_id(kind: str, tactic_id: int, device: str = "cpu") -> Tactic:
             return tactic
     raise BuildError(f"no tactic with id {tactic_id} for layer kind '{kind}' on device '{device}'; "
                      f"known: {[(t.name, t.id) for t in tactics_for(kind, device)]}")
+
+
+def registered_tactics(device: str = "cpu") -> list[Tactic]:
+    """Every tactic registered for a device so far (without loading its kernels)."""
+    return [t for (d, _), bucket in _REGISTRY.items() if d == device for t in bucket]
 
 
 def registered_kinds(device: str = "cpu") -> list[str]:

@@ -19,6 +19,7 @@ class DataType(enum.Enum):
     UINT64 = "uint64"
     DOUBLE = "float64"
     BFLOAT16 = "bfloat16"
+    FP8 = "float8_e4m3fn"   # E4M3, saturating (TensorRT's kFP8)
     STRING = "object"
 
     @property
@@ -26,6 +27,9 @@ class DataType(enum.Enum):
         if self is DataType.BFLOAT16:
             import ml_dtypes
             return np.dtype(ml_dtypes.bfloat16)
+        if self is DataType.FP8:
+            import ml_dtypes
+            return np.dtype(ml_dtypes.float8_e4m3fn)
         return np.dtype(self.value)
 
     @property
@@ -37,6 +41,8 @@ class DataType(enum.Enum):
         dtype = np.dtype(dtype)
         if dtype.name == "bfloat16":
             return cls.BFLOAT16
+        if dtype.name == "float8_e4m3fn":
+            return cls.FP8
         if dtype.kind in "OUS":
             return cls.STRING
         return cls(dtype.name)
@@ -49,6 +55,8 @@ class DataType(enum.Enum):
 
 float32 = DataType.FLOAT
 float16 = DataType.HALF
+bfloat16 = DataType.BFLOAT16
+fp8 = DataType.FP8
 int8 = DataType.INT8
 int32 = DataType.INT32
 int64 = DataType.INT64

@@ -64,7 +64,8 @@ def _graph_to_json(graph: Graph, blob: _BlobWriter) -> dict:
                       "source_nodes": n.source_nodes, "precision": n.precision, "tactic_id": n.tactic_id,
                       "tactic_name": n.tactic_name,
                       "meta": {k: v for k, v in n.meta.items() if k in ("input_shapes", "output_shapes", "timings_ms",
-                                                                      "fused_patterns", "layout", "folded_from")}})
+                                                                      "fused_patterns", "layout", "folded_from",
+                                                                      "output_types", "math")}})
     return {"name": graph.name, "inputs": [t.to_json() for t in graph.inputs],
             "outputs": [t.to_json() for t in graph.outputs], "aliases": graph.aliases, "nodes": nodes,
             "meta": getattr(graph, "meta", {})}

@@ -238,9 +238,23 @@ def add_data_loader_args(parser):
 
 def add_build_args(parser):
     g = parser.add_argument_group("engine build")
-    g.add_argument("--fp16", action="store_true", help="allow FP16 kernels (default: FP32 only)")
-    g.add_argument("--int8", action="store_true", help="allow INT8 kernels")
-    g.add_argument("--no-tf32", action="store_true", help="disallow TF32 (on by default, as in TensorRT)")
+    g.add_argument("--fp16", action="store_true", help="allow FP16 layers (default: FP32 only)")
+    g.add_argument("--bf16", action="store_true", help="allow BF16 layers")
+    g.add_argument("--int8", action="store_true", help="allow INT8 layers")
+    g.add_argument("--fp8", action="store_true", help="allow FP8 (E4M3) conv/matmul, FP16 for the other layers")
+    g.add_argument("--tf32", dest="tf32", action="store_true", default=False,
+                   help="round conv/matmul operands to TF32 as tensor cores do (off by default, as in Polygraphy, "
+                        "so that an FP32 build compares as FP32)")
+    g.add_argument("--no-tf32", dest="tf32", action="store_false", help="FP32 conv/matmul without TF32 (default)")
+    g.add_argument("--precision-constraints", choices=["none", "prefer", "obey"], default=None,
+                   help="how layer precision constraints bind: obey (an impossible one is an error), prefer (a "
+                        "warning), none (honoured only where not slower); default prefer when --layer-precisions "
+                        "or --layer-output-types is given, else none")
+    g.add_argument("--layer-precisions", nargs="+", default=[], metavar="NAME:PREC[,...]|FILE.json",
+                   help="per-layer compute precision, e.g. '*:fp16,/conv1/Conv:fp32' (layer or ONNX node names, "
+                        "wildcards; left to right, later wins; fp32|fp16|bf16|int8|fp8), or a JSON file")
+    g.add_argument("--layer-output-types", nargs="+", default=[], metavar="NAME:TYPE[+TYPE][,...]|FILE.json",
+                   help="per-layer output storage types, e.g. '*:fp16,head:fp32' ('+' separates outputs)")
     g.add_argument("--disable-fusion", action="store_true", help="keep every layer as parsed")
     g.add_argument("--device", default="cpu", choices=["cpu", "cuda", "dla"], help="device to build for")
     g.add_argument("--ignore-fingerprint", action=_IgnoreFingerprint, nargs=0,
@@ -264,10 +278,9 @@ class _IgnoreFingerprint(argparse.Action):
 
 def build_flags(args) -> list[str]:
     flags = []
-    if args.fp16:
-        flags.append("fp16")
-    if args.int8:
-        flags.append("int8")
+    for name in ("fp16", "bf16", "int8", "fp8", "tf32"):
+        if getattr(args, name, False):
+            flags.append(name)
     if args.disable_fusion:
         flags.append("disable_fusion")
     return flags
@@ -275,11 +288,19 @@ def build_flags(args) -> list[str]:
 
 def build_config_from_args(args):
     from backends.engine.builder import BuilderConfig, BuilderFlag
+    from backends.engine.builder.precision_spec import parse_layer_output_types, parse_layer_precisions
     config = BuilderConfig()
-    if args.no_tf32:
-        config.clear_flag(BuilderFlag.TF32)
     for f in build_flags(args):
         config.set_flag(BuilderFlag(f))
+    config.layer_precisions = parse_layer_precisions(getattr(args, "layer_precisions", None))
+    config.layer_output_types = parse_layer_output_types(getattr(args, "layer_output_types", None))
+    mode = getattr(args, "precision_constraints", None)
+    if mode is None and (config.layer_precisions or config.layer_output_types):
+        mode = "prefer"
+    if mode == "prefer":
+        config.set_flag(BuilderFlag.PREFER_PRECISION_CONSTRAINTS)
+    elif mode == "obey":
+        config.set_flag(BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
     from debugkit.cli.tactic_args import apply_tactic_args
     from debugkit.cli.inspect_capability import apply_dla_args
     from debugkit.cli.calibration_args import apply_calibration_args

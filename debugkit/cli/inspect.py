@@ -80,8 +80,11 @@ def _model(args) -> int:
             timing = ""
             if layer.get("Timings_ms"):
                 timing = " | timed: " + ", ".join(f"{k} {v:.3f} ms" for k, v in layer["Timings_ms"].items())
+            types = [t for t in (layer.get("OutputTypes") or []) if t]
+            stored = f" out={'+'.join(types)}" if types and set(types) != {layer["Precision"]} else ""
+            math = f" math={layer['Math']}" if layer.get("Math") else ""
             print(f"  Layer {i} | {layer['Fused']} [{layer['LayerType']}] tactic={layer['TacticName']} "
-                  f"precision={layer['Precision']}{shapes}{timing}")
+                  f"precision={layer['Precision']}{math}{stored}{shapes}{timing}")
         return 0
     from backends.runners import load_onnx
     model = load_onnx(args.path)

@@ -6,7 +6,8 @@ import types
 
 import numpy as np
 
-from native.device import Device, call_tactic
+from native.cpu import precision
+from native.device import Device
 from native.errors import UsageError
 
 
@@ -34,7 +35,17 @@ class CpuDevice(Device):
         return buffer
 
     def run(self, tactic, op, inputs, outputs=None, workspace=None, stream=None):
-        return call_tactic(tactic, op, inputs, outputs, workspace, stream)
+        """Run a tactic; a reduced-precision op through native/cpu/precision.py's emulation of GPU numerics."""
+        return precision.run(tactic, op, inputs, outputs, workspace, stream)
+
+    def prepare(self, tactic, op) -> dict:
+        return precision.prepare(tactic, op)
+
+    def data_inputs(self, kind: str, n_inputs: int):
+        return precision.data_inputs(kind, n_inputs)
+
+    def fp32_only_reason(self, kind: str) -> str:
+        return precision.fp32_only_reason(kind)
 
     def bind(self, tactic):
         short = getattr(type(tactic), "_short_run", None)

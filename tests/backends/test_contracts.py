@@ -93,8 +93,8 @@ def test_fused_params_only_go_to_tactics_that_honour_them():
     assert "post_ops" in unsupported_reason(Plain(), op, [[2, 2]])
     blas = next(t for t in tactics_for("MatrixMultiply") if t.name == "blas")
     assert unsupported_reason(blas, op, [[2, 2]]) is None
-    op.precision = "float16"   # blas computes FP16 operands in FP32: it must not claim float16
-    assert "float16" in unsupported_reason(blas, op, [[2, 2]])
+    op.precision = "int8"   # blas has no INT8 kernel: it must not claim int8 (FP16 it runs with FP16 numerics)
+    assert "int8" in unsupported_reason(blas, op, [[2, 2]])
 
 
 def test_unknown_tactic_source_is_an_error_and_kinds_without_named_tactics_keep_theirs(log):

@@ -81,6 +81,10 @@ class Builder:
             get_device(device).tune_process()
         graph = lower(network)
         self._check_profiles(graph, config)
+        if config.layer_precisions or config.layer_output_types:
+            from backends.engine.builder.precision_spec import apply_precision_spec
+            n = apply_precision_spec(graph, config)
+            self.logger.verbose(f"precision constraints by name: {n} layers constrained")
         if config.get_flag(BuilderFlag.INT8):  # explicit quantization: the Q/DQ weights' scales, before folding
             from backends.engine.builder.passes import int8 as int8_pass   # turns them into float weights
             int8_pass.record_qdq_weights(graph)

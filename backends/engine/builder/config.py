@@ -10,8 +10,10 @@ from native.errors import PlanError, ShapeError, UsageError
 
 class BuilderFlag(enum.Enum):
     FP16 = "fp16"
+    BF16 = "bf16"
     INT8 = "int8"
     TF32 = "tf32"
+    FP8 = "fp8"            # E4M3 for conv/matmul, FP16 (its companion) for every other layer
     REFIT = "refit"
     SPARSE_WEIGHTS = "sparse_weights"
     GPU_FALLBACK = "gpu_fallback"
@@ -142,7 +144,9 @@ class AlgorithmSelector:
 
 class BuilderConfig(DeviceTypeMixin):
     def __init__(self):
-        self.flags: set[BuilderFlag] = {BuilderFlag.TF32}
+        # TF32 is opt-in here (TensorRT sets it by default on tensor-core GPUs): with it, FP32 conv/matmul differ
+        # from the framework by ~1e-3, and an FP32 build should compare as FP32 (Polygraphy's default too)
+        self.flags: set[BuilderFlag] = set()
         self.profiles: list[OptimizationProfile] = []
         self.memory_pool_limits: dict[MemoryPoolType, int] = {}
         self._profiling_verbosity = ProfilingVerbosity.DETAILED
@@ -155,6 +159,9 @@ class BuilderConfig(DeviceTypeMixin):
         self.default_device_type = DeviceType.GPU
         self.tactic_sources: set | None = None   # tactic names allowed; None means all
         self.builder_optimization_level = 3
+        # per-layer constraints by name, applied after lowering (builder/precision_spec.py): [(pattern, value)]
+        self.layer_precisions: list = []
+        self.layer_output_types: list = []
 
     @property
     def profiling_verbosity(self) -> ProfilingVerbosity:
@@ -219,4 +226,6 @@ class BuilderConfig(DeviceTypeMixin):
                 "profiling_verbosity": self.profiling_verbosity.value,
                 "avg_timing_iterations": self.avg_timing_iterations, "device": self.device,
                 "tactic_sources": sorted(self.tactic_sources) if self.tactic_sources is not None else None,
+                "layer_precisions": [list(p) for p in self.layer_precisions],
+                "layer_output_types": [[k, list(v)] for k, v in self.layer_output_types],
                 **({"dla": self.device_types_json()} if self.uses_dla() else {})}

@@ -35,7 +35,7 @@ def time_candidates(node, candidates, inputs, iterations, device=None) -> dict:
     for t in candidates:
         try:
             prepared = node_op(node)
-            prepared.weights = t.prepare(prepared)
+            prepared.weights = dev.prepare(t, prepared)  # weights in the layer's precision, then packed
             ws = _workspace(dev, t, prepared, inputs)
             dev.run(t, prepared, inputs, None, ws)  # warm up
             live.append((t, prepared, ws))
@@ -187,7 +187,7 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
             node.meta["timings_ms"] = {t.name: round(timings[t.id], 4) for t in cands if t.id in timings}
             G_LOGGER.verbose(f"layer '{node.name}': tactic {chosen.name} from "
                              + ", ".join(f"{k}={v:.3f}ms" for k, v in node.meta["timings_ms"].items()))
-        node.weights = chosen.prepare(node_op(node))
+        node.weights = get_device(device).prepare(chosen, node_op(node))
         reports.append((context, algorithm(chosen, node_op(node), context, timings.get(chosen.id))))
         for sub in node.subgraphs.values():
             reports += select_tactics(sub, None, config, getattr(chosen, "subgraph_device", device), said)

@@ -34,7 +34,10 @@ def default_tactic(node, device="cpu"):
 
 
 def node_op(node) -> Op:
-    return Op(node.kind, node.name, node.params, node.weights, {}, node.precision, node_format(node))
+    meta = getattr(node, "meta", None) or {}
+    types = meta.get("output_types")
+    return Op(node.kind, node.name, node.params, node.weights, {}, node.precision, node_format(node),
+              output_types=tuple(types) if isinstance(types, list) else (), math=meta.get("math", ""))
 
 
 class Skipped(Exception):

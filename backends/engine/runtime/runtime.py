@@ -208,6 +208,14 @@ class ExecutionContext:
         return self.execute(feeds)
 
 
+def output_types(node) -> list:
+    """The storage type of each output as the layer writes it (None where it is not a float tensor of the
+    network's float32 data, e.g. shapes and indices)."""
+    types = node.meta.get("output_types") or []
+    return [types[i] if i < len(types) and types[i] else ("float32" if node.precision == "float32" else None)
+            for i in range(len(node.outputs))]
+
+
 class EngineInspector:
     """Per-layer information as JSON: name, fused source names, kind, tactic, precision, shapes."""
 
@@ -223,6 +231,7 @@ class EngineInspector:
                 "InputShapes": n.meta.get("input_shapes"), "OutputShapes": n.meta.get("output_shapes"),
                 "TacticName": n.tactic_name, "TacticValue": n.tactic_id, "Precision": n.precision,
                 "Format": node_format(n),
+                "Math": n.meta.get("math") or None, "OutputTypes": output_types(n),
                 "Timings_ms": n.meta.get("timings_ms"), "Params": n.params}
 
     def layers(self) -> list[dict]:

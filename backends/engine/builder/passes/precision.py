@@ -1,18 +1,279 @@
-"""Precision assignment: the compute precision each node runs in, from builder flags and layer constraints.
+"""Precision assignment: which precision every layer computes in, what every tensor is stored as, and the explicit
+Reformat layers wherever a producer and a consumer disagree.
 
-Reduced-precision tactics (FP16, INT8) are not implemented on any device yet, so FP16/INT8 flags currently leave
-every layer in FP32 — which TensorRT's semantics allow ("the builder may still choose FP32") — and the builder says
-so out loud rather than letting a user believe an FP16 engine was built.
+1. Compute precision per layer. The enabled precisions come from the builder flags (FP16, BF16, FP8 with FP16 as
+   its companion, INT8); the precisions a layer can run in are those its tactics declare. Without a constraint the
+   device decides (`Device.choose_precision`, the one place that holds the rule: the lowest enabled precision the
+   layer implements, else the next one up). A constraint (`layer.precision`, `--layer-precisions`) is obeyed under
+   OBEY_PRECISION_CONSTRAINTS (an impossible one is a build error naming the layer), followed where possible under
+   PREFER (a warning where not), and without either flag honoured only where the device would not choose a faster
+   (lower) precision, as TensorRT does; a warning names the layer otherwise.
+2. Storage per float tensor: what its producer computes in (FP16 and FP8 layers write float16, BF16 layers
+   bfloat16), unless `layer.set_output_type(i, t)` says otherwise. Constants take the type their consumers read.
+   Network outputs keep the type the network declares (float32 unless `tensor.dtype` was set), tensors read by
+   a loop or conditional body stay float32.
+3. Reformat layers convert a tensor where a reader expects another storage type (network inputs into FP16 layers,
+   FP16 layers into FP32-only ones, the last layers into FP32 network outputs). They are ordinary layers: the
+   inspector lists them and the plan stores them.
+
+TF32 is not a storage type: with the TF32 flag, FP32 conv/matmul layers round their GEMM operands to TF32
+(`node.meta["math"] = "tf32"`); everything else stays exact FP32.
 """
+from __future__ import annotations
+
 from backends.engine.builder.config import BuilderFlag
+from backends.engine.engine_graph import Node
+from native.errors import BuildError
+
+# precision names (what a layer computes in) <-> DataType values (what the API spells)
+PRECISION_OF_DTYPE = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int8": "int8",
+                      "float8_e4m3fn": "fp8"}
+REDUCED = ("float16", "bfloat16", "fp8", "int8")
+# what a layer of each precision stores its float outputs as, and expects its float inputs in
+# (INT8 layers read and write float32 arrays holding dequantized values: native/cpu/kernels/conv_int8.py)
+STORAGE_OF = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "fp8": "float16", "int8": "float32"}
+# layer kinds whose GEMM operands the TF32 flag rounds
+TF32_KINDS = ("Convolution", "ConvolutionNHWC", "Deconvolution", "MatrixMultiply", "Einsum")
+FLAG_NAMES = {"float16": "FP16 (--fp16)", "bfloat16": "BF16 (--bf16)", "fp8": "FP8 (--fp8)", "int8": "INT8 (--int8)"}
+
+def enabled_precisions(config) -> set:
+    out = set()
+    if config.get_flag(BuilderFlag.FP16):
+        out.add("float16")
+    if config.get_flag(BuilderFlag.BF16):
+        out.add("bfloat16")
+    if config.get_flag(BuilderFlag.FP8):
+        out |= {"fp8", "float16"}
+    if config.get_flag(BuilderFlag.INT8):
+        out.add("int8")
+    return out
+
+
+def constraint_mode(config) -> str:
+    if config.get_flag(BuilderFlag.OBEY_PRECISION_CONSTRAINTS):
+        return "obey"
+    if config.get_flag(BuilderFlag.PREFER_PRECISION_CONSTRAINTS):
+        return "prefer"
+    return "none"
+
+
+def _device(config):
+    from native.device import Device, get_device
+    try:
+        return get_device(config.device)
+    except Exception:
+        return Device()
+
+
+def _is_float32(dtype) -> bool:
+    return dtype in (None, "float32")
+
+
+def tensor_dtypes(graph) -> dict:
+    """The model's dtype of every tensor (ONNX shape inference; unknown ones follow the node's first input)."""
+    dt = {t.name: t.dtype for t in graph.inputs}
+    dt.update({k: v.dtype for k, v in graph.tensor_info.items() if v.dtype is not None})
+    for n in graph.nodes:
+        if n.kind == "Constant" and "value" in n.weights:
+            dt[n.outputs[0]] = n.weights["value"].dtype.name
+        first = next((dt.get(i) for i in n.inputs if i is not None), "float32")
+        for o in n.outputs:
+            if dt.get(o) is None:
+                dt[o] = first
+    # a network output the user declared FP16/BF16 (`tensor.dtype = DataType.HALF`) is computed as float32 data and
+    # stored in the declared type (step 4)
+    producers = graph.producers()
+    for out in graph.outputs:
+        p = producers.get(out.name)
+        if out.dtype in ("float16", "bfloat16") and p is not None and p.kind != "Cast" and any(
+                dt.get(i) == "float32" for i in p.inputs if i is not None):
+            dt[out.name] = "float32"
+    return dt
+
+
+def data_inputs(node, device) -> list:
+    """Indices of the node's inputs that carry float data in its compute precision."""
+    idx = device.data_inputs(node.kind, len(node.inputs))
+    return [i for i in idx if i < len(node.inputs) and node.inputs[i] is not None]
+
+
+def _implemented(node, device_name) -> set:
+    from native.tactics import tactics_for
+    out = set()
+    for t in tactics_for(node.kind, device_name):
+        out |= set(t.precisions or ("float32",))
+    return out
+
+
+def _describe(node) -> str:
+    src = f", ONNX node{'s' if len(node.source_nodes) > 1 else ''} {', '.join(node.source_nodes)}" \
+        if node.source_nodes and node.source_nodes != [node.name] else ""
+    return f"layer '{node.name}' ({node.kind}{src})"
+
+
+def choose(node, device, implemented, enabled, mode, logger) -> str:
+    """The layer's compute precision (see the module docstring, step 1)."""
+    enabled = enabled - {"int8"}          # INT8 needs scales: passes/int8.py decides it, before this pass
+    implemented = implemented - {"int8"}
+    choice = device.choose_precision(node.kind, implemented, enabled)
+    raw = node.meta.get("precision_constraint")
+    if raw is None:
+        if enabled and choice == "float32" and not (implemented & enabled):
+            logger.verbose(f"{_describe(node)} runs in float32: {device.fp32_only_reason(node.kind)}")
+        return choice
+    want = PRECISION_OF_DTYPE.get(raw, raw)
+    problem = None
+    if want == "int8":
+        problem = ("but INT8 needs a scale for its input and an INT8 implementation of this layer (calibration, "
+                   "tensor.set_dynamic_range or Q/DQ; see the INT8 sections of docs/PRECISION.md)")
+    elif want not in implemented:
+        problem = (f"has no {want} implementation on device '{device.name}' "
+                   f"({device.fp32_only_reason(node.kind)}); it can run in {'/'.join(sorted(implemented))}")
+    elif want != "float32" and want not in enabled:
+        problem = f"but {want} is not enabled: set the builder flag {FLAG_NAMES.get(want, want)}"
+    if problem:
+        msg = f"{_describe(node)} is constrained to {want} {problem}"
+        if mode == "obey":
+            raise BuildError(msg + " (OBEY_PRECISION_CONSTRAINTS)")
+        logger.warning(msg + f"; it runs in {choice}")
+        return choice
+    if mode == "none":
+        ladder = list(device.PRECISION_LADDER)
+        if ladder.index(want) > ladder.index(choice):
+            logger.warning(f"{_describe(node)}: precision constraint {want} ignored, {choice} is faster; set "
+                           f"PREFER_PRECISION_CONSTRAINTS or OBEY_PRECISION_CONSTRAINTS (--precision-constraints "
+                           f"prefer|obey) to apply it")
+            return choice
+    return want
+
+
+def _reformat_node(src, dst, from_type, to_type) -> Node:
+    return Node(name=f"Reformat {src} {from_type}->{to_type}", kind="Reformat", inputs=[src], outputs=[dst],
+                params={"from": from_type, "to": to_type}, precision=PRECISION_OF_DTYPE.get(to_type, to_type),
+                meta={"output_types": [to_type]})
 
 
 def assign_precision(graph, config, logger) -> int:
-    for node in graph.walk():
-        if node.precision != "int8":  # INT8 layers were chosen by passes/int8.py
-            node.precision = node.meta.get("precision_constraint") or "float32"
-    wanted = [f.name for f in (BuilderFlag.FP16,) if config.get_flag(f)]
-    if wanted:
-        logger.warning(f"{'/'.join(wanted)} requested, but device '{config.device}' has no reduced-precision "
-                       f"tactics yet: every layer runs in FP32")
-    return 0
+    """Set node.precision and storage types, insert Reformat layers; returns how many reformats were inserted."""
+    if getattr(config, "uses_dla", lambda: False)():
+        # a DLA build: the DLA pass (passes/dla.py) gives DLA layers their precision and reformats; the layers
+        # left on the host run in FP32
+        for node in graph.nodes:
+            node.precision = "float32"
+        return 0
+    device = _device(config)
+    enabled = enabled_precisions(config)
+    mode = constraint_mode(config)
+    tf32 = config.get_flag(BuilderFlag.TF32)
+    dtypes = tensor_dtypes(graph)
+    nodes = list(graph.nodes)
+    # 1. compute precision
+    for node in nodes:
+        node.meta.pop("math", None)
+        if node.precision == "int8":  # chosen by passes/int8.py, which knows the scales
+            continue
+        float_io = any(_is_float32(dtypes.get(node.inputs[i])) for i in data_inputs(node, device)) or any(
+            _is_float32(dtypes.get(o)) for o in node.outputs)
+        if node.kind == "Constant" or not float_io:
+            node.precision = "float32"
+            continue
+        node.precision = choose(node, device, _implemented(node, device.name), enabled, mode, logger)
+        if node.precision == "float32" and tf32 and node.kind in TF32_KINDS:
+            node.meta["math"] = "tf32"
+    # 2. storage of every float32-typed tensor: what its producer writes
+    storage = {t.name: (t.dtype or "float32") for t in graph.inputs}
+    subgraph_reads = set()
+    for node in nodes:
+        for sub in node.subgraphs.values():
+            subgraph_reads |= sub.outer_references()
+    for node in nodes:
+        if node.kind == "Constant":
+            continue
+        if isinstance(node.meta.get("output_types"), dict):  # layer.set_output_type(i, t), from lowering
+            node.meta["output_type_constraints"] = node.meta.pop("output_types")
+        explicit = node.meta.get("output_type_constraints") or {}
+        types = []
+        for i, o in enumerate(node.outputs):
+            if not _is_float32(dtypes.get(o)):
+                types.append(None)
+                continue
+            t = explicit.get(i, explicit.get(str(i)))
+            t = PRECISION_OF_DTYPE.get(t, t) if t is not None else STORAGE_OF.get(node.precision, "float32")
+            if o in subgraph_reads:
+                t = "float32"
+            storage[o] = t
+            types.append(t if t != "float32" or node.precision != "float32" else None)
+        node.meta["output_types"] = types if any(types) else None
+        if node.meta["output_types"] is None:
+            node.meta.pop("output_types")
+    # 3. what each reader expects; constants take their readers' type
+    consumers = graph.consumers()
+    expected = {}  # (node, input index) -> storage type
+
+    def wants(node, i):
+        name = node.inputs[i]
+        if not _is_float32(dtypes.get(name)) or i not in data_inputs(node, device):
+            return None
+        return STORAGE_OF.get(node.precision, "float32")
+
+    for node in nodes:
+        for i, name in enumerate(node.inputs):
+            if name is not None:
+                w = wants(node, i)
+                if w is not None:
+                    expected[(id(node), i)] = w
+    for node in nodes:
+        if node.kind != "Constant" or not _is_float32(dtypes.get(node.outputs[0])):
+            continue
+        name = node.outputs[0]
+        readers = {expected.get((id(c), i)) for c in consumers.get(name, []) for i, n in enumerate(c.inputs)
+                   if n == name}
+        readers.discard(None)
+        t = readers.pop() if len(readers) == 1 and name not in subgraph_reads else "float32"
+        storage[name] = t
+        if t != "float32":
+            from native.numerics import to_storage
+            node.weights = dict(node.weights, value=to_storage(node.weights["value"], t))
+            node.precision = PRECISION_OF_DTYPE[t]
+    # 4. reformats before readers that expect another type, and before network outputs
+    out_nodes, inserted, made = [], 0, {}
+    for node in nodes:
+        for i, name in enumerate(node.inputs):
+            want = expected.get((id(node), i))
+            have = storage.get(name)
+            if want is None or have is None or want == have:
+                continue
+            key = (name, want)
+            if key not in made:
+                made[key] = f"{name} ({want})"
+                out_nodes.append(_reformat_node(name, made[key], have, want))
+                inserted += 1
+            node.inputs[i] = made[key]
+        out_nodes.append(node)
+    graph.nodes = out_nodes
+    producers = graph.producers()
+    for out in graph.outputs:
+        have, want = storage.get(out.name), out.dtype or "float32"
+        if have is None or have == want or out.name not in producers:
+            continue
+        internal = f"{out.name} ({have})"
+        prod = producers[out.name]
+        prod.outputs = [internal if o == out.name else o for o in prod.outputs]
+        for n in graph.nodes:
+            n.inputs = [internal if x == out.name else x for x in n.inputs]
+        pos = graph.nodes.index(prod) + 1
+        graph.nodes.insert(pos, _reformat_node(internal, out.name, have, want))
+        inserted += 1
+    _log_summary(graph, enabled, inserted, logger)
+    return inserted
+
+
+def _log_summary(graph, enabled, inserted, logger):
+    if not enabled:
+        return
+    counts = {}
+    for n in graph.nodes:
+        if n.kind not in ("Reformat", "Constant"):
+            counts[n.precision] = counts.get(n.precision, 0) + 1
+    logger.info("precision: " + ", ".join(f"{v} layers in {k}" for k, v in sorted(counts.items()))
+                + f"; {inserted} reformat layers")
