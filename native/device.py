@@ -48,10 +48,11 @@ class Device:
         """Run one tactic; returns its output tensors."""
         return call_tactic(tactic, op, inputs, outputs, workspace, stream)
 
-    def bind(self, tactic):
+    def bind(self, tactic, op=None):
         """How the interpreter calls `tactic` here: (fn, full). full: `fn(op, inputs, outputs, workspace, stream)`;
         not full: `fn(op, inputs)` (a tactic that needs none of the three). Bound once per layer at load, so the
-        per-call path is as short as the device can make it; the default goes through `run`."""
+        per-call path is as short as the device can make it; the default goes through `run`. `op`, when given, is
+        the layer it is bound for (its precision may need another path)."""
         def call(op, inputs, outputs=None, workspace=None, stream=None):
             return self.run(tactic, op, inputs, outputs, workspace, stream)
         return call, True

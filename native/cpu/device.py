@@ -47,7 +47,11 @@ class CpuDevice(Device):
     def fp32_only_reason(self, kind: str) -> str:
         return precision.fp32_only_reason(kind)
 
-    def bind(self, tactic):
+    def bind(self, tactic, op=None):
+        if op is not None and precision.needs_adapter(op):  # a reduced-precision layer: emulate its numerics
+            def call(op, inputs, outputs=None, workspace=None, stream=None):
+                return precision.run(tactic, op, inputs, outputs, workspace, stream)
+            return call, True
         short = getattr(type(tactic), "_short_run", None)
         if short is not None and getattr(tactic.run, "_contract", False):
             return types.MethodType(short, tactic), False   # run(op, inputs): no adapter frame per call

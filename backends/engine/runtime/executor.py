@@ -134,13 +134,13 @@ class GraphExecutor:
                 dies = cache[key] = self.free_plan(keep)
         workspace = dev.allocate(self.workspace_bytes) if self.workspace_bytes else None
         if self._bound is not self.steps:   # bound once; again if a debug tool swapped the steps' tactics
-            self._calls, self._bound = [dev.bind(t) for _, t, _, _ in self.steps], self.steps
+            self._calls, self._bound = [dev.bind(t, op) for _, t, op, _ in self.steps], self.steps
         calls = self._calls
         for i, (node, tactic, op, subs) in enumerate(self.steps):
             fn, full = calls[i]
             if tactics is not None and node.name in tactics:
                 tactic = tactics[node.name]
-                fn, full = dev.bind(tactic)
+                fn, full = dev.bind(tactic, op)
             try:
                 args = [env[n] if n is not None else None for n in node.inputs]
                 if on_error is not None:
