@@ -273,3 +273,28 @@ def test_int8_dla_engine_vs_int8_gpu_rule_engine_differ_exactly_at_rounding_ties
     differ = away != even
     assert differ.any() and np.array_equal(y_dla != y_gpu, differ)
     assert np.array_equal(differ[0].any(axis=0), np.abs(x[0, 0]) == 0.5)   # +-0.5: even gives 0, away +-1
+
+
+def test_explicitly_quantized_network_is_rejected_by_the_dla():
+    from onnx import TensorProto, helper, numpy_helper
+
+    from backends.engine.build import parse_onnx
+    w = np.round(RNG.uniform(-100, 100, (8, 3, 3, 3))).astype(np.float32)
+    inits = [numpy_helper.from_array(np.float32(0.02), "s"), numpy_helper.from_array(np.int8(0), "z"),
+             numpy_helper.from_array(w, "w")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+             helper.make_node("Conv", ["xd", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    network, _ = parse_onnx(model.SerializeToString())
+    b = Builder()
+    cfg = b.create_builder_config()
+    cfg.set_flag(BuilderFlag.INT8)
+    cfg.set_flag(BuilderFlag.FP16)
+    cfg.default_device_type = DeviceType.DLA
+    q = next(layer for layer in network.layers if layer.kind == "Quantize")
+    assert not cfg.can_run_on_dla(q) and cfg.dla_reason(q).startswith("[general.qdq]")
+    with pytest.raises(BuildError, match=r"layer 'conv'.*\[general.qdq\] the network is explicitly quantized"):
+        b.build_serialized_network(network, cfg)

@@ -222,8 +222,9 @@ def pool_needs(loadable, shapes, profile, precision) -> dict:
             MemoryPoolType.DLA_GLOBAL_DRAM: weights}
 
 
-def plan_dla(graph, config, shapes: dict, ranges: dict | None = None) -> DlaPlan:
-    """Decide placement and loadables without changing the graph."""
+def plan_dla(graph, config, shapes: dict, ranges: dict | None = None, explicit_qdq: bool = False) -> DlaPlan:
+    """Decide placement and loadables without changing the graph. `explicit_qdq`: the network was quantized with
+    Q/DQ layers (the build has fused them away by now), which the DLA does not support."""
     ranges = ranges or {}
     ctx = rule_context(config)
     profile = ctx.profile
@@ -235,6 +236,9 @@ def plan_dla(graph, config, shapes: dict, ranges: dict | None = None) -> DlaPlan
         dev, explicit = requested_device(node, config)
         wanted = dev is DeviceType.DLA
         v = check(node_facts(graph, node, config, shapes, ranges, consumers, outputs), ctx)
+        if v.ok and explicit_qdq and node.kind != "Constant":
+            v = Verdict(False, "general.qdq", "[general.qdq] the network is explicitly quantized (Q/DQ layers); the "
+                                              "DLA supports no explicit quantization: calibrate or set dynamic ranges")
         if v.ok and dynamic and node.kind != "Constant":
             name, lo, hi = dynamic[0]
             v = Verdict(False, "general.dynamic", f"[general.dynamic] input '{name}' has a dynamic profile (min "
@@ -350,7 +354,10 @@ def check_plan(plan, config):
 def log_plan(plan, config, logger=G_LOGGER):
     n_dla = sum(1 for e in plan.layers if e["dla"] and e["node"].kind != "Constant")
     n_all = sum(1 for e in plan.layers if e["node"].kind != "Constant")
-    totals = {p: sum(ld.pools[p] for ld in plan.loadables) for p in POOLS}
+    limits = pool_limits(config, get_profile(config.dla_profile))
+    sram = MemoryPoolType.DLA_MANAGED_SRAM   # a cache: each loadable uses at most its limit
+    totals = {p: sum(min(ld.pools[p], limits[p]) if p is sram else ld.pools[p] for ld in plan.loadables)
+              for p in POOLS}
     logger.info(f"DLA ({config.dla_profile}, core {config.dla_core}): {n_dla} of {n_all} layers on DLA; "
                 f"{len(plan.loadables)} subnetwork candidates compiled to loadables; memory "
                 + ", ".join(f"{POOLS[p]} {totals[p] / 2**20:.2f} MiB" for p in POOLS))
@@ -390,7 +397,8 @@ def apply_dla(graph, config, shapes, ranges=None, network=None, logger=G_LOGGER)
     if unknown:
         logger.warning(f"device types were set for {unknown}, which name no layer or ONNX node of this network; "
                        f"layer names look like {sorted(known)[:3]}")
-    plan = plan_dla(graph, config, shapes, ranges)
+    qdq = network is not None and any(layer.kind in ("Quantize", "Dequantize") for layer in network.layers)
+    plan = plan_dla(graph, config, shapes, ranges, qdq)
     for e in plan.layers:   # what `inspect capability` reports per engine layer
         e["node"].meta["dla"] = {"dla": e["dla"], "rule": e["rule"], "reason": e["reason"], "notes": e["notes"]}
     log_plan(plan, config, logger)
