@@ -3,7 +3,10 @@
 The check is run's comparison of the low-precision engine (--fp16 / --int8 / --fp8, the candidate layers obeying
 --higher) against the FP32 reference (ONNX Runtime, or the fp64 oracle with --reference fp64), with run's input and
 comparison options. -o FILE.json gets {"layer_precisions": {...}, "probes": N, ...}, which `run` and `convert` take as
---layer-precisions FILE.json; beside it FILE_sensitivity.json/.svg (ranking), FILE.html (report) and the probe log.
+--layer-precisions FILE.json; beside it FILE_sensitivity.json/.svg (ranking), FILE.html (report) and the probe log. With
+`--check CMD ...` (last option) the command decides instead: `{model}` is the model and `{precisions}` a JSON file
+with the candidate's layer precisions, e.g. `--check debugkit run {model} --engine --onnxrt --fp16 --layer-precisions
+{precisions}`; exit 0 means the candidate passes.
 """
 from __future__ import annotations
 
@@ -43,6 +46,8 @@ def register(subparsers):
     add_compare_args(p)
     _search_args.add_search_args(p, "<output>_probes.jsonl")
     _search_args.add_common(p)
+    from debugkit.debug.checks import add_check_args
+    add_check_args(p)
     p.set_defaults(func=run)
 
 
@@ -53,7 +58,7 @@ def _stem(path):
 def run(args) -> int:
     from backends.runners import load_onnx, model_sha256
     from debugkit.debug import precision as P
-    from debugkit.debug.checks import CompareOptions, ReferenceFailedError
+    from debugkit.debug.checks import CompareOptions, ReferenceFailedError, command_check_from_args
     from debugkit.debug.executor import make_executor
     from debugkit.debug.probe_log import ProbeLog
     from debugkit.debug.reduce import Subgraphs, capture_values
@@ -66,6 +71,7 @@ def run(args) -> int:
         raise InputFileError(f"model file not found: {args.model}")
     if args.higher == "fp16" and args.low == "fp16":
         raise UsageError("--higher fp16 with --fp16 keeps nothing higher; use --higher fp32")
+    command = command_check_from_args(args)
     options = CompareOptions.from_args(args)
     model = load_onnx(args.model)
     feeds = _search_args.generated_feeds(args, model)
@@ -88,9 +94,9 @@ def run(args) -> int:
     log_path = args.log.replace("<output>", _stem(args.output))
     meta = {"search": "precision", "model_sha256": model_sha256(args.model), "low": args.low, "higher": args.higher,
             "mode": args.mode, "direction": args.direction, "reference": args.reference, "seed": args.seed,
-            "compare": repr(options)}
+            "compare": " ".join(command.argv) if command else repr(options)}
     log = ProbeLog(log_path, meta, resume=args.resume)
-    probe_fn = P.PrecisionProbe(args.model, feeds, reference, options, args.low, args.higher)
+    probe_fn = P.PrecisionProbe(args.model, feeds, reference, command or options, args.low, args.higher)
     t0 = time.perf_counter()
     bound = P.build_bound(len(layers))
     bar = _search_args.Progress(bound, f"precision ({args.mode})")
@@ -164,7 +170,12 @@ def run(args) -> int:
 def _ranking(P, sub, layers, probe_fn, args, ex, workdir):
     """One layerwise low-precision run + one run per layer alone (independent: on the executor)."""
     G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
-    low_values = probe_fn.engine_outputs([], taps="all")
+    try:
+        low_values = probe_fn.engine_outputs([], taps="all")
+    except Exception as e:   # a low-precision build that cannot run layerwise still ranks by the alone errors
+        G_LOGGER.warning(f"layerwise {args.low} run failed ({str(e).splitlines()[0][:120]}); ranking by each "
+                         f"layer alone")
+        low_values = {}
     alone_fn = P.LayerAloneProbe(workdir, args.low, subgraphs=sub)
     if type(ex).__name__ != "InlineExecutor":
         alone_fn.save_state(sub)

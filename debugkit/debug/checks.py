@@ -42,15 +42,20 @@ class CommandCheck:
         if shutil.which(exe) is None and not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
             raise CheckCommandError(f"--check command '{exe}' not found (not on PATH and not an executable file)")
 
-    def command(self, model_path, inputs_path=None) -> list:
-        argv = [a.replace("{model}", str(model_path)).replace("{inputs}", str(inputs_path or ""))
-                for a in self.argv]
+    def command(self, model_path, inputs_path=None, extra=None) -> list:
+        subs = {"{model}": str(model_path), "{inputs}": str(inputs_path or "")}
+        subs.update({"{" + k + "}": str(v) for k, v in (extra or {}).items()})
+        argv = []
+        for a in self.argv:
+            for k, v in subs.items():
+                a = a.replace(k, v)
+            argv.append(a)
         if not any("{model}" in a for a in self.argv):
             argv.append(str(model_path))
         return argv
 
-    def __call__(self, model_path, inputs_path=None) -> dict:
-        argv = self.command(model_path, inputs_path)
+    def __call__(self, model_path, inputs_path=None, extra=None) -> dict:
+        argv = self.command(model_path, inputs_path, extra)
         try:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout)
         except FileNotFoundError:
@@ -65,7 +70,7 @@ class CommandCheck:
         else:
             fails = p.returncode != 0
         tail = out.strip().splitlines()[-1][:200] if out.strip() else ""
-        return {"fails": bool(fails), "rc": p.returncode, "reason": tail}
+        return {"fails": bool(fails), "rc": p.returncode, "reason": tail, "seconds_check": None}
 
 
 @dataclass

@@ -84,7 +84,10 @@ class PrecisionProbe:
             return r.infer(self.feeds, taps=taps)
 
     def __call__(self, layers) -> dict:
+        from debugkit.debug.checks import CommandCheck
         from native.errors import DebugkitError
+        if isinstance(self.options, CommandCheck):
+            return self._command(list(layers))
         try:
             out = self.engine_outputs(list(layers))
         except DebugkitError as e:
@@ -93,6 +96,22 @@ class PrecisionProbe:
         metrics = {k: {m: v for m, v in r.items() if m != "passed" and v is not None}
                    for k, r in res.get("outputs", {}).items()}
         return {"hit": not res["fails"], "reason": res["reason"], "outputs": metrics}
+
+
+    def _command(self, layers) -> dict:
+        """--check CMD: {precisions} is a JSON file with these layers' precisions; the check passing is a hit."""
+        import hashlib
+        import json
+        import tempfile
+        tag = hashlib.sha1("\n".join(sorted(layers)).encode()).hexdigest()[:12]
+        path = os.path.join(tempfile.gettempdir(), f"debugkit_precisions_{os.getpid()}_{tag}.json")
+        with open(path, "w") as f:
+            json.dump({"layer_precisions": {n: self.higher for n in layers}}, f)
+        try:
+            res = self.options(self.model_path, None, {"precisions": path})
+        finally:
+            os.remove(path)
+        return {"hit": not res["fails"], "reason": res.get("reason", ""), "rc": res.get("rc")}
 
 
 class LayerAloneProbe(ReduceProbe):

@@ -126,3 +126,17 @@ def test_a_model_that_fails_even_in_fp32_is_a_clear_error(tmp_path, capsys):
     rc, _ = _search(tmp_path, str(path), "--rtol", "0", "--atol", "0", "--compare", "cosine",
                     "--cosine-threshold", "1.5")
     assert rc == 2 and "even with all" in capsys.readouterr().err
+
+
+def test_check_command_decides_and_a_missing_one_is_an_error(tmp_path, planted, capsys):
+    import sys
+    model, must = planted
+    rc, _ = _search(tmp_path, model, "--check", "no-such-command-xyz", "{model}")
+    assert rc == 2 and "not found" in capsys.readouterr().err
+    script = tmp_path / "check.py"   # passes iff the precisions file keeps every planted layer in fp32
+    script.write_text("import json, sys\n"
+                      f"need = set({must!r})\n"
+                      "kept = set(json.load(open(sys.argv[2]))['layer_precisions'])\n"
+                      "sys.exit(0 if need <= kept else 1)\n")
+    rc, res = _search(tmp_path, model, "--check", sys.executable, str(script), "{model}", "{precisions}")
+    assert rc == 0 and sorted(res["layer_precisions"]) == must
