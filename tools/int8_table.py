@@ -130,9 +130,19 @@ def ort_quantize(src, dst_dir, tag, calib, method):
         if not os.path.exists(pre):
             try:
                 quant_pre_process(src, pre)
-            except Exception as e:   # the quantizer may still work on the raw model
-                note = f"quant_pre_process failed ({type(e).__name__}); quantized the model as is. "
-                pre = src
+            except Exception as e:   # ONNX Runtime's documented way out: skip its symbolic shape inference
+                note = f"quant_pre_process failed ('{str(e)[:80]}'); ran it with skip_symbolic_shape=True. "
+                try:
+                    quant_pre_process(src, pre, skip_symbolic_shape=True)
+                except Exception as e2:   # the quantizer may still work on the raw model
+                    note = (f"quant_pre_process failed ('{str(e)[:80]}', and with skip_symbolic_shape: "
+                            f"'{str(e2)[:80]}'); quantized the model as is. ")
+                    pre = src
+        elif os.path.exists(pre + ".note"):
+            note = open(pre + ".note").read()
+        if note and not os.path.exists(pre + ".note") and pre != src:
+            with open(pre + ".note", "w") as f:
+                f.write(note)
         return _quantize(pre, dst_dir, tag, calib, method), note
     finally:
         os.chdir(cwd)
@@ -194,12 +204,12 @@ def evaluate(name, classifier, args, manifest):
     fp32 = ort_session(src)
     names = [o.name for o in fp32.get_outputs()]
     ref = [fp32.run(None, f) for f in held]
-    row = {"model": name, "notes": []}
+    row = {"model": name, "notes": [], "setup": {"calib": args.calib, "held_out": args.held_out, "top1": args.top1}}
     for method, ours_algo in (("MinMax", "minmax"), ("Entropy", "entropy2")):
         t0 = time.time()
         try:
             qdq, note = ort_quantize(src, args.work, name, calib, method)
-            if note:
+            if note and note not in row["notes"]:
                 row["notes"].append(note)
             qs = ort_session(qdq)
             ort_runs = [qs.run(None, f) for f in held]
@@ -242,7 +252,9 @@ def ratio(ours, theirs):
 
 
 def table(rows, args):
-    lines = [f"Calibration: {args.calib} inputs, held-out: {args.held_out} inputs (disjoint seeds), top-1: {args.top1} "
+    setup = rows[0].get("setup", vars(args)) if rows else vars(args)
+    lines = [f"Calibration: {setup['calib']} inputs, held-out: {setup['held_out']} inputs (disjoint seeds), top-1: "
+             f"{setup['top1']} "
              f"inputs. Error = (1 - cosine, max abs) against ONNX Runtime FP32 on the held-out inputs, per output "
              f"(outputs separated by ' / '); ratio = the larger of ours/ORT over both metrics and all outputs "
              f"(acceptance: <= 1.25).", "",
@@ -294,17 +306,24 @@ def main(argv=None):
     ap.add_argument("--top1", type=int, default=200)
     ap.add_argument("--doc", help="write the table into this Markdown file between its int8-table markers")
     ap.add_argument("--json", help="also write the raw numbers here")
+    ap.add_argument("--render", nargs="+", default=[], metavar="JSON",
+                    help="no measuring: render the table from the --json files of earlier runs")
     args = ap.parse_args(argv)
     args.corpus, args.shipped, args.work = map(os.path.abspath, (args.corpus, args.shipped, args.work))
     from native.logger import G_LOGGER, Severity
     G_LOGGER.min_severity = Severity.ERROR   # the calibration's per-tensor warnings would drown the table
     os.makedirs(args.work, exist_ok=True)
     manifest = load_manifest(args.corpus)
-    rows = [evaluate(m, MODELS.get(m, False), args, manifest) for m in args.models]
+    rows = []
+    for path in args.render:
+        with open(path) as f:
+            rows += json.load(f)
+    for m in ([] if args.render else args.models):
+        rows.append(evaluate(m, MODELS.get(m, False), args, manifest))
+        if args.json:   # after every model: a long run that stops still leaves its finished rows
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
     text = table(rows, args)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
     if args.doc:
         write_doc(args.doc, text)
     print(text)
