@@ -105,3 +105,46 @@ def test_qdq_opset10_per_tensor_builds_int8():
             outs.append(r.infer({"x": x})["y"])
             assert sum(n.precision == "int8" for n in r.engine.graph.nodes) == 2
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def _concat_model(s2):
+    """x1, x2 -> Q/DQ (0.05, s2) -> Concat -> Reshape (identity shape) -> Q/DQ(0.05) -> conv (int8 weights) -> y."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((3, 4, 1, 1)).astype(np.float32)
+    sw = (np.abs(w).reshape(3, -1).max(1) / 127).astype(np.float32)
+    inits = [numpy_helper.from_array(v, k) for k, v in {
+        "s1": np.float32(0.05), "s2": np.float32(s2), "z": np.int8(0), "shape": np.array([2, 4, 5, 5], np.int64),
+        "wq": np.clip(np.rint(w / sw[:, None, None, None]), -127, 127).astype(np.int8), "ws": sw,
+        "wz": np.zeros(3, np.int8)}.items()]
+    nodes = [helper.make_node("QuantizeLinear", ["x1", "s1", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z"], ["d1"]),
+             helper.make_node("QuantizeLinear", ["x2", "s2", "z"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["d2"]),
+             helper.make_node("Concat", ["d1", "d2"], ["cat"], axis=1),
+             helper.make_node("Reshape", ["cat", "shape"], ["rs"]),
+             helper.make_node("QuantizeLinear", ["rs", "s1", "z"], ["q3"], name="requant"),
+             helper.make_node("DequantizeLinear", ["q3", "s1", "z"], ["d3"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=0),
+             helper.make_node("Conv", ["d3", "w"], ["y"], name="conv"),
+             helper.make_node("Relu", ["d3"], ["y2"], name="relu")]     # a second, float reader of d3
+    g = helper.make_graph(nodes, "cat", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 2, 5, 5])
+                                         for n in ("x1", "x2")],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y2")], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("s2,pair_kept", [(0.05, False), (0.07, True)])
+def test_qdq_propagates_through_concat_and_reshape_of_equal_scales(s2, pair_kept):
+    ort = pytest.importorskip("onnxruntime")
+    model = _concat_model(s2)
+    rng = np.random.default_rng(6)
+    feeds = {n: rng.standard_normal((2, 2, 5, 5)).astype(np.float32) for n in ("x1", "x2")}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    with EngineRunner(model, flags=("int8",)) as r:
+        out = r.infer(feeds)
+        sources = {s for n in r.engine.graph.nodes for s in n.source_nodes}
+        assert [n.precision for n in r.engine.graph.nodes if n.kind == "Convolution"] == ["int8"]
+        # equal scales: the Q/DQ after concat + reshape re-quantizes INT8 values with their own scale: dropped
+        assert ("requant" in sources) == pair_kept
+    np.testing.assert_allclose(out["y"], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["y2"], want[1], rtol=1e-6, atol=1e-7)

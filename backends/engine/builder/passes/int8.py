@@ -136,8 +136,7 @@ def _commutes(node) -> bool:
 
 
 def _replace_uses(graph, old, new):
-    for n in graph.nodes:
-        n.inputs = [new if i == old else i for i in n.inputs]
+    graph.replace_all_uses_with(old, new, outputs=False)
 
 
 def _propagate(graph, prod, qscale, n):
@@ -179,6 +178,7 @@ def process_qdq(graph, config, logger) -> dict:
             pair = prod.get(n.inputs[0])
             if pair is not None and pair.kind == "Dequantize" and _qdq_pair_scale(graph, prod, pair) == s_x:
                 n.inputs[0] = prod[pair.inputs[0]].inputs[0]      # quantize(x) inside the layer: the same INT8 values
+                graph.touch()
             s_y = _fuse_output_qdq(graph, n, out_names)
             _make_int8(n, s_x, s_y, rounding, narrow=False, logger=logger)
             if s_y is not None:
