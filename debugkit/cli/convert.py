@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from debugkit.cli import _args
 from native.errors import InputFileError
@@ -56,9 +57,11 @@ def run(args) -> int:
             shapes[m.name] = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
             print(f"input '{m.name}' has dynamic shape {list(m.shape)}; building for {list(shapes[m.name])} "
                   f"(set it with --input-shapes or --profile)")
+    t0 = time.perf_counter()
     plan = build_plan_from_onnx(model, shapes=shapes, ranges=ranges, device=args.device,
                                 config=_args.build_config_from_args(args))
+    seconds = time.perf_counter() - t0
     with open(args.output, "wb") as f:
         f.write(plan)
-    print(f"wrote {args.output} ({len(plan) / 2**20:.2f} MiB)")
+    print(f"wrote {args.output} ({len(plan) / 2**20:.2f} MiB; built in {seconds:.2f} s)")
     return 0

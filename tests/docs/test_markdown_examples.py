@@ -4,8 +4,9 @@ The convention, for everyone who writes docs:
 
 * A fenced block labelled ``bash``, ``sh``, ``shell``, ``console`` or ``python`` is an example and runs. Blocks
   labelled ``text`` or ``json``, or not labelled at all, are not examples: synopses (``debugkit run MODEL
-  [--flag]``), sample output, file formats. An unlabelled block with a ``$ `` prompt line fails this test (label it
-  ``console``), so a transcript cannot go untested by accident.
+  [--flag]``), sample output, file formats. An unlabelled block that looks like commands (``$ `` prompts, or only
+  ``debugkit``/``python`` lines without synopsis notation such as ``[--opt]``, ``A|B``, ``...``, ``MODEL``) fails
+  this test: label it ``bash`` or ``console``, so an example cannot go untested by accident.
 * ``bash``/``sh``/``shell``: every line that is not blank or a comment is a command (a trailing ``\\`` continues
   it). ``console``: only ``$ `` lines are commands; the other lines are sample output and are not checked, except
   that ``$ echo $?`` followed by a number sets the exit code the command before it must have.
@@ -258,15 +259,36 @@ def test_markdown_example(block: Block, tmp_path):
         _check(block, cmd.text, cmd.line, code, cmd.expect, output)
 
 
-def test_every_transcript_is_labelled():
-    """An unlabelled block with `$ ` prompts is a shell example that would go untested."""
+def looks_like_commands(body) -> bool:
+    """An unlabelled block that is a shell example, not a synopsis: `$ ` prompts, or only debugkit/python command
+    lines (and comments, continuations) without synopsis notation (`[--opt]`, `A|B`, `...`, UPPER-CASE MODEL)."""
+    lines = [l.strip() for l in body if l.strip()]
+    if any(l.startswith("$ ") for l in lines):
+        return True
+    starts = ("debugkit ", "python ", "python3 ", "#")
+    continued = False
+    for l in lines:
+        if not (continued or l.startswith(starts)):
+            return False
+        continued = l.endswith("\\")
+    text = " ".join(lines)
+    return bool(lines) and not re.search(r"\[-|\||\.\.\.|\bMODEL\b|\bFILE\b", text)
+
+
+def test_every_shell_example_is_labelled():
+    """An unlabelled block of commands or `$ ` prompts is a shell example that would go untested."""
     bad = []
     for f in markdown_files():
         with open(os.path.join(REPO, f), encoding="utf-8") as fh:
-            for b in fenced_blocks(fh.read(), f):
-                if b.lang in ("", "text") and any(l.lstrip().startswith("$ ") for l in b.body):
-                    bad.append(b.id)
-    assert not bad, f"label these blocks ```console so their commands run: {bad}"
+            bad += [b.id for b in fenced_blocks(fh.read(), f) if b.lang in ("", "text") and looks_like_commands(b.body)]
+    assert not bad, f"label these blocks ```bash (or ```console for transcripts) so their commands run: {bad}"
+
+
+def test_the_label_guard():
+    assert looks_like_commands(["$ debugkit run m.onnx", "PASSED"])
+    assert looks_like_commands(["debugkit run bert_mini.onnx --engine \\", "    --onnxrt", "# PASSED"])
+    assert not looks_like_commands(["debugkit run MODEL [--engine] [--onnxrt]"])
+    assert not looks_like_commands(["[I] Folding constants", "[I] Total nodes"])
 
 
 def test_the_convention_is_applied():
