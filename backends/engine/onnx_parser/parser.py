@@ -15,7 +15,8 @@ from onnx import numpy_helper
 from backends.engine.dtypes import DataType
 from backends.engine.network import NetworkDefinition, Tensor
 from backends.engine.onnx_parser.importers import find_importer
-from backends.engine.onnx_parser.validate import check_model, validate_model
+from backends.engine.onnx_parser.validate import (check_model, negative_dims_unknown, oversized_tensors,
+                                                  validate_model)
 from native.errors import DebugkitError, InputFileError, ModelError, ParseError
 from native.logger import G_LOGGER
 
@@ -335,7 +336,7 @@ class OnnxParser:
         self.model = proto
         problems = validate_model(proto)  # before shape inference: it trusts the model and can crash the process
         if problems:
-            self.errors.extend(ParserError(p.node, p.op_type, str(p).split("): ", 1)[-1]) for p in problems)
+            self.errors.extend(ParserError(p.node, p.op_type, p.detail) for p in problems)
             for err in self.errors:
                 self.logger.error(f"ONNX parser: {err}")
             return False
@@ -347,7 +348,9 @@ class OnnxParser:
             self.errors.append(ParserError("<model>", "opset", f"ai.onnx opset {opsets['']} is outside the supported range 1..26"))
         types = {}
         try:
-            inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True) if proto.ByteSize() < 2**31 - 2**20 else proto
+            with negative_dims_unknown(proto):
+                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True) \
+                    if proto.ByteSize() < 2**31 - 2**20 else proto
             types = collect_value_types(inferred.graph)
         except Exception as e:  # shape inference is an aid, not a requirement
             self.logger.verbose(f"ONNX shape inference failed ({e}); continuing without inferred shapes")
@@ -355,6 +358,8 @@ class OnnxParser:
         self.network.name = proto.graph.name or self.network.name
         ctx = ImportContext(self.network, opsets, types, base_dir=base_dir)
         self.errors.extend(import_graph(ctx, proto.graph))
+        if not self.errors:
+            self.errors.extend(ParserError(p.node, p.op_type, p.detail) for p in oversized_tensors(self.network))
         for err in self.errors:
             self.logger.error(f"ONNX parser: {err}")
         if not self.errors:

@@ -75,11 +75,16 @@ class Problem:
     value: object
     reason: str
 
+    @property
+    def detail(self) -> str:
+        """The message without the node: attribute, value and reason."""
+        what = "" if not self.attribute else f"{self.attribute}" if self.attribute.startswith("input") \
+            else f"attribute '{self.attribute}'"
+        value = "" if self.value is None else f" = {_short(self.value)}" if what else _short(self.value)
+        return f"{what}{value}: {self.reason}" if what or value else self.reason
+
     def __str__(self):
-        what = "" if not self.attribute else f" {self.attribute}" if self.attribute.startswith("input") \
-            else f" attribute '{self.attribute}'"
-        value = "" if self.value is None else f" = {_short(self.value)}"
-        return f"node '{self.node}' ({self.op_type}):{what}{value}: {self.reason}"
+        return f"node '{self.node}' ({self.op_type}): {self.detail}"
 
 
 def _short(v, n=80):
@@ -291,6 +296,33 @@ def _check_spatial(node, attrs, ranks, out, label):
                 break
 
 
+def conv_geometry_problem(x_shape, w_shape, b_shape, groups, kernel_shape, transpose=False) -> str | None:
+    """Why a (transposed) convolution's weights, bias, groups and input channels do not fit together, or None.
+    Called by the Conv/ConvTranspose importers, which know the shapes (after shape inference)."""
+    nd = len(kernel_shape)
+    if w_shape is None:
+        return None
+    if len(w_shape) != nd + 2:
+        return f"weights of shape {list(w_shape)} do not have rank {nd + 2} (kernel_shape {list(kernel_shape)})"
+    if any(d >= 0 and d != k for d, k in zip(w_shape[2:], kernel_shape)):
+        return f"weights of shape {list(w_shape)} do not match kernel_shape {list(kernel_shape)}"
+    if groups < 1:
+        return f"group {groups} must be >= 1"
+    out_ch = w_shape[1] * groups if transpose else w_shape[0]
+    in_ch = w_shape[0] if transpose else w_shape[1] * groups
+    split = w_shape[0]
+    if split >= 0 and split % groups:
+        return f"group {groups} does not divide the {split} {'input' if transpose else 'output'} channels of the " \
+               f"weights {list(w_shape)}"
+    if x_shape is not None and len(x_shape) != nd + 2:
+        return f"input of rank {len(x_shape)} does not fit a {nd}-d convolution (rank {nd + 2})"
+    if x_shape is not None and x_shape[1] >= 0 and in_ch >= 0 and x_shape[1] != in_ch:
+        return f"input has {x_shape[1]} channels; weights {list(w_shape)} with group {groups} need {in_ch}"
+    if b_shape is not None and out_ch >= 0 and list(b_shape) not in ([out_ch], [-1]):
+        return f"bias of shape {list(b_shape)} does not match the {out_ch} output channels"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # constant shape inputs that would allocate
 
@@ -378,7 +410,59 @@ def _rank_of_vi(vi):
     return None
 
 
-def _check_graph(graph, opsets, limits, depth, out, ranks, consts):
+def _non_text(node) -> str | None:
+    """Names ONNX declares as strings but protobuf hands over as bytes when they are not valid UTF-8."""
+    for what, values in (("name", [node.name]), ("op_type", [node.op_type]), ("domain", [node.domain]),
+                         ("input name", node.input), ("output name", node.output),
+                         ("attribute name", [a.name for a in node.attribute])):
+        for v in values:
+            if not isinstance(v, str):
+                return f"{what} {v[:40]!r} is not valid UTF-8"
+    return None
+
+
+def _graph_text_problems(graph, out):
+    if not isinstance(graph.name, str):
+        out.append(Problem("<graph>", "graph", "name", None, f"graph name {graph.name[:40]!r} is not valid UTF-8"))
+    for where, items in (("initializer", graph.initializer), ("graph input", graph.input),
+                         ("graph output", graph.output), ("value_info", graph.value_info)):
+        for item in items:
+            if not isinstance(item.name, str):
+                out.append(Problem(f"{item.name[:40]!r}", where, "", None, "name is not valid UTF-8"))
+
+
+def _type_name(elem_type) -> str | None:
+    try:
+        return f"tensor({TensorProto.DataType.Name(elem_type).lower()})"
+    except ValueError:
+        return None
+
+
+def _check_input_types(node, schema, dtypes, out, label):
+    """Inputs whose element type is known (initializers, Constants, graph inputs) against the operator's type
+    constraints: a float Reshape shape or a string Conv weight stops here, not in a pass."""
+    formals = list(schema.inputs)
+    if not formals:
+        return
+    constraints = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    for i, name in enumerate(node.input):
+        if not name or name not in dtypes:
+            continue
+        formal = formals[min(i, len(formals) - 1)]
+        if i >= len(formals) and formal.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
+            continue
+        allowed = constraints.get(formal.type_str, {formal.type_str})
+        got = _type_name(dtypes[name])
+        if got is not None and allowed and got not in allowed:
+            out.append(Problem(label, node.op_type, f"input {i} ('{name}', {formal.name})", None,
+                               f"has type {got}; the operator takes {', '.join(sorted(allowed))}"))
+
+
+def _check_graph(graph, opsets, limits, depth, out, ranks, consts, dtypes=None):
+    dtypes = dict(dtypes or {})
+    _graph_text_problems(graph, out)
+    if out and out[-1].reason.endswith("not valid UTF-8"):
+        return
     if depth > limits.max_depth:
         out.append(Problem(graph.name or "<subgraph>", "graph", "", depth,
                            f"subgraphs nest deeper than {limits.max_depth} levels"))
@@ -391,6 +475,7 @@ def _check_graph(graph, opsets, limits, depth, out, ranks, consts):
             continue
         ranks[t.name] = len(t.dims)
         consts[t.name] = t
+        dtypes[t.name] = t.data_type
     for sp in graph.sparse_initializer:
         for part in (sp.values, sp.indices):
             bad = check_tensor(part, limits)
@@ -406,7 +491,14 @@ def _check_graph(graph, opsets, limits, depth, out, ranks, consts):
                 r = _rank_of_vi(vi)
                 if r is not None:
                     ranks[vi.name] = r
+                if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.elem_type:
+                    dtypes.setdefault(vi.name, vi.type.tensor_type.elem_type)
     for index, node in enumerate(graph.node):
+        bad_text = _non_text(node)
+        if bad_text:
+            label = node.name if isinstance(node.name, str) and node.name else f"node #{index}"
+            out.append(Problem(label, node.op_type if isinstance(node.op_type, str) else "?", "", None, bad_text))
+            continue
         label = node.name or f"{node.op_type}_{index}"
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         opset = opsets.get(domain)
@@ -414,14 +506,16 @@ def _check_graph(graph, opsets, limits, depth, out, ranks, consts):
         if schema is not None:
             n_in, n_out = len(node.input), len(node.output)
             if not schema.min_input <= n_in <= schema.max_input:
-                out.append(Problem(label, node.op_type, "", n_in, f"has {n_in} inputs; the operator takes "
+                out.append(Problem(label, node.op_type, "", None, f"has {n_in} inputs; the operator takes "
                                    f"{schema.min_input}..{min(schema.max_input, 2**31 - 1)}"))
             if not schema.min_output <= n_out <= schema.max_output:
-                out.append(Problem(label, node.op_type, "", n_out, f"has {n_out} outputs; the operator gives "
+                out.append(Problem(label, node.op_type, "", None, f"has {n_out} outputs; the operator gives "
                                    f"{schema.min_output}..{min(schema.max_output, 2**31 - 1)}"))
             for name, spec in schema.attributes.items():
                 if spec.required and not any(a.name == name for a in node.attribute):
                     out.append(Problem(label, node.op_type, name, None, "is required"))
+        if schema is not None:
+            _check_input_types(node, schema, dtypes, out, label)
         _check_attributes(node, schema, ranks, limits, out, label)
         _check_allocations(node, consts, limits, out, label)
         for a in node.attribute:
@@ -433,22 +527,73 @@ def _check_graph(graph, opsets, limits, depth, out, ranks, consts):
                 elif node.op_type == "Constant" and a.type == AttributeProto.TENSOR and node.output:
                     ranks[node.output[0]] = len(t.dims)
                     consts[node.output[0]] = t
+                    dtypes[node.output[0]] = t.data_type
             elif a.type == AttributeProto.TENSORS:
                 for t in a.tensors:
                     bad = check_tensor(t, limits)
                     if bad:
                         out.append(Problem(label, node.op_type, a.name, None, bad))
             elif a.type == AttributeProto.GRAPH:
-                _check_graph(a.g, opsets, limits, depth + 1, out, ranks, consts)
+                _check_graph(a.g, opsets, limits, depth + 1, out, ranks, consts, dtypes)
             elif a.type == AttributeProto.GRAPHS:
                 for g in a.graphs:
-                    _check_graph(g, opsets, limits, depth + 1, out, ranks, consts)
+                    _check_graph(g, opsets, limits, depth + 1, out, ranks, consts, dtypes)
             elif node.op_type == "Constant" and a.type == AttributeProto.INTS and node.output:
                 ranks[node.output[0]] = 1
             elif node.op_type == "Constant" and a.type in (AttributeProto.INT, AttributeProto.FLOAT) and node.output:
                 ranks[node.output[0]] = 0
         if len(out) > 200:
             return
+
+
+def oversized_tensors(network, limits: Limits | None = None) -> list[Problem]:
+    """Tensors of a parsed network whose static shape (declared or inferred) exceeds the limits: a Tile, Expand,
+    Resize or Pad that would allocate more than the machine allows is refused before the builder runs it."""
+    limits = limits or default_limits()
+    out = []
+    for t in list(network.tensors.values()):
+        shape = t.shape
+        if not shape or any(not isinstance(d, int) or d < 0 for d in shape):
+            continue
+        try:
+            itemsize = int(t.dtype.itemsize) if t.dtype is not None else 4
+        except Exception:
+            itemsize = 4
+        bad = _check_dims(list(shape), limits, itemsize)
+        if bad:
+            layer = t.producer
+            node = (layer.source_nodes[0] if layer is not None and layer.source_nodes else
+                    layer.name if layer is not None else t.name)
+            kind = layer.kind if layer is not None else "input"
+            out.append(Problem(node, kind, "", None, f"output '{t.name}' of shape {list(shape)}: {bad}"))
+            if len(out) >= 5:
+                break
+    return out
+
+
+class negative_dims_unknown:
+    """`with negative_dims_unknown(model):` declared dims of -1 (some exporters' "dynamic") read as unknown dims
+    for the duration: ONNX shape inference propagates them as sizes and asserts (SIGABRT) in Slice's clamp."""
+
+    def __init__(self, model):
+        self.model, self.changed = model, []
+
+    def __enter__(self):
+        g = self.model.graph
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            t = vi.type
+            if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+                continue
+            for d in t.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    self.changed.append((d, d.dim_value))
+                    d.ClearField("dim_value")
+        return self.model
+
+    def __exit__(self, *exc):
+        for d, v in self.changed:
+            d.dim_value = v
+        return False
 
 
 def validate_model(model: onnx.ModelProto, limits: Limits | None = None) -> list[Problem]:

@@ -158,7 +158,7 @@ def merge_reshape_transpose(graph, config, logger) -> int:
     for n in graph.nodes:  # constant dims input → params (a static reshape, as TensorRT builds it)
         if n.kind == "Shuffle" and len(n.inputs) == 2 and n.inputs[1] is not None and n.params.get("reshape_dims") is None:
             c = view.const(n.inputs[1])
-            if c is not None:
+            if c is not None and np.asarray(c).dtype.kind in "iu":  # a float shape is the kernel's to reject
                 n.params = dict(n.params, reshape_dims=[int(d) for d in np.asarray(c).reshape(-1)])
                 n.inputs = n.inputs[:1]
                 count += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.validate import conv_geometry_problem
 from native.errors import ParseError
 
 
@@ -53,6 +54,10 @@ class Conv(OpImporter):
         ks = attrs.get("kernel_shape") or list(shape[2:])
         params = conv_params(attrs, nd, ks)
         params["num_output_maps"] = int(shape[0]) if shape is not None and shape[0] >= 0 else 0
+        bad = conv_geometry_problem(x.shape, shape, b.shape if b is not None else b_t.shape if b_t else None,
+                                    params["groups"], ks)
+        if bad:
+            raise ParseError(bad)
         weights, layer_inputs = {}, [x]
         if w is not None and (b_t is None or b is not None):
             weights["kernel"] = w
@@ -95,6 +100,10 @@ class ConvTranspose(OpImporter):
         g = params["groups"]
         params["num_output_maps"] = int(shape[1]) * g if shape is not None else 0
         params["output_padding"] = list(attrs.get("output_padding") or [0] * nd)
+        bad = conv_geometry_problem(x.shape, shape, b.shape if b is not None else b_t.shape if b_t else None,
+                                    g, ks, transpose=True)
+        if bad:
+            raise ParseError(bad)
         if attrs.get("output_shape") is not None:
             params["output_shape"] = [int(v) for v in attrs["output_shape"]]
         weights, layer_inputs = {}, [x]
