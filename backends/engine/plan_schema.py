@@ -20,6 +20,7 @@ from native.errors import PlanError
 MAX_DEPTH = 32          # subgraph nesting
 MAX_RANK = 32
 MAX_DIM = 2 ** 40
+MAX_SPATIAL = 2 ** 16   # padding + kernel per axis, where a layer's shapes are not recorded
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -315,6 +316,63 @@ def _check_weights(node, path, blob_len, errors):
         errors.append((f"{path}.weights", "a Constant layer needs its 'value' weight"))
 
 
+SPATIAL_KINDS = {"Convolution", "ConvolutionNHWC", "Deconvolution", "Pooling", "PoolingNHWC"}
+
+
+def _check_geometry(node, where, errors):
+    """A convolution's or pooling's kernel, strides, dilations and padding must give the output the layer
+    records: a crafted plan cannot ask a kernel for a million rows of padding behind valid checksums."""
+    p, meta = node["params"], node.get("meta") or {}
+    if p.get("global") or p.get("auto_pad") not in (None, "NOTSET") or p.get("output_shape") is not None:
+        return
+    ins, outs = meta.get("input_shapes"), meta.get("output_shapes")
+    if p.get("col2im") or not ins or not outs or not ins[0] or not outs[0]:
+        # shapes not recorded (the build's timing run failed, or col2im): bound what the padding can ask for
+        extents = [a + b + max(c, 1) for a, b, c in zip(p.get("pre_padding") or [], p.get("post_padding") or [],
+                                                        p.get("kernel_shape") or p.get("window") or [])]
+        from backends.engine.onnx_parser.validate import default_limits
+        if any(v > MAX_SPATIAL for v in extents) or math.prod(extents or [0]) > default_limits().max_elements:
+            errors.append((f"{where}.params", f"padding and kernel extents {extents} exceed the limit "
+                                              f"({MAX_SPATIAL} per axis) for a layer without recorded shapes"))
+        return
+    x, y = ins[0], outs[0]
+    nhwc = node["kind"].endswith("NHWC")
+    xs, ys = (x[1:-1], y[1:-1]) if nhwc else (x[2:], y[2:])
+    k = p.get("kernel_shape") or p.get("window") or []
+    n = len(k)
+    if len(xs) != n or len(ys) != n:
+        errors.append((f"{where}.params", f"a {n}-d kernel does not fit recorded shapes {x} -> {y}"))
+        return
+    s, d = p.get("strides") or [1] * n, p.get("dilations") or [1] * n
+    pre, post = p.get("pre_padding") or [0] * n, p.get("post_padding") or [0] * n
+    if not all(len(v) == n for v in (s, d, pre, post)):
+        errors.append((f"{where}.params", f"strides, dilations and paddings need {n} values each"))
+        return
+    deconv = node["kind"] == "Deconvolution" or p.get("type") == "MAX_UNPOOL"
+    extra = p.get("output_padding") or [0] * n
+    for i in range(n):
+        if xs[i] < 0 or ys[i] < 0:
+            continue
+        eff = d[i] * (k[i] - 1) + 1
+        if deconv:
+            want = [(xs[i] - 1) * s[i] - pre[i] - post[i] + eff + (extra[i] if i < len(extra) else 0)]
+        else:
+            span = xs[i] + pre[i] + post[i] - eff
+            want = [span // s[i] + 1, -(-span // s[i]) + 1]  # floor or ceil mode
+        if ys[i] not in want:
+            errors.append((f"{where}.params", f"kernel {k}, strides {s}, dilations {d} and padding {pre}/{post} "
+                                              f"give spatial size {want[0]} on axis {i}, the layer records {ys[i]}"))
+            return
+
+
+def _check_recorded_sizes(node, where, errors):
+    from backends.engine.onnx_parser.validate import default_limits
+    limit = default_limits().max_elements
+    for j, shape in enumerate((node.get("meta") or {}).get("output_shapes") or []):
+        if shape and all(v >= 0 for v in shape) and math.prod(shape) > limit:
+            errors.append((f"{where}.meta.output_shapes[{j}]", f"{shape} exceeds the tensor size limit"))
+
+
 def _tactic_ids(kind, device) -> set:
     """Ids of `kind`'s tactics on the plan's device, the CPU and every registered device (a DLA loadable's body
     runs DLA tactics inside a CPU plan)."""
@@ -352,6 +410,9 @@ def _check_names(graph, path, outer: set, blob_len, kinds, device, depth, errors
                 errors.append((f"{where}.inputs[{j}]", f"tensor '{name[:80]}' is not produced by an earlier layer or "
                                                        f"an input (a dangling reference or a cycle)"))
         _check_weights(node, where, blob_len, errors)
+        _check_recorded_sizes(node, where, errors)
+        if node["kind"] in SPATIAL_KINDS:
+            _check_geometry(node, where, errors)
         for key, sub in node["subgraphs"].items():
             _check_names(sub, f"{where}.subgraphs.{key}", defined, blob_len, kinds, device, depth + 1, errors)
         for j, name in enumerate(node["outputs"]):

@@ -19,6 +19,7 @@ from debugkit.compare.nonfinite import NonFinite, locate  # noqa: F401  (NonFini
 from debugkit.data_file import inputs_hash
 from native.errors import DataFileError, UsageError
 from native.logger import G_LOGGER
+from native.progress import progress
 
 
 class LiveSource:
@@ -252,10 +253,12 @@ class Comparator:
             return
         self.logger.info(f"layerwise: comparing {len(tensors)} tensors observable in every runner")
         i, per_tensor = 0, None
+        bar = progress(total=len(tensors), desc="layerwise", unit="tensor")  # a bar on a terminal (large models)
         while i < len(tensors):
             n = 16 if per_tensor is None else max(1, int(self.chunk_bytes // max(per_tensor, 1)))
             chunk = tensors[i:i + n]
             i += len(chunk)
+            bar.update(len(chunk))
             vals = {}
             nbytes = 0
             for s in sources:
@@ -274,6 +277,7 @@ class Comparator:
                         pr.layers[t] = compare_simple(t, a, e, self.tolerances, self.nan_equal, self.inf_equal,
                                                       scale_tol=self.scale_tol.get(e.dtype.name))
             del vals, ref
+        bar.close()
         if writer is not None:
             for s in sources:
                 if not s.loaded:

@@ -153,7 +153,8 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
     use_cache = not config.get_flag("disable_timing_cache")
     selector = config.algorithm_selector
     reports = []
-    for node in graph.nodes:
+    from native.progress import progress  # a bar on a terminal while layers are timed; silent otherwise
+    for node in (progress(graph.nodes, desc="timing tactics", unit="layer") if _said is None else graph.nodes):
         inputs = [env.get(i) if (env is not None and i is not None) else None for i in node.inputs]
         have_inputs = env is not None and all(i is None or i in env for i in node.inputs)
         shapes = _shapes(inputs) if have_inputs else None

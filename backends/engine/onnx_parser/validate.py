@@ -170,6 +170,7 @@ def check_tensor(t: TensorProto, limits: Limits) -> str | None:
 
 _SPATIAL = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", "LpPool", "MaxUnpool",
             "DeformConv", "Col2Im", "MaxRoiPool"}
+_WEIGHTED_CONV = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"}
 _POSITIVE = ("kernel_shape", "strides", "dilations", "pooled_shape", "block_shape")
 _NON_NEGATIVE = ("pads", "output_padding", "output_shape")
 # ops whose `axis` / `axes` index the rank of input 0 (r) or r + 1 (Unsqueeze-like: the output's rank)
@@ -268,6 +269,19 @@ def _check_spatial(node, attrs, ranks, out, label):
     for name in _NON_NEGATIVE:
         if name in ints and any(x < 0 for x in ints[name]):
             out.append(Problem(label, node.op_type, name, ints[name], "values must be >= 0"))
+    if node.op_type in _WEIGHTED_CONV and len(node.input) > 1:
+        # ONNX's ConvTranspose shape inference indexes dims without checking ranks (SIGSEGV / SIGABRT)
+        xr = ranks.get(node.input[0])
+        wr = ranks.get(node.input[3] if node.op_type == "QLinearConv" else node.input[1])
+        if xr is not None and xr < 3:
+            out.append(Problem(label, node.op_type, f"input 0 ('{node.input[0]}')", None,
+                               f"has rank {xr}; a convolution takes rank 3 or more (N, C, spatial...)"))
+        elif wr is not None and wr < 3:
+            out.append(Problem(label, node.op_type, "input 1 (weights)", None,
+                               f"has rank {wr}; convolution weights have rank 3 or more"))
+        elif xr is not None and wr is not None and xr != wr:
+            out.append(Problem(label, node.op_type, "input 1 (weights)", None,
+                               f"has rank {wr}, the input rank {xr}; they must agree"))
     k = None
     if "kernel_shape" in ints:
         k = len(ints["kernel_shape"])
@@ -347,6 +361,23 @@ def _const_scalar(name, consts):
         return float(a[0]) if a.size == 1 else None
     except Exception:
         return None
+
+
+def _check_channel_params(node, consts, out, label):
+    """BatchNormalization's scale, bias, mean and variance (InstanceNormalization's scale and bias) are one value
+    per channel: 1-D and of one length, where they are constants."""
+    lengths = {}
+    for i, name in enumerate(node.input[1:], 1):
+        t = consts.get(name)
+        if t is None:
+            continue
+        if len(t.dims) != 1:
+            out.append(Problem(label, node.op_type, f"input {i} ('{name}')", list(t.dims),
+                               "per-channel parameters must be 1-D"))
+            return
+        lengths[name] = t.dims[0]
+    if len(set(lengths.values())) > 1:
+        out.append(Problem(label, node.op_type, "inputs", lengths, "per-channel parameters differ in length"))
 
 
 def _check_allocations(node, consts, limits, out, label):
@@ -518,6 +549,8 @@ def _check_graph(graph, opsets, limits, depth, out, ranks, consts, dtypes=None):
             _check_input_types(node, schema, dtypes, out, label)
         _check_attributes(node, schema, ranks, limits, out, label)
         _check_allocations(node, consts, limits, out, label)
+        if node.op_type in ("BatchNormalization", "InstanceNormalization"):
+            _check_channel_params(node, consts, out, label)
         for a in node.attribute:
             if a.type == AttributeProto.TENSOR or (a.type == AttributeProto.SPARSE_TENSOR):
                 t = a.t if a.type == AttributeProto.TENSOR else a.sparse_tensor.values
@@ -596,6 +629,55 @@ class negative_dims_unknown:
         return False
 
 
+RANK_SENSITIVE = {"ConvTranspose"}  # ops whose ONNX shape inference crashes on inputs of the wrong rank
+
+
+def _graphs(graph):
+    yield graph
+    for n in graph.node:
+        for a in n.attribute:
+            if a.type == AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _graphs(g)
+
+
+def _inferred_rank_problems(model) -> list[Problem]:
+    """Ranks of the inputs of rank-sensitive nodes that only shape inference can tell (computed tensors): infer
+    the model without those nodes first, then check what they would receive."""
+    if not any(n.op_type in RANK_SENSITIVE for g in _graphs(model.graph) for n in g.node):
+        return []
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for g in _graphs(probe.graph):
+        keep = [n for n in g.node if n.op_type not in RANK_SENSITIVE]
+        if len(keep) != len(g.node):
+            del g.node[:]
+            g.node.extend(keep)
+    try:
+        with negative_dims_unknown(probe):
+            inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True)
+    except Exception:
+        return []
+    ranks = {}
+    for g in _graphs(inferred.graph):
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            r = _rank_of_vi(vi)
+            if r is not None:
+                ranks[vi.name] = r
+        for t in g.initializer:
+            ranks[t.name] = len(t.dims)
+    out = []
+    for g in _graphs(model.graph):
+        for i, n in enumerate(g.node):
+            if n.op_type in RANK_SENSITIVE:
+                label = n.name or f"{n.op_type}_{i}"
+                attrs = {a.name: a for a in n.attribute}
+                _check_spatial(n, attrs, ranks, out, label)
+    return out
+
+
 def validate_model(model: onnx.ModelProto, limits: Limits | None = None) -> list[Problem]:
     """Every problem found in `model` (empty when it is safe to hand to shape inference and the importers)."""
     limits = limits or default_limits()
@@ -614,6 +696,8 @@ def validate_model(model: onnx.ModelProto, limits: Limits | None = None) -> list
                 if a.type == AttributeProto.GRAPH:
                     _check_graph(a.g, opsets, limits, 1, out, {}, {})
     _check_graph(model.graph, opsets, limits, 0, out, {}, {})
+    if not out and model.ByteSize() < 2 ** 31 - 2 ** 20:
+        out.extend(_inferred_rank_problems(model))
     return out
 
 
