@@ -469,6 +469,15 @@ def _type_name(elem_type) -> str | None:
         return None
 
 
+def _kind(type_str: str) -> str:
+    t = type_str.replace("tensor(", "").replace("seq(", "").rstrip(")")
+    if t.startswith(("float", "double", "bfloat")):
+        return "float"
+    if t.startswith(("int", "uint")):
+        return "int"
+    return t
+
+
 def _check_input_types(node, schema, dtypes, out, label):
     """Inputs whose element type is known (initializers, Constants, graph inputs) against the operator's type
     constraints: a float Reshape shape or a string Conv weight stops here, not in a pass."""
@@ -484,7 +493,9 @@ def _check_input_types(node, schema, dtypes, out, label):
             continue
         allowed = constraints.get(formal.type_str, {formal.type_str})
         got = _type_name(dtypes[name])
-        if got is not None and allowed and got not in allowed:
+        # the kind of type (float of any width, integer, bool, string) must fit: a float shape or a string
+        # weight is refused; a double where the schema says float is left to the importers (fp64 references)
+        if got is not None and allowed and _kind(got) not in {_kind(a) for a in allowed}:
             out.append(Problem(label, node.op_type, f"input {i} ('{name}', {formal.name})", None,
                                f"has type {got}; the operator takes {', '.join(sorted(allowed))}"))
 
