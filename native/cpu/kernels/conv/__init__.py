@@ -23,3 +23,4 @@ from native.cpu.kernels.conv.im2col_gemm import Im2colGemm  # noqa: F401
 from native.cpu.kernels.conv.pointwise_1x1 import PointwiseGemm  # noqa: F401
 from native.cpu.kernels.conv.shifted_gemm import ShiftedGemm  # noqa: F401
 from native.cpu.kernels.conv.weights import conv_bias  # noqa: F401
+from native.cpu.kernels.conv import fp16_accumulate  # noqa: F401,E402  (the FP16-accumulate variant, last)
