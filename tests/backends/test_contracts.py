@@ -85,6 +85,25 @@ def test_inspector_reports_the_tactic_format_and_precision_that_run():
         assert layer["Format"] == op.format and layer["Format"] in tactic.formats
 
 
+def test_inspector_reports_the_channel_last_format_of_layout_converted_layers():
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 4, 3, 3], rng.standard_normal(288).astype(np.float32))
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                           helper.make_node("Relu", ["c"], ["y"], name="relu")], "c",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w])
+    net, _ = parse_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    config = BuilderConfig()
+    config.prefer_nhwc = True
+    engine = _engine(net, config)
+    by_name = {n.name: t for n, t, _, _ in engine.executor.steps}
+    layers = engine.create_engine_inspector().layers()
+    conv = next(l for l in layers if l["LayerType"] == "ConvolutionNHWC")
+    assert conv["Format"] == "nhwc" and "nhwc" in by_name[conv["Name"]].formats
+    assert {l["Format"] for l in layers if l["LayerType"] == "Shuffle"} == {"linear"}
+
+
 def test_fused_params_only_go_to_tactics_that_honour_them():
     class Plain(Tactic):
         kind, name = "MatrixMultiply", "plain"

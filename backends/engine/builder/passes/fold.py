@@ -7,8 +7,6 @@ import numpy as np
 from backends.engine.engine_graph import Graph, Node
 from native.logger import G_LOGGER
 
-CPU_REFERENCE = "cpu"   # folding evaluates here whatever device the engine is built for
-
 NOT_FOLDABLE = {"Constant", "Assertion", "Loop", "If", "Scan"}
 RANDOM_FILLS = {"RANDOM_UNIFORM", "RANDOM_NORMAL", "RANDOM_UNIFORM_LIKE", "RANDOM_NORMAL_LIKE", "MULTINOMIAL",
                 "BERNOULLI"}
@@ -32,7 +30,8 @@ def _foldable(node) -> bool:
 def fold_constants(graph: Graph, config=None, device="cpu", max_bytes=MAX_FOLD_BYTES) -> int:
     """Replace every layer whose inputs are build-time constants (and Shape layers of statically shaped tensors)
     by Constant layers holding its outputs. The values come from the engine's interpreter (tolerant mode: a layer
-    that cannot run, or reads a non-constant, simply stays) on the CPU reference device, whatever the target."""
+    that cannot run, or reads a non-constant, simply stays) on `device`: the pipeline passes the CPU reference
+    device (PassContext.reference_device), whatever the engine's target."""
     from backends.engine.runtime.executor import GraphExecutor
     feeds = {}
     runnable = []
@@ -52,7 +51,7 @@ def fold_constants(graph: Graph, config=None, device="cpu", max_bytes=MAX_FOLD_B
 
     from backends.engine.runtime.executor import Skipped
     sub = Graph(name=graph.name, nodes=runnable, tensor_info=graph.tensor_info)
-    env = GraphExecutor(sub, CPU_REFERENCE, keep_all=True, lazy_tactics=True).run(dict(feeds), on_error=skip)
+    env = GraphExecutor(sub, device, keep_all=True, lazy_tactics=True).run(dict(feeds), on_error=skip)
     new_nodes, folded = [], 0
     for node in graph.nodes:
         values = None
