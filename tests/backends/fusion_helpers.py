@@ -5,6 +5,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from backends.engine import BuilderConfig, BuilderFlag, parse_onnx
 from backends.engine.builder import Builder
+from backends.engine.builder.config import AlgorithmSelector
 from backends.engine.runtime.executor import GraphExecutor
 
 RNG = np.random.default_rng(0)
@@ -29,7 +30,17 @@ def build(m, fusion=True, nhwc=None, layout=True):
     if not layout:
         cfg.set_flag(BuilderFlag.DISABLE_LAYOUT)
     cfg.prefer_nhwc = nhwc
+    cfg.algorithm_selector = _NoWinograd()
     return Builder().build_graph(net, cfg)
+
+
+class _NoWinograd(AlgorithmSelector):
+    """Fusion tests compare a fused engine with an unfused one elementwise at 1e-5: both must use exact-order
+    convolutions. Winograd (~1e-5 off by design) would be picked by timing in one build and not the other."""
+
+    def select_algorithms(self, context, choices):
+        keep = [i for i, c in enumerate(choices) if "winograd" not in str(getattr(c, "implementation", c))]
+        return keep or list(range(len(choices)))
 
 
 def run(graph, feeds):
