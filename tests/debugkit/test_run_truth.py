@@ -192,3 +192,15 @@ def test_relative_error_where_reference_is_zero_is_na(cli, tmp_path):
     s = RunSummary(pairs=[PairResult("a", "b", 0, outputs={"y": r})], iterations=1)
     row = next(l for l in render(s).splitlines() if l.startswith("0 "))
     assert "n/a (ref 0)" in row and "inf" not in row
+
+
+def test_build_line_on_a_terminal(cli, chain, monkeypatch):
+    import re
+
+    import native.progress
+    monkeypatch.setattr(native.progress, "enabled", lambda: True)     # as if stderr were a terminal
+    rc, out, err = cli("run", chain, "--engine", "--input-shapes", "x:[3,4]")
+    assert rc == 0 and re.search(r"building engine-runner … done \(\d+ layers, \d+\.\d\d s\)", err), err
+    monkeypatch.setattr(native.progress, "enabled", lambda: False)    # a pipe: nothing
+    rc, out, err = cli("run", chain, "--engine", "--input-shapes", "x:[3,4]")
+    assert "building" not in err
