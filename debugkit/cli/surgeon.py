@@ -135,12 +135,14 @@ def _sanitize(model, args) -> int:
     report = sanitize(model, opts)
     if report is not None:
         G_LOGGER.info(f"Total nodes | original: {report.nodes_before}, after folding: {report.nodes_after} | "
-                      f"{report.folded} folded, {report.noops_removed} no-ops removed, {len(report.failures)} left "
-                      f"unfolded by errors, {report.passes} passes, {report.seconds:.2f} s")
+                      f"{report.folded} folded, {report.noops_removed} no-ops removed, {report.dead_removed} dead "
+                      f"removed, {len(report.failures)} left unfolded by errors, {report.passes} passes, "
+                      f"{report.seconds:.2f} s")
         if args.report:
             with open(args.report, "w") as f:
                 json.dump({"nodes_before": report.nodes_before, "nodes_after": report.nodes_after,
                            "folded": report.folded, "noops_removed": report.noops_removed,
+                           "dead_removed": report.dead_removed,
                            "passes": report.passes, "seconds": round(report.seconds, 4),
                            "failures": report.failures, "too_large": report.too_large}, f, indent=2)
     _save(model, args)

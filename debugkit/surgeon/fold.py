@@ -53,6 +53,7 @@ class FoldReport:
     nodes_after: int = 0
     folded: int = 0
     noops_removed: int = 0
+    dead_removed: int = 0               # nodes whose outputs nothing reads (cleanup between passes)
     failures: dict = field(default_factory=dict)   # node label -> reason (last seen)
     too_large: list = field(default_factory=list)
     seconds: float = 0.0
@@ -356,16 +357,20 @@ def fold_constants(model, options: FoldOptions | None = None) -> FoldReport:
     for p in range(options.max_passes):
         before = len(model.graph.node)
         cleanup_graph(model.graph, remove_unused_inputs=False)
+        dead = before - len(model.graph.node)
         toposort_graph(model.graph)
         if options.shape_inference:
             infer_shapes(model)
         folded = fold_pass(model, options, report)
         folded += inline_constant_ifs(model.graph)
         removed = noops.remove_noops(model.graph) if options.remove_noops else 0
+        n = len(model.graph.node)
         cleanup_graph(model.graph, remove_unused_inputs=False)
+        dead += n - len(model.graph.node)
         report.passes = p + 1
         report.folded += folded
         report.noops_removed += removed
+        report.dead_removed += dead
         after = len(model.graph.node)
         G_LOGGER.info(f"Folding constants | pass {p + 1}: {before} -> {after} nodes ({folded} folded, "
                       f"{removed} no-ops removed)")
@@ -379,5 +384,8 @@ def fold_constants(model, options: FoldOptions | None = None) -> FoldReport:
     if len(report.failures) > 20:
         G_LOGGER.warning(f"... and {len(report.failures) - 20} more nodes left unfolded (use -v to see each)")
     report.nodes_after = len(model.graph.node)
+    # the summary's counts add up to its totals: what left the graph and was neither a no-op nor dead code was
+    # folded (Constant nodes turned initializers included; an inlined If counts its branch's nodes)
+    report.folded = report.nodes_before - report.nodes_after - report.noops_removed - report.dead_removed
     report.seconds = time.perf_counter() - t0
     return report

@@ -73,7 +73,7 @@ def test_fold_constant_chain_by_our_kernels():
               [init("a", a), init("b", b)])
     report = fold_constants(m)
     assert [n.name for n in m.graph.node] == ["use"]
-    assert report.folded == 2 and report.failures == {}
+    assert report.folded == 3 and report.failures == {}  # Add, Mul and the Constant (now an initializer): 4 -> 1
     np.testing.assert_array_equal(inits_of(m)["d"], (a + b) * 3)
     assert set(inits_of(m)) == {"d"}  # a, b and the Constant are gone
 
@@ -308,3 +308,31 @@ def test_inconsistent_inferred_shapes_are_not_written(log):
     m.graph.value_info.append(h.make_tensor_value_info("r", T.FLOAT, [2, 5]))  # wrong on purpose
     sanitize(m, SanitizeOptions(cleanup=True))
     assert inconsistency(m) is None and "inconsistent" in log.getvalue()
+
+
+def test_fold_summary_counts_add_up_to_the_node_totals(tmp_path, capsys):
+    """Papercut: 'original N, after M | F folded, K no-ops removed, D dead removed' with N - M == F + K + D."""
+    import onnx as _onnx
+    from onnx import TensorProto as _T
+    from onnx import helper as _h
+
+    from debugkit.cli.main import main as _main
+    from debugkit.surgeon.fold import fold_constants
+    nodes = [_h.make_node("Constant", [], ["c"], value=_h.make_tensor("v", _T.FLOAT, [2], [1.0, 2.0])),
+             _h.make_node("Mul", ["c", "c"], ["c2"], name="const_mul"),          # folds
+             _h.make_node("Add", ["x", "c2"], ["a"], name="add"),
+             _h.make_node("Identity", ["a"], ["y"], name="noop"),                # no-op
+             _h.make_node("Relu", ["x"], ["unused"], name="dead")]               # dead
+    g = _h.make_graph(nodes, "g", [_h.make_tensor_value_info("x", _T.FLOAT, [2])],
+                      [_h.make_tensor_value_info("y", _T.FLOAT, [2])])
+    m = _h.make_model(g, opset_imports=[_h.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    _onnx.save(m, path)
+    r = fold_constants(_onnx.load(path))
+    assert r.nodes_before == 5 and r.nodes_after == 1
+    assert r.nodes_before - r.nodes_after == r.folded + r.noops_removed + r.dead_removed
+    assert (r.folded, r.noops_removed, r.dead_removed) == (2, 1, 1)
+    code = _main(["surgeon", "sanitize", str(path), "-o", str(tmp_path / "o.onnx"), "--fold-constants", "-v"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "original: 5, after folding: 1 | 2 folded, 1 no-ops removed, 1 dead removed" in err

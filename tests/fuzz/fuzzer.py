@@ -89,7 +89,7 @@ def _mutate_attribute(node, rng):
     if rng.random() < 0.1:
         node.attribute.remove(a)
     elif a.type == AttributeProto.INT:
-        a.i = rng.choice(INTERESTING_INTS + [a.i + 1, a.i - 1, -a.i])
+        a.i = max(-2 ** 63, min(2 ** 63 - 1, rng.choice(INTERESTING_INTS + [a.i + 1, a.i - 1, -a.i])))
     elif a.type == AttributeProto.INTS:
         vals = list(a.ints)
         r = rng.random()
@@ -102,7 +102,7 @@ def _mutate_attribute(node, rng):
         else:
             rng.shuffle(vals)
         del a.ints[:]
-        a.ints.extend(v & (2 ** 64 - 1) if v >= 2 ** 63 else v for v in vals)
+        a.ints.extend(max(-2 ** 63, min(2 ** 63 - 1, v)) for v in vals)
     elif a.type == AttributeProto.FLOAT:
         a.f = rng.choice(INTERESTING_FLOATS)
     elif a.type == AttributeProto.STRING:
