@@ -99,6 +99,8 @@ def run(args) -> int:
     cmd = args.surgeon_cmd
     from debugkit.surgeon.external_data import load_model
     model = load_model(args.model, args.external_data_dir)
+    from backends.engine.onnx_parser.validate import check_model
+    check_model(model, args.model)  # before ONNX shape inference sees it: a crafted model can crash it
     if cmd == "sanitize":
         return _sanitize(model, args)
     if cmd == "extract":

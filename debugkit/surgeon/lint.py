@@ -57,6 +57,15 @@ def lint_model(model, check_importers=True) -> LintReport:
     report = LintReport()
     add = report.entries.append
     graph = model.graph
+    from backends.engine.onnx_parser.validate import validate_model
+    unsafe = validate_model(model)  # what would crash ONNX's shape inference (run below) is reported instead
+    if unsafe:
+        for p in unsafe:
+            add(LintEntry(ERROR, "validate", str(p), [p.node]))
+        report.failing = list(dict.fromkeys(p.node for p in unsafe))
+        report.passing = [node_label(n, i) for i, n in enumerate(graph.node) if node_label(n, i) not in
+                          report.failing]
+        return report
     try:
         onnx.checker.check_model(model)
     except Exception as e:

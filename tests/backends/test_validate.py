@@ -137,3 +137,19 @@ def test_well_formed_models_pass():
                 h.make_node("Softmax", ["c"], ["y"], name="sm", axis=-1)], [("x", ["N", 1, 8, 8])], inits=[w])
     check_model(m)
     assert not validate_model(m)
+
+
+@pytest.mark.parametrize("argv,code,needle", [
+    (["surgeon", "sanitize", "{m}", "-o", "{o}", "--fold-constants"], 2,
+     "debugkit surgeon: error: invalid {m}: node 'pool1' (MaxPool): attribute 'strides' = [2, 0]"),
+    (["check", "lint", "{m}"], 1, "[E] LINT | Name: pool1 | node 'pool1' (MaxPool): attribute 'strides' = [2, 0]"),
+    (["inspect", "model", "{m}"], 2, "node 'pool1' (MaxPool): attribute 'strides' = [2, 0]"),
+])
+def test_every_command_that_reads_onnx_validates_first(tmp_path, argv, code, needle):
+    path = tmp_path / "bad.onnx"
+    onnx.save(maxpool_zero_stride(), path)
+    argv = [a.format(m=path, o=tmp_path / "o.onnx") for a in argv]
+    p = subprocess.run([sys.executable, "-m", "debugkit", *argv], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=REPO), timeout=120)
+    assert p.returncode == code, (p.returncode, p.stderr)
+    assert needle.format(m=path) in p.stderr + p.stdout

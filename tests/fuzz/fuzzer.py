@@ -244,9 +244,9 @@ def mutate_header(header: dict, rng: random.Random) -> dict:
         r = rng.random()
         if r < 0.35:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                parent[key] = rng.choice(_LEAVES + strings[:50])
+                parent[key] = copy.deepcopy(rng.choice(_LEAVES + strings[:50]))
             else:
-                parent[key] = rng.choice([value + 1, value - 1, -value, 0, value * 2 ** 20] + _LEAVES[:8])
+                parent[key] = copy.deepcopy(rng.choice([value + 1, value - 1, -value, 0, value * 2 ** 20] + _LEAVES[:8]))
         elif r < 0.5 and isinstance(value, str) and strings:
             parent[key] = rng.choice(strings)
         elif r < 0.62:
@@ -260,7 +260,8 @@ def mutate_header(header: dict, rng: random.Random) -> dict:
             else:
                 value.append(copy.deepcopy(rng.choice(value)))
         elif r < 0.8 and isinstance(value, dict):
-            value[rng.choice(["extra", "name", "kind", "offset", "shape", "weights", "inputs"])] = rng.choice(_LEAVES)
+            value[rng.choice(["extra", "name", "kind", "offset", "shape", "weights", "inputs"])] = \
+                copy.deepcopy(rng.choice(_LEAVES))
         else:
             parent[key] = rng.choice([[], {}, None, "", [value], {"v": value}])
     return header

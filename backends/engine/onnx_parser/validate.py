@@ -127,6 +127,8 @@ def _check_dims(dims, limits, itemsize=4):
         return f"rank {len(dims)} exceeds the limit of {limits.max_rank}"
     if any(d < 0 for d in dims):
         return "dims must be >= 0"
+    if any(d > limits.max_elements for d in dims):  # even with a 0 elsewhere: kernels loop over such dims
+        return f"a dim exceeds the limit of {limits.max_elements} elements"
     count = math.prod(int(d) for d in dims)
     if count > limits.max_elements or count * itemsize > limits.max_bytes:
         return (f"{count} elements ({count * itemsize / 2**30:.3g} GiB) exceed the limit of "
