@@ -22,6 +22,7 @@ class Device:
 
     name = "abstract"
     prefers_nhwc = False          # the layout pass asks this (passes/layout.py)
+    host_memory = True            # tensors are numpy arrays in host memory (False: the runtime copies in and out)
     # fingerprint fields that must match for a plan built elsewhere to run here (see check_fingerprint)
     fingerprint_fields = ("device", "machine")
 

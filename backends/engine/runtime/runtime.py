@@ -192,11 +192,15 @@ class ExecutionContext:
         taps = list(taps or ())
         aliases = self.engine.graph.aliases
         resolved = {t: aliases.get(t, t) for t in taps}
+        dev = self.engine._device
+        if not dev.host_memory:   # a device with its own memory: feeds in, results out (one copy each)
+            feeds = {k: dev.copy_to_device(v) for k, v in feeds.items()}
         env = self.engine.executor.run(feeds, keep=set(resolved.values()))
-        result = {name: env[name] for name in self.engine.graph.output_names}
+        out = (lambda v: v) if dev.host_memory else dev.copy_to_host
+        result = {name: out(env[name]) for name in self.engine.graph.output_names}
         for t, r in resolved.items():
             if r in env:
-                result[t] = env[r]
+                result[t] = out(env[r])
         return result
 
     execute_v2 = execute

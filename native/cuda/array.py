@@ -1,0 +1,77 @@
+"""GpuArray: a tensor in device memory (pointer, shape, dtype), the value type of the CUDA device's tensors."""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cuda import driver as _driver
+from native.cuda.driver import context
+
+
+class GpuArray:
+    """Device memory owned by this object (freed to the stream-ordered pool when it dies), or a view of another
+    GpuArray's memory (`base`). Shapes and dtypes follow numpy's conventions."""
+
+    __slots__ = ("ptr", "shape", "dtype", "base", "_owns", "__weakref__")
+
+    def __init__(self, shape, dtype, ptr: int | None = None, base=None):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.base = base
+        self._owns = ptr is None
+        self.ptr = context().alloc(self.nbytes) if ptr is None else int(ptr)
+
+    def __del__(self):
+        if getattr(self, "_owns", False) and _driver is not None and _driver._CTX is not None:
+            _driver._CTX.free(self.ptr)   # (module globals may be gone at interpreter shutdown)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def reshape(self, shape) -> "GpuArray":
+        shape = tuple(int(d) for d in shape)
+        if -1 in shape:
+            known = int(np.prod([d for d in shape if d != -1], dtype=np.int64)) or 1
+            shape = tuple(self.size // known if d == -1 else d for d in shape)
+        assert int(np.prod(shape, dtype=np.int64)) == self.size, f"cannot reshape {self.shape} to {shape}"
+        return GpuArray(shape, self.dtype, self.ptr, base=self.base or self)
+
+    @classmethod
+    def from_host(cls, host) -> "GpuArray":
+        host = np.ascontiguousarray(host)
+        out = cls(host.shape, host.dtype)
+        context().upload(out.ptr, host)
+        return out
+
+    def get(self) -> np.ndarray:
+        return context().download(self.ptr, self.shape, self.dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.get()
+        return a if dtype is None else a.astype(dtype)
+
+    def __repr__(self):
+        return f"GpuArray(shape={self.shape}, dtype={self.dtype.name}, ptr=0x{self.ptr:x})"
+
+
+def to_host(x):
+    """numpy for a GpuArray (one synchronizing copy), anything else unchanged."""
+    return x.get() if isinstance(x, GpuArray) else x
+
+
+def to_device(x):
+    """GpuArray for a numeric numpy array; other values (None, strings, sequences) unchanged."""
+    if isinstance(x, GpuArray) or x is None:
+        return x
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "biuf" or (
+            isinstance(x, np.ndarray) and x.dtype.name in ("bfloat16", "float8_e4m3fn")):
+        return GpuArray.from_host(x)
+    return x

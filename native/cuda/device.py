@@ -1,0 +1,71 @@
+"""The CUDA device: tensors are GpuArrays in device memory, tactics run on one stream, the builder times them
+with CUDA events. Layers without a GPU kernel run as explicit host layers (tactics/host.py)."""
+from __future__ import annotations
+
+import platform
+
+from native.cuda.array import GpuArray, to_device, to_host
+from native.device import Device
+from native.errors import UsageError
+
+
+class CudaDevice(Device):
+    name = "cuda"
+    fingerprint_fields = ("device", "arch")
+    host_memory = False
+
+    def available(self) -> bool:
+        from native.cuda import available
+        return available()
+
+    def load_tactics(self):
+        from native.tactics import tactics_for
+        tactics_for("Convolution", "cpu")      # the CPU kernels first: the host layers wrap them
+        import native.cuda.tactics.gemm  # noqa: F401
+        import native.cuda.tactics.pointwise  # noqa: F401
+        from native.cuda.tactics.host import wrap_cpu_tactics
+        wrap_cpu_tactics()
+
+    # memory -----------------------------------------------------------------------------------------------------
+    def allocate(self, nbytes: int):
+        return GpuArray((int(nbytes),), "uint8")
+
+    def view(self, buffer, offset, shape, dtype):
+        return GpuArray(shape, dtype, buffer.ptr + int(offset), base=buffer)
+
+    def copy_to_device(self, host_array):
+        return to_device(host_array)
+
+    def copy_to_host(self, buffer):
+        return to_host(buffer)
+
+    # execution --------------------------------------------------------------------------------------------------
+    def bind(self, tactic, op=None):
+        return tactic.run, True
+
+    def synchronize(self, stream=None):
+        from native.cuda.driver import context
+        context().synchronize()
+
+    def time(self, fn, stream=None) -> float:
+        from native.cuda.driver import context
+        return context().time_ms(fn)
+
+    def check_stream(self, stream):
+        if stream is not None:
+            raise UsageError("the CUDA device runs on its own stream; user streams for execute_async_v3 are not "
+                             "implemented yet: pass stream=None")
+
+    # precision: host layers compute with the CPU's numerics emulation, so the CPU's answers hold -----------------
+    def data_inputs(self, kind, n_inputs):
+        from native.device import get_device
+        return get_device("cpu").data_inputs(kind, n_inputs)
+
+    def fp32_only_reason(self, kind):
+        from native.device import get_device
+        return get_device("cpu").fp32_only_reason(kind)
+
+    def fingerprint(self) -> dict:
+        from native.cuda.driver import context
+        ctx = context()
+        return {"device": self.name, "machine": platform.machine(), "arch": ctx.arch, "gpu": ctx.name}

@@ -1,0 +1,152 @@
+"""The CUDA context of this process: one device, one stream, a stream-ordered memory pool, events and copies.
+
+Everything goes through cuda-python's driver bindings (`cuda.bindings.driver`). The context is created on first
+use (`context()`), never at import, so importing the package costs nothing on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from native.errors import ExecutionError
+
+
+class CudaError(ExecutionError):
+    """A CUDA driver, NVRTC or cuBLAS call failed; the message names the call and the CUDA error."""
+
+
+def _cu():
+    from cuda.bindings import driver
+    return driver
+
+
+def check(result, what="CUDA call"):
+    """Unpack a cuda-python (err, *values) tuple, raising CudaError on a non-zero status."""
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        cu = _cu()
+        try:
+            name = cu.cuGetErrorName(err)[1].decode()
+        except Exception:
+            name = str(err)
+        raise CudaError(f"{what} failed: {name}")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+class Context:
+    """Primary context of one GPU, its stream, its memory pool (cached: freed blocks are reused, not returned to
+    the driver) and a pinned staging buffer for host<->device copies."""
+
+    def __init__(self, ordinal: int = 0):
+        cu = _cu()
+        check(cu.cuInit(0), "cuInit")
+        self.dev = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+        self.ctx = check(cu.cuDevicePrimaryCtxRetain(self.dev), "cuDevicePrimaryCtxRetain")
+        check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        attr = cu.CUdevice_attribute
+        self.cc = (check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.dev)),
+                   check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev)))
+        self.sm_count = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.dev))
+        self.name = check(cu.cuDeviceGetName(256, self.dev)).split(b"\0")[0].decode()
+        self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
+        pool = check(cu.cuDeviceGetDefaultMemPool(self.dev), "cuDeviceGetDefaultMemPool")
+        check(cu.cuMemPoolSetAttribute(pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                       cu.cuuint64_t(2**63)), "cuMemPoolSetAttribute")
+        self._pinned, self._pinned_size, self._pinned_used = None, 0, 0
+        self._owner_thread = threading.get_ident()
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.cc[0]}{self.cc[1]}"
+
+    def make_current(self):
+        if threading.get_ident() != self._owner_thread:
+            check(_cu().cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+
+    # memory ---------------------------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> int:
+        return int(check(_cu().cuMemAllocAsync(max(int(nbytes), 256), self.stream), "cuMemAllocAsync"))
+
+    def free(self, ptr: int):
+        try:
+            _cu().cuMemFreeAsync(ptr, self.stream)
+        except Exception:   # interpreter shutdown
+            pass
+
+    def _staging(self, nbytes: int) -> int:
+        """A pinned host region of nbytes, valid until the next synchronize()."""
+        cu = _cu()
+        if self._pinned_used + nbytes > self._pinned_size:
+            self.synchronize()
+            size = max(1 << 22, 2 * (self._pinned_used + nbytes))
+            if self._pinned is not None:
+                cu.cuMemFreeHost(self._pinned)
+            self._pinned = int(check(cu.cuMemHostAlloc(size, 0), "cuMemHostAlloc"))
+            self._pinned_size, self._pinned_used = size, 0
+        ptr = self._pinned + self._pinned_used
+        self._pinned_used += (nbytes + 255) // 256 * 256
+        return ptr
+
+    def upload(self, dst: int, host: np.ndarray):
+        """Host -> device through the pinned staging buffer (asynchronous on the stream)."""
+        host = np.ascontiguousarray(host)
+        if host.nbytes == 0:
+            return
+        stage = self._staging(host.nbytes)
+        np.copyto(np.frombuffer((np.ctypeslib.as_ctypes_type(np.uint8) * host.nbytes).from_address(stage),
+                                dtype=host.dtype).reshape(host.shape), host)
+        check(_cu().cuMemcpyHtoDAsync(dst, stage, host.nbytes, self.stream), "cuMemcpyHtoDAsync")
+
+    def download(self, src: int, shape, dtype) -> np.ndarray:
+        """Device -> host through the staging buffer; synchronizes the stream."""
+        out = np.empty(shape, dtype=dtype)
+        if out.nbytes == 0:
+            return out
+        stage = self._staging(out.nbytes)
+        check(_cu().cuMemcpyDtoHAsync(stage, src, out.nbytes, self.stream), "cuMemcpyDtoHAsync")
+        self.synchronize()
+        out.reshape(-1).view(np.uint8)[:] = np.frombuffer(
+            (np.ctypeslib.as_ctypes_type(np.uint8) * out.nbytes).from_address(stage), dtype=np.uint8)
+        return out
+
+    def copy(self, dst: int, src: int, nbytes: int):
+        if nbytes:
+            check(_cu().cuMemcpyDtoDAsync(dst, src, nbytes, self.stream), "cuMemcpyDtoDAsync")
+
+    def memset0(self, dst: int, nbytes: int):
+        if nbytes:
+            check(_cu().cuMemsetD8Async(dst, 0, nbytes, self.stream), "cuMemsetD8Async")
+
+    def synchronize(self):
+        check(_cu().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+        self._pinned_used = 0
+
+    # timing ---------------------------------------------------------------------------------------------------
+    def time_ms(self, fn) -> float:
+        """Milliseconds between two events recorded around fn() on the stream."""
+        cu = _cu()
+        start = check(cu.cuEventCreate(0), "cuEventCreate")
+        stop = check(cu.cuEventCreate(0), "cuEventCreate")
+        check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
+        fn()
+        check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
+        check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
+        ms = check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
+        cu.cuEventDestroy(start)
+        cu.cuEventDestroy(stop)
+        self._pinned_used = 0
+        return float(ms)
+
+
+_CTX: Context | None = None
+
+
+def context() -> Context:
+    global _CTX
+    if _CTX is None:
+        _CTX = Context(0)
+    _CTX.make_current()
+    return _CTX
