@@ -21,6 +21,7 @@ class CudaDevice(Device):
     def load_tactics(self):
         from native.tactics import tactics_for
         tactics_for("Convolution", "cpu")      # the CPU kernels first: the host layers wrap them
+        import native.cuda.tactics.conv  # noqa: F401
         import native.cuda.tactics.gemm  # noqa: F401
         import native.cuda.tactics.pointwise  # noqa: F401
         from native.cuda.tactics.host import wrap_cpu_tactics

@@ -97,3 +97,20 @@ extern "C" __global__ void softmax_rows(float* __restrict__ out, const float* __
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) y[j] = expf(x[j] - m) * inv;
     }
 }
+
+// im2col for 2-D convolution (NCHW, one batch item): cols[c*kh*kw + ky*kw + kx][oy*ow + ox]
+extern "C" __global__ void im2col2d(float* __restrict__ cols, const float* __restrict__ x,
+                                    long long C, long long H, long long W, long long kh, long long kw,
+                                    long long sh, long long sw, long long ph, long long pw,
+                                    long long dh, long long dw, long long oh, long long ow) {
+    long long total = C * kh * kw * oh * ow;
+    GRID_LOOP(total) {
+        long long ox = i % ow, t = i / ow;
+        long long oy = t % oh; t /= oh;
+        long long kx = t % kw; t /= kw;
+        long long ky = t % kh;
+        long long c = t / kh;
+        long long iy = oy * sh - ph + ky * dh, ix = ox * sw - pw + kx * dw;
+        cols[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[(c * H + iy) * W + ix] : 0.f;
+    }
+}

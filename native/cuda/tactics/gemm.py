@@ -73,8 +73,13 @@ class CublasMatMul(Tactic):
     """cuBLAS GEMM (FP32 pedantic, or TF32 tensor cores when the layer's math is tf32)."""
 
     kind, name, device = "MatrixMultiply", "cublas", "cuda"
+    honours = {"post_ops"}
 
     def supports(self, op, input_shapes):
+        from native.cuda.tactics.pointwise import _ACT
+        for step in op.params.get("post_ops") or ():
+            if step["op"] == "activation" and step["type"] not in _ACT:
+                return f"fused activation {step['type']} has no GPU kernel"
         if input_shapes and any(s is not None and len(s) < 2 for s in input_shapes[:2]):
             return "vector operands run on the host"
         if input_shapes and len(input_shapes) > 1 and all(s is not None for s in input_shapes[:2]):
@@ -93,8 +98,10 @@ class CublasMatMul(Tactic):
             b = inputs[1] if isinstance(inputs[1], GpuArray) else to_device(np.ascontiguousarray(inputs[1]))
         if a.dtype != np.float32 or b.dtype != np.float32:
             raise TypeError(f"cuBLAS tactic takes float32, got {a.dtype}/{b.dtype}")
-        return [matmul(a, b, bool(op.params.get("transpose_a")), bool(op.params.get("transpose_b")),
-                       tf32=(op.math == "tf32"))]
+        from native.cuda.tactics.conv import epilogue
+        y = matmul(a, b, bool(op.params.get("transpose_a")), bool(op.params.get("transpose_b")),
+                   tf32=(op.math == "tf32"))
+        return [epilogue(y, op, inputs)]
 
 
 _W: dict = {}

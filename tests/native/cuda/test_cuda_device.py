@@ -132,3 +132,34 @@ def test_cli_run_device_cuda_mark_all(tmp_path):
     path = tmp_path / "mlp.onnx"
     onnx.save(_mlp_model(), path)
     assert main(["run", str(path), "--engine", "--onnxrt", "--device", "cuda", "--mark-all"]) == 0
+
+
+def _conv_model(groups, stride, dil, pads):
+    rng = np.random.default_rng(8)
+    c, m = 12, 18
+    w = numpy_helper.from_array(rng.standard_normal((m, c // groups, 3, 3)).astype(np.float32) * 0.2, "w")
+    b = numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b")
+    w2 = numpy_helper.from_array(rng.standard_normal((m, m, 1, 1)).astype(np.float32) * 0.2, "w2")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c1"], name="conv1", group=groups, strides=[stride] * 2,
+                              dilations=[dil] * 2, pads=pads),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+             helper.make_node("Add", ["c2", "r1"], ["s"], name="add"),
+             helper.make_node("Sigmoid", ["s"], ["y"], name="sig")]
+    g = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, 17, 13])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b, w2])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("groups,stride,dil,pads", [(1, 1, 1, [1, 1, 1, 1]), (3, 2, 1, [0, 1, 2, 0]),
+                                                    (12, 1, 2, [2, 2, 2, 2])])
+def test_gpu_convolution_with_fused_epilogue_matches_cpu(tmp_path, groups, stride, dil, pads):
+    from backends.runners import EngineRunner
+    path = tmp_path / "conv.onnx"
+    onnx.save(_conv_model(groups, stride, dil, pads), path)
+    x = np.random.default_rng(9).standard_normal((2, 12, 17, 13)).astype(np.float32)
+    with EngineRunner(str(path), device="cuda") as gpu, EngineRunner(str(path)) as cpu:
+        y_gpu, y_cpu = gpu.infer({"x": x})["y"], cpu.infer({"x": x})["y"]
+        convs = [n for n in gpu.engine.graph.nodes if n.kind == "Convolution"]
+    np.testing.assert_allclose(y_gpu, y_cpu, rtol=1e-5, atol=1e-5)
+    assert convs and all(n.tactic_name == "im2col-cublas" for n in convs), [n.tactic_name for n in convs]
