@@ -137,6 +137,8 @@ def test_cli_run_device_cuda_mark_all(tmp_path):
 def _conv_model(groups, stride, dil, pads):
     rng = np.random.default_rng(8)
     c, m = 12, 18
+    oh = (17 + pads[0] + pads[2] - dil * 2 - 1) // stride + 1
+    ow = (13 + pads[1] + pads[3] - dil * 2 - 1) // stride + 1
     w = numpy_helper.from_array(rng.standard_normal((m, c // groups, 3, 3)).astype(np.float32) * 0.2, "w")
     b = numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b")
     w2 = numpy_helper.from_array(rng.standard_normal((m, m, 1, 1)).astype(np.float32) * 0.2, "w2")
@@ -147,7 +149,7 @@ def _conv_model(groups, stride, dil, pads):
              helper.make_node("Add", ["c2", "r1"], ["s"], name="add"),
              helper.make_node("Sigmoid", ["s"], ["y"], name="sig")]
     g = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, 17, 13])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b, w2])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, m, oh, ow])], [w, b, w2])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
