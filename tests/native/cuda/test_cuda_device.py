@@ -136,7 +136,7 @@ def test_cli_run_device_cuda_mark_all(tmp_path):
 
 def _conv_model(groups, stride, dil, pads):
     rng = np.random.default_rng(8)
-    c, m = 12, 18
+    c, m = 12, 24
     oh = (17 + pads[0] + pads[2] - dil * 2 - 1) // stride + 1
     ow = (13 + pads[1] + pads[3] - dil * 2 - 1) // stride + 1
     w = numpy_helper.from_array(rng.standard_normal((m, c // groups, 3, 3)).astype(np.float32) * 0.2, "w")
