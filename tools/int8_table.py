@@ -120,14 +120,28 @@ def ort_session(path):
 
 
 def ort_quantize(src, dst_dir, tag, calib, method):
-    """quantize_static (QDQ, per-channel symmetric int8) after quant_pre_process; returns (path, note)."""
+    """quantize_static (QDQ, per-channel symmetric int8) after quant_pre_process; returns (path, note). When the
+    pre-processed model quantizes into a model ONNX Runtime cannot load, the raw model is quantized instead."""
+    path, note = _ort_quantize(src, dst_dir, tag, calib, method, True)
+    try:
+        ort_session(path)
+    except Exception as e:
+        path, _ = _ort_quantize(src, dst_dir, tag, calib, method, False)
+        note += (f"the model quantized after quant_pre_process does not load in ONNX Runtime "
+                 f"({str(e).split(':')[-1].strip()[:80]}); quantized the model without pre-processing. ")
+    return path, note
+
+
+def _ort_quantize(src, dst_dir, tag, calib, method, preprocess):
     from onnxruntime.quantization.shape_inference import quant_pre_process
     pre = os.path.join(dst_dir, f"{tag}_pre.onnx")
     note = ""
+    if not preprocess:
+        pre = src
     cwd = os.getcwd()
     os.chdir(dst_dir)   # ONNX Runtime's tools leave temporary models in the working directory
     try:
-        if not os.path.exists(pre):
+        if preprocess and not os.path.exists(pre):
             try:
                 quant_pre_process(src, pre)
             except Exception as e:   # ONNX Runtime's documented way out: skip its symbolic shape inference
@@ -138,9 +152,9 @@ def ort_quantize(src, dst_dir, tag, calib, method):
                     note = (f"quant_pre_process failed ('{str(e)[:80]}', and with skip_symbolic_shape: "
                             f"'{str(e2)[:80]}'); quantized the model as is. ")
                     pre = src
-        elif os.path.exists(pre + ".note"):
+        elif preprocess and os.path.exists(pre + ".note"):
             note = open(pre + ".note").read()
-        if note and not os.path.exists(pre + ".note") and pre != src:
+        if preprocess and note and not os.path.exists(pre + ".note") and pre != src:
             with open(pre + ".note", "w") as f:
                 f.write(note)
         return _quantize(pre, dst_dir, tag, calib, method), note

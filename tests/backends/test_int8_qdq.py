@@ -148,3 +148,29 @@ def test_qdq_propagates_through_concat_and_reshape_of_equal_scales(s2, pair_kept
         assert ("requant" in sources) == pair_kept
     np.testing.assert_allclose(out["y"], want[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out["y2"], want[1], rtol=1e-6, atol=1e-7)
+
+
+def test_qdq_global_average_pool_runs_in_int8_like_onnxruntime():
+    """DQ -> GlobalAveragePool -> Q/DQ: one INT8 pooling layer (integer sum, one requantization), equal to ONNX
+    Runtime's QLinearGlobalAveragePool bit for bit."""
+    ort = pytest.importorskip("onnxruntime")
+    inits = [numpy_helper.from_array(v, k) for k, v in
+             {"s1": np.float32(0.05), "s2": np.float32(0.0031), "z": np.int8(0)}.items()]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z"], ["d1"]),
+             helper.make_node("GlobalAveragePool", ["d1"], ["p"], name="gap"),
+             helper.make_node("QuantizeLinear", ["p", "s2", "z"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["y"])]
+    g = helper.make_graph(nodes, "gap", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 5, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = (np.random.default_rng(8).standard_normal((3, 7, 5, 6)) * 0.4).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with EngineRunner(model, flags=("int8",)) as r:
+        got = r.infer({"x": x})["y"]
+        assert [n.precision for n in r.engine.graph.nodes if n.kind == "Pooling"] == ["int8"]
+    q = np.clip(np.rint(x / np.float32(0.05)), -128, 127).astype(np.int64).sum(axis=(2, 3), keepdims=True)
+    ref = np.clip(np.rint(q.astype(np.float32) * (np.float32(0.05) / (np.float32(0.0031) * np.float32(30)))),
+                  -128, 127).astype(np.float32) * np.float32(0.0031)
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_allclose(got, want, atol=0.0031 * 1.01)    # ONNX Runtime: at most a tie apart

@@ -19,9 +19,9 @@ import numpy as np
 
 BINS = 2048
 LEVELS = 128
-# below this many non-zero values a 2048-bin histogram is mostly empty bins and its KL minimum is sampling noise
+# below 16 non-zero values per bin on average, the KL minimum of a 2048-bin histogram is mostly sampling noise
 # (squeeze-excite's pooled [N, C, 1, 1] vectors: a few hundred values); such tensors keep their full range
-MIN_HISTOGRAM_VALUES = 4 * BINS
+MIN_HISTOGRAM_VALUES = 16 * BINS
 
 
 class TensorStats:

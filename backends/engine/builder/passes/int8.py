@@ -185,12 +185,39 @@ def process_qdq(graph, config, logger) -> dict:
                 qscale[n.outputs[0]] = s_y
             fused += 1
             continue
+        if n.kind == "Pooling" and n.params.get("global") and n.params.get("type") == "AVERAGE" \
+                and qscale.get(n.inputs[0]) is not None and n.precision != "int8":
+            if _int8_pool(graph, prod, n, qscale, rounding, out_names):
+                fused += 1
+                continue
         _propagate(graph, prod, qscale, n)
     from backends.engine.builder.passes.dead import eliminate_dead_layers
     removed = eliminate_dead_layers(graph, config)
     logger.info(f"INT8 (explicit Q/DQ): {fused} layers fused into INT8 kernels, {dropped} redundant Q/DQ pairs "
                 f"dropped, {removed} Q/DQ layers removed")
     return qscale
+
+
+def _int8_pool(graph, prod, n, qscale, rounding, out_names) -> bool:
+    """DQ -> global average pool -> Q/DQ as one INT8 pooling layer (TensorRT's quantizable AveragePool)."""
+    from native.tactics import tactics_for, unsupported_reason
+    from backends.engine.runtime.executor import node_op
+    s_x = qscale[n.inputs[0]]
+    params = dict(n.params, int8={"input_scale": float(s_x), "output_scale": None, "rounding": rounding})
+    probe = node_op(n)
+    probe.params, probe.precision = params, "int8"
+    if not any(unsupported_reason(t, probe, None) is None for t in tactics_for(n.kind)):
+        return False
+    pair = prod.get(n.inputs[0])
+    if pair is not None and pair.kind == "Dequantize" and _qdq_pair_scale(graph, prod, pair) == s_x:
+        n.inputs[0] = prod[pair.inputs[0]].inputs[0]
+        graph.touch()
+    s_y = _fuse_output_qdq(graph, n, out_names)
+    params["int8"]["output_scale"] = None if s_y is None else float(s_y)
+    n.params, n.precision = params, "int8"
+    if s_y is not None:
+        qscale[n.outputs[0]] = s_y
+    return True
 
 
 def _fuse_output_qdq(graph, n, out_names):
