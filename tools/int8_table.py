@@ -218,7 +218,12 @@ def evaluate(name, classifier, args, manifest):
     fp32 = ort_session(src)
     names = [o.name for o in fp32.get_outputs()]
     ref = [fp32.run(None, f) for f in held]
-    row = {"model": name, "notes": [], "setup": {"calib": args.calib, "held_out": args.held_out, "top1": args.top1}}
+    import platform
+    import onnxruntime
+    row = {"model": name, "notes": [], "setup": {
+        "calib": args.calib, "held_out": args.held_out, "top1": args.top1, "onnxruntime": onnxruntime.__version__,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other jobs)"}}
     for method, ours_algo in (("MinMax", "minmax"), ("Entropy", "entropy2")):
         t0 = time.time()
         try:
@@ -267,7 +272,9 @@ def ratio(ours, theirs):
 
 def table(rows, args):
     setup = rows[0].get("setup", vars(args)) if rows else vars(args)
-    lines = [f"Calibration: {setup['calib']} inputs, held-out: {setup['held_out']} inputs (disjoint seeds), top-1: "
+    lines = [f"Measured {setup.get('date', '?')} with ONNX Runtime {setup.get('onnxruntime', '?')} on "
+             f"{setup.get('machine', '?')}.", "",
+             f"Calibration: {setup['calib']} inputs, held-out: {setup['held_out']} inputs (disjoint seeds), top-1: "
              f"{setup['top1']} "
              f"inputs. Error = (1 - cosine, max abs) against ONNX Runtime FP32 on the held-out inputs, per output "
              f"(outputs separated by ' / '); ratio = the larger of ours/ORT over both metrics and all outputs "
