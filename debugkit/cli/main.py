@@ -168,6 +168,7 @@ def main(argv=None) -> int:
         return 3
     finally:
         reset_common_args()   # log level, log file, colour and progress settings are per command
+        config.reload()       # and so are --ignore-fingerprint and the tuning default (the env's values again)
 
 
 if __name__ == "__main__":
