@@ -18,6 +18,9 @@ except Exception:  # pragma: no cover
     _scipy_erf = None
 
 
+_math_erf = np.frompyfunc(math.erf, 1, 1)
+
+
 def erf(x, out=None):
     """Error function, elementwise (float dtypes keep their dtype)."""
     if _scipy_erf is not None:
@@ -28,6 +31,12 @@ def erf(x, out=None):
             out[...] = y
             return out
         return y.astype(x.dtype)
+    if np.asarray(x).dtype == np.float64:  # float64 callers (the fp64 oracle) need erf to the last bit
+        y = _math_erf(np.asarray(x)).astype(np.float64)
+        if out is not None:
+            out[...] = y
+            return out
+        return y
     # Abramowitz-Stegun 7.1.26 refined by one Newton step on float64 (|error| < 1e-9)
     x64 = np.asarray(x, dtype=np.float64)
     a = np.abs(x64)
