@@ -226,7 +226,7 @@ AXIS = Int(-MAX_RANK, MAX_RANK)
 SPATIAL = {"?kernel_shape": Opt(List(Int(1, MAX_DIM))), "?strides": Opt(List(Int(1, MAX_DIM))),
            "?dilations": Opt(List(Int(1, MAX_DIM))), "?pre_padding": Opt(List(Int(0, MAX_DIM))),
            "?post_padding": Opt(List(Int(0, MAX_DIM))), "?output_padding": Opt(List(Int(0, MAX_DIM))),
-           "?post_ops": Opt(POST_OPS)}
+           "?post_ops": Opt(POST_OPS), "?auto_pad": Opt(Str(choices={"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"}))}
 
 # params per layer kind: the fields the loader or the kernels rely on; other keys are the kernels' own business.
 PARAMS = {
@@ -324,11 +324,13 @@ def _check_geometry(node, where, errors):
     """A convolution's or pooling's kernel, strides, dilations and padding must give the output the layer
     records: a crafted plan cannot ask a kernel for a million rows of padding behind valid checksums."""
     p, meta = node["params"], node.get("meta") or {}
-    if p.get("global") or p.get("auto_pad") not in (None, "NOTSET") or p.get("output_shape") is not None:
+    if p.get("global"):
         return
     ins, outs = meta.get("input_shapes"), meta.get("output_shapes")
-    if p.get("col2im") or not ins or not outs or not ins[0] or not outs[0]:
-        # shapes not recorded (the build's timing run failed, or col2im): bound what the padding can ask for
+    if p.get("col2im") or p.get("auto_pad") not in (None, "NOTSET") or p.get("output_shape") is not None \
+            or not ins or not outs or not ins[0] or not outs[0]:
+        # shapes not recorded (the build's timing run failed), or not given by the pads (col2im, auto_pad,
+        # output_shape): bound what the padding can ask for
         extents = [a + b + max(c, 1) for a, b, c in zip(p.get("pre_padding") or [], p.get("post_padding") or [],
                                                         p.get("kernel_shape") or p.get("window") or [])]
         from backends.engine.onnx_parser.validate import default_limits
