@@ -53,6 +53,8 @@ def test_run_dla_without_fallback_fails_naming_the_layer(cli, dla_model):
     code, out, err = cli("run", dla_model, "--engine", "--fp16", "--use-dla-core", "0", "--input-shapes",
                          "x:[1,3,8,8]")
     assert code == 2 and "layer 'odd'" in err and "[unary.op]" in err and "--allow-gpu-fallback" in err
+    code, out, err = cli("run", dla_model, "--engine", "--use-dla-core", "0", "--input-shapes", "x:[1,3,8,8]")
+    assert code == 2 and "the DLA runs FP16 and INT8 only and neither is enabled: add --fp16 or --int8" in err
 
 
 def test_run_dla_with_fallback_compares_with_onnxrt(cli, dla_model):

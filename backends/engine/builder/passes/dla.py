@@ -328,6 +328,9 @@ def check_plan(plan, config):
     """Without GPU fallback every layer meant for the DLA must run there; standalone needs all of them in one."""
     standalone = config.engine_capability is EngineCapability.DLA_STANDALONE
     bad = [e for e in plan.layers if e["wanted"] and not e["dla"] and e["node"].kind != "Constant"]
+    if bad and dla_precision(config) == "float32" and not config.get_flag(BuilderFlag.GPU_FALLBACK):
+        raise BuildError("the DLA runs FP16 and INT8 only and neither is enabled: add --fp16 or --int8 "
+                         "(BuilderFlag.FP16 / BuilderFlag.INT8)")
     for ld, pool, need, limit in plan.failed_pools:
         if not config.get_flag(BuilderFlag.GPU_FALLBACK) or standalone:
             raise BuildError(f"DLA loadable {ld.name} does not fit: the {POOLS[pool]} pool ({pool.name}) is too "
@@ -340,7 +343,12 @@ def check_plan(plan, config):
             raise BuildError("DLA_STANDALONE needs BuilderFlag.FP16 and/or INT8: the DLA runs FP16 and INT8 only")
     if bad and (standalone or not config.get_flag(BuilderFlag.GPU_FALLBACK)):
         lines = "; ".join(f"layer '{e['node'].name}' ({e['node'].kind}, ONNX nodes {e['node'].source_nodes}): "
-                          f"{e['reason']}" for e in bad)
+                          f"{e['reason']}" for e in bad[:5])
+        if len(bad) > 5:
+            import collections
+            by_rule = collections.Counter(e["rule"] for e in bad)
+            lines += f"; and {len(bad) - 5} more (by rule: {dict(by_rule.most_common())}; `debugkit inspect " \
+                     f"capability MODEL --dla` lists them all)"
         what = "DLA_STANDALONE needs every layer on the DLA" if standalone else \
             "these layers cannot run on the DLA and GPU fallback is off"
         hint = "remove them from the network or build without DLA_STANDALONE" if standalone else \
@@ -468,6 +476,8 @@ def apply_dla(graph, config, shapes, ranges=None, network=None, logger=G_LOGGER)
             for d, t in zip(out_desc, lout):
                 new.append(Node(f"Reformat {d['name']} from {TRT_NAMES[d['format']]}", "DlaReformat", [t],
                                 [d["name"]], dict(d, direction="from_dla")))
+        for n in new:   # what the inspector shows: the loadable computes in the DLA precision
+            n.precision = precision if n.kind == "DlaLoadable" or n.params.get("direction") == "to_dla" else "float32"
         # splice: the loadable (and its reformats) stand where its last layer stood
         last = max(i for i, n in enumerate(graph.nodes) if id(n) in members)
         anchor = graph.nodes[last]
