@@ -102,6 +102,7 @@ def run(args) -> int:
     bar = _search_args.Progress(bound, f"precision ({args.mode})")
     workdir = tempfile.mkdtemp(prefix="debugkit_precision_")
     rows, answer, extra = [], [], {}
+    low_values = _base_run(P, probe_fn, args)
     try:
         with make_executor(args.workers, args.ray) as ex:
             prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
@@ -115,7 +116,7 @@ def run(args) -> int:
                     f"({rec.get('reason', '') if isinstance(rec, dict) else ''}); loosen the tolerances or check "
                     f"the reference")
             elif args.mode == "minimal":
-                rows = _ranking(P, sub, layers, probe_fn, args, ex, workdir)
+                rows = _ranking(P, sub, layers, low_values, args, ex, workdir)
                 kept = greedy([r["layer"] for r in rows], prober)
                 G_LOGGER.info(f"greedy: the {len(kept)} most sensitive layers pass; minimising")
                 answer = P.one_minimal(kept, prober)
@@ -135,7 +136,8 @@ def run(args) -> int:
               "replayed": prober.replayed, "builds_bound": bound, "layers": len(layers), "mode": args.mode,
               "precision": args.low, "higher": args.higher, "reference": args.reference,
               "model": os.path.abspath(args.model), "model_sha256": meta["model_sha256"],
-              "seconds": round(seconds, 1), "workers": getattr(ex, "workers", 1), **extra}
+              "seconds": round(seconds, 1), "workers": getattr(ex, "workers", 1),
+              "base_builds": 1, "layer_runs": len(rows), "tactics_replayed": probe_fn.replay is not None, **extra}
     final = prober.known(answer)[1] if prober.known(answer)[0] else None
     if isinstance(final, dict):
         result["final_check"] = {"passed": final.get("hit"), "outputs": final.get("outputs")}
@@ -167,15 +169,24 @@ def run(args) -> int:
     return 0
 
 
-def _ranking(P, sub, layers, probe_fn, args, ex, workdir):
-    """One layerwise low-precision run + one run per layer alone (independent: on the executor)."""
-    G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
+def _base_run(P, probe_fn, args):
+    """The base low-precision build, once, in this process: every observable tensor (for the ranking) and the tactic
+    of every layer (replayed by the probes, so untouched layers keep their tactics)."""
+    recorder = P.tactic_recorder()
     try:
-        low_values = probe_fn.engine_outputs([], taps="all")
+        low_values = probe_fn.engine_outputs([], taps="all", recorder=recorder)
     except Exception as e:   # a low-precision build that cannot run layerwise still ranks by the alone errors
         G_LOGGER.warning(f"layerwise {args.low} run failed ({str(e).splitlines()[0][:120]}); ranking by each "
                          f"layer alone")
-        low_values = {}
+        return {}
+    if recorder is not None and recorder.document is not None:
+        probe_fn.replay = recorder.document
+    return low_values
+
+
+def _ranking(P, sub, layers, low_values, args, ex, workdir):
+    """The layerwise low-precision values + one run per layer alone (independent: on the executor)."""
+    G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
     alone_fn = P.LayerAloneProbe(workdir, args.low, subgraphs=sub)
     if type(ex).__name__ != "InlineExecutor":
         alone_fn.save_state(sub)

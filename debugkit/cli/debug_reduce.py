@@ -21,6 +21,9 @@ def register(subparsers):
     p.add_argument("model", help="the failing ONNX model")
     p.add_argument("-o", "--output", default="reduced.onnx", help="the minimal failing model (default reduced.onnx)")
     p.add_argument("--min-good", metavar="FILE.onnx", help="also write the largest passing subgraph seen")
+    p.add_argument("--no-inline-if", action="store_true",
+                   help="keep If nodes whole (default: each If is replaced by the branch it took on the captured "
+                        "values, so the search can reach the nodes inside)")
     p.add_argument("--mode", choices=["graph-input", "fold"], default="graph-input",
                    help="cut float tensors become graph inputs fed with captured values (default) or constants "
                         "holding them; integer/bool tensors are always folded")
@@ -40,7 +43,7 @@ def run(args) -> int:
     from debugkit.debug.executor import InlineExecutor, make_executor
     from debugkit.debug.probe_log import ProbeLog
     from debugkit.debug.reduce import (ReduceProbe, ReductionError, Subgraphs, capture_values, finish,
-                                       save_with_inputs)
+                                       inline_taken_ifs, save_with_inputs)
     from debugkit.debug.strategies import Prober, ddmin
 
     _search_args.apply_common(args)
@@ -51,6 +54,13 @@ def run(args) -> int:
     feeds = _search_args.generated_feeds(args, model)
     G_LOGGER.info("capturing every tensor of the model with ONNX Runtime")
     values = capture_values(model, feeds)
+    for _ in range(0 if args.no_inline_if else 4):   # nested Ifs surface one level per round
+        inlined, count = inline_taken_ifs(model, values)
+        if not count:
+            break
+        G_LOGGER.info(f"replaced {count} If node(s) by the branch each took on these inputs")
+        model = inlined
+        values = capture_values(model, feeds)
     sub = Subgraphs(model, feeds, values, args.mode)
     items = sub.items
     meta = {"search": "reduce", "model_sha256": model_sha256(args.model), "mode": args.mode,

@@ -1,7 +1,7 @@
 """`debug precision`: the smallest set of layers (ONNX nodes) that must run in higher precision for a check to pass.
 
 A probe builds the engine with the low precision enabled (--fp16 / --int8 / --fp8) and the candidate layers
-constrained to the higher precision (obeyed), runs it on the search's feeds and judges the outputs against the FP32
+constrained to the higher precision (preferred: a layer without an implementation in it keeps what it has), runs it on the search's feeds and judges the outputs against the FP32
 reference with run's comparison options. `hit` means the check passes.
 
 Modes:
@@ -37,8 +37,10 @@ def _have_layer_precisions():
     return True
 
 
-def make_config(low: str, higher: str, layers=(), extra_flags=()):
-    """A BuilderConfig with the low precision enabled and `layers` obeying `higher`."""
+def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, recorder=None):
+    """A BuilderConfig with the low precision enabled and `layers` obeying `higher`; `replay` (a tactic replay
+    document) keeps the recorded tactic of every layer whose signature did not change, so a probe measures
+    precision and not a different tactic; `recorder` records this build's choices."""
     from backends.engine.builder import BuilderConfig, BuilderFlag
     if not _have_layer_precisions():
         raise PrecisionSearchError("this build of debugkit has no per-layer precision constraints "
@@ -50,9 +52,23 @@ def make_config(low: str, higher: str, layers=(), extra_flags=()):
     if higher == "fp16" and low in ("int8", "fp8"):
         config.set_flag(BuilderFlag("fp16"))
     config.layer_precisions = parse_layer_precisions([(n, higher) for n in layers])
-    if layers:
-        config.set_flag(BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+    if layers:   # prefer, not obey: a layer with no implementation in `higher` (a CPU plugin) runs in what it has
+        config.set_flag(BuilderFlag.PREFER_PRECISION_CONSTRAINTS)
+    if recorder is not None:
+        config.algorithm_selector = recorder
+    elif replay is not None:
+        from backends.engine.builder.tactic_replay import TacticReplayer
+        config.algorithm_selector = TacticReplayer(replay, strict=False)
     return config
+
+
+def tactic_recorder():
+    """A TacticRecorder when the build has one (tactics issue), else None."""
+    try:
+        from backends.engine.builder.tactic_replay import TacticRecorder
+    except ImportError:
+        return None
+    return TacticRecorder()
 
 
 def _rel_err(a, ref) -> float:
@@ -73,10 +89,11 @@ class PrecisionProbe:
     def __init__(self, model_path, feeds, reference, options, low="fp16", higher="fp32", extra_flags=()):
         self.model_path, self.feeds, self.reference = os.path.abspath(model_path), feeds, reference
         self.options, self.low, self.higher, self.extra_flags = options, low, higher, tuple(extra_flags)
+        self.replay = None   # tactic replay document of the base low-precision build (set by the search)
 
-    def engine_outputs(self, layers, taps=None):
+    def engine_outputs(self, layers, taps=None, recorder=None):
         from backends.runners import EngineRunner
-        config = make_config(self.low, self.higher, layers, self.extra_flags)
+        config = make_config(self.low, self.higher, layers, self.extra_flags, self.replay, recorder)
         shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
         with EngineRunner(self.model_path, shapes=shapes, config=config) as r:
             if taps == "all":

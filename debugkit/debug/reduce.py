@@ -248,3 +248,25 @@ def empty_model(model, feeds) -> onnx.ModelProto:
     m = helper.make_model(g, opset_imports=list(model.opset_import), producer_name="debugkit reduce")
     m.ir_version = model.ir_version
     return m
+
+
+def inline_taken_ifs(model: onnx.ModelProto, values: dict) -> tuple[onnx.ModelProto, int]:
+    """The model with every top-level If whose condition was captured replaced by the branch it took (the condition
+    becomes a constant holding the captured value), so the search can reach the nodes inside. Loop/Scan bodies stay
+    whole: their nodes run many times with different values, which no single captured value can stand for."""
+    from debugkit.surgeon.cleanup import cleanup_graph
+    from debugkit.surgeon.inline_if import inline_constant_ifs
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    fixed = 0
+    for node in g.node:
+        if node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input[0] in values:
+            name = f"{node.name or 'If'}/captured_condition"
+            g.initializer.append(numpy_helper.from_array(np.asarray(values[node.input[0]]), name))
+            node.input[0] = name
+            fixed += 1
+    count = inline_constant_ifs(g) if fixed else 0
+    if count:
+        cleanup_graph(g, remove_unused_inputs=False)
+    return m, count

@@ -148,3 +148,35 @@ def test_bad_inputs_exit_2(tmp_path, capsys):
     onnx.save(bad, tmp_path / "bad.onnx")
     assert main(["debug", "reduce", str(tmp_path / "bad.onnx"), "--log", str(tmp_path / "b.jsonl")]) == 2
     assert "reference" in capsys.readouterr().err
+
+
+def if_model():
+    """x → Relu 'pre' → If(cond = ReduceSum(x) > 0) {then: Mul 'then_mul' → Tanh 'then_tanh'; else: Neg} → Sigmoid."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["p", "two"], ["tm"], name="then_mul"),
+                                helper.make_node("Tanh", ["tm"], ["tt"], name="then_tanh")], "then", [],
+                               [helper.make_tensor_value_info("tt", TensorProto.FLOAT, [2, 8])],
+                               [numpy_helper.from_array(np.array(2.0, np.float32), "two")])
+    else_g = helper.make_graph([helper.make_node("Neg", ["p"], ["en"], name="else_neg")], "else", [],
+                               [helper.make_tensor_value_info("en", TensorProto.FLOAT, [2, 8])])
+    nodes = [helper.make_node("Relu", ["x"], ["p"], name="pre"),
+             helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+             helper.make_node("If", ["c"], ["b"], name="branch", then_branch=then_g, else_branch=else_g),
+             helper.make_node("Sigmoid", ["b"], ["y"], name="post")]
+    g = helper.make_graph(nodes, "ifm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                          [numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_reduce_reaches_inside_the_taken_if_branch(tmp_path, planted):
+    from debugkit.debug.reduce import inline_taken_ifs
+    planted(["then_tanh"])
+    model = if_model()
+    feeds = {"x": np.random.default_rng(1).random((2, 8), dtype=np.float32)}   # sum > 0: then-branch
+    inlined, n = inline_taken_ifs(model, capture_values(model, feeds))
+    assert n == 1 and "If" not in {x.op_type for x in inlined.graph.node}
+    found, _, sub = _reduce(inlined, tmp_path)
+    assert found == ["then_tanh"]
