@@ -57,9 +57,20 @@ def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, r
     if recorder is not None:
         config.algorithm_selector = recorder
     elif replay is not None:
-        from backends.engine.builder.tactic_replay import TacticReplayer
-        config.algorithm_selector = TacticReplayer(replay, strict=False)
+        config.algorithm_selector = _precision_replayer(replay)
     return config
+
+
+def _precision_replayer(doc):
+    """A non-strict TacticReplayer that also accepts an engine where most layers changed: a probe that moves many
+    layers to the higher precision changes their signatures (timed afresh) but is still the same model."""
+    from backends.engine.builder.tactic_replay import TacticReplayer
+
+    class PrecisionReplayer(TacticReplayer):
+        def report_algorithms(self, contexts, choices):
+            return None
+
+    return PrecisionReplayer(doc, strict=False, source="the base build's tactics")
 
 
 def tactic_recorder():
