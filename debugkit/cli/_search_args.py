@@ -49,10 +49,10 @@ def generated_feeds(args, model) -> dict:
 
 
 class Progress:
-    """A progress bar over probes when native.progress exists (i.e. tqdm on a TTY), else quiet."""
+    """A progress bar over probes ("probe n of at most m, best so far"): tqdm on a terminal, silent otherwise."""
 
     def __init__(self, total, desc):
-        self.bar = None
+        self.bar, self.best = None, None
         try:
             from native.progress import progress
             self.bar = progress(total=total, desc=desc, unit="probe")
@@ -61,10 +61,14 @@ class Progress:
             self.bar = None
 
     def __call__(self, rec, n):
+        res = rec.get("result")
+        hit = (res.get("hit", res.get("fails")) if isinstance(res, dict) else res) is True
+        art = rec.get("artifact")
+        if hit and isinstance(art, list) and (self.best is None or len(art) < self.best):
+            self.best = len(art)
         if self.bar is not None:
             self.bar.update(1)
-            self.bar.set_postfix_str(str(rec.get("result", {}).get("fails") if isinstance(rec.get("result"), dict)
-                                         else rec.get("result")))
+            self.bar.set_postfix_str(f"best so far: {self.best}" if self.best is not None else "no hit yet")
 
     def close(self):
         if self.bar is not None:

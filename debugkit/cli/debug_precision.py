@@ -38,10 +38,13 @@ def register(subparsers):
     low.add_argument("--direction", choices=["forward", "reverse"], default="forward",
                      help="bisect/linear: grow the higher-precision prefix from the inputs (forward) or a suffix from "
                           "the outputs (reverse)")
-    low.add_argument("--reference", choices=["onnxrt", "fp64"], default="onnxrt",
-                     help="what the engine is compared with: ONNX Runtime in FP32 (default) or the fp64 oracle")
+    low.add_argument("--reference", choices=["onnxrt", "fp64"], default=None,
+                     help="what the engine is compared with: ONNX Runtime in FP32 (default when installed) or the "
+                          "fp64 oracle (the default without ONNX Runtime)")
     p.add_argument("-o", "--output", default="precision.json", help="the answer (default precision.json)")
     _args.add_data_loader_args(p)
+    from debugkit.cli.calibration_args import add_calibration_args
+    add_calibration_args(p)
     from debugkit.debug.checks import add_compare_args
     add_compare_args(p)
     _search_args.add_search_args(p, "<output>_probes.jsonl")
@@ -75,9 +78,15 @@ def run(args) -> int:
     options = CompareOptions.from_args(args)
     model = load_onnx(args.model)
     feeds = _search_args.generated_feeds(args, model)
-    G_LOGGER.info("FP32 reference: every tensor from ONNX Runtime")
-    values = capture_values(model, feeds)
+    if args.reference is None:
+        args.reference = "onnxrt" if _have_onnxruntime() else "fp64"
     outputs = [o.name for o in model.graph.output]
+    if _have_onnxruntime():
+        G_LOGGER.info("FP32 reference: every tensor from ONNX Runtime")
+        values = capture_values(model, feeds)
+    else:
+        G_LOGGER.info("ONNX Runtime is not installed: every tensor from the fp64 oracle (rounded to float32)")
+        values = _oracle_values(model, feeds)
     if args.reference == "fp64":
         from backends.runners.oracle import Fp64OracleRunner
         try:
@@ -96,7 +105,14 @@ def run(args) -> int:
             "mode": args.mode, "direction": args.direction, "reference": args.reference, "seed": args.seed,
             "compare": " ".join(command.argv) if command else repr(options)}
     log = ProbeLog(log_path, meta, resume=args.resume)
-    probe_fn = P.PrecisionProbe(args.model, feeds, reference, command or options, args.low, args.higher)
+    calib = None
+    if args.low == "int8":   # calibrated once by the base build (or read from --calibration-cache), then shared
+        calib = {"algorithm": args.calibration_algorithm, "percentile": args.calibration_percentile,
+                 "cache": args.calibration_cache or _stem(args.output) + "_calibration.cache"}
+        if not args.calibration_cache and os.path.exists(calib["cache"]) and not args.resume:
+            os.remove(calib["cache"])   # a stale cache of an earlier search would silently fix the scales
+    probe_fn = P.PrecisionProbe(args.model, feeds, reference, command or options, args.low, args.higher,
+                                calib=calib)
     t0 = time.perf_counter()
     bound = P.build_bound(len(layers))
     bar = _search_args.Progress(bound, f"precision ({args.mode})")
@@ -116,7 +132,7 @@ def run(args) -> int:
                     f"({rec.get('reason', '') if isinstance(rec, dict) else ''}); loosen the tolerances or check "
                     f"the reference")
             elif args.mode == "minimal":
-                rows = _ranking(P, sub, layers, low_values, args, ex, workdir)
+                rows = _ranking(P, sub, layers, low_values, args, ex, workdir, calib)
                 kept = greedy([r["layer"] for r in rows], prober)
                 G_LOGGER.info(f"greedy: the {len(kept)} most sensitive layers pass; minimising")
                 answer = P.one_minimal(kept, prober)
@@ -169,6 +185,24 @@ def run(args) -> int:
     return 0
 
 
+def _have_onnxruntime() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _oracle_values(model, feeds) -> dict:
+    import numpy as np
+    from backends.runners.oracle import Fp64OracleRunner
+    with Fp64OracleRunner(model, shapes={k: np.shape(v) for k, v in feeds.items()}) as r:
+        out = r.infer(feeds, taps=r.observable_tensors())
+    values = dict(feeds)
+    values.update({k: (v.astype(np.float32) if np.asarray(v).dtype == np.float64 else v) for k, v in out.items()})
+    return values
+
+
 def _base_run(P, probe_fn, args):
     """The base low-precision build, once, in this process: every observable tensor (for the ranking) and the tactic
     of every layer (replayed by the probes, so untouched layers keep their tactics)."""
@@ -184,10 +218,10 @@ def _base_run(P, probe_fn, args):
     return low_values
 
 
-def _ranking(P, sub, layers, low_values, args, ex, workdir):
+def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None):
     """The layerwise low-precision values + one run per layer alone (independent: on the executor)."""
     G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
-    alone_fn = P.LayerAloneProbe(workdir, args.low, subgraphs=sub)
+    alone_fn = P.LayerAloneProbe(workdir, args.low, subgraphs=sub, calib=calib)
     if type(ex).__name__ != "InlineExecutor":
         alone_fn.save_state(sub)
     alone = dict(zip(layers, ex.map(alone_fn, layers)))

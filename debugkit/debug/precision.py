@@ -37,7 +37,8 @@ def _have_layer_precisions():
     return True
 
 
-def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, recorder=None):
+def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, recorder=None, calib=None,
+                feeds=None):
     """A BuilderConfig with the low precision enabled and `layers` obeying `higher`; `replay` (a tactic replay
     document) keeps the recorded tactic of every layer whose signature did not change, so a probe measures
     precision and not a different tactic; `recorder` records this build's choices."""
@@ -54,6 +55,10 @@ def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, r
     config.layer_precisions = parse_layer_precisions([(n, higher) for n in layers])
     if layers:   # prefer, not obey: a layer with no implementation in `higher` (a CPU plugin) runs in what it has
         config.set_flag(BuilderFlag.PREFER_PRECISION_CONSTRAINTS)
+    if low == "int8" and calib is not None:
+        from backends.engine import Calibrator
+        config.int8_calibrator = Calibrator([feeds], algorithm=calib.get("algorithm", "entropy2"),
+                                            cache=calib.get("cache"), percentile=calib.get("percentile", 99.99))
     if recorder is not None:
         config.algorithm_selector = recorder
     elif replay is not None:
@@ -97,14 +102,16 @@ def _rel_err(a, ref) -> float:
 class PrecisionProbe:
     """hit(layers) = the check passes with `layers` in higher precision. Picklable; the model loads once per worker."""
 
-    def __init__(self, model_path, feeds, reference, options, low="fp16", higher="fp32", extra_flags=()):
+    def __init__(self, model_path, feeds, reference, options, low="fp16", higher="fp32", extra_flags=(), calib=None):
         self.model_path, self.feeds, self.reference = os.path.abspath(model_path), feeds, reference
         self.options, self.low, self.higher, self.extra_flags = options, low, higher, tuple(extra_flags)
+        self.calib = calib
         self.replay = None   # tactic replay document of the base low-precision build (set by the search)
 
     def engine_outputs(self, layers, taps=None, recorder=None):
         from backends.runners import EngineRunner
-        config = make_config(self.low, self.higher, layers, self.extra_flags, self.replay, recorder)
+        config = make_config(self.low, self.higher, layers, self.extra_flags, self.replay, recorder, self.calib,
+                             self.feeds)
         shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
         with EngineRunner(self.model_path, shapes=shapes, config=config) as r:
             if taps == "all":
@@ -145,15 +152,18 @@ class PrecisionProbe:
 class LayerAloneProbe(ReduceProbe):
     """The error one layer adds when it alone runs in low precision: its single-node subgraph, fed FP32 values."""
 
-    def __init__(self, workdir, low, extra_flags=(), subgraphs=None):
+    def __init__(self, workdir, low, extra_flags=(), subgraphs=None, calib=None):
         super().__init__(workdir, "graph-input", None, PRECISION_FLAGS[low] + tuple(extra_flags), subgraphs)
+        self.low, self.extra_flags = low, tuple(extra_flags)
+        self.calib = None if calib is None else {**calib, "cache": None}   # its own tensors: calibrated afresh
 
     def __call__(self, label) -> float:
         from backends.runners import EngineRunner
         from native.errors import DebugkitError
         model, feeds, expected = self.subgraphs().build([label])
         try:
-            with EngineRunner(model, flags=self.flags) as r:
+            config = make_config(self.low, "fp32", (), self.extra_flags, calib=self.calib, feeds=feeds)
+            with EngineRunner(model, config=config) as r:
                 out = r.infer(feeds)
         except DebugkitError:
             return 0.0

@@ -140,3 +140,25 @@ def test_check_command_decides_and_a_missing_one_is_an_error(tmp_path, planted, 
                       "sys.exit(0 if need <= kept else 1)\n")
     rc, res = _search(tmp_path, model, "--check", sys.executable, str(script), "{model}", "{precisions}")
     assert rc == 0 and sorted(res["layer_precisions"]) == must
+
+
+def test_int8_search_calibrates_once_and_its_answer_passes_in_run(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(depth=6), path)
+    opts = ["--atol", "4e-3", "--rtol", "0"]
+    out = tmp_path / "int8.json"
+    rc = main(["debug", "precision", str(path), "--int8", "-o", str(out), *opts])
+    res = json.loads(out.read_text())
+    assert rc == 0 and res["precision"] == "int8" and res["final_check"]["passed"] is True
+    assert 0 < len(res["layer_precisions"]) < res["layers"]
+    assert (tmp_path / "int8_calibration.cache").exists()
+    assert main(["run", str(path), "--engine", "--onnxrt", "--int8", "--layer-precisions", str(out), *opts]) == 0
+    assert main(["run", str(path), "--engine", "--onnxrt", "--int8", *opts]) == 1
+
+
+def test_without_onnxruntime_the_fp64_oracle_is_the_reference(tmp_path, planted, monkeypatch):
+    from debugkit.cli import debug_precision
+    monkeypatch.setattr(debug_precision, "_have_onnxruntime", lambda: False)
+    model, must = planted
+    rc, res = _search(tmp_path, model)
+    assert rc == 0 and res["reference"] == "fp64" and sorted(res["layer_precisions"]) == must
