@@ -95,7 +95,15 @@ def run(args) -> int:
     print(f"reduced {len(items)} nodes to {len(found)} in {prober.probes} probes "
           f"({prober.replayed} replayed from {args.log}), {time.perf_counter() - t0:.1f} s")
     print(f"nodes: {', '.join(found)}")
-    print(f"wrote {args.output}" + (f" and its inputs {inputs_path}" if inputs_path else ""))
+    from debugkit.debug.report_html import search_html
+    report = os.path.splitext(args.output)[0] + ".html"
+    with open(report, "w") as f:
+        f.write(search_html(f"debug reduce {os.path.basename(args.model)}",
+                            {"nodes searched": len(items), "nodes kept": len(found), "probes": prober.probes,
+                             "replayed": prober.replayed, "mode": args.mode, "check": meta["check"],
+                             "probe log": args.log, "seconds": round(time.perf_counter() - t0, 1)},
+                            chosen=found, probes=log.records))
+    print(f"wrote {args.output}" + (f" and its inputs {inputs_path}" if inputs_path else "") + f", {report}")
     if args.min_good:
         good = [r for r in log.records if not _fails(r["result"]) and r["artifact"]]
         if good:

@@ -96,6 +96,13 @@ def run(args) -> int:
     print(f"{len(records)} run(s): {len(records) - bad} passed, {bad} failed ({time.perf_counter() - t0:.1f} s)")
     if args.art_dir and any(r["result"].get("artifacts") for r in records):
         print(f"artifacts sorted into {os.path.join(args.art_dir, 'good')} and {os.path.join(args.art_dir, 'bad')}")
+    if args.art_dir:
+        from debugkit.debug.report_html import search_html
+        os.makedirs(args.art_dir, exist_ok=True)
+        with open(os.path.join(args.art_dir, "report.html"), "w") as f:
+            f.write(search_html(f"debug repeat {os.path.basename(args.model)}",
+                                {"runs": len(records), "failed": bad, "check": meta["check"], "probe log": args.log},
+                                probes=records))
     culprits = tactic_culprits(records)
     for layer, t in sorted(culprits.items()):
         print(f"layer {layer}: tactic {t['good']} in every passing build, {t['bad']} in every failing one")

@@ -127,6 +127,8 @@ def test_cli_with_a_check_command_and_min_good(tmp_path, capsys):
     good = onnx.load(tmp_path / "good.onnx")
     assert 0 < len(good.graph.node) < 16
     assert os.path.exists(tmp_path / "red_inputs.h5")
+    page = (tmp_path / "red.html").read_text()
+    assert "<code>mul0</code>" in page and "<code>tanh2</code>" in page and "Probe history" in page
     lines = [json.loads(line) for line in open(tmp_path / "probes.jsonl")]
     assert lines[0]["meta"]["search"] == "reduce" and len(lines) > 3
 
