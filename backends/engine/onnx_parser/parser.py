@@ -15,8 +15,8 @@ from onnx import numpy_helper
 from backends.engine.dtypes import DataType
 from backends.engine.network import NetworkDefinition, Tensor
 from backends.engine.onnx_parser.importers import find_importer
-from backends.engine.onnx_parser.validate import (check_model, negative_dims_unknown, oversized_tensors,
-                                                  validate_model)
+from backends.engine.onnx_parser.validate import (check_model, data_prop_safe, negative_dims_unknown,
+                                                  oversized_tensors, validate_model)
 from native.errors import DebugkitError, InputFileError, ModelError, ParseError
 from native.logger import G_LOGGER
 
@@ -349,7 +349,7 @@ class OnnxParser:
         types = {}
         try:
             with negative_dims_unknown(proto):
-                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True) \
+                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=data_prop_safe(proto)) \
                     if proto.ByteSize() < 2**31 - 2**20 else proto
             types = collect_value_types(inferred.graph)
         except Exception as e:  # shape inference is an aid, not a requirement

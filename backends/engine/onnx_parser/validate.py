@@ -617,6 +617,28 @@ def oversized_tensors(network, limits: Limits | None = None) -> list[Problem]:
     return out
 
 
+DATA_PROP_MAX = 1 << 16  # elements a constant Tile/Expand/ConstantOfShape/Range factor may have for data propagation
+
+
+def data_prop_safe(model) -> bool:
+    """Whether ONNX shape inference may propagate values: it materialises what it propagates, so a Tile by 16M
+    runs for minutes and exhausts memory. Such models are inferred without propagation (shapes only)."""
+    consts = {t.name: t for g in _graphs(model.graph) for t in g.initializer}
+    for g in _graphs(model.graph):
+        for n in g.node:
+            idx = {"Tile": 1, "Expand": 1, "ConstantOfShape": 0}.get(n.op_type)
+            if idx is not None and len(n.input) > idx:
+                vals = _const_ints(n.input[idx], consts)
+                if vals is not None and math.prod(max(v, 1) for v in vals) > DATA_PROP_MAX:
+                    return False
+            elif n.op_type == "Range" and len(n.input) == 3:
+                start, limit, delta = (_const_scalar(x, consts) for x in n.input)
+                if None not in (start, limit, delta) and delta and all(map(math.isfinite, (start, limit, delta))) \
+                        and (limit - start) / delta > DATA_PROP_MAX:
+                    return False
+    return True
+
+
 class negative_dims_unknown:
     """`with negative_dims_unknown(model):` declared dims of -1 (some exporters' "dynamic") read as unknown dims
     for the duration: ONNX shape inference propagates them as sizes and asserts (SIGABRT) in Slice's clamp."""
