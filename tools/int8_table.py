@@ -210,6 +210,13 @@ def run_ours(runner, feeds, names):
     return outs
 
 
+def _environment():
+    import platform
+    import onnxruntime
+    return {"onnxruntime": onnxruntime.__version__, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other jobs)"}
+
+
 def evaluate(name, classifier, args, manifest):
     entry = manifest[name]
     src = model_path(entry, args.corpus, args.shipped)
@@ -218,12 +225,8 @@ def evaluate(name, classifier, args, manifest):
     fp32 = ort_session(src)
     names = [o.name for o in fp32.get_outputs()]
     ref = [fp32.run(None, f) for f in held]
-    import platform
-    import onnxruntime
-    row = {"model": name, "notes": [], "setup": {
-        "calib": args.calib, "held_out": args.held_out, "top1": args.top1, "onnxruntime": onnxruntime.__version__,
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other jobs)"}}
+    row = {"model": name, "notes": [], "setup": dict(_environment(), calib=args.calib, held_out=args.held_out,
+                                                    top1=args.top1)}
     for method, ours_algo in (("MinMax", "minmax"), ("Entropy", "entropy2")):
         t0 = time.time()
         try:
@@ -271,7 +274,7 @@ def ratio(ours, theirs):
 
 
 def table(rows, args):
-    setup = rows[0].get("setup", vars(args)) if rows else vars(args)
+    setup = dict(_environment(), **(rows[0].get("setup", vars(args)) if rows else vars(args)))
     lines = [f"Measured {setup.get('date', '?')} with ONNX Runtime {setup.get('onnxruntime', '?')} on "
              f"{setup.get('machine', '?')}.", "",
              f"Calibration: {setup['calib']} inputs, held-out: {setup['held_out']} inputs (disjoint seeds), top-1: "
