@@ -147,7 +147,7 @@ def test_malloc_tuning_keeps_conv_buffers_mapped():
     for _ in range(5):
         t.run(op, [x])
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
-    assert faults < 50, f"{faults} page faults per call"
+    assert faults < 150, f"{faults} page faults per call"   # 879 without the tuning; ~50 seen under heavy load
 
 
 def test_parallel_for_orders_results_propagates_errors_and_nests_inline():
