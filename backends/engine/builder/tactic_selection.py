@@ -172,11 +172,11 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
             key = _key(node, inputs, device)
             cached = cache.get(key) if use_cache else None
             if cached and all(str(t.id) in cached for t in cands):   # a new candidate (user tactic) is timed
-                timings = {int(k): v for k, v in cached.items()}
+                timings = {int(k): v for k, v in cached.items() if v >= 0}
             else:
                 timings = time_candidates(node, cands, inputs, config.avg_timing_iterations, device)
-                if use_cache and timings:
-                    cache.put(key, {**(cached or {}), **{str(k): v for k, v in timings.items()}})
+                if use_cache and timings:   # a candidate that failed to run is remembered as -1 (not retried)
+                    cache.put(key, {**(cached or {}), **{str(t.id): timings.get(t.id, -1.0) for t in cands}})
             chosen = pick_fastest([t for t in cands if t.id in timings], timings) or cands[0]
         else:
             chosen = cands[0]

@@ -41,9 +41,18 @@ def transform_kernel(w, m) -> np.ndarray:
     return u.reshape(-1, *u.shape[2:])
 
 
+def _kron(m):
+    """kron(M, M) as float32: applies M . t . M^T to every flattened a x a tile in one GEMM."""
+    return np.kron(m, m)
+
+
+KRON = {m: (_kron(bt), _kron(at)) for m, (bt, _, at) in TRANSFORMS.items()}
+
+
 def winograd_conv2d(x, u, m, pre, post, out):
-    """The convolution (no bias) of x [N, C, H, W] with transformed kernels u, stride 1: [N, M, Ho, Wo]."""
-    bt, _, at = TRANSFORMS[m]
+    """The convolution (no bias) of x [N, C, H, W] with transformed kernels u, stride 1: [N, M, Ho, Wo].
+    Input and output transforms run as GEMMs with kron(B^T, B^T) / kron(A^T, A^T) over flattened tiles."""
+    kb, ka = KRON[m]
     dtype = x.dtype
     a = m + 2
     n, c = x.shape[:2]
@@ -54,15 +63,15 @@ def winograd_conv2d(x, u, m, pre, post, out):
                                          post[1] + tw * m + 2 - (x.shape[3] + pre[1] + post[1])])
     xp = np.ascontiguousarray(xp)
     s = xp.strides
-    tiles = _as_strided(xp, (n, c, th, tw, a, a), (s[0], s[1], s[2] * m, s[3] * m, s[2], s[3]))
-    btd = bt.astype(dtype)
-    v = np.matmul(np.matmul(btd, tiles), btd.T)                      # [n, c, th, tw, a, a] = B^T d B
-    v = v.transpose(4, 5, 1, 0, 2, 3).reshape(a * a, c, n * th * tw)  # [a*a, C, P]
+    tiles = _as_strided(xp, (c, n, th, tw, a, a), (s[1], s[0], s[2] * m, s[3] * m, s[2], s[3]))
+    p = n * th * tw
+    d = np.ascontiguousarray(tiles).reshape(c * p, a * a)
+    v = np.matmul(d, kb.T.astype(dtype))                              # [C*P, a*a] = B^T d B, flattened
+    v = np.ascontiguousarray(v.reshape(c, p, a * a).transpose(2, 0, 1))  # [a*a, C, P]
     mm = np.matmul(u.astype(dtype, copy=False), v)                   # [a*a, M, P]
-    mm = mm.reshape(a, a, -1, n, th, tw).transpose(3, 2, 4, 5, 0, 1)  # [n, M, th, tw, a, a]
-    atd = at.astype(dtype)
-    y = np.matmul(np.matmul(atd, mm), atd.T)                         # [n, M, th, tw, m, m]
-    y = y.transpose(0, 1, 2, 4, 3, 5).reshape(n, -1, th * m, tw * m)
+    mo = mm.shape[1]
+    y = np.matmul(mm.reshape(a * a, mo * p).T, ka.T.astype(dtype))   # [M*P, m*m] = A^T M A, flattened
+    y = y.reshape(mo, n, th, tw, m, m).transpose(1, 0, 2, 4, 3, 5).reshape(n, mo, th * m, tw * m)
     return np.ascontiguousarray(y[:, :, :ho, :wo])
 
 
