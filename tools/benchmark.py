@@ -194,7 +194,8 @@ def plan_feed_spec(engine, shapes):
     return spec
 
 
-def bench_all(path, feeds, iterations, warmup, with_ort=True, with_off=True, fusion=True, nhwc=None, plan=None):
+def bench_all(path, feeds, iterations, warmup, with_ort=True, with_off=True, fusion=True, nhwc=None, plan=None,
+              profile=False):
     """Build our engine (and the fusion-off engine), open ONNX Runtime, then time them interleaved.
     plan: (context, engine) of a saved plan to time instead of building one (`path` is then the ONNX model for
     ONNX Runtime, or None)."""
@@ -218,6 +219,13 @@ def bench_all(path, feeds, iterations, warmup, with_ort=True, with_off=True, fus
         res[k]["latency_ms"] = stats(t)
         if k == "ours":
             res[k]["throughput_qps"] = len(t) / sum(t)
+    if profile:   # per-layer times (IProfiler) after the timed runs, so profiling does not slow them
+        from backends.engine.runtime.profiler import LayerProfiler
+        ctx.profiler = LayerProfiler()
+        for _ in range(max(3, iterations // 2)):
+            ctx.execute(dict(feeds))
+        res["ours"]["profile"] = ctx.profiler
+        ctx.profiler = None
     if with_off:  # then fusion on vs off alone, call by call, for a ratio that resolves a few percent
         on_t, off_t = alternate(fns["ours"], fns["off"], max(2 * iterations, 60))
         res["off"]["paired_on_off"] = paired_ratio(on_t, off_t)
@@ -282,6 +290,7 @@ def _main(argv=None):
                                                        "~/.cache/debugkit/models; tests/corpus/fetch_models.py)")
     ap.add_argument("--models", default="", help="with --all-corpus: only these (comma-separated names)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--profile", action="store_true", help="also print our engine's per-layer times (top 15)")
     a = ap.parse_args(argv)
     results = {}
     if a.all_corpus:
@@ -301,12 +310,14 @@ def _main(argv=None):
                 continue
             feeds = make_feeds(e["feeds"])
             try:
-                r = bench_all(path, feeds, a.iterations, a.warmup)
+                r = bench_all(path, feeds, a.iterations, a.warmup, profile=a.profile)
                 ours, off, ort = r["ours"], r["off"], r["ort"]
             except Exception as ex:  # one failing model should not hide the others' numbers
                 print(f"{name}: failed: {type(ex).__name__}: {str(ex)[:300]}")
                 continue
             report(name, ours, ort, off)
+            if ours.get("profile") is not None:
+                print(ours["profile"].table(top=15))
             results[name] = {"ours": ours["latency_ms"], "ort": ort["latency_ms"], "fusion_off": off["latency_ms"],
                              "paired_on_off": off.get("paired_on_off"), "build_s": ours["build_s"]}
     else:
@@ -335,9 +346,11 @@ def _main(argv=None):
         else:
             feeds = make_feeds(model_feed_spec(a.model, parse_shapes(a.shapes)))
         r = bench_all(onnx_path, feeds, a.iterations, a.warmup, with_ort=a.compare_onnxrt, with_off=False,
-                      fusion=not a.no_fusion, nhwc=a.nhwc or None, plan=plan)
+                      fusion=not a.no_fusion, nhwc=a.nhwc or None, plan=plan, profile=a.profile)
         ours, ort = r["ours"], r.get("ort")
         report(os.path.basename(a.model), ours, ort)
+        if ours.get("profile") is not None:
+            print(ours["profile"].table(top=15))
         results[a.model] = {"ours": ours["latency_ms"], "build_s": ours["build_s"]}
         if ort:
             results[a.model]["ort"] = ort["latency_ms"]

@@ -35,7 +35,7 @@ class EngineRunner(Runner):
     prefix = "engine-runner"
 
     def __init__(self, model, shapes=None, flags=(), config=None, name=None, device="cpu", save_plan=None,
-                 calibrator=None):
+                 calibrator=None, profile=False):
         super().__init__(name)
         self.calibrator = calibrator
         self.model_source = model
@@ -47,6 +47,10 @@ class EngineRunner(Runner):
         self.engine = self.context = self.onnx_model = None
         self._plan = None
         self.build_seconds = None    # set when this runner built the engine (not for a loaded plan)
+        self.profiler = None
+        if profile:   # per-layer times of every inference (runtime/profiler.py)
+            from backends.engine.runtime.profiler import LayerProfiler
+            self.profiler = LayerProfiler()
 
     # lifecycle ---------------------------------------------------------------------------------------
     def _activate(self):
@@ -148,6 +152,7 @@ class EngineRunner(Runner):
             self.shapes.update({k: tuple(np.shape(v)) for k, v in feeds.items()})
             self._build(timing_feeds=feeds)
         feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        self.context.profiler = self.profiler
         return self.context.execute(feeds, taps=taps)
 
 

@@ -21,6 +21,8 @@ def register(subparsers):
     _args.add_data_loader_args(p)
     _args.add_build_args(p)
     p.add_argument("--save-engine", metavar="FILE.plan", help="save the built plan")
+    p.add_argument("--profile", action="store_true",
+                   help="per-layer time of our engine over the inferences (TensorRT's IProfiler)")
     p.add_argument("--load-engine", metavar="FILE.plan",
                    help="run this saved plan as the engine; MODEL is the ONNX model it was built from (checked), "
                         "for ONNX Runtime and layerwise names")
@@ -154,7 +156,7 @@ def _run(args) -> int:
     for kind in runners:
         if kind == "engine":
             r = EngineRunner(args.load_engine or args.model, config=_args.build_config_from_args(args),
-                             device=args.device, save_plan=args.save_engine)
+                             device=args.device, save_plan=args.save_engine, profile=args.profile)
             if args.load_engine:
                 r.onnx_model = model      # the plan's tensors keep their ONNX names; layerwise walks this graph
             live.append(r)
@@ -251,6 +253,9 @@ def _run(args) -> int:
     for name, t in timing.items():
         if t["inferences"]:
             print(_timing_line(name, t), file=human)
+    for r in live:
+        if getattr(r, "profiler", None) is not None and r.profiler.runs:
+            print(r.profiler.table(), file=human)
     if args.save_outputs:
         print(f"saved outputs to {args.save_outputs}", file=human)
     if args.save_inputs:

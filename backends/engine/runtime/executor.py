@@ -9,6 +9,7 @@ absent, and layers that read them are reported to the hook as skipped.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from backends.engine.engine_graph import node_format
 from native.device import get_device
@@ -111,12 +112,14 @@ class GraphExecutor:
                     dies[i].append(name)
         return dies
 
-    def run(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None) -> dict:
+    def run(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None,
+            profiler=None) -> dict:
         """Execute; returns the env restricted to outputs and `keep` (everything when keep_all).
 
         tactics: {layer name: tactic} to run instead of the planned ones (debug tools).
         on_error: `fn(node, exception)`; when given, a failing layer is handed to it and skipped (its outputs stay
-        absent) instead of raising, and a layer reading a missing tensor gets a `Skipped` exception."""
+        absent) instead of raising, and a layer reading a missing tensor gets a `Skipped` exception.
+        profiler: an IProfiler (runtime/profiler.py) told every layer's time on the device clock."""
         dev = self.device
         env = dict(self.consts)
         env.update(feeds)
@@ -156,7 +159,13 @@ class GraphExecutor:
             if subs:
                 op = dataclasses.replace(op, subgraphs={k: _bind(s, env) for k, s in subs.items()})
             try:
-                outs = fn(op, args, None, workspace, stream) if full else fn(op, args)
+                if profiler is None:
+                    outs = fn(op, args, None, workspace, stream) if full else fn(op, args)
+                else:
+                    t0 = time.perf_counter()
+                    outs = fn(op, args, None, workspace, stream) if full else fn(op, args)
+                    dev.synchronize()
+                    profiler.report_layer_time(node.name, (time.perf_counter() - t0) * 1e3)
                 if on_error is not None and (outs is None or len(outs) < len(node.outputs)):
                     raise RuntimeError(f"kernel returned {0 if outs is None else len(outs)} outputs, layer has "
                                        f"{len(node.outputs)}")

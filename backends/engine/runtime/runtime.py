@@ -135,6 +135,7 @@ class ExecutionContext:
         self.input_shapes: dict[str, tuple] = {}
         self.active_profile = 0
         self.debug_sync = False
+        self.profiler = None   # an IProfiler (runtime/profiler.py): per-layer times of every execute
 
     def set_optimization_profile(self, index: int):
         if self.engine.profiles and not 0 <= index < len(self.engine.profiles):
@@ -195,7 +196,11 @@ class ExecutionContext:
         dev = self.engine._device
         if not dev.host_memory:   # a device with its own memory: feeds in, results out (one copy each)
             feeds = {k: dev.copy_to_device(v) for k, v in feeds.items()}
-        env = self.engine.executor.run(feeds, keep=set(resolved.values()))
+        profiler = getattr(self, "profiler", None)
+        if profiler is not None and hasattr(profiler, "start_inference"):
+            profiler.start_inference()
+            profiler.tactics = {n.name: n.tactic_name for n in self.engine.graph.nodes}
+        env = self.engine.executor.run(feeds, keep=set(resolved.values()), profiler=profiler)
         out = (lambda v: v) if dev.host_memory else dev.copy_to_host
         result = {name: out(env[name]) for name in self.engine.graph.output_names}
         for t, r in resolved.items():
