@@ -255,7 +255,8 @@ def test_weights_that_become_constant_by_folding_are_prepacked():
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
     import onnxruntime as ort
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_allclose(engine.create_execution_context().execute({"x": x})["y"], ref, rtol=1e-5, atol=1e-5)
+    # timing may pick Winograd F(4x4,3x3), whose transforms round ~10x more than a GEMM (tests/native/test_tactic_numerics)
+    np.testing.assert_allclose(engine.create_execution_context().execute({"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
 
 
 def numpy_helper_from(array, name):
