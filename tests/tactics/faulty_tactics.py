@@ -57,9 +57,10 @@ def _matches(cond, facts) -> bool:
 
 
 def _conv_facts(op, x):
+    shape = list(np.shape(x))
     ks = op.params.get("kernel_shape") or [0]
-    return {"cin": x.shape[1], "cout": op.params.get("num_output_maps"), "h": x.shape[2] if x.ndim > 2 else None,
-            "w": x.shape[3] if x.ndim > 3 else None, "k": ks[0], "stride": (op.params.get("strides") or [1])[0],
+    return {"cin": shape[1], "cout": op.params.get("num_output_maps"), "h": shape[2] if len(shape) > 2 else None,
+            "w": shape[3] if len(shape) > 3 else None, "k": ks[0], "stride": (op.params.get("strides") or [1])[0],
             "groups": op.params.get("groups", 1) or 1, "side": int(bool(op.params.get("side"))),
             "precision": op.precision, "name": op.name}
 
@@ -71,12 +72,37 @@ def _misstore(y):
     return y
 
 
+def _matmul_facts(op, a):
+    shape = list(np.shape(a))
+    return {"k": shape[-1] if shape else 0, "m": shape[-2] if len(shape) > 1 else 1, "precision": op.precision,
+            "name": op.name}
+
+
+def _facts(op, shape):
+    return _conv_facts(op, _Shape(shape)) if op.kind == "Convolution" else _matmul_facts(op, _Shape(shape))
+
+
+class _Shape:
+    """Something np.shape() reads a shape from, without allocating the array."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+
 class _Configured:
-    """Offered only when DEBUGKIT_FAULTY configures this tactic (so loading the module changes nothing else)."""
+    """Offered only when DEBUGKIT_FAULTY configures this tactic (so loading the module changes nothing else), and
+    not for a layer that another configured faulty tactic of the kind is meant to get wrong (so that with
+    `--tactic-sources faulty-a,faulty-b` each fault lands on its own layer, whatever timing says)."""
 
     def supports(self, op, input_shapes):
         if conditions(self.name) is None:
             return f"not enabled (DEBUGKIT_FAULTY names no '{self.name}' condition)"
+        if input_shapes and input_shapes[0] is not None:
+            facts = _facts(op, input_shapes[0])
+            if not _matches(conditions(self.name), facts):
+                for other in _FAULTY[op.kind]:
+                    if other != self.name and _matches(conditions(other), facts):
+                        return f"left to {other}, whose condition this layer meets"
         return super().supports(op, input_shapes)
 
 
@@ -116,12 +142,29 @@ class FaultyMatMul(_Configured, BlasMatMul):
     def run(self, op, inputs):
         a = np.asarray(inputs[0])
         k = a.shape[-1] if a.ndim else 0
-        facts = {"k": k, "m": a.shape[-2] if a.ndim > 1 else 1, "precision": op.precision, "name": op.name}
-        if k >= 4 and _matches(conditions(self.name), facts):
+        if k >= 4 and _matches(conditions(self.name), _matmul_facts(op, a)):
             a = a.copy()
             a[..., k - k // 4:] = 0
             inputs = [a] + list(inputs[1:])
         return super().run(op, inputs)
+
+
+@register_tactic
+class FaultyMatMulRows(_Configured, BlasMatMul):
+    """BLAS matmul whose last output row repeats the row before it under the condition (a tail tile not stored)."""
+    name = "faulty-matmul-rows"
+
+    def run(self, op, inputs):
+        out = super().run(op, inputs)
+        y = out[0]
+        if y.ndim >= 2 and y.shape[-2] > 1 and _matches(conditions(self.name), _matmul_facts(op, inputs[0])):
+            y = y.copy()
+            y[..., -1, :] = y[..., -2, :]
+            out = [y] + list(out[1:])
+        return out
+
+
+_FAULTY = {"Convolution": ("faulty-conv", "faulty-conv-rows"), "MatrixMultiply": ("faulty-matmul", "faulty-matmul-rows")}
 
 
 @register_tactic
@@ -134,8 +177,7 @@ class FlakyConv(Im2colGemm):
     def supports(self, op, input_shapes):
         if not input_shapes or not input_shapes[0] or len(input_shapes[0]) != 4:
             return "needs a 4-D input"
-        x = np.empty([1] + list(input_shapes[0][1:]), dtype=np.uint8)
-        if not _matches(conditions(self.name), _conv_facts(op, x)):
+        if not _matches(conditions(self.name), _conv_facts(op, _Shape(input_shapes[0]))):
             return "not this layer"
         reason = super().supports(op, input_shapes)
         if reason not in (None, True):

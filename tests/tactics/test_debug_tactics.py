@@ -84,3 +84,12 @@ def test_debug_build_until_bad_and_diff_tactics(model, monkeypatch, capsys):
     out = capsys.readouterr().out
     first = out.split("----\n", 1)[1].splitlines()[0].strip()
     assert first == "conv2 + relu2" and "flaky-conv (in 1/1 bad builds)" in out
+
+
+def test_two_faulty_tactics_of_one_kind_each_keep_to_their_layer(model, monkeypatch):
+    monkeypatch.setenv("DEBUGKIT_FAULTY", "faulty-conv:cin=16;faulty-conv-rows:cin=40")
+    assert _debug_tactics(model, "faulty-conv,faulty-conv-rows") == 0
+    r = json.load(open("R.json"))
+    assert sorted((g["layer"], g["tactic"]) for g in r["guilty"]) == \
+        [("conv1 + relu1", "faulty-conv"), ("conv4 + relu4", "faulty-conv-rows")]
+    assert r["probes"] <= 2 * math.log2(r["differing_layers"]) + 4 and r["fixed_replay_passes"]
