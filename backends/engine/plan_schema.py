@@ -226,7 +226,7 @@ AXIS = Int(-MAX_RANK, MAX_RANK)
 SPATIAL = {"?kernel_shape": Opt(List(Int(1, MAX_DIM))), "?strides": Opt(List(Int(1, MAX_DIM))),
            "?dilations": Opt(List(Int(1, MAX_DIM))), "?pre_padding": Opt(List(Int(0, MAX_DIM))),
            "?post_padding": Opt(List(Int(0, MAX_DIM))), "?output_padding": Opt(List(Int(0, MAX_DIM))),
-           "?post_ops": Opt(POST_OPS), "?auto_pad": Opt(Str(choices={"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"}))}
+           "?window": Opt(List(Int(1, MAX_DIM))), "?post_ops": Opt(POST_OPS), "?auto_pad": Opt(Str(choices={"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"}))}
 
 # params per layer kind: the fields the loader or the kernels rely on; other keys are the kernels' own business.
 PARAMS = {
