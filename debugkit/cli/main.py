@@ -90,19 +90,25 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def register_modules(subs, prefix: str, names):
+    """Import `prefix + name` for each name and let it `register(subs)`; a module that does not exist is skipped
+    (an error inside one that does is not)."""
+    for name in names:
+        try:
+            mod = importlib.import_module(prefix + name)
+        except ModuleNotFoundError as e:
+            if e.name == prefix + name:
+                continue
+            raise
+        mod.register(subs)
+
+
 def build_parser():
     parser = _Parser(prog="debugkit", description="Compare an engine with ONNX Runtime, find where they part, "
                                                   "and fix the model.")
     parser.add_argument("--version", action="version", version=f"debugkit {__import__('debugkit').__version__}")
     subs = parser.add_subparsers(dest="subtool", metavar="SUBTOOL", parser_class=_Parser)
-    for name in SUBTOOLS:
-        try:
-            mod = importlib.import_module(f"debugkit.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"debugkit.cli.{name}":
-                continue
-            raise
-        mod.register(subs)
+    register_modules(subs, "debugkit.cli.", SUBTOOLS)
     _common_args_everywhere(parser)
     return parser
 
