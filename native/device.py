@@ -14,6 +14,8 @@ import importlib
 import platform
 import time
 
+import numpy as np
+
 from native.errors import PlanError, UsageError
 
 
@@ -37,6 +39,21 @@ class Device:
     def view(self, buffer, offset: int, shape, dtype):
         """A tensor of `shape`/`dtype` at byte `offset` of an allocation (the memory plan's arena)."""
         raise NotImplementedError
+
+    def may_alias(self, a, b) -> bool:
+        """Whether tensors `a` and `b` may share memory (the arena planner extends a tensor's lifetime over the
+        views other layers take of it). Host arrays: numpy's bounds check; a device whose tactics write into arena
+        views of its own buffers must override it (a missed alias lets a later tensor overwrite a live view)."""
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and bool(np.may_share_memory(a, b))
+
+    def output_buffer_reason(self, tactic, op) -> str | None:
+        """None when the interpreter may hand `tactic` planned arena views as `outputs` for `op`; else why the
+        layer allocates its own outputs (the arena's verbose log and the inspector say it)."""
+        if not getattr(tactic, "writes_outputs", False):
+            return "tactic allocates its outputs"
+        if type(self).view is Device.view:
+            return f"device '{self.name}' has no arena views (Device.view)"
+        return None
 
     def copy_to_device(self, host_array):
         raise NotImplementedError

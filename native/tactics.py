@@ -161,15 +161,22 @@ def register_tactic(cls):
 
 
 def simple_tactic(kind: str, name: str = "numpy", device: str = "cpu", *, honours=(), precisions=("float32",),
-                  formats=("linear",)) -> Callable:
-    """Decorator turning `fn(op, inputs) -> list` into a registered single tactic for `kind`."""
+                  formats=("linear",), writes_outputs=False) -> Callable:
+    """Decorator turning `fn(op, inputs) -> list` into a registered single tactic for `kind`.
+    writes_outputs: `fn(op, inputs, outputs)`, where `outputs` is None or the planned buffers to write into."""
 
     def wrap(fn):
+        if writes_outputs:
+            def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+                return fn(op, inputs, outputs)
+            run._contract = True
+        else:
+            def run(self, op, inputs):
+                return fn(op, inputs)
         cls = type(f"{kind}_{name}", (Tactic,), {"kind": kind, "name": name, "device": device,
                                                   "honours": frozenset(honours), "precisions": tuple(precisions),
-                                                  "formats": tuple(formats),
-                                                  "run": lambda self, op, inputs: fn(op, inputs),
-                                                  "__doc__": fn.__doc__})
+                                                  "formats": tuple(formats), "writes_outputs": bool(writes_outputs),
+                                                  "run": run, "__doc__": fn.__doc__})
         register_tactic(cls)
         return fn
 

@@ -28,6 +28,11 @@ class CpuDevice(Device):
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return buffer[offset:offset + n].view(dtype).reshape(shape)
 
+    def output_buffer_reason(self, tactic, op):
+        if op is not None and precision.needs_adapter(op):
+            return "reduced-precision emulation allocates its outputs"
+        return super().output_buffer_reason(tactic, op)
+
     def copy_to_device(self, host_array):
         return np.ascontiguousarray(host_array)
 

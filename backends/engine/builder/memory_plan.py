@@ -1,10 +1,30 @@
 """Memory plan: intermediate buffers share an arena; each tensor gets an offset that no tensor alive at the
-same time overlaps (first fit in order of size). Sizes are those at the profile's opt shapes."""
+same time overlaps (first fit in order of size). The builder plans at the profile's opt shapes (the size it logs
+and records); the runtime plans each input-shape signature it meets with the same `place` (runtime/arena.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 ALIGN = 256
+
+
+def place(live) -> tuple[dict, int]:
+    """live: (name, first step, last step, bytes) per tensor, lifetimes inclusive. Returns ({name: byte offset},
+    arena bytes): tensors whose lifetimes overlap (sharing a step counts) never overlap in memory; every offset
+    is ALIGN-aligned."""
+    placed = []  # (start, end, offset, size)
+    offsets = {}
+    for name, s, e, size in sorted(live, key=lambda x: -x[3]):
+        size = (size + ALIGN - 1) // ALIGN * ALIGN
+        clashes = sorted((o, o + sz) for (ps, pe, o, sz) in placed if not (pe < s or e < ps))
+        offset = 0
+        for lo, hi in clashes:
+            if offset + size <= lo:
+                break
+            offset = max(offset, hi)
+        placed.append((s, e, offset, size))
+        offsets[name] = offset
+    return offsets, int(max((o + sz for (_, _, o, sz) in placed), default=0))
 
 
 def plan_memory(graph, sizes: dict) -> dict:
@@ -24,22 +44,9 @@ def plan_memory(graph, sizes: dict) -> dict:
                 first.pop(name, None)
     live = [(name, first[name], last[name] if name not in outputs else len(graph.nodes),
              int(sizes.get(name, 0))) for name in first if name not in inputs and sizes.get(name, 0) > 0]
-    live.sort(key=lambda x: -x[3])
-    placed = []  # (start, end, offset, size)
-    offsets = {}
-    for name, s, e, size in live:
-        size = (size + ALIGN - 1) // ALIGN * ALIGN
-        clashes = sorted((o, o + sz) for (ps, pe, o, sz) in placed if not (pe < s or e < ps))
-        offset = 0
-        for lo, hi in clashes:
-            if offset + size <= lo:
-                break
-            offset = max(offset, hi)
-        placed.append((s, e, offset, size))
-        offsets[name] = offset
-    arena = max((o + sz for (_, _, o, sz) in placed), default=0)
+    offsets, arena = place(live)
     naive = int(sum(x[3] for x in live))
-    return {"arena_bytes": int(arena), "naive_bytes": naive, "offsets": offsets}
+    return {"arena_bytes": arena, "naive_bytes": naive, "offsets": offsets}
 
 
 def tensor_bytes(value) -> int:

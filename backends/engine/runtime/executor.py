@@ -12,8 +12,10 @@ import dataclasses
 import time
 
 from backends.engine.engine_graph import node_format
+from backends.engine.runtime import arena
 from native.device import get_device
 from native.errors import BuildError, DebugkitError, ExecutionError
+from native.logger import G_LOGGER
 from native.tactics import Op, tactic_by_id, tactics_for, unsupported_reason
 
 
@@ -113,13 +115,15 @@ class GraphExecutor:
         return dies
 
     def run(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None,
-            profiler=None) -> dict:
+            profiler=None, memory=None) -> dict:
         """Execute; returns the env restricted to outputs and `keep` (everything when keep_all).
 
         tactics: {layer name: tactic} to run instead of the planned ones (debug tools).
         on_error: `fn(node, exception)`; when given, a failing layer is handed to it and skipped (its outputs stay
         absent) instead of raising, and a layer reading a missing tensor gets a `Skipped` exception.
-        profiler: an IProfiler (runtime/profiler.py) told every layer's time on the device clock."""
+        profiler: an IProfiler (runtime/profiler.py) told every layer's time on the device clock.
+        memory: an ArenaCache (runtime/arena.py; one per execution context): layers whose tactics write into given
+        buffers write into the planned views of one arena; what is returned never points into it."""
         dev = self.device
         env = dict(self.consts)
         env.update(feeds)
@@ -139,6 +143,16 @@ class GraphExecutor:
         if self._bound is not self.steps:   # bound once; again if a debug tool swapped the steps' tactics
             self._calls, self._bound = [dev.bind(t, op) for _, t, op, _ in self.steps], self.steps
         calls = self._calls
+        plan = rec = planned = None
+        if memory is not None and not self.keep_all and on_error is None and tactics is None:
+            sig = memory.signature(feeds)
+            if sig in memory.plans:
+                plan = memory.plans[sig]
+            else:   # first execution at these shapes: learn the tensors, plan the arena after it
+                rec = arena.Recorder(dev, len(self.steps))
+            if plan is not None:
+                planned, planned_shapes = plan.outputs, plan.input_shapes
+                kept = set(keep)
         for i, (node, tactic, op, subs) in enumerate(self.steps):
             fn, full = calls[i]
             if tactics is not None and node.name in tactics:
@@ -158,12 +172,20 @@ class GraphExecutor:
                                      f"input produced") from None
             if subs:
                 op = dataclasses.replace(op, subgraphs={k: _bind(s, env) for k, s in subs.items()})
+            buffers = None
+            if planned is not None:
+                buffers = planned[i]
+                if buffers is not None and tuple(getattr(a, "shape", None) for a in args) != planned_shapes[i]:
+                    G_LOGGER.verbose(f"layer '{node.name}' reads shapes {[getattr(a, 'shape', None) for a in args]}"
+                                     f", not the arena plan's {planned_shapes[i]}: the rest of this execution "
+                                     f"allocates its outputs")
+                    planned = buffers = None   # off the plan: nothing already in the arena is overwritten
             try:
                 if profiler is None:
-                    outs = fn(op, args, None, workspace, stream) if full else fn(op, args)
+                    outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)
                 else:
                     t0 = time.perf_counter()
-                    outs = fn(op, args, None, workspace, stream) if full else fn(op, args)
+                    outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)
                     dev.synchronize()
                     profiler.report_layer_time(node.name, (time.perf_counter() - t0) * 1e3)
                 if on_error is not None and (outs is None or len(outs) < len(node.outputs)):
@@ -179,11 +201,23 @@ class GraphExecutor:
                 raise ExecutionError(f"layer '{node.name}' ({node.kind}, tactic {tactic.name}, ONNX nodes "
                                      f"{node.source_nodes}) failed on input shapes {shapes}: "
                                      f"{type(e).__name__}: {e}") from e
+            if rec is not None:
+                rec.step(i, node, args, outs)
             for name, value in zip(node.outputs, outs):
                 env[name] = value
+            if plan is not None and kept:   # a tap outlives its arena slot: keep a copy
+                for name in node.outputs:
+                    if name in kept and name in env:
+                        env[name] = arena.detach(dev, env[name], plan)
             if dies is not None:
                 for name in dies[i]:
                     env.pop(name, None)
+        if rec is not None:
+            memory.plans[sig] = arena.make_plan(self, rec)
+        elif plan is not None:
+            for name in self.graph.output_names:
+                if name in env:
+                    env[name] = arena.detach(dev, env[name], plan)
         return env
 
     def run_list(self, inputs: list, parent_env=None) -> list:

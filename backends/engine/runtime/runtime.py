@@ -14,6 +14,7 @@ import numpy as np
 from backends.engine.builder.config import OptimizationProfile
 from backends.engine.engine_graph import node_format
 from backends.engine.plan import deserialize_plan
+from backends.engine.runtime.arena import ArenaCache
 from backends.engine.runtime.executor import GraphExecutor
 from native.config import settings, tune_process_default
 from native.device import device_for_plan
@@ -136,6 +137,15 @@ class ExecutionContext:
         self.active_profile = 0
         self.debug_sync = False
         self.profiler = None   # an IProfiler (runtime/profiler.py): per-layer times of every execute
+        # activations live in one arena per context and input-shape signature (runtime/arena.py); False: every
+        # layer allocates its own outputs
+        self.use_arena = True
+        self.arenas = ArenaCache()
+
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes this context holds in activation arenas (all shape signatures met so far)."""
+        return self.arenas.nbytes
 
     def set_optimization_profile(self, index: int):
         if self.engine.profiles and not 0 <= index < len(self.engine.profiles):
@@ -200,7 +210,8 @@ class ExecutionContext:
         if profiler is not None and hasattr(profiler, "start_inference"):
             profiler.start_inference()
             profiler.tactics = {n.name: n.tactic_name for n in self.engine.graph.nodes}
-        env = self.engine.executor.run(feeds, keep=set(resolved.values()), profiler=profiler)
+        env = self.engine.executor.run(feeds, keep=set(resolved.values()), profiler=profiler,
+                                       memory=self.arenas if self.use_arena else None)
         out = (lambda v: v) if dev.host_memory else dev.copy_to_host
         result = {name: out(env[name]) for name in self.engine.graph.output_names}
         for t, r in resolved.items():
@@ -241,7 +252,22 @@ class EngineInspector:
                 "TacticName": n.tactic_name, "TacticValue": n.tactic_id, "Precision": n.precision,
                 "Format": node_format(n),
                 "Math": n.meta.get("math") or None, "OutputTypes": output_types(n),
-                "Timings_ms": n.meta.get("timings_ms"), "Params": n.params}
+                "Timings_ms": n.meta.get("timings_ms"), "OutputMemory": self._memory.get(n.name),
+                "Params": n.params}
+
+    @property
+    def _memory(self) -> dict:
+        """Per layer, where its outputs live at run time: "arena" (written into the memory plan's views), else
+        why the layer allocates them (runtime/arena.py)."""
+        if getattr(self, "_memory_cache", None) is None:
+            dev, outs = self.engine._device, set(self.engine.graph.output_names)
+            self._memory_cache = {}
+            for node, tactic, op, _ in self.engine.executor.steps:
+                why = dev.output_buffer_reason(tactic, op)
+                if why is None and all(o in outs for o in node.outputs):
+                    why = "graph output (the caller keeps it)"
+                self._memory_cache[node.name] = "arena" if why is None else f"allocated: {why}"
+        return self._memory_cache
 
     def layers(self) -> list[dict]:
         return [self._layer(n) for n in self.engine.graph.nodes]

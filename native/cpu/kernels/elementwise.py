@@ -5,7 +5,7 @@ integer POW stays integer), comparisons and logic give bool. Each kernel looks i
 """
 import numpy as np
 
-from native.cpu.kernels.activations import activation, erf
+from native.cpu.kernels.activations import ACTIVATIONS, activation, erf
 from native.tactics import simple_tactic
 
 
@@ -73,8 +73,14 @@ BINARY = {
 _MIXED_OK = {"POW"}  # ops whose operands may legally differ in dtype
 
 
-@simple_tactic("ElementWise")
-def elementwise(op, inputs):
+# ops that write straight into a planned output buffer (the memory plan's arena view): numpy ufuncs with `out=`
+_INTO = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum, "SUB": np.subtract,
+         "GREATER": np.greater, "LESS": np.less, "GREATER_EQUAL": np.greater_equal, "LESS_EQUAL": np.less_equal,
+         "AND": np.logical_and, "OR": np.logical_or, "XOR": np.logical_xor}
+
+
+@simple_tactic("ElementWise", writes_outputs=True)
+def elementwise(op, inputs, outputs=None):
     """Broadcasting binary op; a second operand of another dtype (an importer's constant) is cast to the first's."""
     name = op.params["op"]
     fn = BINARY[name]
@@ -85,6 +91,10 @@ def elementwise(op, inputs):
         b = np.asarray(b)
     if a.dtype != b.dtype and name not in _MIXED_OK and a.dtype.kind not in "OUS":
         b = b.astype(a.dtype)
+    if outputs is not None and outputs[0] is not None:
+        into = _INTO.get(name) or (np.divide if name == "DIV" and a.dtype.kind == "f" else None)
+        if into is not None:
+            return [into(a, b, out=outputs[0])]
     return [_arr(fn(a, b))]
 
 
@@ -142,23 +152,36 @@ UNARY = {
 }
 
 
-@simple_tactic("Unary")
-def unary(op, inputs):
+# float ops that write straight into a planned output buffer
+_UNARY_INTO = {"EXP": np.exp, "ABS": np.abs, "NEG": np.negative, "SQRT": np.sqrt, "RECIP": np.reciprocal,
+               "LOG": np.log, "SIN": np.sin, "COS": np.cos, "CEIL": np.ceil, "FLOOR": np.floor, "ERF": erf}
+
+
+@simple_tactic("Unary", writes_outputs=True)
+def unary(op, inputs, outputs=None):
     x = inputs[0]
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
+    if outputs is not None and outputs[0] is not None and x.dtype.kind == "f" and x.dtype.itemsize >= 4:
+        into = _UNARY_INTO.get(op.params["op"])
+        if into is not None:
+            with np.errstate(all="ignore"):
+                return [into(x, out=outputs[0])]
     return [_arr(UNARY[op.params["op"]](x, op.params))]
 
 
 # --- activation and select --------------------------------------------------------------------------------------
-@simple_tactic("Activation")
-def activation_layer(op, inputs):
+@simple_tactic("Activation", writes_outputs=True)
+def activation_layer(op, inputs, outputs=None):
     """Activation by `type`; PRELU takes its slope from input 1; CLIP may take its bounds from inputs 1 and 2."""
     p = op.params
     x = inputs[0]
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
     kind = p["type"]
+    if outputs is not None and outputs[0] is not None and len(inputs) == 1 and x.dtype.kind == "f" and \
+            x.dtype.itemsize >= 4 and kind in ACTIVATIONS:   # straight into the planned buffer
+        return [ACTIVATIONS[kind](x, p.get("alpha", 0.0), p.get("beta", 0.0), outputs[0])]
     if kind == "PRELU":
         slope = inputs[1]
         return [np.where(x < 0, x * slope.astype(x.dtype, copy=False), x)]

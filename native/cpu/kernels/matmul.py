@@ -37,8 +37,9 @@ class BlasMatMul(Tactic):
     kind = "MatrixMultiply"
     name = "blas"
     honours = {"post_ops"}
+    writes_outputs = True
 
-    def run(self, op, inputs):
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         p = op.params
         a = inputs[0]
         b = op.weights["b"] if "b" in op.weights else inputs[1]
@@ -49,6 +50,8 @@ class BlasMatMul(Tactic):
         out_dtype = a.dtype if a.dtype == b.dtype else np.result_type(a.dtype, b.dtype)  # internal lowerings may mix
         if out_dtype.name in _WIDEN:
             a, b = a.astype(np.float32), b.astype(np.float32)
+        elif _into(outputs, out_dtype) and a.dtype == b.dtype:   # straight into the planned buffer
+            return [_finish(np.matmul(a, b, out=outputs[0]), out_dtype, op, inputs)]
         return [_finish(np.matmul(a, b), out_dtype, op, inputs)]
 
 
@@ -57,6 +60,7 @@ class PackedGemm(Tactic):
     kind = "MatrixMultiply"
     name = "packed-gemm"
     honours = {"post_ops"}
+    writes_outputs = True
 
     def supports(self, op, input_shapes):
         b = op.weights.get("b_packed", op.weights.get("b"))
@@ -78,7 +82,7 @@ class PackedGemm(Tactic):
         w["b_packed"] = np.ascontiguousarray(b)
         return w
 
-    def run(self, op, inputs):
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         a = inputs[0]
         bp = op.weights["b_packed"]
         if op.params.get("transpose_a") and a.ndim >= 2:
@@ -93,11 +97,12 @@ class PackedGemm(Tactic):
         if a.ndim == 1:
             return [_finish(np.dot(a, bp), out_dtype, op, inputs)]
         post = op.params.get("post_ops")
+        into = outputs[0].reshape(-1, n) if _into(outputs, compute) and out_dtype == compute else None
         if post and out_dtype == compute and all(s["op"] in ("bias", "activation") for s in post):
             # row-local epilogue: applied per band, right after that band's GEMM (in cache, in parallel)
-            y = gemm(a.reshape(-1, k), bp, epilogue=lambda band: apply_post_ops(band, op, inputs))
+            y = gemm(a.reshape(-1, k), bp, epilogue=lambda band: apply_post_ops(band, op, inputs), out=into)
             return [y.reshape(a.shape[:-1] + (n,))]
-        y = gemm(a.reshape(-1, k), bp).reshape(a.shape[:-1] + (n,))
+        y = gemm(a.reshape(-1, k), bp, out=into).reshape(a.shape[:-1] + (n,))
         return [_finish(y, out_dtype, op, inputs)]
 
 
@@ -147,10 +152,16 @@ PARALLEL_MIN_MACS = 1 << 24
 _BAND_ROWS = 8
 
 
-def gemm(a, b, epilogue=None):
+def _into(outputs, dtype):
+    """The planned output buffer to write into, when there is one of the result's dtype."""
+    return outputs is not None and outputs[0] is not None and outputs[0].dtype == dtype
+
+
+def gemm(a, b, epilogue=None, out=None):
     """a [M, K] @ b [K, N], then `epilogue(rows)` (in place, row-local) if given. Large products are split into
     row bands run on the CPU pool (native.cpu.threads), one single-threaded BLAS call plus epilogue per band:
-    OpenBLAS's own threads busy-wait between calls, which on a small shared machine costs more than they gain."""
+    OpenBLAS's own threads busy-wait between calls, which on a small shared machine costs more than they gain.
+    out: a C-contiguous [M, N] buffer of the result's dtype to write into (the memory plan's view)."""
     m, k = a.shape
     n = b.shape[1]
     macs = m * n * k
@@ -160,10 +171,10 @@ def gemm(a, b, epilogue=None):
         from native.cpu import threads
         parts = threads.num_threads()
     if parts == 1:
-        y = np.dot(a, b)
+        y = np.dot(a, b) if out is None else np.dot(a, b, out=out)
         return epilogue(y) if epilogue is not None else y
     from native.cpu import threads
-    y = np.empty((m, n), np.result_type(a.dtype, b.dtype))
+    y = np.empty((m, n), np.result_type(a.dtype, b.dtype)) if out is None else out
 
     def band(r):
         yb = y[r[0]:r[1]]

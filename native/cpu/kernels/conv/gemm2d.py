@@ -24,7 +24,8 @@ from native.cpu.threads import num_threads, parallel_for, split
 _as_strided = np.lib.stride_tricks.as_strided
 
 
-def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwise=False, scale=None, bias_col=False):
+def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwise=False, scale=None, bias_col=False,
+                dst=None):
     """2-D convolution as im2col + GEMM, split over the thread pool into bands of output rows (or of output
     channels when the output map is small): each band copies its patches with one strided copy, runs one
     single-threaded GEMM per group straight into the output and applies bias/post-ops in place.
@@ -32,7 +33,8 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
     (0.5 when the first post-op is SiLU, see `pack_gemm`) or None; bias_col: wm's last column is the bias (scaled
     like wm), which the GEMM adds through a row of ones under the patch matrix. A merged shortcut (params "side")
     rides the same way: its weights are columns of a packed wm, its sampled input rows of the patch matrix; with
-    unpacked weights, or no patch matrix, its term is computed apart and added before the epilogue."""
+    unpacked weights, or no patch matrix, its term is computed apart and added before the epilogue.
+    dst: the planned output buffer ([N, M, Ho, Wo] of the work dtype, C-contiguous) to write into, or None."""
     n, c = x.shape[:2]
     kh, kw = ks
     (sh, sw), (dh, dw), (ho, wo) = strides, dil, out
@@ -53,7 +55,8 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
     m = g * mg
     dtype = wm.dtype
     bias = None if b is None else np.asarray(b, dtype).reshape(-1)
-    y = np.empty((n, m, ho, wo), dtype)
+    y = dst if dst is not None and dst.shape == (n, m, ho, wo) and dst.dtype == dtype else \
+        np.empty((n, m, ho, wo), dtype)
     region = regionable(op, inputs, y.shape)
     half = scale is not None
     if half and bias is not None:

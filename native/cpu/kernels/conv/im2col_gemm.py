@@ -19,11 +19,12 @@ class Im2colGemm(Tactic):
     """Column matrix of all kernel taps, then one batched BLAS GEMM."""
     kind, name = "Convolution", "im2col-gemm"
     honours = {"post_ops", "side", "integer"}
+    writes_outputs = True   # the 2-D fast path GEMMs straight into the planned buffer
 
     def prepare(self, op):
         return pack_gemm(op)
 
-    def run(self, op, inputs):
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = np.asarray(inputs[0])
         w, b = kernel_and_bias(op, inputs)
         if op.params.get("integer"):
@@ -36,7 +37,8 @@ class Im2colGemm(Tactic):
         if fast_path_ok(op, x, ks, pre, post):
             biased = bias_in_gemm(op)
             return conv2d_gemm(op, x, gemm_weights(op, w, g, dtype, raw=True), None if biased else b, ks, strides,
-                               dil, pre, post, out, inputs, scale=gemm_scale(op), bias_col=biased)
+                               dil, pre, post, out, inputs, scale=gemm_scale(op), bias_col=biased,
+                               dst=outputs[0] if outputs else None)
         xp = pad_input(x, pre, post)
         n, c = x.shape[:2]
         ntaps = int(np.prod(ks))

@@ -22,6 +22,7 @@ class PointwiseGemm(Tactic):
     """1x1 convolution: y[n] = W[M, C] @ x[n].reshape(C, H*W); strides by slicing, no column matrix."""
     kind, name = "Convolution", "1x1-gemm"
     honours = {"post_ops", "side"}
+    writes_outputs = True   # the 2-D fast path GEMMs straight into the planned buffer
 
     def supports(self, op, input_shapes):
         return is_pointwise(op, input_shapes)
@@ -29,7 +30,7 @@ class PointwiseGemm(Tactic):
     def prepare(self, op):
         return pack_gemm(op)
 
-    def run(self, op, inputs):
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = np.asarray(inputs[0])
         w, b = kernel_and_bias(op, inputs)
         g = op.params.get("groups", 1) or 1
@@ -41,7 +42,8 @@ class PointwiseGemm(Tactic):
             biased = bias_in_gemm(op)
             return conv2d_gemm(op, x, gemm_weights(op, w, g, dtype, raw=True), None if biased else b, [1, 1],
                                list(strides), [1, 1], [0, 0], [0, 0], out, inputs, pointwise=True,
-                               scale=gemm_scale(op), bias_col=biased)
+                               scale=gemm_scale(op), bias_col=biased,
+                               dst=outputs[0] if outputs else None)
         if any(s != 1 for s in strides):
             x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
         out = x.shape[2:]
