@@ -162,3 +162,24 @@ def test_without_onnxruntime_the_fp64_oracle_is_the_reference(tmp_path, planted,
     model, must = planted
     rc, res = _search(tmp_path, model)
     assert rc == 0 and res["reference"] == "fp64" and sorted(res["layer_precisions"]) == must
+
+
+@pytest.mark.parametrize("low", ["fp8", "bf16"])
+def test_fp8_and_bf16_searches_end_to_end(tmp_path, low):
+    """The answer passes in run, the low-precision build without it fails, and no layer of it can be dropped."""
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(depth=6), path)
+    opts = ["--atol", "1e-3", "--rtol", "0"]
+    out = tmp_path / f"{low}.json"
+    assert main(["debug", "precision", str(path), f"--{low}", "-o", str(out), *opts]) == 0
+    res = json.loads(out.read_text())
+    assert res["precision"] == low and res["final_check"]["passed"] is True
+    kept = res["layer_precisions"]
+    assert 0 < len(kept) < res["layers"] and set(kept.values()) == {"fp32"}
+    assert main(["run", str(path), "--engine", "--onnxrt", f"--{low}", "--layer-precisions", str(out), *opts]) == 0
+    assert main(["run", str(path), "--engine", "--onnxrt", f"--{low}", *opts]) == 1
+    name = sorted(kept)[0]   # 1-minimal: without any one of its layers the check fails again
+    smaller = tmp_path / "smaller.json"
+    smaller.write_text(json.dumps({"layer_precisions": {k: v for k, v in kept.items() if k != name}}))
+    assert main(["run", str(path), "--engine", "--onnxrt", f"--{low}", "--layer-precisions", str(smaller),
+                 *opts]) == 1
