@@ -130,6 +130,30 @@ def test_local_executor_gives_the_same_answers_as_inline():
         assert bisect_prefix(50, AtLeast(19), executor=ex) == 19
 
 
+class Pinned:
+    """A probe that reports where and how it ran: pid, start/end times, kernel pool size, BLAS threads."""
+
+    def __call__(self, _):
+        import os
+        import time
+        from native.cpu.threads import blas_threads, pool_size
+        t0 = time.time()
+        time.sleep(0.4)
+        return os.getpid(), t0, time.time(), pool_size(), blas_threads()
+
+
+def test_local_executor_runs_probes_at_once_on_single_threaded_workers():
+    import os
+    before = {k: os.environ.get(k) for k in ("DEBUGKIT_THREADS", "OPENBLAS_NUM_THREADS")}
+    with LocalExecutor(2) as ex:
+        (pa, sa, ea, pool_a, blas_a), (pb, sb, eb, pool_b, blas_b) = ex.map(Pinned(), [0, 1])
+    assert pa != pb and pa != os.getpid()
+    assert max(sa, sb) < min(ea, eb)                      # the two probes overlapped in time
+    assert pool_a == pool_b == 1                          # our kernel pool off in each worker
+    assert blas_a in (1, None) and blas_b in (1, None)    # BLAS single-threaded (None: no OpenBLAS to ask)
+    assert {k: os.environ.get(k) for k in before} == before   # the parent's environment is restored
+
+
 def test_make_executor_choices():
     assert isinstance(make_executor(1), InlineExecutor) and make_executor(1).workers == 1
     ex = make_executor(3)
