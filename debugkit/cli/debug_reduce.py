@@ -24,6 +24,9 @@ def register(subparsers):
     p.add_argument("--no-inline-if", action="store_true",
                    help="keep If nodes whole (default: each If is replaced by the branch it took on the captured "
                         "values, so the search can reach the nodes inside)")
+    p.add_argument("--keep-loops", action="store_true",
+                   help="do not search inside the body of a Loop/Scan node that the answer keeps (default: replay "
+                        "the loop, take the first iteration whose body fails on its own and reduce that body too)")
     p.add_argument("--mode", choices=["graph-input", "fold"], default="graph-input",
                    help="cut float tensors become graph inputs fed with captured values (default) or constants "
                         "holding them; integer/bool tensors are always folded")
@@ -40,11 +43,9 @@ def register(subparsers):
 def run(args) -> int:
     from backends.runners import load_onnx, model_sha256
     from debugkit.debug.checks import CompareOptions, command_check_from_args
-    from debugkit.debug.executor import InlineExecutor, make_executor
+    from debugkit.debug.executor import make_executor
     from debugkit.debug.probe_log import ProbeLog
-    from debugkit.debug.reduce import (ReduceProbe, ReductionError, Subgraphs, capture_values, finish,
-                                       inline_taken_ifs, save_with_inputs)
-    from debugkit.debug.strategies import Prober, ddmin
+    from debugkit.debug.reduce import ReductionError, finish, save_with_inputs
 
     _search_args.apply_common(args)
     if not os.path.exists(args.model):
@@ -52,46 +53,30 @@ def run(args) -> int:
     check = command_check_from_args(args) or CompareOptions.from_args(args)
     model = load_onnx(args.model)
     feeds = _search_args.generated_feeds(args, model)
-    G_LOGGER.info("capturing every tensor of the model with ONNX Runtime")
-    values = capture_values(model, feeds)
-    for _ in range(0 if args.no_inline_if else 4):   # nested Ifs surface one level per round
-        inlined, count = inline_taken_ifs(model, values)
-        if not count:
-            break
-        G_LOGGER.info(f"replaced {count} If node(s) by the branch each took on these inputs")
-        model = inlined
-        values = capture_values(model, feeds)
-    sub = Subgraphs(model, feeds, values, args.mode)
-    items = sub.items
     meta = {"search": "reduce", "model_sha256": model_sha256(args.model), "mode": args.mode,
             "check": " ".join(check.argv) if hasattr(check, "argv") else repr(check),
             "flags": _args.build_flags(args), "seed": args.seed}
     log = ProbeLog(args.log, meta, resume=args.resume)
-    workdir = tempfile.mkdtemp(prefix="debugkit_reduce_")
     t0 = time.perf_counter()
-    bar = _search_args.Progress(None, "reduce")
+    workdir = tempfile.mkdtemp(prefix="debugkit_reduce_")
     try:
         with make_executor(args.workers, args.ray) as ex:
-            probe_fn = ReduceProbe(workdir, args.mode, check, _args.build_flags(args), subgraphs=sub)
-            if type(ex) is not InlineExecutor:
-                probe_fn.save_state(sub)
-            prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
-            if not prober(items):
-                rec = prober.known(items)[1]
-                raise ReductionError(f"the check passes on the whole model ({len(items)} nodes), so there is "
-                                     f"nothing to reduce ({rec.get('reason', '') if isinstance(rec, dict) else ''})")
-            G_LOGGER.info(f"the whole model fails the check; reducing {len(items)} nodes")
-            found = ddmin(items, prober)
+            sub, found, prober = _search(model, feeds, check, args, ex, log, workdir)
+            if sub is None:
+                raise ReductionError(f"the check passes on the whole model ({found} nodes), so there is "
+                                     f"nothing to reduce ({prober})")
+            if not found:
+                raise ReductionError("the check fails even on an empty model (none of the model's nodes): it does "
+                                     "not depend on the model — check the --check command or the comparison options")
+            bodies = [] if args.keep_loops else _descend(sub, found, check, args, ex, workdir)
     finally:
-        bar.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    if not found:
-        raise ReductionError("the check fails even on an empty model (none of the model's nodes): it does not "
-                             "depend on the model — check the --check command or the comparison options")
+    items = sub.items
     model_out, feeds_out, _ = sub.build(found)
     finish(model_out)
     prov = {"model_path": os.path.abspath(args.model), "model_sha256": meta["model_sha256"]}
     inputs_path = save_with_inputs(model_out, feeds_out, args.output, prov)
+    prov_out = dict(prov, output=args.output)
     print(f"reduced {len(items)} nodes to {len(found)} in {prober.probes} probes "
           f"({prober.replayed} replayed from {args.log}), {time.perf_counter() - t0:.1f} s")
     print(f"nodes: {', '.join(found)}")
@@ -100,10 +85,13 @@ def run(args) -> int:
     with open(report, "w") as f:
         f.write(search_html(f"debug reduce {os.path.basename(args.model)}",
                             {"nodes searched": len(items), "nodes kept": len(found), "probes": prober.probes,
+                             **{f"inside {b['label']}": b["summary"] for b in bodies},
                              "replayed": prober.replayed, "mode": args.mode, "check": meta["check"],
                              "probe log": args.log, "seconds": round(time.perf_counter() - t0, 1)},
                             chosen=found, probes=log.records))
     print(f"wrote {args.output}" + (f" and its inputs {inputs_path}" if inputs_path else "") + f", {report}")
+    for b in bodies:
+        _report_body(b, prov_out)
     if args.min_good:
         good = [r for r in log.records if not _fails(r["result"]) and r["artifact"]]
         if good:
@@ -115,6 +103,103 @@ def run(args) -> int:
         else:
             G_LOGGER.warning("--min-good: no probe passed, so there is no passing subgraph to write")
     return 0
+
+
+def _search(model, feeds, check, args, ex, log, workdir, what="the model"):
+    """Capture, inline taken Ifs, check the whole, ddmin. (Subgraphs, answer, Prober), or (None, n_nodes, reason)
+    when the whole passes the check."""
+    from debugkit.debug.executor import InlineExecutor
+    from debugkit.debug.reduce import ReduceProbe, Subgraphs, capture_values, inline_taken_ifs
+    from debugkit.debug.strategies import Prober, ddmin
+
+    G_LOGGER.info(f"capturing every tensor of {what} with ONNX Runtime")
+    values = capture_values(model, feeds)
+    for _ in range(0 if args.no_inline_if else 4):   # nested Ifs surface one level per round
+        inlined, count = inline_taken_ifs(model, values)
+        if not count:
+            break
+        G_LOGGER.info(f"replaced {count} If node(s) by the branch each took on these inputs")
+        model = inlined
+        values = capture_values(model, feeds)
+    sub = Subgraphs(model, feeds, values, args.mode)
+    items = sub.items
+    bar = _search_args.Progress(None, "reduce")
+    try:
+        probe_fn = ReduceProbe(workdir, args.mode, check, _args.build_flags(args), subgraphs=sub)
+        if type(ex) is not InlineExecutor:
+            probe_fn.save_state(sub)
+        prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
+        if not prober(items):
+            rec = prober.known(items)[1]
+            return None, len(items), rec.get("reason", "") if isinstance(rec, dict) else ""
+        G_LOGGER.info(f"{what} fails the check; reducing {len(items)} nodes")
+        return sub, ddmin(items, prober), prober
+    finally:
+        bar.close()
+
+
+def _descend(sub, found, check, args, ex, workdir, depth=0):
+    """For each Loop/Scan node the answer keeps: the first iteration whose body fails on its own, reduced."""
+    from debugkit.debug.loop_body import LOOP_OPS, BodyIterations
+    from debugkit.debug.probe_log import ProbeLog
+    from native.errors import DebugkitError
+    out = []
+    for label in found:
+        node = sub.by_label[label]
+        if node.op_type not in LOOP_OPS or depth > 3:
+            continue
+        try:
+            iters = BodyIterations(sub.model, node, sub.values)
+        except DebugkitError as e:
+            G_LOGGER.warning(f"cannot replay the body of {node.op_type} '{label}' ({str(e).splitlines()[0]}); "
+                             f"it is kept whole")
+            continue
+        G_LOGGER.info(f"the answer keeps {node.op_type} '{label}': looking for the fault inside its body "
+                      f"({len(iters.feeds)} iteration(s) replayed)")
+        entry = {"label": label, "op": node.op_type, "iterations": len(iters.feeds), "iteration": None}
+        for i in range(len(iters.feeds)):
+            model, feeds = iters.iteration_model(i)
+            safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in label)
+            log_path = f"{os.path.splitext(args.log)[0]}_{safe}_body.jsonl"
+            meta = {"search": "reduce-body", "loop": label, "iteration": i, "mode": args.mode,
+                    "check": " ".join(check.argv) if hasattr(check, "argv") else repr(check)}
+            log = ProbeLog(log_path, meta, resume=args.resume and os.path.exists(log_path))
+            body_dir = os.path.join(workdir, f"body{depth}_{safe}_{i}")
+            os.makedirs(body_dir, exist_ok=True)
+            bsub, bfound, prober = _search(model, feeds, check, args, ex, log, body_dir,
+                                           f"iteration {i} of the body of '{label}'")
+            if bsub is None:
+                continue
+            entry.update(iteration=i, sub=bsub, found=bfound, probes=prober.probes, log=log_path,
+                         nodes=len(bsub.items), safe=safe)
+            if bfound:
+                entry["inner"] = _descend(bsub, bfound, check, args, ex, workdir, depth + 1)
+            break
+        if entry["iteration"] is None:
+            entry["summary"] = (f"no single iteration of its body fails on its own (first {entry['iterations']} "
+                                f"tried): the error builds up over the iterations; the loop is kept whole")
+        elif not entry["found"]:
+            entry["summary"] = f"iteration {entry['iteration']} of its body fails even with none of its nodes"
+        else:
+            entry["summary"] = (f"iteration {entry['iteration']} of its body fails on its own; its "
+                                f"{entry['nodes']} nodes reduced to {len(entry['found'])}: {', '.join(entry['found'])}")
+        out.append(entry)
+    return out
+
+
+def _report_body(b, prov, prefix=""):
+    """Print what was found inside one loop body and write the reduced body model beside the output."""
+    from debugkit.debug.reduce import finish, save_with_inputs
+    print(f"{prefix}the fault is inside the body of {b['op']} '{b['label']}': {b['summary']}")
+    if b.get("found"):
+        path = f"{os.path.splitext(prov['output'])[0]}_{b['safe']}_body.onnx"
+        model, feeds, _ = b["sub"].build(b["found"])
+        finish(model)
+        inputs = save_with_inputs(model, feeds, path, {k: v for k, v in prov.items() if k != "output"})
+        print(f"{prefix}wrote {path}" + (f" and its inputs {inputs}" if inputs else "") +
+              f" (probe log {b['log']})")
+        for inner in b.get("inner", []):
+            _report_body(inner, dict(prov, output=path), prefix + "  ")
 
 
 def _fails(result):

@@ -182,3 +182,127 @@ def test_reduce_reaches_inside_the_taken_if_branch(tmp_path, planted):
     assert n == 1 and "If" not in {x.op_type for x in inlined.graph.node}
     found, _, sub = _reduce(inlined, tmp_path)
     assert found == ["then_tanh"]
+
+
+def loop_model(trips=3):
+    """x → Relu 'pre' → Loop 'loop' (trips × {MatMul w 'body_mm' → Add c 'body_add' → Tanh 'body_tanh' → Mul 'body_scale'},
+    w and c from the outer scope, plus a scan output) → Sigmoid 'post' → y."""
+    rng = np.random.default_rng(0)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["v_in", "w"], ["bm"], name="body_mm"),
+         helper.make_node("Add", ["bm", "c"], ["ba"], name="body_add"),
+         helper.make_node("Tanh", ["ba"], ["bt"], name="body_tanh"),
+         helper.make_node("Mul", ["bt", "half"], ["v_out"], name="body_scale"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond"),
+         helper.make_node("Identity", ["bt"], ["scan_out"], name="body_scan")],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [2, 8]),
+         helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, [2, 8])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "half")])
+    nodes = [helper.make_node("Relu", ["x"], ["p"], name="pre"),
+             helper.make_node("Loop", ["trips", "true", "p"], ["v_final", "scans"], name="loop", body=body),
+             helper.make_node("Sigmoid", ["v_final"], ["y"], name="post"),
+             helper.make_node("ReduceMean", ["scans"], ["z"], name="scan_mean", keepdims=0)]
+    inits = [numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+             numpy_helper.from_array(np.array(True), "true"),
+             numpy_helper.from_array((rng.standard_normal((8, 8)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "c")]
+    g = helper.make_graph(nodes, "loopm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def scan_model():
+    """x [4,8] scanned by rows (reverse) → state s += Tanh(row * w) ('scan_mul', 'scan_tanh', 'scan_add') → y = s."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["row", "w"], ["bm"], name="scan_mul"),
+         helper.make_node("Tanh", ["bm"], ["bt"], name="scan_tanh"),
+         helper.make_node("Add", ["s_in", "bt"], ["s_out"], name="scan_add"),
+         helper.make_node("Identity", ["s_out"], ["each"], name="scan_each")],
+        "scan_body",
+        [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [8]),
+         helper.make_tensor_value_info("row", TensorProto.FLOAT, [8])],
+        [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [8]),
+         helper.make_tensor_value_info("each", TensorProto.FLOAT, [8])])
+    nodes = [helper.make_node("Scan", ["s0", "x"], ["y", "all"], name="scan", body=body, num_scan_inputs=1,
+                              scan_input_directions=[1])]
+    inits = [numpy_helper.from_array(np.zeros(8, np.float32), "s0"),
+             numpy_helper.from_array(np.linspace(-1, 1, 8).astype(np.float32), "w")]
+    g = helper.make_graph(nodes, "scanm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8]),
+                           helper.make_tensor_value_info("all", TensorProto.FLOAT, [4, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_loop_iterations_replay_the_carried_values():
+    from debugkit.debug.loop_body import BodyIterations
+    model = loop_model(trips=3)
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)}
+    values = capture_values(model, feeds)
+    it = BodyIterations(model, model.graph.node[1], values)
+    assert len(it.feeds) == 3
+    w, c = (numpy_helper.to_array(t) for t in model.graph.initializer[2:4])
+    v = np.maximum(feeds["x"], 0)
+    for i, f in enumerate(it.feeds):
+        assert int(f["i"]) == i and bool(f["cond_in"]) and set(f) == {"i", "cond_in", "v_in"}
+        np.testing.assert_allclose(f["v_in"], v, rtol=1e-5, atol=1e-6)
+        v = np.tanh(v @ w + c) * 0.5
+    np.testing.assert_allclose(values["v_final"], v, rtol=1e-5, atol=1e-6)
+    m, f = it.iteration_model(2)
+    assert [x.name for x in m.graph.input] == ["v_in"] and {"i", "cond_in", "w", "c"} <= {
+        t.name for t in m.graph.initializer}
+
+
+def test_scan_iterations_slice_the_scanned_input_in_its_direction():
+    from debugkit.debug.loop_body import BodyIterations
+    model = scan_model()
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    it = BodyIterations(model, model.graph.node[0], capture_values(model, {"x": x}))
+    s = np.zeros(8, np.float32)
+    for i, f in enumerate(it.feeds):
+        np.testing.assert_array_equal(f["row"], x[3 - i])          # reverse direction: last row first
+        np.testing.assert_allclose(f["s_in"], s, rtol=1e-5, atol=1e-6)
+        s = s + np.tanh(x[3 - i] * np.linspace(-1, 1, 8).astype(np.float32))
+
+
+def _loop_cli(tmp_path, model, *extra):
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    return main(["debug", "reduce", str(path), "-o", str(tmp_path / "red.onnx"), "--log",
+                 str(tmp_path / "probes.jsonl"), *extra])
+
+
+@pytest.mark.parametrize("make, loop, fault", [(loop_model, "loop", "body_tanh"), (scan_model, "scan", "scan_tanh")])
+def test_reduce_descends_into_the_body_of_a_loop(tmp_path, planted, capsys, make, loop, fault):
+    planted([fault])
+    assert _loop_cli(tmp_path, make()) == 0
+    out = capsys.readouterr().out
+    assert [n.name for n in onnx.load(tmp_path / "red.onnx").graph.node] == [loop]
+    body = onnx.load(tmp_path / f"red_{loop}_body.onnx")
+    onnx.checker.check_model(body, full_check=True)
+    assert [n.name for n in body.graph.node] == [fault]
+    assert "the fault is inside the body of" in out and f"reduced to 1: {fault}" in out
+    assert "iteration 0 of its body fails on its own" in out
+
+
+def test_keep_loops_and_a_fault_no_single_iteration_shows(tmp_path, planted, capsys):
+    planted(["body_tanh"])
+    assert _loop_cli(tmp_path, loop_model(), "--keep-loops") == 0
+    assert "inside the body" not in capsys.readouterr().out and not os.path.exists(tmp_path / "red_loop_body.onnx")
+    script = tmp_path / "needs_loop.py"   # fails only while the model still has the Loop node around body_tanh
+    script.write_text("import sys, onnx\nm = onnx.load(sys.argv[1])\n"
+                      "sys.exit(1 if any(n.op_type == 'Loop' for n in m.graph.node) else 0)\n")
+    assert _loop_cli(tmp_path, loop_model(), "--fail-code", "1", "--check", sys.executable, str(script),
+                     "{model}") == 0
+    out = capsys.readouterr().out
+    assert "no single iteration of its body fails on its own (first 3 tried)" in out and "kept whole" in out
+    assert not os.path.exists(tmp_path / "red_loop_body.onnx")
