@@ -100,6 +100,7 @@ class TimingCache:
 
     def __init__(self, entries=None):
         self.entries: dict[str, dict] = dict(entries or {})
+        self.prepared = None   # tactic preparations reused across builds (builder/prep_cache.py)
         self.hits = 0
         self.misses = 0
 

@@ -25,7 +25,7 @@ def _key(node, inputs, device):
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
-def time_candidates(node, candidates, inputs, iterations, device=None) -> dict:
+def time_candidates(node, candidates, inputs, iterations, device=None, prep=None) -> dict:
     """{tactic id: best ms} for the candidates that run. Runs are interleaved round-robin (A B C A B C ...) so a
     burst of load on a shared machine slows every candidate alike instead of disqualifying whichever was being
     timed; each candidate is warmed up first (pool threads, caches) and scored by its fastest run. The device
@@ -35,7 +35,9 @@ def time_candidates(node, candidates, inputs, iterations, device=None) -> dict:
     for t in candidates:
         try:
             prepared = node_op(node)
-            prepared.weights = dev.prepare(t, prepared)  # weights in the layer's precision, then packed
+            # weights in the layer's precision, then packed (kept in `prep`, the winner's is not redone)
+            prepared.weights = prep.prepare(dev, t, prepared, final=False) if prep is not None else \
+                dev.prepare(t, prepared)
             ws = _workspace(dev, t, prepared, inputs)
             dev.run(t, prepared, inputs, None, ws)  # warm up
             live.append((t, prepared, ws))
@@ -151,6 +153,15 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
     # are timed once) leaves the config untouched
     cache = said.cache
     use_cache = not config.get_flag("disable_timing_cache")
+    # tactic preparations are kept with a timing cache the caller gave (reused by the next build that gets it)
+    prep = None
+    if use_cache and config.timing_cache is not None:
+        from backends.engine.builder.prep_cache import PrepCache
+        if getattr(cache, "prepared", None) is None:
+            cache.prepared = PrepCache()
+        prep = cache.prepared
+        if _said is None:
+            prep.start_build()
     selector = config.algorithm_selector
     reports = []
     from native.progress import progress  # a bar on a terminal while layers are timed; silent otherwise
@@ -174,7 +185,7 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
             if cached and all(str(t.id) in cached for t in cands):   # a new candidate (user tactic) is timed
                 timings = {int(k): v for k, v in cached.items() if v >= 0}
             else:
-                timings = time_candidates(node, cands, inputs, config.avg_timing_iterations, device)
+                timings = time_candidates(node, cands, inputs, config.avg_timing_iterations, device, prep)
                 if use_cache and timings:   # a candidate that failed to run is remembered as -1 (not retried)
                     cache.put(key, {**(cached or {}), **{str(t.id): timings.get(t.id, -1.0) for t in cands}})
             chosen = pick_fastest([t for t in cands if t.id in timings], timings) or cands[0]
@@ -188,7 +199,8 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
             node.meta["timings_ms"] = {t.name: round(timings[t.id], 4) for t in cands if t.id in timings}
             G_LOGGER.verbose(f"layer '{node.name}': tactic {chosen.name} from "
                              + ", ".join(f"{k}={v:.3f}ms" for k, v in node.meta["timings_ms"].items()))
-        node.weights = get_device(device).prepare(chosen, node_op(node))
+        node.weights = prep.prepare(get_device(device), chosen, node_op(node)) if prep is not None else \
+            get_device(device).prepare(chosen, node_op(node))
         reports.append((context, algorithm(chosen, node_op(node), context, timings.get(chosen.id))))
         for sub in node.subgraphs.values():
             reports += select_tactics(sub, None, config, getattr(chosen, "subgraph_device", device), said)

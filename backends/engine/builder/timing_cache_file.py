@@ -62,7 +62,16 @@ def load_timing_cache(path, config, ignore_mismatch=False) -> TimingCache:
     for key, timings in doc["entries"].items():
         if not isinstance(timings, dict) or not all(isinstance(v, (int, float)) for v in timings.values()):
             raise TimingCacheError(f"timing cache {path} is corrupt: entry {key[:16]} is not a timing table")
-    return TimingCache(doc["entries"])
+    cache = TimingCache(doc["entries"])
+    if not diff:   # preparations (packed / transformed weights) made under this header: F.prep beside F
+        from backends.engine.builder.prep_cache import PrepCache
+        cache.prepared = PrepCache.load(prep_path(path))
+    return cache
+
+
+def prep_path(path) -> str:
+    """Where the tactic preparations of the timing cache file `path` are kept."""
+    return f"{path}.prep"
 
 
 def save_timing_cache(cache: TimingCache, path, config):
@@ -71,3 +80,5 @@ def save_timing_cache(cache: TimingCache, path, config):
     with open(tmp, "w") as f:
         json.dump(doc, f, sort_keys=True)
     os.replace(tmp, path)
+    if getattr(cache, "prepared", None) is not None:
+        cache.prepared.save(prep_path(path))

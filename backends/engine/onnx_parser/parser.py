@@ -17,6 +17,7 @@ from backends.engine.network import NetworkDefinition, Tensor
 from backends.engine.onnx_parser.importers import find_importer
 from backends.engine.onnx_parser.validate import (check_model, data_prop_safe, negative_dims_unknown,
                                                   oversized_tensors, validate_model)
+from backends.engine.onnx_parser.weights_detached import weights_detached
 from native.errors import DebugkitError, InputFileError, ModelError, ParseError
 from native.logger import G_LOGGER
 
@@ -348,8 +349,9 @@ class OnnxParser:
             self.errors.append(ParserError("<model>", "opset", f"ai.onnx opset {opsets['']} is outside the supported range 1..26"))
         types = {}
         try:
-            with negative_dims_unknown(proto):
-                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=data_prop_safe(proto)) \
+            data_prop = data_prop_safe(proto)
+            with negative_dims_unknown(proto), weights_detached(proto):   # inference reads no weight values
+                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=data_prop) \
                     if proto.ByteSize() < 2**31 - 2**20 else proto
             types = collect_value_types(inferred.graph)
         except Exception as e:  # shape inference is an aid, not a requirement

@@ -731,7 +731,8 @@ def validate_model(model: onnx.ModelProto, limits: Limits | None = None) -> list
                 if a.type == AttributeProto.GRAPH:
                     _check_graph(a.g, opsets, limits, 1, out, {}, {})
     _check_graph(model.graph, opsets, limits, 0, out, {}, {})
-    if not out and model.ByteSize() < 2 ** 31 - 2 ** 20:
+    if not out and any(n.op_type in RANK_SENSITIVE for g in _graphs(model.graph) for n in g.node) \
+            and model.ByteSize() < 2 ** 31 - 2 ** 20:   # ByteSize walks the whole model: only when needed
         out.extend(_inferred_rank_problems(model))
     return out
 

@@ -12,10 +12,19 @@ import math
 
 import numpy as np
 
-try:  # scipy's erf is a fast vectorised C loop; without it a numpy series/asymptotic form is used
-    from scipy.special import erf as _scipy_erf
-except Exception:  # pragma: no cover
-    _scipy_erf = None
+_SCIPY_ERF = []   # [erf or None] once looked up
+
+
+def _scipy_erf_fn():
+    """scipy's erf (a fast vectorised C loop), imported on first use: importing scipy.special costs ~0.25 s,
+    which every CLI command would pay at start-up; None without scipy (a numpy series/asymptotic form is used)."""
+    if not _SCIPY_ERF:
+        try:
+            from scipy.special import erf
+        except Exception:  # pragma: no cover
+            erf = None
+        _SCIPY_ERF.append(erf)
+    return _SCIPY_ERF[0]
 
 
 _math_erf = np.frompyfunc(math.erf, 1, 1)
@@ -23,6 +32,7 @@ _math_erf = np.frompyfunc(math.erf, 1, 1)
 
 def erf(x, out=None):
     """Error function, elementwise (float dtypes keep their dtype)."""
+    _scipy_erf = _scipy_erf_fn()
     if _scipy_erf is not None:
         if x.dtype.kind == "f" and x.dtype.itemsize >= 4:
             return _scipy_erf(x, out=out) if out is not None else _scipy_erf(x)

@@ -37,8 +37,13 @@ TRANSFORMS = {2: _F23, 4: _F43}
 def transform_kernel(w, m) -> np.ndarray:
     """[M, C, 3, 3] -> U [(m+2)^2, M, C] = G g G^T per (output, input) channel pair (computed in float64)."""
     _, g, _ = TRANSFORMS[m]
-    u = np.einsum("ai,mcij,bj->abmc", g, np.asarray(w, np.float64), g)
-    return u.reshape(-1, *u.shape[2:])
+    mo, c = np.shape(w)[:2]
+    a = g.shape[0]
+    # two plain 2-D GEMMs (an einsum over these four axes runs ~10x slower on ResNet-sized layers)
+    t = np.asarray(w, np.float64).reshape(mo * c * 3, 3) @ g.T             # g G^T: [M*C*3(i), a(b)]
+    t = np.ascontiguousarray(t.reshape(mo * c, 3, a).transpose(1, 0, 2)).reshape(3, -1)  # [3(i), M*C*a(b)]
+    u = (g @ t).reshape(a, mo, c, a)                                         # G (g G^T): [a, M, C, b]
+    return np.ascontiguousarray(u.transpose(0, 3, 1, 2)).reshape(a * a, mo, c)
 
 
 def _kron(m):
