@@ -100,6 +100,17 @@ def tune_process_default(fallback: bool) -> bool:
     return fallback if v is None else v
 
 
+# One core per worker process: our kernel pool off and BLAS single-threaded (an idle OpenBLAS thread busy-waits
+# and, with N workers on N cores, steals the core of the next kernel: measured 10-30x slower probes).
+SINGLE_CORE_ENV = {"DEBUGKIT_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                   "MKL_NUM_THREADS": "1"}
+
+
+def single_core_env() -> dict:
+    """The environment a worker process that should use one core starts with (set it before numpy loads)."""
+    return dict(SINGLE_CORE_ENV)
+
+
 def cli_defaults():
     """What the `debugkit` CLI and the benchmark tools use: process tuning on (unless DEBUGKIT_TUNE_PROCESS=0),
     so engines they build and run are timed and run with the kernel pool, as the performance numbers assume."""

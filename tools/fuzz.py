@@ -3,11 +3,14 @@
     python tools/fuzz.py --minutes 20 --target onnx-bytes|onnx-structure|plan-bytes|plan-structure
                          [--seed 0] [--start 0] [--save DIR] [--case-limit 10] [--memory-mb 4096]
 
-Every case runs in a worker process under RLIMIT_AS with a time limit (tests/fuzz/fuzzer.py), so crashes, hangs and
-runaway allocations are counted. Findings: 'bug' (an exception outside DebugkitError, with file:line), 'crash' (the
-worker died: signal), 'hang', and cases over --case-limit seconds. --save writes each finding's input to DIR (turn
-it into a regression case under tests/fuzz/cases/). Cases are a pure function of (target, seed, index):
-`--start I --iterations 1` replays case I.
+Every case runs in a worker process under RLIMIT_AS (tests/fuzz/fuzzer.py), so crashes, hangs and runaway
+allocations are counted. A case's time is the worker's CPU time (wall time on a shared machine counts the other
+processes too; both are reported): over --case-limit it is 'slow'. RLIMIT_CPU at 3x the limit and a wall limit of
+6x (at least 60 s) end runaway and blocked cases ('hang'). Findings: 'bug' (an exception outside DebugkitError, with
+file:line), 'crash' (the worker died: signal), 'hang', 'slow'. The summary's first line: cases, outcome counts, and
+the slowest case by CPU and by wall. --save writes each finding's input to DIR (turn it into a regression case
+under tests/fuzz/cases/). Cases are a pure function of (target, seed, index): `--start I --iterations 1` replays
+case I.
 """
 import argparse
 import os
@@ -26,7 +29,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--start", type=int, default=0, help="first case index")
     ap.add_argument("--save", default=None, help="write every finding's input here")
-    ap.add_argument("--case-limit", type=float, default=10.0, help="seconds a case may take (default 10)")
+    ap.add_argument("--case-limit", type=float, default=10.0, help="CPU seconds a case may take (default 10)")
     ap.add_argument("--memory-mb", type=int, default=4096, help="RLIMIT_AS of the worker (default 4096)")
     ap.add_argument("--max-tensor-mb", type=int, default=16, help="DEBUGKIT_MAX_TENSOR_BYTES in the worker (default 16: the "
                     "seeds are small; larger tensors are refused as ParseError, which bounds the work per case)")

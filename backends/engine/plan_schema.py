@@ -333,7 +333,7 @@ def _check_geometry(node, where, errors):
         # output_shape): bound what the padding can ask for
         extents = [a + b + max(c, 1) for a, b, c in zip(p.get("pre_padding") or [], p.get("post_padding") or [],
                                                         p.get("kernel_shape") or p.get("window") or [])]
-        from backends.engine.onnx_parser.validate import default_limits
+        from native.limits import default_limits
         if any(v > MAX_SPATIAL for v in extents) or math.prod(extents or [0]) > default_limits().max_elements:
             errors.append((f"{where}.params", f"padding and kernel extents {extents} exceed the limit "
                                               f"({MAX_SPATIAL} per axis) for a layer without recorded shapes"))
@@ -369,7 +369,7 @@ def _check_geometry(node, where, errors):
 
 
 def _check_recorded_sizes(node, where, errors):
-    from backends.engine.onnx_parser.validate import default_limits
+    from native.limits import default_limits
     limit = default_limits().max_elements
     for j, shape in enumerate((node.get("meta") or {}).get("output_shapes") or []):
         if shape and all(v >= 0 for v in shape) and math.prod(shape) > limit:

@@ -12,7 +12,9 @@ Each case runs the whole pipeline it feeds (ONNX: load + validate + parse + buil
 load + execute) in a worker process under RLIMIT_AS, with a per-case time limit: a crash (signal), a hang or a
 runaway allocation is counted and the worker replaced, never fatal. Outcomes:
     ok / rejected (a DebugkitError subclass: the expected answer to bad input) /
-    bug (any other exception: file:line and type) / crash (the worker died) / slow (over the case limit).
+    bug (any other exception: file:line and type) / crash (the worker died: a signal) /
+    hang (past the RLIMIT_CPU backstop, 3x the case limit, or the wall limit, 6x and at least 60 s) /
+    slow (over the case limit in CPU seconds of the worker: wall time on a shared machine counts other processes).
 Cases are a pure function of (target, seed, index) (plan cases: given the seed plans, which this process builds),
 so every finding can be regenerated; --save keeps the exact bytes.
 """
@@ -24,6 +26,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import signal
 import sys
 import time
 import traceback
@@ -339,13 +342,21 @@ class CaseMaker:
 # ---------------------------------------------------------------------------------------------------------------
 # running a case (in the worker)
 
-def run_case(target: str, data: bytes):
-    """Feed one case through the pipeline; returns ('ok'|'rejected'|'bug', detail)."""
+def run_case(target: str, data: bytes, messages=False):
+    """Feed one case through the pipeline; returns ('ok'|'rejected'|'bug', detail). A rejection's detail is the
+    error's type (what the report counts), with `messages` also its message."""
     import numpy as np
     from native.errors import DebugkitError
-    if target == "selftest-crash":  # the harness's own test: a case that kills its process
-        import signal
+    if target == "selftest-crash":  # the harness's own tests: a case that kills its process,
         os.kill(os.getpid(), signal.SIGSEGV)
+    if target == "selftest-sleep":  # one that blocks (only the wall limit ends it),
+        time.sleep(float(data or 3600))
+        return "ok", ""
+    if target == "selftest-spin":   # one that computes forever (RLIMIT_CPU ends it)
+        end = time.perf_counter() + float(data or 3600)
+        while time.perf_counter() < end:
+            pass
+        return "ok", ""
     try:
         if target.startswith("onnx"):
             from backends.engine.build import build_plan_from_onnx
@@ -359,7 +370,8 @@ def run_case(target: str, data: bytes):
         engine = Runtime().deserialize_engine(plan)
         ctx = engine.create_execution_context()
         rng = np.random.default_rng(0)
-        feeds, budget = {}, int(os.environ.get("DEBUGKIT_MAX_TENSOR_BYTES", 16 << 20))
+        from native.limits import default_limits
+        feeds, budget = {}, default_limits().max_bytes
         for t in engine.graph.inputs:
             shape = [d if isinstance(d, int) and d >= 0 else 2 for d in (t.shape or [])]
             dtype = np.dtype(t.dtype) if t.dtype and t.dtype not in ("object", "str") else np.dtype(np.float32)
@@ -371,7 +383,7 @@ def run_case(target: str, data: bytes):
         ctx.execute(feeds)
         return "ok", ""
     except DebugkitError as e:
-        return "rejected", type(e).__name__
+        return "rejected", f"{type(e).__name__}: {e}" if messages else type(e).__name__
     except RecursionError as e:
         return "bug", _site(e)
     except Exception as e:
@@ -385,33 +397,66 @@ def _site(e):
     return f"{type(e).__name__} at {where}: {str(e)[:160]}"
 
 
-def _worker(conn, target, memory_mb, max_tensor_mb):
+def _cpu_seconds():
+    """CPU time of this process and its children (user + system), the figure a case's limit is checked against:
+    wall time on a loaded machine counts the other processes too."""
+    import resource
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _proc_cpu_seconds(pid):
+    """CPU seconds a (live) process has used, from /proc; None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _worker(conn, target, memory_mb, max_tensor_mb, cpu_limit, messages):
     import resource
     import warnings
+    from native.config import single_core_env
+    os.environ.update(single_core_env())   # before numpy loads: one BLAS thread, so CPU time is the case's own
     warnings.simplefilter("ignore")
     if memory_mb:
         resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     sys.setrecursionlimit(3000)
-    os.environ["DEBUGKIT_MAX_TENSOR_BYTES"] = str(max_tensor_mb << 20)
+    from native.limits import Limits, set_limits
+    set_limits(Limits(max_bytes=max_tensor_mb << 20, max_elements=max_tensor_mb << 20))
     from native.logger import G_LOGGER, Severity
     G_LOGGER.min_severity = Severity.INTERNAL_ERROR
-    np_err = __import__("numpy").seterr(all="ignore")  # noqa: F841
+    __import__("numpy").seterr(all="ignore")
+    hard_cpu = resource.getrlimit(resource.RLIMIT_CPU)[1]
     conn.send("ready")
     while True:
         msg = conn.recv()
         if msg is None:
             return
-        t0 = time.perf_counter()
-        outcome, detail = run_case(target, msg)
-        conn.send((outcome, detail, time.perf_counter() - t0))
+        t0, cpu0 = time.perf_counter(), _cpu_seconds()
+        if cpu_limit:  # RLIMIT_CPU counts the whole process: the backstop is this case's start plus the limit
+            soft = int(cpu0 + cpu_limit) + 1
+            resource.setrlimit(resource.RLIMIT_CPU, (soft if hard_cpu == resource.RLIM_INFINITY
+                                                     else min(soft, hard_cpu), hard_cpu))
+        outcome, detail = run_case(target, msg, messages)
+        conn.send((outcome, detail, _cpu_seconds() - cpu0, time.perf_counter() - t0))
+
+
+class CaseResult(collections.namedtuple("CaseResult", "outcome detail cpu wall")):
+    """One case's answer: outcome ('ok' | 'not-run' | 'rejected' | 'bug' | 'crash' | 'hang'), detail, and the CPU
+    and wall seconds it took."""
 
 
 class Worker:
-    """A spawned process that runs cases; replaced when it dies or runs past the hard limit."""
+    """A spawned process that runs cases; replaced when it dies, runs past its CPU limit (RLIMIT_CPU: SIGXCPU) or
+    past the wall limit (a case that sleeps or blocks)."""
 
-    def __init__(self, target, memory_mb, max_tensor_mb):
-        self.args = (target, memory_mb, max_tensor_mb)
+    def __init__(self, target, memory_mb, max_tensor_mb, cpu_limit=None, messages=False):
+        self.args = (target, memory_mb, max_tensor_mb, cpu_limit, messages)
+        self.cpu_limit = cpu_limit
         self.proc = None
         self.start()
 
@@ -427,26 +472,41 @@ class Worker:
         if not self.conn.poll(120) or self.conn.recv() != "ready":
             raise RuntimeError("fuzz worker did not start")
 
-    def run(self, data: bytes, hard_limit: float):
-        """(outcome, detail, seconds); outcome 'crash' (signal or exit) or 'hang' when the worker had to go."""
+    def run(self, data: bytes, hard_limit: float) -> CaseResult:
+        """Run one case; outcome 'crash' (signal or exit) or 'hang' (over the CPU or wall limit) when the worker
+        had to go. `hard_limit`: wall seconds before the worker is killed (checked every 0.5 s, so it fires on
+        time even when the worker died without closing its pipe)."""
         t0 = time.perf_counter()
+        deadline = t0 + hard_limit
         try:
             self.conn.send(data)
-            if self.conn.poll(hard_limit):
-                return self.conn.recv()
+            while True:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
+                if self.conn.poll(min(left, 0.5)):
+                    return CaseResult(*self.conn.recv())
+                if not self.proc.is_alive():
+                    break
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             pass
         elapsed = time.perf_counter() - t0
         self.proc.join(0.05)
         if self.proc.is_alive():
+            cpu = _proc_cpu_seconds(self.proc.pid)
             self.proc.kill()
             self.proc.join()
-            outcome, detail = "hang", f"no answer after {elapsed:.1f} s"
+            outcome = "hang"
+            detail = f"no answer after {elapsed:.1f} s wall" + (f" ({cpu:.1f} s CPU)" if cpu is not None else "")
         else:
-            code = self.proc.exitcode
-            outcome, detail = "crash", (f"killed by signal {-code}" if code and code < 0 else f"exit code {code}")
+            code, cpu = self.proc.exitcode, None
+            if code == -signal.SIGXCPU:  #: RLIMIT_CPU, the CPU backstop
+                outcome, detail = "hang", f"over the CPU limit of {self.cpu_limit:.0f} s (killed by SIGXCPU)"
+                cpu = self.cpu_limit
+            else:
+                outcome, detail = "crash", (f"killed by signal {-code}" if code and code < 0 else f"exit code {code}")
         self.start()
-        return outcome, detail, elapsed
+        return CaseResult(outcome, detail, elapsed if cpu is None else cpu, elapsed)
 
     def close(self):
         try:
@@ -462,44 +522,73 @@ class Worker:
 # the campaign
 
 class Report:
-    def __init__(self, target):
+    def __init__(self, target, case_limit=10.0):
         self.target = target
+        self.case_limit = case_limit
         self.iterations = 0
         self.outcomes = collections.Counter()
         self.rejections = collections.Counter()
         self.findings = collections.defaultdict(list)   # key -> [case index]
-        self.slow = []                                    # (index, seconds)
-        self.max_seconds = 0.0
+        self.slow = []                                    # (index, cpu seconds, wall seconds)
+        self.slowest_cpu = (0.0, None)                    # (cpu seconds, case index)
+        self.slowest_wall = (0.0, None)                   # (wall seconds, case index)
         self.seconds = 0.0
+
+    @property
+    def max_seconds(self):
+        """The slowest case's CPU seconds (the figure compared with the case limit)."""
+        return self.slowest_cpu[0]
 
     @property
     def failures(self):
         return self.outcomes["bug"] + self.outcomes["crash"] + self.outcomes["hang"] + len(self.slow)
 
+    def add(self, index, result: CaseResult):
+        self.iterations += 1
+        self.outcomes[result.outcome] += 1
+        self.slowest_cpu = max(self.slowest_cpu, (result.cpu, index), key=lambda t: t[0])
+        self.slowest_wall = max(self.slowest_wall, (result.wall, index), key=lambda t: t[0])
+        if result.outcome == "rejected":
+            self.rejections[result.detail] += 1
+        elif result.outcome in ("bug", "crash", "hang"):
+            self.findings[f"{result.outcome}: {result.detail}"].append(index)
+        if result.cpu > self.case_limit and result.outcome != "hang":
+            self.slow.append((index, result.cpu, result.wall))
+
     def summary(self) -> str:
+        o = self.outcomes
+        (cpu, cpu_case), (wall, wall_case) = self.slowest_cpu, self.slowest_wall
         lines = [f"{self.target}: {self.iterations} cases in {self.seconds:.0f} s "
-                 f"({self.iterations / max(self.seconds, 1e-9):.1f}/s); ok {self.outcomes['ok']} (+{self.outcomes['not-run']} "
-                 f"loaded, inputs too large to run), rejected "
-                 f"{self.outcomes['rejected']}, bugs {self.outcomes['bug']}, crashes {self.outcomes['crash']}, "
-                 f"hangs {self.outcomes['hang']}, over the case limit {len(self.slow)}; slowest case "
-                 f"{self.max_seconds:.2f} s"]
+                 f"({self.iterations / max(self.seconds, 1e-9):.1f}/s); ok {o['ok']} (+{o['not-run']} loaded, inputs "
+                 f"too large to run), rejected {o['rejected']}, bugs {o['bug']}, crashes {o['crash']}, hangs "
+                 f"{o['hang']}, over the case limit ({self.case_limit:g} s CPU) {len(self.slow)}; slowest case "
+                 f"{cpu:.2f} s CPU (case {cpu_case}), {wall:.2f} s wall (case {wall_case})"]
         if self.rejections:
             lines.append("  rejected as: " + ", ".join(f"{k} {v}" for k, v in self.rejections.most_common()))
         for key, cases in sorted(self.findings.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"  {len(cases):4d} x {key}   (e.g. case {cases[0]})")
-        for i, s in self.slow[:10]:
-            lines.append(f"  slow: case {i} took {s:.1f} s")
+        for i, cpu, wall in self.slow[:10]:
+            lines.append(f"  slow: case {i} took {cpu:.1f} s CPU ({wall:.1f} s wall)")
         return "\n".join(lines)
+
+
+def hard_limits(case_limit):
+    """(CPU backstop, wall limit) for a case limit: RLIMIT_CPU at 3x the limit (a runaway case is killed, counted
+    as a hang), the wall limit generous (6x, at least 60 s: only a case that sleeps or blocks reaches it on a
+    loaded machine)."""
+    return max(3 * case_limit, 30.0), max(6 * case_limit, 60.0)
 
 
 def fuzz(target: str, *, seed=0, iterations=None, seconds=None, case_limit=10.0, memory_mb=4096, max_tensor_mb=16,
          save_dir=None, start=0, log=None) -> Report:
-    """Run cases start, start+1, ... until `iterations` or `seconds` is reached; returns the Report."""
+    """Run cases start, start+1, ... until `iterations` or `seconds` is reached; returns the Report. A case is
+    slow when its CPU time (in the worker) exceeds `case_limit`."""
     maker = CaseMaker(target, seed)
     if target.startswith("plan"):
         maker.plans  # build the seeds before the clock starts
-    report = Report(target)
-    worker = Worker(target, memory_mb, max_tensor_mb)
+    report = Report(target, case_limit)
+    cpu_limit, wall_limit = hard_limits(case_limit)
+    worker = Worker(target, memory_mb, max_tensor_mb, cpu_limit=cpu_limit)
     t_start = time.perf_counter()
     last_log = t_start
     index = start
@@ -511,17 +600,9 @@ def fuzz(target: str, *, seed=0, iterations=None, seconds=None, case_limit=10.0,
             if seconds is not None and elapsed >= seconds:
                 break
             data = maker.make(index)
-            outcome, detail, took = worker.run(data, hard_limit=max(3 * case_limit, 30.0))
-            report.iterations += 1
-            report.outcomes[outcome] += 1
-            report.max_seconds = max(report.max_seconds, took)
-            if outcome == "rejected":
-                report.rejections[detail] += 1
-            elif outcome in ("bug", "crash", "hang"):
-                report.findings[f"{outcome}: {detail}"].append(index)
-            if took > case_limit and outcome != "hang":
-                report.slow.append((index, took))
-            if save_dir and (outcome in ("bug", "crash", "hang") or took > case_limit):
+            result = worker.run(data, hard_limit=wall_limit)
+            report.add(index, result)
+            if save_dir and (result.outcome in ("bug", "crash", "hang") or result.cpu > case_limit):
                 os.makedirs(save_dir, exist_ok=True)
                 ext = "onnx" if target.startswith("onnx") else "plan"
                 with open(os.path.join(save_dir, f"{target}-s{seed}-{index}.{ext}"), "wb") as f:

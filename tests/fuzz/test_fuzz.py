@@ -35,9 +35,9 @@ def test_cases_are_a_function_of_target_seed_and_index():
 def test_a_crashing_case_is_counted_not_fatal():
     w = Worker("selftest-crash", memory_mb=2048, max_tensor_mb=16)
     try:
-        outcome, detail, _ = w.run(b"", hard_limit=30)
+        outcome, detail, *_ = w.run(b"", hard_limit=30)
         assert outcome == "crash" and "signal 11" in detail
-        outcome, _, _ = w.run(b"", hard_limit=30)  # the worker was replaced and answers again
+        outcome, *_ = w.run(b"", hard_limit=30)  # the worker was replaced and answers again
         assert outcome == "crash"
     finally:
         w.close()
@@ -55,9 +55,47 @@ def test_a_runaway_allocation_is_contained():
                          [h.make_tensor_value_info("y", T.FLOAT, None)])
         data = h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
         t0 = time.perf_counter()
-        outcome, detail, _ = w.run(data, hard_limit=60)
+        outcome, detail, *_ = w.run(data, hard_limit=60)
         assert outcome in ("rejected", "not-run", "bug"), (outcome, detail)
         assert time.perf_counter() - t0 < 60
         assert onnx  # the 4 GiB input never materialised in this process
     finally:
         w.close()
+
+
+def test_a_blocked_case_is_a_hang_at_the_wall_limit():
+    """A case that sleeps uses no CPU: the wall limit ends it, on time (it is polled, not waited out)."""
+    w = Worker("selftest-sleep", memory_mb=2048, max_tensor_mb=16, cpu_limit=30)
+    try:
+        t0 = time.perf_counter()
+        r = w.run(b"3600", hard_limit=2)
+        assert r.outcome == "hang" and "no answer after" in r.detail, r
+        assert 2 <= r.wall < 3.5 and time.perf_counter() - t0 < 3.5 + 30  # + restarting the worker
+        assert r.cpu < 1, r   # it slept: its CPU time is read from /proc before the kill
+        assert w.run(b"0", hard_limit=30).outcome == "ok"   # replaced, answers again
+    finally:
+        w.close()
+
+
+def test_a_spinning_case_is_stopped_by_the_cpu_backstop():
+    """RLIMIT_CPU, set per case relative to the worker's CPU time so far, kills a runaway case (SIGXCPU)."""
+    w = Worker("selftest-spin", memory_mb=2048, max_tensor_mb=16, cpu_limit=1)
+    try:
+        first = w.run(b"0.1", hard_limit=60)  # under the limit, and it counts toward the worker's total
+        assert first.outcome == "ok" and 0.05 < first.cpu < 1, first
+        r = w.run(b"3600", hard_limit=60)
+        assert r.outcome == "hang" and "SIGXCPU" in r.detail, r
+        assert r.wall < 20, r   # 1-2 s of CPU, however loaded the machine
+    finally:
+        w.close()
+
+
+def test_the_case_limit_is_checked_against_cpu_time_not_wall_time():
+    from tests.fuzz.fuzzer import CaseResult, Report
+    report = Report("onnx-bytes", case_limit=10.0)
+    report.add(1, CaseResult("rejected", "ParseError", cpu=0.4, wall=12.5))  # waited for a core: not slow
+    report.add(2, CaseResult("ok", "", cpu=10.5, wall=11.0))                  # computed too long: slow
+    assert report.slow == [(2, 10.5, 11.0)] and report.failures == 1
+    line = report.summary().splitlines()[0]
+    assert "slowest case 10.50 s CPU (case 2), 12.50 s wall (case 1)" in line, line
+    assert "over the case limit (10 s CPU) 1" in line, line

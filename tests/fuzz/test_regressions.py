@@ -36,9 +36,9 @@ def test_saved_case_is_refused_cleanly(workers, name):
     target = name.split("-s")[0]
     with open(os.path.join(CASES, name), "rb") as f:
         data = f.read()
-    outcome, detail, seconds = workers(target).run(data, hard_limit=60)
-    assert outcome in ("ok", "rejected", "not-run"), f"{name}: {outcome} {detail}"
-    assert seconds < 10, f"{name} took {seconds:.1f} s"
+    r = workers(target).run(data, hard_limit=60)
+    assert r.outcome in ("ok", "rejected", "not-run"), f"{name}: {r.outcome} {r.detail}"
+    assert r.cpu < 10, f"{name} took {r.cpu:.1f} s CPU"
 
 
 def _model(nodes, inputs, inits=(), opset=18, outputs=("y",)):
@@ -57,7 +57,7 @@ def test_minus_one_dim_through_shape_and_slice_does_not_abort(workers):
              h.make_node("Slice", ["r", "st", "en", "ax"], ["y"], name="slice")]
     data = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 4, -1])],
                   [_i64("st", [1]), _i64("en", [3]), _i64("ax", [2])])
-    outcome, detail, _ = workers("onnx-structure").run(data, hard_limit=60)
+    outcome, detail, *_ = workers("onnx-structure").run(data, hard_limit=60)
     assert outcome in ("ok", "rejected"), detail
 
 
@@ -66,7 +66,7 @@ def test_invalid_utf8_names_are_a_parse_error(workers):
     m = onnx.load_from_string(_model([h.make_node("Relu", ["x"], ["y"], name="relu")],
                                      [h.make_tensor_value_info("x", T.FLOAT, [2])]))
     data = m.SerializeToString().replace(b"relu", b"rel\x80")
-    outcome, detail, _ = workers("onnx-bytes").run(data, hard_limit=60)
+    outcome, detail, *_ = workers("onnx-bytes").run(data, hard_limit=60)
     assert (outcome, detail) == ("rejected", "ParseError")
 
 
@@ -77,7 +77,7 @@ def test_float_reshape_shape_is_not_a_value_error(workers):
     inits = [numpy_helper.from_array(np.array([np.nan], np.float32), "b")]
     data = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 2]), h.make_tensor_value_info("a", T.FLOAT, [1])],
                   inits)
-    outcome, detail, _ = workers("onnx-structure").run(data, hard_limit=60)
+    outcome, detail, *_ = workers("onnx-structure").run(data, hard_limit=60)
     assert outcome == "rejected", detail
 
 
@@ -105,3 +105,20 @@ def test_oversized_intermediate_is_refused_before_the_build():
             parse_onnx(data)
     finally:
         set_limits(old)
+
+
+@pytest.mark.parametrize("name", [f for f in FILES if f.startswith("plan-bytes")] + ["onnx-bytes-s21-1012884.onnx"])
+def test_sizes_from_mutated_weights_are_refused_before_allocating(name):
+    """Plans whose weight bytes were mutated behind valid checksums: a Pad width, a Tile repeat count or a TopK k
+    read from the blob asked for gigabytes (up to 35 s and 13 GB per case without a memory limit). The kernels now
+    refuse them against the tensor size limit, naming the layer (16 MiB in the fuzz worker)."""
+    with open(os.path.join(CASES, name), "rb") as f:
+        data = f.read()
+    w = Worker(name.split("-s")[0], memory_mb=4096, max_tensor_mb=16, messages=True)
+    try:
+        r = w.run(data, hard_limit=60)
+    finally:
+        w.close()
+    assert r.outcome == "rejected", r
+    assert r.detail.startswith("ExecutionError: ") and r.cpu < 5, r
+    assert "exceeds the tensor size limit of 0.0156 GiB" in r.detail or "TopK 'topk': k=268435459" in r.detail, r

@@ -20,51 +20,15 @@ lists them, its first line naming the first problem.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import onnx
 from onnx import AttributeProto, TensorProto
 
 from native.errors import ParseError
+from native.limits import Limits, default_limits, physical_memory, set_limits  # noqa: F401 (re-exported)
 
 INT_LIMIT = 2 ** 31 - 1  # attribute magnitudes beyond this overflow shape arithmetic downstream
-
-
-@dataclass
-class Limits:
-    """What a model may ask for. `max_bytes`: largest tensor (declared, stored or constant-shaped) in bytes;
-    `max_elements`: largest element count; `max_depth`: deepest subgraph nesting; `max_rank`: most dims."""
-    max_bytes: int
-    max_elements: int
-    max_depth: int = 32
-    max_rank: int = 32
-
-
-def physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
-
-
-_LIMITS: Limits | None = None
-
-
-def default_limits() -> Limits:
-    """The process-wide limits: `set_limits(...)`, else DEBUGKIT_MAX_TENSOR_BYTES, else a quarter of memory."""
-    if _LIMITS is not None:
-        return _LIMITS
-    from native.config import max_tensor_bytes
-    max_bytes = max_tensor_bytes() or physical_memory() // 4
-    return Limits(max_bytes=max_bytes, max_elements=max(1, max_bytes // 1))
-
-
-def set_limits(limits: Limits | None):
-    """Set (or with None, reset to the default) the limits every later validation uses; returns the old ones."""
-    global _LIMITS
-    old, _LIMITS = _LIMITS, limits
-    return old
 
 
 @dataclass

@@ -15,6 +15,7 @@ from backends.engine.engine_graph import node_format
 from backends.engine.runtime import arena
 from native.device import get_device
 from native.errors import BuildError, DebugkitError, ExecutionError
+from native.limits import check_size, default_limits
 from native.logger import G_LOGGER
 from native.tactics import Op, tactic_by_id, tactics_for, unsupported_reason
 
@@ -153,6 +154,7 @@ class GraphExecutor:
             if plan is not None:
                 planned, planned_shapes = plan.outputs, plan.input_shapes
                 kept = set(keep)
+        max_bytes = default_limits().max_bytes  # no layer may make a tensor over the limit (native/limits.py)
         for i, (node, tactic, op, subs) in enumerate(self.steps):
             fn, full = calls[i]
             if tactics is not None and node.name in tactics:
@@ -191,6 +193,9 @@ class GraphExecutor:
                 if on_error is not None and (outs is None or len(outs) < len(node.outputs)):
                     raise RuntimeError(f"kernel returned {0 if outs is None else len(outs)} outputs, layer has "
                                        f"{len(node.outputs)}")
+                for value in outs:   # a backstop for sizes no kernel checked: stop before the next layer reads it
+                    if getattr(value, "nbytes", 0) > max_bytes:
+                        check_size(op, value.shape, value.itemsize)
             except Exception as e:  # a kernel failing on real data is reported with the layer's ONNX origin
                 if on_error is not None:
                     on_error(node, e)

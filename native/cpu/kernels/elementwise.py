@@ -6,6 +6,7 @@ integer POW stays integer), comparisons and logic give bool. Each kernel looks i
 import numpy as np
 
 from native.cpu.kernels.activations import ACTIVATIONS, activation, erf
+from native.limits import check_size
 from native.tactics import simple_tactic
 
 
@@ -71,6 +72,7 @@ BINARY = {
     "BITWISE_XOR": np.bitwise_xor,
 }
 _MIXED_OK = {"POW"}  # ops whose operands may legally differ in dtype
+BROADCAST_CHECK_ELEMENTS = 1 << 24  # operands whose size product is below this broadcast to a small output
 
 
 # ops that write straight into a planned output buffer (the memory plan's arena view): numpy ufuncs with `out=`
@@ -95,6 +97,8 @@ def elementwise(op, inputs, outputs=None):
         into = _INTO.get(name) or (np.divide if name == "DIV" and a.dtype.kind == "f" else None)
         if into is not None:
             return [into(a, b, out=outputs[0])]
+    if a.size * b.size > BROADCAST_CHECK_ELEMENTS:  # the output is at most a.size * b.size: check only then
+        check_size(op, np.broadcast_shapes(a.shape, b.shape), max(a.dtype.itemsize, b.dtype.itemsize))
     return [_arr(fn(a, b))]
 
 

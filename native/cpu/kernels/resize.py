@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 
+from native.limits import check_size
 from native.tactics import simple_tactic
 
 
@@ -251,4 +252,9 @@ def resize(op, inputs):
         return [_grid_sample(x, np.asarray(ins[1]), op.params)]
     scales = ins[2] if ins[2] is not None else op.params.get("scales")
     sizes = ins[3] if ins[3] is not None else op.params.get("sizes")
+    out = list(x.shape)
+    for axis, out_len, *_ in _axis_plan(x, op.params, ins[1], scales, sizes):
+        out[axis] = out_len
+    # scales and sizes are data: refuse a huge output (interpolating modes hold float64 partial sums) up front
+    check_size(op, out, 8 if op.params.get("mode", "NEAREST") != "NEAREST" else x.dtype.itemsize)
     return [_resize(x, op.params, ins[1], scales, sizes)]

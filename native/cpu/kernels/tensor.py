@@ -3,6 +3,7 @@ OneHot, Tile, Expand, Range) and the built-in plugins Trilu, Unique, ReverseSequ
 import numpy as np
 
 from native.errors import ExecutionError
+from native.limits import check_size
 from native.plugins import Plugin, register_plugin
 from native.tactics import simple_tactic
 
@@ -166,6 +167,7 @@ def padding(op, inputs):
     crop = tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(width))
     x = x[crop]
     width = [(max(b, 0), max(e, 0)) for b, e in width]
+    check_size(op, [d + b + e for d, (b, e) in zip(x.shape, width)], x.dtype.itemsize)
     mode = p.get("mode", "constant")
     if mode == "constant":
         v = np.asarray(value).reshape(-1)
@@ -201,6 +203,9 @@ def fill(op, inputs):
     else:
         shape = tuple(_ints(src)) if src is not None else tuple(p.get("shape") or ())
         dt = None
+    made = dt if dt is not None else np.asarray(op.weights.get("value", 0.0)).dtype if kind == "CONSTANT" \
+        else _dtype(p.get("dtype"))
+    check_size(op, shape, made.itemsize)
     if kind == "CONSTANT":
         v = np.asarray(op.weights.get("value", np.zeros(1, np.float32))).reshape(-1)
         return [np.full(shape, v[0], dtype=v.dtype if dt is None else dt)]
@@ -225,6 +230,9 @@ def topk(op, inputs):
     k = int(np.asarray(inputs[1]).reshape(-1)[0]) if _arg(inputs, 1) is not None else int(op.params["k"])
     axis = op.params.get("axis", -1)
     axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= k <= x.shape[axis]:   # k is data: a mutated k must not size an index array first
+        raise ExecutionError(f"TopK '{op.name}': k={k} is outside 0..{x.shape[axis]} (the size of axis {axis} of "
+                             f"input shape {list(x.shape)})")
     if op.params.get("op", "MAX") == "MAX":
         n = x.shape[axis]
         rev = np.flip(x, axis=axis)
@@ -256,26 +264,37 @@ def onehot(op, inputs):
     ii = np.expand_dims(ii, axis)
     shape = [1] * (idx.ndim + 1)
     shape[axis] = depth
+    check_size(op, ii.shape[:axis] + (max(depth, 0),) + ii.shape[axis + 1:], max(values.dtype.itemsize, 1))
     hot = np.arange(depth).reshape(shape) == ii
     return [np.where(hot, values[1], values[0]).astype(values.dtype)]
 
 
 @simple_tactic("Tile")
 def tile(op, inputs):
-    return [np.tile(np.asarray(inputs[0]), _ints(inputs[1]))]
+    x, reps = np.asarray(inputs[0]), _ints(inputs[1])
+    if any(r < 0 for r in reps):
+        raise ExecutionError(f"Tile '{op.name}': negative repeats {reps}")
+    lead = [1] * max(len(reps) - x.ndim, 0) + list(x.shape)
+    check_size(op, [d * r for d, r in zip(lead, [1] * max(x.ndim - len(reps), 0) + reps)], x.dtype.itemsize)
+    return [np.tile(x, reps)]
 
 
 @simple_tactic("Expand")
 def expand(op, inputs):
     x = np.asarray(inputs[0])
     shape = np.broadcast_shapes(x.shape, tuple(_ints(inputs[1])))
+    check_size(op, shape, x.dtype.itemsize)
     return [np.array(np.broadcast_to(x, shape))]
 
 
 @simple_tactic("Range")
 def range_(op, inputs):
     start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
-    n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    count = np.ceil((float(limit) - float(start)) / float(delta))
+    if not np.isfinite(count):
+        raise ExecutionError(f"Range '{op.name}': start {start}, limit {limit}, delta {delta} give no finite length")
+    n = max(int(count), 0)
+    check_size(op, [n], start.dtype.itemsize)
     return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
 
 
