@@ -1,0 +1,79 @@
+"""Timing loops and latency statistics for `debugkit bench` (trtexec's measurements, in one place).
+
+`timed_loop(fn, iterations, duration_s)` calls `fn` until both at least `iterations` calls and `duration_s` seconds
+have passed (trtexec's --iterations / --duration) and returns each call's seconds plus the loop's wall time;
+`warm_up(fn, ms)` calls it, untimed, for at least `ms` milliseconds. `interleaved` times several contenders in
+alternating blocks, so a shared machine's drift hits all of them alike and their ratio stays meaningful.
+`latency_stats` gives min/mean/median/p90/p99/max in ms.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+STAT_KEYS = ("min", "mean", "median", "p90", "p99", "max")
+
+
+def latency_stats(seconds) -> dict:
+    """{min, mean, median, p90, p99, max} in milliseconds (percentiles by linear interpolation)."""
+    t = np.asarray(list(seconds), dtype=np.float64) * 1e3
+    if t.size == 0:
+        return {k: None for k in STAT_KEYS}
+    return {"min": float(t.min()), "mean": float(t.mean()), "median": float(np.median(t)),
+            "p90": float(np.percentile(t, 90)), "p99": float(np.percentile(t, 99)), "max": float(t.max())}
+
+
+def warm_up(fn, ms: float) -> int:
+    """Call fn untimed for at least `ms` milliseconds (at least once when ms > 0); returns the number of calls."""
+    if ms <= 0:
+        return 0
+    end, n = time.perf_counter() + ms / 1e3, 0
+    while True:
+        fn()
+        n += 1
+        if time.perf_counter() >= end:
+            return n
+
+
+def timed_loop(fn, iterations: int, duration_s: float, after=None) -> tuple[list, float]:
+    """([seconds of each call], wall seconds of the whole loop). `after()` runs after each call, untimed (e.g. to
+    collect the device's own timings of that call)."""
+    times = []
+    start = time.perf_counter()
+    end = start + duration_s
+    while len(times) < iterations or time.perf_counter() < end:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if after is not None:
+            after()
+    return times, time.perf_counter() - start
+
+
+def interleaved(fns: dict, iterations: int, duration_s: float, block: int = 5, after=None) -> tuple[dict, dict]:
+    """Time every contender in alternating blocks of `block` calls (the order rotating each round, the first call
+    after each switch untimed), until each has at least `iterations` timed calls and `duration_s` has passed.
+    Returns ({name: [seconds]}, {name: timed seconds in total}); `after(name)` runs after each timed call."""
+    times = {k: [] for k in fns}
+    order = list(fns.items())
+    end = time.perf_counter() + duration_s
+    r = 0
+    while min(len(v) for v in times.values()) < iterations or time.perf_counter() < end:
+        for name, fn in order[r % len(order):] + order[:r % len(order)]:
+            fn()   # untimed: another contender's threads may still be busy right after a switch
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+                if after is not None:
+                    after(name)
+        r += 1
+    return times, {k: float(sum(v)) for k, v in times.items()}
+
+
+def throughput(count: int, wall_s: float, batch: int | None) -> dict:
+    """Inferences per second over the wall time of the timed calls, and samples per second (× the batch)."""
+    ips = count / wall_s if wall_s > 0 else None
+    return {"inferences_per_s": ips, "samples_per_s": (ips * batch if ips is not None and batch else None),
+            "batch": batch}

@@ -1,0 +1,314 @@
+"""Benchmark our engine on a model or plan (trtexec's job): latency statistics, throughput, per-layer profile.
+
+Warm-up (untimed, --warm-up MS), then at least --iterations inferences and at least --duration seconds, one at a
+time on one execution context with the same feed. Latency is the host wall time of each execute (for a device with
+its own memory it includes the copies, which the device also reports apart); throughput is timed inferences per
+second of their summed time, and samples per second with the batch (dim 0 of the first input). --compare onnxrt
+times ONNX Runtime on the same feed in the same run, interleaved with ours.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from debugkit.cli import _args
+from native.errors import InputFileError, UsageError
+from native.logger import G_LOGGER
+
+
+def register(subparsers):
+    p = subparsers.add_parser("bench", help=__doc__.splitlines()[0], description=__doc__)
+    p.add_argument("model", help="an ONNX model (built here) or a plan file")
+    t = p.add_argument_group("timing")
+    t.add_argument("--warm-up", type=float, default=200.0, metavar="MS",
+                   help="untimed inferences for at least MS milliseconds first (default 200; 0: none)")
+    t.add_argument("--iterations", type=int, default=10, metavar="N", help="at least N timed inferences (default 10)")
+    t.add_argument("--duration", type=float, default=3.0, metavar="S",
+                   help="time for at least S seconds (default 3; 0: exactly --iterations inferences)")
+    t.add_argument("--use-cuda-graph", action="store_true",
+                   help="capture the execution as a CUDA graph and replay it (needs --device cuda)")
+    t.add_argument("--compare", choices=["onnxrt"], default=None,
+                   help="also time ONNX Runtime (CPU) on the same feed in the same run, interleaved with ours")
+    pr = p.add_argument_group("per-layer profile")
+    pr.add_argument("--separate-profile-run", action="store_true",
+                    help="profile layers in a run of their own after the timing run (profiling adds overhead, so "
+                         "the latency figures stay clean); the per-layer table is printed")
+    pr.add_argument("--dump-profile", metavar="FILE.json",
+                    help="write the per-layer profile as JSON (profiled during the timing run unless "
+                         "--separate-profile-run)")
+    e = p.add_argument_group("engine files")
+    e.add_argument("--save-engine", metavar="FILE.plan", help="save the plan built from MODEL")
+    e.add_argument("--load-engine", metavar="FILE.plan",
+                   help="benchmark this plan; MODEL is the ONNX model it was built from (for --compare onnxrt)")
+    d = p.add_argument_group("inputs")
+    d.add_argument("--input-shapes", nargs="+", default=[], metavar="NAME:[D0,D1,...]",
+                   help="shapes for inputs with dynamic dims (dynamic dims default to 1)")
+    d.add_argument("--seed", type=int, default=1, help="seed for the generated feed (default 1)")
+    d.add_argument("--val-range", nargs="+", default=[], metavar="[LO,HI]|NAME:[LO,HI]",
+                   help="value range of the generated feed (default [0,1])")
+    d.add_argument("--load-inputs", metavar="FILE.h5|FILE.json", help="take the feed saved by run --save-inputs")
+    _args.add_build_args(p)
+    p.set_defaults(device=None)   # a plan runs on the device it names unless --device says otherwise
+    p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    _args.add_common_args(p, default="info")
+    p.set_defaults(func=run)
+
+
+def _check_args(args):
+    if args.iterations < 1:
+        raise UsageError(f"--iterations must be >= 1, got {args.iterations}")
+    if args.duration < 0:
+        raise UsageError(f"--duration must be >= 0 seconds, got {args.duration}")
+    if args.warm_up < 0:
+        raise UsageError(f"--warm-up must be >= 0 ms, got {args.warm_up}")
+    if not os.path.exists(args.model):
+        raise InputFileError(f"model file not found: {args.model}")
+    if args.use_cuda_graph and (args.device or ("cpu" if not _is_plan(args.model) else "cuda")) != "cuda":
+        raise UsageError(f"--use-cuda-graph: CUDA graphs need --device cuda (this run is on "
+                         f"{args.device or 'cpu'})")
+    if args.load_engine:
+        if _is_plan(args.model):
+            raise UsageError(f"{args.model} is a plan file; --load-engine takes the plan and MODEL the ONNX model "
+                             f"it was built from")
+        if args.save_engine:
+            raise UsageError("--save-engine with --load-engine: the plan is already saved")
+        if not _is_plan(args.load_engine):
+            from native.errors import PlanError
+            raise PlanError(f"--load-engine {args.load_engine} is not a debugkit plan file"
+                            if os.path.exists(args.load_engine) else f"plan file not found: {args.load_engine}")
+    if _is_plan(args.model) and args.save_engine:
+        raise UsageError(f"{args.model} is already a plan; --save-engine saves a plan built from an ONNX model")
+    if args.compare == "onnxrt" and _is_plan(args.model):
+        raise UsageError(f"{args.model} is a plan file; --compare onnxrt needs the ONNX model: bench MODEL.onnx "
+                         f"--load-engine {args.model} --compare onnxrt")
+    for opt in ("json", "dump_profile", "save_engine"):   # fail before the work, not after it
+        path = getattr(args, opt)
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UsageError(f"--{opt.replace('_', '-')} {path}: directory "
+                             f"{os.path.dirname(os.path.abspath(path))} does not exist")
+
+
+def _is_plan(path):
+    from backends.runners.engine import is_plan
+    return is_plan(path)
+
+
+def run(args) -> int:
+    _args.apply_common_args(args)
+    _check_args(args)
+    from backends.runners import EngineRunner, OnnxrtRunner, load_onnx
+    from debugkit import benchmark as B
+
+    plan_only = _is_plan(args.model)
+    model = None if plan_only else load_onnx(args.model)
+    source = args.load_engine or args.model
+    runner = EngineRunner(source, config=_args.build_config_from_args(args), device=args.device or "cpu",
+                          save_plan=args.save_engine)
+    ort = None
+    try:
+        runner.activate()
+        if args.load_engine:
+            from debugkit.cli.run import check_plan_source
+            check_plan_source(runner.engine, model, args.load_engine, args.model)
+        if args.device and runner.engine is not None and runner.engine.device != args.device:
+            G_LOGGER.warning(f"the plan was built for '{runner.engine.device}'; running it on '{args.device}'")
+        feeds = _feeds(args, runner)
+        runner.infer(feeds)   # builds here when the model has dynamic shapes (the feed fixes them)
+        ctx, engine = runner.context, runner.engine
+        if args.use_cuda_graph:
+            if engine.device != "cuda":
+                raise UsageError(f"--use-cuda-graph: CUDA graphs need --device cuda (this plan runs on "
+                                 f"{engine.device})")
+            if not hasattr(ctx, "enable_cuda_graph"):
+                raise UsageError("--use-cuda-graph: this engine's execution context has no CUDA graph support")
+            ctx.enable_cuda_graph()
+        result = {"model": os.path.abspath(args.model), "plan": os.path.abspath(args.load_engine or args.model)
+                  if (args.load_engine or plan_only) else None, "saved_engine": args.save_engine,
+                  "device": engine.device, "build_seconds": runner.build_seconds,
+                  "precision_flags": _args.build_flags(args), "layers": len(engine.graph.nodes),
+                  "inputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in feeds.items()},
+                  "batch": _batch(feeds, engine), "cuda_graph": bool(args.use_cuda_graph),
+                  "iterations_min": args.iterations, "duration_min_s": args.duration}
+        device_times = []
+
+        def collect(name="engine"):
+            t = getattr(ctx, "timings", None)
+            if name == "engine" and t:
+                device_times.append(dict(t))
+        contenders = {"engine": lambda: ctx.execute(feeds)}
+        if args.compare == "onnxrt":
+            ort = OnnxrtRunner(model).activate()
+            ort_feeds = {k: v for k, v in feeds.items()}
+            contenders["onnxrt"] = lambda: ort.session.run(None, ort_feeds)
+        profile_during = args.dump_profile and not args.separate_profile_run
+        profiler = _profiler(ctx) if profile_during else None
+        G_LOGGER.info(f"warming up for {args.warm_up:g} ms")
+        result["warm_up"] = {"ms": args.warm_up, "inferences": {k: B.warm_up(fn, args.warm_up)
+                                                                for k, fn in contenders.items()}}
+        if profiler is not None:
+            profiler.runs.clear()
+        G_LOGGER.info(f"timing: at least {args.iterations} inferences and {args.duration:g} s"
+                      + (" (interleaved with ONNX Runtime)" if ort else ""))
+        if ort is None:
+            times, wall = B.timed_loop(contenders["engine"], args.iterations, args.duration, after=collect)
+            times = {"engine": times}
+        else:
+            times, _ = B.interleaved(contenders, args.iterations, args.duration, after=collect)
+            wall = None
+        result.update(_figures(times["engine"], result["batch"], wall))
+        result.update(_transfers(device_times, engine))
+        if ort is not None:
+            o = _figures(times["onnxrt"], result["batch"], None)
+            o["median_ratio_engine_over_onnxrt"] = result["latency_ms"]["median"] / o["latency_ms"]["median"]
+            result["compare"] = {"onnxrt": o}
+        if args.separate_profile_run:
+            profiler = _profiler(ctx)
+            n = max(args.iterations, 1)
+            G_LOGGER.info(f"profile run: {n} inferences with per-layer timing")
+            for _ in range(n):
+                ctx.execute(feeds)
+        if profiler is not None:
+            ctx.profiler = None
+            result["profile"] = _profile(profiler, engine, separate=bool(args.separate_profile_run),
+                                         median_latency=result["latency_ms"]["median"])
+    finally:
+        if ort is not None:
+            ort.deactivate()
+        runner.deactivate()
+    _print(result, args)
+    if args.dump_profile and "profile" in result:
+        with open(args.dump_profile, "w") as f:
+            json.dump(result["profile"], f, indent=1)
+        print(f"wrote the per-layer profile to {args.dump_profile}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _feeds(args, runner) -> dict:
+    """One feed: loaded (--load-inputs) or generated like run's (--seed, --val-range, --input-shapes)."""
+    from debugkit.data_loader import DataLoader, SavedDataLoader, coerce_feeds
+    meta = runner.input_metadata()
+    if args.load_inputs:
+        loader = SavedDataLoader(args.load_inputs)
+    else:
+        loader = DataLoader(args.seed, 1, _args.parse_ranges(args.val_range), _args.parse_shape_list(args.input_shapes))
+        loader.input_metadata = meta
+        loader.check_names(meta)
+    for feeds in loader:
+        return coerce_feeds(feeds, meta)
+    raise UsageError("the data loader produced no feed")
+
+
+def _batch(feeds, engine):
+    """Dim 0 of the first tensor input (the samples one inference processes), or None for a scalar input."""
+    for name in engine.graph.input_names:
+        shape = getattr(feeds.get(name), "shape", ())
+        if shape:
+            return int(shape[0])
+    return None
+
+
+def _figures(times, batch, wall) -> dict:
+    from debugkit import benchmark as B
+    tp = B.throughput(len(times), sum(times), batch)
+    out = {"inferences": len(times), "timed_seconds": sum(times), "latency_ms": B.latency_stats(times),
+           "throughput": tp}
+    if wall is not None:
+        out["loop_wall_seconds"] = wall
+    return out
+
+
+def _transfers(device_times, engine) -> dict:
+    """Host-to-device, compute and device-to-host times as the device measured them, or why there are none."""
+    from debugkit import benchmark as B
+    if device_times:
+        out = {}
+        for key in ("h2d_ms", "compute_ms", "d2h_ms"):
+            vals = [t[key] / 1e3 for t in device_times if t.get(key) is not None]
+            out[key] = B.latency_stats(vals) if vals else None
+        out["transfers_note"] = f"measured by the {engine.device} device on its own clock, per execute"
+        return out
+    dev = engine._device
+    why = (f"not applicable: the {engine.device} device computes in host memory (no copies)"
+           if getattr(dev, "host_memory", True) else
+           f"not reported: the {engine.device} device did not time its copies (ExecutionContext.timings unset)")
+    return {"h2d_ms": None, "compute_ms": None, "d2h_ms": None, "transfers_note": why}
+
+
+def _profiler(ctx):
+    from backends.engine.runtime.profiler import LayerProfiler
+    ctx.profiler = LayerProfiler()
+    return ctx.profiler
+
+
+def _profile(profiler, engine, *, separate, median_latency) -> dict:
+    """Per layer: median ms, share of the layers' total, tactic and the ONNX nodes it was built from."""
+    sources = {n.name: list(n.source_nodes or []) for n in engine.graph.nodes}   # [] for builder-inserted layers
+    kinds = {n.name: n.kind for n in engine.graph.nodes}
+    rows = profiler.summary()
+    total = sum(r["median_ms"] for r in rows)
+    layers = [{"layer": r["layer"], "onnx_nodes": sources.get(r["layer"], []),
+               "kind": kinds.get(r["layer"]), "median_ms": r["median_ms"], "mean_ms": r["mean_ms"],
+               "percent": (100.0 * r["median_ms"] / total if total else 0.0), "tactic": r["tactic"]}
+              for r in rows]
+    return {"separate_run": separate, "inferences": len(profiler.runs), "layers_total_ms": total,
+            "median_latency_ms": median_latency, "layers": layers}
+
+
+def _fmt(v, unit=""):
+    if v is None:
+        return "n/a"
+    return f"{v:.3f}{unit}" if v < 10 else f"{v:.2f}{unit}" if v < 1000 else f"{v:.0f}{unit}"
+
+
+def _stat_line(stats) -> str:
+    return "  ".join(f"{k} {_fmt(stats[k])}" for k in ("min", "mean", "median", "p90", "p99", "max"))
+
+
+def _print(r, args):
+    out = sys.stdout
+    ins = ", ".join(f"{k} {v['shape']} {v['dtype']}" for k, v in r["inputs"].items())
+    built = f"built in {r['build_seconds']:.2f} s" if r["build_seconds"] is not None else "loaded plan"
+    flags = "+".join(r["precision_flags"]) or "fp32"
+    print(f"bench {os.path.basename(args.model)}: engine on {r['device']} ({built}, {r['layers']} layers, {flags}"
+          f"{', CUDA graph' if r['cuda_graph'] else ''}); inputs {ins}", file=out)
+    warm = r["warm_up"]["inferences"]
+    print(f"warm-up {r['warm_up']['ms']:g} ms ({', '.join(f'{k} {n}' for k, n in warm.items())} inferences); "
+          f"timed {r['inferences']} inferences" +
+          (f" in {_fmt(r['loop_wall_seconds'])} s" if "loop_wall_seconds" in r else " (interleaved)"), file=out)
+    print(f"latency ms: {_stat_line(r['latency_ms'])}", file=out)
+    tp = r["throughput"]
+    samples = (f", {_fmt(tp['samples_per_s'])} samples/s (batch {tp['batch']})" if tp["samples_per_s"] is not None
+               else " (no batch dim)")
+    print(f"throughput: {_fmt(tp['inferences_per_s'])} inferences/s{samples}", file=out)
+    if r["h2d_ms"] is None and r["d2h_ms"] is None:
+        print(f"host-to-device / device-to-host: {r['transfers_note']}", file=out)
+    else:
+        for key, label in (("h2d_ms", "host-to-device"), ("compute_ms", "compute"), ("d2h_ms", "device-to-host")):
+            if r.get(key):
+                print(f"{label} ms: {_stat_line(r[key])}", file=out)
+    if "compare" in r:
+        o = r["compare"]["onnxrt"]
+        print(f"onnxrt (same run, interleaved) latency ms: {_stat_line(o['latency_ms'])}", file=out)
+        print(f"onnxrt throughput: {_fmt(o['throughput']['inferences_per_s'])} inferences/s; engine/onnxrt median "
+              f"latency {o['median_ratio_engine_over_onnxrt']:.2f}x", file=out)
+    if "profile" in r:
+        _print_profile(r["profile"], out)
+
+
+def _print_profile(p, out):
+    how = "separate profile run" if p["separate_run"] else "profiled during the timed run, which adds overhead"
+    print(f"per-layer profile ({how}, {p['inferences']} inferences, median): layers {_fmt(p['layers_total_ms'])} ms "
+          f"of {_fmt(p['median_latency_ms'])} ms median latency", file=out)
+    rows = sorted(p["layers"], key=lambda x: -x["median_ms"])
+    width = min(50, max([len(x["layer"]) for x in rows] + [5]))
+    print(f"{'layer':{width}s}  {'ms':>9s}  {'%':>5s}  {'tactic':24s}  ONNX nodes", file=out)
+    for x in rows:
+        name = x["layer"] if len(x["layer"]) <= width else x["layer"][:width - 1] + "…"
+        nodes = ", ".join(x["onnx_nodes"]) or "(inserted by the builder)"
+        print(f"{name:{width}s}  {x['median_ms']:9.4f}  {x['percent']:5.1f}  {str(x['tactic'] or ''):24s}  "
+              f"{nodes if len(nodes) < 80 else nodes[:79] + '…'}", file=out)

@@ -1,0 +1,156 @@
+"""debugkit bench: latency statistics, throughput, per-layer profile, plans, ONNX Runtime in the same run, bad input."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from debugkit.cli.main import main
+
+
+def mlp(depth=3, width=16, batch=4):
+    rng = np.random.default_rng(0)
+    nodes, inits, t = [], [], "x"
+    for i in range(depth):
+        inits += [numpy_helper.from_array((rng.standard_normal((width, width)) / 4).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array((rng.standard_normal(width) / 4).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [t, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"add{i}"),
+                  helper.make_node("Tanh", [f"a{i}"], [f"t{i}"], name=f"act{i}")]
+        t = f"t{i}"
+    nodes.append(helper.make_node("Softmax", [t], ["y"], name="softmax", axis=-1))
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    return str(path)
+
+
+def _bench(tmp_path, model, *extra):
+    out = tmp_path / "bench.json"
+    rc = main(["bench", model, "--input-shapes", "x:[8,16]", "--warm-up", "0", "--json", str(out), *extra])
+    return rc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def _ordered(s):
+    return s["min"] <= s["median"] <= s["p90"] <= s["p99"] <= s["max"] and s["min"] <= s["mean"] <= s["max"]
+
+
+def test_figures_are_consistent_and_cpu_transfers_are_not_invented(tmp_path, model, capsys):
+    rc, r = _bench(tmp_path, model, "--iterations", "40", "--duration", "0")
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert r["inferences"] == 40 and _ordered(r["latency_ms"]) and r["latency_ms"]["min"] > 0
+    assert r["batch"] == 8 and r["inputs"] == {"x": {"shape": [8, 16], "dtype": "float32"}}
+    tp = r["throughput"]
+    assert tp["inferences_per_s"] == pytest.approx(40 / r["timed_seconds"])
+    assert tp["samples_per_s"] == pytest.approx(8 * tp["inferences_per_s"])
+    assert r["h2d_ms"] is None and r["d2h_ms"] is None and "not applicable" in r["transfers_note"]
+    assert r["device"] == "cpu" and r["cuda_graph"] is False and r["build_seconds"] > 0
+    assert "latency ms: min" in out and "samples/s (batch 8)" in out and "not applicable" in out
+
+
+def test_duration_runs_at_least_that_long_and_warm_up_runs_untimed(tmp_path, model):
+    rc, r = _bench(tmp_path, model, "--iterations", "1", "--duration", "0.3")
+    assert rc == 0 and r["loop_wall_seconds"] >= 0.3 and r["inferences"] > 1
+    rc, r = _bench(tmp_path, model, "--iterations", "5", "--duration", "0", "--warm-up", "50")
+    assert rc == 0 and r["warm_up"]["ms"] == 50 and r["warm_up"]["inferences"]["engine"] >= 1 and r["inferences"] == 5
+
+
+def test_separate_profile_run_names_onnx_nodes_and_shares_sum_to_100(tmp_path, model, capsys):
+    prof = tmp_path / "profile.json"
+    rc, r = _bench(tmp_path, model, "--iterations", "12", "--duration", "0", "--separate-profile-run",
+                   "--dump-profile", str(prof))
+    out = capsys.readouterr().out
+    assert rc == 0
+    p = json.loads(prof.read_text())
+    assert p == r["profile"] and p["separate_run"] is True and p["inferences"] == 12
+    assert sum(x["percent"] for x in p["layers"]) == pytest.approx(100, abs=0.01)
+    assert p["layers_total_ms"] == pytest.approx(sum(x["median_ms"] for x in p["layers"]))
+    nodes = {n for x in p["layers"] for n in x["onnx_nodes"]}
+    assert {"mm0", "add0", "act0", "mm2", "softmax"} <= nodes
+    assert all(x["tactic"] for x in p["layers"])
+    assert "per-layer profile (separate profile run" in out and "mm1, add1, act1" in out
+
+
+def test_save_engine_then_bench_the_plan_both_ways(tmp_path, model):
+    plan = tmp_path / "mlp.plan"
+    rc, built = _bench(tmp_path, model, "--iterations", "3", "--duration", "0", "--save-engine", str(plan))
+    assert rc == 0 and plan.exists() and built["saved_engine"] == str(plan)
+    rc, r = _bench(tmp_path, str(plan), "--iterations", "3", "--duration", "0")
+    assert rc == 0 and r["build_seconds"] is None and r["layers"] == built["layers"] and r["batch"] == 8
+    rc, r = _bench(tmp_path, model, "--load-engine", str(plan), "--iterations", "3", "--duration", "0",
+                   "--compare", "onnxrt")
+    assert rc == 0 and r["build_seconds"] is None and r["plan"].endswith("mlp.plan") and "compare" in r
+
+
+def test_compare_onnxrt_times_both_in_the_same_run(tmp_path, model, capsys):
+    rc, r = _bench(tmp_path, model, "--iterations", "20", "--duration", "0", "--compare", "onnxrt")
+    assert rc == 0
+    o = r["compare"]["onnxrt"]
+    assert o["inferences"] >= 20 and r["inferences"] >= 20 and _ordered(o["latency_ms"])
+    assert o["median_ratio_engine_over_onnxrt"] == pytest.approx(r["latency_ms"]["median"] / o["latency_ms"]["median"])
+    assert "onnxrt (same run, interleaved)" in capsys.readouterr().out
+
+
+def test_device_timings_are_reported_apart_when_the_context_has_them(tmp_path, model, monkeypatch):
+    """A device with its own memory sets ctx.timings per execute (the CUDA device does); bench reports each part."""
+    from backends.engine.runtime import runtime
+    real = runtime.ExecutionContext.execute
+
+    def execute(self, feeds, taps=()):
+        out = real(self, feeds, taps)
+        self.timings = {"h2d_ms": 1.0, "compute_ms": 2.0, "d2h_ms": 0.5}
+        return out
+    monkeypatch.setattr(runtime.ExecutionContext, "execute", execute)
+    rc, r = _bench(tmp_path, model, "--iterations", "5", "--duration", "0")
+    assert rc == 0
+    assert r["h2d_ms"]["median"] == pytest.approx(1.0) and r["compute_ms"]["max"] == pytest.approx(2.0)
+    assert r["d2h_ms"]["min"] == pytest.approx(0.5) and "own clock" in r["transfers_note"]
+
+
+def test_quiet_drops_the_log_lines(tmp_path, model, capsys):
+    assert _bench(tmp_path, model, "--iterations", "2", "--duration", "0")[0] == 0
+    assert "[I] timing: at least 2 inferences" in capsys.readouterr().err
+    assert _bench(tmp_path, model, "--iterations", "2", "--duration", "0", "-q")[0] == 0
+    captured = capsys.readouterr()
+    assert "[I]" not in captured.err and "latency ms:" in captured.out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--use-cuda-graph"], "CUDA graphs need --device cuda"),
+    (["--iterations", "0"], "--iterations must be >= 1"),
+    (["--duration", "-1"], "--duration must be >= 0"),
+    (["--warm-up", "-5"], "--warm-up must be >= 0"),
+    (["--input-shapes", "y:[1,2]"], "unknown input"),
+    (["--dump-profile", "/no/such/dir/p.json"], "does not exist"),
+])
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, model, capsys, extra, message):
+    rc, r = _bench(tmp_path, model, *extra)
+    assert rc == 2 and r is None
+    assert message in capsys.readouterr().err
+
+
+def test_plan_and_file_errors_exit_2(tmp_path, model, capsys):
+    assert main(["bench", str(tmp_path / "missing.onnx")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["bench", model, "--load-engine", model]) == 2
+    assert "not a debugkit plan" in capsys.readouterr().err
+    plan = tmp_path / "m.plan"
+    assert main(["bench", model, "--input-shapes", "x:[2,16]", "--duration", "0", "--warm-up", "0",
+                 "--save-engine", str(plan), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["bench", str(plan), "--compare", "onnxrt"]) == 2
+    assert "needs the ONNX model" in capsys.readouterr().err
+    other = tmp_path / "other.onnx"
+    onnx.save(mlp(depth=2), other)
+    assert main(["bench", str(other), "--load-engine", str(plan)]) == 2
+    assert "another model" in capsys.readouterr().err
