@@ -13,11 +13,19 @@ Every other module asks `settings()` instead of reading os.environ, so the knobs
     DEBUGKIT_DUMP_PASSES=DIR    write the builder's graph before and after every pass into DIR
     DEBUGKIT_CORPUS=DIR         the real-model corpus (tests/corpus, tools/corpus_run.py)
     DEBUGKIT_MODEL_CACHE=DIR    where fetched corpus models are kept
+    DEBUGKIT_NO_FETCH=1         corpus tests skip models that are not cached instead of fetching them
+
+Set for child processes (never read here), by `child_env()` and `single_core_env()`:
+
+    DEBUGKIT_PLAN, DEBUGKIT_TACTICS   the artifacts a `debug build --check` command judges
+    DEBUGKIT_THREADS=1 (+ BLAS thread counts of 1)   a worker that should use one core
 
 Settings are read once, on first use; `reload()` re-reads them (tests that monkeypatch the environment call it).
+The live readers below (`threads()`, `max_tensor_bytes()`, `corpus_dir()`, ...) read on every call.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -65,8 +73,7 @@ def reload() -> Settings:
                  tune_process=_flag("DEBUGKIT_TUNE_PROCESS", None), lint=_flag("DEBUGKIT_LINT", False),
                  check_fingerprint=_flag("DEBUGKIT_CHECK_FINGERPRINT", True),
                  dump_passes=os.environ.get("DEBUGKIT_DUMP_PASSES") or None,
-                 corpus=os.environ.get("DEBUGKIT_CORPUS") or None,
-                 model_cache=os.environ.get("DEBUGKIT_MODEL_CACHE") or None)
+                 corpus=corpus_dir(), model_cache=model_cache_dir())
     _SETTINGS["s"] = s
     return s
 
@@ -90,6 +97,21 @@ def max_tensor_bytes() -> int | None:
         return None
 
 
+def corpus_dir() -> str | None:
+    """DEBUGKIT_CORPUS (read live): the directory holding the exported corpus models, None when unset."""
+    return os.environ.get("DEBUGKIT_CORPUS") or None
+
+
+def model_cache_dir() -> str | None:
+    """DEBUGKIT_MODEL_CACHE (read live): where fetched corpus models are kept, None for the default."""
+    return os.environ.get("DEBUGKIT_MODEL_CACHE") or None
+
+
+def no_fetch() -> bool:
+    """DEBUGKIT_NO_FETCH (read live): never download a corpus model that is not cached."""
+    return bool(os.environ.get("DEBUGKIT_NO_FETCH"))
+
+
 def malloc_tune() -> bool:
     return _flag("DEBUGKIT_MALLOC_TUNE", True)
 
@@ -109,6 +131,36 @@ SINGLE_CORE_ENV = {"DEBUGKIT_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NU
 def single_core_env() -> dict:
     """The environment a worker process that should use one core starts with (set it before numpy loads)."""
     return dict(SINGLE_CORE_ENV)
+
+
+_CHILD_SETTINGS = {"plan": "DEBUGKIT_PLAN", "tactics": "DEBUGKIT_TACTICS"}
+
+
+def child_env(**settings_) -> dict:
+    """This process's environment plus settings handed to a child process (`plan=`, `tactics=`: the paths a
+    `debug build --check` command reads as $DEBUGKIT_PLAN / $DEBUGKIT_TACTICS)."""
+    env = dict(os.environ)
+    for key, value in settings_.items():
+        if key not in _CHILD_SETTINGS:
+            raise TypeError(f"unknown child setting {key!r}; known: {', '.join(_CHILD_SETTINGS)}")
+        env[_CHILD_SETTINGS[key]] = "" if value is None else str(value)
+    return env
+
+
+@contextlib.contextmanager
+def environment(overrides: dict):
+    """Set `overrides` in os.environ for the block (processes spawned inside inherit them), then restore every
+    variable as it was (unset ones are removed again): a process-wide side effect, undone."""
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update({k: str(v) for k, v in overrides.items()})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def cli_defaults():

@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import time
 
+from native import config
 from native.logger import G_LOGGER
 from native.progress import progress
 
@@ -75,8 +76,8 @@ def command_check(cmd: str):
     paths, which are also in $DEBUGKIT_PLAN / $DEBUGKIT_TACTICS); exit status 0 means good."""
     def check(graph, plan_path, replay_path):
         argv = [a.replace("{plan}", plan_path or "").replace("{tactics}", replay_path) for a in shlex.split(cmd)]
-        env = dict(os.environ, DEBUGKIT_PLAN=plan_path or "", DEBUGKIT_TACTICS=replay_path)
-        r = subprocess.run(argv, env=env, capture_output=True, text=True)
+        r = subprocess.run(argv, env=config.child_env(plan=plan_path, tactics=replay_path), capture_output=True,
+                           text=True)
         tail = (r.stdout + r.stderr).strip().splitlines()[-1:] or [""]
         return r.returncode == 0, f"exit {r.returncode}: {tail[0][:120]}"
     return check

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 
+from native import config
 from native.errors import UsageError
 
 
@@ -49,19 +50,12 @@ class LocalExecutor(InlineExecutor):
     def _get_pool(self):
         if self._pool is None:
             from concurrent.futures import ProcessPoolExecutor
-            saved = {k: os.environ.get(k) for k in WORKER_ENV}
-            os.environ.update(WORKER_ENV)   # read by numpy's BLAS at import in the children; restored below
-            try:
+            # the children inherit it (numpy's BLAS reads it at import); restored when the workers have started
+            with config.environment(config.single_core_env()):
                 self._pool = ProcessPoolExecutor(max_workers=self.workers,
                                                  mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_init_worker)
                 list(self._pool.map(_ready, range(self.workers)))   # start every worker now, with this environment
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
         return self._pool
 
     def map(self, fn, items):
@@ -74,13 +68,8 @@ class LocalExecutor(InlineExecutor):
             self._pool = None
 
 
-# One core per worker: our kernel pool off and BLAS single-threaded (an idle OpenBLAS thread busy-waits and, with
-# N workers on N cores, steals the core of the next kernel: measured 10-30x slower probes).
-WORKER_ENV = {"DEBUGKIT_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
 def _init_worker():
-    os.environ.update(WORKER_ENV)
+    config.reload()   # the settings of the environment this worker was spawned with (one core)
     import backends.runners  # noqa: F401  (import the engine once per worker, while the pool starts)
 
 
@@ -102,12 +91,12 @@ class RayExecutor(InlineExecutor):
         if not ray.is_initialized():
             try:
                 ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                         runtime_env={"env_vars": dict(WORKER_ENV)})
+                         runtime_env={"env_vars": config.single_core_env()})
             except ConnectionError:
                 if address != "auto":
                     raise UsageError(f"--ray {address}: no Ray cluster answers there") from None
                 ray.init(ignore_reinit_error=True, log_to_driver=False, num_cpus=workers,
-                         runtime_env={"env_vars": dict(WORKER_ENV)})
+                         runtime_env={"env_vars": config.single_core_env()})
         self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._remote = ray.remote(_ray_call)
 

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from native import config
 from tests.corpus import fetch_models
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,7 +18,7 @@ class CorpusUnavailable(Exception):
 
 def corpus_dir():
     """The directory of exported models (holding models/<file>), from DEBUGKIT_CORPUS; None when not set."""
-    return os.environ.get("DEBUGKIT_CORPUS") or None
+    return config.corpus_dir()
 
 
 def manifest():
@@ -44,7 +45,7 @@ def find_path(entry):
     hit = fetch_models.cached(entry)
     if hit:
         return hit
-    if os.environ.get("DEBUGKIT_NO_FETCH"):
+    if config.no_fetch():
         raise CorpusUnavailable(f"{entry['name']} is not cached and DEBUGKIT_NO_FETCH is set: run "
                                 f"python tests/corpus/fetch_models.py")
     try:

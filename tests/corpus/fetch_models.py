@@ -22,6 +22,10 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MANIFEST = os.path.join(HERE, "models.json")
+if not __package__:  # run as a script from a clone: the repository's packages
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+
+from native import config  # noqa: E402  (DEBUGKIT_MODEL_CACHE is read there)
 
 
 class FetchError(Exception):
@@ -34,7 +38,7 @@ def load_manifest(path=MANIFEST):
 
 
 def cache_dir():
-    return os.environ.get("DEBUGKIT_MODEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "debugkit",
+    return config.model_cache_dir() or os.path.join(os.path.expanduser("~"), ".cache", "debugkit",
                                                                   "models")
 
 
