@@ -226,7 +226,7 @@ AXIS = Int(-MAX_RANK, MAX_RANK)
 SPATIAL = {"?kernel_shape": Opt(List(Int(1, MAX_DIM))), "?strides": Opt(List(Int(1, MAX_DIM))),
            "?dilations": Opt(List(Int(1, MAX_DIM))), "?pre_padding": Opt(List(Int(0, MAX_DIM))),
            "?post_padding": Opt(List(Int(0, MAX_DIM))), "?output_padding": Opt(List(Int(0, MAX_DIM))),
-           "?window": Opt(List(Int(1, MAX_DIM))), "?post_ops": Opt(POST_OPS), "?auto_pad": Opt(Str(choices={"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"}))}
+           "?output_shape": Opt(List(Int(0, MAX_DIM))), "?window": Opt(List(Int(1, MAX_DIM))), "?post_ops": Opt(POST_OPS), "?auto_pad": Opt(Str(choices={"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"}))}
 
 # params per layer kind: the fields the loader or the kernels rely on; other keys are the kernels' own business.
 PARAMS = {
@@ -337,6 +337,9 @@ def _check_geometry(node, where, errors):
         if any(v > MAX_SPATIAL for v in extents) or math.prod(extents or [0]) > default_limits().max_elements:
             errors.append((f"{where}.params", f"padding and kernel extents {extents} exceed the limit "
                                               f"({MAX_SPATIAL} per axis) for a layer without recorded shapes"))
+        shape = p.get("output_shape")
+        if isinstance(shape, list) and math.prod(max(v, 1) for v in shape) > default_limits().max_elements:
+            errors.append((f"{where}.params.output_shape", f"{shape} exceeds the tensor size limit"))
         return
     x, y = ins[0], outs[0]
     nhwc = node["kind"].endswith("NHWC")

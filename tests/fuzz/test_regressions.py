@@ -122,3 +122,30 @@ def test_sizes_from_mutated_weights_are_refused_before_allocating(name):
     assert r.outcome == "rejected", r
     assert r.detail.startswith("ExecutionError: ") and r.cpu < 5, r
     assert "exceeds the tensor size limit of 0.0156 GiB" in r.detail or "TopK 'topk': k=268435459" in r.detail, r
+
+
+def test_a_deconvolution_output_shape_over_the_limit_is_a_plan_error():
+    """A plan's own params can ask for a huge output too: a Deconvolution's output_shape (the geometry check does
+    not apply to it) is held against the tensor size limit when the header is checked."""
+    import copy
+
+    from backends.engine import Runtime
+    from backends.engine.plan import pack_plan
+    from native.errors import PlanError
+    from native.limits import Limits, set_limits
+    from tests.fuzz.fuzzer import CaseMaker
+    plan, header, blob = next(p for p in CaseMaker("plan-structure").plans
+                              if any(n["kind"] == "Deconvolution" for n in p[1]["graph"]["nodes"]))
+    i = next(i for i, n in enumerate(header["graph"]["nodes"]) if n["kind"] == "Deconvolution")
+    old = set_limits(Limits(max_bytes=16 << 20, max_elements=16 << 20))
+    try:
+        for shape, ok in (([16, 16], True), ([8192, 8192], False)):
+            h = copy.deepcopy(header)
+            h["graph"]["nodes"][i]["params"]["output_shape"] = shape
+            if ok:
+                Runtime().deserialize_engine(pack_plan(h, blob))
+                continue
+            with pytest.raises(PlanError, match=rf"graph.nodes\[{i}\].params.output_shape: \[8192, 8192\] exceeds"):
+                Runtime().deserialize_engine(pack_plan(h, blob))
+    finally:
+        set_limits(old)
