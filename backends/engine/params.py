@@ -10,6 +10,7 @@ Fused params (the only ones that change what a layer computes beyond its kind's 
     integer    ConvInteger: exact int32 accumulation of zero-point-shifted operands (bool)
     col2im     ONNX Col2Im carried as a Deconvolution whose input holds the columns (bool)
     program    a fused pointwise chain: [{"op": kind, "args": [refs], "params": {...}}] (layers/fused.py)
+    emulate    compute in another runtime's rounding order: "onnxruntime-mlas" (native/cpu/kernels/mlas_conv.py)
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ FUSED_ON = {
     "integer": {"Convolution"},
     "col2im": {"Deconvolution"},
     "program": {"Pointwise"},
+    "emulate": {"Convolution"},
 }
 assert set(FUSED_ON) == set(FUSED_PARAMS)
 
@@ -80,7 +82,12 @@ def _program(value, node):
     return None
 
 
-CHECKS = {"post_ops": _post_ops, "side": _side, "integer": _bool, "col2im": _bool, "program": _program}
+def _emulate(value, node):
+    return None if value == "onnxruntime-mlas" else f"must be 'onnxruntime-mlas', got {value!r}"
+
+
+CHECKS = {"post_ops": _post_ops, "side": _side, "integer": _bool, "col2im": _bool, "program": _program,
+          "emulate": _emulate}
 
 
 def declared_params(kind: str) -> set:

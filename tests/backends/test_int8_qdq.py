@@ -174,3 +174,85 @@ def test_qdq_global_average_pool_runs_in_int8_like_onnxruntime():
                   -128, 127).astype(np.float32) * np.float32(0.0031)
     np.testing.assert_array_equal(got, ref)
     np.testing.assert_allclose(got, want, atol=0.0031 * 1.01)    # ONNX Runtime: at most a tie apart
+
+
+def fan_out_model():
+    """x -> Q/DQ -> conv1 -> Q/DQ read twice (relu, add) -> Q/DQ -> conv2 (1x1) -> Q/DQ -> y, and relu's Q/DQ as a
+    second output. conv1's output pair feeds two layers, so ONNX Runtime's x86-64 CPU EP keeps conv1 in FP32 (MLAS);
+    conv2 becomes its QLinearConv."""
+    rng = np.random.default_rng(3)
+    inits, nodes = [], []
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def qdq(x, scale, tag):
+        s, z = const(f"{tag}_s", np.float32(scale)), const(f"{tag}_z", np.int8(0))
+        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [f"{tag}_q"], name=f"{tag}_Q"))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{tag}_q", s, z], [f"{tag}_dq"], name=f"{tag}_DQ"))
+        return f"{tag}_dq"
+
+    def weight(shape, tag):
+        wq = rng.integers(-127, 128, shape).astype(np.int8)
+        s = rng.uniform(0.0005, 0.002, shape[0]).astype(np.float32)
+        nodes.append(helper.make_node("DequantizeLinear", [const(f"{tag}_wq", wq), const(f"{tag}_ws", s)],
+                                      [f"{tag}_w"], name=f"{tag}_wDQ", axis=0))
+        return f"{tag}_w"
+
+    def bias(n, s_x, tag):   # int32 bias of scale s_x * s_w, as quantize_static writes it
+        s_w = numpy_helper.to_array(next(i for i in inits if i.name == f"{tag}_ws"))
+        q = rng.integers(-3000, 3000, n).astype(np.int32)
+        nodes.append(helper.make_node("DequantizeLinear", [const(f"{tag}_bq", q),
+                                                           const(f"{tag}_bs", (np.float32(s_x) * s_w))],
+                                      [f"{tag}_b"], name=f"{tag}_bDQ", axis=0))
+        return f"{tag}_b"
+
+    x = qdq("x", 0.0173, "in")
+    w1 = weight((32, 32, 3, 3), "c1")
+    nodes.append(helper.make_node("Conv", [x, w1, bias(32, 0.0173, "c1")], ["c1"], name="conv1", pads=[1, 1, 1, 1]))
+    c1 = qdq("c1", 0.0137, "c1o")
+    nodes.append(helper.make_node("Relu", [c1], ["r"], name="relu"))
+    r = qdq("r", 0.0137, "ro")
+    nodes.append(helper.make_node("Add", [c1, r], ["a"], name="add"))
+    a = qdq("a", 0.08, "ao")
+    w2 = weight((7, 32, 1, 1), "c2")
+    nodes.append(helper.make_node("Conv", [a, w2, bias(7, 0.08, "c2")], ["c2"], name="conv2"))
+    y = qdq("c2", 0.04, "yo")
+    g = helper.make_graph(nodes, "fan", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 48, 48])],
+                          [helper.make_tensor_value_info(r, TensorProto.FLOAT, None),     # conv1's values >= 0
+                           helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def test_qdq_emulation_onnxruntime_x86_keeps_its_fp32_groups_and_matches_it_bit_for_bit():
+    ort = pytest.importorskip("onnxruntime")
+    from backends.engine import BuilderConfig, BuilderFlag
+    model = fan_out_model()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    xs = [np.random.default_rng(s).standard_normal((1, 32, 48, 48)).astype(np.float32) * 1.5 for s in range(6)]
+    want = [sess.run(None, {"x": x}) for x in xs]
+    with EngineRunner(model, flags=("int8",)) as r:    # default: TensorRT's fusion, both convs INT8
+        assert [n.precision for n in r.engine.graph.nodes if n.kind == "Convolution"] == ["int8", "int8"]
+        default = [[r.infer({"x": x})[k] for k in ("ro_dq", "yo_dq")] for x in xs]
+    config = BuilderConfig()
+    config.set_flag(BuilderFlag.INT8)
+    config.qdq_emulation = "onnxruntime-x86"
+    with EngineRunner(model, config=config) as r:
+        convs = [n for n in r.engine.graph.nodes if n.kind == "Convolution"]
+        assert [n.precision for n in convs] == ["float32", "int8"]
+        assert convs[0].tactic_name == "mlas-order" and convs[0].params["emulate"] == "onnxruntime-mlas"
+        got = [[r.infer({"x": x})[k] for k in ("ro_dq", "yo_dq")] for x in xs]
+    assert all(np.array_equal(g, w) for gs, ws in zip(got, want) for g, w in zip(gs, ws))
+    # the default (exact INT8 conv1) differs from ONNX Runtime's FP32 conv1 by a rounding step here and there:
+    # what the emulation is for
+    assert any(not np.array_equal(d[0], w[0]) for d, w in zip(default, want))
+
+
+def test_qdq_emulation_unknown_value_is_an_error():
+    from backends.engine import BuilderConfig
+    from native.errors import UsageError
+    with pytest.raises(UsageError, match="onnxruntime-x86"):
+        BuilderConfig().qdq_emulation = "onnxruntime-arm"

@@ -163,6 +163,21 @@ class BuilderConfig(DeviceTypeMixin):
         # per-layer constraints by name, applied after lowering (builder/precision_spec.py): [(pattern, value)]
         self.layer_precisions: list = []
         self.layer_output_types: list = []
+        self._qdq_emulation = None
+
+    @property
+    def qdq_emulation(self):
+        """None (TensorRT's explicit quantization: every Q/DQ group that can be INT8 is) or "onnxruntime-x86": run
+        a Q/DQ model as ONNX Runtime's x86-64 CPU EP does, for bit-for-bit comparisons with it
+        (builder/passes/qdq_onnxruntime.py)."""
+        return self._qdq_emulation
+
+    @qdq_emulation.setter
+    def qdq_emulation(self, value):
+        if value not in (None, "onnxruntime-x86"):
+            raise UsageError(f"qdq_emulation {value!r} is unknown; use None (TensorRT's Q/DQ fusion) or "
+                             f"'onnxruntime-x86'")
+        self._qdq_emulation = value
 
     @property
     def profiling_verbosity(self) -> ProfilingVerbosity:

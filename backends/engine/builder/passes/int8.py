@@ -156,6 +156,16 @@ def process_qdq(graph, config, logger) -> dict:
     qscale: dict = {}
     fused = dropped = 0
     out_names = set(graph.output_names)
+    emulation = getattr(config, "qdq_emulation", None)
+    keep_fp32 = set()
+    if emulation == "onnxruntime-x86":
+        from backends.engine.builder.passes.qdq_onnxruntime import onnxruntime_x86_fp32_groups
+        keep_fp32 = onnxruntime_x86_fp32_groups(graph)
+        for n in graph.nodes:
+            if id(n) in keep_fp32:
+                logger.verbose(f"layer '{n.name}' stays FP32 between its Q/DQ, as ONNX Runtime's x86-64 CPU EP runs it")
+                if n.kind == "Convolution":
+                    n.params = dict(n.params, emulate="onnxruntime-mlas")
     for n in list(graph.nodes):
         prod = graph.producers()
         if n not in graph.nodes:
@@ -170,7 +180,7 @@ def process_qdq(graph, config, logger) -> dict:
                 else:
                     qscale[n.outputs[0]] = s
             continue
-        if n.kind in INT8_KINDS and n.precision != "int8":
+        if n.kind in INT8_KINDS and n.precision != "int8" and id(n) not in keep_fp32:
             s_x = qscale.get(n.inputs[0])
             if s_x is None or _weight_of(n) is None:
                 _propagate(graph, prod, qscale, n)
@@ -186,7 +196,7 @@ def process_qdq(graph, config, logger) -> dict:
             fused += 1
             continue
         if n.kind == "Pooling" and n.params.get("global") and n.params.get("type") == "AVERAGE" \
-                and qscale.get(n.inputs[0]) is not None and n.precision != "int8":
+                and qscale.get(n.inputs[0]) is not None and n.precision != "int8" and id(n) not in keep_fp32:
             if _int8_pool(graph, prod, n, qscale, rounding, out_names):
                 fused += 1
                 continue
@@ -194,7 +204,8 @@ def process_qdq(graph, config, logger) -> dict:
     from backends.engine.builder.passes.dead import eliminate_dead_layers
     removed = eliminate_dead_layers(graph, config)
     logger.info(f"INT8 (explicit Q/DQ): {fused} layers fused into INT8 kernels, {dropped} redundant Q/DQ pairs "
-                f"dropped, {removed} Q/DQ layers removed")
+                f"dropped, {removed} Q/DQ layers removed"
+                + (f"; {len(keep_fp32)} kept in FP32 as ONNX Runtime's x86-64 CPU EP runs them" if keep_fp32 else ""))
     return qscale
 
 
