@@ -7,9 +7,10 @@ the parser could keep them, so debug taps and reports speak ONNX.
 Invariants (checked by `Graph.lint()`, which the pass manager runs after every pass in tests and debug builds):
 every tensor has one producer (a node or a graph input) that comes before its readers; graph outputs are
 produced; fused params match their schema (backends/engine/params.py); a node with a tactic gets one that
-honours its fused params, precision and format. Passes that use the mutation API (`insert_before/after`,
-`replace_all_uses_with`, `erase`) keep the use-def index (`producer()`, `users()`) current; passes that edit
-`nodes` directly call `touch()` (the pass manager does it after each pass).
+honours its fused params, precision and format. `Graph.nodes` is read-only: passes change a graph through the
+mutation API (`insert_before/after`, `replace_nodes`, `move_after`, `erase`, `erase_nodes`,
+`replace_all_uses_with`, `set_inputs/outputs`), which keeps the use-def index (`producer()`, `users()`) current
+and checks each edit; code that builds a whole graph (lowering, plan loading, debug tools) uses `set_nodes`.
 """
 from __future__ import annotations
 
@@ -81,15 +82,55 @@ def node_format(node) -> str:
     return meta.get("format") or ("nhwc" if node.kind.endswith("NHWC") else "linear")
 
 
-@dataclass(eq=False)
+class NodeList(list):
+    """`Graph.nodes`: a list that cannot be changed in place. Passes change a graph through the mutation API, so
+    the use-def index stays current and every edit is checked (docs/architecture.md, "Graph")."""
+
+    def _refuse(self, *args, **kwargs):
+        raise GraphError("Graph.nodes is read-only: change a graph through its mutation API (insert_before, "
+                         "insert_after, append, replace_nodes, move_after, erase, erase_nodes, "
+                         "replace_all_uses_with, set_inputs, set_outputs); a whole new node list (building a graph, "
+                         "debug tools) goes through Graph.set_nodes")
+
+    append = insert = extend = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce_ex__(self, protocol):   # pickles (Ray workers, deep copies) as a plain list
+        return (NodeList, (list(self),))
+
+
+_L = list   # the list methods the mutation API uses on the node list underneath
+
+
 class Graph:
-    name: str = "network"
-    inputs: list = field(default_factory=list)     # TensorInfo
-    outputs: list = field(default_factory=list)    # TensorInfo
-    nodes: list = field(default_factory=list)      # Node
-    aliases: dict = field(default_factory=dict)    # ONNX name -> tensor name
-    tensor_info: dict = field(default_factory=dict)  # name -> TensorInfo (known static facts)
-    meta: dict = field(default_factory=dict)
+    """Nodes over tensor names with graph inputs/outputs (TensorInfo), ONNX-name aliases and per-edge TensorInfo."""
+
+    def __init__(self, name: str = "network", inputs=None, outputs=None, nodes=None, aliases=None, tensor_info=None,
+                 meta=None):
+        self.name = name
+        self.inputs = list(inputs or [])          # TensorInfo
+        self.outputs = list(outputs or [])        # TensorInfo
+        self._nodes = NodeList(nodes or [])
+        self.aliases = dict(aliases or {})        # ONNX name -> tensor name
+        self.tensor_info = dict(tensor_info or {})  # name -> TensorInfo (known static facts)
+        self.meta = dict(meta or {})
+
+    def __repr__(self):
+        return f"Graph({self.name!r}, {len(self._nodes)} nodes, inputs {self.input_names}, outputs {self.output_names})"
+
+    @property
+    def nodes(self) -> NodeList:
+        """The layers in execution order (read-only; see NodeList)."""
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, value):
+        self._nodes._refuse()
+
+    def set_nodes(self, nodes):
+        """Replace the whole node list (building a graph, debug tools; passes use the finer operations)."""
+        self._nodes = NodeList(nodes)
+        self.touch()
 
     @property
     def input_names(self):
@@ -100,11 +141,11 @@ class Graph:
         return [t.name for t in self.outputs]
 
     def producers(self) -> dict:
-        return {o: n for n in self.nodes for o in n.outputs}
+        return {o: n for n in self._nodes for o in n.outputs}
 
     def consumers(self) -> dict:
         users: dict = {}
-        for n in self.nodes:
+        for n in self._nodes:
             for name in n.inputs:
                 if name is not None:
                     users.setdefault(name, []).append(n)
@@ -115,7 +156,7 @@ class Graph:
 
     # use-def index and mutation API ---------------------------------------------------------------------
     def touch(self):
-        """Say that `nodes` (or a node's inputs/outputs) changed outside the mutation API."""
+        """Say that a node's inputs/outputs changed outside the mutation API (the index is rebuilt on next use)."""
         self.__dict__.pop("_index", None)
 
     def _idx(self):
@@ -133,22 +174,48 @@ class Graph:
         return list(self._idx()[1].get(name, ()))
 
     def _position(self, anchor):
-        for i, n in enumerate(self.nodes):
-            if n is anchor:
-                return i
-        raise GraphError(f"node '{getattr(anchor, 'name', anchor)}' is not in graph '{self.name}'")
+        try:
+            return _L.index(self._nodes, anchor)    # Node compares by identity: a C-speed scan
+        except ValueError:
+            raise GraphError(f"node '{getattr(anchor, 'name', anchor)}' is not in graph '{self.name}'") from None
+
+    @staticmethod
+    def _reads(node) -> set:
+        return {i for i in node.inputs if i is not None} | \
+            {r for sub in node.subgraphs.values() for r in sub.outer_references()}
+
+    def _unindex(self, node):
+        """Take `node` out of the use-def index (when one is built)."""
+        idx = self.__dict__.get("_index")
+        if idx is None:
+            return
+        prod, users = idx
+        for o in node.outputs:
+            if prod.get(o) is node:
+                del prod[o]
+        for name in self._reads(node):
+            lst = users.get(name)
+            if lst is not None:
+                lst[:] = [u for u in lst if u is not node]
+                if not lst:
+                    del users[name]
+
+    def _reindex(self, node):
+        idx = self.__dict__.get("_index")
+        if idx is None:
+            return
+        prod, users = idx
+        for o in node.outputs:
+            prod[o] = node
+        for name in self._reads(node):
+            users.setdefault(name, []).append(node)
 
     def _add(self, at, node):
         clash = [o for o in node.outputs if o in self._idx()[0] or o in self.input_names]
         if clash:
             raise GraphError(f"cannot insert '{node.name}': tensor(s) {clash} already have a producer")
-        self.nodes.insert(at, node)
-        prod, users = self._idx()
-        for o in node.outputs:
-            prod[o] = node
-        for name in {i for i in node.inputs if i is not None} | \
-                {r for sub in node.subgraphs.values() for r in sub.outer_references()}:
-            users.setdefault(name, []).append(node)
+        _L.insert(self._nodes, at, node)
+        self._reindex(node)
         return node
 
     def insert_before(self, anchor, node):
@@ -160,7 +227,61 @@ class Graph:
         return self._add(self._position(anchor) + 1, node)
 
     def append(self, node):
-        return self._add(len(self.nodes), node)
+        return self._add(len(self._nodes), node)
+
+    def replace_nodes(self, old, new, *, where="last"):
+        """Remove the nodes `old` and put `new` (a node or a list) where the last of them stood (`where="first"`:
+        the first, right when every new node reads only what the first old one could): the fusion rewrite.
+        Refused (GraphError) when a tensor of `old` that something else still reads, or that is a graph output, is
+        not produced by `new`."""
+        new = list(new) if isinstance(new, (list, tuple)) else [new]
+        ids = {id(n) for n in old}
+        at = (max if where == "last" else min)(self._position(n) for n in old)
+        _, users = self._idx()
+        made = {o for n in new for o in n.outputs}
+        outs = set(self.output_names)
+        lost = sorted({o for n in old for o in n.outputs if o not in made and
+                       (o in outs or any(id(u) not in ids for u in users.get(o, ())))})
+        if lost:
+            raise GraphError(f"replace_nodes: {lost} would lose their producer (still read or graph outputs); "
+                             f"the new node(s) {[n.name for n in new]} must produce them")
+        for n in old:
+            self._unindex(n)
+        positions = sorted((self._position(n) for n in old), reverse=True)
+        for i in positions:
+            _L.pop(self._nodes, i)
+        at -= sum(1 for i in positions if i < at)
+        for k, n in enumerate(new):
+            _L.insert(self._nodes, at + k, n)
+            self._reindex(n)
+        return new[0] if len(new) == 1 else new
+
+    def move_after(self, node, anchor):
+        """Move `node` to right after `anchor` (e.g. a fused node to after its last input's producer)."""
+        at = self._position(node)
+        _L.pop(self._nodes, at)
+        _L.insert(self._nodes, self._position(anchor) + 1, node)
+        return node
+
+    def move_before(self, node, anchor):
+        at = self._position(node)
+        _L.pop(self._nodes, at)
+        _L.insert(self._nodes, self._position(anchor), node)
+        return node
+
+    def set_inputs(self, node, inputs):
+        """Rewire `node` to read `inputs` (keeps the use-def index current)."""
+        self._unindex(node)
+        node.inputs = list(inputs)
+        self._reindex(node)
+        return node
+
+    def set_outputs(self, node, outputs):
+        """Let `node` write `outputs` (keeps the use-def index current)."""
+        self._unindex(node)
+        node.outputs = list(outputs)
+        self._reindex(node)
+        return node
 
     def replace_all_uses_with(self, old: str, new: str, *, outputs=True) -> int:
         """Every reader of tensor `old` reads `new` instead (and a graph output named `old` becomes `new` when
@@ -189,7 +310,7 @@ class Graph:
             users[old] = keep
         else:
             users.pop(old, None)
-        for sub_owner in [n for n in self.nodes if n.subgraphs]:
+        for sub_owner in [n for n in self._nodes if n.subgraphs]:
             for sub in sub_owner.subgraphs.values():
                 count += sub._rename_outer(old, new)
         if outputs:
@@ -203,10 +324,10 @@ class Graph:
         return count
 
     def _rename_outer(self, old, new) -> int:
-        if old in {o for n in self.nodes for o in n.outputs} or old in self.input_names:
+        if old in {o for n in self._nodes for o in n.outputs} or old in self.input_names:
             return 0
         count = 0
-        for n in self.nodes:
+        for n in self._nodes:
             for i, name in enumerate(n.inputs):
                 if name == old:
                     n.inputs[i] = new
@@ -218,18 +339,38 @@ class Graph:
 
     def erase(self, node):
         """Remove `node`; refuses (GraphError) while any of its outputs is read or is a graph output."""
-        at = self._position(node)
+        self.erase_nodes([node])
+
+    def erase_nodes(self, nodes):
+        """Remove `nodes` together (a dead chain); refuses (GraphError) while an output of one of them is read by
+        a node outside the set or is a graph output (unless a node that stays now produces it: set_outputs)."""
+        ids = {id(n) for n in nodes}
+        for n in nodes:
+            self._position(n)
         _, users = self._idx()
-        outs = set(self.output_names)
-        live = {o: [u.name for u in users.get(o, ()) if u is not node] for o in node.outputs}
-        live = {o: u for o, u in live.items() if u}
-        if live or outs & set(node.outputs):
-            what = "; ".join(f"'{o}' is read by {u}" for o, u in live.items())
-            if outs & set(node.outputs):
-                what += ("; " if what else "") + f"{sorted(outs & set(node.outputs))} are graph outputs"
-            raise GraphError(f"cannot erase '{node.name}' ({node.kind}): {what}; replace_all_uses_with first")
-        del self.nodes[at]
-        self.touch()
+        remaining = {o: n for n in self._nodes if id(n) not in ids for o in n.outputs}
+        outs = set(self.output_names) - set(remaining)
+        problems = []
+        for node in nodes:
+            live = {o: [u.name for u in users.get(o, ()) if id(u) not in ids] for o in node.outputs
+                    if o not in remaining}
+            live = {o: u for o, u in live.items() if u}
+            gone = sorted(outs & set(node.outputs))
+            if live or gone:
+                what = "; ".join(f"'{o}' is read by {u}" for o, u in live.items())
+                if gone:
+                    what += ("; " if what else "") + f"{gone} are graph outputs"
+                problems.append(f"cannot erase '{node.name}' ({node.kind}): {what}")
+        if problems:
+            raise GraphError("; ".join(problems) + "; replace_all_uses_with first")
+        for n in nodes:
+            self._unindex(n)
+        prod = self._idx()[0]
+        for n in nodes:   # a tensor another node now writes (set_outputs before the erase) keeps that producer
+            for o in n.outputs:
+                if o in remaining:
+                    prod[o] = remaining[o]
+        self._nodes = NodeList(n for n in self._nodes if id(n) not in ids)
 
     # checks ----------------------------------------------------------------------------------------------
     def lint(self, outer: set | None = None, *, where: str = "", device: str = "cpu") -> "Graph":
@@ -266,9 +407,10 @@ class Graph:
             if t.name not in defined:
                 problems.append(f"graph output '{t.name}' is never produced")
         idx = self.__dict__.get("_index")
-        if idx is not None and {k: id(v) for k, v in idx[0].items()} != \
-                {k: id(v) for k, v in self.producers().items()}:
-            problems.append("use-def index is stale: a pass changed nodes without the mutation API or touch()")
+        if idx is not None and ({k: id(v) for k, v in idx[0].items()} != {k: id(v) for k, v in self.producers().items()}
+                                or _readers(idx[1]) != _readers(self.consumers())):
+            problems.append("use-def index is stale: a pass changed a node's inputs or outputs without the mutation "
+                            "API (set_inputs / set_outputs / replace_all_uses_with) or touch()")
         if problems:
             head = f"graph '{self.name}'{' after ' + where if where else ''} breaks {len(problems)} invariant(s): "
             raise GraphError(head + "; ".join(problems[:10]) + (" ..." if len(problems) > 10 else ""))
@@ -299,6 +441,10 @@ class Graph:
 
     def weight_bytes(self) -> int:
         return sum(int(np.asarray(w).nbytes) for n in self.walk() for w in n.weights.values())
+
+
+def _readers(users: dict) -> dict:
+    return {k: sorted({id(u) for u in v}) for k, v in users.items() if v}
 
 
 def _tactic_problem(node, device):

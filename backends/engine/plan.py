@@ -121,12 +121,14 @@ def _graph_from_json(d, blob) -> Graph:
     g = Graph(name=d["name"], inputs=[TensorInfo.from_json(t) for t in d["inputs"]],
               outputs=[TensorInfo.from_json(t) for t in d["outputs"]], aliases=d.get("aliases", {}))
     g.meta = d.get("meta", {})
+    nodes = []
     for n in d["nodes"]:
-        g.nodes.append(Node(name=n["name"], kind=n["kind"], inputs=n["inputs"], outputs=n["outputs"],
+        nodes.append(Node(name=n["name"], kind=n["kind"], inputs=n["inputs"], outputs=n["outputs"],
                             params=n["params"], weights={k: _array(r, blob) for k, r in n["weights"].items()},
                             subgraphs={k: _graph_from_json(s, blob) for k, s in n["subgraphs"].items()},
                             source_nodes=n["source_nodes"], precision=n.get("precision", "float32"),
                             tactic_id=n.get("tactic_id"), tactic_name=n.get("tactic_name"), meta=n.get("meta", {})))
+    g.set_nodes(nodes)
     return g
 
 

@@ -89,7 +89,7 @@ def assemble(good, bad, bad_layers) -> object:
                                 "than tactics); build both from the same model and options")
     g = copy.copy(good)
     bad_by_name = {n.name: n for n in bad.nodes}
-    g.nodes = [bad_by_name[n.name] if n.name in bad_layers else n for n in good.nodes]
+    g.set_nodes([bad_by_name[n.name] if n.name in bad_layers else n for n in good.nodes])
     return g
 
 

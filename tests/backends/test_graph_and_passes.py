@@ -21,7 +21,7 @@ def chain():
     g = Graph(name="g", inputs=[TensorInfo("x", "float32", [2])], outputs=[TensorInfo("y", "float32", [2])])
     a = Node("a", "Activation", ["x"], ["t"], {"type": "RELU"})
     b = Node("b", "Activation", ["t"], ["y"], {"type": "RELU"})
-    g.nodes = [a, b]
+    g.set_nodes([a, b])
     return g, a, b
 
 
@@ -57,8 +57,7 @@ def test_mutations_keep_use_def_current():
 
 def test_replace_all_uses_with_refuses_a_value_defined_later():
     g, a, b = chain()
-    g.nodes.append(Node("late", "Activation", ["y"], ["z"]))
-    g.touch()
+    g.append(Node("late", "Activation", ["y"], ["z"]))
     with pytest.raises(GraphError, match="comes before"):
         g.replace_all_uses_with("x", "z")
 
@@ -67,7 +66,7 @@ def test_replace_all_uses_with_refuses_a_value_defined_later():
 
 @pytest.mark.parametrize("breakage,message", [
     (lambda g, a, b: setattr(a, "inputs", ["nowhere"]), "reads 'nowhere', which is never produced"),
-    (lambda g, a, b: g.nodes.reverse(), "reads 't', which is produced later"),
+    (lambda g, a, b: g.set_nodes([b, a]), "reads 't', which is produced later"),
     (lambda g, a, b: setattr(b, "outputs", ["t"]), "produced twice"),
     (lambda g, a, b: setattr(b, "outputs", ["w"]), "graph output 'y' is never produced"),
     (lambda g, a, b: a.params.update(post_ops=[{"op": "activation", "type": "RELU"}]),
@@ -85,7 +84,7 @@ def test_lint_checks_fused_param_schema_and_the_tactics_that_must_honour_them():
     g = Graph(name="m", inputs=[TensorInfo("x")], outputs=[TensorInfo("y")])
     mm = Node("mm", "MatrixMultiply", ["x"], ["y"], {"post_ops": [{"op": "add", "input": 3}]},
               weights={"b": np.ones((2, 2), np.float32)})
-    g.nodes = [mm]
+    g.set_nodes([mm])
     with pytest.raises(GraphError, match=r"step 0 \(add\) reads input 3"):
         g.lint()
     mm.params = {"post_ops": [{"op": "activation", "type": "RELU"}]}
@@ -112,13 +111,49 @@ def test_lint_checks_fused_param_schema_and_the_tactics_that_must_honour_them():
 def test_stale_use_def_index_is_caught():
     g, a, b = chain()
     assert g.users("t") == [b]              # index built
-    b.inputs = ["x"]
-    g.nodes = [a, Node("c", "Activation", ["t"], ["q"]), b]   # direct edits, no touch()
-    g.__dict__["_index"][0].pop("q", None)
+    b.inputs = ["x"]                        # a direct edit, not through set_inputs: the index still says b reads t
     with pytest.raises(GraphError, match="stale"):
         g.lint()
     g.touch()
     g.lint()
+    g.set_inputs(b, ["t"])                  # through the API: the index follows
+    assert g.users("t") == [b] and g.users("x") == [a]
+    g.lint()
+
+
+def test_graph_nodes_is_read_only_outside_the_mutation_api():
+    g, a, b = chain()
+    extra = Node("c", "Activation", ["t"], ["q"], {"type": "RELU"})
+    for edit in (lambda: setattr(g, "nodes", [a]), lambda: g.nodes.append(extra), lambda: g.nodes.insert(0, extra),
+                 lambda: g.nodes.remove(a), lambda: g.nodes.__setitem__(0, extra), lambda: g.nodes.pop(),
+                 lambda: g.nodes.__delitem__(0)):
+        with pytest.raises(GraphError, match="read-only"):
+            edit()
+    assert g.nodes == [a, b] and g.producer("q") is None
+
+
+def test_replace_nodes_refuses_to_lose_a_read_tensor():
+    g, a, b = chain()
+    with pytest.raises(GraphError, match=r"\['t'\] would lose their producer"):
+        g.replace_nodes([a], Node("a2", "Activation", ["x"], ["t2"], {"type": "RELU"}))
+    fused = g.replace_nodes([a, b], Node("a + b", "Activation", ["x"], ["y"], {"type": "RELU"}))
+    assert g.nodes == [fused] and g.producer("y") is fused and g.users("x") == [fused] and g.users("t") == []
+    g.lint()
+
+
+def test_no_builder_pass_replaces_the_node_list():
+    """Passes change graphs through the mutation API only (Graph.nodes is read-only; set_nodes is for code that
+    builds a whole graph): no module under builder/passes assigns `.nodes` or calls set_nodes."""
+    import pathlib
+    import re
+    import backends.engine.builder.passes as passes
+    offenders = []
+    for path in sorted(pathlib.Path(passes.__file__).parent.glob("*.py")):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if re.search(r"(?<!body)\.set_nodes\(|\.nodes\s*=[^=]|\.nodes\[[^]]*\]\s*=[^=]", code):
+                offenders.append(f"{path.name}:{i}: {line.strip()}")
+    assert not offenders, offenders
 
 
 # pass manager ----------------------------------------------------------------------------------------------
@@ -145,12 +180,24 @@ def test_a_pass_that_breaks_the_graph_is_named_by_the_verifier():
     g, a, b = chain()
 
     def breaks(graph, ctx):
-        graph.nodes.reverse()
+        graph.move_before(b, a)          # the API moves what it is told; the verifier catches the broken order
         return PassResult(1)
 
     pm = PassManager([Pass("fine", lambda g_, c: PassResult(0)), Pass("reorder", breaks)], [VerifyInstrument()])
     with pytest.raises(GraphError, match="after pass 'reorder'.*produced later"):
         pm.run(g, PassContext(BuilderConfig()))
+
+
+def test_a_pass_that_edits_the_node_list_directly_is_refused_and_named():
+    g, a, b = chain()
+
+    def direct(graph, ctx):
+        graph.nodes.reverse()
+        return PassResult(1)
+
+    with pytest.raises(GraphError, match="builder pass 'direct': Graph.nodes is read-only"):
+        PassManager([Pass("direct", direct)]).run(g, PassContext(BuilderConfig()))
+    assert g.nodes == [a, b]
 
 
 def test_errors_name_the_pass_that_raised():
@@ -173,9 +220,9 @@ def test_dump_instrument_writes_the_graph_before_and_after_each_pass(tmp_path):
 
 def test_constant_folding_evaluates_on_the_cpu_reference_device():
     g = Graph(name="f", inputs=[TensorInfo("x", "float32", [2])], outputs=[TensorInfo("y", "float32", [2])])
-    g.nodes = [Node("c", "Constant", [], ["k"], {"shape": [2]}, {"value": np.array([-1.0, 2.0], np.float32)}),
+    g.set_nodes([Node("c", "Constant", [], ["k"], {"shape": [2]}, {"value": np.array([-1.0, 2.0], np.float32)}),
                Node("r", "Activation", ["k"], ["kr"], {"type": "RELU", "alpha": 0.0, "beta": 0.0}),
-               Node("add", "ElementWise", ["x", "kr"], ["y"], {"op": "SUM"})]
+               Node("add", "ElementWise", ["x", "kr"], ["y"], {"op": "SUM"})])
     ctx = PassContext(BuilderConfig(), device="no-such-device")   # the target is irrelevant to folding
     result = constant_folding(g, ctx)
     assert result.changed == 1
@@ -187,9 +234,9 @@ def test_constant_folding_evaluates_on_the_cpu_reference_device():
 
 def test_interpreter_on_error_reports_failures_and_skips_only_dependents():
     g = Graph(name="t", inputs=[TensorInfo("x", "float32", [2])], outputs=[TensorInfo("z"), TensorInfo("w")])
-    g.nodes = [Node("bad", "Plugin", ["x"], ["y"], {"plugin_type": "NoSuchPlugin"}),
+    g.set_nodes([Node("bad", "Plugin", ["x"], ["y"], {"plugin_type": "NoSuchPlugin"}),
                Node("after", "Activation", ["y"], ["z"], {"type": "RELU", "alpha": 0.0, "beta": 0.0}),
-               Node("fine", "Activation", ["x"], ["w"], {"type": "RELU", "alpha": 0.0, "beta": 0.0})]
+               Node("fine", "Activation", ["x"], ["w"], {"type": "RELU", "alpha": 0.0, "beta": 0.0})])
     seen = []
     env = GraphExecutor(g, lazy_tactics=True).run({"x": np.array([-1.0, 1.0], np.float32)},
                                                   on_error=lambda node, e: seen.append((node.name, type(e))))

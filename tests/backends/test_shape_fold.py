@@ -83,12 +83,12 @@ def test_shape_static_propagation_rules():
     from backends.engine.builder.passes.shape_fold import shape_static_tensors
     from backends.engine.engine_graph import Graph, Node, TensorInfo
     g = Graph(inputs=[TensorInfo("x", "float32", [2, 6]), TensorInfo("d", "int64", [2])])
-    g.nodes = [Node("c", "Constant", [], ["dims"], weights={"value": np.array([3, 4])}),
+    g.set_nodes([Node("c", "Constant", [], ["dims"], weights={"value": np.array([3, 4])}),
                Node("r1", "Shuffle", ["x", "dims"], ["a"]),
                Node("r2", "Shuffle", ["x", "d"], ["b"]),
                Node("s", "Shape", ["a"], ["sa"]),
                Node("nz", "NonZero", ["x"], ["z"]),
-               Node("add", "ElementWise", ["a", "a"], ["e"], params={"op": "SUM"})]
+               Node("add", "ElementWise", ["a", "a"], ["e"], params={"op": "SUM"})])
     static = shape_static_tensors(g, {"x": (2, 6), "d": (2,)})
     assert {"a", "sa", "e"} <= static
     assert "b" not in static and "z" not in static

@@ -19,6 +19,7 @@ def lower(network) -> Graph:
     for t in network.tensors.values():
         if t.dtype is not None or t.shape is not None:
             g.tensor_info[t.name] = tensor_info(t)
+    nodes = []
     for layer in network.layers:
         node = Node(name=layer.name, kind=layer.kind,
                     inputs=[t.name if t is not None else None for t in layer.inputs],
@@ -30,5 +31,6 @@ def lower(network) -> Graph:
             node.meta["precision_constraint"] = layer.precision.value
         if layer.output_types:
             node.meta["output_types"] = {i: d.value for i, d in layer.output_types.items()}
-        g.nodes.append(node)
+        nodes.append(node)
+    g.set_nodes(nodes)
     return g

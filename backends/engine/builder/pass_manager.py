@@ -125,7 +125,6 @@ class PassManager:
             except Exception as e:
                 raise BuildError(f"builder pass '{p.name}' failed on graph '{graph.name}': "
                                  f"{type(e).__name__}: {e}") from e
-            graph.touch()   # passes may have edited nodes directly
             if result is None or isinstance(result, int):
                 result = PassResult(int(result or 0))
             seconds = time.perf_counter() - t0

@@ -424,7 +424,7 @@ def apply_dla(graph, config, shapes, ranges=None, network=None, logger=G_LOGGER)
             n.params = {k: v for k, v in n.params.items() if k != "int8"}
             n.params = dict(n.params, dla=_dla_params(n, config, profile, precision, shapes, ranges))
             n.precision = n.params["dla"]["precision"]
-        body.nodes = list(ld.nodes)
+        body.set_nodes(list(ld.nodes))   # a new graph: the loadable's body
         members = set(map(id, ld.nodes))
         consumers = graph.consumers()
         # constants also read on the host stay there as well
@@ -479,15 +479,8 @@ def apply_dla(graph, config, shapes, ranges=None, network=None, logger=G_LOGGER)
         for n in new:   # what the inspector shows: the loadable computes in the DLA precision
             n.precision = precision if n.kind == "DlaLoadable" or n.params.get("direction") == "to_dla" else "float32"
         # splice: the loadable (and its reformats) stand where its last layer stood
-        last = max(i for i, n in enumerate(graph.nodes) if id(n) in members)
-        anchor = graph.nodes[last]
-        out_nodes = []
-        for n in graph.nodes:
-            if n is anchor:
-                out_nodes.extend(new)
-            if any(n is h for h in host_nodes):
-                out_nodes.append(n)
-        graph.nodes = out_nodes
+        on_host = set(map(id, host_nodes))
+        graph.replace_nodes([n for n in graph.nodes if id(n) in members and id(n) not in on_host], new)
     graph.meta = dict(graph.meta or {}, dla={"loadables": len(plan.loadables), "profile": profile.name,
                                              "core": config.dla_core})
     return plan

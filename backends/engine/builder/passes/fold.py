@@ -52,23 +52,20 @@ def fold_constants(graph: Graph, config=None, device="cpu", max_bytes=MAX_FOLD_B
     from backends.engine.runtime.executor import Skipped
     sub = Graph(name=graph.name, nodes=runnable, tensor_info=graph.tensor_info)
     env = GraphExecutor(sub, device, keep_all=True, lazy_tactics=True).run(dict(feeds), on_error=skip)
-    new_nodes, folded = [], 0
-    for node in graph.nodes:
+    folded = 0
+    for node in list(graph.nodes):
         values = None
         if node.kind != "Constant" and _foldable(node) and all(o in env for o in node.outputs):
             values = [np.asarray(env[o]) if isinstance(env[o], np.generic) else env[o] for o in node.outputs]
             if any(not isinstance(v, np.ndarray) or v.nbytes > max_bytes for v in values):
                 values = None
         if values is None:
-            new_nodes.append(node)
             continue
         folded += 1
-        for i, (name, v) in enumerate(zip(node.outputs, values)):
-            new_nodes.append(Node(name=node.name if i == 0 else f"{node.name}/{i}", kind="Constant", inputs=[],
-                                  outputs=[name], params={"shape": list(np.shape(v))}, weights={"value": v},
-                                  source_nodes=list(node.source_nodes), meta={"folded_from": node.kind}))
-    graph.nodes = new_nodes
-    graph.touch()
+        graph.replace_nodes([node], [
+            Node(name=node.name if i == 0 else f"{node.name}/{i}", kind="Constant", inputs=[], outputs=[name],
+                 params={"shape": list(np.shape(v))}, weights={"value": v}, source_nodes=list(node.source_nodes),
+                 meta={"folded_from": node.kind}) for i, (name, v) in enumerate(zip(node.outputs, values))])
     for node in graph.nodes:
         for sub in node.subgraphs.values():
             folded += fold_constants(sub, config, device, max_bytes)
@@ -98,6 +95,6 @@ def absorb_constant_weights(graph: Graph, config=None) -> int:
         for slot, name in zip(slots, extra):
             if name is not None:
                 node.weights[slot] = consts[name]
-        node.inputs = node.inputs[:1]
+        graph.set_inputs(node, node.inputs[:1])
         count += 1
     return count

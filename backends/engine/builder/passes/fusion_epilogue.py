@@ -124,12 +124,12 @@ def fold_conv_scale(graph, config, logger) -> int:
             else:
                 kn = view.new_constant(f"{conv.name}/folded_kernel", k2, conv, conv.source_nodes)
                 bn_ = view.new_constant(f"{conv.name}/folded_bias", b2, conv, conv.source_nodes)
-                conv.inputs = [conv.inputs[0], kn, bn_]
-            conv.outputs = list(nxt.outputs)
+                graph.set_inputs(conv, [conv.inputs[0], kn, bn_])
+            graph.set_outputs(conv, nxt.outputs)
             conv.source_nodes = list(conv.source_nodes or [conv.name]) + list(nxt.source_nodes or [nxt.name])
             old_name = conv.name
             conv.name = f"{conv.name} + {nxt.name}"
-            graph.nodes = [n for n in graph.nodes if n is not nxt]
+            graph.erase(nxt)
             view.refresh()
             logger.verbose(f"fusion: folded {nxt.kind} '{nxt.name}' into convolution '{old_name}'")
             count += 1
@@ -208,27 +208,30 @@ def fuse_epilogues(graph, config, logger) -> int:
             if step is None:
                 break
             if extra is not None:
-                node.inputs = extra
+                graph.set_inputs(node, extra)
             node.params = dict(node.params, post_ops=post + [step])
-            node.outputs = list(nxt.outputs)
+            graph.set_outputs(node, nxt.outputs)
             node.source_nodes = list(node.source_nodes or [node.name]) + list(nxt.source_nodes or [nxt.name])
             logger.verbose(f"fusion: {node.kind} '{node.name}' + {step['op']} from '{nxt.name}'")
             node.name = f"{node.name} + {nxt.name}"
-            graph.nodes = [n for n in graph.nodes if n is not nxt]
+            graph.erase(nxt)
             # the node now also reads `o` (residual): move it down to where the add stood
             if extra is not None:
-                graph.nodes = _move_after_inputs(graph.nodes, node)
+                _move_after_inputs(graph, node)
             view.refresh()
             count += 1
     return count
 
 
-def _move_after_inputs(nodes, node):
+def _move_after_inputs(graph, node):
     """Place `node` right after the last producer of its inputs (keeps topological order after adding an input)."""
-    rest = [n for n in nodes if n is not node]
     needed = set(i for i in node.inputs if i is not None)
-    pos = 0
-    for i, n in enumerate(rest):
+    rest = [n for n in graph.nodes if n is not node]
+    last = None
+    for n in rest:
         if needed & set(n.outputs):
-            pos = i + 1
-    return rest[:pos] + [node] + rest[pos:]
+            last = n
+    if last is not None:
+        graph.move_after(node, last)
+    elif rest:
+        graph.move_before(node, rest[0])

@@ -393,10 +393,7 @@ def merge_parallel_gemms(graph, config, logger) -> int:
         gemm = fused_node(nodes, "MatrixMultiply", [src], [merged], params, weights)
         split = fused_node(nodes, "Split", [merged], [n.outputs[0] for n in nodes], {"axis": -1, "split": sizes},
                            name=gemm.name + " (split)")
-        first = min(graph.nodes.index(n) for n in nodes)
-        ids = {id(n) for n in nodes}
-        kept = [n for n in graph.nodes[:first] if id(n) not in ids]
-        graph.nodes = kept + [gemm, split] + [n for n in graph.nodes[first:] if id(n) not in ids]
+        graph.replace_nodes(nodes, [gemm, split], where="first")
         graph.tensor_info.pop(merged, None)
         logger.verbose(f"fusion: {len(nodes)} GEMMs on '{src}' merged → '{gemm.name}' ({sizes})")
         count += 1

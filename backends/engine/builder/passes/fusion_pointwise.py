@@ -93,8 +93,8 @@ def merge_shuffles(graph, config, logger) -> int:
                 continue
             perm = [p1[i] for i in p2]
             if perm == list(range(len(perm))):
-                graph.nodes = [n for n in graph.nodes if n is not first]
-                second.inputs = [first.inputs[0]]
+                graph.set_inputs(second, [first.inputs[0]])
+                graph.erase(first)
                 view.refresh()
                 if not view.bypass(second, first.inputs[0], second.outputs[0]):
                     second.params = dict(second.params, first_transpose=perm)
@@ -139,11 +139,11 @@ def sink_gemm_reshapes(graph, config, logger) -> int:
         if not (_static(x_shape) and _static(flat) and _static(out)) or len(flat) != 2 or len(x_shape) < 2 or \
                 x_shape[-1] != flat[-1] or list(out) != list(x_shape[:-1]) + [view.shape(m.outputs[0])[-1]]:
             continue
-        m.inputs = [r1.inputs[0]] + m.inputs[1:]
+        graph.set_inputs(m, [r1.inputs[0]] + m.inputs[1:])
         old_out = m.outputs[0]
-        m.outputs = list(r2.outputs)
+        graph.set_outputs(m, r2.outputs)
         m.source_nodes = (m.source_nodes or [m.name]) + (r2.source_nodes or [r2.name])
-        graph.nodes = [n for n in graph.nodes if n is not r2]
+        graph.erase(r2)
         graph.tensor_info.pop(old_out, None)
         view.refresh()
         logger.verbose(f"fusion: reshapes around GEMM '{m.name}' removed")
@@ -160,7 +160,7 @@ def merge_reshape_transpose(graph, config, logger) -> int:
             c = view.const(n.inputs[1])
             if c is not None and np.asarray(c).dtype.kind in "iu":  # a float shape is the kernel's to reject
                 n.params = dict(n.params, reshape_dims=[int(d) for d in np.asarray(c).reshape(-1)])
-                n.inputs = n.inputs[:1]
+                graph.set_inputs(n, n.inputs[:1])
                 count += 1
     view.refresh()
     for first in list(graph.nodes):

@@ -36,7 +36,7 @@ def move_activation_past_maxpool(graph, config, logger) -> int:
                 "beta": act.params.get("beta", 0.0)}
         fused = fused_node([pool, act], "Pooling", [act.inputs[0]] + list(pool.inputs[1:]), pool.outputs,
                            params=dict(pool.params, post_ops=[step]), weights=dict(pool.weights))
-        graph.nodes = [fused if n is pool else n for n in graph.nodes if n is not act]
+        graph.replace_nodes([act, pool], fused)
         view.refresh()
         logger.verbose(f"fusion: {act.params['type']} '{act.name}' moved after max pool '{pool.name}' as its "
                        f"epilogue")

@@ -62,13 +62,13 @@ def merge_shortcut_convs(graph, config, logger) -> int:
         b_a = main.weights.get("bias")
         bias = (np.zeros(w_a.shape[0], w_a.dtype) if b_a is None else np.asarray(b_a, w_a.dtype).reshape(-1)) + \
             (0 if b_s is None else np.asarray(b_s, w_a.dtype).reshape(-1))
-        main.inputs = [short.inputs[0] if i == slot else n for i, n in enumerate(main.inputs)]
+        graph.set_inputs(main, [short.inputs[0] if i == slot else n for i, n in enumerate(main.inputs)])
         main.weights = dict(main.weights, bias=bias.astype(w_a.dtype), side_kernel=np.ascontiguousarray(w_s))
         main.params = dict(p, post_ops=post[:at] + post[at + 1:], side={"input": slot, "strides": strides})
         main.source_nodes = list(main.source_nodes or [main.name]) + list(short.source_nodes or [short.name])
         logger.verbose(f"fusion: shortcut 1x1 conv '{short.name}' merged into the GEMM of '{main.name}'")
         main.name = f"{main.name} + {short.name}"
-        graph.nodes = [n for n in graph.nodes if n is not short]
+        graph.erase(short)
         view.refresh()
         count += 1
     return count

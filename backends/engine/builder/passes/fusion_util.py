@@ -89,22 +89,17 @@ class View:
 
     # rewrites --------------------------------------------------------------------------------------------
     def replace(self, old: list, new: Node | list):
-        """Remove the `old` nodes and put `new` where the last of them stood."""
-        new = new if isinstance(new, list) else [new]
-        ids = {id(n) for n in old}
-        nodes = self.graph.nodes
-        last = max(i for i, n in enumerate(nodes) if id(n) in ids)
-        kept = [n for i, n in enumerate(nodes[:last + 1]) if id(n) not in ids]
-        self.graph.nodes = kept + new + nodes[last + 1:]
+        """Remove the `old` nodes and put `new` where the last of them stood (Graph.replace_nodes)."""
+        self.graph.replace_nodes(old, new)
         self.refresh()
 
     def insert_before(self, anchor: Node, new: Node):
-        i = next(i for i, n in enumerate(self.graph.nodes) if n is anchor)
-        self.graph.nodes.insert(i, new)
+        self.graph.insert_before(anchor, new)
         self.refresh()
 
     def bypass(self, node: Node, src: str, dst: str) -> bool:
         """Remove `node`, whose output `dst` equals its input `src`, by rewiring. False where it cannot."""
+        g = self.graph
         users = self.cons.get(dst, [])
         if any(dst not in u.inputs for u in users):
             return False                      # read by a subgraph by name
@@ -114,14 +109,14 @@ class View:
             src_users = self.cons.get(src, [])
             if p is None or src in self.outs or src in self.ins or len(src_users) != 1:
                 return False
-            p.outputs = [dst if o == src else o for o in p.outputs]
-            self.graph.nodes = [n for n in self.graph.nodes if n is not node]
+            g.set_outputs(p, [dst if o == src else o for o in p.outputs])   # p writes dst ...
+            g.erase(node)                                                    # ... instead of `node`
             self._alias(src, dst)
             self.refresh()
             return True
         for u in users:
-            u.inputs = [src if i == dst else i for i in u.inputs]
-        self.graph.nodes = [n for n in self.graph.nodes if n is not node]
+            g.set_inputs(u, [src if i == dst else i for i in u.inputs])
+        g.erase(node)
         self._alias(dst, src)
         self.refresh()
         return True

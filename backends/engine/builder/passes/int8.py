@@ -187,8 +187,8 @@ def process_qdq(graph, config, logger) -> dict:
                 continue
             pair = prod.get(n.inputs[0])
             if pair is not None and pair.kind == "Dequantize" and _qdq_pair_scale(graph, prod, pair) == s_x:
-                n.inputs[0] = prod[pair.inputs[0]].inputs[0]      # quantize(x) inside the layer: the same INT8 values
-                graph.touch()
+                # quantize(x) inside the layer: the same INT8 values
+                graph.set_inputs(n, [prod[pair.inputs[0]].inputs[0]] + n.inputs[1:])
             s_y = _fuse_output_qdq(graph, n, out_names)
             _make_int8(n, s_x, s_y, rounding, narrow=False, logger=logger)
             if s_y is not None:
@@ -221,8 +221,7 @@ def _int8_pool(graph, prod, n, qscale, rounding, out_names) -> bool:
         return False
     pair = prod.get(n.inputs[0])
     if pair is not None and pair.kind == "Dequantize" and _qdq_pair_scale(graph, prod, pair) == s_x:
-        n.inputs[0] = prod[pair.inputs[0]].inputs[0]
-        graph.touch()
+        graph.set_inputs(n, [prod[pair.inputs[0]].inputs[0]] + n.inputs[1:])
     s_y = _fuse_output_qdq(graph, n, out_names)
     params["int8"]["output_scale"] = None if s_y is None else float(s_y)
     n.params, n.precision = params, "int8"

@@ -136,7 +136,8 @@ def run_layout(graph, config, logger) -> int:
             extra = [s["input"] for s in post if s["op"] == "add"]
             inputs = [n.inputs[0], None, None] + [n.inputs[i] for i in extra]
             post = [dict(s, input=3 + extra.index(s["input"])) if s["op"] == "add" else s for s in post]
-            n.kind, n.inputs, n.weights = "ConvolutionNHWC", inputs, w
+            n.kind, n.weights = "ConvolutionNHWC", w
+            graph.set_inputs(n, inputs)
             n.params = dict(n.params, post_ops=post, kernel_spatial=[int(d) for d in k.shape[2:]],
                             num_output_maps=int(m))
             operands = [0] + list(range(3, len(inputs)))
@@ -150,18 +151,18 @@ def run_layout(graph, config, logger) -> int:
             for i, name in enumerate(n.inputs):
                 c = view.const(name) if name is not None else None
                 if c is not None and c.ndim == 4 and c.size > 1:
-                    n.inputs[i] = view.new_constant(f"{name}_nhwc", np.ascontiguousarray(c.transpose(TO_NHWC)), n)
+                    graph.set_inputs(n, n.inputs[:i] + [view.new_constant(
+                        f"{name}_nhwc", np.ascontiguousarray(c.transpose(TO_NHWC)), n)] + n.inputs[i + 1:])
         for i in operands:
             t = _transpose_node(view, f"{n.name}_transpose_input_{i}", n.inputs[i], TO_NHWC, f"{n.inputs[i]}_nhwc")
-            n.inputs[i] = t.outputs[0]
             view.insert_before(n, t)
+            graph.set_inputs(n, n.inputs[:i] + [t.outputs[0]] + n.inputs[i + 1:])
         out = n.outputs[0]
         inner = view.unique(f"{out}_nhwc")
-        n.outputs[0] = inner
+        graph.set_outputs(n, [inner] + n.outputs[1:])
         back = _transpose_node(view, f"{n.name}_transpose_output_0", inner, TO_NCHW, f"{out}_nchw")
         back.outputs = [out]
-        i = next(j for j, x in enumerate(graph.nodes) if x is n)
-        graph.nodes.insert(i + 1, back)
+        graph.insert_after(n, back)
         view.refresh()
         converted += 1
     removed = _eliminate_pairs(graph, view)

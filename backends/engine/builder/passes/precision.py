@@ -236,8 +236,9 @@ def assign_precision(graph, config, logger) -> int:
             node.weights = dict(node.weights, value=to_storage(node.weights["value"], t))
             node.precision = PRECISION_OF_DTYPE[t]
     # 4. reformats before readers that expect another type, and before network outputs
-    out_nodes, inserted, made = [], 0, {}
+    inserted, made = 0, {}
     for node in nodes:
+        inputs = list(node.inputs)
         for i, name in enumerate(node.inputs):
             want = expected.get((id(node), i))
             have = storage.get(name)
@@ -246,23 +247,22 @@ def assign_precision(graph, config, logger) -> int:
             key = (name, want)
             if key not in made:
                 made[key] = f"{name} ({want})"
-                out_nodes.append(_reformat_node(name, made[key], have, want))
+                graph.insert_before(node, _reformat_node(name, made[key], have, want))
                 inserted += 1
-            node.inputs[i] = made[key]
-        out_nodes.append(node)
-    graph.nodes = out_nodes
-    producers = graph.producers()
+            inputs[i] = made[key]
+        if inputs != node.inputs:
+            graph.set_inputs(node, inputs)
     for out in graph.outputs:
         have, want = storage.get(out.name), out.dtype or "float32"
-        if have is None or have == want or out.name not in producers:
+        prod = graph.producer(out.name)
+        if have is None or have == want or prod is None:
             continue
         internal = f"{out.name} ({have})"
-        prod = producers[out.name]
-        prod.outputs = [internal if o == out.name else o for o in prod.outputs]
-        for n in graph.nodes:
-            n.inputs = [internal if x == out.name else x for x in n.inputs]
-        pos = graph.nodes.index(prod) + 1
-        graph.nodes.insert(pos, _reformat_node(internal, out.name, have, want))
+        readers = [n for n in graph.users(out.name) if out.name in n.inputs]
+        graph.set_outputs(prod, [internal if o == out.name else o for o in prod.outputs])
+        for n in readers:
+            graph.set_inputs(n, [internal if x == out.name else x for x in n.inputs])
+        graph.insert_after(prod, _reformat_node(internal, out.name, have, want))
         inserted += 1
     _log_summary(graph, enabled, inserted, logger)
     return inserted

@@ -89,7 +89,7 @@ def shape_static_tensors(graph: Graph, fixed_inputs) -> set:
 
 def _fold_shapes(graph: Graph, static: set, shapes_of: dict) -> int:
     n = 0
-    for k, node in enumerate(graph.nodes):
+    for node in list(graph.nodes):
         if node.kind != "Shape" or not node.inputs or node.inputs[0] not in static:
             continue
         if node.inputs[0] not in shapes_of:
@@ -98,9 +98,9 @@ def _fold_shapes(graph: Graph, static: set, shapes_of: dict) -> int:
         s = np.array(shape, dtype=np.int64)
         start, end = node.params.get("start", 0) or 0, node.params.get("end")
         value = s[start:end] if end is not None else s[start:]
-        graph.nodes[k] = Node(name=node.name, kind="Constant", inputs=[], outputs=[node.outputs[0]],
-                              params={"shape": list(value.shape)}, weights={"value": value},
-                              source_nodes=list(node.source_nodes), meta={"folded_from": "Shape"})
+        graph.replace_nodes([node], Node(name=node.name, kind="Constant", inputs=[], outputs=[node.outputs[0]],
+                                         params={"shape": list(value.shape)}, weights={"value": value},
+                                         source_nodes=list(node.source_nodes), meta={"folded_from": "Shape"}))
         n += 1
     return n
 
