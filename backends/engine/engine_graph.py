@@ -7,13 +7,14 @@ the parser could keep them, so debug taps and reports speak ONNX.
 Invariants (checked by `Graph.lint()`, which the pass manager runs after every pass in tests and debug builds):
 every tensor has one producer (a node or a graph input) that comes before its readers; graph outputs are
 produced; fused params match their schema (backends/engine/params.py); a node with a tactic gets one that
-honours its fused params, precision and format. `Graph.nodes` is read-only: passes change a graph through the
-mutation API (`insert_before/after`, `replace_nodes`, `move_after`, `erase`, `erase_nodes`,
+honours its fused params, precision and format. While a builder pass runs, `Graph.nodes` is read-only: passes
+change a graph through the mutation API (`insert_before/after`, `replace_nodes`, `move_after`, `erase`, `erase_nodes`,
 `replace_all_uses_with`, `set_inputs/outputs`), which keeps the use-def index (`producer()`, `users()`) current
 and checks each edit; code that builds a whole graph (lowering, plan loading, debug tools) uses `set_nodes`.
 """
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,21 +83,47 @@ def node_format(node) -> str:
     return meta.get("format") or ("nhwc" if node.kind.endswith("NHWC") else "linear")
 
 
+# the builder pass running now (set by the pass manager): while one runs, Graph.nodes cannot be edited directly
+ACTIVE_PASS: contextvars.ContextVar = contextvars.ContextVar("debugkit_active_pass", default=None)
+
+
 class NodeList(list):
-    """`Graph.nodes`: a list that cannot be changed in place. Passes change a graph through the mutation API, so
-    the use-def index stays current and every edit is checked (docs/architecture.md, "Graph")."""
+    """`Graph.nodes`. A builder pass changes a graph through the mutation API only, so the use-def index stays
+    current and every edit is checked: while a pass runs (the pass manager says which), editing this list in place
+    raises a GraphError naming the pass. Outside passes (building a graph by hand, tests) an edit goes through and
+    the graph's index is rebuilt on next use."""
 
-    def _refuse(self, *args, **kwargs):
-        raise GraphError("Graph.nodes is read-only: change a graph through its mutation API (insert_before, "
-                         "insert_after, append, replace_nodes, move_after, erase, erase_nodes, "
-                         "replace_all_uses_with, set_inputs, set_outputs); a whole new node list (building a graph, "
-                         "debug tools) goes through Graph.set_nodes")
+    graph = None
 
-    append = insert = extend = remove = pop = clear = sort = reverse = _refuse
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
-
-    def __reduce_ex__(self, protocol):   # pickles (Ray workers, deep copies) as a plain list
+    def __reduce_ex__(self, protocol):   # the graph re-attaches itself (Graph.__setstate__)
         return (NodeList, (list(self),))
+
+
+def _edit(name):
+    method = getattr(list, name)
+
+    def edit(self, *args, **kwargs):
+        refuse_in_pass(f"Graph.nodes.{name.strip('_')}")
+        result = method(self, *args, **kwargs)
+        if self.graph is not None:
+            self.graph.touch()
+        return result
+    edit.__name__ = name
+    return edit
+
+
+for _name in ("append", "insert", "extend", "remove", "pop", "clear", "sort", "reverse", "__setitem__",
+              "__delitem__", "__iadd__", "__imul__"):
+    setattr(NodeList, _name, _edit(_name))
+
+
+def refuse_in_pass(what):
+    name = ACTIVE_PASS.get()
+    if name is not None:
+        raise GraphError(f"pass '{name}' edits the node list directly ({what}): passes change a graph through its "
+                         f"mutation API (insert_before, insert_after, append, replace_nodes, move_after, erase, "
+                         f"erase_nodes, replace_all_uses_with, set_inputs, set_outputs), which keeps the use-def "
+                         f"index current")
 
 
 _L = list   # the list methods the mutation API uses on the node list underneath
@@ -110,10 +137,14 @@ class Graph:
         self.name = name
         self.inputs = list(inputs or [])          # TensorInfo
         self.outputs = list(outputs or [])        # TensorInfo
-        self._nodes = NodeList(nodes or [])
+        self._nodes = self._list(nodes or [])
         self.aliases = dict(aliases or {})        # ONNX name -> tensor name
         self.tensor_info = dict(tensor_info or {})  # name -> TensorInfo (known static facts)
         self.meta = dict(meta or {})
+
+    def __setstate__(self, state):       # copies and unpickled graphs own their node list
+        self.__dict__.update(state)
+        self._nodes = self._list(self._nodes)
 
     def __repr__(self):
         return f"Graph({self.name!r}, {len(self._nodes)} nodes, inputs {self.input_names}, outputs {self.output_names})"
@@ -125,12 +156,18 @@ class Graph:
 
     @nodes.setter
     def nodes(self, value):
-        self._nodes._refuse()
+        refuse_in_pass("graph.nodes = ...")
+        self.set_nodes(value)
 
     def set_nodes(self, nodes):
         """Replace the whole node list (building a graph, debug tools; passes use the finer operations)."""
-        self._nodes = NodeList(nodes)
+        self._nodes = self._list(nodes)
         self.touch()
+
+    def _list(self, nodes):
+        lst = NodeList(nodes)
+        lst.graph = self
+        return lst
 
     @property
     def input_names(self):
@@ -370,7 +407,7 @@ class Graph:
             for o in n.outputs:
                 if o in remaining:
                     prod[o] = remaining[o]
-        self._nodes = NodeList(n for n in self._nodes if id(n) not in ids)
+        self._nodes = self._list(n for n in self._nodes if id(n) not in ids)
 
     # checks ----------------------------------------------------------------------------------------------
     def lint(self, outer: set | None = None, *, where: str = "", device: str = "cpu") -> "Graph":

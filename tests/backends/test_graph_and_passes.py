@@ -121,15 +121,25 @@ def test_stale_use_def_index_is_caught():
     g.lint()
 
 
-def test_graph_nodes_is_read_only_outside_the_mutation_api():
+def test_graph_nodes_is_read_only_while_a_pass_runs():
     g, a, b = chain()
     extra = Node("c", "Activation", ["t"], ["q"], {"type": "RELU"})
-    for edit in (lambda: setattr(g, "nodes", [a]), lambda: g.nodes.append(extra), lambda: g.nodes.insert(0, extra),
-                 lambda: g.nodes.remove(a), lambda: g.nodes.__setitem__(0, extra), lambda: g.nodes.pop(),
-                 lambda: g.nodes.__delitem__(0)):
-        with pytest.raises(GraphError, match="read-only"):
-            edit()
+    edits = (lambda: setattr(g, "nodes", [a]), lambda: g.nodes.append(extra), lambda: g.nodes.insert(0, extra),
+             lambda: g.nodes.remove(a), lambda: g.nodes.__setitem__(0, extra), lambda: g.nodes.pop(),
+             lambda: g.nodes.__delitem__(0), lambda: g.nodes.reverse())
+
+    def direct(graph, ctx):
+        for edit in edits:
+            with pytest.raises(GraphError, match="pass 'direct' edits the node list directly"):
+                edit()
+        return PassResult(0)
+
+    PassManager([Pass("direct", direct)]).run(g, PassContext(BuilderConfig()))
     assert g.nodes == [a, b] and g.producer("q") is None
+    g.nodes.append(extra)                   # outside passes (building a graph by hand) an edit goes through ...
+    assert g.producer("q") is extra and g.users("t") == [b, extra]    # ... and the index follows
+    g.nodes = [a, b]
+    assert g.producer("q") is None and g.users("t") == [b]
 
 
 def test_replace_nodes_refuses_to_lose_a_read_tensor():
@@ -192,12 +202,22 @@ def test_a_pass_that_edits_the_node_list_directly_is_refused_and_named():
     g, a, b = chain()
 
     def direct(graph, ctx):
-        graph.nodes.reverse()
+        graph.nodes = [b, a]
         return PassResult(1)
 
-    with pytest.raises(GraphError, match="builder pass 'direct': Graph.nodes is read-only"):
+    with pytest.raises(GraphError, match="builder pass 'direct': pass 'direct' edits the node list directly"):
         PassManager([Pass("direct", direct)]).run(g, PassContext(BuilderConfig()))
     assert g.nodes == [a, b]
+
+
+def test_graphs_copy_and_pickle_with_their_own_node_list():
+    import copy
+    import pickle
+    g, a, b = chain()
+    for clone in (copy.copy(g), copy.deepcopy(g), pickle.loads(pickle.dumps(g))):
+        assert clone.nodes.graph is clone and [n.name for n in clone.nodes] == ["a", "b"]
+        clone.nodes.pop()
+        assert len(g.nodes) == 2
 
 
 def test_errors_name_the_pass_that_raised():

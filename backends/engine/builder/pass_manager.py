@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from backends.engine.engine_graph import ACTIVE_PASS
 from native.errors import BuildError, DebugkitError
 from native.logger import G_LOGGER
 
@@ -118,6 +119,7 @@ class PassManager:
             for ins in self.instruments:
                 ins.before(p.name, graph, ctx)
             t0 = time.perf_counter()
+            token = ACTIVE_PASS.set(p.name)   # the node list is read-only while a pass runs (mutation API only)
             try:
                 result = p.fn(graph, ctx)
             except DebugkitError as e:
@@ -125,6 +127,8 @@ class PassManager:
             except Exception as e:
                 raise BuildError(f"builder pass '{p.name}' failed on graph '{graph.name}': "
                                  f"{type(e).__name__}: {e}") from e
+            finally:
+                ACTIVE_PASS.reset(token)
             if result is None or isinstance(result, int):
                 result = PassResult(int(result or 0))
             seconds = time.perf_counter() - t0
