@@ -140,6 +140,8 @@ def main(argv=None) -> int:
     from native.errors import DebugkitError
     config.cli_defaults()   # process tuning on for the CLI's engines (DEBUGKIT_TUNE_PROCESS=0 turns it off)
     argv = sys.argv[1:] if argv is None else argv
+    from debugkit.cli.tactic_args import join_signed_sources
+    argv = join_signed_sources(argv)   # --tactic-sources -NAME: a value, not an option
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "subtool", None):

@@ -10,8 +10,9 @@ def add_tactic_args(parser):
     g.add_argument("--tactics-module", action="append", default=[], metavar="FILE.py",
                    help="import a Python file that registers Tactic subclasses (native.tactics.register_tactic); "
                         "repeatable")
-    g.add_argument("--tactic-sources", metavar="NAME,...",
-                   help="restrict every layer kind that has a tactic of these names to them (e.g. im2col-gemm,blas)")
+    g.add_argument("--tactic-sources", metavar="[+-]NAME,...",
+                   help="NAME,...: restrict every layer kind that has a tactic of these names to them (e.g. "
+                        "im2col-gemm,blas); -NAME: never use NAME; +NAME: add NAME to the list (docs/tactics.md)")
     g.add_argument("--save-tactics", metavar="F.json", help="record every layer's tactic in a replay file")
     g.add_argument("--load-tactics", metavar="F.json", help="build with the tactics a replay file recorded")
     g.add_argument("--timing-cache", metavar="F", help="read tactic timings from F (when it exists) and write "
@@ -28,16 +29,26 @@ def add_tactic_args(parser):
 
 
 def parse_sources(text) -> set | None:
+    """--tactic-sources NAME,...|-NAME|+NAME (builder/tactic_sources.py) -> the config's set (None: all)."""
     if text is None:
         return None
+    from backends.engine.builder.tactic_sources import normalise
     from native.tactic_modules import known_tactic_names
-    names = {s.strip() for s in str(text).split(",") if s.strip()}
-    known = known_tactic_names()
-    unknown = sorted(names - known)
-    if unknown:
-        raise UsageError(f"--tactic-sources: unknown tactic name(s) {unknown}; registered tactics: "
-                         f"{', '.join(sorted(known))}")
-    return names
+    return normalise(str(text), known_tactic_names())
+
+
+def join_signed_sources(argv: list) -> list:
+    """`--tactic-sources -NAME,...` as `--tactic-sources=-NAME,...`: argparse would read -NAME as an option."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--tactic-sources" and i + 1 < len(argv) and argv[i + 1][:1] == "-" \
+                and argv[i + 1][:2] != "--":
+            out.append(f"--tactic-sources={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 class _AfterBuild:

@@ -9,6 +9,7 @@ import numpy as np
 
 from backends.engine.builder.algorithm_selector import algorithm, algorithm_context, checked_selection
 from backends.engine.builder.config import BuilderFlag, MemoryPoolType, TimingCache
+from backends.engine.builder.tactic_sources import allowed, normalise
 from backends.engine.runtime.executor import node_op
 from native.device import get_device
 from native.errors import BuildError, UsageError
@@ -76,30 +77,19 @@ def pick_fastest(ranked, timings):
 
 
 def _named(node, config, device, log, said):
-    """The tactics of this node's kind that `config.tactic_sources` leaves (all of them when it names none)."""
-    tactics = tactics_for(node.kind, device)
-    named = config.tactic_sources
-    if named is None:
-        return tactics
-    kept = [t for t in tactics if t.name in named]
-    if kept:
-        return kept
-    if node.kind not in said:
+    """The tactics of this node's kind that `config.tactic_sources` leaves (builder/tactic_sources.py)."""
+    kept, note = allowed(node.kind, tactics_for(node.kind, device), config.tactic_sources)
+    if note and node.kind not in said:
         said.add(node.kind)
-        log.verbose(f"tactic_sources {sorted(named)} name no {node.kind} tactic; {node.kind} layers keep all of "
-                    f"theirs: {[t.name for t in tactics]}")
-    return tactics
+        log.verbose(note)
+    return kept
 
 
 def check_tactic_sources(config, device):
     """A tactic_sources name that matches no tactic of any layer kind is a typo, not a preference."""
     if config.tactic_sources is None:
         return
-    known = all_tactic_names(device)
-    unknown = sorted(set(config.tactic_sources) - known)
-    if unknown:
-        raise UsageError(f"tactic_sources names {unknown}, which match no tactic on device '{device}'; known "
-                         f"tactic names: {sorted(known)}")
+    normalise(config.tactic_sources, all_tactic_names(device), what=f"tactic_sources on device '{device}'")
 
 
 def candidates(node, shapes, config, device, log=G_LOGGER, said=None):
