@@ -103,3 +103,81 @@ def test_online_softmax_and_sequential_reduce_and_welford():
     two = _run("Normalization", "float64-stats", Op("Normalization", "n", dict(p)), [xn, s, b])
     wel = _run("Normalization", "welford", Op("Normalization", "n", dict(p)), [xn, s, b])
     assert np.abs(wel - ref).max() < 1e-4 * np.abs(ref).max() and not np.array_equal(wel, two)
+
+
+# --- sliding-window, nhwc-gemm, fft (conv) and the pooling variants ---------------------------------------------
+
+def _conv_case(cin, cout, k, stride, hw=(13, 11), n=2):
+    x = RNG.standard_normal((n, cin) + hw).astype(np.float32)
+    w = (RNG.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    params = {"kernel_shape": [k, k], "strides": [stride, stride], "pre_padding": [k // 2] * 2,
+              "post_padding": [k // 2] * 2, "num_output_maps": cout, "groups": 1}
+    return x, w, b, params, reference_conv(x, w, b, stride, k // 2, 1, 1)
+
+
+@pytest.mark.parametrize("name,k,stride", [("sliding-window", 3, 1), ("sliding-window", 3, 2),
+                                           ("sliding-window", 7, 2), ("nhwc-gemm", 3, 1), ("nhwc-gemm", 3, 2),
+                                           ("nhwc-gemm", 5, 2), ("fft", 5, 1), ("fft", 7, 1)])
+def test_more_conv_tactics_differ_and_stay_in_bound(name, k, stride):
+    """GEMM-order tactics stay within ~K eps of the scale; fft's error is relative to the whole plane (log2 of
+    its size) -- and each rounds differently from im2col-gemm."""
+    x, w, b, params, ref = _conv_case(16, 24, k, stride)
+    base = _run("Convolution", "im2col-gemm", Op("Convolution", "c", dict(params), {"kernel": w, "bias": b}), [x])
+    y = _run("Convolution", name, Op("Convolution", "c", dict(params), {"kernel": w, "bias": b}), [x])
+    scale = np.abs(ref).max()
+    plane = (x.shape[2] + 2 * (k // 2)) * (x.shape[3] + 2 * (k // 2))
+    bound = 16 * EPS32 * np.log2(plane) if name == "fft" else 4 * EPS32 * 16 * k * k
+    assert np.abs(y - ref).max() <= bound * scale
+    assert not np.array_equal(y, base)
+
+
+def test_more_conv_tactics_honour_fused_epilogue_and_shortcut():
+    x, w, b, params, ref = _conv_case(8, 8, 5, 1, hw=(9, 9), n=1)
+    r = RNG.standard_normal(ref.shape).astype(np.float32)
+    params["post_ops"] = [{"op": "add", "input": 1}, {"op": "activation", "type": "RELU"}]
+    for name in ("sliding-window", "nhwc-gemm", "fft"):
+        y = _run("Convolution", name, Op("Convolution", "c", dict(params), {"kernel": w, "bias": b}), [x, r],
+                 [list(x.shape), list(r.shape)])
+        assert np.abs(y - np.maximum(ref + r, 0)).max() < 1e-5, name
+
+
+def test_fft_only_for_large_stride1_kernels():
+    t = _tactic("Convolution", "fft")
+    for k, s in ((3, 1), (5, 2)):
+        assert t.supports(Op("Convolution", "c", {"kernel_shape": [k, k], "strides": [s, s]}), None) is not None
+
+
+@pytest.mark.parametrize("window,stride,pad,ceil,excl", [(3, 2, 1, 0, True), (2, 2, 0, 1, True), (3, 1, 1, 0, False),
+                                                         (None, None, 0, 0, True)])
+def test_pooling_tactics(window, stride, pad, ceil, excl):
+    """AVERAGE: each tactic rounds differently, within its bound of a float64 reference (the strided-taps
+    tactic's float64 divisor on the same sums); MAX is exact in every tactic."""
+    x = (RNG.standard_normal((2, 16, 17, 15)) * 3 + 5).astype(np.float32)
+    glob = window is None
+    for typ in ("AVERAGE", "MAX"):
+        p = {"type": typ, "global": True} if glob else {
+            "type": typ, "window": [window] * 2, "strides": [stride] * 2, "pre_padding": [pad] * 2,
+            "post_padding": [pad] * 2, "ceil_mode": ceil, "average_count_excludes_padding": excl}
+        base = _run("Pooling", "strided-taps", Op("Pooling", "p", dict(p)), [x])
+        ref = _run("Pooling", "strided-taps", Op("Pooling", "p", dict(p)), [x.astype(np.float64)])
+        names = ["nhwc-window"] + (["separable-sum"] if typ == "AVERAGE" and not glob else [])
+        for name in names:
+            y = _run("Pooling", name, Op("Pooling", "p", dict(p)), [x])
+            assert y.shape == base.shape and y.dtype == base.dtype
+            if typ == "MAX":
+                assert np.array_equal(y, base), name
+            else:
+                taps = x.shape[2] * x.shape[3] if glob else window * window
+                assert np.abs(y - ref).max() <= 2 * taps * EPS32 * np.abs(x).max(), name
+                assert not np.array_equal(y, base), name
+
+
+def test_winograd_f4x3_is_offered_to_fp16_layers_only():
+    """Its ~10x-a-GEMM rounding is invisible under FP16 but not at FP32 tolerances (declare_precisions must not
+    widen it to every precision the other convolution tactics get)."""
+    from native.tactics import unsupported_reason
+    t = _tactic("Convolution", "winograd-f4x3")
+    p = {"kernel_shape": [3, 3], "pre_padding": [1, 1], "post_padding": [1, 1], "num_output_maps": 8}
+    assert "computes in float16" in unsupported_reason(t, Op("Convolution", "c", p, precision="float32"), None)
+    assert unsupported_reason(t, Op("Convolution", "c", p, precision="float16"), None) is None

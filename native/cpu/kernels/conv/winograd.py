@@ -145,3 +145,4 @@ class WinogradF4x3(_Winograd):
     for FP16 layers, where that is far below the layer's own rounding; FP32 layers get F(2x2, 3x3)."""
     name, m = "winograd-f4x3", 4
     precisions = ("float16",)
+    own_precisions = True   # not widened to FP32/BF16/FP8 by native/cpu/precision.declare_precisions

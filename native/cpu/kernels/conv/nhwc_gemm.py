@@ -1,0 +1,94 @@
+"""The nhwc-gemm tactic: a 2-D convolution computed channels-last inside an NCHW network, reformats included.
+
+It reformats its input NCHW -> NHWC, gathers the patches in channel-last order with one strided window view
+([N, Ho, Wo, kh, kw, C] -> [N*Ho*Wo, kh*kw*C]: one copy, long contiguous runs of C), does one GEMM with the kernel
+packed [kh*kw*C, M] at build time, and reformats the [N*Ho*Wo, M] result back to NCHW for its neighbours. Its timed
+cost therefore includes both reformats: where they cost more than channel-last patches save, timing drops it (the
+layout pass, passes/layout.py, is the other way to run NHWC: whole regions, reformats only at their borders).
+
+Numerics: the GEMM's reduction runs over (kh, kw, C) where im2col-gemm's runs over (C, kh, kw): same error bound,
+other rounding.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cpu.kernels.conv.epilogue import finish
+from native.cpu.kernels.conv.geometry import geometry
+from native.cpu.kernels.conv.weights import conv_bias, repacked, work_dtype
+from native.tactics import Tactic, register_tactic
+
+
+def hwio(w):
+    """[M, C, kh, kw] -> [kh*kw*C, M] (the channel-last patch order)."""
+    w = np.asarray(w)
+    return np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(-1, w.shape[0]))
+
+
+def nhwc_windows(xh, ks, strides, dil, out):
+    """Strided view [N, Ho, Wo, kh, kw, C] of a padded NHWC tensor (no copy)."""
+    s = xh.strides
+    n, c = xh.shape[0], xh.shape[3]
+    return np.lib.stride_tricks.as_strided(
+        xh, (n, out[0], out[1], ks[0], ks[1], c),
+        (s[0], s[1] * strides[0], s[2] * strides[1], s[1] * dil[0], s[2] * dil[1], s[3]), writeable=False)
+
+
+@register_tactic
+class NhwcGemm(Tactic):
+    """Channel-last patches and one GEMM between two reformats (see the module docstring)."""
+    kind, name = "Convolution", "nhwc-gemm"
+    honours = {"post_ops", "side"}
+
+    def supports(self, op, input_shapes):
+        p = op.params
+        ks = list(p.get("kernel_shape") or [])
+        if len(ks) != 2:
+            return "2-D convolutions only"
+        if ks == [1, 1]:
+            return "a pointwise convolution gathers no patches (1x1-gemm)"
+        if (p.get("groups", 1) or 1) != 1 or p.get("integer"):
+            return "ungrouped float convolutions only"
+        if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
+            return "2-D convolutions only"
+        return None
+
+    def workspace_size(self, op, input_shapes):
+        if not input_shapes or input_shapes[0] is None:
+            return 0
+        n, c, h, w = input_shapes[0]
+        kh, kw = op.params.get("kernel_shape") or [1, 1]
+        return 4 * n * (h + 2) * (w + 2) * c * (1 + kh * kw)   # the NHWC input and its patch matrix, float32
+
+    def prepare(self, op):
+        return repacked(op, "kernel_hwio", hwio)
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        dtype = work_dtype(op, x)
+        x = x.astype(dtype, copy=False)
+        const = "kernel" in op.weights or "kernel_hwio" in op.weights
+        k = op.weights.get("kernel_hwio")
+        if k is None:
+            k = hwio(op.weights["kernel"] if const else inputs[1])
+        k = k.astype(dtype, copy=False)
+        b = conv_bias(op.weights)
+        if b is None and not const and len(inputs) > 2:
+            b = inputs[2]
+        c = x.shape[1]
+        taps = k.shape[0] // c
+        ks = list(op.params.get("kernel_shape") or [])
+        strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
+        n = x.shape[0]
+        # reformat in: NCHW -> padded NHWC, one copy
+        xh = np.zeros((n, x.shape[2] + max(pre[0], 0) + max(post[0], 0), x.shape[3] + max(pre[1], 0) +
+                       max(post[1], 0), c), dtype)
+        src = x[:, :, max(-pre[0], 0):x.shape[2] - max(-post[0], 0), max(-pre[1], 0):x.shape[3] - max(-post[1], 0)]
+        xh[:, max(pre[0], 0):max(pre[0], 0) + src.shape[2], max(pre[1], 0):max(pre[1], 0) + src.shape[3]] = \
+            src.transpose(0, 2, 3, 1)
+        assert taps == ks[0] * ks[1]
+        cols = nhwc_windows(xh, ks, strides, dil, out).reshape(n * out[0] * out[1], taps * c)
+        y = cols @ k                                                  # [N*Ho*Wo, M]
+        # reformat out: NHWC -> NCHW for the neighbours
+        y = np.ascontiguousarray(y.reshape(n, out[0], out[1], -1).transpose(0, 3, 1, 2))
+        return finish(op, y, b, inputs, x.dtype)
