@@ -129,7 +129,7 @@ def run(args) -> int:
                   "precision_flags": _args.build_flags(args), "layers": len(engine.graph.nodes),
                   "inputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in feeds.items()},
                   "batch": _batch(feeds, engine), "cuda_graph": bool(args.use_cuda_graph),
-                  "iterations_min": args.iterations, "duration_min_s": args.duration}
+                  "iterations_min": args.iterations, "duration_min_s": args.duration, "machine": _machine()}
         device_times = []
 
         def collect(name="engine"):
@@ -186,6 +186,21 @@ def run(args) -> int:
             json.dump(result, f, indent=1)
         print(f"wrote {args.json}")
     return 0
+
+
+def _machine() -> dict:
+    """Where the figures were taken: CPUs this process may use, the load (a shared machine's numbers drift), and
+    the threads our CPU kernels run on."""
+    from native.cpu.threads import num_threads
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count()
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except OSError:
+        load = None
+    return {"cpus": cpus, "load_average_1m": load, "cpu_kernel_threads": num_threads()}
 
 
 def _feeds(args, runner) -> dict:
@@ -249,10 +264,11 @@ def _profile(profiler, engine, *, separate, median_latency) -> dict:
     """Per layer: median ms, share of the layers' total, tactic and the ONNX nodes it was built from."""
     sources = {n.name: list(n.source_nodes or []) for n in engine.graph.nodes}   # [] for builder-inserted layers
     kinds = {n.name: n.kind for n in engine.graph.nodes}
+    precisions = {n.name: n.precision for n in engine.graph.nodes}
     rows = profiler.summary()
     total = sum(r["median_ms"] for r in rows)
     layers = [{"layer": r["layer"], "onnx_nodes": sources.get(r["layer"], []),
-               "kind": kinds.get(r["layer"]), "median_ms": r["median_ms"], "mean_ms": r["mean_ms"],
+               "kind": kinds.get(r["layer"]), "precision": precisions.get(r["layer"]), "median_ms": r["median_ms"], "mean_ms": r["mean_ms"],
                "percent": (100.0 * r["median_ms"] / total if total else 0.0), "tactic": r["tactic"]}
               for r in rows]
     return {"separate_run": separate, "inferences": len(profiler.runs), "layers_total_ms": total,
@@ -276,6 +292,9 @@ def _print(r, args):
     flags = "+".join(r["precision_flags"]) or "fp32"
     print(f"bench {os.path.basename(args.model)}: engine on {r['device']} ({built}, {r['layers']} layers, {flags}"
           f"{', CUDA graph' if r['cuda_graph'] else ''}); inputs {ins}", file=out)
+    m = r["machine"]
+    print(f"machine: {m['cpus']} CPUs, load average {m['load_average_1m']}, CPU kernels on "
+          f"{m['cpu_kernel_threads']} thread(s)", file=out)
     warm = r["warm_up"]["inferences"]
     print(f"warm-up {r['warm_up']['ms']:g} ms ({', '.join(f'{k} {n}' for k, n in warm.items())} inferences); "
           f"timed {r['inferences']} inferences" +
@@ -306,9 +325,10 @@ def _print_profile(p, out):
           f"of {_fmt(p['median_latency_ms'])} ms median latency", file=out)
     rows = sorted(p["layers"], key=lambda x: -x["median_ms"])
     width = min(50, max([len(x["layer"]) for x in rows] + [5]))
-    print(f"{'layer':{width}s}  {'ms':>9s}  {'%':>5s}  {'tactic':24s}  ONNX nodes", file=out)
+    print(f"{'layer':{width}s}  {'ms':>9s}  {'%':>5s}  {'precision':9s}  {'tactic':24s}  ONNX nodes", file=out)
     for x in rows:
         name = x["layer"] if len(x["layer"]) <= width else x["layer"][:width - 1] + "…"
         nodes = ", ".join(x["onnx_nodes"]) or "(inserted by the builder)"
-        print(f"{name:{width}s}  {x['median_ms']:9.4f}  {x['percent']:5.1f}  {str(x['tactic'] or ''):24s}  "
+        print(f"{name:{width}s}  {x['median_ms']:9.4f}  {x['percent']:5.1f}  {str(x['precision'] or ''):9s}  "
+              f"{str(x['tactic'] or ''):24s}  "
               f"{nodes if len(nodes) < 80 else nodes[:79] + '…'}", file=out)

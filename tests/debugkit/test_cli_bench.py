@@ -58,6 +58,15 @@ def test_figures_are_consistent_and_cpu_transfers_are_not_invented(tmp_path, mod
     assert "latency ms: min" in out and "samples/s (batch 8)" in out and "not applicable" in out
 
 
+def test_precision_flags_and_layer_precisions_reach_the_build(tmp_path, model):
+    rc, r = _bench(tmp_path, model, "--iterations", "2", "--duration", "0", "--fp16", "--layer-precisions",
+                   "softmax:fp32", "--separate-profile-run")
+    assert rc == 0 and r["precision_flags"] == ["fp16"]
+    assert r["machine"]["cpus"] >= 1 and r["machine"]["cpu_kernel_threads"] >= 1
+    prec = {n: x["precision"] for x in r["profile"]["layers"] for n in x["onnx_nodes"]}
+    assert prec["softmax"] == "float32" and prec["mm0"] == prec["mm2"] == "float16", prec
+
+
 def test_duration_runs_at_least_that_long_and_warm_up_runs_untimed(tmp_path, model):
     rc, r = _bench(tmp_path, model, "--iterations", "1", "--duration", "0.3")
     assert rc == 0 and r["loop_wall_seconds"] >= 0.3 and r["inferences"] > 1
