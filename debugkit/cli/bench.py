@@ -48,6 +48,8 @@ def register(subparsers):
     d.add_argument("--val-range", nargs="+", default=[], metavar="[LO,HI]|NAME:[LO,HI]",
                    help="value range of the generated feed (default [0,1])")
     d.add_argument("--load-inputs", metavar="FILE.h5|FILE.json", help="take the feed saved by run --save-inputs")
+    d.add_argument("--data-loader-script", metavar="FILE.py[:FUNC]",
+                   help="take the first feed of a Python function that returns or yields {input: array} dicts")
     _args.add_build_args(p)
     p.set_defaults(device=None)   # a plan runs on the device it names unless --device says otherwise
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
@@ -204,11 +206,15 @@ def _machine() -> dict:
 
 
 def _feeds(args, runner) -> dict:
-    """One feed: loaded (--load-inputs) or generated like run's (--seed, --val-range, --input-shapes)."""
-    from debugkit.data_loader import DataLoader, SavedDataLoader, coerce_feeds
+    """One feed: loaded (--load-inputs, --data-loader-script) or generated like run's (--seed, --val-range, --input-shapes)."""
+    from debugkit.data_loader import DataLoader, SavedDataLoader, ScriptDataLoader, coerce_feeds
     meta = runner.input_metadata()
+    if args.load_inputs and args.data_loader_script:
+        raise UsageError("use either --load-inputs or --data-loader-script, not both")
     if args.load_inputs:
         loader = SavedDataLoader(args.load_inputs)
+    elif args.data_loader_script:
+        loader = ScriptDataLoader(args.data_loader_script)
     else:
         loader = DataLoader(args.seed, 1, _args.parse_ranges(args.val_range), _args.parse_shape_list(args.input_shapes))
         loader.input_metadata = meta

@@ -67,6 +67,13 @@ def test_precision_flags_and_layer_precisions_reach_the_build(tmp_path, model):
     assert prec["softmax"] == "float32" and prec["mm0"] == prec["mm2"] == "float16", prec
 
 
+def test_feed_from_a_data_loader_script_sets_shapes_and_batch(tmp_path, model):
+    script = tmp_path / "feeds.py"
+    script.write_text("import numpy as np\ndef load_data():\n    yield {'x': np.ones((5, 16), np.float32)}\n")
+    rc, r = _bench(tmp_path, model, "--iterations", "2", "--duration", "0", "--data-loader-script", str(script))
+    assert rc == 0 and r["inputs"]["x"]["shape"] == [5, 16] and r["batch"] == 5
+
+
 def test_duration_runs_at_least_that_long_and_warm_up_runs_untimed(tmp_path, model):
     rc, r = _bench(tmp_path, model, "--iterations", "1", "--duration", "0.3")
     assert rc == 0 and r["loop_wall_seconds"] >= 0.3 and r["inferences"] > 1
