@@ -11,6 +11,7 @@ quarter of physical memory.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ class Limits:
     max_rank: int = 32
 
 
+@functools.lru_cache(maxsize=None)
 def physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
