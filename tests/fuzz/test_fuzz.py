@@ -70,7 +70,7 @@ def test_a_blocked_case_is_a_hang_at_the_wall_limit():
         t0 = time.perf_counter()
         r = w.run(b"3600", hard_limit=2)
         assert r.outcome == "hang" and "no answer after" in r.detail, r
-        assert 2 <= r.wall < 3.5 and time.perf_counter() - t0 < 3.5 + 30  # + restarting the worker
+        assert 2 <= r.wall < 5 and time.perf_counter() - t0 < 5 + 30  # + restarting the worker
         assert r.cpu < 1, r   # it slept: its CPU time is read from /proc before the kill
         assert w.run(b"0", hard_limit=30).outcome == "ok"   # replaced, answers again
     finally:
