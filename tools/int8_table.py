@@ -166,6 +166,8 @@ def _quantize(pre, dst_dir, tag, calib, method):
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, \
         quantize_static
     out = os.path.join(dst_dir, f"{tag}_{method.lower()}_qdq.onnx")
+    if os.path.exists(out):   # quantized by an earlier run with the same --work (delete it to quantize again)
+        return out
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -181,12 +183,17 @@ def _quantize(pre, dst_dir, tag, calib, method):
     return out
 
 
-def our_engine(path, shape_feed, calib=None, algorithm=None):
-    from backends.engine import Calibrator
+def our_engine(path, shape_feed, calib=None, algorithm=None, qdq_emulation=None):
+    from backends.engine import BuilderConfig, BuilderFlag, Calibrator
     from backends.runners.engine import EngineRunner
     cal = Calibrator(calib, algorithm=algorithm) if calib is not None else None
     shapes = {k: v.shape for k, v in shape_feed.items()}
-    runner = EngineRunner(path, shapes=shapes, flags=("int8",), calibrator=cal)
+    config = None
+    if qdq_emulation:
+        config = BuilderConfig()
+        config.set_flag(BuilderFlag.INT8)
+        config.qdq_emulation = qdq_emulation
+    runner = EngineRunner(path, shapes=shapes, flags=("int8",), calibrator=cal, config=config)
     runner.activate()
     return runner
 
@@ -239,23 +246,27 @@ def evaluate(name, classifier, args, manifest):
         except Exception as e:
             row["notes"].append(f"ONNX Runtime's quantizer failed with {method}: {type(e).__name__}: {str(e)[:120]}")
             qdq = None
-        implicit = our_engine(src, held[0], calib, ours_algo)
-        ours = run_ours(implicit, held, implicit.output_names())
-        implicit.deactivate()
-        row[f"ours_{ours_algo}"] = errors(ref, ours)
+        if not args.explicit_only:
+            implicit = our_engine(src, held[0], calib, ours_algo)
+            ours = run_ours(implicit, held, implicit.output_names())
+            implicit.deactivate()
+            row[f"ours_{ours_algo}"] = errors(ref, ours)
         if qdq is not None:   # acceptance 5: the same QDQ model on our engine vs ONNX Runtime's run of it
-            explicit = our_engine(qdq, held[0])
-            ex_names = explicit.output_names()
-            row[f"qdq_{method}"] = errors(ort_runs, run_ours(explicit, held, ex_names))
-            if classifier:
-                top = inputs(entry, args.corpus, 3000, args.top1)
-                agree = 0
-                for f in top:
-                    a = qs.run(None, f)[0]
-                    b = np.asarray(explicit.infer(f)[ex_names[0]])
-                    agree += int(np.argmax(a) == np.argmax(b))
-                row[f"top1_{method}"] = agree / len(top)
-            explicit.deactivate()
+            top = inputs(entry, args.corpus, 3000, args.top1) if classifier else []
+            ort_top = [qs.run(None, f)[0] for f in top]
+            for key, emulation in (("", None), ("ortx86_", "onnxruntime-x86")):
+                explicit = our_engine(qdq, held[0], qdq_emulation=emulation)
+                ex_names = explicit.output_names()
+                runs = run_ours(explicit, held, ex_names)
+                row[f"qdq_{key}{method}"] = errors(ort_runs, runs)
+                row[f"qdq_{key}bits_{method}"] = float(np.mean([all(np.array_equal(np.asarray(a), b)
+                                                                    for a, b in zip(o, r))
+                                                                for o, r in zip(ort_runs, runs)]))
+                if classifier:
+                    agree = sum(int(np.argmax(a) == np.argmax(np.asarray(explicit.infer(f)[ex_names[0]])))
+                                for f, a in zip(top, ort_top))
+                    row[f"top1_{key}{method}"] = agree / len(top)
+                explicit.deactivate()
         print(f"{name} {method}: {time.time() - t0:.1f} s", file=sys.stderr)
     return row
 
@@ -288,20 +299,26 @@ def table(rows, args):
         lines.append(f"| {r['model']} | {fmt(r.get('ort_MinMax'))} | {fmt(r.get('ours_minmax'))} | "
                      f"{ratio(r.get('ours_minmax'), r.get('ort_MinMax'))} | {fmt(r.get('ort_Entropy'))} | "
                      f"{fmt(r.get('ours_entropy2'))} | {ratio(r.get('ours_entropy2'), r.get('ort_Entropy'))} |")
-    lines += ["", "Explicit quantization: the QDQ models above on our engine (`--int8`, Q/DQ fused into INT8 kernels) "
-              "against ONNX Runtime's run of the same QDQ model (min cosine over outputs; top-1 agreement for the "
-              "classifiers).", "",
-              "| model | QDQ MinMax: cosine | top-1 | QDQ Entropy: cosine | top-1 |", "|---|---|---|---|---|"]
+    lines += ["", "Explicit quantization: the QDQ models above on our engine (`--int8`) against ONNX Runtime's run of "
+              "the same QDQ model (default session, x86-64): min cosine over outputs, top-1 agreement for the "
+              "classifiers, and the share of held-out inputs whose outputs are bit-identical. \"ORT x86 "
+              "emulation\": `config.qdq_emulation = \"onnxruntime-x86\"` (the Q/DQ groups ONNX Runtime's x86 CPU EP "
+              "runs in FP32 run in FP32 here too, in its summation order); \"TensorRT fusion\": the default, every "
+              "Q/DQ group INT8.", "",
+              "| model | QDQ | ORT x86 emulation: cosine | top-1 | bit-equal | TensorRT fusion: cosine | top-1 | "
+              "bit-equal |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         def cos(k):
             e = r.get(k)
             return "n/a" if e is None else f"{min(1 - c for c, _ in e):.6f}"
 
-        def top(k):
+        def pct(k, none="-"):
             v = r.get(k)
-            return "-" if v is None else f"{100 * v:.1f}%"
-        lines.append(f"| {r['model']} | {cos('qdq_MinMax')} | {top('top1_MinMax')} | {cos('qdq_Entropy')} | "
-                     f"{top('top1_Entropy')} |")
+            return none if v is None else f"{100 * v:.1f}%"
+        for m in ("MinMax", "Entropy"):
+            lines.append(f"| {r['model']} | {m} | {cos(f'qdq_ortx86_{m}')} | {pct(f'top1_ortx86_{m}')} | "
+                         f"{pct(f'qdq_ortx86_bits_{m}', 'n/a')} | {cos(f'qdq_{m}')} | {pct(f'top1_{m}')} | "
+                         f"{pct(f'qdq_bits_{m}', 'n/a')} |")
     notes = [f"- {r['model']}: {n}" for r in rows for n in r["notes"]]
     if notes:
         lines += ["", "Notes:"] + notes
@@ -330,6 +347,9 @@ def main(argv=None):
     ap.add_argument("--top1", type=int, default=200)
     ap.add_argument("--doc", help="write the table into this Markdown file between its int8-table markers")
     ap.add_argument("--json", help="also write the raw numbers here")
+    ap.add_argument("--explicit-only", action="store_true",
+                    help="measure only ONNX Runtime's QDQ models and our runs of them (with --merge: keep the rest)")
+    ap.add_argument("--merge", metavar="JSON", help="update this earlier --json file's rows with the new numbers")
     ap.add_argument("--render", nargs="+", default=[], metavar="JSON",
                     help="no measuring: render the table from the --json files of earlier runs")
     args = ap.parse_args(argv)
@@ -342,8 +362,17 @@ def main(argv=None):
     for path in args.render:
         with open(path) as f:
             rows += json.load(f)
+    if args.merge and os.path.exists(args.merge):
+        with open(args.merge) as f:
+            rows += json.load(f)
     for m in ([] if args.render else args.models):
-        rows.append(evaluate(m, MODELS.get(m, False), args, manifest))
+        new = evaluate(m, MODELS.get(m, False), args, manifest)
+        old = next((r for r in rows if r["model"] == m), None)
+        if old is not None:
+            old.update({k: v for k, v in new.items() if k not in ("notes", "setup")})
+            old["notes"] = list(dict.fromkeys(old.get("notes", []) + new["notes"]))
+        else:
+            rows.append(new)
         if args.json:   # after every model: a long run that stops still leaves its finished rows
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
