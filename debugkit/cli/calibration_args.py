@@ -19,6 +19,10 @@ def add_calibration_args(parser):
                         "IInt8EntropyCalibrator2)")
     g.add_argument("--calibration-percentile", type=float, default=99.99, metavar="P",
                    help="for --calibration-algorithm percentile: the percentile of |x| kept (default 99.99)")
+    parser.add_argument_group("INT8 Q/DQ models").add_argument(
+        "--qdq-emulation", choices=["onnxruntime-x86"], default=None,
+        help="run a Q/DQ model as ONNX Runtime's x86-64 CPU EP does (the Q/DQ groups it keeps in FP32 stay FP32, "
+             "summed in its order), to compare with it bit for bit; default: TensorRT's fusion, every group INT8")
     return g
 
 
@@ -79,7 +83,8 @@ class _LazyBatches:
 
 
 def apply_calibration_args(args, config):
-    """Attach a Calibrator to an INT8 build config (no-op without --int8)."""
+    """Attach a Calibrator to an INT8 build config (no-op without --int8); set --qdq-emulation."""
+    config.qdq_emulation = getattr(args, "qdq_emulation", None)
     if not getattr(args, "int8", False):
         if getattr(args, "calibration_cache", None):
             from native.logger import G_LOGGER

@@ -1,6 +1,7 @@
 """CLI INT8: convert/run --int8 calibrate from the data loader, write the cache, and reuse it without calibrating."""
 import numpy as np
 import onnx
+import pytest
 
 from backends.engine.calibration import read_cache
 from tests.backends.test_int8_calibration import conv_model
@@ -63,3 +64,18 @@ def test_run_int8_calibrates_on_the_run_data_and_compares(cli, tmp_path):
     _, scales = read_cache(cache.read_bytes())
     # seeded random [-2, 2] data: the input's calibrated range is close to 2
     assert 1.9 / 127 < scales["x"] <= np.float32(2.0) / np.float32(127)
+
+
+def test_convert_qdq_emulation_onnxruntime_x86_keeps_fp32_groups_and_bad_value_is_exit_2(cli, tmp_path, capsys):
+    from backends.engine.plan import deserialize_plan
+    from tests.backends.test_int8_qdq import fan_out_model
+    model = tmp_path / "q.onnx"
+    onnx.save(fan_out_model(), model)
+    code, out, err = cli("convert", model, "-o", tmp_path / "q.plan", "--int8", "--qdq-emulation", "onnxruntime-x86")
+    assert code == 0, err
+    convs = [n for n in deserialize_plan((tmp_path / "q.plan").read_bytes())[1].nodes if n.kind == "Convolution"]
+    assert [(n.precision, n.tactic_name) for n in convs][0] == ("float32", "mlas-order")
+    assert convs[1].precision == "int8"
+    with pytest.raises(SystemExit) as e:   # argparse: exit code 2, naming the choices
+        cli("convert", model, "-o", tmp_path / "r.plan", "--int8", "--qdq-emulation", "onnxruntime-arm")
+    assert e.value.code == 2 and "onnxruntime-x86" in capsys.readouterr().err
