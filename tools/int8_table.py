@@ -33,6 +33,7 @@ MODELS = {  # name in the manifest -> (classifier?)
     "ppocr_v4_rec": False,
 }
 BEGIN, END = "<!-- int8-table:begin -->", "<!-- int8-table:end -->"
+CALIB_CHUNK = None   # --ort-calib-chunk: ONNX Runtime's CalibMaxIntermediateOutputs (bounds its calibration memory)
 
 
 def load_manifest(corpus):
@@ -179,7 +180,8 @@ def _quantize(pre, dst_dir, tag, calib, method):
     quantize_static(pre, out, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8, per_channel=True,
                     calibrate_method=getattr(CalibrationMethod, method),
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+                    extra_options=dict({"ActivationSymmetric": True, "WeightSymmetric": True},
+                                       **({"CalibMaxIntermediateOutputs": CALIB_CHUNK} if CALIB_CHUNK else {})))
     return out
 
 
@@ -350,9 +352,15 @@ def main(argv=None):
     ap.add_argument("--explicit-only", action="store_true",
                     help="measure only ONNX Runtime's QDQ models and our runs of them (with --merge: keep the rest)")
     ap.add_argument("--merge", metavar="JSON", help="update this earlier --json file's rows with the new numbers")
+    ap.add_argument("--ort-calib-chunk", type=int, metavar="N",
+                    help="ONNX Runtime's calibrator keeps every intermediate output of every calibration input in "
+                         "memory (ppocr_v4_det at 640x640 x 32 inputs: over 17 GB); N bounds it to N inputs at a time "
+                         "(its CalibMaxIntermediateOutputs)")
     ap.add_argument("--render", nargs="+", default=[], metavar="JSON",
                     help="no measuring: render the table from the --json files of earlier runs")
     args = ap.parse_args(argv)
+    global CALIB_CHUNK
+    CALIB_CHUNK = args.ort_calib_chunk
     args.corpus, args.shipped, args.work = map(os.path.abspath, (args.corpus, args.shipped, args.work))
     from native.logger import G_LOGGER, Severity
     G_LOGGER.min_severity = Severity.ERROR   # the calibration's per-tensor warnings would drown the table
