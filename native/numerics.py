@@ -26,7 +26,7 @@ FP8_E4M3_MAX = 448.0
 INT8_MIN, INT8_MAX = -128, 127
 
 STORAGE_DTYPES = ("float32", "float16", "bfloat16", "fp8")
-ROUNDINGS = ("half_even", "half_away")
+ROUNDINGS = ("half_even", "half_away", "half_up")   # half_up: ties toward +inf
 
 
 def _ml_dtypes():
@@ -137,6 +137,9 @@ def _broadcast_scale(scale, ndim: int, axis) -> np.ndarray:
 def _round(v: np.ndarray, rounding: str) -> np.ndarray:
     if rounding == "half_even":
         return np.rint(v)
+    if rounding == "half_up":   # TensorRT's quantization of weights it derives scales for (spec Q-40)
+        low = np.floor(v)
+        return low + (v - low >= 0.5).astype(v.dtype)   # v - floor(v) is exact
     whole = np.trunc(v)  # exact; the fraction below is exact too, so ties are detected without a float addition
     frac = v - whole
     return whole + np.where(np.abs(frac) >= 0.5, np.sign(v), 0).astype(v.dtype)

@@ -168,6 +168,7 @@ def test_dynamic_range_overrides_calibration_and_no_scales_is_an_error():
     convs = [n for n in graph.nodes if n.kind == "Convolution"]
     assert convs[0].params["int8"]["input_scale"] == float(np.float32(4.0) / np.float32(127))
     assert convs[0].params["int8"]["output_scale"] == float(np.float32(6.0) / np.float32(127))
+    assert convs[0].params["int8"]["weight_rounding"] == "half_up"   # weights it scales itself: ties toward +inf
 
 
 def test_uniformly_zero_warning():

@@ -69,6 +69,7 @@ def test_qdq_fused_into_int8_layers_matches_onnxruntime(opset, per_channel):
         assert not [n for n in nodes if n.kind in ("Quantize", "Dequantize")]
         conv1 = next(n for n in nodes if n.kind == "Convolution")
         assert conv1.params["int8"]["output_scale"] == pytest.approx(0.2)
+        assert conv1.params["int8"]["weight_rounding"] == "half_even"   # the model's own int8 weights
     cos = float(np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want))
     assert cos >= 0.9999
     # the requantized conv1 output may differ from ONNX Runtime's by one step at rounding ties, nowhere more:

@@ -129,3 +129,19 @@ def test_int8_accumulation_exact_beyond_float32_mantissa():
     b[0, 1] = 1
     got = exact_int_gemm(a, b, 4608)
     assert got[0, 0] == 4608 * 16384 and got[0, 1] == 4607 * 16384 - 128
+
+
+@pytest.mark.parametrize("weight_rounding,want", [("half_up", [127, 1, 0, 3, -2]), ("half_away", [127, 1, -1, 3, -3]),
+                                                  ("half_even", [127, 0, 0, 2, -2])])
+def test_int8_weights_round_ties_as_the_build_mode_says(weight_rounding, want):
+    """Implicit mode (the builder's own weight scales): ties toward +inf on GPUs and the CPU, away from zero on the
+    DLA; Q/DQ weights: ties to even (spec Q-40)."""
+    w = np.zeros((1, 5, 1, 1), np.float32)
+    w[0, :, 0, 0] = np.array([127, 0.5, -0.5, 2.5, -2.5], np.float32) * np.float32(2 ** -7)   # s_w = 2^-7 exactly
+    params = {"num_output_maps": 1, "kernel_shape": [1, 1], "groups": 1,
+              "int8": {"input_scale": 0.5, "output_scale": None, "narrow_weights": True,
+                       "weight_rounding": weight_rounding}}
+    op = Op("Convolution", "l", params, {"kernel": w}, {}, "int8")
+    tac = [t for t in tactics_for("Convolution") if "int8" in t.precisions][0]
+    packed = tac.prepare(op)
+    assert packed["kernel_q"].ravel().tolist() == want

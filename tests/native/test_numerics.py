@@ -197,6 +197,8 @@ def test_rounding_modes_differ_only_on_ties():
     x = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, 2.4, -2.6], np.float32)
     assert numerics.quantize(x, 1.0).tolist() == [0, 2, 2, 0, -2, 0, 2, -3]
     assert numerics.quantize(x, 1.0, rounding="half_away").tolist() == [1, 2, 3, -1, -3, 0, 2, -3]
+    # ties toward +inf: TensorRT's quantization of the weights it derives scales for (spec Q-40)
+    assert numerics.quantize(x, 1.0, rounding="half_up").tolist() == [1, 2, 3, 0, -2, 0, 2, -3]
 
 
 def test_dequantize_per_channel():

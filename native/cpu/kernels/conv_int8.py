@@ -2,7 +2,7 @@
 
 A layer the builder put in INT8 (node.precision == "int8") carries params["int8"]:
     {"input_scale": s_x, "output_scale": s_y or None, "rounding": "half_even" | "half_away",
-     "narrow_weights": bool}
+     "narrow_weights": bool, "weight_rounding": "half_up" | "half_away" | "half_even"}
 and float weights "kernel" (+ "bias"), optionally with "kernel_scale" (per output channel, from the model's
 DequantizeLinear in explicit quantization). `prepare` quantizes the weights once at build time:
     w_q[m]  = quantize(w[m], s_w[m])  with s_w[m] = max|w[m]| / 127 (implicit mode: clamp [-127, 127])
@@ -127,7 +127,8 @@ class Int8Im2colGemm(Tactic):
         p = int8_params(op)
         kernel = w.pop("kernel")
         w["kernel_q"], w["kernel_scale"] = quantize_weights(kernel, w.pop("kernel_scale", None), 0,
-                                                            narrow=p.get("narrow_weights", True))
+                                                            narrow=p.get("narrow_weights", True),
+                                                            rounding=p.get("weight_rounding", "half_even"))
         bias = w.pop("bias", None)
         if bias is not None:
             w["bias_q"] = quantize_bias(bias, p["input_scale"], w["kernel_scale"])

@@ -50,7 +50,8 @@ class Int8PackedGemm(Tactic):
         if op.params.get("transpose_b"):
             b = b.T
         w["b_q"], w["b_scale"] = quantize_weights(np.ascontiguousarray(b), w.pop("b_scale", None), 1,
-                                                  narrow=p.get("narrow_weights", True))
+                                                  narrow=p.get("narrow_weights", True),
+                                                  rounding=p.get("weight_rounding", "half_even"))
         biases, _ = _leading_biases(op)
         if biases:
             # the float biases stay (the plan names them in post_ops); run adds bias_q instead of them

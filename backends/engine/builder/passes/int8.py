@@ -321,8 +321,12 @@ def _make_int8(n, s_x, s_y, rounding, narrow, logger) -> bool:
     key, scale_key, _ = _WEIGHT_KEY[n.kind]
     before = (n.precision, n.params.get("int8"), dict(n.weights))
     n.precision = "int8"
+    # weights the builder quantizes itself (implicit mode) round ties toward +inf, away from zero on the DLA;
+    # Q/DQ weights are the model's own int8 values (ties to even where fusion changed them)
+    weight_rounding = ("half_away" if rounding == "half_away" else "half_up") if narrow else "half_even"
     n.params = dict(n.params, int8={"input_scale": float(s_x), "output_scale": None if s_y is None else float(s_y),
-                                    "rounding": rounding, "narrow_weights": narrow})
+                                    "rounding": rounding, "narrow_weights": narrow,
+                                    "weight_rounding": weight_rounding})
     qw = n.meta.get("qdq_weight")
     if qw is not None:
         scale = np.asarray(qw["scale"], np.float32)
