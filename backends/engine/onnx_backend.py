@@ -76,6 +76,9 @@ class Backend(_OnnxBackend):
 
     @classmethod
     def supports_device(cls, device):
+        if str(device).upper().startswith("CUDA"):
+            from native.cuda import available
+            return available()
         return str(device).upper().startswith("CPU")
 
 

@@ -13,6 +13,8 @@ class CudaDevice(Device):
     name = "cuda"
     fingerprint_fields = ("device", "arch")
     host_memory = False
+    prefers_nhwc = True          # the layout pass runs convolution regions channels-last (cuDNN's fast path)
+    supports_graphs = True
 
     def available(self) -> bool:
         from native.cuda import available
@@ -21,9 +23,12 @@ class CudaDevice(Device):
     def load_tactics(self):
         from native.tactics import tactics_for
         tactics_for("Convolution", "cpu")      # the CPU kernels first: the host layers wrap them
+        import native.cuda.tactics.cudnn_conv  # noqa: F401  (first: the default pick of an untimed build)
         import native.cuda.tactics.conv  # noqa: F401
         import native.cuda.tactics.gemm  # noqa: F401
+        import native.cuda.tactics.norm  # noqa: F401
         import native.cuda.tactics.pointwise  # noqa: F401
+        import native.cuda.tactics.tensor  # noqa: F401
         from native.cuda.tactics.host import wrap_cpu_tactics
         wrap_cpu_tactics()
 
@@ -47,6 +52,14 @@ class CudaDevice(Device):
     def synchronize(self, stream=None):
         from native.cuda.driver import context
         context().synchronize()
+
+    def timeline(self):
+        from native.cuda.driver import Timeline, context
+        return Timeline(context())
+
+    def capture(self, run, host_feeds, output_names):
+        from native.cuda.graph import CapturedGraph
+        return CapturedGraph(run, host_feeds, output_names)
 
     def time(self, fn, stream=None) -> float:
         from native.cuda.driver import context

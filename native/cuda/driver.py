@@ -141,6 +141,39 @@ class Context:
         return float(ms)
 
 
+class Timeline:
+    """Events recorded on the stream between the phases of one execution; durations() synchronizes once."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.reset()
+
+    def reset(self):
+        self.marks = [("start", self._event())]
+
+    def _event(self):
+        cu = _cu()
+        ev = check(cu.cuEventCreate(0), "cuEventCreate")
+        check(cu.cuEventRecord(ev, self.ctx.stream), "cuEventRecord")
+        return ev
+
+    def mark(self, name: str):
+        self.marks.append((name, self._event()))
+
+    def durations(self) -> dict:
+        """{"<phase>_ms": time since the previous mark} for every mark after the start."""
+        cu = _cu()
+        check(cu.cuEventSynchronize(self.marks[-1][1]), "cuEventSynchronize")
+        out = {}
+        for (_, a), (name, b) in zip(self.marks, self.marks[1:]):
+            out[f"{name}_ms"] = out.get(f"{name}_ms", 0.0) + float(check(cu.cuEventElapsedTime(a, b),
+                                                                          "cuEventElapsedTime"))
+        for _, ev in self.marks:
+            cu.cuEventDestroy(ev)
+        self.marks = []
+        return out
+
+
 _CTX: Context | None = None
 
 

@@ -1,5 +1,7 @@
-"""NVRTC: compile the device's `.cu` sources (native/cuda/kernels/) for this GPU's architecture, load them as
-modules and launch their kernels. Compiled code is cached per (source, architecture) for the process."""
+"""NVRTC: compile the device's `.cu` sources (native/cuda/kernels/, sharing the `.cuh` headers there) and
+generated sources (fused pointwise programs) for this GPU's architecture, load them as modules and launch their
+kernels. Compiled code is cached per (source, architecture) for the process; `cubins()` / `preload()` move the
+compiled code into and out of a plan, so loading a plan compiles nothing."""
 from __future__ import annotations
 
 import hashlib
@@ -27,10 +29,17 @@ def _nvrtc_check(result, what, prog=None):
     return rest[0] if len(rest) == 1 else tuple(rest)
 
 
+def _headers():
+    names = sorted(f for f in os.listdir(KERNEL_DIR) if f.endswith(".cuh"))
+    return [open(os.path.join(KERNEL_DIR, f)).read().encode() for f in names], [f.encode() for f in names]
+
+
 def compile_source(source: str, name: str, arch: str) -> bytes:
     """CUDA C++ source -> cubin for `arch` (e.g. sm_90)."""
     from cuda.bindings import nvrtc
-    prog = _nvrtc_check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
+    contents, names = _headers()
+    prog = _nvrtc_check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), len(names), contents, names),
+                        "create")
     opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
     try:
         _nvrtc_check(nvrtc.nvrtcCompileProgram(prog, len(opts), opts), f"compile of {name}", prog)
@@ -42,18 +51,62 @@ def compile_source(source: str, name: str, arch: str) -> bytes:
     return cubin
 
 
-def module(file: str):
-    """The loaded module of kernels/<file>, compiled on first use."""
+_SOURCES: dict = {}
+_CUBINS: dict = {}    # (source sha1, arch) -> cubin bytes: compiled here, or preloaded from a plan
+
+
+def _source(file: str) -> str:
+    src = _SOURCES.get(file)
+    if src is None:
+        with open(os.path.join(KERNEL_DIR, file)) as f:
+            src = f.read()
+        headers = "".join(h.decode() for h in _headers()[0])   # a header change recompiles its users
+        _SOURCES[file] = src = src + "\n// headers " + hashlib.sha1(headers.encode()).hexdigest() + "\n"
+    return src
+
+
+def source_key(src: str) -> str:
+    return hashlib.sha1(src.encode()).hexdigest()
+
+
+def module_from_source(src: str, name: str = "generated.cu"):
+    """The loaded module of a CUDA source, compiled for this GPU on first use (or taken from a preloaded plan)."""
     ctx = context()
-    with open(os.path.join(KERNEL_DIR, file)) as f:
-        src = f.read()
-    key = (hashlib.sha1(src.encode()).hexdigest(), ctx.arch)
+    key = (source_key(src), ctx.arch)
     mod = _MODULES.get(key)
     if mod is None:
-        cubin = compile_source(src, file, ctx.arch)
-        mod = {"handle": check(_cu().cuModuleLoadData(cubin), f"cuModuleLoadData({file})"), "fns": {}}
+        cubin = _CUBINS.get(key)
+        if cubin is None:
+            cubin = _CUBINS[key] = compile_source(src, name, ctx.arch)
+        mod = {"handle": check(_cu().cuModuleLoadData(cubin), f"cuModuleLoadData({name})"), "fns": {}}
         _MODULES[key] = mod
     return mod
+
+
+def module(file: str):
+    """The loaded module of kernels/<file>, compiled on first use."""
+    return module_from_source(_source(file), file)
+
+
+def cubins(arch: str | None = None) -> dict:
+    """{source sha1: cubin} compiled in this process for `arch` (what a plan carries)."""
+    arch = arch or context().arch
+    return {k: v for (k, a), v in _CUBINS.items() if a == arch}
+
+
+def preload(arch: str, table: dict):
+    """Make cubins from a plan available, so the kernels they hold are not compiled again."""
+    for k, v in table.items():
+        _CUBINS.setdefault((k, arch), bytes(v))
+
+
+def kernel_from_source(src: str, name: str, file: str = "generated.cu"):
+    mod = module_from_source(src, file)
+    fn = mod["fns"].get(name)
+    if fn is None:
+        fn = mod["fns"][name] = check(_cu().cuModuleGetFunction(mod["handle"], name.encode()),
+                                      f"cuModuleGetFunction({name})")
+    return fn
 
 
 def kernel(file: str, name: str):

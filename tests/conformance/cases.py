@@ -109,12 +109,12 @@ def assert_close(expected, actual, rtol=1e-3, atol=1e-7, path="output"):
         np.testing.assert_array_equal(actual, expected, err_msg=path)
 
 
-def run_case(name, backend=None):
-    """Run one case through our Backend; raises AssertionError on mismatch."""
+def run_case(name, backend=None, device="CPU"):
+    """Run one case through our Backend on `device` ("CPU" or "CUDA"); raises AssertionError on mismatch."""
     if backend is None:
         from backends.engine.onnx_backend import Backend as backend
     model, sets = load_case(name)
-    rep = backend.prepare(model, "CPU")
+    rep = backend.prepare(model, device)
     for inputs, outputs in sets:
         got = rep.run(inputs)
         assert len(got) == len(outputs), f"{len(got)} outputs, expected {len(outputs)}"

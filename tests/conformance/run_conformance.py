@@ -1,6 +1,8 @@
 """Run the ONNX node conformance cases outside pytest: `python tests/conformance/run_conformance.py [REGEX]`.
 
 Prints one line per failing case and the pass count per op at the end. Handy while implementing an op.
+`--device cuda` runs them on the CUDA device; `--compare-cpu` also runs each on the CPU and reports how many of the
+cases that pass on the CPU pass on the device (the CUDA issue's conformance figure); `--json F` writes the counts.
 """
 import collections
 import os
@@ -14,8 +16,17 @@ from cases import case_names, expected_failure_reason, expected_failures, op_of,
 
 
 def main(argv):
-    pattern = re.compile(argv[1]) if len(argv) > 1 else None
-    verbose = "-v" in argv
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("pattern", nargs="?")
+    ap.add_argument("-v", action="store_true")
+    ap.add_argument("--device", default="CPU")
+    ap.add_argument("--compare-cpu", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv[1:])
+    pattern = re.compile(args.pattern) if args.pattern else None
+    verbose = args.v
+    cpu_pass = device_pass = 0
     table = expected_failures()
     per_op = collections.defaultdict(lambda: [0, 0])
     passed = failed = 0
@@ -24,9 +35,18 @@ def main(argv):
         if pattern and not pattern.search(name):
             continue
         op = op_of(name)
+        cpu_ok = None
+        if args.compare_cpu:
+            try:
+                run_case(name)
+                cpu_ok = True
+            except Exception:
+                cpu_ok = False
+            cpu_pass += cpu_ok
         try:
-            run_case(name)
+            run_case(name, device=args.device.upper())
             ok = True
+            device_pass += bool(cpu_ok)
         except Exception as e:
             ok = False
             msg = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -41,6 +61,14 @@ def main(argv):
         p, f = per_op[op]
         print(f"  {op:28s} {p:4d} passed {f:4d} failed")
     print(f"{passed} passed, {failed} failed in {time.time() - t0:.1f}s")
+    if args.compare_cpu:
+        share = device_pass / cpu_pass if cpu_pass else 0.0
+        print(f"on {args.device}: {device_pass} of the {cpu_pass} cases that pass on the CPU pass ({share:.1%})")
+    if args.json:
+        import json
+        with open(args.json, "w") as f:
+            json.dump({"device": args.device, "passed": passed, "failed": failed, "cpu_passed": cpu_pass,
+                       "device_passed_of_cpu_passed": device_pass}, f)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ def time_candidates(node, candidates, inputs, iterations, device=None, prep=None
     timed; each candidate is warmed up first (pool threads, caches) and scored by its fastest run. The device
     runs and times them (a clock on the CPU, events on a GPU)."""
     dev = get_device(device or "cpu")
+    if not dev.host_memory:   # time device tactics on device-resident inputs (uploaded once, not per run)
+        inputs = [dev.copy_to_device(x) if isinstance(x, np.ndarray) else x for x in inputs]
     live = []
     for t in candidates:
         try:

@@ -73,6 +73,9 @@ class GraphExecutor:
             if node.kind == "Constant" and tactic.name == "numpy" and not node.subgraphs:
                 self.consts[node.outputs[0]] = node.weights["value"]
                 continue
+            if node.kind == "Constant" and getattr(tactic, "constant", False):   # a device-resident constant
+                self.consts[node.outputs[0]] = tactic.run(node_op(node), [])[0]
+                continue
             sub_device = getattr(tactic, "subgraph_device", self.device)  # a DLA loadable's body runs on the DLA
             subs = {k: GraphExecutor(g, sub_device, lazy_tactics=lazy_tactics) for k, g in node.subgraphs.items()}
             op = node_op(node)

@@ -18,7 +18,7 @@ from backends.engine.runtime.arena import ArenaCache
 from backends.engine.runtime.executor import GraphExecutor
 from native.config import settings, tune_process_default
 from native.device import device_for_plan
-from native.errors import DebugkitError, FeedError, InputFileError, PlanError, ShapeError
+from native.errors import DebugkitError, FeedError, InputFileError, PlanError, ShapeError, UsageError
 from native.logger import G_LOGGER
 
 
@@ -141,6 +141,7 @@ class ExecutionContext:
         # layer allocates its own outputs
         self.use_arena = True
         self.arenas = ArenaCache()
+        self.timings = None    # {"h2d_ms", "compute_ms", "d2h_ms"} of the last execute on a device with own memory
 
     @property
     def arena_bytes(self) -> int:
@@ -198,26 +199,67 @@ class ExecutionContext:
         return out
 
     def execute(self, feeds: dict, taps=()) -> dict:
-        """Run the engine; returns {output name: array} plus any tapped intermediate tensors."""
+        """Run the engine; returns {output name: array} plus any tapped intermediate tensors.
+
+        On a device with its own memory (CUDA) `self.timings` then holds the last execution's host-to-device,
+        compute and device-to-host times in ms, measured apart on the device's clock."""
         feeds = self._check_feeds(feeds)
         taps = list(taps or ())
         aliases = self.engine.graph.aliases
         resolved = {t: aliases.get(t, t) for t in taps}
         dev = self.engine._device
-        if not dev.host_memory:   # a device with its own memory: feeds in, results out (one copy each)
-            feeds = {k: dev.copy_to_device(v) for k, v in feeds.items()}
         profiler = getattr(self, "profiler", None)
-        if profiler is not None and hasattr(profiler, "start_inference"):
-            profiler.start_inference()
-            profiler.tactics = {n.name: n.tactic_name for n in self.engine.graph.nodes}
-        env = self.engine.executor.run(feeds, keep=set(resolved.values()), profiler=profiler,
-                                       memory=self.arenas if self.use_arena else None)
+        timeline = None if dev.host_memory else dev.timeline()
+        if self._graph_mode and not resolved and profiler is None:
+            env = self._graph_launch(feeds, timeline)
+        else:
+            if not dev.host_memory:   # a device with its own memory: feeds in, results out (one copy each)
+                feeds = {k: dev.copy_to_device(v) for k, v in feeds.items()}
+                timeline.mark("h2d")
+            if profiler is not None and hasattr(profiler, "start_inference"):
+                profiler.start_inference()
+                profiler.tactics = {n.name: n.tactic_name for n in self.engine.graph.nodes}
+            # the GPU's tactics allocate from the stream-ordered pool (the arena is the CPU's, for now)
+            memory = self.arenas if self.use_arena and dev.host_memory else None
+            env = self.engine.executor.run(feeds, keep=set(resolved.values()), profiler=profiler, memory=memory)
         out = (lambda v: v) if dev.host_memory else dev.copy_to_host
+        if timeline is not None:
+            timeline.mark("compute")
         result = {name: out(env[name]) for name in self.engine.graph.output_names}
         for t, r in resolved.items():
             if r in env:
                 result[t] = out(env[r])
+        if timeline is not None:
+            timeline.mark("d2h")
+            self.timings = timeline.durations()
         return result
+
+    # CUDA graphs (trtexec --useCudaGraph) ----------------------------------------------------------------
+    _graph_mode = False
+
+    def enable_cuda_graph(self, on: bool = True):
+        """Capture the whole execution as one CUDA graph at the first execute (and again when input shapes
+        change), then replay it. Needs a device with graphs (cuda) and every layer on it; executes with taps or
+        a profiler run without the graph."""
+        if on and not getattr(self.engine._device, "supports_graphs", False):
+            raise UsageError(f"CUDA graphs need an engine on the cuda device; this engine runs on "
+                             f"'{self.engine._device.name}' (build or run it with --device cuda)")
+        self._graph_mode = bool(on)
+        self._graph = None
+
+    def _graph_launch(self, feeds, timeline):
+        dev = self.engine._device
+        key = tuple((k, tuple(np.shape(v)), np.asarray(v).dtype.str) for k, v in sorted(feeds.items()))
+        graph = getattr(self, "_graph", None)
+        if graph is None or graph.key != key:
+            self._graph = None
+            self.engine.executor.run({k: dev.copy_to_device(v) for k, v in feeds.items()})   # warm-up
+            dev.synchronize()
+            graph = self._graph = dev.capture(lambda f: self.engine.executor.run(f), feeds,
+                                              self.engine.graph.output_names)
+            if timeline is not None:
+                timeline.reset()
+        return graph.launch(feeds, timeline)
 
     execute_v2 = execute
 

@@ -1,5 +1,8 @@
-// Pointwise and row kernels of the CUDA device (float32), compiled at build time with NVRTC.
+// Pointwise and row kernels of the CUDA device, compiled at build time with NVRTC. Every kernel exists for
+// float32 storage (plain name) and float16 storage (name + "_h"); both compute in float32, so an FP16 layer
+// rounds once, when it stores its result (as the CPU's FP16 emulation does).
 // Semantics follow the CPU kernels: NaN propagates through max/min/relu/clip as numpy's do.
+#include "common.cuh"
 
 struct Bcast {            // output index -> element offsets of the two operands (stride 0 = broadcast)
     long long rank, n;
@@ -16,14 +19,22 @@ __device__ __forceinline__ void offsets(const Bcast& s, long long i, long long& 
     }
 }
 
-#define GRID_LOOP(n) for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); \
-                          i += (long long)gridDim.x * blockDim.x)
-
-#define BINARY(NAME, EXPR)                                                                          \
-extern "C" __global__ void NAME(float* __restrict__ out, const float* __restrict__ a,               \
-                                const float* __restrict__ b, Bcast s) {                             \
-    GRID_LOOP(s.n) { long long ia, ib; offsets(s, i, ia, ib); float x = a[ia], y = b[ib]; out[i] = (EXPR); } \
+template <class D, class O>
+__device__ __forceinline__ void binary_k(typename D::T* __restrict__ out, const typename D::T* __restrict__ a,
+                                         const typename D::T* __restrict__ b, const Bcast& s) {
+    GRID_LOOP(s.n) {
+        long long ia, ib;
+        offsets(s, i, ia, ib);
+        out[i] = D::st(O::f(D::ld(a[ia]), D::ld(b[ib])));
+    }
 }
+
+#define BINARY(NAME, EXPR)                                                                                    \
+struct op_##NAME { __device__ static __forceinline__ float f(float x, float y) { return (EXPR); } };          \
+extern "C" __global__ void NAME(float* out, const float* a, const float* b, Bcast s) {                        \
+    binary_k<F32, op_##NAME>(out, a, b, s); }                                                                 \
+extern "C" __global__ void NAME##_h(unsigned short* out, const unsigned short* a, const unsigned short* b,     \
+                                    Bcast s) { binary_k<F16, op_##NAME>(out, a, b, s); }
 
 BINARY(ew_sum, x + y)
 BINARY(ew_sub, x - y)
@@ -33,11 +44,18 @@ BINARY(ew_max, (x > y || x != x) ? x : y)
 BINARY(ew_min, (x < y || x != x) ? x : y)
 BINARY(ew_pow, powf(x, y))
 
-#define UNARY(NAME, EXPR)                                                                           \
-extern "C" __global__ void NAME(float* __restrict__ out, const float* __restrict__ in, long long n,   \
-                                float alpha, float beta) {                                          \
-    GRID_LOOP(n) { float x = in[i]; out[i] = (EXPR); }                                              \
+template <class D, class O>
+__device__ __forceinline__ void unary_k(typename D::T* __restrict__ out, const typename D::T* __restrict__ in,
+                                        long long n, float alpha, float beta) {
+    GRID_LOOP(n) { out[i] = D::st(O::f(D::ld(in[i]), alpha, beta)); }
 }
+
+#define UNARY(NAME, EXPR)                                                                                     \
+struct op_##NAME { __device__ static __forceinline__ float f(float x, float alpha, float beta) { return (EXPR); } }; \
+extern "C" __global__ void NAME(float* out, const float* in, long long n, float alpha, float beta) {           \
+    unary_k<F32, op_##NAME>(out, in, n, alpha, beta); }                                                       \
+extern "C" __global__ void NAME##_h(unsigned short* out, const unsigned short* in, long long n, float alpha,   \
+                                    float beta) { unary_k<F16, op_##NAME>(out, in, n, alpha, beta); }
 
 UNARY(act_relu, (x > 0.f || x != x) ? x : 0.f)
 UNARY(act_sigmoid, 0.5f * tanhf(0.5f * x) + 0.5f)
@@ -62,16 +80,24 @@ UNARY(un_floor, floorf(x))
 UNARY(un_ceil, ceilf(x))
 UNARY(un_rsqrt, 1.f / sqrtf(x))
 
-// softmax over the last (contiguous) axis: one block per row, two passes (max, then sum of exp)
-extern "C" __global__ void softmax_rows(float* __restrict__ out, const float* __restrict__ in,
-                                        long long rows, long long cols, int log_softmax) {
+// softmax over the last (contiguous) axis: one block per row, two passes (max, then sum of exp). Optional scale
+// and additive mask (mask offsets from a Bcast over [rows * cols]; has_mask 0 = none) for attention; a row that
+// is all -inf gives 0 when nan_to_zero (a fully masked query), NaN otherwise (as numpy).
+template <class DI, class DO>
+__device__ void softmax_k(typename DO::T* __restrict__ out, const typename DI::T* __restrict__ in,
+                          long long rows, long long cols, int log_softmax, float scale,
+                          const typename DI::T* __restrict__ mask, Bcast ms, int nan_to_zero) {
     __shared__ float red[256];
     long long r = blockIdx.x;
     if (r >= rows) return;
-    const float* x = in + r * cols;
-    float* y = out + r * cols;
+    const typename DI::T* x = in + r * cols;
+    typename DO::T* y = out + r * cols;
     float m = __int_as_float(0xff800000);   // -inf
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, x[j]);
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+        float v = DI::ld(x[j]) * scale;
+        if (mask) { long long ia, ib; offsets(ms, r * cols + j, ia, ib); v += DI::ld(mask[ib]); }
+        m = fmaxf(m, v);
+    }
     red[threadIdx.x] = m;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {
@@ -81,7 +107,11 @@ extern "C" __global__ void softmax_rows(float* __restrict__ out, const float* __
     m = red[0];
     __syncthreads();
     float sum = 0.f;
-    for (long long j = threadIdx.x; j < cols; j += blockDim.x) sum += expf(x[j] - m);
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+        float v = DI::ld(x[j]) * scale;
+        if (mask) { long long ia, ib; offsets(ms, r * cols + j, ia, ib); v += DI::ld(mask[ib]); }
+        sum += expf(v - m);
+    }
     red[threadIdx.x] = sum;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {
@@ -89,13 +119,33 @@ extern "C" __global__ void softmax_rows(float* __restrict__ out, const float* __
         __syncthreads();
     }
     sum = red[0];
-    if (log_softmax) {
-        float ls = logf(sum);
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) y[j] = x[j] - m - ls;
-    } else {
-        float inv = 1.f / sum;
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) y[j] = expf(x[j] - m) * inv;
+    bool dead = nan_to_zero && m == __int_as_float(0xff800000);
+    float ls = logf(sum), inv = 1.f / sum;
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+        float v = DI::ld(x[j]) * scale;
+        if (mask) { long long ia, ib; offsets(ms, r * cols + j, ia, ib); v += DI::ld(mask[ib]); }
+        float o = log_softmax ? v - m - ls : expf(v - m) * inv;
+        y[j] = DO::st(dead ? 0.f : o);
     }
+}
+
+extern "C" __global__ void softmax_rows(float* out, const float* in, long long rows, long long cols, int log_softmax) {
+    Bcast none; none.rank = 0;
+    softmax_k<F32, F32>(out, in, rows, cols, log_softmax, 1.f, (const float*)0, none, 0);
+}
+extern "C" __global__ void softmax_rows_h(unsigned short* out, const unsigned short* in, long long rows,
+                                          long long cols, int log_softmax) {
+    Bcast none; none.rank = 0;
+    softmax_k<F16, F16>(out, in, rows, cols, log_softmax, 1.f, (const unsigned short*)0, none, 0);
+}
+// attention scores (float32, from the GEMM) -> probabilities in the layer's storage type
+extern "C" __global__ void attn_softmax(float* out, const float* in, long long rows, long long cols, float scale,
+                                        const float* mask, Bcast ms, int nan_to_zero) {
+    softmax_k<F32, F32>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero);
+}
+extern "C" __global__ void attn_softmax_h(unsigned short* out, const float* in, long long rows, long long cols,
+                                          float scale, const float* mask, Bcast ms, int nan_to_zero) {
+    softmax_k<F32, F16>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero);
 }
 
 // im2col for 2-D convolution (NCHW, one batch item): cols[c*kh*kw + ky*kw + kx][oy*ow + ox]

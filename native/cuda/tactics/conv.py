@@ -9,7 +9,8 @@ from native.cuda.array import GpuArray, to_device
 from native.cuda.driver import CudaError, context
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.gemm import _weights_on_device, handle
-from native.cuda.tactics.pointwise import SRC, _ACT, broadcast_params
+from native.cuda.tactics.common import on_device
+from native.cuda.tactics.pointwise import SRC, _ACT, activate, binary
 from native.tactics import Tactic, register_tactic
 
 
@@ -19,26 +20,23 @@ def _geometry(op, x_shape, k_shape):
 
 
 def _binary(name, a: GpuArray, b: GpuArray, out: GpuArray):
-    s = broadcast_params(out.shape, a.shape, b.shape)
-    launch(kernel(SRC, name), grid_for(s[1]), (256, 1, 1), [np.uint64(out.ptr), np.uint64(a.ptr), np.uint64(b.ptr), s])
+    binary(name, a, b, out)
 
 
 def epilogue(y: GpuArray, op, inputs):
-    """Apply params['post_ops'] in order, in place on y."""
+    """Apply params['post_ops'] in order, in place on y (y's storage type throughout)."""
     for step in op.params.get("post_ops") or ():
         if step["op"] == "bias":
             b = _weights_on_device(op.weights, step["weight"])
+            if b.dtype != y.dtype:
+                raise TypeError(f"bias stored as {b.dtype}, output as {y.dtype}")
             shape = [1] * y.ndim
             shape[step.get("axis", 1)] = -1
             _binary("ew_sum", y, b.reshape(tuple(b.size if d == -1 else d for d in shape)), y)
         elif step["op"] == "add":
-            r = inputs[step["input"]]
-            r = r if isinstance(r, GpuArray) else to_device(np.ascontiguousarray(r, dtype=np.float32))
-            _binary("ew_sum", y, r, y)
+            _binary("ew_sum", y, on_device(inputs[step["input"]]), y)
         elif step["op"] == "activation":
-            launch(kernel(SRC, _ACT[step["type"]]), grid_for(y.size), (256, 1, 1),
-                   [np.uint64(y.ptr), np.uint64(y.ptr), np.int64(y.size), np.float32(step.get("alpha", 0.0) or 0.0),
-                    np.float32(step.get("beta", 0.0) or 0.0)])
+            activate(y, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
         else:
             raise CudaError(f"post-op {step['op']!r} has no GPU implementation")
     return y

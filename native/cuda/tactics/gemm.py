@@ -1,4 +1,5 @@
-"""cuBLAS GEMMs (through nvmath-python's bindings): MatrixMultiply in FP32, TF32 when the layer's math says so.
+"""cuBLAS GEMMs (through nvmath-python's bindings): MatrixMultiply in FP32 (TF32 when the layer's math says so) and
+FP16 (tensor cores, FP32 accumulation), and fused attention (two batched GEMMs around a scaled, masked softmax).
 
 Row-major C[M,N] = A[M,K] @ B[K,N] is computed as the column-major product C^T = B^T A^T, batched with strides
 (stride 0 for a side whose batch dims are absent or all 1)."""
@@ -6,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from native.cuda.array import GpuArray, to_device
+from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
+from native.cuda.tactics.common import on_device, storage, weight
 from native.tactics import Tactic, register_tactic
 
 _HANDLE = {}
@@ -33,9 +35,19 @@ def _batch_ok(a_batch, b_batch):
     return out
 
 
-def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=False) -> GpuArray:
+_CUDA_TYPE = {"float32": "CUDA_R_32F", "float16": "CUDA_R_16F"}
+
+
+def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=False, out_dtype=None) -> GpuArray:
+    """a @ b (batched, broadcast batch dims) with FP32 accumulation; a and b share one storage type, the result
+    is stored in out_dtype (default: theirs)."""
     from nvmath import CudaDataType
     from nvmath.bindings import cublas
+    if a.dtype != b.dtype or a.dtype.name not in _CUDA_TYPE:
+        raise TypeError(f"cuBLAS tactic takes float32 or float16 operands of one type, got {a.dtype}/{b.dtype}")
+    out_dtype = np.dtype(out_dtype or a.dtype)
+    ab_type = getattr(CudaDataType, _CUDA_TYPE[a.dtype.name])
+    c_type = getattr(CudaDataType, _CUDA_TYPE[out_dtype.name])
     M, K = (a.shape[-1], a.shape[-2]) if transpose_a else (a.shape[-2], a.shape[-1])
     Kb, N = (b.shape[-1], b.shape[-2]) if transpose_b else (b.shape[-2], b.shape[-1])
     if K != Kb:
@@ -44,7 +56,7 @@ def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=
     if batch is None:
         raise TypeError(f"batch dims {a.shape[:-2]} x {b.shape[:-2]} broadcast partially; host tactic runs it")
     count = int(np.prod(batch, dtype=np.int64)) if batch else 1
-    out = GpuArray(tuple(batch) + (M, N), np.float32)
+    out = GpuArray(tuple(batch) + (M, N), out_dtype)
     sa = M * K if int(np.prod(a.shape[:-2], dtype=np.int64)) > 1 else 0
     sb = K * N if int(np.prod(b.shape[:-2], dtype=np.int64)) > 1 else 0
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
@@ -52,16 +64,18 @@ def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=
     op_a = cublas.Operation.T if transpose_a else cublas.Operation.N
     ldb = K if transpose_b else N
     lda = M if transpose_a else K
-    compute = cublas.ComputeType.COMPUTE_32F_FAST_TF32 if tf32 else cublas.ComputeType.COMPUTE_32F_PEDANTIC
+    if a.dtype == np.float16:
+        compute = cublas.ComputeType.COMPUTE_32F
+    else:
+        compute = cublas.ComputeType.COMPUTE_32F_FAST_TF32 if tf32 else cublas.ComputeType.COMPUTE_32F_PEDANTIC
     if out.size == 0:
         return out
     if K == 0:
         context().memset0(out.ptr, out.nbytes)
         return out
     try:
-        cublas.gemm_strided_batched_ex(handle(), op_b, op_a, N, M, K, one.ctypes.data, b.ptr,
-                                       CudaDataType.CUDA_R_32F, ldb, sb, a.ptr, CudaDataType.CUDA_R_32F, lda, sa,
-                                       zero.ctypes.data, out.ptr, CudaDataType.CUDA_R_32F, N, M * N, count,
+        cublas.gemm_strided_batched_ex(handle(), op_b, op_a, N, M, K, one.ctypes.data, b.ptr, ab_type, ldb, sb,
+                                       a.ptr, ab_type, lda, sa, zero.ctypes.data, out.ptr, c_type, N, M * N, count,
                                        compute, cublas.GemmAlgo.DEFAULT)
     except Exception as e:
         raise CudaError(f"cublasGemmStridedBatchedEx({M}x{K} @ {K}x{N}, batch {count}) failed: {e}") from e
@@ -70,10 +84,11 @@ def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=
 
 @register_tactic
 class CublasMatMul(Tactic):
-    """cuBLAS GEMM (FP32 pedantic, or TF32 tensor cores when the layer's math is tf32)."""
+    """cuBLAS GEMM: FP32 pedantic (TF32 tensor cores when the layer's math is tf32), FP16 with FP32 accumulation."""
 
     kind, name, device = "MatrixMultiply", "cublas", "cuda"
     honours = {"post_ops"}
+    precisions = ("float32", "float16")
 
     def supports(self, op, input_shapes):
         from native.cuda.tactics.pointwise import _ACT
@@ -88,29 +103,69 @@ class CublasMatMul(Tactic):
         return None
 
     def prepare(self, op):
-        return dict(op.weights)
+        """Weights in the layer's storage type (FP16 layers read FP16 weights)."""
+        dtype = storage(op)
+        return {k: (np.asarray(v, np.float32).astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+                    else v) for k, v in op.weights.items()}
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        a = inputs[0] if isinstance(inputs[0], GpuArray) else to_device(np.ascontiguousarray(inputs[0]))
-        if "b" in op.weights:
-            b = _weights_on_device(op.weights, "b")
-        else:
-            b = inputs[1] if isinstance(inputs[1], GpuArray) else to_device(np.ascontiguousarray(inputs[1]))
-        if a.dtype != np.float32 or b.dtype != np.float32:
-            raise TypeError(f"cuBLAS tactic takes float32, got {a.dtype}/{b.dtype}")
+        a = on_device(inputs[0])
+        b = weight(op.weights["b"]) if "b" in op.weights else on_device(inputs[1])
         from native.cuda.tactics.conv import epilogue
         y = matmul(a, b, bool(op.params.get("transpose_a")), bool(op.params.get("transpose_b")),
                    tf32=(op.math == "tf32"))
         return [epilogue(y, op, inputs)]
 
 
-_W: dict = {}
-
-
 def _weights_on_device(weights, key):
     """Upload a weight once per process (kept alive beside its host array)."""
-    host = weights[key]
-    hit = _W.get(id(host))
-    if hit is None or hit[0] is not host:
-        hit = _W[id(host)] = (host, GpuArray.from_host(np.ascontiguousarray(host, dtype=np.float32)))
-    return hit[1]
+    return weight(weights[key])
+
+
+@register_tactic
+class CublasAttention(Tactic):
+    """softmax(q @ k' * scale + mask) @ v: scores in FP32 from one batched GEMM, a row kernel for scale, additive
+    mask and softmax (fully masked rows -> 0 with nan_to_zero), then a batched GEMM with v."""
+
+    kind, name, device = "Attention", "cublas-softmax", "cuda"
+    precisions = ("float32", "float16")
+
+    def supports(self, op, input_shapes):
+        if op.params.get("mask_kind", "add") not in ("add", "none"):
+            return f"mask kind {op.params.get('mask_kind')} runs on the host"
+        if input_shapes and all(s is not None for s in input_shapes[:3]):
+            q, k, v = (tuple(s) for s in input_shapes[:3])
+            if len(q) < 2 or q[:-2] != k[:-2] or q[:-2] != v[:-2]:
+                return "q, k, v with different batch dims run on the host"
+        if op.params.get("softmax_axis", -1) not in (-1, None):
+            return "softmax over another axis runs on the host"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        from native.cuda.nvrtc import kernel, launch
+        from native.cuda.tactics.pointwise import SRC, broadcast_params
+        q, k, v = (on_device(x) for x in inputs[:3])
+        mask = on_device(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
+        if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2]:
+            raise TypeError("q, k, v with different batch dims run on the host")
+        p = op.params
+        scores = matmul(q, k, False, bool(p.get("transpose_k", True)), tf32=(op.math == "tf32"),
+                        out_dtype=np.float32)
+        scale = p.get("scale")
+        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        rows, cols = scores.size // max(scores.shape[-1], 1), scores.shape[-1]
+        probs = GpuArray(scores.shape, q.dtype)
+        if mask is not None and p.get("mask_kind", "add") != "none":
+            if mask.dtype != np.float32:
+                from native.cuda.tactics.tensor import cast
+                mask = cast(mask, np.float32)
+            ms = broadcast_params(scores.shape, scores.shape, mask.shape)
+            mptr = mask.ptr
+        else:
+            ms, mptr = np.zeros(26, np.int64), 0
+        if rows:
+            launch(kernel(SRC, "attn_softmax" + ("_h" if q.dtype == np.float16 else "")), (rows, 1, 1), (256, 1, 1),
+                   [np.uint64(probs.ptr), np.uint64(scores.ptr), np.int64(rows), np.int64(cols), np.float32(scale),
+                    np.uint64(mptr), ms, np.int32(1 if p.get("nan_to_zero") else 0)])
+        del scores
+        return [matmul(probs, v, tf32=(op.math == "tf32"))]

@@ -1,10 +1,13 @@
-"""Our NVRTC kernels (kernels/pointwise.cu): broadcasting binary ops, activations, unary math, softmax."""
+"""Pointwise tactics on NVRTC kernels (kernels/pointwise.cu): broadcasting binary ops, activations, unary math,
+softmax, and fused pointwise programs (the fusion passes' `Pointwise` layers) compiled into one generated kernel
+each. FP32 and FP16 storage, float32 compute."""
 from __future__ import annotations
 
 import numpy as np
 
-from native.cuda.array import GpuArray, to_device
-from native.cuda.nvrtc import grid_for, kernel, launch
+from native.cuda.array import GpuArray
+from native.cuda.nvrtc import grid_for, kernel, kernel_from_source, launch
+from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, same_float, storage, suffix, weight
 from native.tactics import Tactic, register_tactic
 
 SRC = "pointwise.cu"
@@ -18,10 +21,6 @@ _UNARY = {"EXP": "un_exp", "LOG": "un_log", "SQRT": "un_sqrt", "RECIP": "un_reci
           "CEIL": "un_ceil", "RECIPROCAL_SQRT": "un_rsqrt"}
 
 
-def _f32(shapes, n):
-    return None
-
-
 def _is_f32(x):
     return getattr(x, "dtype", None) is not None and np.dtype(x.dtype) == np.float32
 
@@ -32,41 +31,70 @@ def broadcast_params(out_shape, a_shape, b_shape) -> np.ndarray:
     s = np.zeros(26, dtype=np.int64)
     s[0], s[1] = rank, int(np.prod(out_shape, dtype=np.int64))
     for which, shape in ((10, a_shape), (18, b_shape)):
-        shape = (1,) * (rank - len(shape)) + tuple(shape)
-        stride = 1
-        for d in range(rank - 1, -1, -1):
-            s[which + d] = 0 if shape[d] == 1 else stride
-            stride *= shape[d]
+        s[which:which + rank] = bcast_strides(out_shape, shape)
     s[2:2 + rank] = out_shape
     return s
+
+
+def bcast_strides(out_shape, shape) -> list:
+    """Element strides of a contiguous `shape` read at `out_shape`'s indices (0 along broadcast dims)."""
+    rank = len(out_shape)
+    shape = (1,) * (rank - len(shape)) + tuple(shape)
+    out, stride = [0] * rank, 1
+    for d in range(rank - 1, -1, -1):
+        out[d] = 0 if shape[d] == 1 else stride
+        stride *= shape[d]
+    return out
+
+
+def binary(name: str, a: GpuArray, b: GpuArray, out: GpuArray):
+    """out = a (op) b with broadcasting; one storage type for all three."""
+    sfx = suffix(same_float([a, b, out]))
+    s = broadcast_params(out.shape, a.shape, b.shape)
+    if s[1]:
+        launch(kernel(SRC, name + sfx), grid_for(s[1]), (256, 1, 1), [np.uint64(out.ptr), np.uint64(a.ptr),
+                                                                       np.uint64(b.ptr), s])
+
+
+def activate(y: GpuArray, kind: str, alpha=0.0, beta=0.0, out: GpuArray | None = None):
+    """An activation from _ACT (or a unary from _UNARY), in place unless `out` is given."""
+    out = y if out is None else out
+    name = _ACT.get(kind) or _UNARY[kind]
+    if kind == "CLIP":
+        alpha = -np.inf if alpha is None else alpha
+        beta = np.inf if beta is None else beta
+    if y.size:
+        launch(kernel(SRC, name + suffix(same_float([y, out]))), grid_for(y.size), (256, 1, 1),
+               [np.uint64(out.ptr), np.uint64(y.ptr), np.int64(y.size), np.float32(alpha or 0.0),
+                np.float32(beta or 0.0)])
+    return out
+
+
+def _rank_ok(input_shapes):
+    return not (input_shapes and any(s is not None and len(s) > 8 for s in input_shapes))
 
 
 @register_tactic
 class GpuElementWise(Tactic):
     kind, name, device = "ElementWise", "nvrtc-pointwise", "cuda"
+    precisions = FLOAT_PRECISIONS
 
     def supports(self, op, input_shapes):
         if op.params.get("op") not in _BINARY:
             return f"op {op.params.get('op')} has no GPU kernel"
-        if input_shapes and any(s is not None and len(s) > 8 for s in input_shapes):
-            return "rank above 8"
-        return None
+        return None if _rank_ok(input_shapes) else "rank above 8"
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        a, b = (to_device(np.asarray(x)) if not isinstance(x, GpuArray) else x for x in inputs[:2])
-        if not (_is_f32(a) and _is_f32(b)):
-            raise TypeError(f"GPU elementwise kernels take float32, got {a.dtype}/{b.dtype}")
-        shape = np.broadcast_shapes(a.shape, b.shape)
-        out = GpuArray(shape, np.float32)
-        s = broadcast_params(shape, a.shape, b.shape)
-        if s[1]:
-            launch(kernel(SRC, _BINARY[op.params["op"]]), grid_for(s[1]), (256, 1, 1),
-                   [np.uint64(out.ptr), np.uint64(a.ptr), np.uint64(b.ptr), s])
+        a, b = on_device(inputs[0]), on_device(inputs[1])
+        dtype = same_float([a, b])
+        out = GpuArray(np.broadcast_shapes(a.shape, b.shape), dtype)
+        binary(_BINARY[op.params["op"]], a, b, out)
         return [out]
 
 
 class _UnaryKernel(Tactic):
     device = "cuda"
+    precisions = FLOAT_PRECISIONS
     table: dict = {}
     param = "op"
 
@@ -78,19 +106,9 @@ class _UnaryKernel(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         if len(inputs) > 1 and any(x is not None for x in inputs[1:]):
             raise TypeError("bounds/slopes given as tensors are run by the host tactic")
-        x = inputs[0] if isinstance(inputs[0], GpuArray) else to_device(np.asarray(inputs[0]))
-        if not _is_f32(x):
-            raise TypeError(f"GPU pointwise kernels take float32, got {x.dtype}")
-        out = GpuArray(x.shape, np.float32)
-        alpha, beta = op.params.get("alpha", 0.0), op.params.get("beta", 0.0)
-        if op.params.get(self.param) == "CLIP":
-            alpha = -np.inf if alpha is None else alpha
-            beta = np.inf if beta is None else beta
-        if x.size:
-            launch(kernel(SRC, self.table[op.params[self.param]]), grid_for(x.size), (256, 1, 1),
-                   [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size), np.float32(alpha or 0.0),
-                    np.float32(beta or 0.0)])
-        return [out]
+        x = on_device(inputs[0])
+        out = GpuArray(x.shape, same_float([x]))
+        return [activate(x, op.params[self.param], op.params.get("alpha", 0.0), op.params.get("beta", 0.0), out)]
 
 
 @register_tactic
@@ -106,6 +124,7 @@ class GpuUnary(_UnaryKernel):
 @register_tactic
 class GpuSoftmax(Tactic):
     kind, name, device = "Softmax", "nvrtc-rows", "cuda"
+    precisions = FLOAT_PRECISIONS
 
     def supports(self, op, input_shapes):
         if op.params.get("hard"):
@@ -118,17 +137,150 @@ class GpuSoftmax(Tactic):
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        x = inputs[0] if isinstance(inputs[0], GpuArray) else to_device(np.asarray(inputs[0]))
-        if not _is_f32(x):
-            raise TypeError(f"GPU softmax takes float32, got {x.dtype}")
+        x = on_device(inputs[0])
+        sfx = suffix(same_float([x]))
         axis = int(op.params.get("axis", -1)) % max(x.ndim, 1)
         if axis != x.ndim - 1 and not op.params.get("flatten"):
             raise TypeError("softmax over a non-last axis runs on the host")
         cols = int(np.prod(x.shape[axis:], dtype=np.int64)) if x.ndim else 1
         rows = x.size // max(cols, 1)
-        out = GpuArray(x.shape, np.float32)
+        out = GpuArray(x.shape, x.dtype)
         if rows:
-            launch(kernel(SRC, "softmax_rows"), (rows, 1, 1), (256, 1, 1),
+            launch(kernel(SRC, "softmax_rows" + sfx), (rows, 1, 1), (256, 1, 1),
                    [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(rows), np.int64(cols),
                     np.int32(1 if op.params.get("log") else 0)])
+        return [out]
+
+
+# fused pointwise programs ---------------------------------------------------------------------------------------
+
+_EXPR_BINARY = {"SUM": "({a} + {b})", "SUB": "({a} - {b})", "PROD": "({a} * {b})", "DIV": "({a} / {b})",
+                "MAX": "(({a} > {b} || {a} != {a}) ? {a} : {b})", "MIN": "(({a} < {b} || {a} != {a}) ? {a} : {b})",
+                "POW": "powf({a}, {b})"}
+_EXPR_UNARY = {
+    "RELU": "(({x} > 0.f || {x} != {x}) ? {x} : 0.f)", "SIGMOID": "(0.5f * tanhf(0.5f * {x}) + 0.5f)",
+    "TANH": "tanhf({x})", "LEAKY_RELU": "({x} < 0.f ? {x} * {alpha} : {x})",
+    "ELU": "({x} < 0.f ? {alpha} * expm1f({x}) : {x})",
+    "CLIP": "({x} != {x} ? {x} : fminf(fmaxf({x}, {alpha}), {beta}))",
+    "HARD_SIGMOID": "fminf(fmaxf({alpha} * {x} + {beta}, 0.f), 1.f)",
+    "GELU_ERF": "(0.5f * {x} * (1.f + erff({x} * 0.7071067811865476f)))",
+    "GELU_TANH": "(0.5f * {x} * (1.f + tanhf(0.7978845608028654f * {x} * (1.f + 0.044715f * {x} * {x}))))",
+    "SILU": "(0.5f * {x} + 0.5f * {x} * tanhf(0.5f * {x}))",
+    "EXP": "expf({x})", "LOG": "logf({x})", "SQRT": "sqrtf({x})", "RECIP": "(1.f / {x})", "ABS": "fabsf({x})",
+    "NEG": "(-{x})", "ERF": "erff({x})", "SIN": "sinf({x})", "COS": "cosf({x})", "FLOOR": "floorf({x})",
+    "CEIL": "ceilf({x})", "RECIPROCAL_SQRT": "(1.f / sqrtf({x}))"}
+
+
+def _f(v) -> str:
+    v = float(v)
+    if np.isnan(v):
+        return "__int_as_float(0x7fc00000)"
+    if np.isinf(v):
+        return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
+    return float(np.float32(v)).hex() + "f"
+
+
+def program_source(program, arg_names) -> str | None:
+    """CUDA source of one kernel running `program` (steps of ElementWise / Unary / Activation) per output element:
+    each argument read at its broadcast offset, float32 compute, one store. None when a step has no expression."""
+    lines = []
+    for j, st in enumerate(program):
+        p = st.get("params", {})
+        args = [f"v_{arg_names.index(a)}" if not a.startswith("s:") else f"s_{a[2:]}" for a in st["args"]]
+        if st["op"] == "ElementWise" and p.get("op") in _EXPR_BINARY:
+            e = _EXPR_BINARY[p["op"]].format(a=args[0], b=args[1])
+        elif st["op"] in ("Unary", "Activation"):
+            key = p.get("op") if st["op"] == "Unary" else p.get("type")
+            if key not in _EXPR_UNARY:
+                return None
+            alpha, beta = p.get("alpha", 0.0), p.get("beta", 0.0)
+            if key == "CLIP":
+                alpha = -np.inf if alpha is None else alpha
+                beta = np.inf if beta is None else beta
+            e = _EXPR_UNARY[key].format(x=args[0], alpha=_f(alpha or 0.0), beta=_f(beta or 0.0))
+        else:
+            return None
+        lines.append(f"        float s_{j} = {e};")
+    k = len(arg_names)
+    params = ", ".join(f"const typename D::T* __restrict__ a{i}" for i in range(k))
+    loads = "\n".join(f"        float v_{i} = D::ld(a{i}[o[{i}]]);" for i in range(k))
+    call = ", ".join(f"a{i}" for i in range(k))
+    ext_f = ", ".join(f"const float* a{i}" for i in range(k))
+    ext_h = ", ".join(f"const unsigned short* a{i}" for i in range(k))
+    return f"""#include "common.cuh"
+struct Prog {{ long long rank, n; long long dims[8]; long long s[{k}][8]; }};
+template <class D>
+__device__ __forceinline__ void prog_k(typename D::T* __restrict__ out, {params}, const Prog& p) {{
+    GRID_LOOP(p.n) {{
+        long long o[{k}];
+        for (int a = 0; a < {k}; ++a) o[a] = 0;
+        long long r = i;
+        for (int d = (int)p.rank - 1; d >= 0; --d) {{
+            long long q = r % p.dims[d];
+            r /= p.dims[d];
+            for (int a = 0; a < {k}; ++a) o[a] += q * p.s[a][d];
+        }}
+{loads}
+{chr(10).join(lines)}
+        out[i] = D::st(s_{len(program) - 1});
+    }}
+}}
+extern "C" __global__ void prog(float* out, {ext_f}, Prog p) {{ prog_k<F32>(out, {call}, p); }}
+extern "C" __global__ void prog_h(unsigned short* out, {ext_h}, Prog p) {{ prog_k<F16>(out, {call}, p); }}
+"""
+
+
+def _program_args(program):
+    names = []
+    for st in program:
+        for a in st["args"]:
+            if not a.startswith("s:") and a not in names:
+                names.append(a)
+    return names
+
+
+@register_tactic
+class GpuPointwiseProgram(Tactic):
+    """A fused pointwise chain as one generated NVRTC kernel (one read per operand, one write)."""
+
+    kind, name, device = "Pointwise", "nvrtc-fused", "cuda"
+    precisions = FLOAT_PRECISIONS
+    honours = {"program"}
+
+    def supports(self, op, input_shapes):
+        program = op.params.get("program") or []
+        names = _program_args(program)
+        if not program or program_source(program, names) is None:
+            return "a step of the program has no GPU expression"
+        if len(names) > 16:
+            return "more than 16 operands"
+        return None if _rank_ok(input_shapes) else "rank above 8"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        program = op.params["program"]
+        names = _program_args(program)
+        dtype = storage(op)
+        vals = []
+        for a in names:
+            kind, _, key = a.partition(":")
+            if kind == "in":
+                vals.append(on_device(inputs[int(key)]))
+            elif kind == "w":
+                vals.append(weight(op.weights[key], dtype))
+            else:
+                raise TypeError(f"program argument {a!r} has no GPU binding")
+        dtype = same_float(vals)
+        shape = np.broadcast_shapes(*[v.shape for v in vals])
+        if len(shape) > 8:
+            raise TypeError("rank above 8")
+        out = GpuArray(shape, dtype)
+        k = len(vals)
+        p = np.zeros(10 + 8 * k, dtype=np.int64)
+        p[0], p[1] = len(shape), out.size
+        p[2:2 + len(shape)] = shape
+        for i, v in enumerate(vals):
+            p[10 + 8 * i:10 + 8 * i + len(shape)] = bcast_strides(shape, v.shape)
+        if out.size:
+            fn = kernel_from_source(program_source(program, names), "prog" + suffix(dtype), "pointwise_program.cu")
+            launch(fn, grid_for(out.size), (256, 1, 1), [np.uint64(out.ptr)] + [np.uint64(v.ptr) for v in vals] + [p])
         return [out]

@@ -1,0 +1,75 @@
+"""CUDA graphs: a whole engine execution captured once and replayed with one launch (trtexec's --useCudaGraph).
+
+Capture needs every layer on the GPU (a host layer synchronizes, which a capturing stream refuses) and a warm-up
+run first (kernels compiled, weights uploaded, cuDNN plans built). Inputs live in static device buffers the graph
+reads; intermediate tensors are the graph's own allocations (stream-ordered, freed inside the graph); outputs are
+graph allocations at fixed addresses, valid until the next launch. A new set of input shapes captures a new graph.
+"""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+from native.cuda.array import GpuArray
+from native.cuda.driver import CudaError, _cu, check, context
+
+
+class CapturedGraph:
+    def __init__(self, run, host_feeds: dict, output_names):
+        """run(device_feeds) -> env: one execution of the engine (the interpreter's run)."""
+        cu = _cu()
+        ctx = context()
+        self.inputs = {}
+        for k, v in host_feeds.items():
+            v = np.ascontiguousarray(v)
+            buf = GpuArray(v.shape, v.dtype)
+            ctx.upload(buf.ptr, v)
+            self.inputs[k] = buf
+        ctx.synchronize()
+        check(cu.cuStreamBeginCapture(ctx.stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
+              "cuStreamBeginCapture")
+        try:
+            env = run(dict(self.inputs))
+            self.outputs = {name: env[name] for name in output_names}
+            del env
+            gc.collect()     # intermediates die inside the capture: their frees become graph nodes
+        except BaseException as e:
+            try:
+                graph = check(cu.cuStreamEndCapture(ctx.stream))
+                cu.cuGraphDestroy(graph)
+            except Exception:
+                pass
+            if isinstance(e, CudaError) or "capture" in str(e).lower() or "synchron" in str(e).lower():
+                raise CudaError(f"CUDA graph capture failed ({e}); a layer that synchronizes (a host layer) cannot "
+                                f"be captured: run without CUDA graphs, or check the inspector for host:* "
+                                f"tactics") from e
+            raise
+        graph = check(cu.cuStreamEndCapture(ctx.stream), "cuStreamEndCapture")
+        for arr in self.outputs.values():   # graph allocations: the graph frees them at its next launch
+            if isinstance(arr, GpuArray):
+                arr._owns = False
+                if arr.base is not None:
+                    arr.base._owns = False
+        flags = cu.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+        self.graph = graph
+        self.exec = check(cu.cuGraphInstantiate(graph, int(flags)), "cuGraphInstantiate")
+        self.key = tuple((k, tuple(np.shape(v)), np.asarray(v).dtype.str) for k, v in sorted(host_feeds.items()))
+
+    def launch(self, host_feeds: dict, timeline=None) -> dict:
+        """Upload the feeds into the static input buffers and launch; returns the (device) outputs."""
+        ctx = context()
+        for k, v in host_feeds.items():
+            ctx.upload(self.inputs[k].ptr, np.ascontiguousarray(v))
+        if timeline is not None:
+            timeline.mark("h2d")
+        check(_cu().cuGraphLaunch(self.exec, ctx.stream), "cuGraphLaunch")
+        return dict(self.outputs)
+
+    def __del__(self):
+        try:
+            cu = _cu()
+            cu.cuGraphExecDestroy(self.exec)
+            cu.cuGraphDestroy(self.graph)
+        except Exception:
+            pass

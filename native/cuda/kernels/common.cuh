@@ -1,0 +1,22 @@
+// Shared by the device's kernels: storage-type adapters (compute is float32; FP16 is stored as its bit pattern in
+// an unsigned short and converted with the hardware's round-to-nearest-even) and the grid-stride loop.
+#pragma once
+
+struct F32 {
+    typedef float T;
+    static __device__ __forceinline__ float ld(float v) { return v; }
+    static __device__ __forceinline__ float st(float v) { return v; }
+};
+
+struct F16 {
+    typedef unsigned short T;
+    static __device__ __forceinline__ float ld(unsigned short v) {
+        float f; asm("{cvt.f32.f16 %0, %1;}" : "=f"(f) : "h"(v)); return f;
+    }
+    static __device__ __forceinline__ unsigned short st(float v) {
+        unsigned short h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(v)); return h;
+    }
+};
+
+#define GRID_LOOP(n) for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); \
+                          i += (long long)gridDim.x * blockDim.x)

@@ -1,0 +1,198 @@
+// Data movement and reductions of the CUDA device: strided copies (transpose, slice, split, concat, expand),
+// storage casts, gather, select, pooling (NCHW and NHWC) and layer normalization. Float kernels exist for float32
+// (plain name) and float16 (name + "_h"); copies work on any element size (suffix = bytes per element).
+#include "common.cuh"
+
+struct Strided {           // out[i] (i over `dims`, row-major) = in[sum(idx_d * si_d)], written at sum(idx_d * so_d)
+    long long rank, n;
+    long long dims[8], si[8], so[8];
+};
+
+template <typename T>
+__device__ __forceinline__ void copy_k(T* __restrict__ out, const T* __restrict__ in, const Strided& s) {
+    GRID_LOOP(s.n) {
+        long long r = i, oi = 0, oo = 0;
+        for (int d = (int)s.rank - 1; d >= 0; --d) {
+            long long q = r % s.dims[d];
+            r /= s.dims[d];
+            oi += q * s.si[d];
+            oo += q * s.so[d];
+        }
+        out[oo] = in[oi];
+    }
+}
+
+extern "C" __global__ void copy_nd_1(unsigned char* out, const unsigned char* in, Strided s) { copy_k(out, in, s); }
+extern "C" __global__ void copy_nd_2(unsigned short* out, const unsigned short* in, Strided s) { copy_k(out, in, s); }
+extern "C" __global__ void copy_nd_4(unsigned int* out, const unsigned int* in, Strided s) { copy_k(out, in, s); }
+extern "C" __global__ void copy_nd_8(unsigned long long* out, const unsigned long long* in, Strided s) { copy_k(out, in, s); }
+
+// storage casts (round to nearest even, as the CPU's Reformat)
+extern "C" __global__ void cast_f32_f16(unsigned short* out, const float* in, long long n) {
+    GRID_LOOP(n) { out[i] = F16::st(in[i]); }
+}
+extern "C" __global__ void cast_f16_f32(float* out, const unsigned short* in, long long n) {
+    GRID_LOOP(n) { out[i] = F16::ld(in[i]); }
+}
+
+// gather along one axis: x viewed as [outer, K, inner], indices (int64, negative counts from the end) [m]
+// -> out [outer, m, inner]
+template <typename T>
+__device__ __forceinline__ void gather_k(T* __restrict__ out, const T* __restrict__ x,
+                                         const long long* __restrict__ idx, long long outer, long long K,
+                                         long long inner, long long m) {
+    long long n = outer * m * inner;
+    GRID_LOOP(n) {
+        long long c = i % inner, t = i / inner;
+        long long j = t % m, o = t / m;
+        long long k = idx[j];
+        if (k < 0) k += K;
+        out[i] = (k >= 0 && k < K) ? x[(o * K + k) * inner + c] : (T)0;
+    }
+}
+extern "C" __global__ void gather_2(unsigned short* out, const unsigned short* x, const long long* idx, long long outer,
+                                    long long K, long long inner, long long m) { gather_k(out, x, idx, outer, K, inner, m); }
+extern "C" __global__ void gather_4(unsigned int* out, const unsigned int* x, const long long* idx, long long outer,
+                                    long long K, long long inner, long long m) { gather_k(out, x, idx, outer, K, inner, m); }
+extern "C" __global__ void gather_8(unsigned long long* out, const unsigned long long* x, const long long* idx,
+                                    long long outer, long long K, long long inner, long long m) {
+    gather_k(out, x, idx, outer, K, inner, m); }
+
+// select: out = cond ? a : b, all three broadcast to out (strides in elements, 0 = broadcast)
+struct Bcast3 {
+    long long rank, n;
+    long long dims[8], sc[8], sa[8], sb[8];
+};
+template <typename T>
+__device__ __forceinline__ void select_k(T* __restrict__ out, const unsigned char* __restrict__ c,
+                                         const T* __restrict__ a, const T* __restrict__ b, const Bcast3& s) {
+    GRID_LOOP(s.n) {
+        long long r = i, ic = 0, ia = 0, ib = 0;
+        for (int d = (int)s.rank - 1; d >= 0; --d) {
+            long long q = r % s.dims[d];
+            r /= s.dims[d];
+            ic += q * s.sc[d]; ia += q * s.sa[d]; ib += q * s.sb[d];
+        }
+        out[i] = c[ic] ? a[ia] : b[ib];
+    }
+}
+extern "C" __global__ void select_2(unsigned short* out, const unsigned char* c, const unsigned short* a,
+                                    const unsigned short* b, Bcast3 s) { select_k(out, c, a, b, s); }
+extern "C" __global__ void select_4(unsigned int* out, const unsigned char* c, const unsigned int* a,
+                                    const unsigned int* b, Bcast3 s) { select_k(out, c, a, b, s); }
+extern "C" __global__ void select_8(unsigned long long* out, const unsigned char* c, const unsigned long long* a,
+                                    const unsigned long long* b, Bcast3 s) { select_k(out, c, a, b, s); }
+
+// 2-D max / average pooling. Element (n, c, y, x) of in/out at n*sN + c*sC + y*sH + x*sW (NCHW or NHWC strides).
+struct Pool {
+    long long N, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
+    long long iN, iC, iH, iW, oN, oC, oH, oW;
+    int mode;              // 0 max, 1 average
+    int exclude_pad;       // average: divide by the taps inside the input
+};
+template <class D>
+__device__ __forceinline__ void pool_k(typename D::T* __restrict__ out, const typename D::T* __restrict__ in,
+                                       const Pool p) {
+    long long n = p.N * p.C * p.OH * p.OW;
+    GRID_LOOP(n) {   // index order n, oy, ox, c: channel fastest (coalesced in NHWC)
+        long long c = i % p.C, t = i / p.C;
+        long long ox = t % p.OW; t /= p.OW;
+        long long oy = t % p.OH;
+        long long b = t / p.OH;
+        float acc = p.mode == 0 ? __int_as_float(0xff800000) : 0.f;
+        long long cnt = 0;
+        bool nan = false;
+        for (long long ky = 0; ky < p.kh; ++ky) {
+            long long iy = oy * p.sh - p.ph + ky * p.dh;
+            if (iy < 0 || iy >= p.H) continue;
+            for (long long kx = 0; kx < p.kw; ++kx) {
+                long long ix = ox * p.sw - p.pw + kx * p.dw;
+                if (ix < 0 || ix >= p.W) continue;
+                float v = D::ld(in[b * p.iN + c * p.iC + iy * p.iH + ix * p.iW]);
+                if (p.mode == 0) { nan = nan || v != v; acc = fmaxf(acc, v); } else acc += v;
+                ++cnt;
+            }
+        }
+        float r = p.mode == 0 ? (nan ? __int_as_float(0x7fc00000) : acc)
+                              : acc / (float)(p.exclude_pad ? (cnt ? cnt : 1) : p.kh * p.kw);
+        out[b * p.oN + c * p.oC + oy * p.oH + ox * p.oW] = D::st(r);
+    }
+}
+extern "C" __global__ void pool2d(float* out, const float* in, Pool p) { pool_k<F32>(out, in, p); }
+extern "C" __global__ void pool2d_h(unsigned short* out, const unsigned short* in, Pool p) { pool_k<F16>(out, in, p); }
+
+// global pooling: x viewed as [N, P, C] with strides (sN, sP, sC) -> out [N, C] (contiguous in the caller's layout
+// via oN, oC); one thread per (n, c), float32 accumulation
+template <class D>
+__device__ __forceinline__ void gpool_k(typename D::T* __restrict__ out, const typename D::T* __restrict__ in,
+                                        long long N, long long P, long long C, long long sN, long long sP,
+                                        long long sC, long long oN, long long oC, int mode) {
+    GRID_LOOP(N * C) {
+        long long c = i % C, b = i / C;
+        const typename D::T* x = in + b * sN + c * sC;
+        float acc = mode == 0 ? __int_as_float(0xff800000) : 0.f;
+        bool nan = false;
+        for (long long p = 0; p < P; ++p) {
+            float v = D::ld(x[p * sP]);
+            if (mode == 0) { nan = nan || v != v; acc = fmaxf(acc, v); } else acc += v;
+        }
+        out[b * oN + c * oC] = D::st(mode == 0 ? (nan ? __int_as_float(0x7fc00000) : acc) : acc / (float)P);
+    }
+}
+extern "C" __global__ void gpool(float* out, const float* in, long long N, long long P, long long C, long long sN,
+                                 long long sP, long long sC, long long oN, long long oC, int mode) {
+    gpool_k<F32>(out, in, N, P, C, sN, sP, sC, oN, oC, mode); }
+extern "C" __global__ void gpool_h(unsigned short* out, const unsigned short* in, long long N, long long P, long long C,
+                                   long long sN, long long sP, long long sC, long long oN, long long oC, int mode) {
+    gpool_k<F16>(out, in, N, P, C, sN, sP, sC, oN, oC, mode); }
+
+// layer normalization over the last `cols` elements of each row: float32 statistics (two passes over the row:
+// mean, then the variance of the centred values), optional gamma / beta (length cols, same storage type);
+// mean and 1/std per row written as float32 when the pointers are given
+template <class D>
+__device__ void layernorm_k(typename D::T* __restrict__ out, const typename D::T* __restrict__ in,
+                            const typename D::T* __restrict__ gamma, const typename D::T* __restrict__ beta,
+                            float* __restrict__ mean_out, float* __restrict__ inv_out, long long rows,
+                            long long cols, float eps) {
+    __shared__ float red[256];
+    long long r = blockIdx.x;
+    if (r >= rows) return;
+    const typename D::T* x = in + r * cols;
+    typename D::T* y = out + r * cols;
+    float s = 0.f;
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) s += D::ld(x[j]);
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
+        __syncthreads();
+    }
+    float mean = red[0] / (float)cols;
+    __syncthreads();
+    float v = 0.f;
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) { float d = D::ld(x[j]) - mean; v += d * d; }
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
+        __syncthreads();
+    }
+    float inv = 1.f / sqrtf(red[0] / (float)cols + eps);
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+        float o = (D::ld(x[j]) - mean) * inv;
+        if (gamma) o *= D::ld(gamma[j]);
+        if (beta) o += D::ld(beta[j]);
+        y[j] = D::st(o);
+    }
+    if (threadIdx.x == 0) {
+        if (mean_out) mean_out[r] = mean;
+        if (inv_out) inv_out[r] = inv;
+    }
+}
+extern "C" __global__ void layernorm(float* out, const float* in, const float* g, const float* b, float* mo, float* io,
+                                     long long rows, long long cols, float eps) {
+    layernorm_k<F32>(out, in, g, b, mo, io, rows, cols, eps); }
+extern "C" __global__ void layernorm_h(unsigned short* out, const unsigned short* in, const unsigned short* g,
+                                       const unsigned short* b, float* mo, float* io, long long rows, long long cols,
+                                       float eps) {
+    layernorm_k<F16>(out, in, g, b, mo, io, rows, cols, eps); }

@@ -1,0 +1,60 @@
+"""What the CUDA tactics share: device operands, storage types, cached weight uploads and 1-D launches."""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cuda.array import GpuArray, to_device
+from native.cuda.nvrtc import grid_for, kernel, launch
+
+FLOAT_PRECISIONS = ("float32", "float16")
+_SUFFIX = {"float32": "", "float16": "_h"}
+
+
+def on_device(x):
+    """x as a GpuArray (numpy values are uploaded; GpuArrays pass through)."""
+    return x if isinstance(x, GpuArray) or x is None else to_device(np.ascontiguousarray(x))
+
+
+def suffix(dtype) -> str:
+    """Kernel-name suffix of a float storage type; TypeError for others (the host tactic runs those)."""
+    name = np.dtype(dtype).name
+    if name not in _SUFFIX:
+        raise TypeError(f"GPU float kernels store float32 or float16, got {name}")
+    return _SUFFIX[name]
+
+
+def storage(op) -> np.dtype:
+    """The float storage type of the layer's outputs: float16 for an FP16 layer, else float32."""
+    return np.dtype(np.float16) if op.precision == "float16" else np.dtype(np.float32)
+
+
+def same_float(xs, dtype=None):
+    """All of xs share one float storage type (dtype when given); TypeError otherwise."""
+    kinds = {np.dtype(x.dtype).name for x in xs if x is not None}
+    if dtype is not None:
+        kinds.add(np.dtype(dtype).name)
+    if len(kinds) != 1 or not kinds <= set(_SUFFIX):
+        raise TypeError(f"GPU kernel needs one float storage type, got {sorted(kinds)}")
+    return np.dtype(kinds.pop())
+
+
+_W: dict = {}
+
+
+def weight(host, dtype=None) -> GpuArray:
+    """Upload a weight once per process (kept beside its host array), in `dtype` when given."""
+    key = (id(host), None if dtype is None else np.dtype(dtype).name)
+    hit = _W.get(key)
+    if hit is None or hit[0] is not host:
+        arr = np.ascontiguousarray(host if dtype is None else np.asarray(host).astype(dtype))
+        hit = _W[key] = (host, GpuArray.from_host(arr))
+    return hit[1]
+
+
+def run_1d(file: str, name: str, n: int, args, block: int = 256):
+    if n:
+        launch(kernel(file, name), grid_for(n, block), (block, 1, 1), args)
+
+
+def ptr(x) -> np.uint64:
+    return np.uint64(0 if x is None else x.ptr)

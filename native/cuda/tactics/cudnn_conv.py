@@ -1,0 +1,256 @@
+"""Convolution through cuDNN's graph API (the `nvidia-cudnn-frontend` Python package): one cuDNN graph per layer
+signature (shapes, types, geometry, epilogue), conv_fprop with the layer's bias, residual add and activation fused
+into the same graph, so cuDNN's runtime-fusion engines run conv + epilogue as one kernel.
+
+Each of the graph's execution plans (heuristics mode A, in cuDNN's order) is a tactic of its own, `cudnn-plan-<i>`;
+the builder times them with CUDA events like any other tactic. NCHW `Convolution` layers and the layout pass's
+NHWC `ConvolutionNHWC` layers, FP32 (TF32 only when the layer's math says so) and FP16 (FP32 accumulation)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from native.cuda.array import GpuArray
+from native.cuda.driver import CudaError, context
+from native.cuda.tactics.common import on_device, same_float, weight
+from native.tactics import Tactic, register_tactic
+
+PLANS = 4                       # tactics per layer: the first PLANS execution plans of heuristics mode A
+_ACTS = {"RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh", "GELU_ERF": "gelu", "SILU": "swish",
+         "LEAKY_RELU": "leaky_relu", "CLIP": "clip"}
+_LOCK = threading.Lock()
+_GRAPHS: dict = {}
+_HANDLE: dict = {}
+
+
+def available() -> bool:
+    try:
+        import cudnn  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+def handle():
+    ctx = context()
+    h = _HANDLE.get(id(ctx))
+    if h is None:
+        import cudnn
+        h = cudnn.create_handle()
+        cudnn.set_stream(handle=h, stream=int(ctx.stream))
+        _HANDLE[id(ctx)] = h
+    return h
+
+
+def _cudnn_type(dtype):
+    import cudnn
+    return {np.dtype(np.float32): cudnn.data_type.FLOAT, np.dtype(np.float16): cudnn.data_type.HALF}[np.dtype(dtype)]
+
+
+def _strides(shape, nhwc):
+    n, c, h, w = shape
+    return [c * h * w, 1, w * c, c] if nhwc else [c * h * w, h * w, w, 1]
+
+
+class ConvGraph:
+    """One built cuDNN graph: tensors by role, execution plans built on demand."""
+
+    def __init__(self, key, x_shape, w_shape, y_shape, dtype, geometry, steps, nhwc, tf32):
+        import cudnn
+        strides, dil, pre, post = geometry
+        io = _cudnn_type(dtype)
+        self.g = g = cudnn.pygraph(io_data_type=io, intermediate_data_type=cudnn.data_type.FLOAT,
+                                   compute_data_type=cudnn.data_type.FLOAT, handle=handle())
+        self.x = g.tensor(name="x", dim=list(x_shape), stride=_strides(x_shape, nhwc), data_type=io)
+        self.w = g.tensor(name="w", dim=list(w_shape), stride=_strides(w_shape, nhwc), data_type=io)
+        y = g.conv_fprop(image=self.x, weight=self.w, pre_padding=list(pre), post_padding=list(post),
+                         stride=list(strides), dilation=list(dil), compute_data_type=cudnn.data_type.FLOAT)
+        self.extra = []       # (tensor, role) in the order run() binds them
+        for step in steps:
+            kind = step[0]
+            if kind == "bias":
+                b = g.tensor(name="b", dim=[1, y_shape[1], 1, 1], stride=[y_shape[1], 1, y_shape[1], y_shape[1]],
+                             data_type=io)
+                self.extra.append((b, step))
+                y = g.bias(input=y, bias=b)
+            elif kind == "add":
+                r = g.tensor(name=f"r{len(self.extra)}", dim=list(y_shape), stride=_strides(y_shape, nhwc),
+                             data_type=io)
+                self.extra.append((r, step))
+                y = g.add(a=y, b=r)
+            elif kind == "act":
+                _, t, alpha, beta = step
+                if t == "RELU":
+                    y = g.relu(input=y)
+                elif t == "LEAKY_RELU":
+                    y = g.relu(input=y, negative_slope=float(alpha))
+                elif t == "CLIP":
+                    y = g.relu(input=y, lower_clip=float(alpha), upper_clip=float(beta))
+                else:
+                    y = getattr(g, _ACTS[t])(input=y)
+        y.set_output(True)
+        y.set_data_type(io)
+        y.set_dim(list(y_shape))
+        y.set_stride(_strides(y_shape, nhwc))
+        self.y = y
+        g.validate()
+        g.build_operation_graph()
+        if np.dtype(dtype) == np.float32 and not tf32:   # FP32 means FP32: no TF32 down-conversion
+            g.deselect_numeric_notes([cudnn.numerical_note.DOWN_CONVERT_INPUTS])
+        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        g.check_support()
+        self.count = g.get_execution_plan_count()
+        self.built = {}
+        self.key = key
+
+    def plan(self, index: int):
+        """Build execution plan `index` (once); returns its workspace size, or raises when cuDNN cannot."""
+        hit = self.built.get(index)
+        if hit is None:
+            if index >= self.count:
+                raise TypeError(f"cuDNN offers {self.count} execution plan(s) for this convolution")
+            self.g.build_plan_at_index(index)
+            hit = self.built[index] = int(self.g.get_workspace_size_plan_at_index(index))
+        return hit
+
+    def execute(self, index, x, w, extras, y):
+        ws_size = self.plan(index)
+        ws = GpuArray((max(ws_size, 1),), np.uint8) if ws_size else None
+        pack = {self.x: x.ptr, self.w: w.ptr, self.y: y.ptr}
+        for (t, _), v in zip(self.extra, extras):
+            pack[t] = v.ptr
+        self.g.execute_plan_at_index(pack, ws.ptr if ws is not None else 0, index, handle=handle())
+
+
+def _graph(key, *args):
+    with _LOCK:
+        g = _GRAPHS.get(key)
+        if g is None:
+            g = _GRAPHS[key] = ConvGraph(key, *args)
+        return g
+
+
+class _CudnnConv(Tactic):
+    device = "cuda"
+    precisions = ("float32", "float16")
+    honours = {"post_ops"}
+    index = 0
+    nhwc = False
+
+    def supports(self, op, input_shapes):
+        if not available():
+            return "cuDNN frontend (nvidia-cudnn-frontend) is not installed"
+        w = op.weights.get(self.kernel_key)
+        if w is None:
+            return "kernel given as a tensor runs on another tactic"
+        if not self.nhwc and np.ndim(w) != 4:
+            return "only 2-D convolutions run on cuDNN here"
+        for step in op.params.get("post_ops") or ():
+            if step["op"] == "activation" and step["type"] not in _ACTS:
+                return f"fused activation {step['type']} has no cuDNN pointwise mode"
+            if step["op"] not in ("bias", "add", "activation"):
+                return f"post-op {step['op']} has no cuDNN graph node"
+        if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
+            return "only 4-D inputs"
+        return None
+
+    def prepare(self, op):
+        """The kernel in the layer's storage type and cuDNN's layout (KCRS for NCHW, KRSC for NHWC)."""
+        out = dict(op.weights)
+        dtype = np.float16 if op.precision == "float16" else np.float32
+        w = np.asarray(op.weights[self.kernel_key], np.float32)
+        if self.nhwc:     # [KH*KW*C, M] -> [M, KH, KW, C]
+            kh, kw = op.params["kernel_spatial"]
+            w = w.reshape(kh, kw, -1, w.shape[-1]).transpose(3, 0, 1, 2)
+        out["cudnn_kernel"] = np.ascontiguousarray(w.astype(dtype))
+        if "bias" in op.weights:
+            out["cudnn_bias"] = np.asarray(op.weights["bias"], np.float32).astype(dtype)
+        for st in op.params.get("post_ops") or ():
+            if st["op"] == "bias":
+                out["cudnn_" + st["weight"]] = np.asarray(op.weights[st["weight"]], np.float32).astype(dtype)
+        return out
+
+    def _geometry(self, op, x_shape, k_shape):
+        p = op.params
+        if self.nhwc:
+            strides = list(p.get("strides") or [1, 1])
+            dil = list(p.get("dilations") or [1, 1])
+            pre = list(p.get("pre_padding") or [0, 0])
+            post = list(p.get("post_padding") or [0, 0])
+            n, h, w, c = x_shape
+            kh, kw = k_shape[1], k_shape[2]
+            oh = (h + pre[0] + post[0] - (kh - 1) * dil[0] - 1) // strides[0] + 1
+            ow = (w + pre[1] + post[1] - (kw - 1) * dil[1] - 1) // strides[1] + 1
+            return (strides, dil, pre, post), (oh, ow)
+        from native.cpu.kernels.conv.geometry import geometry
+        strides, dil, pre, post, out = geometry(p, x_shape, list(k_shape[2:]))
+        return (list(strides), list(dil), list(pre), list(post)), tuple(out)
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = on_device(inputs[0])
+        if "cudnn_kernel" not in op.weights:
+            op.weights = self.prepare(op)
+        wh = op.weights["cudnn_kernel"]
+        dtype = same_float([x], wh.dtype)
+        w = weight(wh)
+        geo, (oh, ow) = self._geometry(op, x.shape, wh.shape)
+        if any(v < 0 for v in geo[2] + geo[3]):
+            raise TypeError("negative pads run on another tactic")
+        m = wh.shape[0]
+        if self.nhwc:
+            n, h, wd, c = x.shape
+            x_nchw, y_shape, w_nchw = (n, c, h, wd), (n, oh, ow, m), (m, wh.shape[3], wh.shape[1], wh.shape[2])
+        else:
+            x_nchw, y_shape, w_nchw = x.shape, (x.shape[0], m, oh, ow), wh.shape
+        y_nchw = (y_shape[0], m, oh, ow)
+        steps, extras = [], []
+        if "cudnn_bias" in op.weights:
+            steps.append(("bias",))
+            extras.append(weight(op.weights["cudnn_bias"]))
+        elif len(inputs) > 2 and inputs[2] is not None:
+            b = on_device(inputs[2])
+            if b.dtype != dtype:
+                raise TypeError("bias tensor in another storage type")
+            steps.append(("bias",))
+            extras.append(b)
+        for st in op.params.get("post_ops") or ():
+            if st["op"] == "bias":
+                steps.append(("bias",))
+                extras.append(weight(op.weights["cudnn_" + st["weight"]]))
+            elif st["op"] == "add":
+                r = on_device(inputs[st["input"]])
+                if r.dtype != dtype or tuple(r.shape) != tuple(y_shape):
+                    raise TypeError(f"residual {r.shape}/{r.dtype} does not match the output {y_shape}/{dtype}")
+                steps.append(("add",))
+                extras.append(r)
+            else:
+                steps.append(("act", st["type"], st.get("alpha", 0.0) or 0.0, st.get("beta", 0.0) or 0.0))
+        key = (tuple(x_nchw), tuple(w_nchw), dtype.name, tuple(map(tuple, geo)), tuple(steps), self.nhwc,
+               op.math == "tf32")
+        try:
+            g = _graph(key, x_nchw, w_nchw, y_nchw, dtype, geo, steps, self.nhwc, op.math == "tf32")
+        except Exception as e:
+            raise TypeError(f"cuDNN has no engine for this convolution graph: {e}") from e
+        y = GpuArray(y_shape, dtype)
+        if y.size == 0:
+            return [y]
+        try:
+            g.execute(self.index, x, w, extras, y)
+        except TypeError:
+            raise
+        except Exception as e:
+            raise CudaError(f"cuDNN plan {self.index} failed: {e}") from e
+        return [y]
+
+
+def _register():
+    for nhwc, kind, key in ((False, "Convolution", "kernel"), (True, "ConvolutionNHWC", "kernel_hwio")):
+        for i in range(PLANS):
+            attrs = {"kind": kind, "name": f"cudnn-plan-{i}", "index": i, "nhwc": nhwc, "kernel_key": key,
+                     "formats": ("nhwc",) if nhwc else ("linear",),
+                     "__doc__": f"cuDNN graph (conv + fused epilogue), execution plan {i} of heuristics mode A"}
+            register_tactic(type(f"CudnnConv{'NHWC' if nhwc else ''}Plan{i}", (_CudnnConv,), attrs))
+
+
+_register()

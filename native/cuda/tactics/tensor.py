@@ -1,0 +1,291 @@
+"""Data movement on the GPU (kernels/tensor.cu): Constant (uploaded once), Shuffle, Slice, Split, Concatenation,
+Reformat (storage casts), Gather, Select. Reshapes are views; everything else is one strided-copy launch per
+output, for any element type."""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cuda.array import GpuArray
+from native.cuda.nvrtc import grid_for, kernel, launch
+from native.cuda.tactics.common import on_device, weight
+from native.tactics import Tactic, register_tactic
+
+SRC = "tensor.cu"
+ANY = ("float32", "float16", "bfloat16", "fp8", "int8")
+_COPY = {1: "copy_nd_1", 2: "copy_nd_2", 4: "copy_nd_4", 8: "copy_nd_8"}
+
+
+def contiguous_strides(shape) -> list:
+    out, s = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        out[d] = s
+        s *= int(shape[d])
+    return out
+
+
+def strided_copy(src: GpuArray, src_offset: int, src_strides, dims, dst: GpuArray, dst_offset: int = 0,
+                 dst_strides=None):
+    """dst[dst_offset + idx . dst_strides] = src[src_offset + idx . src_strides] for every idx of `dims`
+    (offsets and strides in elements; dst_strides default: contiguous `dims`)."""
+    dims = [int(d) for d in dims]
+    n = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    if n == 0:
+        return
+    size = src.dtype.itemsize
+    if size not in _COPY or len(dims) > 8:
+        raise TypeError(f"strided copy of {size}-byte elements at rank {len(dims)} runs on the host")
+    dst_strides = contiguous_strides(dims) if dst_strides is None else dst_strides
+    s = np.zeros(26, dtype=np.int64)
+    s[0], s[1] = len(dims), n
+    s[2:2 + len(dims)] = dims
+    s[10:10 + len(dims)] = src_strides
+    s[18:18 + len(dims)] = dst_strides
+    launch(kernel(SRC, _COPY[size]), grid_for(n), (256, 1, 1),
+           [np.uint64(dst.ptr + dst_offset * size), np.uint64(src.ptr + src_offset * size), s])
+
+
+def transpose(x: GpuArray, perm) -> GpuArray:
+    perm = [int(p) for p in perm]
+    if perm == list(range(x.ndim)):
+        return x
+    strides = contiguous_strides(x.shape)
+    out = GpuArray(tuple(x.shape[p] for p in perm), x.dtype)
+    strided_copy(x, 0, [strides[p] for p in perm], out.shape, out)
+    return out
+
+
+def _gpu(tactic_cls):
+    tactic_cls.device = "cuda"
+    tactic_cls.precisions = ANY
+    return register_tactic(tactic_cls)
+
+
+@_gpu
+class GpuConstant(Tactic):
+    """The weight uploaded once per process; every execution reads the same device buffer."""
+
+    kind, name = "Constant", "device-constant"
+    constant = True
+
+    def supports(self, op, input_shapes):
+        v = op.weights.get("value")
+        if not isinstance(v, np.ndarray) or v.dtype.kind not in "biuf":
+            return "non-numeric constants stay on the host"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        return [weight(op.weights["value"])]
+
+
+@_gpu
+class GpuShuffle(Tactic):
+    """first transpose -> reshape (a view) -> second transpose."""
+
+    kind, name = "Shuffle", "strided-copy"
+
+    def supports(self, op, input_shapes):
+        if input_shapes and len(input_shapes) > 1 and input_shapes[1] is not None:
+            return "reshape dims given as a tensor run on the host"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        if len(inputs) > 1 and inputs[1] is not None:
+            raise TypeError("reshape dims given as a tensor run on the host")
+        x = on_device(inputs[0])
+        if not isinstance(x, GpuArray):
+            raise TypeError(f"{type(x).__name__} values are shuffled on the host")
+        p = op.params
+        if p.get("first_transpose") is not None:
+            x = transpose(x, p["first_transpose"])
+        dims = p.get("reshape_dims")
+        if dims is not None:
+            dims = list(dims)
+            if p.get("zero_is_placeholder", True) and 0 in dims:
+                dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+            x = x.reshape(dims)
+        if p.get("second_transpose") is not None:
+            x = transpose(x, p["second_transpose"])
+        return [x]
+
+
+def _axis(op, rank):
+    a = int(op.params.get("axis", 0))
+    return a + rank if a < 0 else a
+
+
+@_gpu
+class GpuSplit(Tactic):
+    kind, name = "Split", "strided-copy"
+
+    def supports(self, op, input_shapes):
+        if input_shapes and len(input_shapes) > 1 and input_shapes[1] is not None:
+            return "split sizes given as a tensor run on the host"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = on_device(inputs[0])
+        axis = _axis(op, x.ndim)
+        sizes = op.params.get("split")
+        if sizes is None:
+            n = int(op.params.get("num_outputs") or 1)
+            d = x.shape[axis]
+            chunk = -(-d // n)
+            sizes = [min(chunk, max(d - i * chunk, 0)) for i in range(n)]
+        strides, outs, start = contiguous_strides(x.shape), [], 0
+        for size in sizes:
+            shape = list(x.shape)
+            shape[axis] = int(size)
+            out = GpuArray(shape, x.dtype)
+            strided_copy(x, start * strides[axis], strides, shape, out)
+            outs.append(out)
+            start += int(size)
+        return outs
+
+
+@_gpu
+class GpuConcatenation(Tactic):
+    kind, name = "Concatenation", "strided-copy"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        xs = [on_device(a) for a in inputs if a is not None]
+        if xs[0].ndim == 0 or len({x.dtype for x in xs}) != 1:
+            raise TypeError("scalar stacks and mixed types are concatenated on the host")
+        axis = _axis(op, xs[0].ndim)
+        shape = list(xs[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in xs)
+        out = GpuArray(shape, xs[0].dtype)
+        ostr, start = contiguous_strides(shape), 0
+        for x in xs:
+            strided_copy(x, 0, contiguous_strides(x.shape), x.shape, out, start * ostr[axis], ostr)
+            start += x.shape[axis]
+        return [out]
+
+
+@_gpu
+class GpuSlice(Tactic):
+    """Static starts/ends/axes/steps (as the CPU kernel resolves them); tensor-valued ones run on the host."""
+
+    kind, name = "Slice", "strided-copy"
+
+    def supports(self, op, input_shapes):
+        if input_shapes and any(s is not None for s in input_shapes[1:]):
+            return "slice bounds given as tensors run on the host"
+        if "starts" not in op.params or "ends" not in op.params:
+            return "slice bounds given as tensors run on the host"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = on_device(inputs[0])
+        index = _slice_index(op, x.shape)
+        strides = contiguous_strides(x.shape)
+        offset = sum(s.start * st for s, st in zip(index, strides))
+        out = GpuArray([len(range(s.start, s.stop, s.step)) for s in index], x.dtype)
+        strided_copy(x, offset, [s.step * st for s, st in zip(index, strides)], out.shape, out)
+        return [out]
+
+
+def _slice_index(op, shape):
+    """Per axis a slice with explicit start and step (the CPU kernel's clamping rules)."""
+    p = op.params
+    starts, ends = list(p["starts"]), list(p["ends"])
+    axes = p.get("axes") or list(range(len(starts)))
+    steps = p.get("steps") or [1] * len(starts)
+    index = [slice(0, d, 1) for d in shape]
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        a = a + len(shape) if a < 0 else a
+        d = shape[a]
+        s = s + d if s < 0 else s
+        e = e + d if e < 0 else e
+        if st == 0:
+            raise TypeError("step 0 is reported by the host tactic")
+        if st > 0:
+            s, e = max(0, min(d, s)), max(0, min(d, e))
+        else:
+            s, e = max(-1, min(d - 1, s)), max(-1, min(d - 1, e))
+        index[a] = slice(0, 0, st) if (st < 0 and s < 0) else slice(s, e, st)
+    return index
+
+
+@_gpu
+class GpuReformat(Tactic):
+    """float32 <-> float16 storage casts (round to nearest even, the CPU Reformat's rounding)."""
+
+    kind, name = "Reformat", "cast-kernel"
+    own_precisions = True
+
+    def supports(self, op, input_shapes):
+        pair = (op.params.get("from"), op.params.get("to"))
+        if pair not in (("float32", "float16"), ("float16", "float32")):
+            return f"{pair[0]} -> {pair[1]} runs on the host"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        return [cast(on_device(inputs[0]), op.params["to"])]
+
+
+def cast(x: GpuArray, to) -> GpuArray:
+    """x stored as `to` (float32 <-> float16, round to nearest even); x itself when it already is."""
+    to = np.dtype(to)
+    if x.dtype == to:
+        return x
+    name = {(np.float32, np.float16): "cast_f32_f16", (np.float16, np.float32): "cast_f16_f32"}.get(
+        (x.dtype.type, to.type))
+    if name is None:
+        raise TypeError(f"cast {x.dtype} -> {to} runs on the host")
+    out = GpuArray(x.shape, to)
+    if x.size:
+        launch(kernel(SRC, name), grid_for(x.size), (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr),
+                                                                  np.int64(x.size)])
+    return out
+
+
+@_gpu
+class GpuGather(Tactic):
+    """DEFAULT-mode gather along one axis (embedding lookups); int64 or int32 indices."""
+
+    kind, name = "Gather", "index-kernel"
+
+    def supports(self, op, input_shapes):
+        if op.params.get("mode", "DEFAULT") != "DEFAULT":
+            return f"gather mode {op.params.get('mode')} runs on the host"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x, idx = on_device(inputs[0]), on_device(inputs[1])
+        if idx.dtype not in (np.int64, np.int32) or x.dtype.itemsize not in (2, 4, 8):
+            raise TypeError(f"gather of {x.dtype} by {idx.dtype} runs on the host")
+        if idx.dtype == np.int32:
+            raise TypeError("int32 indices are gathered on the host")
+        axis = _axis(op, x.ndim)
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+        out = GpuArray(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+        if out.size:
+            launch(kernel(SRC, f"gather_{x.dtype.itemsize}"), grid_for(out.size), (256, 1, 1),
+                   [np.uint64(out.ptr), np.uint64(x.ptr), np.uint64(idx.ptr), np.int64(outer),
+                    np.int64(x.shape[axis]), np.int64(inner), np.int64(idx.size)])
+        return [out]
+
+
+@_gpu
+class GpuSelect(Tactic):
+    kind, name = "Select", "index-kernel"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        from native.cuda.tactics.pointwise import bcast_strides
+        c, a, b = (on_device(x) for x in inputs[:3])
+        if c.dtype != np.bool_ or a.dtype != b.dtype or a.dtype.itemsize not in (2, 4, 8):
+            raise TypeError(f"select on {c.dtype}/{a.dtype}/{b.dtype} runs on the host")
+        shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
+        if len(shape) > 8:
+            raise TypeError("rank above 8")
+        out = GpuArray(shape, a.dtype)
+        s = np.zeros(34, dtype=np.int64)
+        s[0], s[1] = len(shape), out.size
+        s[2:2 + len(shape)] = shape
+        for base, x in ((10, c), (18, a), (26, b)):
+            s[base:base + len(shape)] = bcast_strides(shape, x.shape)
+        if out.size:
+            launch(kernel(SRC, f"select_{a.dtype.itemsize}"), grid_for(out.size), (256, 1, 1),
+                   [np.uint64(out.ptr), np.uint64(c.ptr), np.uint64(a.ptr), np.uint64(b.ptr), s])
+        return [out]
