@@ -103,6 +103,12 @@ class Device:
     def available(self) -> bool:
         return True
 
+    def preferred(self, tactics: list) -> list:
+        """Of the tactics that ran in timing, those the device chooses among (all, by default). A device with its
+        own memory ranks host layers below any of its own kernels that ran: a host layer synchronizes the stream
+        and breaks graph capture, costs that timing one layer alone does not show."""
+        return tactics
+
     def prepare(self, tactic, op) -> dict:
         """Pre-pack the op's weights for `tactic` at build time (in the op's precision)."""
         return tactic.prepare(op)

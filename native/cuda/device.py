@@ -14,6 +14,7 @@ class CudaDevice(Device):
     fingerprint_fields = ("device", "arch")
     host_memory = False
     prefers_nhwc = True          # the layout pass runs convolution regions channels-last (cuDNN's fast path)
+    merges_shortcut_convs = False  # cuDNN fuses the residual add instead (fusion_shortcut.py's merge is CPU GEMM)
     supports_graphs = True
 
     def available(self) -> bool:
@@ -52,6 +53,9 @@ class CudaDevice(Device):
     def synchronize(self, stream=None):
         from native.cuda.driver import context
         context().synchronize()
+
+    def preferred(self, tactics):
+        return [t for t in tactics if not getattr(t, "host_layer", False)]
 
     def timeline(self):
         from native.cuda.driver import Timeline, context

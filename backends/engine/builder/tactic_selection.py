@@ -180,7 +180,8 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
                 timings = time_candidates(node, cands, inputs, config.avg_timing_iterations, device, prep)
                 if use_cache and timings:   # a candidate that failed to run is remembered as -1 (not retried)
                     cache.put(key, {**(cached or {}), **{str(t.id): timings.get(t.id, -1.0) for t in cands}})
-            chosen = pick_fastest([t for t in cands if t.id in timings], timings) or cands[0]
+            ranked = [t for t in cands if t.id in timings]
+            chosen = pick_fastest(get_device(device).preferred(ranked) or ranked, timings) or cands[0]
         else:
             chosen = cands[0]
         node.tactic_id, node.tactic_name = chosen.id, chosen.name

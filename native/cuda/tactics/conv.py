@@ -9,7 +9,7 @@ from native.cuda.array import GpuArray, to_device
 from native.cuda.driver import CudaError, context
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.gemm import _weights_on_device, handle
-from native.cuda.tactics.common import on_device
+from native.cuda.tactics.common import on_device, weight
 from native.cuda.tactics.pointwise import SRC, _ACT, activate, binary
 from native.tactics import Tactic, register_tactic
 
@@ -27,9 +27,7 @@ def epilogue(y: GpuArray, op, inputs):
     """Apply params['post_ops'] in order, in place on y (y's storage type throughout)."""
     for step in op.params.get("post_ops") or ():
         if step["op"] == "bias":
-            b = _weights_on_device(op.weights, step["weight"])
-            if b.dtype != y.dtype:
-                raise TypeError(f"bias stored as {b.dtype}, output as {y.dtype}")
+            b = weight(op.weights[step["weight"]], y.dtype)
             shape = [1] * y.ndim
             shape[step.get("axis", 1)] = -1
             _binary("ew_sum", y, b.reshape(tuple(b.size if d == -1 else d for d in shape)), y)

@@ -97,7 +97,7 @@ class ConvGraph:
         g.validate()
         g.build_operation_graph()
         if np.dtype(dtype) == np.float32 and not tf32:   # FP32 means FP32: no TF32 down-conversion
-            g.deselect_numeric_notes([cudnn.numerical_note.DOWN_CONVERT_INPUTS])
+            g.deselect_numeric_notes([cudnn.numerical_note.DOWN_CONVERT_INPUTS, cudnn.numerical_note.TENSOR_CORE])
         g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         g.check_support()
         self.count = g.get_execution_plan_count()

@@ -110,7 +110,7 @@ class CublasMatMul(Tactic):
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         a = on_device(inputs[0])
-        b = weight(op.weights["b"]) if "b" in op.weights else on_device(inputs[1])
+        b = weight(op.weights["b"], a.dtype) if "b" in op.weights else on_device(inputs[1])
         from native.cuda.tactics.conv import epilogue
         y = matmul(a, b, bool(op.params.get("transpose_a")), bool(op.params.get("transpose_b")),
                    tf32=(op.math == "tf32"))
