@@ -1,7 +1,10 @@
 """Run `debugkit run M --engine --onnxrt` on every public corpus model with the manifest's feeds, save the outputs,
 then reload and re-compare them; print one row per model (exit codes, seconds).
 
-    python tools/corpus_run.py [--models NAME ...] [--workdir DIR]
+    python tools/corpus_run.py [--models NAME ...] [--workdir DIR] [--device cuda] [--fp16]
+
+--fp16 builds FP16 engines and passes a model when every output's cosine against ONNX Runtime FP32 is >= 0.999
+(the elementwise check is opened up; cosine gates). --no-reload skips the reload-and-compare half.
 """
 import argparse
 import json
@@ -38,7 +41,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--fp16", action="store_true")
+    ap.add_argument("--no-reload", action="store_true")
     args = ap.parse_args()
+    extra = ["--device", args.device] + (["--fp16", "--compare", "cosine", "--atol", "1e30", "--rtol", "1e30"]
+                                         if args.fp16 else [])
     work = args.workdir or tempfile.mkdtemp(prefix="dk_corpus_run_")
     rows, bad = [], 0
     for entry in manifest():
@@ -51,12 +59,13 @@ def main():
             continue
         outs, ins = os.path.join(work, entry["name"] + "_out.h5"), os.path.join(work, entry["name"] + "_in.h5")
         cmd = [sys.executable, "-m", "debugkit", "run", path, "--engine", "--onnxrt", *feed_args(entry),
-               "--save-inputs", ins, "--save-outputs", outs, *EXTRA_ARGS.get(entry["name"], [])]
+               "--save-inputs", ins, "--save-outputs", outs, *extra,
+               *([] if args.fp16 else EXTRA_ARGS.get(entry["name"], []))]
         t0 = time.time()
         first = subprocess.run(cmd, capture_output=True, text=True)
         t1 = time.time()
-        again = subprocess.run([sys.executable, "-m", "debugkit", "run", path, "--engine", "--load-inputs", ins,
-                                "--load-outputs", outs, *EXTRA_ARGS.get(entry["name"], [])],
+        again = subprocess.CompletedProcess([], 0) if args.no_reload else subprocess.run([sys.executable, "-m", "debugkit", "run", path, "--engine", "--load-inputs", ins,
+                                "--load-outputs", outs, *extra, *([] if args.fp16 else EXTRA_ARGS.get(entry["name"], []))],
                                capture_output=True, text=True)
         t2 = time.time()
         ok = first.returncode == 0 and again.returncode == 0

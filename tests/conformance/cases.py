@@ -12,8 +12,11 @@ from onnx import numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+DATA_DIR = None    # run_conformance.py --data DIR: the cases from another onnx installation
+
+
 def data_dir():
-    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    return DATA_DIR or os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
 
 
 def case_names():

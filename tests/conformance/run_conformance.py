@@ -23,7 +23,11 @@ def main(argv):
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--compare-cpu", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--data", help="folder of node cases (default: the installed onnx's backend test data)")
     args = ap.parse_args(argv[1:])
+    if args.data:
+        import cases
+        cases.DATA_DIR = args.data
     pattern = re.compile(args.pattern) if args.pattern else None
     verbose = args.v
     cpu_pass = device_pass = 0

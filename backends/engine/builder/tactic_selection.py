@@ -177,7 +177,12 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
             if cached and all(str(t.id) in cached for t in cands):   # a new candidate (user tactic) is timed
                 timings = {int(k): v for k, v in cached.items() if v >= 0}
             else:
-                timings = time_candidates(node, cands, inputs, config.avg_timing_iterations, device, prep)
+                # the device's preferred tactics first; the rest (host layers on a GPU) only when none of those runs
+                first = get_device(device).preferred(cands) or cands
+                timings = time_candidates(node, first, inputs, config.avg_timing_iterations, device, prep)
+                if not timings and len(first) < len(cands):
+                    rest = [t for t in cands if t not in first]
+                    timings = time_candidates(node, rest, inputs, config.avg_timing_iterations, device, prep)
                 if use_cache and timings:   # a candidate that failed to run is remembered as -1 (not retried)
                     cache.put(key, {**(cached or {}), **{str(t.id): timings.get(t.id, -1.0) for t in cands}})
             ranked = [t for t in cands if t.id in timings]

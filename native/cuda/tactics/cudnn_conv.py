@@ -101,21 +101,29 @@ class ConvGraph:
         g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         g.check_support()
         self.count = g.get_execution_plan_count()
-        self.built = {}
+        self.good = []        # cuDNN's plan indices that build (deselected or unsupported ones are skipped)
+        self.tried = 0
+        self.workspace = {}
         self.key = key
 
     def plan(self, index: int):
-        """Build execution plan `index` (once); returns its workspace size, or raises when cuDNN cannot."""
-        hit = self.built.get(index)
-        if hit is None:
-            if index >= self.count:
-                raise TypeError(f"cuDNN offers {self.count} execution plan(s) for this convolution")
-            self.g.build_plan_at_index(index)
-            hit = self.built[index] = int(self.g.get_workspace_size_plan_at_index(index))
-        return hit
+        """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TypeError when there is none."""
+        while len(self.good) <= index and self.tried < self.count:
+            j = self.tried
+            self.tried += 1
+            try:
+                self.g.build_plan_at_index(j)
+                self.workspace[j] = int(self.g.get_workspace_size_plan_at_index(j))
+                self.good.append(j)
+            except Exception:
+                continue
+        if index >= len(self.good):
+            raise TypeError(f"cuDNN has {len(self.good)} usable execution plan(s) for this convolution")
+        j = self.good[index]
+        return j, self.workspace[j]
 
     def execute(self, index, x, w, extras, y):
-        ws_size = self.plan(index)
+        index, ws_size = self.plan(index)
         ws = GpuArray((max(ws_size, 1),), np.uint8) if ws_size else None
         pack = {self.x: x.ptr, self.w: w.ptr, self.y: y.ptr}
         for (t, _), v in zip(self.extra, extras):
