@@ -94,6 +94,7 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--cuda-graph", action="store_true", help="time our engine with CUDA graphs")
     ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--profile", action="store_true", help="also print our slowest layers (per-layer synchronized)")
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
@@ -177,6 +178,21 @@ def main():
                 total.append((time.perf_counter() - t) * 1e3)
                 compute.append(ctx.timings["compute_ms"])
             nodes = r.engine.graph.nodes
+            if args.profile:
+                from backends.engine.runtime.profiler import LayerProfiler
+                prof = LayerProfiler()
+                ctx.profiler = prof
+                for _ in range(3):
+                    ctx.execute(feeds)
+                ctx.profiler = None
+                kinds = {n.name: n.kind for n in nodes}
+                by_kind = {}
+                for row in prof.summary():
+                    k = kinds.get(row["layer"], "?")
+                    by_kind[k] = by_kind.get(k, 0.0) + row["median_ms"]
+                print("  profile by kind (ms):", json.dumps({k: round(v, 2) for k, v in
+                                                              sorted(by_kind.items(), key=lambda kv: -kv[1])}))
+                print(prof.table(top=12), flush=True)
             host = sorted({n.kind for n in nodes if (n.tactic_name or "").startswith("host:")})
             r.deactivate()
             y = np.asarray(y, np.float64)

@@ -46,7 +46,7 @@ class GpuArray:
 
     @classmethod
     def from_host(cls, host) -> "GpuArray":
-        host = np.ascontiguousarray(host)
+        host = _c_order(host)
         out = cls(host.shape, host.dtype)
         context().upload(out.ptr, host)
         return out
@@ -60,6 +60,12 @@ class GpuArray:
 
     def __repr__(self):
         return f"GpuArray(shape={self.shape}, dtype={self.dtype.name}, ptr=0x{self.ptr:x})"
+
+
+def _c_order(x) -> np.ndarray:
+    """x as a C-contiguous array of its own shape (np.ascontiguousarray would turn a 0-d array into shape (1,))."""
+    x = np.asarray(x)
+    return x if x.flags.c_contiguous else x.copy(order="C")
 
 
 def to_host(x):

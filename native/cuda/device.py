@@ -9,6 +9,15 @@ from native.device import Device
 from native.errors import UsageError
 
 
+def _host_twin(kind, op, inputs):
+    from native.tactics import tactics_for, unsupported_reason
+    shapes = [list(getattr(x, "shape", ())) if x is not None else None for x in inputs]
+    for t in tactics_for(kind, "cuda"):
+        if getattr(t, "host_layer", False) and unsupported_reason(t, op, shapes) is None:
+            return t
+    return None
+
+
 class CudaDevice(Device):
     name = "cuda"
     fingerprint_fields = ("device", "arch")
@@ -48,7 +57,29 @@ class CudaDevice(Device):
 
     # execution --------------------------------------------------------------------------------------------------
     def bind(self, tactic, op=None):
-        return tactic.run, True
+        """A GPU tactic that meets inputs it does not handle (it raises TypeError: an integer tensor, a shape given
+        as a tensor) runs that call through a host layer instead, with a warning naming the layer. The builder's
+        timing sees the TypeError and chooses a host tactic for such layers, so this only happens where a layer
+        was chosen without timing data (dynamic shapes, a failed timing run)."""
+        if getattr(tactic, "host_layer", False) or tactic.device != "cuda":
+            return tactic.run, True
+        said = set()
+
+        def run(op, inputs, outputs=None, workspace=None, stream=None):
+            try:
+                return tactic.run(op, inputs, outputs, workspace, stream)
+            except TypeError as e:
+                host = _host_twin(tactic.kind, op, inputs)
+                if host is None:
+                    raise
+                if op.name not in said:
+                    said.add(op.name)
+                    from native.logger import G_LOGGER
+                    G_LOGGER.warning(f"layer '{op.name}': GPU tactic {tactic.name} cannot run these inputs ({e}); "
+                                     f"ran {host.name} (a host layer) instead. Rebuild with representative inputs "
+                                     f"so the builder chooses it explicitly")
+                return host.run(op, inputs, outputs, workspace, stream)
+        return run, True
 
     def synchronize(self, stream=None):
         from native.cuda.driver import context

@@ -92,7 +92,9 @@ class Context:
 
     def upload(self, dst: int, host: np.ndarray):
         """Host -> device through the pinned staging buffer (asynchronous on the stream)."""
-        host = np.ascontiguousarray(host)
+        host = np.asarray(host)
+        if not host.flags.c_contiguous:
+            host = host.copy(order="C")
         if host.nbytes == 0:
             return
         stage = self._staging(host.nbytes)

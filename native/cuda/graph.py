@@ -22,7 +22,7 @@ class CapturedGraph:
         ctx = context()
         self.inputs = {}
         for k, v in host_feeds.items():
-            v = np.ascontiguousarray(v)
+            v = np.asarray(v)
             buf = GpuArray(v.shape, v.dtype)
             ctx.upload(buf.ptr, v)
             self.inputs[k] = buf
@@ -60,7 +60,7 @@ class CapturedGraph:
         """Upload the feeds into the static input buffers and launch; returns the (device) outputs."""
         ctx = context()
         for k, v in host_feeds.items():
-            ctx.upload(self.inputs[k].ptr, np.ascontiguousarray(v))
+            ctx.upload(self.inputs[k].ptr, np.asarray(v))
         if timeline is not None:
             timeline.mark("h2d")
         check(_cu().cuGraphLaunch(self.exec, ctx.stream), "cuGraphLaunch")

@@ -12,7 +12,7 @@ _SUFFIX = {"float32": "", "float16": "_h"}
 
 def on_device(x):
     """x as a GpuArray (numpy values are uploaded; GpuArrays pass through)."""
-    return x if isinstance(x, GpuArray) or x is None else to_device(np.ascontiguousarray(x))
+    return x if isinstance(x, GpuArray) or x is None else to_device(np.asarray(x))
 
 
 def suffix(dtype) -> str:
@@ -46,7 +46,7 @@ def weight(host, dtype=None) -> GpuArray:
     key = (id(host), None if dtype is None else np.dtype(dtype).name)
     hit = _W.get(key)
     if hit is None or hit[0] is not host:
-        arr = np.ascontiguousarray(host if dtype is None else np.asarray(host).astype(dtype))
+        arr = np.asarray(host if dtype is None else np.asarray(host).astype(dtype))
         hit = _W[key] = (host, GpuArray.from_host(arr))
     return hit[1]
 

@@ -111,6 +111,8 @@ class CublasMatMul(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         a = on_device(inputs[0])
         b = weight(op.weights["b"], a.dtype) if "b" in op.weights else on_device(inputs[1])
+        if a.ndim < 2 or b.ndim < 2:
+            raise TypeError("vector operands run on the host")
         from native.cuda.tactics.conv import epilogue
         y = matmul(a, b, bool(op.params.get("transpose_a")), bool(op.params.get("transpose_b")),
                    tf32=(op.math == "tf32"))
