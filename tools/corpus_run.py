@@ -64,7 +64,7 @@ def main():
         t0 = time.time()
         first = subprocess.run(cmd, capture_output=True, text=True)
         t1 = time.time()
-        again = subprocess.CompletedProcess([], 0) if args.no_reload else subprocess.run([sys.executable, "-m", "debugkit", "run", path, "--engine", "--load-inputs", ins,
+        again = subprocess.CompletedProcess([], 0, "", "") if args.no_reload else subprocess.run([sys.executable, "-m", "debugkit", "run", path, "--engine", "--load-inputs", ins,
                                 "--load-outputs", outs, *extra, *([] if args.fp16 else EXTRA_ARGS.get(entry["name"], []))],
                                capture_output=True, text=True)
         t2 = time.time()

@@ -196,3 +196,26 @@ extern "C" __global__ void layernorm_h(unsigned short* out, const unsigned short
                                        const unsigned short* b, float* mo, float* io, long long rows, long long cols,
                                        float eps) {
     layernorm_k<F16>(out, in, g, b, mo, io, rows, cols, eps); }
+
+// numeric casts (ONNX Cast between float32/float16/int64/int32/bool): floats to integers truncate toward zero,
+// anything to bool is "!= 0"
+template <typename A> __device__ __forceinline__ float ldf(A v) { return (float)v; }
+template <> __device__ __forceinline__ float ldf<unsigned short>(unsigned short v) { return F16::ld(v); }
+#define CAST(NAME, TA, TB, EXPR) \
+extern "C" __global__ void NAME(TB* __restrict__ out, const TA* __restrict__ in, long long n) { \
+    GRID_LOOP(n) { TA v = in[i]; out[i] = (EXPR); } }
+CAST(cast_i64_f32, long long, float, (float)v)
+CAST(cast_i32_f32, int, float, (float)v)
+CAST(cast_b_f32, unsigned char, float, v ? 1.f : 0.f)
+CAST(cast_i64_f16, long long, unsigned short, F16::st((float)v))
+CAST(cast_b_f16, unsigned char, unsigned short, F16::st(v ? 1.f : 0.f))
+CAST(cast_f32_i64, float, long long, (long long)v)
+CAST(cast_f16_i64, unsigned short, long long, (long long)F16::ld(v))
+CAST(cast_i32_i64, int, long long, (long long)v)
+CAST(cast_b_i64, unsigned char, long long, (long long)v)
+CAST(cast_i64_i32, long long, int, (int)v)
+CAST(cast_f32_i32, float, int, (int)v)
+CAST(cast_f32_b, float, unsigned char, v != 0.f ? 1 : 0)
+CAST(cast_f16_b, unsigned short, unsigned char, F16::ld(v) != 0.f ? 1 : 0)
+CAST(cast_i64_b, long long, unsigned char, v != 0 ? 1 : 0)
+CAST(cast_i32_b, int, unsigned char, v != 0 ? 1 : 0)

@@ -52,6 +52,9 @@ def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=
     Kb, N = (b.shape[-1], b.shape[-2]) if transpose_b else (b.shape[-2], b.shape[-1])
     if K != Kb:
         raise ValueError(f"matmul shapes {a.shape} x {b.shape} do not agree on K")
+    if not transpose_a and b.ndim == 2 and a.ndim > 2:   # a weight: fold a's batch dims into M (one GEMM)
+        out = matmul(a.reshape((-1, a.shape[-1])), b, False, transpose_b, tf32, out_dtype)
+        return out.reshape(tuple(a.shape[:-1]) + (out.shape[-1],))
     batch = _batch_ok(a.shape[:-2], b.shape[:-2])
     if batch is None:
         raise TypeError(f"batch dims {a.shape[:-2]} x {b.shape[:-2]} broadcast partially; host tactic runs it")

@@ -239,6 +239,38 @@ def cast(x: GpuArray, to) -> GpuArray:
     return out
 
 
+_CODE = {"float32": "f32", "float16": "f16", "int64": "i64", "int32": "i32", "bool": "b"}
+
+
+@_gpu
+class GpuCast(Tactic):
+    """ONNX Cast between float32, float16, int64, int32 and bool (floats to integers truncate; to bool is != 0)."""
+
+    kind, name = "Cast", "cast-kernel"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = on_device(inputs[0])
+        try:
+            to = np.dtype(op.params.get("to"))
+        except TypeError:
+            raise TypeError(f"cast to {op.params.get('to')} runs on the host") from None
+        if not isinstance(x, GpuArray) or x.dtype.name not in _CODE or to.name not in _CODE:
+            raise TypeError(f"cast {getattr(x, 'dtype', type(x).__name__)} -> {to} runs on the host")
+        if x.dtype == to:
+            return [x]
+        if {x.dtype.name, to.name} == {"float32", "float16"}:
+            return [cast(x, to)]
+        name = f"cast_{_CODE[x.dtype.name]}_{_CODE[to.name]}"
+        out = GpuArray(x.shape, to)
+        if x.size:
+            try:
+                fn = kernel(SRC, name)
+            except Exception:
+                raise TypeError(f"cast {x.dtype} -> {to} runs on the host") from None
+            launch(fn, grid_for(x.size), (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size)])
+        return [out]
+
+
 @_gpu
 class GpuGather(Tactic):
     """DEFAULT-mode gather along one axis (embedding lookups); int64 or int32 indices."""
