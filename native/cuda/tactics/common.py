@@ -38,6 +38,21 @@ def same_float(xs, dtype=None):
     return np.dtype(kinds.pop())
 
 
+def as_storage(xs, op):
+    """Float operands converted to the layer's storage type (float16 for an FP16 layer, else float32), as numpy's
+    promotion does on the CPU; other types raise TypeError (a host layer takes them)."""
+    dtype = storage(op)
+    out = []
+    for x in xs:
+        if x is not None and np.dtype(x.dtype) != dtype:
+            if np.dtype(x.dtype).name not in _SUFFIX:
+                raise TypeError(f"GPU float kernels store float32 or float16, got {np.dtype(x.dtype).name}")
+            from native.cuda.tactics.tensor import cast
+            x = cast(x, dtype)
+        out.append(x)
+    return out
+
+
 _W: dict = {}
 
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, kernel_from_source, launch
-from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, same_float, storage, suffix, weight
+from native.cuda.tactics.common import FLOAT_PRECISIONS, as_storage, on_device, same_float, storage, suffix, weight
 from native.tactics import Tactic, register_tactic
 
 SRC = "pointwise.cu"
@@ -85,7 +85,7 @@ class GpuElementWise(Tactic):
         return None if _rank_ok(input_shapes) else "rank above 8"
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        a, b = on_device(inputs[0]), on_device(inputs[1])
+        a, b = as_storage([on_device(inputs[0]), on_device(inputs[1])], op)
         dtype = same_float([a, b])
         out = GpuArray(np.broadcast_shapes(a.shape, b.shape), dtype)
         binary(_BINARY[op.params["op"]], a, b, out)
@@ -269,6 +269,7 @@ class GpuPointwiseProgram(Tactic):
                 vals.append(weight(op.weights[key], dtype))
             else:
                 raise TypeError(f"program argument {a!r} has no GPU binding")
+        vals = as_storage(vals, op)
         dtype = same_float(vals)
         shape = np.broadcast_shapes(*[v.shape for v in vals])
         if len(shape) > 8:
