@@ -29,12 +29,35 @@ __device__ __forceinline__ void binary_k(typename D::T* __restrict__ out, const 
     }
 }
 
+// the same with 32-bit index arithmetic (tensors under 2^31 elements: integer division is several times cheaper)
+template <class D, class O>
+__device__ __forceinline__ void binary_s(typename D::T* __restrict__ out, const typename D::T* __restrict__ a,
+                                         const typename D::T* __restrict__ b, const Bcast& s) {
+    int rank = (int)s.rank, n = (int)s.n;
+    int dims[8], sa[8], sb[8];
+    for (int d = 0; d < rank; ++d) { dims[d] = (int)s.dims[d]; sa[d] = (int)s.sa[d]; sb[d] = (int)s.sb[d]; }
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int r = i, ia = 0, ib = 0;
+        for (int d = rank - 1; d >= 0; --d) {
+            int q = r % dims[d];
+            r /= dims[d];
+            ia += q * sa[d];
+            ib += q * sb[d];
+        }
+        out[i] = D::st(O::f(D::ld(a[ia]), D::ld(b[ib])));
+    }
+}
+
 #define BINARY(NAME, EXPR)                                                                                    \
 struct op_##NAME { __device__ static __forceinline__ float f(float x, float y) { return (EXPR); } };          \
 extern "C" __global__ void NAME(float* out, const float* a, const float* b, Bcast s) {                        \
     binary_k<F32, op_##NAME>(out, a, b, s); }                                                                 \
 extern "C" __global__ void NAME##_h(unsigned short* out, const unsigned short* a, const unsigned short* b,     \
-                                    Bcast s) { binary_k<F16, op_##NAME>(out, a, b, s); }
+                                    Bcast s) { binary_k<F16, op_##NAME>(out, a, b, s); }                      \
+extern "C" __global__ void NAME##_s(float* out, const float* a, const float* b, Bcast s) {                      \
+    binary_s<F32, op_##NAME>(out, a, b, s); }                                                                 \
+extern "C" __global__ void NAME##_h_s(unsigned short* out, const unsigned short* a, const unsigned short* b,   \
+                                      Bcast s) { binary_s<F16, op_##NAME>(out, a, b, s); }
 
 BINARY(ew_sum, x + y)
 BINARY(ew_sub, x - y)
@@ -92,10 +115,12 @@ __device__ void softmax_k(typename DO::T* __restrict__ out, const typename DI::T
     if (r >= rows) return;
     const typename DI::T* x = in + r * cols;
     typename DO::T* y = out + r * cols;
+    long long mb = 0, ms_last = 0;    // the mask's offset at (row r, column 0) and its stride along the columns
+    if (mask) { long long ia; offsets(ms, r * cols, ia, mb); ms_last = ms.sb[ms.rank - 1]; }
     float m = __int_as_float(0xff800000);   // -inf
     for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
         float v = DI::ld(x[j]) * scale;
-        if (mask) { long long ia, ib; offsets(ms, r * cols + j, ia, ib); v += DI::ld(mask[ib]); }
+        if (mask) v += DI::ld(mask[mb + j * ms_last]);
         m = fmaxf(m, v);
     }
     red[threadIdx.x] = m;
@@ -109,7 +134,7 @@ __device__ void softmax_k(typename DO::T* __restrict__ out, const typename DI::T
     float sum = 0.f;
     for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
         float v = DI::ld(x[j]) * scale;
-        if (mask) { long long ia, ib; offsets(ms, r * cols + j, ia, ib); v += DI::ld(mask[ib]); }
+        if (mask) v += DI::ld(mask[mb + j * ms_last]);
         sum += expf(v - m);
     }
     red[threadIdx.x] = sum;
@@ -123,7 +148,7 @@ __device__ void softmax_k(typename DO::T* __restrict__ out, const typename DI::T
     float ls = logf(sum), inv = 1.f / sum;
     for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
         float v = DI::ld(x[j]) * scale;
-        if (mask) { long long ia, ib; offsets(ms, r * cols + j, ia, ib); v += DI::ld(mask[ib]); }
+        if (mask) v += DI::ld(mask[mb + j * ms_last]);
         float o = log_softmax ? v - m - ls : expf(v - m) * inv;
         y[j] = DO::st(dead ? 0.f : o);
     }

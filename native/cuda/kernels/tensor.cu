@@ -22,6 +22,27 @@ __device__ __forceinline__ void copy_k(T* __restrict__ out, const T* __restrict_
     }
 }
 
+template <typename T>
+__device__ __forceinline__ void copy_s(T* __restrict__ out, const T* __restrict__ in, const Strided& s) {
+    int rank = (int)s.rank, n = (int)s.n;
+    int dims[8], si[8], so[8];
+    for (int d = 0; d < rank; ++d) { dims[d] = (int)s.dims[d]; si[d] = (int)s.si[d]; so[d] = (int)s.so[d]; }
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int r = i, oi = 0, oo = 0;
+        for (int d = rank - 1; d >= 0; --d) {
+            int q = r % dims[d];
+            r /= dims[d];
+            oi += q * si[d];
+            oo += q * so[d];
+        }
+        out[oo] = in[oi];
+    }
+}
+extern "C" __global__ void copy_s_1(unsigned char* out, const unsigned char* in, Strided s) { copy_s(out, in, s); }
+extern "C" __global__ void copy_s_2(unsigned short* out, const unsigned short* in, Strided s) { copy_s(out, in, s); }
+extern "C" __global__ void copy_s_4(unsigned int* out, const unsigned int* in, Strided s) { copy_s(out, in, s); }
+extern "C" __global__ void copy_s_8(unsigned long long* out, const unsigned long long* in, Strided s) { copy_s(out, in, s); }
+
 extern "C" __global__ void copy_nd_1(unsigned char* out, const unsigned char* in, Strided s) { copy_k(out, in, s); }
 extern "C" __global__ void copy_nd_2(unsigned short* out, const unsigned short* in, Strided s) { copy_k(out, in, s); }
 extern "C" __global__ void copy_nd_4(unsigned int* out, const unsigned int* in, Strided s) { copy_k(out, in, s); }

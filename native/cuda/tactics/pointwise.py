@@ -49,7 +49,7 @@ def bcast_strides(out_shape, shape) -> list:
 
 def binary(name: str, a: GpuArray, b: GpuArray, out: GpuArray):
     """out = a (op) b with broadcasting; one storage type for all three."""
-    sfx = suffix(same_float([a, b, out]))
+    sfx = suffix(same_float([a, b, out])) + ("_s" if out.size < 2 ** 31 else "")
     s = broadcast_params(out.shape, a.shape, b.shape)
     if s[1]:
         launch(kernel(SRC, name + sfx), grid_for(s[1]), (256, 1, 1), [np.uint64(out.ptr), np.uint64(a.ptr),
@@ -87,7 +87,10 @@ class GpuElementWise(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         a, b = as_storage([on_device(inputs[0]), on_device(inputs[1])], op)
         dtype = same_float([a, b])
-        out = GpuArray(np.broadcast_shapes(a.shape, b.shape), dtype)
+        shape = np.broadcast_shapes(a.shape, b.shape)
+        if len(shape) > 8:
+            raise TypeError("rank above 8 runs on the host")
+        out = GpuArray(shape, dtype)
         binary(_BINARY[op.params["op"]], a, b, out)
         return [out]
 

@@ -40,7 +40,8 @@ def strided_copy(src: GpuArray, src_offset: int, src_strides, dims, dst: GpuArra
     s[2:2 + len(dims)] = dims
     s[10:10 + len(dims)] = src_strides
     s[18:18 + len(dims)] = dst_strides
-    launch(kernel(SRC, _COPY[size]), grid_for(n), (256, 1, 1),
+    small = max(n, src.size + src_offset, dst.size) < 2 ** 31    # 32-bit index arithmetic suffices
+    launch(kernel(SRC, _COPY[size].replace("copy_nd", "copy_s") if small else _COPY[size]), grid_for(n), (256, 1, 1),
            [np.uint64(dst.ptr + dst_offset * size), np.uint64(src.ptr + src_offset * size), s])
 
 
