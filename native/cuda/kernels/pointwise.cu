@@ -48,6 +48,13 @@ __device__ __forceinline__ void binary_s(typename D::T* __restrict__ out, const 
     }
 }
 
+// same-shape operands (flat) and a bias along the last axis (b[i % cols]): no index arithmetic beyond that
+template <class D, class O>
+__device__ __forceinline__ void binary_flat(typename D::T* __restrict__ out, const typename D::T* __restrict__ a,
+                                            const typename D::T* __restrict__ b, long long n, long long cols) {
+    GRID_LOOP(n) { out[i] = D::st(O::f(D::ld(a[i]), D::ld(b[cols ? i % cols : i]))); }
+}
+
 #define BINARY(NAME, EXPR)                                                                                    \
 struct op_##NAME { __device__ static __forceinline__ float f(float x, float y) { return (EXPR); } };          \
 extern "C" __global__ void NAME(float* out, const float* a, const float* b, Bcast s) {                        \
@@ -57,7 +64,11 @@ extern "C" __global__ void NAME##_h(unsigned short* out, const unsigned short* a
 extern "C" __global__ void NAME##_s(float* out, const float* a, const float* b, Bcast s) {                      \
     binary_s<F32, op_##NAME>(out, a, b, s); }                                                                 \
 extern "C" __global__ void NAME##_h_s(unsigned short* out, const unsigned short* a, const unsigned short* b,   \
-                                      Bcast s) { binary_s<F16, op_##NAME>(out, a, b, s); }
+                                      Bcast s) { binary_s<F16, op_##NAME>(out, a, b, s); }                    \
+extern "C" __global__ void NAME##_f(float* out, const float* a, const float* b, long long n, long long cols) {  \
+    binary_flat<F32, op_##NAME>(out, a, b, n, cols); }                                                        \
+extern "C" __global__ void NAME##_h_f(unsigned short* out, const unsigned short* a, const unsigned short* b,   \
+                                      long long n, long long cols) { binary_flat<F16, op_##NAME>(out, a, b, n, cols); }
 
 BINARY(ew_sum, x + y)
 BINARY(ew_sub, x - y)

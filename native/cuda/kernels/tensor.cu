@@ -42,6 +42,9 @@ extern "C" __global__ void copy_s_1(unsigned char* out, const unsigned char* in,
 extern "C" __global__ void copy_s_2(unsigned short* out, const unsigned short* in, Strided s) { copy_s(out, in, s); }
 extern "C" __global__ void copy_s_4(unsigned int* out, const unsigned int* in, Strided s) { copy_s(out, in, s); }
 extern "C" __global__ void copy_s_8(unsigned long long* out, const unsigned long long* in, Strided s) { copy_s(out, in, s); }
+struct __align__(16) V16 { unsigned long long lo, hi; };   // 16-byte moves for rows that allow them
+extern "C" __global__ void copy_s_16(V16* out, const V16* in, Strided s) { copy_s(out, in, s); }
+extern "C" __global__ void copy_nd_16(V16* out, const V16* in, Strided s) { copy_k(out, in, s); }
 
 extern "C" __global__ void copy_nd_1(unsigned char* out, const unsigned char* in, Strided s) { copy_k(out, in, s); }
 extern "C" __global__ void copy_nd_2(unsigned short* out, const unsigned short* in, Strided s) { copy_k(out, in, s); }

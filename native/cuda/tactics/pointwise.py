@@ -49,7 +49,18 @@ def bcast_strides(out_shape, shape) -> list:
 
 def binary(name: str, a: GpuArray, b: GpuArray, out: GpuArray):
     """out = a (op) b with broadcasting; one storage type for all three."""
-    sfx = suffix(same_float([a, b, out])) + ("_s" if out.size < 2 ** 31 else "")
+    sfx = suffix(same_float([a, b, out]))
+    if out.size and tuple(a.shape) == tuple(out.shape):
+        bs = tuple(b.shape)
+        while bs and bs[0] == 1:
+            bs = bs[1:]
+        cols = 0 if tuple(b.shape) == tuple(out.shape) else (bs[0] if len(bs) == 1 and out.shape and
+                                                             bs[0] == out.shape[-1] else None)
+        if cols is not None:   # same shapes, or a bias along the last axis
+            launch(kernel(SRC, name + sfx + "_f"), grid_for(out.size), (256, 1, 1),
+                   [np.uint64(out.ptr), np.uint64(a.ptr), np.uint64(b.ptr), np.int64(out.size), np.int64(cols)])
+            return
+    sfx += "_s" if out.size < 2 ** 31 else ""
     s = broadcast_params(out.shape, a.shape, b.shape)
     if s[1]:
         launch(kernel(SRC, name + sfx), grid_for(s[1]), (256, 1, 1), [np.uint64(out.ptr), np.uint64(a.ptr),

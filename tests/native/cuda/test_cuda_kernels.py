@@ -213,3 +213,20 @@ def test_cuda_graph_replay_matches_plain_execution_and_reports_timings(tmp_path)
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(graphed[0], graphed[1])     # the graph reads the new inputs every launch
     assert set(t) == {"h2d_ms", "compute_ms", "d2h_ms"} and all(v >= 0 for v in t.values())
+
+
+def test_fast_paths_wide_copies_flat_and_bias_adds():
+    """Head-split transposes and last-axis splits move 16-byte rows; same-shape and last-axis-bias adds skip the
+    broadcast index arithmetic; all must equal numpy exactly."""
+    x = RNG.standard_normal((2, 5, 3, 64)).astype(np.float16)
+    op = _op("Shuffle", first_transpose=[0, 2, 1, 3], reshape_dims=None, second_transpose=None)
+    np.testing.assert_array_equal(_gpu("Shuffle", "strided-copy").run(op, [_up(x)])[0].get(), x.transpose(0, 2, 1, 3))
+    y = RNG.standard_normal((4, 7, 192)).astype(np.float16)
+    outs = _gpu("Split", "strided-copy").run(_op("Split", axis=-1, split=[64, 64, 64]), [_up(y)])
+    for i, o in enumerate(outs):
+        np.testing.assert_array_equal(o.get(), y[..., 64 * i:64 * (i + 1)])
+    a = RNG.standard_normal((3, 5, 40)).astype(np.float32)
+    for b in (RNG.standard_normal((3, 5, 40)).astype(np.float32), RNG.standard_normal(40).astype(np.float32),
+              RNG.standard_normal((1, 1, 40)).astype(np.float32)):
+        got = _gpu("ElementWise", "nvrtc-pointwise").run(_op("ElementWise", op="SUB"), [_up(a), _up(b)])[0].get()
+        np.testing.assert_array_equal(got, a - b)
