@@ -165,6 +165,66 @@ __device__ void softmax_k(typename DO::T* __restrict__ out, const typename DI::T
     }
 }
 
+// rows of at most 1024 columns: one warp per row, values kept in registers, shuffle reductions (no block syncs)
+template <class DI, class DO>
+__device__ void softmax_warp_k(typename DO::T* __restrict__ out, const typename DI::T* __restrict__ in,
+                               long long rows, long long cols, int log_softmax, float scale,
+                               const typename DI::T* __restrict__ mask, const Bcast& ms, int nan_to_zero) {
+    int lane = threadIdx.x & 31;
+    long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const typename DI::T* x = in + r * cols;
+    typename DO::T* y = out + r * cols;
+    long long mb = 0, ms_last = 0;
+    if (mask) { long long ia; offsets(ms, r * cols, ia, mb); ms_last = ms.sb[ms.rank - 1]; }
+    float v[32];
+    float m = __int_as_float(0xff800000);
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        long long j = lane + 32 * k;
+        v[k] = __int_as_float(0xff800000);
+        if (j < cols) {
+            float t = DI::ld(x[j]) * scale;
+            if (mask) t += DI::ld(mask[mb + j * ms_last]);
+            v[k] = t;
+            m = fmaxf(m, t);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) if (lane + 32 * k < cols) sum += expf(v[k] - m);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    bool dead = nan_to_zero && m == __int_as_float(0xff800000);
+    float ls = logf(sum), inv = 1.f / sum;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        long long j = lane + 32 * k;
+        if (j < cols) {
+            float o = log_softmax ? v[k] - m - ls : expf(v[k] - m) * inv;
+            y[j] = DO::st(dead ? 0.f : o);
+        }
+    }
+}
+
+extern "C" __global__ void softmax_rows_w(float* out, const float* in, long long rows, long long cols, int log_softmax) {
+    Bcast none; none.rank = 0;
+    softmax_warp_k<F32, F32>(out, in, rows, cols, log_softmax, 1.f, (const float*)0, none, 0);
+}
+extern "C" __global__ void softmax_rows_h_w(unsigned short* out, const unsigned short* in, long long rows,
+                                            long long cols, int log_softmax) {
+    Bcast none; none.rank = 0;
+    softmax_warp_k<F16, F16>(out, in, rows, cols, log_softmax, 1.f, (const unsigned short*)0, none, 0);
+}
+extern "C" __global__ void attn_softmax_w(float* out, const float* in, long long rows, long long cols, float scale,
+                                          const float* mask, Bcast ms, int nan_to_zero) {
+    softmax_warp_k<F32, F32>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero);
+}
+extern "C" __global__ void attn_softmax_h_w(unsigned short* out, const float* in, long long rows, long long cols,
+                                            float scale, const float* mask, Bcast ms, int nan_to_zero) {
+    softmax_warp_k<F32, F16>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero);
+}
+
 extern "C" __global__ void softmax_rows(float* out, const float* in, long long rows, long long cols, int log_softmax) {
     Bcast none; none.rank = 0;
     softmax_k<F32, F32>(out, in, rows, cols, log_softmax, 1.f, (const float*)0, none, 0);

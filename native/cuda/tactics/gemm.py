@@ -169,8 +169,12 @@ class CublasAttention(Tactic):
         else:
             ms, mptr = np.zeros(26, np.int64), 0
         if rows:
-            launch(kernel(SRC, "attn_softmax" + ("_h" if q.dtype == np.float16 else "")), (rows, 1, 1), (256, 1, 1),
-                   [np.uint64(probs.ptr), np.uint64(scores.ptr), np.int64(rows), np.int64(cols), np.float32(scale),
-                    np.uint64(mptr), ms, np.int32(1 if p.get("nan_to_zero") else 0)])
+            name = "attn_softmax" + ("_h" if q.dtype == np.float16 else "")
+            args = [np.uint64(probs.ptr), np.uint64(scores.ptr), np.int64(rows), np.int64(cols), np.float32(scale),
+                    np.uint64(mptr), ms, np.int32(1 if p.get("nan_to_zero") else 0)]
+            if cols <= 1024:    # a warp per row
+                launch(kernel(SRC, name + "_w"), ((rows + 7) // 8, 1, 1), (256, 1, 1), args)
+            else:
+                launch(kernel(SRC, name), (rows, 1, 1), (256, 1, 1), args)
         del scores
         return [matmul(probs, v, tf32=(op.math == "tf32"))]

@@ -160,9 +160,12 @@ class GpuSoftmax(Tactic):
         rows = x.size // max(cols, 1)
         out = GpuArray(x.shape, x.dtype)
         if rows:
-            launch(kernel(SRC, "softmax_rows" + sfx), (rows, 1, 1), (256, 1, 1),
-                   [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(rows), np.int64(cols),
-                    np.int32(1 if op.params.get("log") else 0)])
+            args = [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(rows), np.int64(cols),
+                    np.int32(1 if op.params.get("log") else 0)]
+            if cols <= 1024:    # a warp per row
+                launch(kernel(SRC, "softmax_rows" + sfx + "_w"), ((rows + 7) // 8, 1, 1), (256, 1, 1), args)
+            else:
+                launch(kernel(SRC, "softmax_rows" + sfx), (rows, 1, 1), (256, 1, 1), args)
         return [out]
 
 

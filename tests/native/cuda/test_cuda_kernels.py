@@ -230,3 +230,14 @@ def test_fast_paths_wide_copies_flat_and_bias_adds():
               RNG.standard_normal((1, 1, 40)).astype(np.float32)):
         got = _gpu("ElementWise", "nvrtc-pointwise").run(_op("ElementWise", op="SUB"), [_up(a), _up(b)])[0].get()
         np.testing.assert_array_equal(got, a - b)
+
+
+@pytest.mark.parametrize("cols", [1, 31, 128, 1000, 1500])
+def test_softmax_warp_and_block_paths_match_numpy(cols):
+    x = (RNG.standard_normal((3, 5, cols)) * 6).astype(np.float32)
+    x[0, 0, :] = -np.inf if cols > 1 else x[0, 0, :]
+    y = _gpu("Softmax", "nvrtc-rows").run(_op("Softmax", axis=-1), [_up(x)])[0].get()
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+        ref = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-7, equal_nan=True)
