@@ -103,6 +103,13 @@ class Device:
     def available(self) -> bool:
         return True
 
+    def plan_extras(self) -> dict:
+        """Device data a plan carries beside the layers (CUDA: the compiled kernels), JSON-able; {} for none."""
+        return {}
+
+    def load_plan_extras(self, extras: dict):
+        """Take back what plan_extras() stored (called when an engine is loaded)."""
+
     def preferred(self, tactics: list) -> list:
         """Of the tactics that ran in timing, those the device chooses among (all, by default). A device with its
         own memory ranks host layers below any of its own kernels that ran: a host layer synchronizes the stream

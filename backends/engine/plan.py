@@ -78,6 +78,9 @@ def serialize_plan(graph: Graph, config) -> bytes:
     header = {"producer": {"name": "debugkit", "version": producer_version()},
               "device": get_device(config.device).fingerprint(),
               "build_config": config.to_json(), "graph": _graph_to_json(graph, blob)}
+    extras = get_device(config.device).plan_extras()
+    if extras:
+        header["device_extras"] = extras
     return pack_plan(header, blob.parts)
 
 

@@ -85,6 +85,35 @@ class CudaDevice(Device):
         from native.cuda.driver import context
         context().synchronize()
 
+    def plan_extras(self) -> dict:
+        """The cubins NVRTC compiled in this process for this GPU's architecture: a loaded plan compiles nothing."""
+        import base64
+
+        from native.cuda import nvrtc
+        from native.cuda.driver import context
+        arch = context().arch
+        mods = nvrtc.cubins(arch)
+        return {"cubins": {"arch": arch, "modules": {k: base64.b64encode(v).decode() for k, v in mods.items()}}} \
+            if mods else {}
+
+    def load_plan_extras(self, extras: dict):
+        import base64
+        import binascii
+
+        from native.cuda import nvrtc
+        from native.errors import PlanError
+        c = extras.get("cubins") if isinstance(extras, dict) else None
+        if c is None:
+            return
+        if not isinstance(c, dict) or not isinstance(c.get("arch"), str) or not isinstance(c.get("modules"), dict) \
+                or not all(isinstance(k, str) and isinstance(v, str) for k, v in c["modules"].items()):
+            raise PlanError("plan header 'device_extras.cubins' must be {arch: str, modules: {sha1: base64 str}}")
+        try:
+            table = {k: base64.b64decode(v, validate=True) for k, v in c["modules"].items()}
+        except binascii.Error as e:
+            raise PlanError(f"plan header 'device_extras.cubins.modules' holds invalid base64: {e}") from None
+        nvrtc.preload(c["arch"], table)
+
     def preferred(self, tactics):
         return [t for t in tactics if not getattr(t, "host_layer", False)]
 

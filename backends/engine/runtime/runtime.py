@@ -74,6 +74,7 @@ class Engine:
         cfg = header.get("build_config", {})
         self.profiles = [OptimizationProfile.from_json(p) for p in cfg.get("profiles", [])]
         self._device = dev
+        dev.load_plan_extras(header.get("device_extras") or {})
         self.tuned = dev.tune_process() if tune_process else False
         self.executor = GraphExecutor(graph, dev)
 

@@ -241,3 +241,23 @@ def test_softmax_warp_and_block_paths_match_numpy(cols):
         e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
         ref = e / e.sum(-1, keepdims=True)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+def test_loaded_plan_compiles_no_kernels(tmp_path, monkeypatch):
+    """The plan carries the cubins of its architecture; loading it in a process that has compiled nothing runs
+    without calling NVRTC."""
+    from backends.runners import EngineRunner
+    from native.cuda import nvrtc
+    path, plan = tmp_path / "convnet.onnx", tmp_path / "convnet.plan"
+    onnx.save(_convnet(), path)
+    x = np.random.default_rng(12).standard_normal((4, 16, 32, 32)).astype(np.float32)
+    with EngineRunner(str(path), device="cuda", flags=("fp16",), save_plan=str(plan)) as r:
+        ref = r.infer({"x": x})["y"]
+    monkeypatch.setattr(nvrtc, "_MODULES", {})
+    monkeypatch.setattr(nvrtc, "_CUBINS", {})
+
+    def refuse(*a, **k):
+        raise AssertionError("NVRTC compile after loading a plan")
+    monkeypatch.setattr(nvrtc, "compile_source", refuse)
+    with EngineRunner(str(plan)) as r:
+        np.testing.assert_array_equal(r.infer({"x": x})["y"], ref)
