@@ -39,8 +39,12 @@ def same_float(xs, dtype=None):
 
 
 def as_storage(xs, op):
-    """Float operands converted to the layer's storage type (float16 for an FP16 layer, else float32), as numpy's
-    promotion does on the CPU; other types raise TypeError (a host layer takes them)."""
+    """Operands of one float type pass as they are; mixed float16/float32 ones are converted to the layer's storage
+    type (float16 for an FP16 layer, else float32), as numpy's promotion does on the CPU; other types raise
+    TypeError (a host layer takes them)."""
+    kinds = {np.dtype(x.dtype).name for x in xs if x is not None}
+    if len(kinds) == 1 and kinds <= set(_SUFFIX):
+        return list(xs)
     dtype = storage(op)
     out = []
     for x in xs:

@@ -288,7 +288,10 @@ class GpuPointwiseProgram(Tactic):
                 raise TypeError(f"program argument {a!r} has no GPU binding")
         vals = as_storage(vals, op)
         dtype = same_float(vals)
-        shape = np.broadcast_shapes(*[v.shape for v in vals])
+        try:
+            shape = np.broadcast_shapes(*[v.shape for v in vals])
+        except ValueError as e:   # operands that meet only through intermediate shapes: the host program runs it
+            raise TypeError(f"program operands do not broadcast together ({e})") from None
         if len(shape) > 8:
             raise TypeError("rank above 8")
         out = GpuArray(shape, dtype)
