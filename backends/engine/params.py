@@ -1,5 +1,5 @@
-"""Declared params per layer kind: each kind's own params (its layer class's `defaults`) plus the fused params the
-builder's passes attach, with a schema for each fused one. `Graph.lint()` checks nodes against it, and tactics
+"""Declared params per layer kind, with types: each kind's own params (DECLARED, below), the fused params the
+builder's passes attach (with a schema each) and the other params passes attach (PASS_PARAMS). `Graph.lint()` checks nodes against it, and tactics
 declare which fused params they implement (`Tactic.honours`), so a fused meaning can never be silently dropped.
 
 Fused params (the only ones that change what a layer computes beyond its kind's own params):
@@ -13,6 +13,8 @@ Fused params (the only ones that change what a layer computes beyond its kind's 
     emulate    compute in another runtime's rounding order: "onnxruntime-mlas" (native/cpu/kernels/mlas_conv.py)
 """
 from __future__ import annotations
+
+import functools
 
 from native.tactics import FUSED_PARAMS
 
@@ -90,17 +92,148 @@ CHECKS = {"post_ops": _post_ops, "side": _side, "integer": _bool, "col2im": _boo
           "emulate": _emulate}
 
 
+# --- every layer kind's own params, with types ---------------------------------------------------------------
+# One line per kind: "name:type" where type is int, num (int or float), bool, str, ints, nums, strs, obj (a JSON
+# object), objs (a list of them); a trailing "?" allows null. `Graph.lint()` rejects a param a kind does not declare
+# and a declared one of the wrong type; the plan schema (plan_schema.py) holds loaded plans to the same table. A
+# new param (an importer's or a pass's) is declared here, on the line of its kind.
+_CONV = ("num_output_maps:int kernel_shape:ints strides:ints? pre_padding:ints? post_padding:ints? dilations:ints? "
+         "groups:int auto_pad:str?")
+_POOL = ("type:str window:ints strides:ints? pre_padding:ints? post_padding:ints? dilations:ints? ceil_mode:bool "
+         "average_count_excludes_padding:bool p:int global:bool storage_order:int num_outputs:int auto_pad:str?")
+DECLARED = {
+    "Activation": "type:str alpha:num? beta:num?",
+    "ArgReduce": "axis:int keep_dims:bool op:str select_last_index:bool",
+    "Assertion": "message:str",
+    "Attention": "mask_kind:str nan_to_zero:bool scale:num? softmax_axis:int transpose_k:bool",
+    "Cast": "round_mode:str saturate:bool to:str?",
+    "Concatenation": "axis:int",
+    "Constant": "shape:ints",
+    "Convolution": _CONV,
+    "ConvolutionNHWC": _CONV + " kernel_spatial:ints",
+    "Cumulative": "exclusive:bool op:str reverse:bool",
+    "Deconvolution": _CONV + " output_padding:ints? output_shape:ints?",
+    "Dequantize": "axis:int block_size:int output_dtype:str?",
+    "DlaLoadable": "batch:int core:int hwc4_align:int inputs:objs outputs:objs pools:obj precision:str profile:str",
+    "DlaReformat": "direction:str dtype:str format:str hwc4_align:int name:str scale:num? shape:ints",
+    "Einsum": "equation:str",
+    "ElementWise": "op:str",
+    "Expand": "",
+    "Fill": "alpha:num? beta:num? dtype:str? k:int op:str seed:num? shape:ints?",
+    "Gather": "axis:int batch_dims:int mode:str",
+    "Identity": "",
+    "If": "",
+    "LRN": "alpha:num beta:num k:num window:int",
+    "Loop": "num_carried:int scan_outputs:objs",
+    "MatrixMultiply": "transpose_a:bool transpose_b:bool",
+    "NonZero": "",
+    "Normalization": "axes:ints epsilon:num mode:str momentum:num num_groups:int p:int stash_type:int training_mode:bool",
+    "OneHot": "axis:int",
+    "Padding": "axes:ints? mode:str pads:ints? value:num?",
+    "Plugin": "fields:obj plugin_type:str plugin_version:str",
+    "Pointwise": "",
+    "Pooling": _POOL,
+    "PoolingNHWC": _POOL,
+    "Quantize": "axis:int block_size:int dynamic:bool output_dtype:str? saturate:bool",
+    "RNN": ("activation_alpha:nums? activation_beta:nums? activations:strs? cell:str clip:num? direction:str "
+            "hidden_size:int input_forget:int layout:int linear_before_reset:int"),
+    "Range": "",
+    "Reduce": "axes:ints? keep_dims:bool noop_with_empty_axes:bool op:str",
+    "Reformat": "from:str to:str",
+    "Resize": ("align_corners:int antialias:bool axes:ints? coordinate_transformation:str cubic_coeff:num "
+               "exclude_outside:bool extrapolation_value:num grid_mode:str keep_aspect_ratio_policy:str mode:str "
+               "nearest_rounding:str padding_mode:str"),
+    "Scale": "mode:str channel_axis:int",
+    "Scan": ("batched:bool num_scan_inputs:int scan_input_axes:ints? scan_input_directions:ints? "
+             "scan_output_axes:ints? scan_output_directions:ints?"),
+    "Scatter": "axis:int mode:str reduction:str",
+    "Select": "",
+    "Sequence": "axis:int dtype:str? keepdims:int new_axis:int op:str",
+    "Shape": "end:int? start:int",
+    "Shuffle": "first_transpose:ints? reshape_dims:ints? second_transpose:ints? zero_is_placeholder:bool",
+    "Slice": "axes:ints? ends:ints? starts:ints? steps:ints?",
+    "Softmax": "axis:int flatten:bool hard:bool log:bool",
+    "Split": "axis:int num_outputs:int split:ints?",
+    "Tile": "",
+    "TopK": "axis:int k:int? op:str sorted:bool",
+    "Unary": "op:str detect_negative:bool detect_positive:bool",
+}
+# params builder passes attach beyond the fused ones: the DLA pass's per-layer settings (any kind it places), the
+# INT8 pass's scales, the Q/DQ emulation mode
+PASS_PARAMS = {
+    "dla": ("obj", None),
+    "int8": ("obj", {"Convolution", "ConvolutionNHWC", "MatrixMultiply", "Pooling", "PoolingNHWC"}),
+    "emulate": ("str", {"Convolution", "ConvolutionNHWC"}),
+}
+
+
+def _schema(spec: str):
+    from backends.engine import plan_schema as S
+    base = spec.rstrip("?")
+    table = {"int": S.Int, "num": S.Num, "bool": S.Bool, "str": S.Str, "ints": lambda: S.List(S.Int()),
+             "nums": lambda: S.List(S.Num()), "strs": lambda: S.List(S.Str()), "obj": lambda: S.Map(S.Any()),
+             "objs": lambda: S.List(S.Map(S.Any()))}
+    if base not in table:
+        raise ValueError(f"unknown param type {spec!r} (known: {sorted(table)}, '?' for nullable)")
+    t = table[base]()
+    return S.Opt(t) if spec.endswith("?") else t
+
+
+@functools.lru_cache(maxsize=None)
+def param_types(kind: str) -> dict | None:
+    """{param: schema} for every param a layer of `kind` may carry: its own (DECLARED), the fused ones it may carry
+    (checked by CHECKS) and those passes attach (PASS_PARAMS). None: the kind declares none."""
+    from backends.engine import plan_schema as S
+    if kind not in DECLARED:
+        return None
+    types = {}
+    for item in DECLARED[kind].split():
+        name, _, spec = item.partition(":")
+        types[name] = _schema(spec)
+    for p, kinds in FUSED_ON.items():
+        if kind in kinds:
+            types[p] = S.Any()
+    for p, (spec, kinds) in PASS_PARAMS.items():
+        if kinds is None or kind in kinds:
+            types[p] = _schema(spec)
+    return types
+
+
 def declared_params(kind: str) -> set:
-    """The params a layer of `kind` declares: its layer class's defaults plus the fused params it may carry."""
-    from backends.engine.network import LAYER_KINDS
-    cls = LAYER_KINDS.get(kind)
-    own = set(getattr(cls, "defaults", {}) or {}) if cls is not None else set()
-    return own | {p for p, kinds in FUSED_ON.items() if kind in kinds}
+    """The params a layer of `kind` declares: its own, the fused params it may carry and those passes attach."""
+    return set(param_types(kind) or ())
+
+
+def params_schema(kind: str):
+    """The declared params of `kind` as one strict plan_schema object (None when the kind declares none): what the
+    plan schema holds a loaded plan's params to."""
+    from backends.engine import plan_schema as S
+    types = param_types(kind)
+    return None if types is None else S.Obj({f"?{k}": v for k, v in types.items()})
 
 
 def check_params(node) -> list[str]:
-    """Problems with a node's fused params (empty when they match the schema)."""
+    """Problems with a node's params: undeclared or mistyped params of its kind, fused params off their schema
+    (empty when they match)."""
     problems = []
+    types = param_types(node.kind)
+    if types is None:
+        if node.params:
+            problems.append(f"layer kind '{node.kind}' declares no params, but the layer carries "
+                            f"{sorted(node.params)[:5]}; declare them in backends/engine/params.py DECLARED")
+    else:
+        for k, v in node.params.items():
+            if k in FUSED_PARAMS and not v:
+                continue        # an empty fused param means none
+            schema = types.get(k)
+            if schema is None:
+                if k not in FUSED_PARAMS:
+                    problems.append(f"param '{k}' is not declared for {node.kind} (declared: "
+                                    f"{', '.join(sorted(types))}); declare it in backends/engine/params.py")
+                continue
+            errors = []
+            schema.check(v, k, errors)
+            problems.extend(f"param '{path}' {msg}" for path, msg in errors[:3])
     for p in FUSED_PARAMS:
         value = node.params.get(p)
         if not value:

@@ -257,6 +257,10 @@ class _Node(Schema):
             schema = PARAMS.get(value["kind"])
             if schema is not None:
                 schema.check(value["params"], f"{path}.params", errors)
+            from backends.engine.params import params_schema   # every kind's declared params, strict
+            declared = params_schema(value["kind"])
+            if declared is not None and isinstance(value["params"], dict):
+                declared.check(value["params"], f"{path}.params", errors)
 
 
 GRAPH = Obj({"name": Str(), "inputs": List(TENSOR), "outputs": List(TENSOR), "?aliases": Map(Str()),

@@ -262,3 +262,43 @@ def test_interpreter_on_error_reports_failures_and_skips_only_dependents():
                                                   on_error=lambda node, e: seen.append((node.name, type(e))))
     assert seen[0][0] == "bad" and seen[1] == ("after", Skipped)
     assert env["w"].tolist() == [0.0, 1.0] and "z" not in env
+
+
+# params schema ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("params,message", [
+    ({"type": "RELU", "bogus": 1}, r"param 'bogus' is not declared for Activation"),
+    ({"type": 3}, r"param 'type' must be a string, got an integer"),
+    ({"type": "RELU", "alpha": "0.1"}, r"param 'alpha' must be a number, got a string"),
+    ({"type": "RELU", "int8": {"input_scale": 1.0}}, r"param 'int8' is not declared for Activation"),
+])
+def test_lint_rejects_undeclared_and_mistyped_params(params, message):
+    g, a, b = chain()
+    a.params = params
+    with pytest.raises(GraphError, match=message):
+        g.lint()
+
+
+def test_every_layer_kind_declares_its_params_with_types():
+    """Each layer class's defaults are declared for its kind and have the declared type; every kind that exists
+    (layer classes and the builder's own kinds) has a declaration."""
+    from backends.engine.network import LAYER_KINDS
+    from backends.engine.params import DECLARED, param_types
+    import backends.engine.layers  # noqa: F401  (registers every layer class)
+    assert set(LAYER_KINDS) <= set(DECLARED)
+    for kind, cls in LAYER_KINDS.items():
+        types = param_types(kind)
+        for name, default in (getattr(cls, "defaults", {}) or {}).items():
+            assert name in types, f"{kind}.{name} has a default but no declaration"
+            errors = []
+            types[name].check(default, name, errors)
+            assert not errors, f"{kind}.{name}: default {default!r}: {errors}"
+    for kind in ("ConvolutionNHWC", "PoolingNHWC", "Reformat", "DlaLoadable", "DlaReformat", "Pointwise"):
+        assert param_types(kind) is not None, kind
+
+
+def test_a_kind_without_a_declaration_may_carry_no_params():
+    g, a, b = chain()
+    a.kind, a.params = "NoSuchKind", {"x": 1}
+    with pytest.raises(GraphError, match="layer kind 'NoSuchKind' declares no params"):
+        g.lint()

@@ -127,3 +127,18 @@ def test_every_defect_is_listed(plan):
     h["graph"]["nodes"][1]["outputs"] = {}
     paths = [p for p, _ in header_errors(h, len(blob))]
     assert paths == ["graph.nodes[0].inputs[0]", "graph.nodes[1].outputs"]
+
+
+def test_a_param_its_kind_does_not_declare_is_refused_by_name(plan):
+    """The plan schema holds every layer's params to the same declarations as Graph.lint (backends/engine/params)."""
+    def add_bogus(h):
+        h["graph"]["nodes"][_first_matmul(h)]["params"]["bogus"] = 1
+    msg = _load_error(plan, add_bogus)
+    assert ".params.bogus" in msg and "not a known field" in msg
+
+
+def test_a_declared_param_of_the_wrong_type_is_refused_by_name(plan):
+    def mistype(h):
+        h["graph"]["nodes"][_first_matmul(h)]["params"]["transpose_b"] = "yes"
+    msg = _load_error(plan, mistype)
+    assert ".params.transpose_b" in msg and "true or false" in msg
