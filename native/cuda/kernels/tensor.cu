@@ -154,13 +154,17 @@ __device__ __forceinline__ void gpool_k(typename D::T* __restrict__ out, const t
     GRID_LOOP(N * C) {
         long long c = i % C, b = i / C;
         const typename D::T* x = in + b * sN + c * sC;
-        float acc = mode == 0 ? __int_as_float(0xff800000) : 0.f;
+        // mode 0 max, 1 mean, 2 sum, 3 min
+        float acc = mode == 0 ? __int_as_float(0xff800000) : (mode == 3 ? __int_as_float(0x7f800000) : 0.f);
         bool nan = false;
         for (long long p = 0; p < P; ++p) {
             float v = D::ld(x[p * sP]);
-            if (mode == 0) { nan = nan || v != v; acc = fmaxf(acc, v); } else acc += v;
+            if (mode == 0) { nan = nan || v != v; acc = fmaxf(acc, v); }
+            else if (mode == 3) { nan = nan || v != v; acc = fminf(acc, v); }
+            else acc += v;
         }
-        out[b * oN + c * oC] = D::st(mode == 0 ? (nan ? __int_as_float(0x7fc00000) : acc) : acc / (float)P);
+        float r = (mode == 0 || mode == 3) ? (nan ? __int_as_float(0x7fc00000) : acc) : (mode == 1 ? acc / (float)P : acc);
+        out[b * oN + c * oC] = D::st(r);
     }
 }
 extern "C" __global__ void gpool(float* out, const float* in, long long N, long long P, long long C, long long sN,

@@ -154,9 +154,10 @@ class _CudnnConv(Tactic):
             return "kernel given as a tensor runs on another tactic"
         if not self.nhwc and np.ndim(w) != 4:
             return "only 2-D convolutions run on cuDNN here"
+        from native.cuda.tactics.pointwise import _ACT
         for step in op.params.get("post_ops") or ():
-            if step["op"] == "activation" and step["type"] not in _ACTS:
-                return f"fused activation {step['type']} has no cuDNN pointwise mode"
+            if step["op"] == "activation" and step["type"] not in _ACTS and step["type"] not in _ACT:
+                return f"fused activation {step['type']} has neither a cuDNN pointwise mode nor a GPU kernel"
             if step["op"] not in ("bias", "add", "activation"):
                 return f"post-op {step['op']} has no cuDNN graph node"
         if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
@@ -174,7 +175,13 @@ class _CudnnConv(Tactic):
         out["cudnn_kernel"] = np.ascontiguousarray(w.astype(dtype))
         if "bias" in op.weights:
             out["cudnn_bias"] = np.asarray(op.weights["bias"], np.float32).astype(dtype)
-        for st in op.params.get("post_ops") or ():
+        post = list(op.params.get("post_ops") or ())
+        tail = []      # from the first activation cuDNN cannot fuse on: our kernels, after the graph
+        for i, st in enumerate(post):
+            if st["op"] == "activation" and st["type"] not in _ACTS:
+                post, tail = post[:i], post[i:]
+                break
+        for st in post:
             if st["op"] == "bias":
                 out["cudnn_" + st["weight"]] = np.asarray(op.weights[st["weight"]], np.float32).astype(dtype)
         return out
@@ -249,6 +256,16 @@ class _CudnnConv(Tactic):
             raise
         except Exception as e:
             raise CudaError(f"cuDNN plan {self.index} failed: {e}") from e
+        if tail:
+            from native.cuda.tactics.pointwise import activate, binary
+            for st in tail:
+                if st["op"] == "activation":
+                    activate(y, st["type"], st.get("alpha", 0.0), st.get("beta", 0.0))
+                elif st["op"] == "add":
+                    binary("ew_sum", y, on_device(inputs[st["input"]]), y)
+                else:
+                    binary("ew_sum", y, weight(op.weights["cudnn_" + st["weight"]]).reshape(
+                        (1, 1, 1, m) if self.nhwc else (1, m, 1, 1)), y)
         return [y]
 
 

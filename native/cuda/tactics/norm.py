@@ -124,6 +124,54 @@ class _GpuPool(Tactic):
         return [_post_ops(y, op)]
 
 
+_REDUCE_MODES = {"MAX": 0, "AVG": 1, "SUM": 2, "MIN": 3}
+
+
+@register_tactic
+class GpuReduce(Tactic):
+    """SUM / AVG / MAX / MIN over one contiguous block of axes (x viewed as [outer, reduced, inner]), float32
+    accumulation; a squeeze-excite's spatial mean, a layer's feature sum."""
+
+    kind, name, device = "Reduce", "axes-kernel", "cuda"
+    precisions = FLOAT_PRECISIONS
+
+    def supports(self, op, input_shapes):
+        if op.params.get("op") not in _REDUCE_MODES:
+            return f"reduce {op.params.get('op')} runs on the host"
+        if input_shapes and len(input_shapes) > 1 and input_shapes[1] is not None:
+            return "axes given as a tensor run on the host"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        if len(inputs) > 1 and inputs[1] is not None:
+            raise TypeError("axes given as a tensor run on the host")
+        x = on_device(inputs[0])
+        dtype = same_float([x])
+        axes = op.params.get("axes")
+        if axes is None or len(axes) == 0:
+            if op.params.get("noop_with_empty_axes"):
+                raise TypeError("a no-op reduce runs on the host")
+            axes = list(range(x.ndim))
+        axes = sorted(int(a) % max(x.ndim, 1) for a in axes)
+        if axes != list(range(axes[0], axes[-1] + 1)):
+            raise TypeError("reduce over non-adjacent axes runs on the host")
+        outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
+        red = int(np.prod(x.shape[axes[0]:axes[-1] + 1], dtype=np.int64))
+        inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
+        if red == 0:
+            raise TypeError("an empty reduction runs on the host")
+        keep = bool(op.params.get("keep_dims", True))
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+            tuple(d for i, d in enumerate(x.shape) if i not in axes)
+        y = GpuArray(shape, dtype)
+        if y.size:
+            launch(kernel(SRC, "gpool" + suffix(dtype)), grid_for(outer * inner), (256, 1, 1),
+                   [np.uint64(y.ptr), np.uint64(x.ptr), np.int64(outer), np.int64(red), np.int64(inner),
+                    np.int64(red * inner), np.int64(inner), np.int64(1), np.int64(inner), np.int64(1),
+                    np.int32(_REDUCE_MODES[op.params["op"]])])
+        return [y]
+
+
 @register_tactic
 class GpuPooling(_GpuPool):
     kind, name = "Pooling", "window-kernel"

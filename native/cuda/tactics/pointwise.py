@@ -15,7 +15,7 @@ _BINARY = {"SUM": "ew_sum", "SUB": "ew_sub", "PROD": "ew_prod", "DIV": "ew_div",
            "POW": "ew_pow"}
 _ACT = {"RELU": "act_relu", "SIGMOID": "act_sigmoid", "TANH": "act_tanh", "LEAKY_RELU": "act_leaky_relu",
         "ELU": "act_elu", "CLIP": "act_clip", "HARD_SIGMOID": "act_hard_sigmoid", "GELU_ERF": "act_gelu_erf",
-        "GELU_TANH": "act_gelu_tanh", "SILU": "act_silu"}
+        "GELU_TANH": "act_gelu_tanh", "SILU": "act_silu", "HARD_SWISH": "act_hard_swish"}
 _UNARY = {"EXP": "un_exp", "LOG": "un_log", "SQRT": "un_sqrt", "RECIP": "un_recip", "ABS": "un_abs",
           "NEG": "un_neg", "ERF": "un_erf", "SIN": "un_sin", "COS": "un_cos", "FLOOR": "un_floor",
           "CEIL": "un_ceil", "RECIPROCAL_SQRT": "un_rsqrt"}
@@ -183,6 +183,7 @@ _EXPR_UNARY = {
     "GELU_ERF": "(0.5f * {x} * (1.f + erff({x} * 0.7071067811865476f)))",
     "GELU_TANH": "(0.5f * {x} * (1.f + tanhf(0.7978845608028654f * {x} * (1.f + 0.044715f * {x} * {x}))))",
     "SILU": "(0.5f * {x} + 0.5f * {x} * tanhf(0.5f * {x}))",
+    "HARD_SWISH": "({x} * fminf(fmaxf({x} * (1.f / 6.f) + 0.5f, 0.f), 1.f))",
     "EXP": "expf({x})", "LOG": "logf({x})", "SQRT": "sqrtf({x})", "RECIP": "(1.f / {x})", "ABS": "fabsf({x})",
     "NEG": "(-{x})", "ERF": "erff({x})", "SIN": "sinf({x})", "COS": "cosf({x})", "FLOOR": "floorf({x})",
     "CEIL": "ceilf({x})", "RECIPROCAL_SQRT": "(1.f / sqrtf({x}))"}

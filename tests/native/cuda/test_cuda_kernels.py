@@ -261,3 +261,19 @@ def test_loaded_plan_compiles_no_kernels(tmp_path, monkeypatch):
     monkeypatch.setattr(nvrtc, "compile_source", refuse)
     with EngineRunner(str(plan)) as r:
         np.testing.assert_array_equal(r.infer({"x": x})["y"], ref)
+
+
+@pytest.mark.parametrize("op,axes,keep", [("AVG", [2, 3], True), ("SUM", [1], False), ("MAX", [0, 1], True),
+                                          ("MIN", [-1], False)])
+def test_reduce_matches_cpu(op, axes, keep):
+    x = RNG.standard_normal((3, 4, 5, 6)).astype(np.float32)
+    o = _op("Reduce", op=op, axes=axes, keep_dims=keep)
+    np.testing.assert_allclose(_gpu("Reduce", "axes-kernel").run(o, [_up(x)])[0].get(), _cpu("Reduce").run(o, [x])[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_hard_swish_matches_cpu():
+    x = (RNG.standard_normal((4, 50)) * 5).astype(np.float32)
+    o = _op("Activation", type="HARD_SWISH")
+    np.testing.assert_allclose(_gpu("Activation", "nvrtc-pointwise").run(o, [_up(x)])[0].get(),
+                               _cpu("Activation").run(o, [x])[0], rtol=1e-6, atol=1e-6)

@@ -1,0 +1,48 @@
+"""The debug tools work on the GPU engine unchanged: `debug precision --device cuda` finds the planted FP16-sensitive
+layers, and `run --device cuda --fp16 --mark-all` names the first divergence. Skipped without a GPU."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from debugkit.cli.main import main
+from tests.debugkit.debug.test_precision import _tool, mlp
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture
+def planted(tmp_path):
+    from backends.runners import OnnxrtRunner
+    model = mlp()
+    feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
+    with OnnxrtRunner(model, mark=["m2", "m7"]) as r:
+        values = r.infer(feeds, taps=["m2", "m7"])
+    answer = _tool().plant(model, ["mm2", "mm7"], values)
+    path = tmp_path / "planted.onnx"
+    onnx.save(model, path)
+    return str(path), sorted(x for v in answer.values() for x in v["must_stay_fp32"])
+
+
+def test_debug_precision_on_the_gpu_finds_the_planted_layers(tmp_path, planted, capsys):
+    model, must = planted
+    out = tmp_path / "prec.json"
+    rc = main(["debug", "precision", model, "--fp16", "--device", "cuda", "-o", str(out), "--atol", "1e-2"])
+    assert rc == 0, capsys.readouterr()
+    res = json.loads(out.read_text())
+    assert sorted(res["layer_precisions"]) == must
+    assert main(["run", model, "--engine", "--onnxrt", "--fp16", "--device", "cuda", "--atol", "1e-2",
+                 "--layer-precisions", str(out)]) == 0
+
+
+def test_run_mark_all_on_the_gpu_names_the_overflowing_node(cli):
+    """The bundled example's FP16 overflow, found and fixed on the GPU engine as on the CPU one."""
+    import os
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "example.onnx")
+    code, out, _ = cli("run", example, "--engine", "--onnxrt", "--fp16", "--device", "cuda", "--mark-all")
+    assert code == 1
+    assert "first diverging tensor 'y', produced by node 'reduce' (ReduceSum)" in out
+    code, out, _ = cli("run", example, "--engine", "--onnxrt", "--fp16", "--device", "cuda",
+                       "--layer-precisions", "reduce:fp32")
+    assert code == 0, out
