@@ -175,13 +175,7 @@ class _CudnnConv(Tactic):
         out["cudnn_kernel"] = np.ascontiguousarray(w.astype(dtype))
         if "bias" in op.weights:
             out["cudnn_bias"] = np.asarray(op.weights["bias"], np.float32).astype(dtype)
-        post = list(op.params.get("post_ops") or ())
-        tail = []      # from the first activation cuDNN cannot fuse on: our kernels, after the graph
-        for i, st in enumerate(post):
-            if st["op"] == "activation" and st["type"] not in _ACTS:
-                post, tail = post[:i], post[i:]
-                break
-        for st in post:
+        for st in op.params.get("post_ops") or ():
             if st["op"] == "bias":
                 out["cudnn_" + st["weight"]] = np.asarray(op.weights[st["weight"]], np.float32).astype(dtype)
         return out
@@ -229,7 +223,13 @@ class _CudnnConv(Tactic):
                 raise TypeError("bias tensor in another storage type")
             steps.append(("bias",))
             extras.append(b)
-        for st in op.params.get("post_ops") or ():
+        post = list(op.params.get("post_ops") or ())
+        tail = []      # from the first activation cuDNN cannot fuse on: our kernels, after the graph
+        for i, st in enumerate(post):
+            if st["op"] == "activation" and st["type"] not in _ACTS:
+                post, tail = post[:i], post[i:]
+                break
+        for st in post:
             if st["op"] == "bias":
                 steps.append(("bias",))
                 extras.append(weight(op.weights["cudnn_" + st["weight"]]))

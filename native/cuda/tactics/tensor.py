@@ -182,11 +182,13 @@ class GpuSlice(Tactic):
     def supports(self, op, input_shapes):
         if input_shapes and any(s is not None for s in input_shapes[1:]):
             return "slice bounds given as tensors run on the host"
-        if "starts" not in op.params or "ends" not in op.params:
+        if op.params.get("starts") is None or op.params.get("ends") is None:
             return "slice bounds given as tensors run on the host"
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        if any(x is not None for x in inputs[1:]) or op.params.get("starts") is None:
+            raise TypeError("slice bounds given as tensors run on the host")
         x = on_device(inputs[0])
         index = _slice_index(op, x.shape)
         strides = contiguous_strides(x.shape)
