@@ -42,6 +42,8 @@ def register(subparsers):
                      help="what the engine is compared with: ONNX Runtime in FP32 (default when installed) or the "
                           "fp64 oracle (the default without ONNX Runtime)")
     p.add_argument("-o", "--output", default="precision.json", help="the answer (default precision.json)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "dla"],
+                   help="device the probed engines are built for and run on (default cpu)")
     _args.add_data_loader_args(p)
     from debugkit.cli.calibration_args import add_calibration_args
     add_calibration_args(p)
@@ -112,7 +114,7 @@ def run(args) -> int:
         if not args.calibration_cache and os.path.exists(calib["cache"]) and not args.resume:
             os.remove(calib["cache"])   # a stale cache of an earlier search would silently fix the scales
     probe_fn = P.PrecisionProbe(args.model, feeds, reference, command or options, args.low, args.higher,
-                                calib=calib)
+                                calib=calib, device=args.device)
     t0 = time.perf_counter()
     bound = P.build_bound(len(layers))
     bar = _search_args.Progress(bound, f"precision ({args.mode})")

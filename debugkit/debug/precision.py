@@ -102,8 +102,10 @@ def _rel_err(a, ref) -> float:
 class PrecisionProbe:
     """hit(layers) = the check passes with `layers` in higher precision. Picklable; the model loads once per worker."""
 
-    def __init__(self, model_path, feeds, reference, options, low="fp16", higher="fp32", extra_flags=(), calib=None):
+    def __init__(self, model_path, feeds, reference, options, low="fp16", higher="fp32", extra_flags=(), calib=None,
+                 device="cpu"):
         self.model_path, self.feeds, self.reference = os.path.abspath(model_path), feeds, reference
+        self.device = device
         self.options, self.low, self.higher, self.extra_flags = options, low, higher, tuple(extra_flags)
         self.calib = calib
         self.replay = None   # tactic replay document of the base low-precision build (set by the search)
@@ -113,7 +115,7 @@ class PrecisionProbe:
         config = make_config(self.low, self.higher, layers, self.extra_flags, self.replay, recorder, self.calib,
                              self.feeds)
         shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
-        with EngineRunner(self.model_path, shapes=shapes, config=config) as r:
+        with EngineRunner(self.model_path, shapes=shapes, config=config, device=self.device) as r:
             if taps == "all":
                 taps = r.observable_tensors()
             return r.infer(self.feeds, taps=taps)
