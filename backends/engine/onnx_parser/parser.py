@@ -349,10 +349,10 @@ class OnnxParser:
             self.errors.append(ParserError("<model>", "opset", f"ai.onnx opset {opsets['']} is outside the supported range 1..26"))
         types = {}
         try:
-            data_prop = data_prop_safe(proto)
-            with negative_dims_unknown(proto), weights_detached(proto):   # inference reads no weight values
-                inferred = onnx.shape_inference.infer_shapes(proto, data_prop=data_prop) \
-                    if proto.ByteSize() < 2**31 - 2**20 else proto
+            skel = weights_detached(proto)   # inference reads no weight values: a copy without their bytes
+            with negative_dims_unknown(skel):
+                inferred = onnx.shape_inference.infer_shapes(skel, data_prop=data_prop_safe(proto)) \
+                    if skel.ByteSize() < 2**31 - 2**20 else skel
             types = collect_value_types(inferred.graph)
         except Exception as e:  # shape inference is an aid, not a requirement
             self.logger.verbose(f"ONNX shape inference failed ({e}); continuing without inferred shapes")
