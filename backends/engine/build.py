@@ -46,8 +46,9 @@ def source_model_record(model) -> dict:
 
 
 def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=None, device="cpu", timing_feeds=None,
-                         config: BuilderConfig | None = None, logger=None) -> bytes:
-    """Plan bytes for an ONNX model (path, bytes or ModelProto); the header records the source model."""
+                         config: BuilderConfig | None = None, logger=None, parts: bool = False):
+    """Plan bytes for an ONNX model (path, bytes or ModelProto); the header records the source model. `parts`:
+    the plan as a list of buffers (plan.serialize_plan), for writing it to a file without a joined copy."""
     network, _ = parse_onnx(model, logger)
     config = config or BuilderConfig()
     config.device = device
@@ -57,4 +58,8 @@ def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=Non
     if profile is not None and not config.profiles:
         config.add_optimization_profile(profile)
     network.source_model = source_model_record(model)   # the builder carries it into the plan header
-    return Builder(logger or G_LOGGER).build_serialized_network(network, config, timing_feeds=timing_feeds)
+    if not parts:
+        return Builder(logger or G_LOGGER).build_serialized_network(network, config, timing_feeds=timing_feeds)
+    from backends.engine.plan import serialize_plan
+    graph = Builder(logger or G_LOGGER).build_graph(network, config, timing_feeds)
+    return serialize_plan(graph, config, parts=True)

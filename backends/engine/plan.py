@@ -72,7 +72,9 @@ def _graph_to_json(graph: Graph, blob: _BlobWriter) -> dict:
             "meta": getattr(graph, "meta", {})}
 
 
-def serialize_plan(graph: Graph, config) -> bytes:
+def serialize_plan(graph: Graph, config, parts: bool = False):
+    """The plan's bytes; `parts`: the list of buffers that make them up, in order (no joined copy: what a caller
+    writing the plan to a file wants, see `write_plan_parts`)."""
     from native.device import get_device
     blob = _BlobWriter()
     header = {"producer": {"name": "debugkit", "version": producer_version()},
@@ -81,13 +83,19 @@ def serialize_plan(graph: Graph, config) -> bytes:
     extras = get_device(config.device).plan_extras()
     if extras:
         header["device_extras"] = extras
-    return pack_plan(header, blob.parts)
+    pieces = plan_parts(header, blob.parts)
+    return pieces if parts else b"".join(pieces)
 
 
 def pack_plan(header: dict, body) -> bytes:
     """Header and weight blob → plan bytes (preamble with lengths and CRC32s, header, padding, blob). `body` is the
-    blob's bytes or the list of its parts (buffers): the plan is then assembled in one copy (weights are most of a
-    plan, and each extra copy of a ResNet's costs tens of ms)."""
+    blob's bytes or the list of its parts (buffers)."""
+    return b"".join(plan_parts(header, body))
+
+
+def plan_parts(header: dict, body) -> list:
+    """pack_plan's bytes as a list of buffers (the weights are most of a plan: each copy of a ResNet's costs tens
+    of ms, so they are joined once, or written to a file part by part)."""
     parts = [body] if isinstance(body, (bytes, bytearray, memoryview)) else list(body)
     head = json.dumps(header, default=_json_default).encode()
     crc, size = 0, 0
@@ -96,7 +104,27 @@ def pack_plan(header: dict, body) -> bytes:
         size += memoryview(part).nbytes
     pre = _HEAD.pack(MAGIC, FORMAT_VERSION, 0, len(head), size, zlib.crc32(head), crc)
     pad = (-(len(pre) + len(head))) % ALIGN
-    return b"".join([pre, head, b"\0" * pad, *parts])
+    return [pre, head, b"\0" * pad, *parts]
+
+
+def write_plan_parts(parts, path) -> int:
+    """Write a plan given as parts to `path` (whole or not at all: a temporary file renamed); returns its size."""
+    import os
+    tmp = f"{path}.tmp"
+    size = 0
+    try:
+        with open(tmp, "wb") as f:
+            for part in parts:
+                size += f.write(part)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, OSError):
+            from native.errors import UsageError
+            raise UsageError(f"cannot write the plan to {path}: {e.strerror or e}") from None
+        raise
+    return size
 
 
 def _json_default(o):
