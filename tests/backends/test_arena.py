@@ -171,3 +171,21 @@ def test_a_view_keeps_the_memory_it_views_alive():
     assert {"a", "b"} <= set(plan.offsets)           # both placed, in memory that does not overlap
     lo, hi = sorted([("a", plan.offsets["a"]), ("b", plan.offsets["b"])], key=lambda t: t[1])
     assert hi[1] - lo[1] >= x.nbytes
+
+
+def test_concatenation_writes_into_the_arena():
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Exp", ["x"], ["b"]),
+             helper.make_node("Concat", ["a", "b", "x"], ["c"], axis=1), helper.make_node("Tanh", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "cat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    engine = Runtime().deserialize_engine(build_plan_from_onnx(model.SerializeToString(), flags=["disable_fusion"]))
+    ctx = engine.create_execution_context()
+    x = np.random.default_rng(2).standard_normal((2, 3, 4)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(ctx.execute({"x": x})["y"],
+                                   np.tanh(np.concatenate([np.maximum(x, 0), np.exp(x), x], axis=1)), rtol=1e-6)
+    (plan,) = ctx.arenas.plans.values()
+    assert "c" in plan.offsets
+    kinds = {l["LayerType"]: l["OutputMemory"] for l in engine.create_engine_inspector().layers()}
+    assert kinds["Concatenation"] == "arena"

@@ -68,11 +68,13 @@ def slice_(op, inputs):
     return [x[tuple(index)]]
 
 
-@simple_tactic("Concatenation")
-def concatenation(op, inputs):
+@simple_tactic("Concatenation", writes_outputs=True)
+def concatenation(op, inputs, outputs=None):
     arrs = [np.asarray(a) for a in inputs if a is not None]
     if arrs[0].ndim == 0:
         return [np.stack(arrs)]
+    if outputs is not None and outputs[0] is not None:   # straight into the planned arena view
+        return [np.concatenate(arrs, axis=op.params.get("axis", 0), out=outputs[0])]
     return [np.concatenate(arrs, axis=op.params.get("axis", 0))]
 
 
