@@ -182,7 +182,8 @@ def _descend(sub, found, check, args, ex, workdir, depth=0):
             entry["summary"] = f"iteration {entry['iteration']} of its body fails even with none of its nodes"
         else:
             entry["summary"] = (f"iteration {entry['iteration']} of its body fails on its own; its "
-                                f"{entry['nodes']} nodes reduced to {len(entry['found'])}: {', '.join(entry['found'])}")
+                                f"{entry['nodes']} nodes reduced to {len(entry['found'])} in {entry['probes']} probes: "
+                                f"{', '.join(entry['found'])}")
         out.append(entry)
     return out
 

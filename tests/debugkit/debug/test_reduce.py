@@ -290,7 +290,7 @@ def test_reduce_descends_into_the_body_of_a_loop(tmp_path, planted, capsys, make
     body = onnx.load(tmp_path / f"red_{loop}_body.onnx")
     onnx.checker.check_model(body, full_check=True)
     assert [n.name for n in body.graph.node] == [fault]
-    assert "the fault is inside the body of" in out and f"reduced to 1: {fault}" in out
+    assert "the fault is inside the body of" in out and f"reduced to 1 in " in out and f"probes: {fault}" in out
     assert "iteration 0 of its body fails on its own" in out
 
 
