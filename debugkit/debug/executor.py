@@ -55,8 +55,17 @@ class LocalExecutor(InlineExecutor):
                 self._pool = ProcessPoolExecutor(max_workers=self.workers,
                                                  mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_init_worker)
-                list(self._pool.map(_ready, range(self.workers)))   # start every worker now, with this environment
+                self._wait_ready()
         return self._pool
+
+    def _wait_ready(self, timeout_s: float = 120.0):
+        """Start every worker now, with this environment, and return once each has run its initializer (imports):
+        until then a free worker would take every probe while the others still load, and a batch would not run in
+        parallel. Each round holds every worker busy a moment, so the tasks spread over the started ones."""
+        import time
+        seen, end = set(), time.monotonic() + timeout_s
+        while len(seen) < self.workers and time.monotonic() < end:
+            seen |= set(self._pool.map(_ready, [0.05] * self.workers))
 
     def map(self, fn, items):
         items = list(items)
@@ -73,7 +82,9 @@ def _init_worker():
     import backends.runners  # noqa: F401  (import the engine once per worker, while the pool starts)
 
 
-def _ready(_):
+def _ready(hold_s):
+    import time
+    time.sleep(hold_s)
     return os.getpid()
 
 

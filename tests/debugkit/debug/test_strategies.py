@@ -138,7 +138,7 @@ class Pinned:
         import time
         from native.cpu.threads import blas_threads, pool_size
         t0 = time.time()
-        time.sleep(0.4)
+        time.sleep(0.6)
         return os.getpid(), t0, time.time(), pool_size(), blas_threads()
 
 
