@@ -237,6 +237,8 @@ def evaluate(name, classifier, args, manifest):
     row = {"model": name, "notes": [], "setup": dict(_environment(), calib=args.calib, held_out=args.held_out,
                                                     top1=args.top1)}
     for method, ours_algo in (("MinMax", "minmax"), ("Entropy", "entropy2")):
+        if method not in args.methods:
+            continue
         t0 = time.time()
         try:
             qdq, note = ort_quantize(src, args.work, name, calib, method)
@@ -352,6 +354,10 @@ def main(argv=None):
     ap.add_argument("--explicit-only", action="store_true",
                     help="measure only ONNX Runtime's QDQ models and our runs of them (with --merge: keep the rest)")
     ap.add_argument("--merge", metavar="JSON", help="update this earlier --json file's rows with the new numbers")
+    ap.add_argument("--methods", nargs="+", default=["MinMax", "Entropy"], choices=["MinMax", "Entropy"],
+                    help="ONNX Runtime calibration methods to measure (ours: minmax, entropy2 respectively)")
+    ap.add_argument("--note", action="append", default=[], metavar="MODEL:TEXT",
+                    help="a note for a model's row (e.g. what failed outside this run)")
     ap.add_argument("--ort-calib-chunk", type=int, metavar="N",
                     help="ONNX Runtime's calibrator keeps every intermediate output of every calibration input in "
                          "memory (ppocr_v4_det at 640x640 x 32 inputs: over 17 GB); N bounds it to N inputs at a time "
@@ -384,6 +390,11 @@ def main(argv=None):
         if args.json:   # after every model: a long run that stops still leaves its finished rows
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
+    for spec in args.note:
+        model, _, text = spec.partition(":")
+        for r in rows:
+            if r["model"] == model and text not in r["notes"]:
+                r["notes"].append(text)
     text = table(rows, args)
     if args.doc:
         write_doc(args.doc, text)
