@@ -127,7 +127,7 @@ def ort_quantize(src, dst_dir, tag, calib, method):
     try:
         ort_session(path)
     except Exception as e:
-        path, _ = _ort_quantize(src, dst_dir, tag, calib, method, False)
+        path, _ = _ort_quantize(src, dst_dir, tag + "_raw", calib, method, False)
         note += (f"the model quantized after quant_pre_process does not load in ONNX Runtime "
                  f"({str(e).split(':')[-1].strip()[:80]}); quantized the model without pre-processing. ")
     return path, note
