@@ -44,7 +44,11 @@ print("RESULT " + json.dumps({"ours": r["ours"]["latency_ms"], "ort": r["ort"]["
 
 
 def export(rev, into):
-    """`git archive` of `rev` unpacked into `into` (a plain tree: no .git, nothing changes in the repository)."""
+    """`git archive` of `rev` unpacked into `into` (a plain tree: no .git, nothing changes in the repository). A
+    directory given instead of a revision is used as it is (trees exported elsewhere, e.g. for a machine without
+    the repository's history)."""
+    if os.path.isdir(rev):
+        return os.path.basename(os.path.normpath(rev)), os.path.abspath(rev)
     sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", rev], check=True, capture_output=True,
                          text=True).stdout.strip()
     tar_path = os.path.join(into, "tree.tar")
@@ -73,7 +77,7 @@ def run_tree(tree, name, iterations, warmup, timeout):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", required=True, help="git revision of the 'before' tree")
+    ap.add_argument("--before", required=True, help="git revision (or exported directory) of the 'before' tree")
     ap.add_argument("--after", default="HEAD", help="git revision of the 'after' tree (default HEAD)")
     ap.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated corpus names (default {DEFAULT_MODELS})")
     ap.add_argument("--rounds", type=int, default=3)
