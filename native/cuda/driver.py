@@ -179,9 +179,30 @@ class Timeline:
 _CTX: Context | None = None
 
 
+def unavailable_reason() -> str | None:
+    """Why the CUDA device cannot be used in this process (None when it can)."""
+    try:
+        from cuda.bindings import driver
+    except Exception as e:
+        return f"cuda-python is not installed ({type(e).__name__}: {e}); install the GPU extra: pip install -e '.[cuda]'"
+    try:
+        if int(driver.cuInit(0)[0]) != 0:
+            return "the CUDA driver does not initialise (no NVIDIA GPU or driver on this machine)"
+        err, count = driver.cuDeviceGetCount()
+        if int(err) != 0 or count == 0:
+            return "no NVIDIA GPU is visible to this process"
+    except Exception as e:
+        return f"the CUDA driver failed: {e}"
+    return None
+
+
 def context() -> Context:
     global _CTX
     if _CTX is None:
+        why = unavailable_reason()
+        if why is not None:
+            from native.errors import UsageError
+            raise UsageError(f"--device cuda cannot run here: {why}; use --device cpu")
         _CTX = Context(0)
     _CTX.make_current()
     return _CTX
