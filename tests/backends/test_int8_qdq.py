@@ -177,6 +177,27 @@ def test_qdq_global_average_pool_runs_in_int8_like_onnxruntime():
     np.testing.assert_allclose(got, want, atol=0.0031 * 1.01)    # ONNX Runtime: at most a tie apart
 
 
+def test_qdq_window_average_pool_keeps_the_taps_in_order_tactic():
+    """DQ -> AveragePool(3x3) -> Q: the pool runs in FP32 between Q/DQ, where its summation order decides which side
+    of a quantization tie an output lands on; the builder keeps it on strided-taps (ONNX Runtime's order), not on a
+    faster tactic that sums in another order."""
+    inits = [numpy_helper.from_array(v, k) for k, v in
+             {"s1": np.float32(0.05), "s2": np.float32(0.02), "z": np.int8(0)}.items()]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z"], ["d1"]),
+             helper.make_node("AveragePool", ["d1"], ["p"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["p", "s2", "z"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["y"])]
+    g = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 40, 40])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = (np.random.default_rng(9).standard_normal((2, 16, 40, 40)) * 0.4).astype(np.float32)
+    with EngineRunner(model, flags=("int8",)) as r:
+        r.infer({"x": x})
+        pools = [(n.tactic_name, n.precision) for n in r.engine.graph.nodes if n.kind == "Pooling"]
+    assert pools == [("strided-taps", "float32")], pools
+
+
 def fan_out_model():
     """x -> Q/DQ -> conv1 -> Q/DQ read twice (relu, add) -> Q/DQ -> conv2 (1x1) -> Q/DQ -> y, and relu's Q/DQ as a
     second output. conv1's output pair feeds two layers, so ONNX Runtime's x86-64 CPU EP keeps conv1 in FP32 (MLAS);

@@ -120,6 +120,9 @@ def candidates(node, shapes, config, device, log=G_LOGGER, said=None):
             node.meta["precision_fallback"] = wanted
             reasons = fallback
             ok = [t for t in pool if reasons[t.name] is None]
+    pinned = node.meta.get("tactics_allowed")   # a pass restricted this layer (it says why in the verbose log)
+    if pinned and any(t.name in pinned for t in ok):
+        ok = [t for t in ok if t.name in pinned]
     if not ok:
         why = "; ".join(f"{k}: {v}" for k, v in reasons.items()) or "no tactics registered for this kind"
         raise BuildError(f"could not find any implementation for layer '{node.name}' (kind {node.kind}, ONNX "

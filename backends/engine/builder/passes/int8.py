@@ -200,6 +200,13 @@ def process_qdq(graph, config, logger) -> dict:
             if _int8_pool(graph, prod, n, qscale, rounding, out_names):
                 fused += 1
                 continue
+        if n.kind == "Pooling" and n.params.get("type") == "AVERAGE" and not n.params.get("global") \
+                and qscale.get(n.inputs[0]) is not None and n.precision != "int8":
+            # an FP32 window average between Q/DQ: its summation order decides which side of a quantization
+            # tie an output lands on, so it keeps the taps-in-order tactic ONNX Runtime's own kernel matches
+            n.meta["tactics_allowed"] = ["strided-taps"]
+            logger.verbose(f"INT8 (explicit Q/DQ): '{n.name}' (average pool between Q/DQ, FP32) keeps the "
+                           f"taps-in-order tactic strided-taps")
         _propagate(graph, prod, qscale, n)
     from backends.engine.builder.passes.dead import eliminate_dead_layers
     removed = eliminate_dead_layers(graph, config)
