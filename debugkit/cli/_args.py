@@ -221,6 +221,36 @@ def reset_common_args():
 apply_verbosity = apply_common_args   # older name
 
 
+def data_loader(args, metadata, iterations=None):
+    """The inputs run's data options describe: saved inputs (--load-inputs), a loader script (--data-loader-script),
+    or seeded random data (`iterations` feeds, default --iterations) shaped and ranged by --input-shapes and
+    --val-range. One place for run, bench, calibration and the debug searches."""
+    from debugkit.data_loader import DataLoader, SavedDataLoader, ScriptDataLoader
+    load, script = getattr(args, "load_inputs", None), getattr(args, "data_loader_script", None)
+    if load and script:
+        raise UsageError("use either --load-inputs or --data-loader-script, not both")
+    if load:
+        return SavedDataLoader(load)
+    if script:
+        return ScriptDataLoader(script)
+    n = getattr(args, "iterations", 1) if iterations is None else iterations
+    if n < 0:
+        raise UsageError("--iterations must be >= 0")
+    dl = DataLoader(getattr(args, "seed", 1), n, parse_ranges(getattr(args, "val_range", []) or []),
+                    parse_shape_list(getattr(args, "input_shapes", []) or []))
+    dl.input_metadata = metadata
+    dl.check_names(metadata)
+    return dl
+
+
+def first_feed(args, metadata) -> dict:
+    """The first feed of data_loader(args), coerced to the inputs' dtypes."""
+    from debugkit.data_loader import coerce_feeds
+    for feeds in data_loader(args, metadata, iterations=1):
+        return coerce_feeds(feeds, metadata)
+    raise UsageError("the data loader produced no feed")
+
+
 def add_data_loader_args(parser):
     g = parser.add_argument_group("data loader")
     g.add_argument("--seed", type=int, default=1, help="seed for generated inputs (default 1)")

@@ -30,22 +30,7 @@ def apply_common(args):
 def generated_feeds(args, model) -> dict:
     """The first feed of run's data loader (same seed, ranges, shapes, scripts, saved inputs) for this model."""
     from backends.runners.model import onnx_input_metadata
-    from debugkit.data_loader import DataLoader, SavedDataLoader, ScriptDataLoader, coerce_feeds
-    from native.errors import UsageError
-    meta = onnx_input_metadata(model)
-    if args.load_inputs and args.data_loader_script:
-        raise UsageError("use either --load-inputs or --data-loader-script, not both")
-    if args.load_inputs:
-        loader = SavedDataLoader(args.load_inputs)
-    elif args.data_loader_script:
-        loader = ScriptDataLoader(args.data_loader_script)
-    else:
-        loader = DataLoader(args.seed, 1, _args.parse_ranges(args.val_range), _args.parse_shape_list(args.input_shapes))
-        loader.input_metadata = meta
-        loader.check_names(meta)
-    for feeds in loader:
-        return coerce_feeds(feeds, meta)
-    raise UsageError("the data loader produced no feeds")
+    return _args.first_feed(args, onnx_input_metadata(model))
 
 
 class Progress:

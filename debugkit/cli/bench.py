@@ -207,21 +207,7 @@ def _machine() -> dict:
 
 def _feeds(args, runner) -> dict:
     """One feed: loaded (--load-inputs, --data-loader-script) or generated like run's (--seed, --val-range, --input-shapes)."""
-    from debugkit.data_loader import DataLoader, SavedDataLoader, ScriptDataLoader, coerce_feeds
-    meta = runner.input_metadata()
-    if args.load_inputs and args.data_loader_script:
-        raise UsageError("use either --load-inputs or --data-loader-script, not both")
-    if args.load_inputs:
-        loader = SavedDataLoader(args.load_inputs)
-    elif args.data_loader_script:
-        loader = ScriptDataLoader(args.data_loader_script)
-    else:
-        loader = DataLoader(args.seed, 1, _args.parse_ranges(args.val_range), _args.parse_shape_list(args.input_shapes))
-        loader.input_metadata = meta
-        loader.check_names(meta)
-    for feeds in loader:
-        return coerce_feeds(feeds, meta)
-    raise UsageError("the data loader produced no feed")
+    return _args.first_feed(args, runner.input_metadata())
 
 
 def _batch(feeds, engine):

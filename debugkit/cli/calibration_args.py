@@ -48,22 +48,12 @@ def add_calibration_data_args(parser):
 def calibration_loader(args, metadata):
     """The DataLoader `run` would use, over the model's inputs."""
     from debugkit.cli import _args
-    from debugkit.data_loader import DataLoader, SavedDataLoader, ScriptDataLoader
-    from native.errors import UsageError
-    if getattr(args, "load_inputs", None) and getattr(args, "data_loader_script", None):
-        raise UsageError("use either --load-inputs or --data-loader-script, not both")
-    if getattr(args, "load_inputs", None):
-        return SavedDataLoader(args.load_inputs)
-    if getattr(args, "data_loader_script", None):
-        return ScriptDataLoader(args.data_loader_script)
-    from native.logger import G_LOGGER
-    G_LOGGER.warning("INT8 calibration on seeded random data: the scales fit that data, not your inputs. Pass real "
-                     "samples with --data-loader-script or --load-inputs (and more with --iterations)")
-    dl = DataLoader(getattr(args, "seed", 1), getattr(args, "iterations", 1),
-                    _args.parse_ranges(getattr(args, "val_range", []) or []),
-                    _args.parse_shape_list(getattr(args, "input_shapes", []) or []))
-    dl.input_metadata = metadata
-    dl.check_names(metadata)
+    from debugkit.data_loader import DataLoader
+    dl = _args.data_loader(args, metadata)
+    if isinstance(dl, DataLoader):
+        from native.logger import G_LOGGER
+        G_LOGGER.warning("INT8 calibration on seeded random data: the scales fit that data, not your inputs. Pass "
+                         "real samples with --data-loader-script or --load-inputs (and more with --iterations)")
     return dl
 
 

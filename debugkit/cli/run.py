@@ -81,21 +81,11 @@ def _extra_funcs(args):
 
 
 def _data_loader(args, metadata):
-    from debugkit.data_loader import DataLoader, SavedDataLoader, ScriptDataLoader
-    if args.load_inputs and args.data_loader_script:
-        raise UsageError("use either --load-inputs or --data-loader-script, not both")
-    if args.load_inputs:
-        return SavedDataLoader(args.load_inputs)
-    if args.data_loader_script:
-        return ScriptDataLoader(args.data_loader_script)
-    if args.iterations < 0:
-        raise UsageError("--iterations must be >= 0")
-    dl = DataLoader(args.seed, args.iterations, _args.parse_ranges(args.val_range),
-                    _args.parse_shape_list(args.input_shapes))
-    dl.input_metadata = metadata
-    dl.check_names(metadata)
-    for meta in metadata.values():   # shape problems surface before anything is built
-        dl.shape_for(meta)
+    from debugkit.data_loader import DataLoader
+    dl = _args.data_loader(args, metadata)
+    if isinstance(dl, DataLoader):
+        for meta in metadata.values():   # shape problems surface before anything is built
+            dl.shape_for(meta)
     return dl
 
 

@@ -51,28 +51,30 @@ def compile_source(source: str, name: str, arch: str) -> bytes:
     return cubin
 
 
-_SOURCES: dict = {}
+_SOURCES: dict = {}  # kernels/<file> -> (source, sha1): read and hashed once per process, not per launch
 _CUBINS: dict = {}    # (source sha1, arch) -> cubin bytes: compiled here, or preloaded from a plan
 
 
-def _source(file: str) -> str:
-    src = _SOURCES.get(file)
-    if src is None:
+def _source(file: str) -> tuple[str, str]:
+    hit = _SOURCES.get(file)
+    if hit is None:
         with open(os.path.join(KERNEL_DIR, file)) as f:
             src = f.read()
         headers = "".join(h.decode() for h in _headers()[0])   # a header change recompiles its users
-        _SOURCES[file] = src = src + "\n// headers " + hashlib.sha1(headers.encode()).hexdigest() + "\n"
-    return src
+        src += "\n// headers " + hashlib.sha1(headers.encode()).hexdigest() + "\n"
+        hit = _SOURCES[file] = (src, source_key(src))
+    return hit
 
 
 def source_key(src: str) -> str:
     return hashlib.sha1(src.encode()).hexdigest()
 
 
-def module_from_source(src: str, name: str = "generated.cu"):
-    """The loaded module of a CUDA source, compiled for this GPU on first use (or taken from a preloaded plan)."""
+def module_from_source(src: str, name: str = "generated.cu", key: str | None = None):
+    """The loaded module of a CUDA source (`key`: its source_key when the caller has it), compiled for this GPU on
+    first use (or taken from a preloaded plan)."""
     ctx = context()
-    key = (source_key(src), ctx.arch)
+    key = (key or source_key(src), ctx.arch)
     mod = _MODULES.get(key)
     if mod is None:
         cubin = _CUBINS.get(key)
@@ -85,7 +87,8 @@ def module_from_source(src: str, name: str = "generated.cu"):
 
 def module(file: str):
     """The loaded module of kernels/<file>, compiled on first use."""
-    return module_from_source(_source(file), file)
+    src, key = _source(file)
+    return module_from_source(src, file, key)
 
 
 def cubins(arch: str | None = None) -> dict:
@@ -100,17 +103,15 @@ def preload(arch: str, table: dict):
         _CUBINS.setdefault((k, arch), bytes(v))
 
 
-def kernel_from_source(src: str, name: str, file: str = "generated.cu"):
-    mod = module_from_source(src, file)
-    fn = mod["fns"].get(name)
-    if fn is None:
-        fn = mod["fns"][name] = check(_cu().cuModuleGetFunction(mod["handle"], name.encode()),
-                                      f"cuModuleGetFunction({name})")
-    return fn
+def kernel_from_source(src: str, name: str, file: str = "generated.cu", key: str | None = None):
+    return _function(module_from_source(src, file, key), name)
 
 
 def kernel(file: str, name: str):
-    mod = module(file)
+    return _function(module(file), name)
+
+
+def _function(mod, name: str):
     fn = mod["fns"].get(name)
     if fn is None:
         fn = mod["fns"][name] = check(_cu().cuModuleGetFunction(mod["handle"], name.encode()),

@@ -208,42 +208,28 @@ __device__ void softmax_warp_k(typename DO::T* __restrict__ out, const typename 
     }
 }
 
-extern "C" __global__ void softmax_rows_w(float* out, const float* in, long long rows, long long cols, int log_softmax) {
-    Bcast none; none.rank = 0;
-    softmax_warp_k<F32, F32>(out, in, rows, cols, log_softmax, 1.f, (const float*)0, none, 0);
-}
-extern "C" __global__ void softmax_rows_h_w(unsigned short* out, const unsigned short* in, long long rows,
-                                            long long cols, int log_softmax) {
-    Bcast none; none.rank = 0;
-    softmax_warp_k<F16, F16>(out, in, rows, cols, log_softmax, 1.f, (const unsigned short*)0, none, 0);
-}
-extern "C" __global__ void attn_softmax_w(float* out, const float* in, long long rows, long long cols, float scale,
-                                          const float* mask, Bcast ms, int nan_to_zero) {
-    softmax_warp_k<F32, F32>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero);
-}
-extern "C" __global__ void attn_softmax_h_w(unsigned short* out, const float* in, long long rows, long long cols,
-                                            float scale, const float* mask, Bcast ms, int nan_to_zero) {
-    softmax_warp_k<F32, F16>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero);
-}
+// entry points of both row softmaxes: "_w" = a warp per row (rows of up to 1024 columns), "" = a block per row.
+// softmax_rows[_h]: a Softmax layer (float32 / float16 storage); attn_softmax[_h]: attention scores (float32, from
+// the GEMM) with scale and additive mask -> probabilities in the layer's storage type.
+#define SOFTMAX_ENTRIES(KERNEL, SFX)                                                                          \
+extern "C" __global__ void softmax_rows##SFX(float* out, const float* in, long long rows, long long cols,        \
+                                             int log_softmax) {                                                 \
+    Bcast none; none.rank = 0;                                                                                \
+    KERNEL<F32, F32>(out, in, rows, cols, log_softmax, 1.f, (const float*)0, none, 0); }                       \
+extern "C" __global__ void softmax_rows_h##SFX(unsigned short* out, const unsigned short* in, long long rows,    \
+                                               long long cols, int log_softmax) {                               \
+    Bcast none; none.rank = 0;                                                                                \
+    KERNEL<F16, F16>(out, in, rows, cols, log_softmax, 1.f, (const unsigned short*)0, none, 0); }              \
+extern "C" __global__ void attn_softmax##SFX(float* out, const float* in, long long rows, long long cols,        \
+                                             float scale, const float* mask, Bcast ms, int nan_to_zero) {       \
+    KERNEL<F32, F32>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero); }                                  \
+extern "C" __global__ void attn_softmax_h##SFX(unsigned short* out, const float* in, long long rows,             \
+                                               long long cols, float scale, const float* mask, Bcast ms,        \
+                                               int nan_to_zero) {                                               \
+    KERNEL<F32, F16>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero); }
 
-extern "C" __global__ void softmax_rows(float* out, const float* in, long long rows, long long cols, int log_softmax) {
-    Bcast none; none.rank = 0;
-    softmax_k<F32, F32>(out, in, rows, cols, log_softmax, 1.f, (const float*)0, none, 0);
-}
-extern "C" __global__ void softmax_rows_h(unsigned short* out, const unsigned short* in, long long rows,
-                                          long long cols, int log_softmax) {
-    Bcast none; none.rank = 0;
-    softmax_k<F16, F16>(out, in, rows, cols, log_softmax, 1.f, (const unsigned short*)0, none, 0);
-}
-// attention scores (float32, from the GEMM) -> probabilities in the layer's storage type
-extern "C" __global__ void attn_softmax(float* out, const float* in, long long rows, long long cols, float scale,
-                                        const float* mask, Bcast ms, int nan_to_zero) {
-    softmax_k<F32, F32>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero);
-}
-extern "C" __global__ void attn_softmax_h(unsigned short* out, const float* in, long long rows, long long cols,
-                                          float scale, const float* mask, Bcast ms, int nan_to_zero) {
-    softmax_k<F32, F16>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero);
-}
+SOFTMAX_ENTRIES(softmax_warp_k, _w)
+SOFTMAX_ENTRIES(softmax_k, )
 
 // im2col for 2-D convolution (NCHW, one batch item): cols[c*kh*kw + ky*kw + kx][oy*ow + ox]
 extern "C" __global__ void im2col2d(float* __restrict__ cols, const float* __restrict__ x,

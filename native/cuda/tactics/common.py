@@ -1,10 +1,9 @@
-"""What the CUDA tactics share: device operands, storage types, cached weight uploads and 1-D launches."""
+"""What the CUDA tactics share: device operands, storage types and cached weight uploads."""
 from __future__ import annotations
 
 import numpy as np
 
 from native.cuda.array import GpuArray, to_device
-from native.cuda.nvrtc import grid_for, kernel, launch
 
 FLOAT_PRECISIONS = ("float32", "float16")
 _SUFFIX = {"float32": "", "float16": "_h"}
@@ -68,11 +67,6 @@ def weight(host, dtype=None) -> GpuArray:
         arr = np.asarray(host if dtype is None else np.asarray(host).astype(dtype))
         hit = _W[key] = (host, GpuArray.from_host(arr))
     return hit[1]
-
-
-def run_1d(file: str, name: str, n: int, args, block: int = 256):
-    if n:
-        launch(kernel(file, name), grid_for(n, block), (block, 1, 1), args)
 
 
 def ptr(x) -> np.uint64:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from native.cuda.array import GpuArray, to_device
-from native.cuda.driver import CudaError, context
+from native.cuda.array import GpuArray
+from native.cuda.driver import CudaError
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.gemm import _weights_on_device, handle
 from native.cuda.tactics.common import on_device, weight
+from native.cuda.tactics.gemm import handle
 from native.cuda.tactics.pointwise import SRC, _ACT, activate, binary
 from native.tactics import Tactic, register_tactic
 
@@ -19,20 +19,16 @@ def _geometry(op, x_shape, k_shape):
     return geometry(op.params, x_shape, list(k_shape[2:]))
 
 
-def _binary(name, a: GpuArray, b: GpuArray, out: GpuArray):
-    binary(name, a, b, out)
-
-
-def epilogue(y: GpuArray, op, inputs):
-    """Apply params['post_ops'] in order, in place on y (y's storage type throughout)."""
-    for step in op.params.get("post_ops") or ():
+def epilogue(y: GpuArray, op, inputs, steps=None):
+    """Apply `steps` (default: params['post_ops']) in order, in place on y (y's storage type throughout)."""
+    for step in op.params.get("post_ops") or () if steps is None else steps:
         if step["op"] == "bias":
             b = weight(op.weights[step["weight"]], y.dtype)
             shape = [1] * y.ndim
             shape[step.get("axis", 1)] = -1
-            _binary("ew_sum", y, b.reshape(tuple(b.size if d == -1 else d for d in shape)), y)
+            binary("ew_sum", y, b.reshape(tuple(b.size if d == -1 else d for d in shape)), y)
         elif step["op"] == "add":
-            _binary("ew_sum", y, on_device(inputs[step["input"]]), y)
+            binary("ew_sum", y, on_device(inputs[step["input"]]), y)
         elif step["op"] == "activation":
             activate(y, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
         else:
@@ -58,17 +54,14 @@ class Im2colCublasConv(Tactic):
                 return f"fused activation {step['type']} has no GPU kernel"
         return None
 
-    def prepare(self, op):
-        return dict(op.weights)
-
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         from nvmath import CudaDataType
         from nvmath.bindings import cublas
-        x = inputs[0] if isinstance(inputs[0], GpuArray) else to_device(np.ascontiguousarray(inputs[0]))
+        x = on_device(inputs[0])
         if x.dtype != np.float32:
             raise TypeError(f"GPU convolution takes float32, got {x.dtype}")
         wh = op.weights["kernel"]
-        w = _weights_on_device(op.weights, "kernel")
+        w = weight(wh)
         M, Cg, kh, kw = (int(d) for d in wh.shape)
         g = int(op.params.get("groups", 1) or 1)
         n, c, h, wd = x.shape
@@ -80,7 +73,6 @@ class Im2colCublasConv(Tactic):
         y = GpuArray((n, M, oh, ow), np.float32)
         if y.size == 0:
             return [y]
-        ctx = context()
         cols = GpuArray((c * kh * kw * P,), np.float32)
         one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
         compute = cublas.ComputeType.COMPUTE_32F_FAST_TF32 if op.math == "tf32" else \
@@ -97,11 +89,10 @@ class Im2colCublasConv(Tactic):
                                            w.ptr, CudaDataType.CUDA_R_32F, K, Mg * K, zero.ctypes.data,
                                            y.ptr + i * M * P * 4, CudaDataType.CUDA_R_32F, P, Mg * P, g,
                                            compute, cublas.GemmAlgo.DEFAULT)
-        del ctx
         bias = op.weights.get("bias")
         if bias is not None:
-            _binary("ew_sum", y, _weights_on_device(op.weights, "bias").reshape((1, M, 1, 1)), y)
+            binary("ew_sum", y, weight(bias).reshape((1, M, 1, 1)), y)
         elif len(inputs) > 2 and inputs[2] is not None:
-            b = inputs[2] if isinstance(inputs[2], GpuArray) else to_device(np.ascontiguousarray(inputs[2]))
-            _binary("ew_sum", y, b.reshape((1, M, 1, 1)), y)
+            b = on_device(inputs[2])
+            binary("ew_sum", y, b.reshape((1, M, 1, 1)), y)
         return [epilogue(y, op, inputs)]

@@ -257,15 +257,8 @@ class _CudnnConv(Tactic):
         except Exception as e:
             raise CudaError(f"cuDNN plan {self.index} failed: {e}") from e
         if tail:
-            from native.cuda.tactics.pointwise import activate, binary
-            for st in tail:
-                if st["op"] == "activation":
-                    activate(y, st["type"], st.get("alpha", 0.0), st.get("beta", 0.0))
-                elif st["op"] == "add":
-                    binary("ew_sum", y, on_device(inputs[st["input"]]), y)
-                else:
-                    binary("ew_sum", y, weight(op.weights["cudnn_" + st["weight"]]).reshape(
-                        (1, 1, 1, m) if self.nhwc else (1, m, 1, 1)), y)
+            from native.cuda.tactics.conv import epilogue
+            epilogue(y, op, inputs, tail)
         return [y]
 
 

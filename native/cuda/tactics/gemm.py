@@ -122,11 +122,6 @@ class CublasMatMul(Tactic):
         return [epilogue(y, op, inputs)]
 
 
-def _weights_on_device(weights, key):
-    """Upload a weight once per process (kept alive beside its host array)."""
-    return weight(weights[key])
-
-
 @register_tactic
 class CublasAttention(Tactic):
     """softmax(q @ k' * scale + mask) @ v: scores in FP32 from one batched GEMM, a row kernel for scale, additive
@@ -147,8 +142,7 @@ class CublasAttention(Tactic):
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cuda.nvrtc import kernel, launch
-        from native.cuda.tactics.pointwise import SRC, broadcast_params
+        from native.cuda.tactics.pointwise import broadcast_params, launch_softmax
         q, k, v = (on_device(x) for x in inputs[:3])
         mask = on_device(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
         if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2]:
@@ -168,13 +162,8 @@ class CublasAttention(Tactic):
             mptr = mask.ptr
         else:
             ms, mptr = np.zeros(26, np.int64), 0
-        if rows:
-            name = "attn_softmax" + ("_h" if q.dtype == np.float16 else "")
-            args = [np.uint64(probs.ptr), np.uint64(scores.ptr), np.int64(rows), np.int64(cols), np.float32(scale),
-                    np.uint64(mptr), ms, np.int32(1 if p.get("nan_to_zero") else 0)]
-            if cols <= 1024:    # a warp per row
-                launch(kernel(SRC, name + "_w"), ((rows + 7) // 8, 1, 1), (256, 1, 1), args)
-            else:
-                launch(kernel(SRC, name), (rows, 1, 1), (256, 1, 1), args)
+        launch_softmax("attn_softmax" + ("_h" if q.dtype == np.float16 else ""), rows, cols,
+                       [np.uint64(probs.ptr), np.uint64(scores.ptr), np.int64(rows), np.int64(cols), np.float32(scale),
+                        np.uint64(mptr), ms, np.int32(1 if p.get("nan_to_zero") else 0)])
         del scores
         return [matmul(probs, v, tf32=(op.math == "tf32"))]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.array import GpuArray
-from native.cuda.nvrtc import grid_for, kernel, kernel_from_source, launch
+from native.cuda.nvrtc import grid_for, kernel, kernel_from_source, launch, source_key
 from native.cuda.tactics.common import FLOAT_PRECISIONS, as_storage, on_device, same_float, storage, suffix, weight
 from native.tactics import Tactic, register_tactic
 
@@ -19,10 +19,6 @@ _ACT = {"RELU": "act_relu", "SIGMOID": "act_sigmoid", "TANH": "act_tanh", "LEAKY
 _UNARY = {"EXP": "un_exp", "LOG": "un_log", "SQRT": "un_sqrt", "RECIP": "un_recip", "ABS": "un_abs",
           "NEG": "un_neg", "ERF": "un_erf", "SIN": "un_sin", "COS": "un_cos", "FLOOR": "un_floor",
           "CEIL": "un_ceil", "RECIPROCAL_SQRT": "un_rsqrt"}
-
-
-def _is_f32(x):
-    return getattr(x, "dtype", None) is not None and np.dtype(x.dtype) == np.float32
 
 
 def broadcast_params(out_shape, a_shape, b_shape) -> np.ndarray:
@@ -159,14 +155,20 @@ class GpuSoftmax(Tactic):
         cols = int(np.prod(x.shape[axis:], dtype=np.int64)) if x.ndim else 1
         rows = x.size // max(cols, 1)
         out = GpuArray(x.shape, x.dtype)
-        if rows:
-            args = [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(rows), np.int64(cols),
-                    np.int32(1 if op.params.get("log") else 0)]
-            if cols <= 1024:    # a warp per row
-                launch(kernel(SRC, "softmax_rows" + sfx + "_w"), ((rows + 7) // 8, 1, 1), (256, 1, 1), args)
-            else:
-                launch(kernel(SRC, "softmax_rows" + sfx), (rows, 1, 1), (256, 1, 1), args)
+        launch_softmax("softmax_rows" + sfx, rows, cols, [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(rows),
+                                                          np.int64(cols), np.int32(1 if op.params.get("log") else 0)])
         return [out]
+
+
+def launch_softmax(name: str, rows: int, cols: int, args):
+    """A row softmax kernel of pointwise.cu: the warp-per-row variant (`<name>_w`, 8 rows per block) for rows of up
+    to 1024 columns, else one block per row."""
+    if not rows:
+        return
+    if cols <= 1024:
+        launch(kernel(SRC, name + "_w"), ((rows + 7) // 8, 1, 1), (256, 1, 1), args)
+    else:
+        launch(kernel(SRC, name), (rows, 1, 1), (256, 1, 1), args)
 
 
 # fused pointwise programs ---------------------------------------------------------------------------------------
@@ -274,9 +276,22 @@ class GpuPointwiseProgram(Tactic):
             return "more than 16 operands"
         return None if _rank_ok(input_shapes) else "rank above 8"
 
+    def _compiled(self, program):
+        """(operand names, source, source key) of a program: generated and hashed once per program object, not
+        on every execution (the engine's params hold the same program object for the engine's life)."""
+        cache = self.__dict__.setdefault("_programs", {})
+        hit = cache.get(id(program))
+        if hit is None or hit[0] is not program:
+            if len(cache) >= 1024:      # a long-lived process building many engines: start over
+                cache.clear()
+            names = _program_args(program)
+            src = program_source(program, names)
+            hit = cache[id(program)] = (program, names, src, source_key(src))
+        return hit[1:]
+
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         program = op.params["program"]
-        names = _program_args(program)
+        names, src, key = self._compiled(program)
         dtype = storage(op)
         vals = []
         for a in names:
@@ -303,6 +318,6 @@ class GpuPointwiseProgram(Tactic):
         for i, v in enumerate(vals):
             p[10 + 8 * i:10 + 8 * i + len(shape)] = bcast_strides(shape, v.shape)
         if out.size:
-            fn = kernel_from_source(program_source(program, names), "prog" + suffix(dtype), "pointwise_program.cu")
+            fn = kernel_from_source(src, "prog" + suffix(dtype), "pointwise_program.cu", key)
             launch(fn, grid_for(out.size), (256, 1, 1), [np.uint64(out.ptr)] + [np.uint64(v.ptr) for v in vals] + [p])
         return [out]

@@ -2,27 +2,12 @@
 layers, and `run --device cuda --fp16 --mark-all` names the first divergence. Skipped without a GPU."""
 import json
 
-import numpy as np
-import onnx
 import pytest
 
 from debugkit.cli.main import main
-from tests.debugkit.debug.test_precision import _tool, mlp
+from tests.debugkit.debug.test_precision import planted  # noqa: F401  (the fixture: two planted FP16 layers)
 
 pytestmark = pytest.mark.cuda
-
-
-@pytest.fixture
-def planted(tmp_path):
-    from backends.runners import OnnxrtRunner
-    model = mlp()
-    feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
-    with OnnxrtRunner(model, mark=["m2", "m7"]) as r:
-        values = r.infer(feeds, taps=["m2", "m7"])
-    answer = _tool().plant(model, ["mm2", "mm7"], values)
-    path = tmp_path / "planted.onnx"
-    onnx.save(model, path)
-    return str(path), sorted(x for v in answer.values() for x in v["must_stay_fp32"])
 
 
 def test_debug_precision_on_the_gpu_finds_the_planted_layers(tmp_path, planted, capsys):
