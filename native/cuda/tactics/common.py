@@ -69,5 +69,16 @@ def weight(host, dtype=None) -> GpuArray:
     return hit[1]
 
 
+def out_array(outputs, i, shape, dtype) -> GpuArray:
+    """Output i of a layer: the planned arena view the runtime passed (`outputs[i]`, when it has this shape and
+    type), else a new GpuArray from the stream-ordered pool. Tactics that use it for every output declare
+    `writes_outputs = True`, so their outputs live in the engine's arena (runtime/arena.py)."""
+    shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+    given = outputs[i] if outputs is not None and i < len(outputs) else None
+    if given is not None and tuple(given.shape) == shape and np.dtype(given.dtype) == dtype:
+        return given
+    return GpuArray(shape, dtype)
+
+
 def ptr(x) -> np.uint64:
     return np.uint64(0 if x is None else x.ptr)
