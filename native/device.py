@@ -46,6 +46,10 @@ class Device:
         views of its own buffers must override it (a missed alias lets a later tensor overwrite a live view)."""
         return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and bool(np.may_share_memory(a, b))
 
+    def duplicate(self, value):
+        """A copy of `value` in memory of its own (the arena detaches taps and outputs with it)."""
+        return value.copy() if isinstance(value, np.ndarray) else value
+
     def output_buffer_reason(self, tactic, op) -> str | None:
         """None when the interpreter may hand `tactic` planned arena views as `outputs` for `op`; else why the
         layer allocates its own outputs (the arena's verbose log and the inspector say it)."""

@@ -49,6 +49,21 @@ class CudaDevice(Device):
     def view(self, buffer, offset, shape, dtype):
         return GpuArray(shape, dtype, buffer.ptr + int(offset), base=buffer)
 
+    def may_alias(self, a, b) -> bool:
+        """Device buffers share memory when their byte ranges overlap (views keep their base's pointer)."""
+        if not (isinstance(a, GpuArray) and isinstance(b, GpuArray)) or not a.nbytes or not b.nbytes:
+            return False
+        return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+
+    def duplicate(self, value):
+        """A copy of a device tensor in its own memory (a tap must outlive its arena slot)."""
+        if not isinstance(value, GpuArray):
+            return super().duplicate(value)
+        from native.cuda.driver import context
+        out = GpuArray(value.shape, value.dtype)
+        context().copy(out.ptr, value.ptr, value.nbytes)
+        return out
+
     def copy_to_device(self, host_array):
         return to_device(host_array)
 

@@ -2,8 +2,9 @@
 
 Capture needs every layer on the GPU (a host layer synchronizes, which a capturing stream refuses) and a warm-up
 run first (kernels compiled, weights uploaded, cuDNN plans built). Inputs live in static device buffers the graph
-reads; intermediate tensors are the graph's own allocations (stream-ordered, freed inside the graph); outputs are
-graph allocations at fixed addresses, valid until the next launch. A new set of input shapes captures a new graph.
+reads; intermediate tensors live in the execution context's arena (planned by the warm-up run, so the graph's
+kernels read and write fixed addresses), the rest are the graph's own stream-ordered allocations; outputs are graph
+allocations at fixed addresses, valid until the next launch. A new set of input shapes captures a new graph.
 """
 from __future__ import annotations
 

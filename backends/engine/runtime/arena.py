@@ -150,6 +150,6 @@ def make_plan(executor, rec: Recorder, logger=G_LOGGER) -> ArenaPlan | None:
 
 def detach(device, value, plan: ArenaPlan):
     """`value`, or a copy of it where it points into the plan's arena (what a caller keeps must not change)."""
-    if plan is not None and isinstance(value, np.ndarray) and device.may_alias(value, plan.buffer):
-        return value.copy()
+    if plan is not None and device.may_alias(value, plan.buffer):
+        return device.duplicate(value)
     return value

@@ -220,8 +220,7 @@ class ExecutionContext:
             if profiler is not None and hasattr(profiler, "start_inference"):
                 profiler.start_inference()
                 profiler.tactics = {n.name: n.tactic_name for n in self.engine.graph.nodes}
-            # the GPU's tactics allocate from the stream-ordered pool (the arena is the CPU's, for now)
-            memory = self.arenas if self.use_arena and dev.host_memory else None
+            memory = self.arenas if self.use_arena else None
             env = self.engine.executor.run(feeds, keep=set(resolved.values()), profiler=profiler, memory=memory)
         out = (lambda v: v) if dev.host_memory else dev.copy_to_host
         if timeline is not None:
@@ -254,9 +253,10 @@ class ExecutionContext:
         graph = getattr(self, "_graph", None)
         if graph is None or graph.key != key:
             self._graph = None
-            self.engine.executor.run({k: dev.copy_to_device(v) for k, v in feeds.items()})   # warm-up
+            memory = self.arenas if self.use_arena else None   # warm-up plans the arena; the graph writes into it
+            self.engine.executor.run({k: dev.copy_to_device(v) for k, v in feeds.items()}, memory=memory)
             dev.synchronize()
-            graph = self._graph = dev.capture(lambda f: self.engine.executor.run(f), feeds,
+            graph = self._graph = dev.capture(lambda f: self.engine.executor.run(f, memory=memory), feeds,
                                               self.engine.graph.output_names)
             if timeline is not None:
                 timeline.reset()

@@ -13,7 +13,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
-from native.cuda.tactics.common import on_device, same_float, weight
+from native.cuda.tactics.common import on_device, out_array, same_float, weight
 from native.tactics import Tactic, register_tactic
 
 PLANS = 4                       # tactics per layer: the first PLANS execution plans of heuristics mode A
@@ -143,6 +143,7 @@ class _CudnnConv(Tactic):
     device = "cuda"
     precisions = ("float32", "float16")
     honours = {"post_ops"}
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     index = 0
     nhwc = False
 
@@ -247,7 +248,7 @@ class _CudnnConv(Tactic):
             g = _graph(key, x_nchw, w_nchw, y_nchw, dtype, geo, steps, self.nhwc, op.math == "tf32")
         except Exception as e:
             raise TypeError(f"cuDNN has no engine for this convolution graph: {e}") from e
-        y = GpuArray(y_shape, dtype)
+        y = out_array(outputs, 0, y_shape, dtype)
         if y.size == 0:
             return [y]
         try:

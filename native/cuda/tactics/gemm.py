@@ -9,7 +9,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
-from native.cuda.tactics.common import on_device, storage, weight
+from native.cuda.tactics.common import on_device, out_array, storage, weight
 from native.tactics import Tactic, register_tactic
 
 _HANDLE = {}
@@ -38,9 +38,10 @@ def _batch_ok(a_batch, b_batch):
 _CUDA_TYPE = {"float32": "CUDA_R_32F", "float16": "CUDA_R_16F"}
 
 
-def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=False, out_dtype=None) -> GpuArray:
+def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=False, out_dtype=None,
+           outputs=None) -> GpuArray:
     """a @ b (batched, broadcast batch dims) with FP32 accumulation; a and b share one storage type, the result
-    is stored in out_dtype (default: theirs)."""
+    is stored in out_dtype (default: theirs), in `outputs[0]` when that planned buffer fits."""
     from nvmath import CudaDataType
     from nvmath.bindings import cublas
     if a.dtype != b.dtype or a.dtype.name not in _CUDA_TYPE:
@@ -53,13 +54,14 @@ def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=
     if K != Kb:
         raise ValueError(f"matmul shapes {a.shape} x {b.shape} do not agree on K")
     if not transpose_a and b.ndim == 2 and a.ndim > 2:   # a weight: fold a's batch dims into M (one GEMM)
-        out = matmul(a.reshape((-1, a.shape[-1])), b, False, transpose_b, tf32, out_dtype)
+        flat = [o.reshape((-1, o.shape[-1])) if o is not None else None for o in outputs or ()]
+        out = matmul(a.reshape((-1, a.shape[-1])), b, False, transpose_b, tf32, out_dtype, flat)
         return out.reshape(tuple(a.shape[:-1]) + (out.shape[-1],))
     batch = _batch_ok(a.shape[:-2], b.shape[:-2])
     if batch is None:
         raise TypeError(f"batch dims {a.shape[:-2]} x {b.shape[:-2]} broadcast partially; host tactic runs it")
     count = int(np.prod(batch, dtype=np.int64)) if batch else 1
-    out = GpuArray(tuple(batch) + (M, N), out_dtype)
+    out = out_array(outputs, 0, tuple(batch) + (M, N), out_dtype)
     sa = M * K if int(np.prod(a.shape[:-2], dtype=np.int64)) > 1 else 0
     sb = K * N if int(np.prod(b.shape[:-2], dtype=np.int64)) > 1 else 0
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
@@ -91,6 +93,7 @@ class CublasMatMul(Tactic):
 
     kind, name, device = "MatrixMultiply", "cublas", "cuda"
     honours = {"post_ops"}
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = ("float32", "float16")
 
     def supports(self, op, input_shapes):
@@ -118,7 +121,7 @@ class CublasMatMul(Tactic):
             raise TypeError("vector operands run on the host")
         from native.cuda.tactics.conv import epilogue
         y = matmul(a, b, bool(op.params.get("transpose_a")), bool(op.params.get("transpose_b")),
-                   tf32=(op.math == "tf32"))
+                   tf32=(op.math == "tf32"), outputs=outputs)
         return [epilogue(y, op, inputs)]
 
 
@@ -128,6 +131,7 @@ class CublasAttention(Tactic):
     mask and softmax (fully masked rows -> 0 with nan_to_zero), then a batched GEMM with v."""
 
     kind, name, device = "Attention", "cublas-softmax", "cuda"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = ("float32", "float16")
 
     def supports(self, op, input_shapes):
@@ -166,4 +170,4 @@ class CublasAttention(Tactic):
                        [np.uint64(probs.ptr), np.uint64(scores.ptr), np.int64(rows), np.int64(cols), np.float32(scale),
                         np.uint64(mptr), ms, np.int32(1 if p.get("nan_to_zero") else 0)])
         del scores
-        return [matmul(probs, v, tf32=(op.math == "tf32"))]
+        return [matmul(probs, v, tf32=(op.math == "tf32"), outputs=outputs)]

@@ -6,7 +6,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, ptr, same_float, suffix
+from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, ptr, same_float, suffix
 from native.cuda.tactics.pointwise import _ACT, activate
 from native.tactics import Tactic, register_tactic
 
@@ -18,6 +18,7 @@ class GpuLayerNorm(Tactic):
     """LAYER mode over the trailing axes: one block per row, mean then centred variance in float32."""
 
     kind, name, device = "Normalization", "row-kernel", "cuda"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
 
     def supports(self, op, input_shapes):
@@ -42,9 +43,9 @@ class GpuLayerNorm(Tactic):
         axes = sorted(a % x.ndim for a in op.params.get("axes", [-1]))
         cols = int(np.prod(x.shape[axes[0]:], dtype=np.int64))
         rows = x.size // max(cols, 1)
-        y = GpuArray(x.shape, dtype)
+        y = out_array(outputs, 0, x.shape, dtype)
         stat_shape = x.shape[:axes[0]] + (1,) * len(axes)
-        mean, inv = GpuArray(stat_shape, np.float32), GpuArray(stat_shape, np.float32)
+        mean, inv = out_array(outputs, 1, stat_shape, np.float32), out_array(outputs, 2, stat_shape, np.float32)
         if rows and cols:
             launch(kernel(SRC, "layernorm" + suffix(dtype)), (rows, 1, 1), (256, 1, 1),
                    [np.uint64(y.ptr), np.uint64(x.ptr), ptr(g), ptr(b), np.uint64(mean.ptr), np.uint64(inv.ptr),
@@ -62,6 +63,7 @@ def _post_ops(y, op):
 
 class _GpuPool(Tactic):
     device = "cuda"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
     honours = {"post_ops"}
     nhwc = False
@@ -99,7 +101,7 @@ class _GpuPool(Tactic):
             n, c, h, w = x.shape
             xs = (c * h * w, h * w, w, 1)
         if p.get("global"):
-            y = GpuArray((n, 1, 1, c) if self.nhwc else (n, c, 1, 1), dtype)
+            y = out_array(outputs, 0, (n, 1, 1, c) if self.nhwc else (n, c, 1, 1), dtype)
             P, sP = h * w, (c if self.nhwc else 1)
             if y.size:
                 launch(kernel(SRC, "gpool" + sfx), grid_for(n * c), (256, 1, 1),
@@ -113,7 +115,7 @@ class _GpuPool(Tactic):
         post = list(p.get("post_padding") or [0, 0])
         oh = (h + pre[0] + post[0] - (kh - 1) * dh - 1) // sh + 1
         ow = (w + pre[1] + post[1] - (kw - 1) * dw - 1) // sw + 1
-        y = GpuArray((n, oh, ow, c) if self.nhwc else (n, c, oh, ow), dtype)
+        y = out_array(outputs, 0, (n, oh, ow, c) if self.nhwc else (n, c, oh, ow), dtype)
         ys = (oh * ow * c, 1, ow * c, c) if self.nhwc else (c * oh * ow, oh * ow, ow, 1)
         exclude = 1 if p.get("average_count_excludes_padding", True) else 0
         params = np.array([n, c, h, w, oh, ow, kh, kw, sh, sw, pre[0], pre[1], dh, dw, *xs, *ys, mode | (exclude << 32)],
@@ -133,6 +135,7 @@ class GpuReduce(Tactic):
     accumulation; a squeeze-excite's spatial mean, a layer's feature sum."""
 
     kind, name, device = "Reduce", "axes-kernel", "cuda"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
 
     def supports(self, op, input_shapes):
@@ -163,7 +166,7 @@ class GpuReduce(Tactic):
         keep = bool(op.params.get("keep_dims", True))
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
             tuple(d for i, d in enumerate(x.shape) if i not in axes)
-        y = GpuArray(shape, dtype)
+        y = out_array(outputs, 0, shape, dtype)
         if y.size:
             launch(kernel(SRC, "gpool" + suffix(dtype)), grid_for(outer * inner), (256, 1, 1),
                    [np.uint64(y.ptr), np.uint64(x.ptr), np.int64(outer), np.int64(red), np.int64(inner),

@@ -7,7 +7,8 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, kernel_from_source, launch, source_key
-from native.cuda.tactics.common import FLOAT_PRECISIONS, as_storage, on_device, same_float, storage, suffix, weight
+from native.cuda.tactics.common import (FLOAT_PRECISIONS, as_storage, on_device, out_array, same_float, storage, suffix,
+                                        weight)
 from native.tactics import Tactic, register_tactic
 
 SRC = "pointwise.cu"
@@ -84,6 +85,7 @@ def _rank_ok(input_shapes):
 @register_tactic
 class GpuElementWise(Tactic):
     kind, name, device = "ElementWise", "nvrtc-pointwise", "cuda"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
 
     def supports(self, op, input_shapes):
@@ -97,13 +99,14 @@ class GpuElementWise(Tactic):
         shape = np.broadcast_shapes(a.shape, b.shape)
         if len(shape) > 8:
             raise TypeError("rank above 8 runs on the host")
-        out = GpuArray(shape, dtype)
+        out = out_array(outputs, 0, shape, dtype)
         binary(_BINARY[op.params["op"]], a, b, out)
         return [out]
 
 
 class _UnaryKernel(Tactic):
     device = "cuda"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
     table: dict = {}
     param = "op"
@@ -117,7 +120,7 @@ class _UnaryKernel(Tactic):
         if len(inputs) > 1 and any(x is not None for x in inputs[1:]):
             raise TypeError("bounds/slopes given as tensors are run by the host tactic")
         x = on_device(inputs[0])
-        out = GpuArray(x.shape, same_float([x]))
+        out = out_array(outputs, 0, x.shape, same_float([x]))
         return [activate(x, op.params[self.param], op.params.get("alpha", 0.0), op.params.get("beta", 0.0), out)]
 
 
@@ -134,6 +137,7 @@ class GpuUnary(_UnaryKernel):
 @register_tactic
 class GpuSoftmax(Tactic):
     kind, name, device = "Softmax", "nvrtc-rows", "cuda"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
 
     def supports(self, op, input_shapes):
@@ -154,7 +158,7 @@ class GpuSoftmax(Tactic):
             raise TypeError("softmax over a non-last axis runs on the host")
         cols = int(np.prod(x.shape[axis:], dtype=np.int64)) if x.ndim else 1
         rows = x.size // max(cols, 1)
-        out = GpuArray(x.shape, x.dtype)
+        out = out_array(outputs, 0, x.shape, x.dtype)
         launch_softmax("softmax_rows" + sfx, rows, cols, [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(rows),
                                                           np.int64(cols), np.int32(1 if op.params.get("log") else 0)])
         return [out]
@@ -264,6 +268,7 @@ class GpuPointwiseProgram(Tactic):
     """A fused pointwise chain as one generated NVRTC kernel (one read per operand, one write)."""
 
     kind, name, device = "Pointwise", "nvrtc-fused", "cuda"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
     honours = {"program"}
 
@@ -310,7 +315,7 @@ class GpuPointwiseProgram(Tactic):
             raise TypeError(f"program operands do not broadcast together ({e})") from None
         if len(shape) > 8:
             raise TypeError("rank above 8")
-        out = GpuArray(shape, dtype)
+        out = out_array(outputs, 0, shape, dtype)
         k = len(vals)
         p = np.zeros(10 + 8 * k, dtype=np.int64)
         p[0], p[1] = len(shape), out.size

@@ -7,7 +7,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, weight
+from native.cuda.tactics.common import on_device, out_array, weight
 from native.tactics import Tactic, register_tactic
 
 SRC = "tensor.cu"
@@ -128,6 +128,7 @@ def _axis(op, rank):
 @_gpu
 class GpuSplit(Tactic):
     kind, name = "Split", "strided-copy"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
 
     def supports(self, op, input_shapes):
         if input_shapes and len(input_shapes) > 1 and input_shapes[1] is not None:
@@ -147,7 +148,7 @@ class GpuSplit(Tactic):
         for size in sizes:
             shape = list(x.shape)
             shape[axis] = int(size)
-            out = GpuArray(shape, x.dtype)
+            out = out_array(outputs, len(outs), shape, x.dtype)
             strided_copy(x, start * strides[axis], strides, shape, out)
             outs.append(out)
             start += int(size)
@@ -157,6 +158,7 @@ class GpuSplit(Tactic):
 @_gpu
 class GpuConcatenation(Tactic):
     kind, name = "Concatenation", "strided-copy"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         xs = [on_device(a) for a in inputs if a is not None]
@@ -165,7 +167,7 @@ class GpuConcatenation(Tactic):
         axis = _axis(op, xs[0].ndim)
         shape = list(xs[0].shape)
         shape[axis] = sum(x.shape[axis] for x in xs)
-        out = GpuArray(shape, xs[0].dtype)
+        out = out_array(outputs, 0, shape, xs[0].dtype)
         ostr, start = contiguous_strides(shape), 0
         for x in xs:
             strided_copy(x, 0, contiguous_strides(x.shape), x.shape, out, start * ostr[axis], ostr)
@@ -178,6 +180,7 @@ class GpuSlice(Tactic):
     """Static starts/ends/axes/steps (as the CPU kernel resolves them); tensor-valued ones run on the host."""
 
     kind, name = "Slice", "strided-copy"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
 
     def supports(self, op, input_shapes):
         if input_shapes and any(s is not None for s in input_shapes[1:]):
@@ -193,7 +196,7 @@ class GpuSlice(Tactic):
         index = _slice_index(op, x.shape)
         strides = contiguous_strides(x.shape)
         offset = sum(s.start * st for s, st in zip(index, strides))
-        out = GpuArray([len(range(s.start, s.stop, s.step)) for s in index], x.dtype)
+        out = out_array(outputs, 0, [len(range(s.start, s.stop, s.step)) for s in index], x.dtype)
         strided_copy(x, offset, [s.step * st for s, st in zip(index, strides)], out.shape, out)
         return [out]
 
@@ -225,6 +228,7 @@ class GpuReformat(Tactic):
     """float32 <-> float16 storage casts (round to nearest even, the CPU Reformat's rounding)."""
 
     kind, name = "Reformat", "cast-kernel"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
     own_precisions = True
 
     def supports(self, op, input_shapes):
@@ -234,10 +238,10 @@ class GpuReformat(Tactic):
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        return [cast(on_device(inputs[0]), op.params["to"])]
+        return [cast(on_device(inputs[0]), op.params["to"], outputs)]
 
 
-def cast(x: GpuArray, to) -> GpuArray:
+def cast(x: GpuArray, to, outputs=None) -> GpuArray:
     """x stored as `to` (float32 <-> float16, round to nearest even); x itself when it already is."""
     to = np.dtype(to)
     if x.dtype == to:
@@ -246,7 +250,7 @@ def cast(x: GpuArray, to) -> GpuArray:
         (x.dtype.type, to.type))
     if name is None:
         raise TypeError(f"cast {x.dtype} -> {to} runs on the host")
-    out = GpuArray(x.shape, to)
+    out = out_array(outputs, 0, x.shape, to)
     if x.size:
         launch(kernel(SRC, name), grid_for(x.size), (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr),
                                                                   np.int64(x.size)])
@@ -261,6 +265,7 @@ class GpuCast(Tactic):
     """ONNX Cast between float32, float16, int64, int32 and bool (floats to integers truncate; to bool is != 0)."""
 
     kind, name = "Cast", "cast-kernel"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = on_device(inputs[0])
@@ -273,9 +278,9 @@ class GpuCast(Tactic):
         if x.dtype == to:
             return [x]
         if {x.dtype.name, to.name} == {"float32", "float16"}:
-            return [cast(x, to)]
+            return [cast(x, to, outputs)]
         name = f"cast_{_CODE[x.dtype.name]}_{_CODE[to.name]}"
-        out = GpuArray(x.shape, to)
+        out = out_array(outputs, 0, x.shape, to)
         if x.size:
             try:
                 fn = kernel(SRC, name)
@@ -290,6 +295,7 @@ class GpuGather(Tactic):
     """DEFAULT-mode gather along one axis (embedding lookups); int64 or int32 indices."""
 
     kind, name = "Gather", "index-kernel"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
 
     def supports(self, op, input_shapes):
         if op.params.get("mode", "DEFAULT") != "DEFAULT":
@@ -305,7 +311,7 @@ class GpuGather(Tactic):
         axis = _axis(op, x.ndim)
         outer = int(np.prod(x.shape[:axis], dtype=np.int64))
         inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-        out = GpuArray(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+        out = out_array(outputs, 0, x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
         if out.size:
             launch(kernel(SRC, f"gather_{x.dtype.itemsize}"), grid_for(out.size), (256, 1, 1),
                    [np.uint64(out.ptr), np.uint64(x.ptr), np.uint64(idx.ptr), np.int64(outer),
@@ -316,6 +322,7 @@ class GpuGather(Tactic):
 @_gpu
 class GpuSelect(Tactic):
     kind, name = "Select", "index-kernel"
+    writes_outputs = True   # outputs through out_array: the engine's arena views
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         from native.cuda.tactics.pointwise import bcast_strides
@@ -325,7 +332,7 @@ class GpuSelect(Tactic):
         shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
         if len(shape) > 8:
             raise TypeError("rank above 8")
-        out = GpuArray(shape, a.dtype)
+        out = out_array(outputs, 0, shape, a.dtype)
         s = np.zeros(34, dtype=np.int64)
         s[0], s[1] = len(shape), out.size
         s[2:2 + len(shape)] = shape
