@@ -24,6 +24,9 @@ class Device:
 
     name = "abstract"
     prefers_nhwc = False          # the layout pass asks this (passes/layout.py)
+    # True: the builder decides layout (NHWC regions) and precision per layer by timing the options on this device
+    # (builder/timed_choice.py); False: the rules hold (the layout preference above, choose_precision below)
+    chooses_by_timing = False
     host_memory = True            # tensors are numpy arrays in host memory (False: the runtime copies in and out)
     # fingerprint fields that must match for a plan built elsewhere to run here (see check_fingerprint)
     fingerprint_fields = ("device", "machine")

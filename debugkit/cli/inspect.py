@@ -80,6 +80,9 @@ def _model(args) -> int:
             timing = ""
             if layer.get("Timings_ms"):
                 timing = " | timed: " + ", ".join(f"{k} {v:.3f} ms" for k, v in layer["Timings_ms"].items())
+            for key, what in (("PrecisionTimings_ms", "precision"), ("LayoutTimings_ms", "layout")):
+                if layer.get(key):
+                    timing += f" | {what} timed: " + ", ".join(f"{k} {v:.3f} ms" for k, v in layer[key].items())
             types = [t for t in (layer.get("OutputTypes") or []) if t]
             stored = f" out={'+'.join(types)}" if types and set(types) != {layer["Precision"]} else ""
             math = f" math={layer['Math']}" if layer.get("Math") else ""

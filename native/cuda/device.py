@@ -23,6 +23,7 @@ class CudaDevice(Device):
     fingerprint_fields = ("device", "arch")
     host_memory = False
     prefers_nhwc = True          # the layout pass runs convolution regions channels-last (cuDNN's fast path)
+    chooses_by_timing = True     # NHWC regions and per-layer precision by timing (builder/timed_choice.py)
     merges_shortcut_convs = False  # cuDNN fuses the residual add instead (fusion_shortcut.py's merge is CPU GEMM)
     supports_graphs = True
 

@@ -97,13 +97,13 @@ def int8_assignment(graph, ctx):
 
 def layout(graph, ctx):
     from backends.engine.builder.passes.layout import run_layout
-    return PassResult(run_layout(graph, ctx.config, ctx.logger))
+    return PassResult(run_layout(graph, ctx.config, ctx.logger, ctx))
 
 
 def precision(graph, ctx):
     """Per-layer compute precision (passes/precision.py); tactic selection then holds it to what tactics offer."""
     from backends.engine.builder.passes.precision import assign_precision
-    return PassResult(assign_precision(graph, ctx.config, ctx.logger) or 0)
+    return PassResult(assign_precision(graph, ctx.config, ctx.logger, ctx) or 0)
 
 
 # --- analyses the tactic choice needs -------------------------------------------------------------------------
@@ -165,7 +165,7 @@ def dla_placement(graph, ctx):
 
 def tactic_selection(graph, ctx):
     from backends.engine.builder.tactic_selection import select_tactics
-    select_tactics(graph, ctx.state.get("env"), ctx.config, ctx.device)
+    select_tactics(graph, ctx.state.get("env"), ctx.config, ctx.device, cache=ctx.state.get("timing_cache"))
     return PassResult(0)
 
 

@@ -4,7 +4,11 @@ A replay file is JSON, versioned, keyed by engine layer name, each entry carryin
 `algorithm_selector.layer_signature`), its ONNX nodes and the tactic (name and id):
 
     {"format": "debugkit-tactic-replay", "version": 1, "model": {"fingerprint": ..., "layers": N},
-     "device": "cpu", "layers": {NAME: {"kind", "signature", "onnx_nodes", "tactic", "tactic_id", "timing_ms"}}}
+     "device": "cpu", "layers": {NAME: {"kind", "precision", "signature", "onnx_nodes", "tactic", "tactic_id",
+                                        "timing_ms"}}}
+
+The kind and precision let a device that chooses layout and precision by timing replay those choices too
+(builder/timed_choice.py); files without "precision" replay tactics only.
 
 `TacticRecorder` writes one from a build's report; `TacticReplayer` restricts every layer to its recorded
 tactic. A file recorded for another model or format version is refused at load time; a stale file (layers
@@ -37,7 +41,8 @@ def model_fingerprint(contexts) -> str:
 def replay_document(contexts, choices, device="cpu") -> dict:
     layers = {}
     for c, a in zip(contexts, choices):
-        layers[c.name] = {"kind": c.kind, "signature": c.signature, "onnx_nodes": list(c.onnx_nodes),
+        layers[c.name] = {"kind": c.kind, "precision": c.precision, "signature": c.signature,
+                          "onnx_nodes": list(c.onnx_nodes),
                           "tactic": a.implementation, "tactic_id": int(a.tactic_id),
                           "timing_ms": None if a.timing_ms is None else round(float(a.timing_ms), 4)}
     return {"format": FORMAT, "version": VERSION, "device": device,

@@ -135,13 +135,42 @@ class _Said(set):
     cache = None
 
 
-def select_tactics(graph, env, config, device="cpu", _said=None):
+def measure(node, cands, inputs, config, device, cache, prep=None) -> dict:
+    """{tactic id: ms} of `cands` running `node` on `inputs`: from `cache` when it holds every candidate (keyed
+    by device, kind, params, weight and input shapes/dtypes and precision), else timed on the device and stored.
+    Tactic selection and the choices made by timing (precision, layout: builder/timed_choice.py) share it, so a
+    layer variant timed for one is not timed again for the other."""
+    use_cache = not config.get_flag("disable_timing_cache")
+    key = _key(node, inputs, device)
+    cached = cache.get(key) if use_cache else None
+    if cached and all(str(t.id) in cached for t in cands):   # a new candidate (user tactic) is timed
+        return {int(k): v for k, v in cached.items() if v >= 0}
+    # the device's preferred tactics first; the rest (host layers on a GPU) only when none of those runs
+    first = get_device(device).preferred(cands) or cands
+    timings = time_candidates(node, first, inputs, config.avg_timing_iterations, device, prep)
+    if not timings and len(first) < len(cands):
+        rest = [t for t in cands if t not in first]
+        timings = time_candidates(node, rest, inputs, config.avg_timing_iterations, device, prep)
+    if use_cache and timings:   # a candidate that failed to run is remembered as -1 (not retried)
+        cache.put(key, {**(cached or {}), **{str(t.id): timings.get(t.id, -1.0) for t in cands}})
+    return timings
+
+
+def fastest(cands, timings, device):
+    """The tactic selection picks of `cands` given their timings (None when none ran)."""
+    ranked = [t for t in cands if t.id in timings]
+    return pick_fastest(get_device(device).preferred(ranked) or ranked, timings)
+
+
+def select_tactics(graph, env, config, device="cpu", _said=None, cache=None):
     """Choose a tactic for every node (recursing into subgraphs with default choices). `env` holds each
     tensor's value from the timing run (None when that run failed); returns per-node timing records. The
-    cache is `config.timing_cache` when the caller gave one (it is filled in), else a private one."""
+    cache is `config.timing_cache` when the caller gave one (it is filled in), else `cache` (the build's private
+    one, shared with the passes that chose by timing), else a new private one."""
     said = _Said() if _said is None else _said
     if said.cache is None:
-        said.cache = config.timing_cache if config.timing_cache is not None else TimingCache()
+        said.cache = config.timing_cache if config.timing_cache is not None else \
+            cache if cache is not None else TimingCache()
     if _said is None:
         check_tactic_sources(config, device)
     # the caller's cache is filled in; without one a private cache (identical layers, such as repeated blocks,
@@ -175,21 +204,8 @@ def select_tactics(graph, env, config, device="cpu", _said=None):
                 cands = [cands[i] for i in picked]
         timings = {}
         if len(cands) > 1 and have_inputs and not config.get_flag("enable_tactic_heuristic"):
-            key = _key(node, inputs, device)
-            cached = cache.get(key) if use_cache else None
-            if cached and all(str(t.id) in cached for t in cands):   # a new candidate (user tactic) is timed
-                timings = {int(k): v for k, v in cached.items() if v >= 0}
-            else:
-                # the device's preferred tactics first; the rest (host layers on a GPU) only when none of those runs
-                first = get_device(device).preferred(cands) or cands
-                timings = time_candidates(node, first, inputs, config.avg_timing_iterations, device, prep)
-                if not timings and len(first) < len(cands):
-                    rest = [t for t in cands if t not in first]
-                    timings = time_candidates(node, rest, inputs, config.avg_timing_iterations, device, prep)
-                if use_cache and timings:   # a candidate that failed to run is remembered as -1 (not retried)
-                    cache.put(key, {**(cached or {}), **{str(t.id): timings.get(t.id, -1.0) for t in cands}})
-            ranked = [t for t in cands if t.id in timings]
-            chosen = pick_fastest(get_device(device).preferred(ranked) or ranked, timings) or cands[0]
+            timings = measure(node, cands, inputs, config, device, cache, prep)
+            chosen = fastest(cands, timings, device) or cands[0]
         else:
             chosen = cands[0]
         node.tactic_id, node.tactic_name = chosen.id, chosen.name

@@ -296,6 +296,8 @@ class EngineInspector:
                 "Format": node_format(n),
                 "Math": n.meta.get("math") or None, "OutputTypes": output_types(n),
                 "Timings_ms": n.meta.get("timings_ms"), "OutputMemory": self._memory.get(n.name),
+                # what the builder timed to choose the layer's precision / layout (devices that choose by timing)
+                "PrecisionTimings_ms": n.meta.get("precision_ms"), "LayoutTimings_ms": n.meta.get("layout_ms"),
                 "Params": n.params}
 
     @property

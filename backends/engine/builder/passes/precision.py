@@ -3,8 +3,11 @@ Reformat layers wherever a producer and a consumer disagree.
 
 1. Compute precision per layer. The enabled precisions come from the builder flags (FP16, BF16, FP8 with FP16 as
    its companion, INT8); the precisions a layer can run in are those its tactics declare. Without a constraint the
-   device decides (`Device.choose_precision`, the one place that holds the rule: the lowest enabled precision the
-   layer implements, else the next one up). A constraint (`layer.precision`, `--layer-precisions`) is obeyed under
+   device decides: a device that `chooses_by_timing` (CUDA) times the layer's best tactic in each candidate
+   precision, adds the Reformat layers the choice would put at its inputs (given the producers already decided, in
+   topological order) and at network outputs, and takes the fastest (`choose_by_timing`; a flag PERMITS a precision,
+   it does not force it); the CPU and the DLA keep their rule (`Device.choose_precision`: the lowest enabled
+   precision the layer implements, else the next one up). A constraint (`layer.precision`, `--layer-precisions`) is obeyed under
    OBEY_PRECISION_CONSTRAINTS (an impossible one is a build error naming the layer), followed where possible under
    PREFER (a warning where not), and without either flag honoured only where the device would not choose a faster
    (lower) precision, as TensorRT does; a warning names the layer otherwise.
@@ -22,6 +25,7 @@ TF32 is not a storage type: with the TF32 flag, FP32 conv/matmul layers round th
 from __future__ import annotations
 
 from backends.engine.builder.config import BuilderFlag
+from backends.engine.builder.timed_choice import pick, variant
 from backends.engine.engine_graph import Node
 from native.errors import BuildError
 
@@ -111,12 +115,19 @@ def _describe(node) -> str:
     return f"layer '{node.name}' ({node.kind}{src})"
 
 
-def choose(node, device, implemented, enabled, mode, logger) -> str:
-    """The layer's compute precision (see the module docstring, step 1)."""
+def candidate_precisions(device, implemented, enabled) -> list:
+    """The precisions an unconstrained layer may run in, reduced ones first (the ladder's order), float32 last."""
+    return [p for p in device.PRECISION_LADDER if p in implemented and p in enabled and p != "int8"] + ["float32"]
+
+
+def choose(node, device, implemented, enabled, mode, logger, timed=None) -> str:
+    """The layer's compute precision (see the module docstring, step 1). `timed`: what timing chose for it."""
     enabled = enabled - {"int8"}          # INT8 needs scales: passes/int8.py decides it, before this pass
     implemented = implemented - {"int8"}
     choice = device.choose_precision(node.kind, implemented, enabled)
     raw = node.meta.get("precision_constraint")
+    if raw is None and timed is not None:
+        return timed
     if raw is None:
         if enabled and choice == "float32" and not (implemented & enabled):
             logger.verbose(f"{_describe(node)} runs in float32: {device.fp32_only_reason(node.kind)}")
@@ -147,14 +158,68 @@ def choose(node, device, implemented, enabled, mode, logger) -> str:
     return want
 
 
+def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf32, logger):
+    """The fastest of `options` for this layer (step 1 on a device that chooses by timing), or None when it cannot
+    be measured (a tensor the probe run did not produce). `storage`: what each tensor decided so far is stored as;
+    `declared`: {network output: its declared type}. Records node.meta["precision_ms"] and logs what was timed."""
+    data = set(data_inputs(node, device))
+    costs, said = {}, {}
+    for p in options:
+        want = STORAGE_OF[p]
+        v = variant(node, precision=p)
+        v.meta.pop("math", None)
+        if p == "float32" and tf32 and node.kind in TF32_KINDS:
+            v.meta["math"] = "tf32"
+        inputs, reformat = [], 0.0
+        for i, name in enumerate(node.inputs):
+            val = probe.env.get(name) if name is not None else None
+            if name is not None and val is None:
+                return None
+            if i in data and _is_float32(dtypes.get(name)):
+                have = storage.get(name)      # None: a constant, stored as its readers need
+                if have is not None and have != want:
+                    reformat += probe.reformat_ms(val, have, want)
+                val = probe.value_as(val, want)
+            inputs.append(val)
+        m = probe.best(v, inputs)
+        if m is None:
+            continue
+        for o in node.outputs:
+            if o in declared and _is_float32(dtypes.get(o)) and declared[o] != want and o in probe.env:
+                reformat += probe.reformat_ms(probe.env[o], want, declared[o])
+        costs[p] = (m.host, m.ms + reformat)
+        said[p] = f"{p} {m.ms:.3f} ms ({m.tactic}{', host layer' if m.host else ''})" + \
+            (f" + {reformat:.3f} ms reformats" if reformat else "")
+    choice = pick(costs)
+    if choice is None:
+        return None
+    node.meta["precision_ms"] = {p: round(c[1], 4) for p, c in costs.items()}
+    logger.verbose(f"{_describe(node)}: timed {'; '.join(said.values())} -> {choice}")
+    return choice
+
+
 def _reformat_node(src, dst, from_type, to_type) -> Node:
     return Node(name=f"Reformat {src} {from_type}->{to_type}", kind="Reformat", inputs=[src], outputs=[dst],
                 params={"from": from_type, "to": to_type}, precision=PRECISION_OF_DTYPE.get(to_type, to_type),
                 meta={"output_types": [to_type]})
 
 
-def assign_precision(graph, config, logger) -> int:
-    """Set node.precision and storage types, insert Reformat layers; returns how many reformats were inserted."""
+def _probe(graph, ctx, enabled, logger):
+    """A Probe (builder/timed_choice.py) when this build chooses precisions by timing, else None."""
+    from backends.engine.builder.timed_choice import Probe, chooses_by_timing
+    if ctx is None or not (enabled - {"int8"}) or not chooses_by_timing(ctx.config):
+        return None
+    try:
+        return Probe(graph, ctx)
+    except Exception as e:
+        logger.warning(f"precision: the run that feeds precision timing failed ({str(e)[:300]}); layers get the "
+                       f"device's precision rule instead (lowest enabled precision implemented)")
+        return None
+
+
+def assign_precision(graph, config, logger, ctx=None) -> int:
+    """Set node.precision and storage types, insert Reformat layers; returns how many reformats were inserted.
+    `ctx` (the pass context) lets a device that chooses by timing measure the options."""
     if getattr(config, "uses_dla", lambda: False)():
         # a DLA build: the DLA pass (passes/dla.py) gives DLA layers their precision and reformats; the layers
         # left on the host run in FP32
@@ -167,19 +232,42 @@ def assign_precision(graph, config, logger) -> int:
     tf32 = config.get_flag(BuilderFlag.TF32)
     dtypes = tensor_dtypes(graph)
     nodes = list(graph.nodes)
+    probe = _probe(graph, ctx, enabled, logger)
+    have = {t.name: (t.dtype or "float32") for t in graph.inputs}   # storage decided so far (timing's reformats)
+    declared = {t.name: (t.dtype or "float32") for t in graph.outputs}
+    timed_layers = replayed = 0
     # 1. compute precision
     for node in nodes:
         node.meta.pop("math", None)
+        node.meta.pop("precision_ms", None)
         if node.precision == "int8":  # chosen by passes/int8.py, which knows the scales
+            _stored(node, have, dtypes)
             continue
         float_io = any(_is_float32(dtypes.get(node.inputs[i])) for i in data_inputs(node, device)) or any(
             _is_float32(dtypes.get(o)) for o in node.outputs)
         if node.kind == "Constant" or not float_io:
             node.precision = "float32"
             continue
-        node.precision = choose(node, device, _implemented(node, device.name), enabled, mode, logger)
+        implemented = _implemented(node, device.name)
+        timed = None
+        options = candidate_precisions(device, implemented, enabled)
+        if probe is not None and len(options) > 1 and node.meta.get("precision_constraint") is None:
+            from backends.engine.builder.timed_choice import replay_entry
+            entry = replay_entry(config.algorithm_selector, node.name)
+            if entry is not None and entry.get("precision") in options:
+                timed = entry["precision"]
+                replayed += 1
+                logger.verbose(f"{_describe(node)}: {timed} from the replay file")
+            else:
+                timed = choose_by_timing(node, options, probe, have, dtypes, device, declared, tf32, logger)
+                timed_layers += timed is not None
+        node.precision = choose(node, device, implemented, enabled, mode, logger, timed)
         if node.precision == "float32" and tf32 and node.kind in TF32_KINDS:
             node.meta["math"] = "tf32"
+        _stored(node, have, dtypes)
+    if probe is not None:
+        logger.info(f"precision: chosen by timing for {timed_layers} layers ({probe.timed} variants timed, the "
+                    f"rest from the timing cache)" + (f", {replayed} from the replay file" if replayed else ""))
     # 2. storage of every float32-typed tensor: what its producer writes
     storage = {t.name: (t.dtype or "float32") for t in graph.inputs}
     subgraph_reads = set()
@@ -266,6 +354,18 @@ def assign_precision(graph, config, logger) -> int:
         inserted += 1
     _log_summary(graph, enabled, inserted, logger)
     return inserted
+
+
+def _stored(node, have, dtypes):
+    """Record what the node's float outputs will be stored as (step 2's rule; constants: as their readers need)."""
+    if node.kind == "Constant":
+        return
+    explicit = node.meta.get("output_types") if isinstance(node.meta.get("output_types"), dict) else \
+        node.meta.get("output_type_constraints") or {}
+    for i, o in enumerate(node.outputs):
+        if _is_float32(dtypes.get(o)):
+            t = explicit.get(i, explicit.get(str(i)))
+            have[o] = PRECISION_OF_DTYPE.get(t, t) if t is not None else STORAGE_OF.get(node.precision, "float32")
 
 
 def _log_summary(graph, enabled, inserted, logger):

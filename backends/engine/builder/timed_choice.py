@@ -1,0 +1,166 @@
+"""Choices made by measurement: on a device that says `chooses_by_timing` (CUDA), the layout pass keeps a
+convolution region NHWC only where its timed NHWC plan beats the NCHW one, and the precision pass gives each layer
+the enabled precision whose best tactic, plus the Reformat layers the choice adds at its boundaries, is fastest.
+
+A `Probe` is what both passes measure with: every tensor's value from one run of the graph as it stands at the
+profile's opt shapes on the target device, and the build's timing cache. Layer variants are timed through the
+tactic machinery tactic selection uses (`tactic_selection.measure`: same candidates, same timing, same cache keys,
+which include the precision and the input dtypes), so a variant timed here is not timed again when its tactic
+is chosen, and a rebuild with the timing cache makes the same choices without timing anything. A replay file
+(tactic_replay.py) records each layer's kind and precision; replaying it restores both without timing.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+
+from backends.engine.builder.config import TimingCache
+from backends.engine.engine_graph import Node
+from native.device import get_device
+
+# a choice within this fraction of the fastest counts as tied (tactic_selection.TIE_MARGIN, same reason); ties go
+# to the option listed first (the reduced precision: the FP16 flag permits it; NHWC: the device prefers it)
+TIE_MARGIN = 0.03
+
+
+def chooses_by_timing(config) -> bool:
+    try:
+        return bool(getattr(get_device(config.device), "chooses_by_timing", False))
+    except Exception:
+        return False
+
+
+def build_cache(ctx) -> TimingCache:
+    """The cache this build's measurements go to: the caller's (config.timing_cache), else one private to the build
+    that tactic selection reads too."""
+    if ctx.config.timing_cache is not None:
+        return ctx.config.timing_cache
+    return ctx.state.setdefault("timing_cache", TimingCache())
+
+
+def replay_entry(selector, layer_name):
+    """What a replay file in the algorithm selector (alone or in a SelectorChain) recorded for this layer."""
+    for s in getattr(selector, "selectors", None) or ([selector] if selector is not None else []):
+        doc = getattr(s, "doc", None)
+        if isinstance(doc, dict) and isinstance(doc.get("layers"), dict) and layer_name in doc["layers"]:
+            return doc["layers"][layer_name]
+    return None
+
+
+@dataclass
+class Measured:
+    ms: float          # the best tactic's time
+    tactic: str        # its name
+    host: bool         # a host layer on a device with its own memory (ranked below any device kernel)
+
+
+def pick(options: dict):
+    """The key of the fastest option ({key: (host, ms)}, in preference order), near-ties to the earlier one."""
+    live = {k: v for k, v in options.items() if v is not None}
+    if not live:
+        return None
+    best = min(live.values())
+    return next(k for k, v in live.items() if v[0] == best[0] and v[1] <= best[1] * (1 + TIE_MARGIN))
+
+
+class Probe:
+    """Tensor values of one run of `graph` on the target device, and timing of layer variants on them."""
+
+    def __init__(self, graph, ctx):
+        from backends.engine.builder.pipeline import opt_feeds
+        from backends.engine.runtime.executor import GraphExecutor
+        self.config, self.device, self.logger = ctx.config, ctx.device, ctx.logger
+        self.cache = build_cache(ctx)
+        self.dev = get_device(ctx.device)
+        self.env = GraphExecutor(graph, ctx.device, keep_all=True).run(opt_feeds(graph, ctx))
+        self.said = set()
+        self.timed = 0     # variants measured (not answered by the cache)
+
+    def best(self, node, inputs) -> Measured | None:
+        """The best tactic for `node` as it stands (precision, kind, params) on `inputs`; None when no tactic can
+        run it exactly so (a precision no tactic computes in falls back in tactic selection: not this variant)."""
+        from backends.engine.builder.tactic_selection import candidates, fastest, measure
+        from native.errors import BuildError
+        want = node.precision
+        shapes = [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs]
+        try:
+            cands = candidates(node, shapes, self.config, self.device, log=_Quiet(), said=self.said)
+        except BuildError:
+            return None
+        if node.precision != want:
+            node.precision = want
+            return None
+        cands = self._selected(node, inputs, cands)
+        before = self.cache.misses
+        timings = measure(node, cands, inputs, self.config, self.device, self.cache)
+        self.timed += self.cache.misses - before if not self.config.get_flag("disable_timing_cache") else 1
+        t = fastest(cands, timings, self.device)
+        if t is None:
+            return None
+        return Measured(float(timings[t.id]), t.name, bool(getattr(t, "host_layer", False)) and
+                        not self.dev.host_memory)
+
+    def reformat_ms(self, value, from_type, to_type) -> float:
+        """What converting `value` (stored as from_type) to to_type costs: a Reformat layer, timed (cached)."""
+        if value is None or from_type == to_type:
+            return 0.0
+        node = self._reformat(from_type, to_type)
+        m = self.best(node, [self.value_as(value, from_type)])
+        return m.ms if m is not None else 0.0
+
+    def value_as(self, value, storage):
+        """`value` converted on the device to the float storage type `storage` (a Reformat layer's run)."""
+        if value is None or str(np.dtype(value.dtype)) == storage or np.dtype(value.dtype).kind != "f":
+            return value
+        node = self._reformat(str(np.dtype(value.dtype)), storage)
+        from backends.engine.runtime.executor import default_tactic, node_op
+        return self.dev.run(default_tactic(node, self.device), node_op(node), [value])[0]
+
+    def transpose_ms(self, node, value) -> float:
+        m = self.best(node, [value])
+        return m.ms if m is not None else 0.0
+
+    def _selected(self, node, inputs, cands):
+        """The candidates a user's algorithm selector leaves (replay files answer through replay_entry)."""
+        selector = self.config.algorithm_selector
+        chain = getattr(selector, "selectors", None) or ([selector] if selector is not None else [])
+        chain = [s for s in chain if not isinstance(getattr(s, "doc", None), dict)
+                 and type(s).__name__ != "TacticRecorder"]
+        if not chain:
+            return cands
+        from backends.engine.builder.algorithm_selector import algorithm, algorithm_context, checked_selection
+        from backends.engine.runtime.executor import node_op
+        context, op = algorithm_context(node, inputs), node_op(node)
+        for s in chain:
+            choices = [algorithm(t, op, context) for t in cands]
+            picked = checked_selection(s.select_algorithms(context, choices), choices, context, False)
+            if picked:
+                cands = [cands[i] for i in picked]
+        return cands
+
+    @staticmethod
+    def _reformat(from_type, to_type) -> Node:
+        from backends.engine.builder.passes.precision import PRECISION_OF_DTYPE
+        return Node(name=f"Reformat {from_type}->{to_type}", kind="Reformat", inputs=["x"], outputs=["y"],
+                    params={"from": from_type, "to": to_type}, precision=PRECISION_OF_DTYPE.get(to_type, to_type),
+                    meta={"output_types": [to_type]})
+
+
+def variant(node, **changes) -> Node:
+    """A copy of `node` to time (the graph's node is left as it is)."""
+    out = copy.copy(node)
+    out.meta = dict(node.meta)
+    for k, v in changes.items():
+        setattr(out, k, v)
+    return out
+
+
+class _Quiet:
+    """A logger for probing variants: what does not run is simply not a candidate."""
+
+    def verbose(self, *a, **k):
+        pass
+
+    warning = info = verbose

@@ -1,0 +1,213 @@
+"""Precision and layout chosen by timing (builder/timed_choice.py), on the CPU device with `chooses_by_timing`
+switched on for the test and a planted timer: each layer variant's time is what the test says, so the choices
+are known in advance."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from backends.engine import BuilderConfig, BuilderFlag, parse_onnx
+from backends.engine.builder import Builder
+from backends.engine.builder.config import TimingCache
+from backends.engine.builder.passes.layout import count_transposes
+from native.device import get_device
+from tests.backends.fusion_helpers import RNG, const, model, run
+
+
+def _convs(n=3, between=None):
+    """x[1,3,8,8] → conv1 → relu1 → conv2 → relu2 → ... → y, each conv with its own channel count (identical
+    layers share their timing-cache entry); `between` puts a layout-sensitive op (Softmax over channels) after
+    every conv but the last, so each conv is its own NHWC region."""
+    nodes, inits, src, c_in = [], [], "x", 3
+    for i in range(1, n + 1):
+        channels = 3 + i
+        w = RNG.standard_normal((channels, c_in, 3, 3)).astype(np.float32) * 0.3
+        inits.append(const(f"w{i}", w))
+        nodes.append(helper.make_node("Conv", [src, f"w{i}"], [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
+        src, c_in = f"r{i}", channels
+        if between and i < n:
+            nodes.append(helper.make_node("Softmax", [src], [f"s{i}"], name=f"soft{i}", axis=1))
+            src = f"s{i}"
+    nodes[-1].output[0] = "y"
+    return model(nodes, [("x", [1, 3, 8, 8])], ["y"], inits)
+
+
+class Planted:
+    """The device's clock in this test: ms per (layer, kind, precision) from `costs` (first matching entry:
+    `(name_part, kind, precision) -> ms`, None matching anything), 1.0 otherwise; every call is counted."""
+
+    def __init__(self, costs, default=1.0):
+        self.costs, self.default, self.calls, self.last = costs, default, 0, None
+
+    def ms(self, op):
+        for (name, kind, prec), v in self.costs.items():
+            if (name is None or name in op.name) and (kind is None or kind == op.kind) and \
+                    (prec is None or prec == op.precision):
+                return v
+        return self.default
+
+
+@pytest.fixture
+def timed_cpu(monkeypatch):
+    """The CPU device choosing by timing, its clock planted; yields a function installing the costs."""
+    dev = get_device("cpu")
+    real_run = type(dev).run
+    state = {}
+
+    def run_(tactic, op, inputs, outputs=None, workspace=None, stream=None):
+        state["last"] = op
+        return real_run(dev, tactic, op, inputs, outputs, workspace, stream)
+
+    def time_(fn, stream=None):
+        fn()
+        state["clock"].calls += 1
+        return state["clock"].ms(state["last"])
+
+    monkeypatch.setattr(type(dev), "chooses_by_timing", True, raising=False)
+    monkeypatch.setattr(dev, "run", run_)
+    monkeypatch.setattr(dev, "time", time_)
+
+    def install(costs, default=1.0):
+        state["clock"] = Planted(costs, default)
+        return state["clock"]
+    return install
+
+
+def build(m, *flags, cache=None, nhwc=None, selector=None):
+    net, _ = parse_onnx(m)
+    cfg = BuilderConfig()
+    for f in flags:
+        cfg.set_flag(f)
+    cfg.prefer_nhwc = nhwc
+    cfg.timing_cache = cache
+    cfg.algorithm_selector = selector
+    return Builder().build_graph(net, cfg)
+
+
+def precisions(graph):
+    return {n.name: n.precision for n in graph.nodes if n.kind not in ("Constant", "Reformat")}
+
+
+def _named(graph, part):
+    return next(n for n in graph.nodes if part in n.name and n.kind not in ("Reformat", "Shuffle"))
+
+
+# reduced precision 4x faster everywhere, except conv2's FP16 tactics: 10x slower than its FP32 ones
+FP16_FAST_BUT_CONV2 = {("conv2", None, "float16"): 10.0, (None, "Reformat", None): 0.01,
+                       (None, None, "float16"): 0.25}
+
+
+def test_a_layer_whose_fp16_tactics_are_slower_stays_fp32(timed_cpu):
+    clock = timed_cpu(FP16_FAST_BUT_CONV2)
+    m = _convs()
+    g = build(m, BuilderFlag.FP16)
+    assert clock.calls > 0
+    conv1, conv2, conv3 = (_named(g, f"conv{i}") for i in (1, 2, 3))
+    assert (conv1.precision, conv2.precision, conv3.precision) == ("float16", "float32", "float16")
+    assert conv2.meta["precision_ms"]["float32"] == pytest.approx(1.0, abs=0.05)   # 1.0 + reformats of 0.01
+    assert conv2.meta["precision_ms"]["float16"] >= 10.0
+    assert set(conv1.meta["precision_ms"]) == {"float16", "float32"}
+    # the storage types follow: Reformat layers around the FP32 layer, and the values stay right
+    assert sum(1 for n in g.nodes if n.kind == "Reformat") >= 2
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    ref = run(build(m), {"x": x})[0]
+    np.testing.assert_allclose(run(g, {"x": x})[0], ref, rtol=2e-2, atol=2e-2)
+
+
+def test_reformat_costs_count_in_the_choice(timed_cpu):
+    """FP16 a little faster per layer, but each FP32<->FP16 reformat costs more than it saves: all stay FP32."""
+    timed_cpu({(None, "Reformat", None): 5.0, (None, None, "float16"): 0.9})
+    g = build(_convs(n=2), BuilderFlag.FP16)
+    assert set(precisions(g).values()) == {"float32"}
+    assert not any(n.kind == "Reformat" for n in g.nodes)
+
+
+def test_the_timing_cache_reproduces_the_choices_without_timing(timed_cpu):
+    clock = timed_cpu(FP16_FAST_BUT_CONV2)
+    cache, m = TimingCache(), _convs()
+    first = build(m, BuilderFlag.FP16, cache=cache)
+    assert clock.calls > 0
+    clock = timed_cpu({(None, None, "float16"): 99.0})   # a different clock: any timing would change the choice
+    again = build(m, BuilderFlag.FP16, cache=cache)
+    assert clock.calls == 0
+    assert precisions(again) == precisions(first)
+    assert _named(again, "conv2").precision == "float32"
+
+
+def test_the_cpu_device_keeps_its_rule():
+    """Without chooses_by_timing (the CPU's default), every layer with an FP16 implementation runs in FP16 and no
+    precision timing happens."""
+    assert get_device("cpu").chooses_by_timing is False
+    g = build(_convs(), BuilderFlag.FP16)
+    assert {_named(g, f"conv{i}").precision for i in (1, 2, 3)} == {"float16"}
+    assert not any("precision_ms" in n.meta for n in g.nodes)
+
+
+# NHWC convolutions 10x faster than NCHW ones, except conv2's; transposes cheap
+NHWC_FAST_BUT_CONV2 = {("conv2", "ConvolutionNHWC", None): 10.0, (None, "ConvolutionNHWC", None): 0.1,
+                       (None, "Shuffle", None): 0.01}
+
+
+def test_a_region_whose_nhwc_tactics_are_slower_stays_nchw(timed_cpu):
+    clock = timed_cpu(NHWC_FAST_BUT_CONV2)
+    m = _convs(n=2, between=True)
+    g = build(m)
+    assert clock.calls > 0
+    conv1, conv2 = _named(g, "conv1"), _named(g, "conv2")
+    assert (conv1.kind, conv2.kind) == ("ConvolutionNHWC", "Convolution")
+    assert count_transposes(g) == 2                      # into and out of conv1's region only
+    assert conv1.meta["layout_ms"]["nhwc"] == pytest.approx(0.12, abs=1e-3)    # 0.1 + two transposes
+    assert conv1.meta["layout_ms"]["nchw"] == pytest.approx(1.0)
+    assert conv2.meta["layout_ms"] == {"nhwc": pytest.approx(10.02, abs=1e-3), "nchw": pytest.approx(1.0)}
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(run(g, {"x": x})[0], run(build(m, nhwc=False), {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_transposes_count_against_nhwc(timed_cpu):
+    """NHWC a little faster per convolution, but the transposes at the region's edges cost more: NCHW."""
+    timed_cpu({(None, "ConvolutionNHWC", None): 0.9, (None, "Shuffle", None): 0.5})
+    g = build(_convs(n=2))
+    assert "ConvolutionNHWC" not in [n.kind for n in g.nodes] and count_transposes(g) == 0
+
+
+def test_the_timing_cache_reproduces_the_layout_without_timing(timed_cpu):
+    timed_cpu(NHWC_FAST_BUT_CONV2)
+    cache, m = TimingCache(), _convs(n=2, between=True)
+    first = build(m, BuilderFlag.FP16, cache=cache)
+    clock = timed_cpu({(None, "Convolution", None): 0.01})   # a different clock: timing would choose NCHW
+    again = build(m, BuilderFlag.FP16, cache=cache)
+    assert clock.calls == 0
+    assert [(n.name, n.kind, n.precision) for n in again.nodes] == [(n.name, n.kind, n.precision) for n in first.nodes]
+    assert _named(again, "conv1").kind == "ConvolutionNHWC" and _named(again, "conv2").kind == "Convolution"
+
+
+def test_a_replay_file_restores_layout_and_precision_without_timing(timed_cpu, tmp_path):
+    from backends.engine.builder.tactic_replay import TacticRecorder, TacticReplayer
+    timed_cpu({("conv2", "ConvolutionNHWC", None): 10.0, ("conv2", "Convolution", "float16"): 5.0,
+               (None, "ConvolutionNHWC", None): 0.1, (None, "Shuffle", None): 0.01, (None, "Reformat", None): 0.01,
+               (None, None, "float16"): 0.25})
+    m = _convs(n=2, between=True)
+    rec = TacticRecorder(tmp_path / "tactics.json")
+    first = build(m, BuilderFlag.FP16, selector=rec)
+    doc = rec.document
+    assert doc["layers"][_named(first, "conv2").name]["precision"] == "float32"
+    assert _named(first, "conv1").kind == "ConvolutionNHWC" and _named(first, "conv2").kind == "Convolution"
+    clock = timed_cpu({(None, "Convolution", None): 0.01, (None, None, "float32"): 0.01})  # would flip everything
+    again = build(m, BuilderFlag.FP16, selector=TacticReplayer(tmp_path / "tactics.json"))
+    assert [(n.name, n.kind, n.precision, n.tactic_name) for n in again.nodes] == \
+        [(n.name, n.kind, n.precision, n.tactic_name) for n in first.nodes]
+    assert not any("precision_ms" in n.meta or "layout_ms" in n.meta for n in again.nodes)
+    assert clock.calls == 0
+
+
+def test_the_inspector_shows_what_was_timed(timed_cpu, capsys):
+    from backends.engine.runtime import Runtime
+    timed_cpu(FP16_FAST_BUT_CONV2)
+    net, _ = parse_onnx(_convs())
+    cfg = BuilderConfig()
+    cfg.set_flag(BuilderFlag.FP16)
+    engine = Runtime().deserialize_engine(Builder().build_serialized_network(net, cfg))
+    layers = {l["Name"]: l for l in engine.create_engine_inspector().layers()}
+    conv2 = next(l for k, l in layers.items() if "conv2" in k and l["LayerType"].startswith("Convolution"))
+    assert conv2["Precision"] == "float32" and conv2["PrecisionTimings_ms"]["float16"] >= 10.0
+    assert conv2["LayoutTimings_ms"]["nchw"] < conv2["LayoutTimings_ms"]["nhwc"]

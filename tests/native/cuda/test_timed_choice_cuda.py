@@ -1,0 +1,108 @@
+"""On the GPU the builder chooses precision and NHWC layout by timing (builder/timed_choice.py): every candidate
+layer records what was timed, its choice is the fastest of those, and a rebuild with the timing cache makes the
+same choices without timing anything. Skipped without a GPU (the `cuda` marker)."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from backends.engine.builder.config import TimingCache
+from backends.engine.builder.timed_choice import pick
+
+pytestmark = pytest.mark.cuda
+
+
+def _convnet():
+    rng = np.random.default_rng(21)
+    w1 = numpy_helper.from_array(rng.standard_normal((64, 32, 3, 3)).astype(np.float32) * 0.05, "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.05, "w2")
+    w3 = numpy_helper.from_array(rng.standard_normal((128, 64, 1, 1)).astype(np.float32) * 0.1, "w3")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r1"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["r2"], name="relu2"),
+             helper.make_node("MaxPool", ["r2"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w3"], ["y"], name="conv3")]
+    g = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32, 56, 56])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 128, 28, 28])], [w1, w2, w3])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _mlp():
+    rng = np.random.default_rng(22)
+    w1 = numpy_helper.from_array(rng.standard_normal((256, 1024)).astype(np.float32) * 0.05, "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(1024).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((1024, 256)).astype(np.float32) * 0.05, "w2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Add", ["h", "b1"], ["hb"], name="bias1"),
+             helper.make_node("Relu", ["hb"], ["r"], name="relu1"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512, 256])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [512, 256])], [w1, b1, w2])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _cos(a, b):
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _engine_layers(model, tmp_path, x, cache=None):
+    from backends.engine.builder import BuilderConfig
+    from backends.runners import EngineRunner
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    config = BuilderConfig()
+    config.timing_cache = cache
+    with EngineRunner(str(path), device="cuda", flags=("fp16",), config=config) as gpu, \
+            EngineRunner(str(path)) as cpu:
+        name = model.graph.output[0].name
+        y, ref = gpu.infer({"x": x})[name], cpu.infer({"x": x})[name]
+        layers = gpu.engine.create_engine_inspector().layers()
+    return layers, y, ref
+
+
+def _check_timed_precision(layer):
+    ms = layer["PrecisionTimings_ms"]
+    assert ms and "float32" in ms and "float16" in ms, layer
+    ordered = {p: (False, ms[p]) for p in ("float16", "bfloat16", "float32") if p in ms}
+    assert layer["Precision"] == pick(ordered), layer
+
+
+def test_convnet_precision_and_layout_come_from_timing(tmp_path):
+    x = np.random.default_rng(23).standard_normal((8, 32, 56, 56)).astype(np.float32)
+    layers, y, ref = _engine_layers(_convnet(), tmp_path, x)
+    convs = [l for l in layers if l["LayerType"] in ("Convolution", "ConvolutionNHWC")]
+    assert len(convs) == 3, [l["LayerType"] for l in layers]
+    for c in convs:
+        _check_timed_precision(c)
+        lay = c["LayoutTimings_ms"]
+        assert lay and lay["nhwc"] > 0 and lay["nchw"] > 0, c
+        want = pick({"nhwc": (False, lay["nhwc"]), "nchw": (False, lay["nchw"])})
+        assert (c["LayerType"] == "ConvolutionNHWC") == (want == "nhwc"), c
+    assert _cos(y, ref) > 0.999
+
+
+def test_mlp_precision_comes_from_timing(tmp_path):
+    x = np.random.default_rng(24).standard_normal((512, 256)).astype(np.float32)
+    layers, y, ref = _engine_layers(_mlp(), tmp_path, x)
+    mms = [l for l in layers if l["LayerType"] == "MatrixMultiply"]
+    assert len(mms) == 2, [l["LayerType"] for l in layers]
+    for m in mms:
+        _check_timed_precision(m)
+    assert _cos(y, ref) > 0.999
+
+
+def test_rebuild_with_the_timing_cache_times_nothing_and_chooses_the_same(tmp_path, monkeypatch):
+    from backends.engine.builder import tactic_selection
+    x = np.random.default_rng(25).standard_normal((8, 32, 56, 56)).astype(np.float32)
+    cache = TimingCache()
+    first, _, _ = _engine_layers(_convnet(), tmp_path, x, cache)
+
+    def no_timing(*a, **k):
+        raise AssertionError("timed a tactic although the timing cache holds every measurement")
+    monkeypatch.setattr(tactic_selection, "time_candidates", no_timing)
+    again, _, _ = _engine_layers(_convnet(), tmp_path, x, cache)
+    key = lambda ls: [(l["Name"], l["LayerType"], l["Precision"], l["TacticName"]) for l in ls]   # noqa: E731
+    assert key(again) == key(first)
