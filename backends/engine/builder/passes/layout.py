@@ -180,15 +180,16 @@ def _timed_regions(graph, config, logger, ctx):
             logger.warning(f"layout: the runs that feed layout timing failed ({str(e)[:300]}); convolution "
                            f"regions follow the device's preference instead")
             return None
+    missing = (float("inf"), False)
     for names, edges in untimed:
-        a = sum(nhwc_ms[k][0] for k in names) + sum(edge_ms[e.name][0] for e in edges)
-        b = sum(nchw_ms[k][0] for k in names)
-        host_a = any(nhwc_ms[k][1] for k in names) or any(edge_ms[e.name][1] for e in edges)
-        choice = pick({"nhwc": (host_a, a), "nchw": (any(nchw_ms[k][1] for k in names), b)})
+        a = sum(nhwc_ms.get(k, missing)[0] for k in names) + sum(edge_ms[e.name][0] for e in edges)
+        b = sum(nchw_ms.get(k, missing)[0] for k in names)
+        host_a = any(nhwc_ms.get(k, missing)[1] for k in names) or any(edge_ms[e.name][1] for e in edges)
+        choice = pick({"nhwc": (host_a, a), "nchw": (any(nchw_ms.get(k, missing)[1] for k in names), b)}) or "nhwc"
         logger.verbose(f"layout: region {sorted(names)}: NHWC {a:.3f} ms (with {len(edges)} transposes) vs NCHW "
                        f"{b:.3f} ms -> {choice.upper()}")
         for k in names:
-            chosen[k] = {"nhwc": round(a, 4), "nchw": round(b, 4)}
+            chosen[k] = {"nhwc": _ms(a), "nchw": _ms(b)}
         if choice == "nchw":
             skip |= names
         else:
@@ -196,6 +197,10 @@ def _timed_regions(graph, config, logger, ctx):
     logger.info(f"layout: {kept} of {len(regions)} convolution regions in NHWC "
                 f"({len(untimed)} decided by timing, {len(regions) - len(untimed)} by the replay file)")
     return skip, chosen
+
+
+def _ms(v):
+    return round(v, 4) if v != float("inf") else None    # None: no tactic ran it that way
 
 
 def _regions(graph, converted):

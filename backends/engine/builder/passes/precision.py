@@ -259,7 +259,12 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
                 replayed += 1
                 logger.verbose(f"{_describe(node)}: {timed} from the replay file")
             else:
-                timed = choose_by_timing(node, options, probe, have, dtypes, device, declared, tf32, logger)
+                try:
+                    timed = choose_by_timing(node, options, probe, have, dtypes, device, declared, tf32, logger)
+                except Exception as e:   # the build goes on with the rule; the warning says where timing broke
+                    logger.warning(f"precision: timing {_describe(node)} failed ({type(e).__name__}: "
+                                   f"{str(e)[:300]}); it and the layers after it get the device's rule")
+                    probe = None
                 timed_layers += timed is not None
         node.precision = choose(node, device, implemented, enabled, mode, logger, timed)
         if node.precision == "float32" and tf32 and node.kind in TF32_KINDS:
