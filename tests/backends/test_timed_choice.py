@@ -168,6 +168,11 @@ def test_transposes_count_against_nhwc(timed_cpu):
     timed_cpu({(None, "ConvolutionNHWC", None): 0.9, (None, "Shuffle", None): 0.5})
     g = build(_convs(n=2))
     assert "ConvolutionNHWC" not in [n.kind for n in g.nodes] and count_transposes(g) == 0
+    assert _named(g, "conv1").meta["layout_ms"] == {"nhwc": pytest.approx(2.8), "nchw": pytest.approx(2.0)}
+    timed_cpu({(None, "ConvolutionNHWC", None): 0.2, (None, "Shuffle", None): 0.5})   # now NHWC pays for them
+    g = build(_convs(n=2))
+    assert [n.kind for n in g.nodes if n.kind.startswith("Conv")] == ["ConvolutionNHWC"] * 2
+    assert count_transposes(g) == 2
 
 
 def test_the_timing_cache_reproduces_the_layout_without_timing(timed_cpu):
