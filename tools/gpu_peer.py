@@ -2,7 +2,7 @@
 one process (the peer PERFORMANCE.md reports ratios against).
 
     python tools/gpu_peer.py --model resnet50 --precision fp16 --batch 1 128 [--cuda-graph] [--json out.json]
-    python tools/gpu_peer.py --model bert --precision fp16 --batch 32 --seq 128
+    python tools/gpu_peer.py --model bert --precision fp16 --batch 32 --seq 128 [--torch-compile]
 
 Needs torch (and torchvision for the ResNets) on the GPU machine; models get random weights, nothing is
 downloaded. `bert` is BERT-base (12 layers, hidden 768, 12 heads, FFN 3072, GELU, post-LN) written here in plain
@@ -95,6 +95,9 @@ def main():
     ap.add_argument("--cuda-graph", action="store_true", help="time our engine with CUDA graphs")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="also print our slowest layers (per-layer synchronized)")
+    ap.add_argument("--torch-compile", action="store_true",
+                    help="also time torch.compile(mode='max-autotune-no-cudagraphs') of the peer (compile time is "
+                         "reported apart); recorded as null where compilation fails")
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
@@ -145,6 +148,18 @@ def main():
             with torch.no_grad():
                 ref = ref_net(*tin).float().cpu().numpy()
                 t_peer = _time(lambda: peer(*peer_in), torch.cuda.synchronize, iters=args.iterations)
+                t_compiled = compile_s = None
+                if args.torch_compile:
+                    try:
+                        compiled = torch.compile(peer, mode="max-autotune-no-cudagraphs")
+                        t0 = time.perf_counter()
+                        compiled(*peer_in)
+                        torch.cuda.synchronize()
+                        compile_s = time.perf_counter() - t0
+                        t_compiled = _time(lambda: compiled(*peer_in), torch.cuda.synchronize,
+                                           iters=args.iterations)
+                    except Exception as e:   # torch.compile where it works: say why not elsewhere
+                        print(f"  torch.compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             shapes = {k: v.shape for k, v in feeds.items()}
             cache = os.path.join(tmp, f"cache-{bs}.bin")
             builds = []
@@ -201,6 +216,9 @@ def main():
             row = {"model": args.model, "precision": args.precision, "batch": bs, "cuda_graph": args.cuda_graph,
                    "ours_compute_ms": round(ours, 3), "ours_end_to_end_ms": round(float(np.median(total)), 3),
                    "torch_eager_ms": round(t_peer, 3), "ours_vs_torch": round(ours / t_peer, 3),
+                   "torch_compile_ms": None if t_compiled is None else round(t_compiled, 3),
+                   "ours_vs_torch_compile": None if t_compiled is None else round(ours / t_compiled, 3),
+                   "torch_compile_s": None if compile_s is None else round(compile_s, 1),
                    "ours_samples_per_s": round(bs / ours * 1e3, 1), "torch_samples_per_s": round(bs / t_peer * 1e3, 1),
                    "cosine_vs_torch_fp32": cos, "max_abs_vs_torch_fp32": float(np.abs(y - ref).max()),
                    "build_cold_s": round(builds[0], 1), "build_warm_s": round(builds[1], 1), "layers": len(nodes),
