@@ -41,6 +41,7 @@ class CudaDevice(Device):
         import native.cuda.tactics.norm  # noqa: F401
         import native.cuda.tactics.pointwise  # noqa: F401
         import native.cuda.tactics.tensor  # noqa: F401
+        import native.cuda.tactics.index  # noqa: F401
         from native.cuda.tactics.host import wrap_cpu_tactics
         wrap_cpu_tactics()
 
