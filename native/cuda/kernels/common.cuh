@@ -1,5 +1,5 @@
-// Shared by the device's kernels: storage-type adapters (compute is float32; FP16 is stored as its bit pattern in
-// an unsigned short and converted with the hardware's round-to-nearest-even) and the grid-stride loop.
+// Shared by the device's kernels: storage-type adapters (compute is float32; FP16 and BF16 are stored as their bit
+// patterns in an unsigned short and converted with the hardware's round-to-nearest-even) and the grid-stride loop.
 #pragma once
 
 struct F32 {
@@ -15,6 +15,16 @@ struct F16 {
     }
     static __device__ __forceinline__ unsigned short st(float v) {
         unsigned short h; asm("{cvt.rn.f16.f32 %0, %1;}" : "=h"(h) : "f"(v)); return h;
+    }
+};
+
+// bfloat16: the upper half of a float32, so widening is a shift (exact); narrowing is cvt.rn (sm_80+), RNE with
+// overflow to +-inf, as ml_dtypes' bfloat16 on the CPU
+struct BF16 {
+    typedef unsigned short T;
+    static __device__ __forceinline__ float ld(unsigned short v) { return __uint_as_float(((unsigned int)v) << 16); }
+    static __device__ __forceinline__ unsigned short st(float v) {
+        unsigned short h; asm("{cvt.rn.bf16.f32 %0, %1;}" : "=h"(h) : "f"(v)); return h;
     }
 };
 

@@ -1,6 +1,6 @@
 // Pointwise and row kernels of the CUDA device, compiled at build time with NVRTC. Every kernel exists for
-// float32 storage (plain name) and float16 storage (name + "_h"); both compute in float32, so an FP16 layer
-// rounds once, when it stores its result (as the CPU's FP16 emulation does).
+// float32 storage (plain name), float16 storage (name + "_h") and bfloat16 storage (name + "_b"); all compute in
+// float32, so an FP16 / BF16 layer rounds once, when it stores its result (as the CPU's emulation does).
 // Semantics follow the CPU kernels: NaN propagates through max/min/relu/clip as numpy's do.
 #include "common.cuh"
 
@@ -55,20 +55,18 @@ __device__ __forceinline__ void binary_flat(typename D::T* __restrict__ out, con
     GRID_LOOP(n) { out[i] = D::st(O::f(D::ld(a[i]), D::ld(b[cols ? i % cols : i]))); }
 }
 
+// one op's entry points for one storage type D (kernel-name suffix SFX: "" float32, _h float16, _b bfloat16)
+#define BINARY_T(NAME, SFX, D)                                                                                \
+extern "C" __global__ void NAME##SFX(D::T* out, const D::T* a, const D::T* b, Bcast s) {                     \
+    binary_k<D, op_##NAME>(out, a, b, s); }                                                                   \
+extern "C" __global__ void NAME##SFX##_s(D::T* out, const D::T* a, const D::T* b, Bcast s) {                 \
+    binary_s<D, op_##NAME>(out, a, b, s); }                                                                   \
+extern "C" __global__ void NAME##SFX##_f(D::T* out, const D::T* a, const D::T* b, long long n, long long cols) { \
+    binary_flat<D, op_##NAME>(out, a, b, n, cols); }
+
 #define BINARY(NAME, EXPR)                                                                                    \
 struct op_##NAME { __device__ static __forceinline__ float f(float x, float y) { return (EXPR); } };          \
-extern "C" __global__ void NAME(float* out, const float* a, const float* b, Bcast s) {                        \
-    binary_k<F32, op_##NAME>(out, a, b, s); }                                                                 \
-extern "C" __global__ void NAME##_h(unsigned short* out, const unsigned short* a, const unsigned short* b,     \
-                                    Bcast s) { binary_k<F16, op_##NAME>(out, a, b, s); }                      \
-extern "C" __global__ void NAME##_s(float* out, const float* a, const float* b, Bcast s) {                      \
-    binary_s<F32, op_##NAME>(out, a, b, s); }                                                                 \
-extern "C" __global__ void NAME##_h_s(unsigned short* out, const unsigned short* a, const unsigned short* b,   \
-                                      Bcast s) { binary_s<F16, op_##NAME>(out, a, b, s); }                    \
-extern "C" __global__ void NAME##_f(float* out, const float* a, const float* b, long long n, long long cols) {  \
-    binary_flat<F32, op_##NAME>(out, a, b, n, cols); }                                                        \
-extern "C" __global__ void NAME##_h_f(unsigned short* out, const unsigned short* a, const unsigned short* b,   \
-                                      long long n, long long cols) { binary_flat<F16, op_##NAME>(out, a, b, n, cols); }
+BINARY_T(NAME, , F32) BINARY_T(NAME, _h, F16) BINARY_T(NAME, _b, BF16)
 
 BINARY(ew_sum, x + y)
 BINARY(ew_sub, x - y)
@@ -84,12 +82,13 @@ __device__ __forceinline__ void unary_k(typename D::T* __restrict__ out, const t
     GRID_LOOP(n) { out[i] = D::st(O::f(D::ld(in[i]), alpha, beta)); }
 }
 
+#define UNARY_T(NAME, SFX, D)                                                                                 \
+extern "C" __global__ void NAME##SFX(D::T* out, const D::T* in, long long n, float alpha, float beta) {         \
+    unary_k<D, op_##NAME>(out, in, n, alpha, beta); }
+
 #define UNARY(NAME, EXPR)                                                                                     \
 struct op_##NAME { __device__ static __forceinline__ float f(float x, float alpha, float beta) { return (EXPR); } }; \
-extern "C" __global__ void NAME(float* out, const float* in, long long n, float alpha, float beta) {           \
-    unary_k<F32, op_##NAME>(out, in, n, alpha, beta); }                                                       \
-extern "C" __global__ void NAME##_h(unsigned short* out, const unsigned short* in, long long n, float alpha,   \
-                                    float beta) { unary_k<F16, op_##NAME>(out, in, n, alpha, beta); }
+UNARY_T(NAME, , F32) UNARY_T(NAME, _h, F16) UNARY_T(NAME, _b, BF16)
 
 UNARY(act_relu, (x > 0.f || x != x) ? x : 0.f)
 UNARY(act_sigmoid, 0.5f * tanhf(0.5f * x) + 0.5f)
@@ -209,24 +208,18 @@ __device__ void softmax_warp_k(typename DO::T* __restrict__ out, const typename 
 }
 
 // entry points of both row softmaxes: "_w" = a warp per row (rows of up to 1024 columns), "" = a block per row.
-// softmax_rows[_h]: a Softmax layer (float32 / float16 storage); attn_softmax[_h]: attention scores (float32, from
-// the GEMM) with scale and additive mask -> probabilities in the layer's storage type.
-#define SOFTMAX_ENTRIES(KERNEL, SFX)                                                                          \
-extern "C" __global__ void softmax_rows##SFX(float* out, const float* in, long long rows, long long cols,        \
-                                             int log_softmax) {                                                 \
+// softmax_rows[_h|_b]: a Softmax layer (float32 / float16 / bfloat16 storage); attn_softmax[_h|_b]: attention scores
+// (float32, from the GEMM) with scale and additive mask -> probabilities in the layer's storage type.
+#define SOFTMAX_T(KERNEL, SFX, TS, D)                                                                           \
+extern "C" __global__ void softmax_rows##TS##SFX(D::T* out, const D::T* in, long long rows, long long cols,      \
+                                                int log_softmax) {                                              \
     Bcast none; none.rank = 0;                                                                                \
-    KERNEL<F32, F32>(out, in, rows, cols, log_softmax, 1.f, (const float*)0, none, 0); }                       \
-extern "C" __global__ void softmax_rows_h##SFX(unsigned short* out, const unsigned short* in, long long rows,    \
-                                               long long cols, int log_softmax) {                               \
-    Bcast none; none.rank = 0;                                                                                \
-    KERNEL<F16, F16>(out, in, rows, cols, log_softmax, 1.f, (const unsigned short*)0, none, 0); }              \
-extern "C" __global__ void attn_softmax##SFX(float* out, const float* in, long long rows, long long cols,        \
-                                             float scale, const float* mask, Bcast ms, int nan_to_zero) {       \
-    KERNEL<F32, F32>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero); }                                  \
-extern "C" __global__ void attn_softmax_h##SFX(unsigned short* out, const float* in, long long rows,             \
-                                               long long cols, float scale, const float* mask, Bcast ms,        \
-                                               int nan_to_zero) {                                               \
-    KERNEL<F32, F16>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero); }
+    KERNEL<D, D>(out, in, rows, cols, log_softmax, 1.f, (const D::T*)0, none, 0); }                            \
+extern "C" __global__ void attn_softmax##TS##SFX(D::T* out, const float* in, long long rows, long long cols,      \
+                                                float scale, const float* mask, Bcast ms, int nan_to_zero) {    \
+    KERNEL<F32, D>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero); }
+#define SOFTMAX_ENTRIES(KERNEL, SFX) \
+SOFTMAX_T(KERNEL, SFX, , F32) SOFTMAX_T(KERNEL, SFX, _h, F16) SOFTMAX_T(KERNEL, SFX, _b, BF16)
 
 SOFTMAX_ENTRIES(softmax_warp_k, _w)
 SOFTMAX_ENTRIES(softmax_k, )

@@ -1,6 +1,7 @@
 // Data movement and reductions of the CUDA device: strided copies (transpose, slice, split, concat, expand),
 // storage casts, gather, select, pooling (NCHW and NHWC) and layer normalization. Float kernels exist for float32
-// (plain name) and float16 (name + "_h"); copies work on any element size (suffix = bytes per element).
+// (plain name), float16 (name + "_h") and bfloat16 (name + "_b"); copies, gather and select work on any element
+// size (suffix = bytes per element), so they move bfloat16 as they move float16.
 #include "common.cuh"
 
 struct Strided {           // out[i] (i over `dims`, row-major) = in[sum(idx_d * si_d)], written at sum(idx_d * so_d)
@@ -51,13 +52,17 @@ extern "C" __global__ void copy_nd_2(unsigned short* out, const unsigned short* 
 extern "C" __global__ void copy_nd_4(unsigned int* out, const unsigned int* in, Strided s) { copy_k(out, in, s); }
 extern "C" __global__ void copy_nd_8(unsigned long long* out, const unsigned long long* in, Strided s) { copy_k(out, in, s); }
 
-// storage casts (round to nearest even, as the CPU's Reformat)
-extern "C" __global__ void cast_f32_f16(unsigned short* out, const float* in, long long n) {
-    GRID_LOOP(n) { out[i] = F16::st(in[i]); }
-}
-extern "C" __global__ void cast_f16_f32(float* out, const unsigned short* in, long long n) {
-    GRID_LOOP(n) { out[i] = F16::ld(in[i]); }
-}
+// storage casts between float32, float16 and bfloat16: widen exactly to float32, round once (nearest even, as the
+// CPU's Reformat)
+#define FCAST(NAME, A, B) \
+extern "C" __global__ void NAME(B::T* __restrict__ out, const A::T* __restrict__ in, long long n) { \
+    GRID_LOOP(n) { out[i] = B::st(A::ld(in[i])); } }
+FCAST(cast_f32_f16, F32, F16)
+FCAST(cast_f16_f32, F16, F32)
+FCAST(cast_f32_bf16, F32, BF16)
+FCAST(cast_bf16_f32, BF16, F32)
+FCAST(cast_f16_bf16, F16, BF16)
+FCAST(cast_bf16_f16, BF16, F16)
 
 // gather along one axis: x viewed as [outer, K, inner], indices (int64, negative counts from the end) [m]
 // -> out [outer, m, inner]
@@ -144,6 +149,7 @@ __device__ __forceinline__ void pool_k(typename D::T* __restrict__ out, const ty
 }
 extern "C" __global__ void pool2d(float* out, const float* in, Pool p) { pool_k<F32>(out, in, p); }
 extern "C" __global__ void pool2d_h(unsigned short* out, const unsigned short* in, Pool p) { pool_k<F16>(out, in, p); }
+extern "C" __global__ void pool2d_b(unsigned short* out, const unsigned short* in, Pool p) { pool_k<BF16>(out, in, p); }
 
 // global pooling: x viewed as [N, P, C] with strides (sN, sP, sC) -> out [N, C] (contiguous in the caller's layout
 // via oN, oC); one thread per (n, c), float32 accumulation
@@ -173,6 +179,9 @@ extern "C" __global__ void gpool(float* out, const float* in, long long N, long 
 extern "C" __global__ void gpool_h(unsigned short* out, const unsigned short* in, long long N, long long P, long long C,
                                    long long sN, long long sP, long long sC, long long oN, long long oC, int mode) {
     gpool_k<F16>(out, in, N, P, C, sN, sP, sC, oN, oC, mode); }
+extern "C" __global__ void gpool_b(unsigned short* out, const unsigned short* in, long long N, long long P, long long C,
+                                   long long sN, long long sP, long long sC, long long oN, long long oC, int mode) {
+    gpool_k<BF16>(out, in, N, P, C, sN, sP, sC, oN, oC, mode); }
 
 // layer normalization over the last `cols` elements of each row: float32 statistics (two passes over the row:
 // mean, then the variance of the centred values), optional gamma / beta (length cols, same storage type);
@@ -224,8 +233,12 @@ extern "C" __global__ void layernorm_h(unsigned short* out, const unsigned short
                                        const unsigned short* b, float* mo, float* io, long long rows, long long cols,
                                        float eps) {
     layernorm_k<F16>(out, in, g, b, mo, io, rows, cols, eps); }
+extern "C" __global__ void layernorm_b(unsigned short* out, const unsigned short* in, const unsigned short* g,
+                                       const unsigned short* b, float* mo, float* io, long long rows, long long cols,
+                                       float eps) {
+    layernorm_k<BF16>(out, in, g, b, mo, io, rows, cols, eps); }
 
-// numeric casts (ONNX Cast between float32/float16/int64/int32/bool): floats to integers truncate toward zero,
+// numeric casts (ONNX Cast between float32/float16/bfloat16/int64/int32/bool): floats to integers truncate toward zero,
 // anything to bool is "!= 0"
 template <typename A> __device__ __forceinline__ float ldf(A v) { return (float)v; }
 template <> __device__ __forceinline__ float ldf<unsigned short>(unsigned short v) { return F16::ld(v); }
@@ -246,4 +259,10 @@ CAST(cast_f32_i32, float, int, (int)v)
 CAST(cast_f32_b, float, unsigned char, v != 0.f ? 1 : 0)
 CAST(cast_f16_b, unsigned short, unsigned char, F16::ld(v) != 0.f ? 1 : 0)
 CAST(cast_i64_b, long long, unsigned char, v != 0 ? 1 : 0)
+CAST(cast_i64_bf16, long long, unsigned short, BF16::st((float)v))
+CAST(cast_i32_bf16, int, unsigned short, BF16::st((float)v))
+CAST(cast_b_bf16, unsigned char, unsigned short, BF16::st(v ? 1.f : 0.f))
+CAST(cast_bf16_i64, unsigned short, long long, (long long)BF16::ld(v))
+CAST(cast_bf16_i32, unsigned short, int, (int)BF16::ld(v))
+CAST(cast_bf16_b, unsigned short, unsigned char, BF16::ld(v) != 0.f ? 1 : 0)
 CAST(cast_i32_b, int, unsigned char, v != 0 ? 1 : 0)

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from native import numerics
 from native.cuda.array import GpuArray, to_device
 
-FLOAT_PRECISIONS = ("float32", "float16")
-_SUFFIX = {"float32": "", "float16": "_h"}
+FLOAT_PRECISIONS = ("float32", "float16", "bfloat16")
+_SUFFIX = {"float32": "", "float16": "_h", "bfloat16": "_b"}     # kernel-name suffix per float storage type
 
 
 def on_device(x):
@@ -18,13 +19,16 @@ def suffix(dtype) -> str:
     """Kernel-name suffix of a float storage type; TypeError for others (the host tactic runs those)."""
     name = np.dtype(dtype).name
     if name not in _SUFFIX:
-        raise TypeError(f"GPU float kernels store float32 or float16, got {name}")
+        raise TypeError(f"GPU float kernels store float32, float16 or bfloat16, got {name}")
     return _SUFFIX[name]
 
 
 def storage(op) -> np.dtype:
-    """The float storage type of the layer's outputs: float16 for an FP16 layer, else float32."""
-    return np.dtype(np.float16) if op.precision == "float16" else np.dtype(np.float32)
+    """The float storage type of the layer's outputs: float16 for an FP16 layer, bfloat16 for a BF16 one, else
+    float32."""
+    if op.precision in ("float16", "bfloat16"):
+        return numerics.storage_numpy_dtype(op.precision)
+    return np.dtype(np.float32)
 
 
 def same_float(xs, dtype=None):
@@ -38,9 +42,9 @@ def same_float(xs, dtype=None):
 
 
 def as_storage(xs, op):
-    """Operands of one float type pass as they are; mixed float16/float32 ones are converted to the layer's storage
-    type (float16 for an FP16 layer, else float32), as numpy's promotion does on the CPU; other types raise
-    TypeError (a host layer takes them)."""
+    """Operands of one float type pass as they are; mixed float32/float16/bfloat16 ones are converted to the layer's
+    storage type (storage(op)), as the CPU's precision adapter does; other types raise TypeError (a host layer takes
+    them)."""
     kinds = {np.dtype(x.dtype).name for x in xs if x is not None}
     if len(kinds) == 1 and kinds <= set(_SUFFIX):
         return list(xs)
@@ -49,7 +53,7 @@ def as_storage(xs, op):
     for x in xs:
         if x is not None and np.dtype(x.dtype) != dtype:
             if np.dtype(x.dtype).name not in _SUFFIX:
-                raise TypeError(f"GPU float kernels store float32 or float16, got {np.dtype(x.dtype).name}")
+                raise TypeError(f"GPU float kernels store float32, float16 or bfloat16, got {np.dtype(x.dtype).name}")
             from native.cuda.tactics.tensor import cast
             x = cast(x, dtype)
         out.append(x)

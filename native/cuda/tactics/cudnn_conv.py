@@ -4,7 +4,8 @@ into the same graph, so cuDNN's runtime-fusion engines run conv + epilogue as on
 
 Each of the graph's execution plans (heuristics mode A, in cuDNN's order) is a tactic of its own, `cudnn-plan-<i>`;
 the builder times them with CUDA events like any other tactic. NCHW `Convolution` layers and the layout pass's
-NHWC `ConvolutionNHWC` layers, FP32 (TF32 only when the layer's math says so) and FP16 (FP32 accumulation)."""
+NHWC `ConvolutionNHWC` layers, FP32 (TF32 only when the layer's math says so), FP16 and BF16 (storage type for
+I/O, weights and bias; FP32 accumulation and epilogue, rounded once on store: the CPU's BF16 convolution)."""
 from __future__ import annotations
 
 import threading
@@ -13,7 +14,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
-from native.cuda.tactics.common import on_device, out_array, same_float, weight
+from native.cuda.tactics.common import on_device, out_array, same_float, storage, weight
 from native.tactics import Tactic, register_tactic
 
 PLANS = 4                       # tactics per layer: the first PLANS execution plans of heuristics mode A
@@ -45,7 +46,8 @@ def handle():
 
 def _cudnn_type(dtype):
     import cudnn
-    return {np.dtype(np.float32): cudnn.data_type.FLOAT, np.dtype(np.float16): cudnn.data_type.HALF}[np.dtype(dtype)]
+    return {"float32": cudnn.data_type.FLOAT, "float16": cudnn.data_type.HALF,
+            "bfloat16": cudnn.data_type.BFLOAT16}[np.dtype(dtype).name]
 
 
 def _strides(shape, nhwc):
@@ -141,7 +143,7 @@ def _graph(key, *args):
 
 class _CudnnConv(Tactic):
     device = "cuda"
-    precisions = ("float32", "float16")
+    precisions = ("float32", "float16", "bfloat16")
     honours = {"post_ops"}
     writes_outputs = True   # outputs through out_array: the engine's arena views
     index = 0
@@ -168,7 +170,7 @@ class _CudnnConv(Tactic):
     def prepare(self, op):
         """The kernel in the layer's storage type and cuDNN's layout (KCRS for NCHW, KRSC for NHWC)."""
         out = dict(op.weights)
-        dtype = np.float16 if op.precision == "float16" else np.float32
+        dtype = storage(op)
         w = np.asarray(op.weights[self.kernel_key], np.float32)
         if self.nhwc:     # [KH*KW*C, M] -> [M, KH, KW, C]
             kh, kw = op.params["kernel_spatial"]

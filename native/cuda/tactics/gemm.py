@@ -9,7 +9,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
-from native.cuda.tactics.common import on_device, out_array, storage, weight
+from native.cuda.tactics.common import on_device, out_array, storage, suffix, weight
 from native.tactics import Tactic, register_tactic
 
 _HANDLE = {}
@@ -35,7 +35,7 @@ def _batch_ok(a_batch, b_batch):
     return out
 
 
-_CUDA_TYPE = {"float32": "CUDA_R_32F", "float16": "CUDA_R_16F"}
+_CUDA_TYPE = {"float32": "CUDA_R_32F", "float16": "CUDA_R_16F", "bfloat16": "CUDA_R_16BF"}
 
 
 def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=False, out_dtype=None,
@@ -45,7 +45,8 @@ def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=
     from nvmath import CudaDataType
     from nvmath.bindings import cublas
     if a.dtype != b.dtype or a.dtype.name not in _CUDA_TYPE:
-        raise TypeError(f"cuBLAS tactic takes float32 or float16 operands of one type, got {a.dtype}/{b.dtype}")
+        raise TypeError(f"cuBLAS tactic takes float32, float16 or bfloat16 operands of one type, "
+                        f"got {a.dtype}/{b.dtype}")
     out_dtype = np.dtype(out_dtype or a.dtype)
     ab_type = getattr(CudaDataType, _CUDA_TYPE[a.dtype.name])
     c_type = getattr(CudaDataType, _CUDA_TYPE[out_dtype.name])
@@ -69,7 +70,7 @@ def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=
     op_a = cublas.Operation.T if transpose_a else cublas.Operation.N
     ldb = K if transpose_b else N
     lda = M if transpose_a else K
-    if a.dtype == np.float16:
+    if a.dtype != np.float32:    # float16 / bfloat16 operands: tensor cores, FP32 accumulation
         compute = cublas.ComputeType.COMPUTE_32F
     else:
         compute = cublas.ComputeType.COMPUTE_32F_FAST_TF32 if tf32 else cublas.ComputeType.COMPUTE_32F_PEDANTIC
@@ -94,7 +95,7 @@ class CublasMatMul(Tactic):
     kind, name, device = "MatrixMultiply", "cublas", "cuda"
     honours = {"post_ops"}
     writes_outputs = True   # outputs through out_array: the engine's arena views
-    precisions = ("float32", "float16")
+    precisions = ("float32", "float16", "bfloat16")
 
     def supports(self, op, input_shapes):
         from native.cuda.tactics.pointwise import _ACT
@@ -132,7 +133,7 @@ class CublasAttention(Tactic):
 
     kind, name, device = "Attention", "cublas-softmax", "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
-    precisions = ("float32", "float16")
+    precisions = ("float32", "float16", "bfloat16")
 
     def supports(self, op, input_shapes):
         if op.params.get("mask_kind", "add") not in ("add", "none"):
@@ -166,7 +167,7 @@ class CublasAttention(Tactic):
             mptr = mask.ptr
         else:
             ms, mptr = np.zeros(26, np.int64), 0
-        launch_softmax("attn_softmax" + ("_h" if q.dtype == np.float16 else ""), rows, cols,
+        launch_softmax("attn_softmax" + suffix(q.dtype), rows, cols,
                        [np.uint64(probs.ptr), np.uint64(scores.ptr), np.int64(rows), np.int64(cols), np.float32(scale),
                         np.uint64(mptr), ms, np.int32(1 if p.get("nan_to_zero") else 0)])
         del scores

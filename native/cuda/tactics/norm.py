@@ -1,5 +1,5 @@
 """Reductions on the GPU (kernels/tensor.cu): layer normalization and 2-D / global pooling in NCHW and NHWC,
-with the pooled layer's fused activation. FP32 and FP16 storage, float32 statistics and accumulation."""
+with the pooled layer's fused activation. FP32, FP16 and BF16 storage, float32 statistics and accumulation."""
 from __future__ import annotations
 
 import numpy as np

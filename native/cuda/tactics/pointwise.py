@@ -1,6 +1,6 @@
 """Pointwise tactics on NVRTC kernels (kernels/pointwise.cu): broadcasting binary ops, activations, unary math,
 softmax, and fused pointwise programs (the fusion passes' `Pointwise` layers) compiled into one generated kernel
-each. FP32 and FP16 storage, float32 compute."""
+each. FP32, FP16 and BF16 storage, float32 compute (one rounding per stored output)."""
 from __future__ import annotations
 
 import numpy as np
@@ -230,7 +230,7 @@ def program_source(program, arg_names) -> str | None:
     loads = "\n".join(f"        float v_{i} = D::ld(a{i}[o[{i}]]);" for i in range(k))
     call = ", ".join(f"a{i}" for i in range(k))
     ext_f = ", ".join(f"const float* a{i}" for i in range(k))
-    ext_h = ", ".join(f"const unsigned short* a{i}" for i in range(k))
+    ext_h = ", ".join(f"const unsigned short* a{i}" for i in range(k))   # float16 and bfloat16 bit patterns
     return f"""#include "common.cuh"
 struct Prog {{ long long rank, n; long long dims[8]; long long s[{k}][8]; }};
 template <class D>
@@ -251,6 +251,7 @@ __device__ __forceinline__ void prog_k(typename D::T* __restrict__ out, {params}
 }}
 extern "C" __global__ void prog(float* out, {ext_f}, Prog p) {{ prog_k<F32>(out, {call}, p); }}
 extern "C" __global__ void prog_h(unsigned short* out, {ext_h}, Prog p) {{ prog_k<F16>(out, {call}, p); }}
+extern "C" __global__ void prog_b(unsigned short* out, {ext_h}, Prog p) {{ prog_k<BF16>(out, {call}, p); }}
 """
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from native import numerics
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, weight
@@ -223,9 +224,14 @@ def _slice_index(op, shape):
     return index
 
 
+_FLOATS = ("float32", "float16", "bfloat16")
+_CODE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "b"}
+
+
 @_gpu
 class GpuReformat(Tactic):
-    """float32 <-> float16 storage casts (round to nearest even, the CPU Reformat's rounding)."""
+    """Storage casts between float32, float16 and bfloat16 (widen exactly, round once to nearest even: the CPU
+    Reformat's rounding)."""
 
     kind, name = "Reformat", "cast-kernel"
     writes_outputs = True   # outputs through out_array: the engine's arena views
@@ -233,36 +239,32 @@ class GpuReformat(Tactic):
 
     def supports(self, op, input_shapes):
         pair = (op.params.get("from"), op.params.get("to"))
-        if pair not in (("float32", "float16"), ("float16", "float32")):
+        if pair[0] not in _FLOATS or pair[1] not in _FLOATS:
             return f"{pair[0]} -> {pair[1]} runs on the host"
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        return [cast(on_device(inputs[0]), op.params["to"], outputs)]
+        return [cast(on_device(inputs[0]), numerics.storage_numpy_dtype(op.params["to"]), outputs)]
 
 
 def cast(x: GpuArray, to, outputs=None) -> GpuArray:
-    """x stored as `to` (float32 <-> float16, round to nearest even); x itself when it already is."""
+    """x stored as `to` (float32 / float16 / bfloat16, round to nearest even); x itself when it already is."""
     to = np.dtype(to)
     if x.dtype == to:
         return x
-    name = {(np.float32, np.float16): "cast_f32_f16", (np.float16, np.float32): "cast_f16_f32"}.get(
-        (x.dtype.type, to.type))
-    if name is None:
+    if x.dtype.name not in _FLOATS or to.name not in _FLOATS:
         raise TypeError(f"cast {x.dtype} -> {to} runs on the host")
     out = out_array(outputs, 0, x.shape, to)
     if x.size:
-        launch(kernel(SRC, name), grid_for(x.size), (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr),
-                                                                  np.int64(x.size)])
+        launch(kernel(SRC, f"cast_{_CODE[x.dtype.name]}_{_CODE[to.name]}"), grid_for(x.size), (256, 1, 1),
+               [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size)])
     return out
-
-
-_CODE = {"float32": "f32", "float16": "f16", "int64": "i64", "int32": "i32", "bool": "b"}
 
 
 @_gpu
 class GpuCast(Tactic):
-    """ONNX Cast between float32, float16, int64, int32 and bool (floats to integers truncate; to bool is != 0)."""
+    """ONNX Cast between float32, float16, bfloat16, int64, int32 and bool (floats to integers truncate; to bool is
+    != 0)."""
 
     kind, name = "Cast", "cast-kernel"
     writes_outputs = True   # outputs through out_array: the engine's arena views
@@ -277,7 +279,7 @@ class GpuCast(Tactic):
             raise TypeError(f"cast {getattr(x, 'dtype', type(x).__name__)} -> {to} runs on the host")
         if x.dtype == to:
             return [x]
-        if {x.dtype.name, to.name} == {"float32", "float16"}:
+        if x.dtype.name in _FLOATS and to.name in _FLOATS:
             return [cast(x, to, outputs)]
         name = f"cast_{_CODE[x.dtype.name]}_{_CODE[to.name]}"
         out = out_array(outputs, 0, x.shape, to)
