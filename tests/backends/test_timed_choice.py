@@ -216,3 +216,21 @@ def test_the_inspector_shows_what_was_timed(timed_cpu, capsys):
     conv2 = next(l for k, l in layers.items() if "conv2" in k and l["LayerType"].startswith("Convolution"))
     assert conv2["Precision"] == "float32" and conv2["PrecisionTimings_ms"]["float16"] >= 10.0
     assert conv2["LayoutTimings_ms"]["nchw"] < conv2["LayoutTimings_ms"]["nhwc"]
+
+
+def test_reformats_towards_fp32_only_readers_count_too(timed_cpu):
+    """conv → Cast (FP32 only): FP16 saves 0.8 ms on the conv, but needs a reformat in (0.45) and one towards the
+    Cast (0.45): FP32. With a cheaper conversion FP16 wins."""
+    from onnx import TensorProto
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Cast", ["c"], ["i"], name="to_int", to=TensorProto.INT32),
+             helper.make_node("Cast", ["i"], ["y"], name="to_float", to=TensorProto.FLOAT)]
+    m = model(nodes, [("x", [1, 3, 8, 8])], ["y"], [const("w", w)])
+    timed_cpu({("conv", "Convolution", "float16"): 0.2, (None, "Reformat", None): 0.45}, default=1.0)
+    g = build(m, BuilderFlag.FP16, nhwc=False)
+    conv = _named(g, "conv")
+    assert conv.precision == "float32"
+    assert conv.meta["precision_ms"]["float16"] == pytest.approx(0.2 + 2 * 0.45)
+    timed_cpu({("conv", "Convolution", "float16"): 0.2, (None, "Reformat", None): 0.3}, default=1.0)
+    assert _named(build(m, BuilderFlag.FP16, nhwc=False), "conv").precision == "float16"

@@ -158,10 +158,27 @@ def choose(node, device, implemented, enabled, mode, logger, timed=None) -> str:
     return want
 
 
-def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf32, logger):
+def fixed_reads(graph, device, enabled, dtypes) -> dict:
+    """{tensor: the storage types its readers need whose precision is fixed before timing (INT8 layers, layers
+    with FP32 as their only option)}: a producer's choice pays for the reformats towards them."""
+    out = {}
+    for c in graph.nodes:
+        if c.kind == "Constant" or c.meta.get("precision_constraint") is not None:
+            continue
+        if c.precision != "int8" and candidate_precisions(device, _implemented(c, device.name), enabled) != \
+                ["float32"]:
+            continue
+        for i in data_inputs(c, device):
+            if _is_float32(dtypes.get(c.inputs[i])):
+                out.setdefault(c.inputs[i], set()).add(STORAGE_OF.get(c.precision, "float32"))
+    return out
+
+
+def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf32, logger, fixed=None):
     """The fastest of `options` for this layer (step 1 on a device that chooses by timing), or None when it cannot
     be measured (a tensor the probe run did not produce). `storage`: what each tensor decided so far is stored as;
-    `declared`: {network output: its declared type}. Records node.meta["precision_ms"] and logs what was timed."""
+    `declared`: {network output: its declared type}; `fixed`: fixed_reads(). Records node.meta["precision_ms"] and
+    logs what was timed."""
     data = set(data_inputs(node, device))
     costs, said = {}, {}
     for p in options:
@@ -185,8 +202,10 @@ def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf
         if m is None:
             continue
         for o in node.outputs:
-            if o in declared and _is_float32(dtypes.get(o)) and declared[o] != want and o in probe.env:
-                reformat += probe.reformat_ms(probe.env[o], want, declared[o])
+            if not _is_float32(dtypes.get(o)) or o not in probe.env:
+                continue
+            for reader in {declared.get(o), *(fixed or {}).get(o, ())} - {None, want}:
+                reformat += probe.reformat_ms(probe.env[o], want, reader)
         costs[p] = (m.host, m.ms + reformat)
         said[p] = f"{p} {m.ms:.3f} ms ({m.tactic}{', host layer' if m.host else ''})" + \
             (f" + {reformat:.3f} ms reformats" if reformat else "")
@@ -233,6 +252,7 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
     dtypes = tensor_dtypes(graph)
     nodes = list(graph.nodes)
     probe = _probe(graph, ctx, enabled, logger)
+    fixed = fixed_reads(graph, device, enabled, dtypes) if probe is not None else {}
     have = {t.name: (t.dtype or "float32") for t in graph.inputs}   # storage decided so far (timing's reformats)
     declared = {t.name: (t.dtype or "float32") for t in graph.outputs}
     timed_layers = replayed = 0
@@ -260,7 +280,8 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
                 logger.verbose(f"{_describe(node)}: {timed} from the replay file")
             else:
                 try:
-                    timed = choose_by_timing(node, options, probe, have, dtypes, device, declared, tf32, logger)
+                    timed = choose_by_timing(node, options, probe, have, dtypes, device, declared, tf32, logger,
+                                             fixed)
                 except Exception as e:   # the build goes on with the rule; the warning says where timing broke
                     logger.warning(f"precision: timing {_describe(node)} failed ({type(e).__name__}: "
                                    f"{str(e)[:300]}); it and the layers after it get the device's rule")
