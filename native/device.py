@@ -134,7 +134,8 @@ class Device:
         """The precision a layer of `kind` runs in, given the precisions its tactics implement and those the
         builder flags enable (a constraint, when there is one, is applied by the caller).
 
-        The rule (a model of a GPU builder's choice, which a device that can time precisions replaces): every
+        The rule (a model of a GPU builder's choice; a device with `chooses_by_timing` times the options instead,
+        builder/timed_choice.py, and uses this only where timing cannot run): every
         layer that has an implementation in an enabled reduced precision runs in the lowest such precision of
         int8 < fp8 < float16 < bfloat16; a layer with none runs in the next precision up, float32 at the top.
         """
