@@ -24,7 +24,7 @@ WORKSPACE = 32 << 20               # cuBLASLt workspace per context (bytes), the
 _HEURISTIC = np.dtype([("algo", "u8", (8,)), ("workspace_size", "u8"), ("state", "i4"), ("waves_count", "f4"),
                        ("reserved", "i4", (4,))])   # cublasLtMatmulHeuristicResult_t
 _TYPE = {"float32": "CUDA_R_32F", "float16": "CUDA_R_16F", "bfloat16": "CUDA_R_16BF",
-         "float8_e4m3fn": "CUDA_R_8F_E4M3"}
+         "float8_e4m3fn": "CUDA_R_8F_E4M3", "int8": "CUDA_R_8I", "int32": "CUDA_R_32I"}
 _ACT_EPILOGUE = {"RELU": "RELU", "GELU_TANH": "GELU"}
 _STATE: dict = {}
 
@@ -67,7 +67,8 @@ class Problem:
         D = lt.MatmulDescAttribute
         L = lt.MatrixLayoutAttribute
         cd = lambda name: int(getattr(CudaDataType, _TYPE[name]))
-        self.desc = lt.matmul_desc_create(int(compute), cd("float32"))
+        self.scale = np.int32 if ab_type == "int8" else np.float32   # INT8: int32 accumulation and scaling
+        self.desc = lt.matmul_desc_create(int(compute), cd("int32" if ab_type == "int8" else "float32"))
         # cuBLASLt's A is our B (k x n row-major = n x k column-major), its B is our A
         _set(lt.matmul_desc_set_attribute, self.desc, D.TRANSA, np.int32(1 if tb else 0))
         _set(lt.matmul_desc_set_attribute, self.desc, D.TRANSB, np.int32(1 if ta else 0))
@@ -110,7 +111,7 @@ class Problem:
         st = _state()
         if bias is not None:
             _set(lt.matmul_desc_set_attribute, self.desc, lt.MatmulDescAttribute.BIAS_POINTER, np.uint64(bias.ptr))
-        one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+        one, zero = np.ones(1, self.scale), np.zeros(1, self.scale)
         beta = one if c is not None else zero
         c = c if c is not None else d
         try:
@@ -126,7 +127,7 @@ def _compute(ab_type: str, tf32: bool):
     C = cublas.ComputeType
     if ab_type == "float32":
         return C.COMPUTE_32F_FAST_TF32 if tf32 else C.COMPUTE_32F_PEDANTIC
-    return C.COMPUTE_32F
+    return C.COMPUTE_32I if ab_type == "int8" else C.COMPUTE_32F
 
 
 def fused_steps(post_ops, rank):
@@ -147,12 +148,14 @@ def fused_steps(post_ops, rank):
 def gemm(a: GpuArray, b: GpuArray, index=0, transpose_a=False, transpose_b=False, tf32=False, out_dtype=None,
          epilogue="DEFAULT", bias=None, c=None, outputs=None) -> GpuArray:
     """act(a @ b + c + bias) through cuBLASLt's index-th heuristic algorithm; a and b share one storage type
-    (float32, float16, bfloat16 or float8_e4m3fn), the result is stored in out_dtype (default: theirs; FP8 -> FP16)."""
+    (float32, float16, bfloat16, float8_e4m3fn or int8), the result is stored in out_dtype (default: theirs;
+    FP8 -> FP16; INT8 -> exact int32 accumulators)."""
     if a.dtype != b.dtype or a.dtype.name not in _TYPE:
         raise TypeError(f"cuBLASLt tactic takes operands of one float type, got {a.dtype}/{b.dtype}")
     ab = a.dtype.name
-    out_dtype = np.dtype(out_dtype or (np.float16 if ab == "float8_e4m3fn" else a.dtype))
-    if out_dtype.name not in _TYPE or out_dtype.name == "float8_e4m3fn":
+    out_dtype = np.dtype(out_dtype or {"float8_e4m3fn": np.float16, "int8": np.int32}.get(ab, a.dtype))
+    if out_dtype.name not in _TYPE or out_dtype.name in ("float8_e4m3fn", "int8") or (
+            (ab == "int8") != (out_dtype.name == "int32")):
         raise TypeError(f"cuBLASLt output type {out_dtype} runs on another tactic")
     M, K = (a.shape[-1], a.shape[-2]) if transpose_a else (a.shape[-2], a.shape[-1])
     Kb, N = (b.shape[-1], b.shape[-2]) if transpose_b else (b.shape[-2], b.shape[-1])
@@ -160,6 +163,8 @@ def gemm(a: GpuArray, b: GpuArray, index=0, transpose_a=False, transpose_b=False
         raise ValueError(f"matmul shapes {a.shape} x {b.shape} do not agree on K")
     if ab == "float8_e4m3fn" and (not transpose_b or transpose_a or K % 16 or N % 16):
         raise TypeError("FP8 GEMMs need the weight as [N, K] (transpose_b) and N, K multiples of 16")
+    if ab == "int8" and (not transpose_b or transpose_a or K % 4 or N % 4):
+        raise TypeError("INT8 GEMMs need the weight as [N, K] (transpose_b) and N, K multiples of 4")
     if not transpose_a and b.ndim == 2 and a.ndim > 2:   # a weight: fold a's batch dims into M
         flat = [o.reshape((-1, o.shape[-1])) if o is not None else None for o in outputs or ()]
         cc = c.reshape((-1, c.shape[-1])) if c is not None else None
@@ -224,7 +229,7 @@ class _CublasLtMatMul(Tactic):
 
     def prepare(self, op):
         """Weights in the layer's operand type: FP16/BF16 storage, FP8 E4M3 (saturated, as [N, K]) for FP8."""
-        from native.numerics import storage_numpy_dtype, to_storage
+        from native.numerics import to_storage
         out = {}
         for k, v in op.weights.items():
             if isinstance(v, np.ndarray) and v.dtype.kind == "f":

@@ -1,0 +1,67 @@
+// INT8 layers on the GPU with the numerics of the CPU's INT8 kernels (native/cpu/kernels/conv_int8.py and
+// native/numerics.py): symmetric quantization clamp(round(x / s)) with IEEE division and the layer's rounding mode,
+// exact int32 accumulation (cuBLASLt), then dequantization (or requantization) in float32.
+#include "common.cuh"
+
+// rounding: 0 half_even (rint), 1 half_up (floor(v) + (v - floor(v) >= 0.5)), 2 half_away (ties away from zero)
+__device__ __forceinline__ float round_mode(float v, int mode) {
+    if (mode == 0) return rintf(v);
+    if (mode == 1) { float lo = floorf(v); return lo + ((v - lo) >= 0.5f ? 1.0f : 0.0f); }
+    float w = truncf(v);
+    float f = v - w;
+    return w + (fabsf(f) >= 0.5f ? copysignf(1.0f, v) : 0.0f);
+}
+
+__device__ __forceinline__ signed char saturate_i8(float v, int narrow) {
+    if (isnan(v)) return 0;
+    float lo = narrow ? -127.0f : -128.0f;
+    return (signed char)fminf(fmaxf(v, lo), 127.0f);
+}
+
+extern "C" __global__ void quantize_i8(signed char* out, const float* x, long long n, float s, int mode,
+                                       int narrow) {
+    GRID_LOOP(n) { out[i] = saturate_i8(round_mode(__fdiv_rn(x[i], s), mode), narrow); }
+}
+
+// im2col of a quantized NCHW image into pixel-major rows: cols[p, k], k = (c * kh + i) * kw + j for k < K, zero for
+// K <= k < Kp (the GEMM's K padded for cuBLASLt's INT8 alignment) and in the padding
+extern "C" __global__ void im2col_rows_i8(signed char* cols, const signed char* x, long long C, long long H,
+                                          long long W, long long kh, long long kw, long long sh, long long sw,
+                                          long long ph, long long pw, long long dh, long long dw, long long oh,
+                                          long long ow, long long Kp) {
+    long long K = C * kh * kw;
+    GRID_LOOP(oh * ow * Kp) {
+        long long k = i % Kp, p = i / Kp;
+        signed char v = 0;
+        if (k < K) {
+            long long j = k % kw, t = k / kw, r = t % kh, c = t / kh;
+            long long y = (p / ow) * sh - ph + r * dh, xx = (p % ow) * sw - pw + j * dw;
+            if (y >= 0 && y < H && xx >= 0 && xx < W) v = x[(c * H + y) * W + xx];
+        }
+        cols[i] = v;
+    }
+}
+
+// an int32 accumulator acc[r, c] (row-major, `cols` columns = channels) into float32 out[r * rs + c * cs]:
+// mode 0: (acc + bias[c]) * scale[c]; mode 1 (requantize, ReLU-only epilogue): q = sat(round((acc + bias[c]) *
+// scale[c])), ReLU'd when relu, times s_y
+extern "C" __global__ void int8_finish(float* out, const int* acc, const int* bias, const float* scale,
+                                       long long rows, long long cols, long long rs, long long cs, float s_y,
+                                       int mode, int relu, int rounding) {
+    GRID_LOOP(rows * cols) {
+        long long c = i % cols, r = i / cols;
+        int a = acc[i] + (bias ? bias[c] : 0);
+        float v = (float)a * scale[c];
+        if (mode == 1) {
+            signed char q = saturate_i8(round_mode(v, rounding), 0);
+            if (relu && q < 0) q = 0;
+            v = (float)q * s_y;
+        }
+        out[r * rs + c * cs] = v;
+    }
+}
+
+// quantize-dequantize in place (an INT8 output whose epilogue ran in float32)
+extern "C" __global__ void fake_quant_i8(float* y, long long n, float s, int mode) {
+    GRID_LOOP(n) { y[i] = (float)saturate_i8(round_mode(__fdiv_rn(y[i], s), mode), 0) * s; }
+}

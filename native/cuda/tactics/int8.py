@@ -1,0 +1,220 @@
+"""INT8 convolution and matrix multiply on the GPU: the input quantized per tensor (NVRTC), an exact int8 x int8 ->
+int32 GEMM on tensor cores (cuBLASLt, IMMA), then dequantization with the per-output-channel weight scales, the
+rest of the epilogue in float32 and requantization when the output is INT8. The numerics are the CPU INT8
+kernels' (native/cpu/kernels/conv_int8.py, matmul_int8.py): same quantized weights, same int32 accumulators, same
+float32 rescale, so both devices agree to the last bit where the epilogue is ReLU or nothing.
+
+The convolution is im2col into pixel-major rows ([P, K], K padded to a multiple of 16 with zeros) times the
+weights as [M, K]: cuBLASLt's INT8 kernels want that "TN" form."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from native.cuda.array import GpuArray
+from native.cuda.nvrtc import grid_for, kernel, launch
+from native.cuda.tactics.common import on_device, out_array, weight
+from native.tactics import Tactic, register_tactic
+
+SRC = "int8.cu"
+_ROUNDING = {"half_even": 0, "half_up": 1, "half_away": 2, "half_away_from_zero": 2}
+
+
+def _rounding(p) -> int:
+    mode = p.get("rounding", "half_even")
+    if mode not in _ROUNDING:
+        raise TypeError(f"rounding {mode!r} runs on the host")
+    return _ROUNDING[mode]
+
+
+def quantize(x: GpuArray, scale: float, rounding: int) -> GpuArray:
+    """int8 clamp(round(x / scale)) of a float32 tensor, per tensor."""
+    if x.dtype != np.float32:
+        raise TypeError(f"INT8 layers read float32 (dequantized) inputs, got {x.dtype}")
+    out = GpuArray(x.shape, np.int8)
+    if x.size:
+        launch(kernel(SRC, "quantize_i8"), grid_for(x.size), (256, 1, 1),
+               [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size), np.float32(scale), np.int32(rounding),
+                np.int32(0)])
+    return out
+
+
+def _requantizes(op, post_ops) -> bool:
+    """finish_int8's choice: an INT8 output behind a ReLU-only (or empty) epilogue is requantized from int32."""
+    from native.cpu.kernels.conv_int8 import int8_params
+    relu_only = all(st["op"] == "activation" and st["type"] == "RELU" for st in post_ops) and len(post_ops) <= 1
+    return int8_params(op).get("output_scale") is not None and relu_only
+
+
+def finish_scale(op, post_ops, s_w) -> np.ndarray:
+    """Per output channel: s_x * s_w (dequantize), divided by s_y when requantizing; float32 as on the CPU."""
+    from native.cpu.kernels.conv_int8 import int8_params
+    p = int8_params(op)
+    combined = np.float32(p["input_scale"]) * np.asarray(s_w, np.float32)
+    return (combined / np.float32(p["output_scale"]) if _requantizes(op, post_ops) else combined).astype(np.float32)
+
+
+def finish(acc: GpuArray, out: GpuArray, out_offset: int, rs: int, cs: int, op, post_ops, scale, bias_q,
+           rounding: int):
+    """acc [rows, channels] int32 -> out (float32) at out_offset + r*rs + c*cs, as finish_int8 does on the CPU.
+    Returns whether the float32 epilogue (post_ops) and requantization still have to run on `out`."""
+    from native.cpu.kernels.conv_int8 import int8_params
+    s_y = int8_params(op).get("output_scale")
+    requant = _requantizes(op, post_ops)
+    rows, cols = acc.shape
+    launch(kernel(SRC, "int8_finish"), grid_for(rows * cols), (256, 1, 1),
+           [np.uint64(out.ptr + out_offset * 4), np.uint64(acc.ptr),
+            np.uint64(0 if bias_q is None else weight(bias_q).ptr), np.uint64(weight(scale).ptr),
+            np.int64(rows), np.int64(cols), np.int64(rs), np.int64(cs), np.float32(s_y or 0.0),
+            np.int32(1 if requant else 0), np.int32(1 if post_ops else 0), np.int32(rounding)])
+    return not requant
+
+
+def after(y: GpuArray, op, post_ops, inputs, rounding: int):
+    """The float32 epilogue, then fake quantization to the output scale when the output is INT8."""
+    from native.cpu.kernels.conv_int8 import int8_params
+    from native.cuda.tactics.conv import epilogue
+    if post_ops:
+        epilogue(y, op, inputs, post_ops)
+    s_y = int8_params(op).get("output_scale")
+    if s_y is not None and y.size:
+        launch(kernel(SRC, "fake_quant_i8"), grid_for(y.size), (256, 1, 1),
+               [np.uint64(y.ptr), np.int64(y.size), np.float32(s_y), np.int32(rounding)])
+    return y
+
+
+def _pad16(k: int) -> int:
+    return -(-k // 16) * 16
+
+
+@register_tactic
+class GpuInt8MatMul(Tactic):
+    """INT8 GEMM with a constant right operand (FullyConnected / Gemm / MatMul by weights)."""
+
+    kind, name, device = "MatrixMultiply", "cublaslt-int8", "cuda"
+    precisions = ("int8",)
+    honours = frozenset({"post_ops"})
+    writes_outputs = True   # outputs through out_array: the engine's arena views
+
+    def _cpu(self):
+        from native.cpu.kernels.matmul_int8 import Int8PackedGemm
+        return Int8PackedGemm()
+
+    def supports(self, op, input_shapes):
+        from native.cuda.tactics.gemm_lt import available
+        if not available():
+            return "nvmath-python (cuBLASLt bindings) is not installed"
+        why = self._cpu().supports(op, input_shapes)
+        if why:
+            return why
+        b = op.weights.get("b", op.weights.get("b_q"))
+        k, n = b.shape[::-1] if op.params.get("transpose_b") and "b_q" not in op.weights else b.shape
+        if k % 4 or n % 4:
+            return "INT8 GEMM needs K and N multiples of 4 (cuBLASLt)"
+        return None
+
+    def prepare(self, op):
+        from native.cpu.kernels.matmul_int8 import _leading_biases
+        w = self._cpu().prepare(op)
+        w["b_qt"] = np.ascontiguousarray(w["b_q"].T)      # [N, K]: cuBLASLt's TN form
+        w["finish_scale"] = finish_scale(op, _leading_biases(op)[1], w["b_scale"])
+        return w
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        from native.cpu.kernels.conv_int8 import int8_params
+        from native.cpu.kernels.matmul_int8 import _leading_biases
+        from native.cuda.tactics.gemm_lt import gemm
+        if "b_qt" not in op.weights:
+            op = dataclasses.replace(op, weights=self.prepare(op))
+        p = int8_params(op)
+        rounding = _rounding(p)
+        a = on_device(inputs[0])
+        k = a.shape[-1]
+        n = op.weights["b_qt"].shape[0]
+        x_q = quantize(a, p["input_scale"], rounding).reshape((-1, k))
+        acc = gemm(x_q, weight(op.weights["b_qt"]), 0, transpose_b=True)
+        _, rest = _leading_biases(op)
+        y = out_array(outputs, 0, tuple(a.shape[:-1]) + (n,), np.float32)
+        if finish(acc, y, 0, n, 1, op, rest, op.weights["finish_scale"], op.weights.get("bias_q"), rounding):
+            after(y, op, rest, inputs, rounding)
+        return [y]
+
+
+@register_tactic
+class GpuInt8Conv(Tactic):
+    """INT8 2-D convolution (groups 1, NCHW): quantize, im2col rows, INT8 GEMM per image, dequantize to NCHW."""
+
+    kind, name, device = "Convolution", "im2col-cublaslt-int8", "cuda"
+    precisions = ("int8",)
+    honours = frozenset({"post_ops"})
+    writes_outputs = True   # outputs through out_array: the engine's arena views
+
+    def _cpu(self):
+        from native.cpu.kernels.conv_int8 import Int8Im2colGemm
+        return Int8Im2colGemm()
+
+    def supports(self, op, input_shapes):
+        from native.cuda.tactics.gemm_lt import available
+        if not available():
+            return "nvmath-python (cuBLASLt bindings) is not installed"
+        why = self._cpu().supports(op, input_shapes)
+        if why:
+            return why
+        w = op.weights.get("kernel", op.weights.get("kernel_q"))
+        if np.ndim(w) != 4:
+            return "only 2-D INT8 convolutions run on the GPU"
+        if (op.params.get("groups", 1) or 1) != 1:
+            return "grouped INT8 convolutions run on the host"
+        if np.shape(w)[0] % 4:
+            return "INT8 GEMM needs output channels in multiples of 4 (cuBLASLt)"
+        return None
+
+    def prepare(self, op):
+        w = self._cpu().prepare(op)
+        q = w["kernel_q"]
+        m, k = q.shape[0], int(np.prod(q.shape[1:]))
+        rows = np.zeros((m, _pad16(k)), np.int8)
+        rows[:, :k] = q.reshape(m, k)
+        w["kernel_rows"] = rows
+        w["finish_scale"] = finish_scale(op, list(op.params.get("post_ops") or ()), w["kernel_scale"])
+        return w
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        from native.cpu.kernels.conv.geometry import geometry
+        from native.cpu.kernels.conv_int8 import int8_params
+        from native.cuda.tactics.gemm_lt import gemm
+        if "kernel_rows" not in op.weights:
+            op = dataclasses.replace(op, weights=self.prepare(op))
+        p = int8_params(op)
+        rounding = _rounding(p)
+        x = on_device(inputs[0])
+        if x.ndim != 4 or (op.params.get("groups", 1) or 1) != 1:
+            raise TypeError("only 2-D ungrouped INT8 convolutions run on the GPU")
+        wq, rows_w = op.weights["kernel_q"], op.weights["kernel_rows"]
+        m, kh, kw = wq.shape[0], wq.shape[2], wq.shape[3]
+        n, c, h, wd = x.shape
+        strides, dil, pre, post, (oh, ow) = geometry(op.params, x.shape, [kh, kw])
+        if any(v < 0 for v in list(pre) + list(post)):
+            raise TypeError("negative pads run on the host")
+        P, Kp = oh * ow, rows_w.shape[1]
+        y = out_array(outputs, 0, (n, m, oh, ow), np.float32)
+        if y.size == 0:
+            return [y]
+        x_q = quantize(x, p["input_scale"], rounding)
+        cols = GpuArray((P, Kp), np.int8)
+        w_dev = weight(rows_w)
+        post_ops = list(op.params.get("post_ops") or ())
+        rest = False
+        for i in range(n):
+            launch(kernel(SRC, "im2col_rows_i8"), grid_for(P * Kp), (256, 1, 1),
+                   [np.uint64(cols.ptr), np.uint64(x_q.ptr + i * c * h * wd), np.int64(c), np.int64(h),
+                    np.int64(wd), np.int64(kh), np.int64(kw), np.int64(strides[0]), np.int64(strides[1]),
+                    np.int64(pre[0]), np.int64(pre[1]), np.int64(dil[0]), np.int64(dil[1]), np.int64(oh),
+                    np.int64(ow), np.int64(Kp)])
+            acc = gemm(cols, w_dev, 0, transpose_b=True)                    # [P, M] int32
+            rest = finish(acc, y, i * m * P, 1, P, op, post_ops, op.weights["finish_scale"],
+                          op.weights.get("bias_q"), rounding)
+        if rest:
+            after(y, op, post_ops, inputs, rounding)
+        return [y]

@@ -1,0 +1,76 @@
+"""INT8 on the GPU: explicit Q/DQ models whose convolutions and GEMMs fuse into INT8 layers run on cuBLASLt's
+integer tensor cores with the CPU INT8 kernels' numerics (same int32 accumulators, same float32 rescale), so the
+CUDA and CPU engines agree bit for bit. Skipped without a GPU."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytestmark = pytest.mark.cuda
+
+
+def _model(relu_between=True, out_qdq=True):
+    """x -> Q/DQ -> conv 3x3 (16->32, bias) [-> relu] -> Q/DQ -> conv 1x1 (32->16) -> Q/DQ -> flatten -> Q/DQ ->
+    MatMul (DQ'd int8 weight [16*8*8, 24]) + bias -> y."""
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def qdq(x, scale, tag):
+        s, z = const(f"{tag}_s", np.float32(scale)), const(f"{tag}_z", np.int8(0))
+        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [f"{tag}_q"], name=f"{tag}_Q"))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{tag}_q", s, z], [f"{tag}_dq"], name=f"{tag}_DQ"))
+        return f"{tag}_dq"
+
+    def weight(shape, tag, axis):
+        wq = rng.integers(-127, 128, shape).astype(np.int8)
+        s = rng.uniform(0.002, 0.01, shape[axis]).astype(np.float32)
+        nodes.append(helper.make_node("DequantizeLinear", [const(f"{tag}_wq", wq), const(f"{tag}_ws", s)],
+                                      [f"{tag}_w"], name=f"{tag}_wDQ", axis=axis))
+        return f"{tag}_w"
+
+    x = qdq("x", 0.03, "in")
+    nodes.append(helper.make_node("Conv", [x, weight((32, 16, 3, 3), "c1", 0),
+                                           const("b1", rng.standard_normal(32).astype(np.float32))],
+                                  ["c1"], name="conv1", pads=[1, 1, 1, 1]))
+    h = "c1"
+    if relu_between:
+        nodes.append(helper.make_node("Relu", ["c1"], ["r1"], name="relu1"))
+        h = "r1"
+    h = qdq(h, 0.05, "c1o")
+    nodes.append(helper.make_node("Conv", [h, weight((16, 32, 1, 1), "c2", 0)], ["c2"], name="conv2"))
+    h = qdq("c2", 0.08, "c2o")
+    nodes.append(helper.make_node("Flatten", [h], ["f"], name="flat"))
+    nodes.append(helper.make_node("MatMul", ["f", weight((16 * 8 * 8, 24), "fc", 1)], ["m"], name="fc"))
+    nodes.append(helper.make_node("Add", ["m", const("bfc", rng.standard_normal(24).astype(np.float32))], ["y0"],
+                                  name="fc_bias"))
+    y = qdq("y0", 0.1, "yo") if out_qdq else "y0"
+    g = helper.make_graph(nodes, "int8", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 8, 8])],
+                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+@pytest.mark.parametrize("relu_between,out_qdq", [(True, True), (False, False)])
+def test_int8_engine_on_gpu_matches_cpu_int8_engine_bit_for_bit(relu_between, out_qdq):
+    from backends.runners import EngineRunner
+    model = _model(relu_between, out_qdq)
+    x = np.random.default_rng(1).standard_normal((2, 16, 8, 8)).astype(np.float32) * 1.5
+    with EngineRunner(model, flags=("int8",), device="cuda") as gpu, EngineRunner(model, flags=("int8",)) as cpu:
+        out = gpu.engine.graph.output_names[0]
+        got, want = gpu.infer({"x": x})[out], cpu.infer({"x": x})[out]
+        int8 = {n.name: n.tactic_name for n in gpu.engine.graph.nodes if n.precision == "int8"}
+    assert len(int8) >= 3, int8
+    assert all(t in ("im2col-cublaslt-int8", "cublaslt-int8") for t in int8.values()), int8
+    np.testing.assert_array_equal(got, want)
+
+
+def test_int8_quantize_kernel_rounds_like_the_cpu():
+    from native import numerics
+    from native.cuda.array import GpuArray
+    from native.cuda.tactics.int8 import quantize
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 200.0, -200.0, np.nan, 0.3, -127.6], np.float32) * np.float32(0.1)
+    for mode, name in ((0, "half_even"), (1, "half_up"), (2, "half_away")):
+        got = quantize(GpuArray.from_host(x), 0.1, mode).get()
+        np.testing.assert_array_equal(got, numerics.quantize(x, np.float32(0.1), rounding=name).astype(np.int8))
