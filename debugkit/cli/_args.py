@@ -285,6 +285,9 @@ def add_build_args(parser):
                         "wildcards; left to right, later wins; fp32|fp16|bf16|int8|fp8), or a JSON file")
     g.add_argument("--layer-output-types", nargs="+", default=[], metavar="NAME:TYPE[+TYPE][,...]|FILE.json",
                    help="per-layer output storage types, e.g. '*:fp16,head:fp32' ('+' separates outputs)")
+    g.add_argument("--reduced-probability-outputs", action="store_true",
+                   help="let the layers that compute Sigmoid/Softmax/Exp network outputs run in FP16/BF16 too (by "
+                        "default they run in FP32: FP16 stores small probabilities as subnormals; docs/PRECISION.md)")
     g.add_argument("--disable-fusion", action="store_true", help="keep every layer as parsed")
     g.add_argument("--device", default="cpu", choices=["cpu", "cuda", "dla"], help="device to build for")
     g.add_argument("--ignore-fingerprint", action=_IgnoreFingerprint, nargs=0,
@@ -308,7 +311,7 @@ class _IgnoreFingerprint(argparse.Action):
 
 def build_flags(args) -> list[str]:
     flags = []
-    for name in ("fp16", "bf16", "int8", "fp8", "tf32"):
+    for name in ("fp16", "bf16", "int8", "fp8", "tf32", "reduced_probability_outputs"):
         if getattr(args, name, False):
             flags.append(name)
     if args.disable_fusion:

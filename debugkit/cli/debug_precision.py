@@ -41,6 +41,9 @@ def register(subparsers):
     low.add_argument("--reference", choices=["onnxrt", "fp64"], default=None,
                      help="what the engine is compared with: ONNX Runtime in FP32 (default when installed) or the "
                           "fp64 oracle (the default without ONNX Runtime)")
+    low.add_argument("--reduced-probability-outputs", action="store_true",
+                     help="search without the FP32 rule for Sigmoid/Softmax/Exp outputs (docs/PRECISION.md); by "
+                          "default the probed engines build as `run --fp16` does")
     p.add_argument("-o", "--output", default="precision.json", help="the answer (default precision.json)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "dla"],
                    help="device the probed engines are built for and run on (default cpu)")
@@ -54,6 +57,10 @@ def register(subparsers):
     from debugkit.debug.checks import add_check_args
     add_check_args(p)
     p.set_defaults(func=run)
+
+
+def _extra_flags(args):
+    return ("reduced_probability_outputs",) if getattr(args, "reduced_probability_outputs", False) else ()
 
 
 def _stem(path):
@@ -114,7 +121,7 @@ def run(args) -> int:
         if not args.calibration_cache and os.path.exists(calib["cache"]) and not args.resume:
             os.remove(calib["cache"])   # a stale cache of an earlier search would silently fix the scales
     probe_fn = P.PrecisionProbe(args.model, feeds, reference, command or options, args.low, args.higher,
-                                calib=calib, device=args.device)
+                                extra_flags=_extra_flags(args), calib=calib, device=args.device)
     t0 = time.perf_counter()
     bound = P.build_bound(len(layers))
     bar = _search_args.Progress(bound, f"precision ({args.mode})")
@@ -223,7 +230,9 @@ def _base_run(P, probe_fn, args):
 def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None):
     """The layerwise low-precision values + one run per layer alone (independent: on the executor)."""
     G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
-    alone_fn = P.LayerAloneProbe(workdir, args.low, subgraphs=sub, calib=calib)
+    # a layer alone is its subgraph's output: without the flag, the FP32 rule for probability outputs would keep every
+    # Sigmoid/Softmax FP32 there and rank it error-free
+    alone_fn = P.LayerAloneProbe(workdir, args.low, ("reduced_probability_outputs",), subgraphs=sub, calib=calib)
     if type(ex).__name__ != "InlineExecutor":
         alone_fn.save_state(sub)
     alone = dict(zip(layers, ex.map(alone_fn, layers)))

@@ -26,6 +26,7 @@ class BuilderFlag(enum.Enum):
     DISABLE_FUSION = "disable_fusion"          # ours: keep every layer as parsed
     DISABLE_LAYOUT = "disable_layout"          # ours: no NCHW→NHWC pass
     DISABLE_CONSTANT_FOLDING = "disable_constant_folding"
+    REDUCED_PROBABILITY_OUTPUTS = "reduced_probability_outputs"  # ours: no FP32 rule for probability outputs
 
 
 # flags accepted by name (TensorRT has them) but not implemented: setting one raises instead of being ignored.

@@ -10,7 +10,9 @@ Reformat layers wherever a producer and a consumer disagree.
    precision the layer implements, else the next one up). A constraint (`layer.precision`, `--layer-precisions`) is obeyed under
    OBEY_PRECISION_CONSTRAINTS (an impossible one is a build error naming the layer), followed where possible under
    PREFER (a warning where not), and without either flag honoured only where the device would not choose a faster
-   (lower) precision, as TensorRT does; a warning names the layer otherwise.
+   (lower) precision, as TensorRT does; a warning names the layer otherwise. One accuracy rule follows the
+   device's choice: an FP16 layer computing a Sigmoid/Softmax/Exp network output runs in FP32 unless constrained
+   (passes/probability_outputs.py says why; BuilderFlag.REDUCED_PROBABILITY_OUTPUTS turns it off).
 2. Storage per float tensor: what its producer computes in (FP16 and FP8 layers write float16, BF16 layers
    bfloat16), unless `layer.set_output_type(i, t)` says otherwise. Constants take the type their consumers read.
    Network outputs keep the type the network declares (float32 unless `tensor.dtype` was set), tensors read by
@@ -256,6 +258,8 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
     have = {t.name: (t.dtype or "float32") for t in graph.inputs}   # storage decided so far (timing's reformats)
     declared = {t.name: (t.dtype or "float32") for t in graph.outputs}
     timed_layers = replayed = 0
+    from backends.engine.builder.passes.probability_outputs import precision_for, probability_layers
+    probabilities = probability_layers(graph, enabled, config)   # kept FP32 (that module says why)
     # 1. compute precision
     for node in nodes:
         node.meta.pop("math", None)
@@ -271,7 +275,8 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
         implemented = _implemented(node, device.name)
         timed = None
         options = candidate_precisions(device, implemented, enabled)
-        if probe is not None and len(options) > 1 and node.meta.get("precision_constraint") is None:
+        if probe is not None and len(options) > 1 and node.meta.get("precision_constraint") is None \
+                and id(node) not in probabilities:   # the rule decides those: nothing to time
             from backends.engine.builder.timed_choice import replay_entry
             entry = replay_entry(config.algorithm_selector, node.name)
             if entry is not None and entry.get("precision") in options:
@@ -288,6 +293,8 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
                     probe = None
                 timed_layers += timed is not None
         node.precision = choose(node, device, implemented, enabled, mode, logger, timed)
+        if id(node) in probabilities:
+            node.precision = precision_for(node, node.precision, probabilities[id(node)], logger)
         if node.precision == "float32" and tf32 and node.kind in TF32_KINDS:
             node.meta["math"] = "tf32"
         _stored(node, have, dtypes)
