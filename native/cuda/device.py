@@ -43,6 +43,11 @@ class CudaDevice(Device):
         import native.cuda.tactics.pointwise  # noqa: F401
         import native.cuda.tactics.tensor  # noqa: F401
         import native.cuda.tactics.index  # noqa: F401
+        import native.cuda.tactics.geometry  # noqa: F401
+        import native.cuda.tactics.resize  # noqa: F401
+        import native.cuda.tactics.deconv  # noqa: F401
+        import native.cuda.tactics.channel  # noqa: F401
+        import native.cuda.tactics.einsum  # noqa: F401
         from native.cuda.tactics.host import wrap_cpu_tactics
         wrap_cpu_tactics()
 

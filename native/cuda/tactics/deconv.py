@@ -1,0 +1,106 @@
+"""Transposed convolution (Deconvolution) on the GPU: columns = W^T @ x by cuBLAS (gemm.matmul, FP32 accumulation,
+columns kept in float32), then an NVRTC col2im gather (kernels/geometry.cu) that sums each output's kernel taps
+in the CPU's tap order and adds the bias, then the fused epilogue (conv.epilogue). 1-D to 3-D, groups, strides,
+dilations, pads, output_padding / output_shape / auto_pad (the CPU's deconv_geometry); FP32 (TF32 when the
+layer's math says so) and FP16 storage."""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cuda.array import GpuArray
+from native.cuda.nvrtc import grid_for, kernel, launch
+from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, same_float, suffix, weight
+from native.cuda.tactics.geometry import SRC
+from native.tactics import Tactic, register_tactic
+
+_PACKED: dict = {}   # (id(kernel), groups, dtype) -> (kernel, device [g, Mg*taps, Cg] matrix)
+
+
+def packed_kernel(w, groups: int, dtype) -> GpuArray:
+    """The kernel [C, M/g, k...] as the GEMM's left operand [g, M/g * taps, C/g] in `dtype`, uploaded once."""
+    key = (id(w), groups, np.dtype(dtype).name)
+    hit = _PACKED.get(key)
+    if hit is None or hit[0] is not w:
+        a = np.asarray(w)
+        c, mg = a.shape[:2]
+        taps = int(np.prod(a.shape[2:], dtype=np.int64))
+        wt = a.reshape(groups, c // groups, mg * taps).transpose(0, 2, 1).astype(dtype)
+        hit = _PACKED[key] = (w, GpuArray.from_host(np.ascontiguousarray(wt)))
+    return hit[1]
+
+
+@register_tactic
+class CublasDeconv(Tactic):
+    """cuBLAS GEMM to float32 columns, col2im gather with bias, pointwise epilogue."""
+
+    kind, name, device = "Deconvolution", "cublas-col2im", "cuda"
+    honours = {"post_ops"}
+    precisions = FLOAT_PRECISIONS
+    writes_outputs = True
+
+    def supports(self, op, input_shapes):
+        from native.cuda.tactics.pointwise import _ACT
+        w = op.weights.get("kernel")
+        if not isinstance(w, np.ndarray):
+            return "kernel given as a tensor runs on the host"
+        if not 3 <= w.ndim <= 5:
+            return f"{w.ndim - 2}-D transposed convolutions run on the host"
+        for step in op.params.get("post_ops") or ():
+            if step["op"] not in ("bias", "add", "activation"):
+                return f"post-op {step['op']} has no GPU kernel"
+            if step["op"] == "activation" and step["type"] not in _ACT:
+                return f"fused activation {step['type']} has no GPU kernel"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        from native.cpu.kernels.conv.deconv import deconv_geometry
+        from native.cuda.tactics.conv import epilogue
+        from native.cuda.tactics.gemm import matmul
+        wh = op.weights.get("kernel")
+        if not isinstance(wh, np.ndarray) or op.params.get("col2im"):
+            raise TypeError("a kernel given as a tensor runs on the host")
+        x = on_device(inputs[0])
+        dtype = same_float([x])
+        g = int(op.params.get("groups", 1) or 1)
+        nd = x.ndim - 2
+        if not 1 <= nd <= 3 or wh.ndim != x.ndim:
+            raise TypeError(f"{nd}-D transposed convolution runs on the host")
+        n, c = x.shape[:2]
+        mg = int(wh.shape[1])
+        ks = [int(k) for k in (op.params.get("kernel_shape") or wh.shape[2:])]
+        in_sizes = [int(d) for d in x.shape[2:]]
+        strides, dil, pre, out_sizes = deconv_geometry(op.params, in_sizes, ks)
+        m = g * mg
+        y = out_array(outputs, 0, (n, m, *out_sizes), dtype)
+        if y.size == 0:
+            return [y]
+        bias = op.weights.get("bias")
+        if bias is not None:
+            bias = weight(bias, dtype)
+        elif len(inputs) > 2 and inputs[2] is not None:
+            bias = on_device(inputs[2])
+            same_float([bias, y])
+        wt = packed_kernel(wh, g, dtype)
+        P, taps = int(np.prod(in_sizes, dtype=np.int64)), int(np.prod(ks, dtype=np.int64))
+        tf32 = op.math == "tf32"
+        pad3 = [1] * (3 - nd)
+        s = np.zeros(20, np.int64)
+        s[2:5], s[5:8] = pad3 + in_sizes, pad3 + list(out_sizes)
+        s[8:11], s[11:14] = pad3 + ks, pad3 + list(strides)
+        s[14:17], s[17:20] = pad3 + list(dil), [0] * (3 - nd) + list(pre)
+        fn = kernel(SRC, "col2im" + suffix(dtype))
+        bptr = np.uint64(bias.ptr if bias is not None else 0)
+        if g == 1 or n == 1:   # one (batched) GEMM for every item: columns [n, M * taps, P]
+            xb = x.reshape((n, c, P)) if g == 1 else x.reshape((g, c // g, P))
+            cols = matmul(wt.reshape((mg * taps, c)) if g == 1 else wt, xb, tf32=tf32, out_dtype=np.float32)
+            s[0], s[1] = n, m
+            launch(fn, grid_for(y.size), (256, 1, 1), [np.uint64(y.ptr), np.uint64(cols.ptr), bptr, s])
+        else:                  # groups and a batch: one grouped GEMM per item
+            item_x, item_y = c * P * x.dtype.itemsize, y.size // n * y.dtype.itemsize
+            s[0], s[1] = 1, m
+            for i in range(n):
+                xi = GpuArray((g, c // g, P), x.dtype, x.ptr + i * item_x, base=x)
+                cols = matmul(wt, xi, tf32=tf32, out_dtype=np.float32)
+                launch(fn, grid_for(y.size // n), (256, 1, 1),
+                       [np.uint64(y.ptr + i * item_y), np.uint64(cols.ptr), bptr, s])
+        return [epilogue(y, op, inputs)]
