@@ -75,7 +75,7 @@ def _copy_kernel_size(x):
 
 def _gpu(cls):
     cls.device = "cuda"
-    cls.precisions = ANY
+    cls.precisions = getattr(cls, "generates", None) or ANY   # movers take any storage type
     return register_tactic(cls)
 
 
@@ -213,6 +213,7 @@ class GpuFill(Tactic):
 
     kind, name = "Fill", "generator-kernel"
     writes_outputs = True
+    generates = ("float32",)   # the values' type is the layer's own (FP32_ONLY in native/cpu/precision.py)
 
     def supports(self, op, input_shapes):
         if str(op.params.get("op", "CONSTANT")).startswith("RANDOM"):
@@ -273,6 +274,7 @@ class GpuRange(Tactic):
 
     kind, name = "Range", "generator-kernel"
     writes_outputs = True
+    generates = ("float32",)
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         start, limit, delta = (host_value(v, "Range bounds").reshape(()) for v in inputs[:3])
