@@ -9,8 +9,8 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, same_float, suffix, weight
-from native.cuda.tactics.geometry import SRC
+from native.cuda.tactics.common import on_device, out_array, same_float, weight
+from native.cuda.tactics.geometry import FLOAT, SRC, fsuffix
 from native.tactics import Tactic, register_tactic
 
 _PACKED: dict = {}   # (id(kernel), groups, dtype) -> (kernel, device [g, Mg*taps, Cg] matrix)
@@ -35,7 +35,7 @@ class CublasDeconv(Tactic):
 
     kind, name, device = "Deconvolution", "cublas-col2im", "cuda"
     honours = {"post_ops"}
-    precisions = FLOAT_PRECISIONS
+    precisions = FLOAT
     writes_outputs = True
 
     def supports(self, op, input_shapes):
@@ -61,6 +61,7 @@ class CublasDeconv(Tactic):
             raise TypeError("a kernel given as a tensor runs on the host")
         x = on_device(inputs[0])
         dtype = same_float([x])
+        fn = kernel(SRC, "col2im" + fsuffix(dtype))
         g = int(op.params.get("groups", 1) or 1)
         nd = x.ndim - 2
         if not 1 <= nd <= 3 or wh.ndim != x.ndim:
@@ -88,7 +89,6 @@ class CublasDeconv(Tactic):
         s[2:5], s[5:8] = pad3 + in_sizes, pad3 + list(out_sizes)
         s[8:11], s[11:14] = pad3 + ks, pad3 + list(strides)
         s[14:17], s[17:20] = pad3 + list(dil), [0] * (3 - nd) + list(pre)
-        fn = kernel(SRC, "col2im" + suffix(dtype))
         bptr = np.uint64(bias.ptr if bias is not None else 0)
         if g == 1 or n == 1:   # one (batched) GEMM for every item: columns [n, M * taps, P]
             xb = x.reshape((n, c, P)) if g == 1 else x.reshape((g, c // g, P))

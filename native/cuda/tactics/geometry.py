@@ -18,7 +18,7 @@ from native.errors import ExecutionError
 from native.tactics import Tactic, register_tactic
 
 SRC = "geometry.cu"
-ANY = ("float32", "float16", "bfloat16", "fp8", "int8")
+ANY = ("float32", "float16", "bfloat16", "fp8", "int8")   # what data movement declares (any element type)
 MAX_VALUES = 64            # a value input longer than this is not a shape: its layer runs on the host
 
 _BY_PTR: dict = {}         # (ptr, shape, dtype) of an uploaded constant -> (its key in common._W, upload, host)
@@ -51,6 +51,16 @@ def host_value(x, what: str):
     if _capturing():
         raise TypeError(f"{what} computed on the device cannot be read while a CUDA graph is captured")
     return x.get()
+
+
+FLOAT = ("float32", "float16")   # the storage types the geometry kernels compute in (BF16 layers: the host)
+
+
+def fsuffix(dtype) -> str:
+    """Kernel-name suffix of float32 / float16 storage; TypeError for others (the host tactic runs them)."""
+    if np.dtype(dtype).name not in FLOAT:
+        raise TypeError(f"geometry kernels compute in float32 or float16 storage, got {np.dtype(dtype).name}")
+    return "" if np.dtype(dtype).name == "float32" else "_h"
 
 
 def _ints(v) -> list:

@@ -14,8 +14,8 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, out_array, suffix
-from native.cuda.tactics.geometry import SRC, _bits, host_value
+from native.cuda.tactics.common import on_device, out_array
+from native.cuda.tactics.geometry import SRC, _bits, fsuffix, host_value
 from native.cuda.tactics.tensor import contiguous_strides
 from native.tactics import Tactic, register_tactic
 
@@ -97,7 +97,7 @@ class GpuResize(Tactic):
             raise TypeError(f"resizing {len(levels)} axes at once runs on the host")
         nearest = mode == "NEAREST" or not levels
         if not nearest:
-            suffix(x.dtype)   # interpolation stores float32 or float16 (TypeError for others: the host runs them)
+            fsuffix(x.dtype)   # interpolation stores float32 or float16 (TypeError for others: the host runs them)
         out = out_array(outputs, 0, out_shape, x.dtype)
         if not out.size:
             return [out]
@@ -124,7 +124,7 @@ class GpuResize(Tactic):
             name = f"resize_near_s_{x.dtype.itemsize}" if small else f"resize_near_{x.dtype.itemsize}"
             args = ptrs + [np.uint64(bad.ptr if bad is not None else 0), s]
         else:
-            name = ("resize_interp_s" if small else "resize_interp") + suffix(x.dtype)
+            name = ("resize_interp_s" if small else "resize_interp") + fsuffix(x.dtype)
             args = ptrs + [np.uint64(w.ptr), np.uint64(bad.ptr if bad is not None else 0), s]
         launch(kernel(SRC, name), grid_for(out.size), (256, 1, 1), args)
         return [out]
