@@ -224,11 +224,13 @@ SOFTMAX_T(KERNEL, SFX, , F32) SOFTMAX_T(KERNEL, SFX, _h, F16) SOFTMAX_T(KERNEL, 
 SOFTMAX_ENTRIES(softmax_warp_k, _w)
 SOFTMAX_ENTRIES(softmax_k, )
 
-// im2col for 2-D convolution (NCHW, one batch item): cols[c*kh*kw + ky*kw + kx][oy*ow + ox]
-extern "C" __global__ void im2col2d(float* __restrict__ cols, const float* __restrict__ x,
-                                    long long C, long long H, long long W, long long kh, long long kw,
-                                    long long sh, long long sw, long long ph, long long pw,
-                                    long long dh, long long dw, long long oh, long long ow) {
+// im2col for 2-D convolution (NCHW, one batch item): cols[c*kh*kw + ky*kw + kx][oy*ow + ox]; it only moves
+// elements, so one body serves every storage type of an element size (zero bits are +0 in float16 and bfloat16)
+template <typename T>
+__device__ __forceinline__ void im2col_k(T* __restrict__ cols, const T* __restrict__ x, long long C, long long H,
+                                         long long W, long long kh, long long kw, long long sh, long long sw,
+                                         long long ph, long long pw, long long dh, long long dw, long long oh,
+                                         long long ow) {
     long long total = C * kh * kw * oh * ow;
     GRID_LOOP(total) {
         long long ox = i % ow, t = i / ow;
@@ -237,6 +239,13 @@ extern "C" __global__ void im2col2d(float* __restrict__ cols, const float* __res
         long long ky = t % kh;
         long long c = t / kh;
         long long iy = oy * sh - ph + ky * dh, ix = ox * sw - pw + kx * dw;
-        cols[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[(c * H + iy) * W + ix] : 0.f;
+        cols[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[(c * H + iy) * W + ix] : (T)0;
     }
 }
+#define IM2COL(NAME, T) \
+extern "C" __global__ void NAME(T* cols, const T* x, long long C, long long H, long long W, long long kh,         \
+                                long long kw, long long sh, long long sw, long long ph, long long pw, long long dh, \
+                                long long dw, long long oh, long long ow) {                                       \
+    im2col_k<T>(cols, x, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow); }
+IM2COL(im2col2d, float)
+IM2COL(im2col2d_2, unsigned short)

@@ -1,6 +1,7 @@
 """Convolution on the GPU: an NVRTC im2col kernel and a cuBLAS GEMM per batch item (all groups in one strided
 batched call), then the fused epilogue (bias, activation, residual add) with our pointwise kernels.
-2-D, NCHW, FP32 (TF32 when the layer's math says so)."""
+2-D, NCHW, FP32 (TF32 when the layer's math says so), FP16 and BF16 (operands in the storage type, the GEMM
+accumulating and storing float32, the epilogue in float32, one rounding at the end: the CPU's numerics)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +9,10 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, out_array, weight
+from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, storage, weight
 from native.cuda.tactics.gemm import handle
 from native.cuda.tactics.pointwise import SRC, _ACT, activate, binary
+from native.cuda.tactics.tensor import cast
 from native.tactics import Tactic, register_tactic
 
 
@@ -20,20 +22,38 @@ def _geometry(op, x_shape, k_shape):
 
 
 def epilogue(y: GpuArray, op, inputs, steps=None):
-    """Apply `steps` (default: params['post_ops']) in order, in place on y (y's storage type throughout)."""
+    """Apply `steps` (default: params['post_ops']) in order, in place on y, in y's type. Bias weights hold the
+    values the layer's precision stores (rounded to FP16 / BF16 for a reduced layer, as the CPU rounds them);
+    a residual in another storage type is converted to y's."""
     for step in op.params.get("post_ops") or () if steps is None else steps:
         if step["op"] == "bias":
-            b = weight(op.weights[step["weight"]], y.dtype)
+            b = _stored_weight(op.weights[step["weight"]], op, y.dtype)
             shape = [1] * y.ndim
             shape[step.get("axis", 1)] = -1
             binary("ew_sum", y, b.reshape(tuple(b.size if d == -1 else d for d in shape)), y)
         elif step["op"] == "add":
-            binary("ew_sum", y, on_device(inputs[step["input"]]), y)
+            binary("ew_sum", y, cast(on_device(inputs[step["input"]]), y.dtype), y)
         elif step["op"] == "activation":
             activate(y, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
         else:
             raise CudaError(f"post-op {step['op']!r} has no GPU implementation")
     return y
+
+
+_STORED: dict = {}
+
+
+def _stored_weight(host, op, dtype) -> GpuArray:
+    """A float weight on the device in `dtype`, holding the values the layer's storage type holds (converted once
+    per process, kept beside its host array as common.weight does)."""
+    w = weight(host, storage(op))
+    if w.dtype == np.dtype(dtype):
+        return w
+    key = (id(host), w.dtype.name, np.dtype(dtype).name)
+    hit = _STORED.get(key)
+    if hit is None or hit[0] is not host:
+        hit = _STORED[key] = (host, cast(w, dtype))
+    return hit[1]
 
 
 @register_tactic
@@ -43,6 +63,7 @@ class Im2colCublasConv(Tactic):
     kind, name, device = "Convolution", "im2col-cublas", "cuda"
     honours = {"post_ops"}
     writes_outputs = True
+    precisions = FLOAT_PRECISIONS
 
     def supports(self, op, input_shapes):
         w = op.weights.get("kernel")
@@ -59,10 +80,10 @@ class Im2colCublasConv(Tactic):
         from nvmath import CudaDataType
         from nvmath.bindings import cublas
         x = on_device(inputs[0])
-        if x.dtype != np.float32:
-            raise TypeError(f"GPU convolution takes float32, got {x.dtype}")
+        if x.dtype.name not in _GEMM_TYPE:
+            raise TypeError(f"GPU convolution takes float32, float16 or bfloat16, got {x.dtype}")
         wh = op.weights["kernel"]
-        w = weight(wh)
+        w = weight(wh, x.dtype)
         M, Cg, kh, kw = (int(d) for d in wh.shape)
         g = int(op.params.get("groups", 1) or 1)
         n, c, h, wd = x.shape
@@ -71,29 +92,41 @@ class Im2colCublasConv(Tactic):
             raise TypeError("negative pads run on the host")
         oh, ow = out
         P, K, Mg = oh * ow, Cg * kh * kw, M // g
-        y = out_array(outputs, 0, (n, M, oh, ow), np.float32)
+        wide = x.dtype == np.float32
+        # FP16 / BF16: the GEMM accumulates and stores float32, the epilogue runs in float32, one rounding at the end
+        y = out_array(outputs, 0, (n, M, oh, ow), x.dtype) if wide else GpuArray((n, M, oh, ow), np.float32)
         if y.size == 0:
-            return [y]
-        cols = GpuArray((c * kh * kw * P,), np.float32)
+            return [y if wide else out_array(outputs, 0, y.shape, x.dtype)]
+        size = x.dtype.itemsize
+        cols = GpuArray((c * kh * kw * P,), x.dtype)
         one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
-        compute = cublas.ComputeType.COMPUTE_32F_FAST_TF32 if op.math == "tf32" else \
-            cublas.ComputeType.COMPUTE_32F_PEDANTIC
+        if not wide:
+            compute = cublas.ComputeType.COMPUTE_32F
+        elif op.math == "tf32":
+            compute = cublas.ComputeType.COMPUTE_32F_FAST_TF32
+        else:
+            compute = cublas.ComputeType.COMPUTE_32F_PEDANTIC
+        ab = getattr(CudaDataType, _GEMM_TYPE[x.dtype.name])
         item = c * h * wd
+        im2col = kernel(SRC, "im2col2d" if wide else "im2col2d_2")
         for i in range(n):
-            launch(kernel(SRC, "im2col2d"), grid_for(cols.size), (256, 1, 1),
-                   [np.uint64(cols.ptr), np.uint64(x.ptr + i * item * 4), np.int64(c), np.int64(h), np.int64(wd),
+            launch(im2col, grid_for(cols.size), (256, 1, 1),
+                   [np.uint64(cols.ptr), np.uint64(x.ptr + i * item * size), np.int64(c), np.int64(h), np.int64(wd),
                     np.int64(kh), np.int64(kw), np.int64(strides[0]), np.int64(strides[1]), np.int64(pre[0]),
                     np.int64(pre[1]), np.int64(dil[0]), np.int64(dil[1]), np.int64(oh), np.int64(ow)])
             # per group: Y[Mg, P] = W[Mg, K] @ cols[K, P]  (column-major: Y^T = cols^T W^T)
             cublas.gemm_strided_batched_ex(handle(), cublas.Operation.N, cublas.Operation.N, P, Mg, K,
-                                           one.ctypes.data, cols.ptr, CudaDataType.CUDA_R_32F, P, K * P,
-                                           w.ptr, CudaDataType.CUDA_R_32F, K, Mg * K, zero.ctypes.data,
-                                           y.ptr + i * M * P * 4, CudaDataType.CUDA_R_32F, P, Mg * P, g,
-                                           compute, cublas.GemmAlgo.DEFAULT)
+                                           one.ctypes.data, cols.ptr, ab, P, K * P, w.ptr, ab, K, Mg * K,
+                                           zero.ctypes.data, y.ptr + i * M * P * 4, CudaDataType.CUDA_R_32F, P,
+                                           Mg * P, g, compute, cublas.GemmAlgo.DEFAULT)
         bias = op.weights.get("bias")
         if bias is not None:
-            binary("ew_sum", y, weight(bias).reshape((1, M, 1, 1)), y)
+            binary("ew_sum", y, _stored_weight(bias, op, np.float32).reshape((1, M, 1, 1)), y)
         elif len(inputs) > 2 and inputs[2] is not None:
-            b = on_device(inputs[2])
+            b = cast(on_device(inputs[2]), np.float32)
             binary("ew_sum", y, b.reshape((1, M, 1, 1)), y)
-        return [epilogue(y, op, inputs)]
+        epilogue(y, op, inputs)
+        return [y if wide else cast(y, x.dtype, outputs)]
+
+
+_GEMM_TYPE = {"float32": "CUDA_R_32F", "float16": "CUDA_R_16F", "bfloat16": "CUDA_R_16BF"}

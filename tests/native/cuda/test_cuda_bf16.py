@@ -219,32 +219,52 @@ def test_bf16_matmul_and_attention_match_cpu():
     _ulp(got, _cpu(o, [q, k, v, mask])[0], ulps=2, atol=2e-2)   # + the probabilities' bfloat16 rounding
 
 
-@pytest.mark.parametrize("nhwc", [False, True])
-def test_bf16_cudnn_convolution_with_fused_epilogue_matches_cpu(nhwc):
-    x, r = _bf((2, 8, 11, 9)), _bf((2, 16, 11, 9))
-    w = RNG.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2
+def _conv_case(dtype, groups=1, stride=1, kind="Convolution"):
+    """(op for the GPU, inputs, the CPU device's answer in `dtype` storage): 3x3 conv + bias + residual + ReLU."""
+    import dataclasses
+
+    from native.device import get_device
+    from native.tactics import Op, tactics_for
+    prec = "bfloat16" if dtype == BF16 else "float16"
+    x = (RNG.standard_normal((2, 8, 11, 9))).astype(np.float32).astype(dtype)
+    oh, ow = (11 + 2 - 3) // stride + 1, (9 + 2 - 3) // stride + 1
+    r = RNG.standard_normal((2, 16, oh, ow)).astype(np.float32).astype(dtype)
+    w = RNG.standard_normal((16, 8 // groups, 3, 3)).astype(np.float32) * 0.2
     bias = RNG.standard_normal(16).astype(np.float32)
     post = [{"op": "add", "input": 1}, {"op": "activation", "type": "RELU"}]
-    params = dict(kernel_shape=[3, 3], strides=[1, 1], dilations=[1, 1], pre_padding=[1, 1], post_padding=[1, 1],
-                  groups=1, post_ops=post)
-    o = _op("Convolution", weights={"kernel": w, "bias": bias}, **params)
-    from native.device import get_device
-    from native.tactics import tactics_for
+    params = dict(kernel_shape=[3, 3], strides=[stride, stride], dilations=[1, 1], pre_padding=[1, 1],
+                  post_padding=[1, 1], groups=groups, post_ops=post)
+    o = Op("Convolution", "t", params, {"kernel": w, "bias": bias}, precision=prec, output_types=(prec,))
     cpu = get_device("cpu")
     ct = tactics_for("Convolution", "cpu")[0]
-    import dataclasses
     ref = cpu.run(ct, dataclasses.replace(o, weights=cpu.prepare(ct, o)), [x, r])[0]
-    if nhwc:
+    if kind == "ConvolutionNHWC":
         hwio = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(-1, 16))
-        o = _op("ConvolutionNHWC", weights={"kernel_hwio": hwio, "bias": bias}, kernel_spatial=[3, 3], **params)
-        t = _gpu("ConvolutionNHWC", "cudnn-plan-0")
-        xs, rs = (np.ascontiguousarray(v.transpose(0, 2, 3, 1)) for v in (x, r))
-        got = t.run(o, [_up(xs), _up(rs)])[0].get()
+        o = Op(kind, "t", dict(params, kernel_spatial=[3, 3]), {"kernel_hwio": hwio, "bias": bias}, precision=prec,
+               output_types=(prec,))
+        x, r = (np.ascontiguousarray(v.transpose(0, 2, 3, 1)) for v in (x, r))
+    return o, [x, r], ref
+
+
+@pytest.mark.parametrize("kind,name,groups,stride", [("Convolution", "cudnn-plan-0", 1, 1),
+                                                     ("ConvolutionNHWC", "cudnn-plan-0", 1, 1),
+                                                     ("Convolution", "im2col-cublas", 1, 1),
+                                                     ("Convolution", "im2col-cublas", 2, 2)])
+def test_bf16_convolution_with_fused_epilogue_matches_cpu(kind, name, groups, stride):
+    """cuDNN (BF16 I/O, FP32 compute, fused bias + residual + ReLU) and im2col + cuBLAS (BF16 operands, FP32
+    accumulation and epilogue, one rounding) against the CPU's BF16 convolution: within one bfloat16 ulp."""
+    o, xs, ref = _conv_case(BF16, groups, stride, kind)
+    got = _gpu(kind, name).run(o, [_up(v) for v in xs])[0].get()
+    if kind == "ConvolutionNHWC":
         got = np.ascontiguousarray(got.transpose(0, 3, 1, 2))
-    else:
-        t = _gpu("Convolution", "cudnn-plan-0")
-        got = t.run(o, [_up(x), _up(r)])[0]
     _ulp(got, ref, atol=2e-2)
+
+
+def test_fp16_im2col_convolution_rounds_once_like_the_cpu():
+    o, xs, ref = _conv_case(np.dtype(np.float16), groups=2, stride=2)
+    got = _gpu("Convolution", "im2col-cublas").run(o, [_up(v) for v in xs])[0].get()
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), rtol=2 ** -10, atol=2e-3)
 
 
 # whole engines -------------------------------------------------------------------------------------------------
