@@ -120,7 +120,7 @@ class Probe:
     def value_as(self, value, storage):
         """`value` converted to the float storage type `storage`: on the host for host arrays (constants), else by
         a Reformat layer's run on the device."""
-        if value is None or np.dtype(value.dtype).kind != "f" or str(np.dtype(value.dtype)) == storage:
+        if value is None or not _floating(value) or str(np.dtype(value.dtype)) == storage:
             return value
         if isinstance(value, np.ndarray):
             from native import numerics
@@ -133,8 +133,7 @@ class Probe:
         """The candidates a user's algorithm selector leaves (replay files answer through replay_entry)."""
         selector = self.config.algorithm_selector
         chain = getattr(selector, "selectors", None) or ([selector] if selector is not None else [])
-        chain = [s for s in chain if not isinstance(getattr(s, "doc", None), dict)
-                 and type(s).__name__ != "TacticRecorder"]
+        chain = [s for s in chain if not isinstance(getattr(s, "doc", None), dict)]
         if not chain:
             return cands
         from backends.engine.builder.algorithm_selector import algorithm, algorithm_context, checked_selection
@@ -153,6 +152,11 @@ class Probe:
         return Node(name=f"Reformat {from_type}->{to_type}", kind="Reformat", inputs=["x"], outputs=["y"],
                     params={"from": from_type, "to": to_type}, precision=PRECISION_OF_DTYPE.get(to_type, to_type),
                     meta={"output_types": [to_type]})
+
+
+def _floating(value) -> bool:
+    dt = np.dtype(value.dtype)
+    return dt.kind == "f" or dt.name in ("bfloat16", "float8_e4m3fn")
 
 
 def variant(node, **changes) -> Node:
