@@ -21,8 +21,9 @@ def _key(node, inputs, device):
     def desc(a):
         return [list(np.shape(a)) if hasattr(a, "shape") else None, str(getattr(a, "dtype", type(a).__name__))]
     wdesc = {k: desc(v) for k, v in node.weights.items()}
-    raw = json.dumps([device, node.kind, node.params, wdesc, [desc(a) for a in inputs], node.precision],
-                     sort_keys=True, default=str)
+    math = (node.meta or {}).get("math")     # TF32 GEMMs time differently from FP32 ones (absent: keys as before)
+    raw = json.dumps([device, node.kind, node.params, wdesc, [desc(a) for a in inputs], node.precision]
+                     + ([math] if math else []), sort_keys=True, default=str)
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
