@@ -33,16 +33,18 @@ def _convs(n=3, between=None):
 
 
 class Planted:
-    """The device's clock in this test: ms per (layer, kind, precision) from `costs` (first matching entry:
-    `(name_part, kind, precision) -> ms`, None matching anything), 1.0 otherwise; every call is counted."""
+    """The device's clock in this test: ms per (layer, kind, precision[, tactic]) from `costs` (first matching
+    entry: `(name_part, kind, precision[, tactic name]) -> ms`, None matching anything), 1.0 otherwise; every call
+    is counted."""
 
     def __init__(self, costs, default=1.0):
         self.costs, self.default, self.calls, self.last = costs, default, 0, None
 
-    def ms(self, op):
-        for (name, kind, prec), v in self.costs.items():
+    def ms(self, op, tactic):
+        for key, v in self.costs.items():
+            name, kind, prec, tname = (key + (None,))[:4]
             if (name is None or name in op.name) and (kind is None or kind == op.kind) and \
-                    (prec is None or prec == op.precision):
+                    (prec is None or prec == op.precision) and (tname is None or tname == tactic.name):
                 return v
         return self.default
 
@@ -55,13 +57,13 @@ def timed_cpu(monkeypatch):
     state = {}
 
     def run_(tactic, op, inputs, outputs=None, workspace=None, stream=None):
-        state["last"] = op
+        state["last"] = (op, tactic)
         return real_run(dev, tactic, op, inputs, outputs, workspace, stream)
 
     def time_(fn, stream=None):
         fn()
         state["clock"].calls += 1
-        return state["clock"].ms(state["last"])
+        return state["clock"].ms(*state["last"])
 
     monkeypatch.setattr(type(dev), "chooses_by_timing", True, raising=False)
     monkeypatch.setattr(dev, "run", run_)
@@ -234,3 +236,29 @@ def test_reformats_towards_fp32_only_readers_count_too(timed_cpu):
     assert conv.meta["precision_ms"]["float16"] == pytest.approx(0.2 + 2 * 0.45)
     timed_cpu({("conv", "Convolution", "float16"): 0.2, (None, "Reformat", None): 0.3}, default=1.0)
     assert _named(build(m, BuilderFlag.FP16, nhwc=False), "conv").precision == "float16"
+
+
+def test_tactic_heuristic_builds_keep_the_rules(timed_cpu):
+    """ENABLE_TACTIC_HEURISTIC times nothing: layout and precision follow the device's rules too."""
+    clock = timed_cpu(FP16_FAST_BUT_CONV2)
+    g = build(_convs(), BuilderFlag.FP16, BuilderFlag.ENABLE_TACTIC_HEURISTIC)
+    assert clock.calls == 0
+    assert {_named(g, f"conv{i}").precision for i in (1, 2, 3)} == {"float16"}
+
+
+def test_a_user_selector_narrows_what_is_timed(timed_cpu):
+    """conv2's FP16 is fast only with winograd-f4x3; a selector that forbids that tactic leaves it FP32."""
+    from backends.engine.builder.config import AlgorithmSelector
+
+    class NoF4x3(AlgorithmSelector):
+        def select_algorithms(self, context, choices):
+            return [i for i, c in enumerate(choices) if c.implementation != "winograd-f4x3"]
+
+    costs = {("conv2", None, "float16", "winograd-f4x3"): 0.1, ("conv2", None, "float16"): 5.0,
+             (None, "Reformat", None): 0.01, (None, None, "float16"): 0.25}
+    timed_cpu(costs)
+    assert _named(build(_convs(), BuilderFlag.FP16, nhwc=False), "conv2").precision == "float16"
+    timed_cpu(costs)
+    g = build(_convs(), BuilderFlag.FP16, nhwc=False, selector=NoF4x3())
+    assert _named(g, "conv2").precision == "float32"
+    assert _named(g, "conv2").meta["precision_ms"]["float16"] == pytest.approx(5.0, abs=0.05)
