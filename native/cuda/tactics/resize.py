@@ -15,7 +15,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array
-from native.cuda.tactics.geometry import SRC, _bits, fsuffix, host_value
+from native.cuda.tactics.geometry import FLOAT, SRC, _bits, fsuffix, host_value
 from native.cuda.tactics.tensor import contiguous_strides
 from native.tactics import Tactic, register_tactic
 
@@ -67,6 +67,8 @@ class GpuResize(Tactic):
         mode = op.params.get("mode", "NEAREST")
         if mode not in ("NEAREST", "LINEAR", "CUBIC"):
             return f"resize mode {mode} runs on the host"
+        if mode != "NEAREST" and op.precision not in FLOAT:
+            return f"{mode.lower()} resize computes in float32 or float16 storage, not {op.precision}"
         if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) > 8:
             return "rank above 8 runs on the host"
         return None
