@@ -48,6 +48,7 @@ class CudaDevice(Device):
         import native.cuda.tactics.deconv  # noqa: F401
         import native.cuda.tactics.channel  # noqa: F401
         import native.cuda.tactics.einsum  # noqa: F401
+        import native.cuda.tactics.quantize  # noqa: F401
         from native.cuda.tactics.host import wrap_cpu_tactics
         wrap_cpu_tactics()
 

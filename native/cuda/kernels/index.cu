@@ -502,3 +502,244 @@ extern "C" __global__ void nms_rows(i64* __restrict__ out, const int* __restrict
         out[(off + j) * 3 + 2] = kept[bc * n + j];
     }
 }
+
+// ArgMax / ArgMin along an axis: x viewed as [outer, n, inner], one thread per (outer, inner). numpy's rules: the
+// first occurrence wins (the last with select_last: the scan runs from the end), and the first NaN is the answer
+template <class L>
+__device__ __forceinline__ void argreduce_k(i64* __restrict__ out, const typename L::T* __restrict__ x, i64 outer,
+                                            i64 n, i64 inner, int is_min, int from_end) {
+    GRID_LOOP(outer * inner) {
+        const typename L::T* row = x + (i / inner) * n * inner + i % inner;
+        i64 j0 = from_end ? n - 1 : 0, step = from_end ? -1 : 1;
+        typename L::C best = L::ld(row[j0 * inner]);
+        i64 bi = j0;
+        for (i64 t = 1; t < n && best == best; ++t) {
+            i64 j = j0 + t * step;
+            typename L::C v = L::ld(row[j * inner]);
+            if (v != v || (is_min ? v < best : v > best)) { best = v; bi = j; }
+        }
+        out[i] = bi;
+    }
+}
+#define ARGRED(SFX, L) extern "C" __global__ void argreduce_##SFX(i64* out, const L::T* x, i64 outer, i64 n, \
+    i64 inner, int is_min, int from_end) { argreduce_k<L>(out, x, outer, n, inner, is_min, from_end); }
+ARGRED(i64, LdI64)
+ARGRED(i32, LdI32)
+ARGRED(f32, LdF32)
+ARGRED(f16, LdF16)
+
+// typed accumulation for cumulative sums / products, scatter reductions and integer reductions: floats compute in
+// float32 and round to the storage type at every step (numpy's float16 loops do the same); integers wrap
+template <typename T> struct Acc;
+template <> struct Acc<float> {
+    typedef float T;
+    static __device__ __forceinline__ float add(float a, float b) { return a + b; }
+    static __device__ __forceinline__ float mul(float a, float b) { return a * b; }
+    static __device__ __forceinline__ float mx(float a, float b) { return (a >= b || a != a) ? a : b; }
+    static __device__ __forceinline__ float mn(float a, float b) { return (a <= b || a != a) ? a : b; }
+};
+template <> struct Acc<unsigned short> {
+    typedef unsigned short T;
+    static __device__ __forceinline__ unsigned short add(unsigned short a, unsigned short b) {
+        return F16::st(F16::ld(a) + F16::ld(b)); }
+    static __device__ __forceinline__ unsigned short mul(unsigned short a, unsigned short b) {
+        return F16::st(F16::ld(a) * F16::ld(b)); }
+    static __device__ __forceinline__ unsigned short mx(unsigned short a, unsigned short b) {
+        float x = F16::ld(a), y = F16::ld(b); return (x >= y || x != x) ? a : b; }
+    static __device__ __forceinline__ unsigned short mn(unsigned short a, unsigned short b) {
+        float x = F16::ld(a), y = F16::ld(b); return (x <= y || x != x) ? a : b; }
+};
+template <typename T, typename U> struct AccI {
+    typedef T Tt;
+    static __device__ __forceinline__ T add(T a, T b) { return (T)((U)a + (U)b); }
+    static __device__ __forceinline__ T mul(T a, T b) { return (T)((U)a * (U)b); }
+    static __device__ __forceinline__ T mx(T a, T b) { return a >= b ? a : b; }
+    static __device__ __forceinline__ T mn(T a, T b) { return a <= b ? a : b; }
+};
+template <> struct Acc<i64> : AccI<i64, u64> {};
+template <> struct Acc<int> : AccI<int, unsigned int> {};
+
+// reduction codes: 0 none (replace), 1 add, 2 mul, 3 max, 4 min
+template <typename T>
+__device__ __forceinline__ T combine(int red, T a, T b) {
+    switch (red) {
+        case 1: return Acc<T>::add(a, b);
+        case 2: return Acc<T>::mul(a, b);
+        case 3: return Acc<T>::mx(a, b);
+        case 4: return Acc<T>::mn(a, b);
+    }
+    return b;
+}
+
+// cumulative SUM (red 1) / PROD (red 2) along an axis, x and out viewed as [outer, n, inner], one thread per row,
+// in numpy's order (the first element copied, then one rounding per step); exclusive starts from `ident`
+template <typename T>
+__device__ __forceinline__ void cumulative_k(T* __restrict__ out, const T* __restrict__ x, i64 outer, i64 n,
+                                             i64 inner, int red, int exclusive, int reverse, T ident) {
+    GRID_LOOP(outer * inner) {
+        i64 base = (i / inner) * n * inner + i % inner;
+        T acc = ident;
+        for (i64 t = 0; t < n; ++t) {
+            i64 j = base + (reverse ? n - 1 - t : t) * inner;
+            T v = x[j];
+            T next = t == 0 ? v : combine<T>(red, acc, v);
+            out[j] = exclusive ? (t == 0 ? ident : acc) : next;
+            acc = next;
+        }
+    }
+}
+#define CUMUL(SFX, T) extern "C" __global__ void cumulative_##SFX(T* out, const T* x, i64 outer, i64 n, i64 inner, \
+    int red, int exclusive, int reverse, T ident) { cumulative_k<T>(out, x, outer, n, inner, red, exclusive, reverse, \
+                                                                   ident); }
+CUMUL(f32, float)
+CUMUL(f16, unsigned short)
+CUMUL(i64, i64)
+CUMUL(i32, int)
+
+// integer SUM / PROD / MAX / MIN over x viewed as [outer, red, inner] (red codes as combine), empty -> ident
+template <typename T>
+__device__ __forceinline__ void ireduce_k(T* __restrict__ out, const T* __restrict__ x, i64 outer, i64 n, i64 inner,
+                                          int red, T ident) {
+    GRID_LOOP(outer * inner) {
+        const T* row = x + (i / inner) * n * inner + i % inner;
+        T acc = ident;
+        for (i64 t = 0; t < n; ++t) acc = combine<T>(red, acc, row[t * inner]);
+        out[i] = acc;
+    }
+}
+extern "C" __global__ void ireduce_i64(i64* out, const i64* x, i64 outer, i64 n, i64 inner, int red, i64 ident) {
+    ireduce_k<i64>(out, x, outer, n, inner, red, ident); }
+extern "C" __global__ void ireduce_i32(int* out, const int* x, i64 outer, i64 n, i64 inner, int red, int ident) {
+    ireduce_k<int>(out, x, outer, n, inner, red, ident); }
+
+// OneHot: out [outer, depth, inner] = values[1] where index[outer, inner] (+depth when negative) == d, else
+// values[0]; indices of any integer type or float32 (truncated, as astype(int64) does)
+template <typename I, typename V>
+__device__ __forceinline__ void onehot_k(V* __restrict__ out, const I* __restrict__ idx, const V* __restrict__ values,
+                                         i64 outer, i64 depth, i64 inner) {
+    V off = values[0], on = values[1];
+    GRID_LOOP(outer * depth * inner) {
+        i64 c = i % inner, t = i / inner;
+        i64 d = t % depth, o = t / depth;
+        i64 k = (i64)idx[o * inner + c];
+        if (k < 0) k += depth;
+        out[i] = k == d ? on : off;
+    }
+}
+#define ONEHOT(ISFX, I, SZ, V) extern "C" __global__ void onehot_##ISFX##_##SZ(V* out, const I* idx, const V* values, \
+    i64 outer, i64 depth, i64 inner) { onehot_k<I, V>(out, idx, values, outer, depth, inner); }
+#define ONEHOT_ALL(ISFX, I) ONEHOT(ISFX, I, 1, unsigned char) ONEHOT(ISFX, I, 2, unsigned short) \
+    ONEHOT(ISFX, I, 4, unsigned int) ONEHOT(ISFX, I, 8, u64)
+ONEHOT_ALL(i64, i64)
+ONEHOT_ALL(i32, int)
+ONEHOT_ALL(f32, float)
+
+// Scatter (ND and ELEMENT) in the CPU's sequential order. Update u (of nupd) writes `inner` consecutive elements
+// at destination row dest[u]; the first update of each destination (no earlier one has it) applies every update
+// of that destination in order: replace (the last wins) or the reduction.
+// ND: dest = the index tuple idx[u, 0..m) flattened over D (negative entries + D); ELEMENT: dest = the update's
+// own coordinates (strides of out) with idx[u] (+K) on the axis
+struct ScatND { i64 nupd, m; i64 D[8]; };
+template <typename I>
+__device__ __forceinline__ void scatter_dest_nd_k(i64* __restrict__ dest, const I* __restrict__ idx, const ScatND s) {
+    GRID_LOOP(s.nupd) {
+        i64 off = 0;
+        bool ok = true;
+        for (int d = 0; d < (int)s.m; ++d) {
+            i64 k = (i64)idx[i * s.m + d];
+            if (k < 0) k += s.D[d];
+            ok = ok && k >= 0 && k < s.D[d];
+            off = off * s.D[d] + k;
+        }
+        dest[i] = ok ? off : -1;
+    }
+}
+struct ScatEl { i64 rank, n, axis, K; i64 dims[8], ostr[8]; };
+template <typename I>
+__device__ __forceinline__ void scatter_dest_el_k(i64* __restrict__ dest, const I* __restrict__ idx, const ScatEl s) {
+    GRID_LOOP(s.n) {
+        i64 r = i, off = 0;
+        bool ok = true;
+        for (int d = (int)s.rank - 1; d >= 0; --d) {
+            i64 q = r % s.dims[d];
+            r /= s.dims[d];
+            if (d == (int)s.axis) {
+                q = (i64)idx[i];
+                if (q < 0) q += s.K;
+                ok = q >= 0 && q < s.K;
+            }
+            off += q * s.ostr[d];
+        }
+        dest[i] = ok ? off : -1;
+    }
+}
+#define SCATDEST(ISFX, I) \
+extern "C" __global__ void scatter_dest_nd_##ISFX(i64* dest, const I* idx, ScatND s) { scatter_dest_nd_k<I>(dest, idx, s); } \
+extern "C" __global__ void scatter_dest_el_##ISFX(i64* dest, const I* idx, ScatEl s) { scatter_dest_el_k<I>(dest, idx, s); }
+SCATDEST(i64, i64)
+SCATDEST(i32, int)
+// head[u] = 1 when no earlier update has u's destination
+extern "C" __global__ void scatter_heads(unsigned char* __restrict__ head, const i64* __restrict__ dest, i64 nupd) {
+    GRID_LOOP(nupd) {
+        i64 d = dest[i];
+        unsigned char h = d >= 0;
+        for (i64 v = 0; v < i && h; ++v) h = dest[v] != d;
+        head[i] = h;
+    }
+}
+template <typename T>
+__device__ __forceinline__ void scatter_apply_k(T* __restrict__ out, const T* __restrict__ upd,
+                                                const i64* __restrict__ dest, const unsigned char* __restrict__ head,
+                                                i64 nupd, i64 inner, int red) {
+    GRID_LOOP(nupd * inner) {
+        i64 u = i / inner, c = i % inner;
+        if (!head[u]) continue;
+        i64 d = dest[u];
+        T acc = out[d * inner + c];
+        for (i64 v = u; v < nupd; ++v)
+            if (dest[v] == d) acc = combine<T>(red, acc, upd[v * inner + c]);
+        out[d * inner + c] = acc;
+    }
+}
+#define SCATAPPLY(SFX, T) extern "C" __global__ void scatter_apply_##SFX(T* out, const T* upd, const i64* dest, \
+    const unsigned char* head, i64 nupd, i64 inner, int red) { scatter_apply_k<T>(out, upd, dest, head, nupd, inner, red); }
+SCATAPPLY(f32, float)
+SCATAPPLY(f16, unsigned short)
+SCATAPPLY(i64, i64)
+SCATAPPLY(i32, int)
+// replace-only scatters of any other element type (bool, int8, ...): the bits move
+template <typename T>
+__device__ __forceinline__ void scatter_copy_k(T* __restrict__ out, const T* __restrict__ upd,
+                                               const i64* __restrict__ dest, const unsigned char* __restrict__ head,
+                                               i64 nupd, i64 inner) {
+    GRID_LOOP(nupd * inner) {
+        i64 u = i / inner, c = i % inner;
+        if (!head[u]) continue;
+        i64 d = dest[u], last = u;
+        for (i64 v = u + 1; v < nupd; ++v)
+            if (dest[v] == d) last = v;
+        out[d * inner + c] = upd[last * inner + c];
+    }
+}
+extern "C" __global__ void scatter_copy_1(unsigned char* out, const unsigned char* upd, const i64* dest,
+                                          const unsigned char* head, i64 nupd, i64 inner) {
+    scatter_copy_k(out, upd, dest, head, nupd, inner); }
+extern "C" __global__ void scatter_copy_2(unsigned short* out, const unsigned short* upd, const i64* dest,
+                                          const unsigned char* head, i64 nupd, i64 inner) {
+    scatter_copy_k(out, upd, dest, head, nupd, inner); }
+
+// Select on 1-byte values (bool / int8 / uint8 / fp8): out = cond ? a : b, all three broadcast to out
+struct Bcast3 { i64 rank, n; i64 dims[8], sc[8], sa[8], sb[8]; };
+extern "C" __global__ void select_1(unsigned char* __restrict__ out, const unsigned char* __restrict__ c,
+                                    const unsigned char* __restrict__ a, const unsigned char* __restrict__ b,
+                                    Bcast3 s) {
+    GRID_LOOP(s.n) {
+        i64 r = i, ic = 0, ia = 0, ib = 0;
+        for (int d = (int)s.rank - 1; d >= 0; --d) {
+            i64 q = r % s.dims[d];
+            r /= s.dims[d];
+            ic += q * s.sc[d]; ia += q * s.sa[d]; ib += q * s.sb[d];
+        }
+        out[i] = c[ic] ? a[ia] : b[ib];
+    }
+}

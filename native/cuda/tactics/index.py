@@ -383,3 +383,246 @@ class GpuNonMaxSuppression(Tactic):
             launch(kernel(SRC, "nms_rows"), (bc, 1, 1), _BLOCK,
                    [np.uint64(out.ptr), np.uint64(kept.ptr), np.uint64(nkept.ptr), np.int64(C), np.int64(n)])
         return [out]
+
+
+def _rows(shape, axis):
+    """(outer, n, inner) of a tensor viewed along `axis`."""
+    return (int(np.prod(shape[:axis], dtype=np.int64)), int(shape[axis]),
+            int(np.prod(shape[axis + 1:], dtype=np.int64)))
+
+
+@_register
+class GpuArgReduce(Tactic):
+    """ArgMax / ArgMin, one thread per output scanning its row: the first extreme wins (the last with
+    select_last_index), and the first NaN is the answer, as numpy's argmax / argmin. int64 indices."""
+
+    kind, name = "ArgReduce", "nvrtc-scan"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = on_device(inputs[0])
+        c = code(x)
+        if c == "b" or x.ndim == 0:
+            raise TypeError(f"ArgReduce of {x.dtype} / rank {x.ndim} runs on the host")
+        p = op.params
+        axis = int(p.get("axis", 0)) % x.ndim
+        outer, n, inner = _rows(x.shape, axis)
+        if n == 0:
+            raise TypeError("an empty ArgReduce axis: the host tactic reports it")
+        shape = list(x.shape)
+        if p.get("keep_dims", True):
+            shape[axis] = 1
+        else:
+            del shape[axis]
+        out = out_array(outputs, 0, shape, np.int64)
+        if out.size:
+            launch(kernel(SRC, f"argreduce_{c}"), grid_for(out.size), _BLOCK,
+                   [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(outer), np.int64(n), np.int64(inner),
+                    np.int32(p.get("op", "MAX") != "MAX"), np.int32(bool(p.get("select_last_index")))])
+        return [out]
+
+
+_IDENT = {"f32": (np.float32(0), np.float32(1)), "f16": (np.float16(0).view(np.uint16), np.float16(1).view(np.uint16)),
+          "i64": (np.int64(0), np.int64(1)), "i32": (np.int32(0), np.int32(1))}
+
+
+@_register
+class GpuCumulative(Tactic):
+    """Cumulative SUM / PROD (exclusive, reverse), one thread per row in numpy's order: bit-identical sums."""
+
+    kind, name = "Cumulative", "nvrtc-scan"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = on_device(inputs[0])
+        c = code(x)
+        if c == "b":
+            raise TypeError("cumulative sums of booleans run on the host")
+        p = op.params
+        axis = int(np.asarray(to_host(inputs[1])).reshape(-1)[0]) if len(inputs) > 1 and inputs[1] is not None \
+            else int(p.get("axis", 0))
+        axis %= max(x.ndim, 1)
+        if x.ndim == 0:
+            raise TypeError("a 0-d cumulative sum runs on the host")
+        outer, n, inner = _rows(x.shape, axis)
+        red = 1 if p.get("op", "SUM") == "SUM" else 2
+        out = out_array(outputs, 0, x.shape, x.dtype)
+        if x.size:
+            launch(kernel(SRC, f"cumulative_{c}"), grid_for(outer * inner), _BLOCK,
+                   [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(outer), np.int64(n), np.int64(inner),
+                    np.int32(red), np.int32(bool(p.get("exclusive"))), np.int32(bool(p.get("reverse"))),
+                    _IDENT[c][red - 1]])
+        return [out]
+
+
+_RED = {"SUM": 1, "PROD": 2, "MAX": 3, "MIN": 4}
+
+
+@_register
+class GpuIntReduce(Tactic):
+    """Integer SUM / PROD / MAX / MIN (int32, int64; wrapping) over one block of adjacent axes; empty reductions
+    give the CPU's identities (0, 1, the type's lowest / highest value)."""
+
+    kind, name = "Reduce", "nvrtc-int"
+
+    def supports(self, op, input_shapes):
+        if op.params.get("op") not in _RED:
+            return f"reduce {op.params.get('op')} has no integer kernel"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = on_device(inputs[0])
+        c = code(x)
+        if c not in ("i64", "i32"):
+            raise TypeError(f"reduce of {x.dtype} is not an integer kernel")
+        axes = op.params.get("axes")
+        if len(inputs) > 1 and inputs[1] is not None:
+            axes = np.asarray(to_host(inputs[1])).reshape(-1).tolist()
+        if axes is None or len(axes) == 0:
+            if op.params.get("noop_with_empty_axes"):
+                raise TypeError("a no-op reduce runs on the host")
+            axes = list(range(x.ndim))
+        if x.ndim == 0:
+            raise TypeError("a 0-d reduce runs on the host")
+        axes = sorted({int(a) % x.ndim for a in axes})
+        if axes != list(range(axes[0], axes[-1] + 1)):
+            raise TypeError("reduce over non-adjacent axes runs on the host")
+        outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
+        n = int(np.prod(x.shape[axes[0]:axes[-1] + 1], dtype=np.int64))
+        inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
+        keep = bool(op.params.get("keep_dims", True))
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+            tuple(d for i, d in enumerate(x.shape) if i not in axes)
+        red = _RED[op.params["op"]]
+        info = np.iinfo(x.dtype)
+        ident = x.dtype.type({1: 0, 2: 1, 3: info.min, 4: info.max}[red])
+        out = out_array(outputs, 0, shape, x.dtype)
+        if out.size:
+            launch(kernel(SRC, f"ireduce_{c}"), grid_for(out.size), _BLOCK,
+                   [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(outer), np.int64(n), np.int64(inner),
+                    np.int32(red), ident])
+        return [out]
+
+
+@_register
+class GpuOneHot(Tactic):
+    """OneHot: values[1] where the index (negative + depth) equals the position along the new axis, else values[0].
+    depth is downloaded (one sync: it sizes the output)."""
+
+    kind, name = "OneHot", "nvrtc-index"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        idx, values = on_device(inputs[0]), on_device(inputs[2])
+        ic = {"int64": "i64", "int32": "i32", "float32": "f32"}.get(getattr(idx, "dtype", np.dtype("O")).name)
+        if ic is None or not isinstance(values, GpuArray) or values.size != 2 \
+                or values.dtype.itemsize not in (1, 2, 4, 8):
+            raise TypeError("OneHot of these index / value types runs on the host")
+        depth = int(np.asarray(to_host(inputs[1])).reshape(-1)[0])
+        if depth < 0:
+            raise TypeError("a negative depth: the host tactic reports it")
+        axis = int(op.params.get("axis", -1))
+        axis = axis + idx.ndim + 1 if axis < 0 else axis
+        if not 0 <= axis <= idx.ndim:
+            raise TypeError("axis out of range: the host tactic reports it")
+        shape = list(idx.shape[:axis]) + [depth] + list(idx.shape[axis:])
+        from native.limits import check_size
+        check_size(op, shape, values.dtype.itemsize)
+        outer = int(np.prod(idx.shape[:axis], dtype=np.int64))
+        inner = int(np.prod(idx.shape[axis:], dtype=np.int64))
+        out = out_array(outputs, 0, shape, values.dtype)
+        if out.size:
+            launch(kernel(SRC, f"onehot_{ic}_{values.dtype.itemsize}"), grid_for(out.size), _BLOCK,
+                   [np.uint64(out.ptr), np.uint64(idx.ptr), np.uint64(values.ptr), np.int64(outer), np.int64(depth),
+                    np.int64(inner)])
+        return [out]
+
+
+_SCATTER_WORK = 1 << 34   # update pairs compared before the host's sequential scatter is the better choice
+
+
+@_register
+class GpuScatter(Tactic):
+    """ScatterND and ScatterElements with reductions none / add / mul / max / min, in the CPU's sequential order:
+    the first update of each destination applies all of that destination's updates in index order (so duplicate
+    indices give the CPU's answer bit for bit: the last write wins, float sums round in the same order)."""
+
+    kind, name = "Scatter", "nvrtc-ordered"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        data, idx, upd = (on_device(x) for x in inputs[:3])
+        if not all(isinstance(v, GpuArray) for v in (data, idx, upd)) or idx.dtype not in (np.int64, np.int32) \
+                or upd.dtype != data.dtype:
+            raise TypeError("Scatter of these types runs on the host")
+        ic = "i64" if idx.dtype == np.int64 else "i32"
+        red = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}.get(op.params.get("reduction", "none") or "none")
+        c = _CODE.get(data.dtype.name)
+        if red is None or (red and c not in ("f32", "f16", "i64", "i32")):
+            raise TypeError(f"scatter reduction {op.params.get('reduction')} on {data.dtype} runs on the host")
+        out = out_array(outputs, 0, data.shape, data.dtype)
+        context().copy(out.ptr, data.ptr, data.nbytes)
+        if op.params.get("mode", "ND") == "ELEMENT":
+            axis = _axis(op.params.get("axis", 0), data.ndim)
+            if idx.ndim != data.ndim or tuple(upd.shape) != tuple(idx.shape) or data.ndim > 8 \
+                    or not 0 <= axis < data.ndim:
+                raise TypeError("ScatterElements with broadcast updates runs on the host")
+            nupd, inner = idx.size, 1
+            s = np.zeros(20, dtype=np.int64)
+            s[0], s[1], s[2], s[3] = idx.ndim, idx.size, axis, data.shape[axis]
+            s[4:4 + idx.ndim] = idx.shape
+            s[12:12 + idx.ndim] = _strides(data.shape)
+            dest_fn = f"scatter_dest_el_{ic}"
+        else:
+            m = idx.shape[-1] if idx.ndim else 0
+            if idx.ndim == 0 or m == 0 or m > 8 or m > data.ndim \
+                    or tuple(upd.shape) != tuple(idx.shape[:-1]) + tuple(data.shape[m:]):
+                raise TypeError("ScatterND with broadcast updates runs on the host")
+            nupd = idx.size // m
+            inner = int(np.prod(data.shape[m:], dtype=np.int64))
+            s = np.zeros(10, dtype=np.int64)
+            s[0], s[1] = nupd, m
+            s[2:2 + m] = data.shape[:m]
+            dest_fn = f"scatter_dest_nd_{ic}"
+        if nupd * nupd * max(inner, 1) > _SCATTER_WORK:
+            raise TypeError(f"Scatter of {nupd} updates: the host's sequential pass is faster")
+        if nupd == 0 or inner == 0:
+            return [out]
+        dest = GpuArray((nupd,), np.int64)
+        head = GpuArray((nupd,), np.uint8)
+        launch(kernel(SRC, dest_fn), grid_for(nupd), _BLOCK, [np.uint64(dest.ptr), np.uint64(idx.ptr), s])
+        launch(kernel(SRC, "scatter_heads"), grid_for(nupd), _BLOCK,
+               [np.uint64(head.ptr), np.uint64(dest.ptr), np.int64(nupd)])
+        if c in ("f32", "f16", "i64", "i32"):
+            fn, args = f"scatter_apply_{c}", [np.int32(red)]
+        elif data.dtype.itemsize in (1, 2):
+            fn, args = f"scatter_copy_{data.dtype.itemsize}", []
+        else:
+            raise TypeError(f"Scatter of {data.dtype} runs on the host")
+        launch(kernel(SRC, fn), grid_for(nupd * inner), _BLOCK,
+               [np.uint64(out.ptr), np.uint64(upd.ptr), np.uint64(dest.ptr), np.uint64(head.ptr), np.int64(nupd),
+                np.int64(inner)] + args)
+        return [out]
+
+
+@_register
+class GpuSelect1(Tactic):
+    """Select on 1-byte values (bool, int8, uint8, fp8); the wider types run on tensor.py's select kernels."""
+
+    kind, name = "Select", "nvrtc-select1"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        from native.cuda.tactics.pointwise import bcast_strides
+        cnd, a, b = (on_device(x) for x in inputs[:3])
+        if not all(isinstance(v, GpuArray) for v in (cnd, a, b)) or cnd.dtype != np.bool_ or a.dtype != b.dtype \
+                or a.dtype.itemsize != 1:
+            raise TypeError("Select of these types runs on another kernel or the host")
+        shape = np.broadcast_shapes(cnd.shape, a.shape, b.shape)
+        if len(shape) > 8:
+            raise TypeError("rank above 8")
+        out = out_array(outputs, 0, shape, a.dtype)
+        s = np.zeros(34, dtype=np.int64)
+        s[0], s[1] = len(shape), out.size
+        s[2:2 + len(shape)] = shape
+        for base, v in ((10, cnd), (18, a), (26, b)):
+            s[base:base + len(shape)] = bcast_strides(shape, v.shape)
+        if out.size:
+            launch(kernel(SRC, "select_1"), grid_for(out.size), _BLOCK,
+                   [np.uint64(out.ptr), np.uint64(cnd.ptr), np.uint64(a.ptr), np.uint64(b.ptr), s])
+        return [out]

@@ -294,3 +294,143 @@ def test_detection_model_runs_without_host_layers_and_matches_onnxruntime(tmp_pa
     assert {"TopK", "NonZero", "Gather"} <= kinds, kinds
     for k in names:
         np.testing.assert_array_equal(np.asarray(got[k]), ref[k], err_msg=k)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.int32])
+@pytest.mark.parametrize("op,last", [("MAX", False), ("MIN", False), ("MAX", True), ("MIN", True)])
+def test_argreduce_matches_cpu_with_ties_and_nans(dtype, op, last):
+    x = RNG.integers(-3, 4, size=(4, 37, 3)).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        x[1, 5, :] = np.nan
+        x[1, 20, 0] = np.nan
+        x[2, 0, 1] = np.nan
+    for axis, keep in [(1, True), (-1, False), (0, True), (-3, False)]:
+        o = _op("ArgReduce", op=op, axis=axis, keep_dims=keep, select_last_index=last)
+        _same(*_both("ArgReduce", "nvrtc-scan", o, [x]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.int32])
+@pytest.mark.parametrize("op", ["SUM", "PROD"])
+def test_cumulative_matches_cpu_bit_for_bit(dtype, op):
+    if np.issubdtype(dtype, np.floating):
+        x = (RNG.standard_normal((3, 300, 2)) * (1 if op == "PROD" else 100)).astype(dtype)
+        x[0, 0, 0] = -0.0
+        x[2, 7, 1] = np.nan
+    else:
+        x = _ints(dtype, (3, 300, 2))
+    for axis in (1, -1, 0):
+        for exclusive in (False, True):
+            for reverse in (False, True):
+                o = _op("Cumulative", op=op, axis=axis, exclusive=exclusive, reverse=reverse)
+                _same(*_both("Cumulative", "nvrtc-scan", o, [x]))
+    o = _op("Cumulative", op=op, exclusive=False, reverse=False)
+    _same(*_both("Cumulative", "nvrtc-scan", o, [x, np.array(-2, np.int64)]))     # axis as a tensor
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("op", ["SUM", "PROD", "MAX", "MIN"])
+def test_integer_reduce_matches_cpu(dtype, op):
+    x = _ints(dtype, (3, 4, 5))
+    for axes, keep in [([1], True), ([0, 1], False), (None, True), ([-1], False)]:
+        o = _op("Reduce", op=op, axes=axes, keep_dims=keep)
+        _same(*_both("Reduce", "nvrtc-int", o, [x]))
+    o = _op("Reduce", op=op, axes=[1], keep_dims=True)
+    _same(*_both("Reduce", "nvrtc-int", o, [x[:, :0]]))      # empty: the identity
+
+
+@pytest.mark.parametrize("itype", [np.int64, np.int32, np.float32])
+@pytest.mark.parametrize("vtype", [np.float32, np.int64, np.bool_, np.float16])
+def test_onehot_matches_cpu(itype, vtype):
+    idx = np.array([[0, 3, -1, 7], [9, -10, 2, 5]]).astype(itype)     # out-of-range ones are all "off"
+    values = np.array([0, 1] if vtype == np.bool_ else [-2.5, 4], dtype=vtype)
+    for axis in (-1, 0, 1):
+        o = _op("OneHot", axis=axis)
+        _same(*_both("OneHot", "nvrtc-index", o, [idx, np.array([8], np.int64), values]))
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64])
+def test_scatter_nd_matches_cpu_with_duplicates(reduction, dtype):
+    data = (RNG.standard_normal((6, 5, 3)) * 10).astype(dtype)
+    idx = np.array([[1, 2], [0, 0], [1, 2], [-1, 4], [5, -5], [1, 2]], np.int64)    # (1, 2) three times
+    upd = (RNG.standard_normal((6, 3)) * 10).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        upd[2, 1] = np.nan
+    o = _op("Scatter", mode="ND", reduction=reduction)
+    _same(*_both("Scatter", "nvrtc-ordered", o, [data, idx, upd]))
+    o = _op("Scatter", mode="ND", reduction=reduction)                 # whole rows: m = 1
+    _same(*_both("Scatter", "nvrtc-ordered", o, [data, np.array([[3], [-6], [3]], np.int32), upd[:3, None]
+                                                 .repeat(5, 1)]))
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_])
+def test_scatter_elements_matches_cpu(reduction, dtype):
+    if dtype == np.bool_ and reduction != "none":
+        return
+    data = (RNG.standard_normal((4, 6)) * 10).astype(dtype)
+    idx = RNG.integers(-6, 6, size=(4, 5))
+    upd = (RNG.standard_normal((4, 5)) * 10).astype(dtype)
+    for axis in (1, -1):
+        o = _op("Scatter", mode="ELEMENT", axis=axis, reduction=reduction)
+        _same(*_both("Scatter", "nvrtc-ordered", o, [data, idx, upd]))
+    o = _op("Scatter", mode="ELEMENT", axis=0, reduction=reduction)
+    _same(*_both("Scatter", "nvrtc-ordered", o, [data, RNG.integers(0, 4, size=(3, 6)), upd[:3, :1].repeat(6, 1)]))
+
+
+def test_select_on_booleans_matches_cpu():
+    c, a, b = RNG.random((3, 1, 5)) > 0.5, RNG.random((4, 5)) > 0.5, RNG.random((1, 5)) > 0.5
+    _same(*_both("Select", "nvrtc-select1", _op("Select"), [c, a, b]))
+
+
+def _e4m3(x):
+    import ml_dtypes
+    return np.asarray(x, np.float32).astype(ml_dtypes.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("out", ["int8", "uint8", "float8_e4m3fn"])
+@pytest.mark.parametrize("xtype", [np.float32, np.float16])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("saturate", [True, False])
+def test_quantize_matches_cpu(out, xtype, per_channel, saturate):
+    import ml_dtypes
+    if out != "float8_e4m3fn" and not saturate:
+        return
+    x = (RNG.standard_normal((2, 4, 7)) * 300).astype(xtype)
+    flat = x.reshape(-1)
+    with np.errstate(over="ignore"):
+        flat[:10] = [0.5, 1.5, 2.5, -0.5, -2.5, 1e9, -1e9, np.inf, -np.inf, 0.0]
+    if out == "float8_e4m3fn":   # the e4m3 rounding boundaries: 448, the tie 464, subnormal steps
+        flat[10:22] = [448, 449, 464, 465, 479, 480, 2 ** -9, 1.5 * 2 ** -9, 2 ** -10, 0.0155, 0.015625, -300]
+    scale = (np.array([0.5, 2.0, 1.0, 3.0], np.float32) if per_channel else np.array(1.5, np.float32))
+    zp_dtype = np.dtype(getattr(ml_dtypes, out)) if out.startswith("float8") else np.dtype(out)
+    zp = np.zeros(scale.shape, zp_dtype) if out.startswith("float8") else \
+        (np.array([3, -7, 0, 100], np.int64) if per_channel else np.array(5, np.int64)).astype(np.int64) \
+        .clip(0 if out == "uint8" else -128, 127).astype(zp_dtype)
+    for ins in ([x, scale, zp], [x, scale]):
+        if len(ins) == 2 and out == "uint8":
+            o = _op("Quantize", axis=1, saturate=saturate)
+        else:
+            o = _op("Quantize", axis=1, saturate=saturate, output_dtype=out)
+        got, ref = _both("Quantize", "nvrtc-quantize", o, ins)
+        assert got[0].dtype == ref[0].dtype
+        np.testing.assert_array_equal(got[0].view(np.uint8), ref[0].view(np.uint8))
+
+
+@pytest.mark.parametrize("xtype", ["int8", "uint8", "float8_e4m3fn"])
+@pytest.mark.parametrize("stype", [np.float32, np.float16])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_dequantize_matches_cpu(xtype, stype, per_channel):
+    import ml_dtypes
+    if xtype.startswith("float8"):
+        x = (np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)).reshape(4, 64)
+        zp = np.zeros(4 if per_channel else (), ml_dtypes.float8_e4m3fn)
+    else:
+        x = np.arange(256, dtype=np.uint8).view(np.dtype(xtype)).reshape(4, 64)
+        zp = (np.array([3, -7, 0, 100]) if per_channel else np.array(-4)).clip(
+            0 if xtype == "uint8" else -128, 127).astype(xtype)
+    scale = (np.array([0.1, 2.5, 1.0, 3e-3]) if per_channel else np.array(0.37)).astype(stype)
+    for ins in ([x, scale, zp], [x, scale]):
+        got, ref = _both("Dequantize", "nvrtc-quantize", _op("Dequantize", axis=0), ins)
+        assert got[0].dtype == ref[0].dtype
+        np.testing.assert_array_equal(got[0].view(np.uint8), ref[0].view(np.uint8))    # NaN bits too
