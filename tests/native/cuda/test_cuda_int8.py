@@ -74,3 +74,31 @@ def test_int8_quantize_kernel_rounds_like_the_cpu():
     for mode, name in ((0, "half_even"), (1, "half_up"), (2, "half_away")):
         got = quantize(GpuArray.from_host(x), 0.1, mode).get()
         np.testing.assert_array_equal(got, numerics.quantize(x, np.float32(0.1), rounding=name).astype(np.int8))
+
+
+def _float_convnet():
+    rng = np.random.default_rng(4)
+    w1 = numpy_helper.from_array((rng.standard_normal((32, 8, 3, 3)) * 0.2).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array((rng.standard_normal((16, 32, 3, 3)) * 0.1).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1], strides=[2, 2])]
+    g = helper.make_graph(nodes, "calib", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 6, 6])], [w1, b1, w2])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_calibrated_int8_engine_on_gpu_matches_cpu_int8_engine_bit_for_bit():
+    from backends.engine import Calibrator
+    from backends.runners import EngineRunner
+    model = _float_convnet()
+    rng = np.random.default_rng(2)
+    batches = [{"x": rng.standard_normal((2, 8, 12, 12)).astype(np.float32)} for _ in range(3)]
+    x = rng.standard_normal((2, 8, 12, 12)).astype(np.float32)
+    with EngineRunner(model, flags=("int8",), device="cuda", calibrator=Calibrator(batches)) as gpu, \
+            EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches)) as cpu:
+        got, want = gpu.infer({"x": x})["y"], cpu.infer({"x": x})["y"]
+        int8 = {n.name: n.tactic_name for n in gpu.engine.graph.nodes if n.precision == "int8"}
+    assert set(int8.values()) == {"im2col-cublaslt-int8"} and len(int8) == 2, int8
+    np.testing.assert_array_equal(got, want)
