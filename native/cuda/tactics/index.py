@@ -53,7 +53,7 @@ def _strides(shape) -> list:
 def _register(cls):
     cls.device = "cuda"
     cls.precisions = PRECISIONS
-    cls.writes_outputs = True
+    cls.writes_outputs = cls.__dict__.get("writes_outputs", True)   # (outputs through out_array)
     return register_tactic(cls)
 
 
@@ -561,7 +561,8 @@ class GpuScatter(Tactic):
         if op.params.get("mode", "ND") == "ELEMENT":
             axis = _axis(op.params.get("axis", 0), data.ndim)
             if idx.ndim != data.ndim or tuple(upd.shape) != tuple(idx.shape) or data.ndim > 8 \
-                    or not 0 <= axis < data.ndim:
+                    or not 0 <= axis < data.ndim \
+                    or any(i > d for a, (i, d) in enumerate(zip(idx.shape, data.shape)) if a != axis):
                 raise TypeError("ScatterElements with broadcast updates runs on the host")
             nupd, inner = idx.size, 1
             s = np.zeros(20, dtype=np.int64)
@@ -626,3 +627,41 @@ class GpuSelect1(Tactic):
             launch(kernel(SRC, "select_1"), grid_for(out.size), _BLOCK,
                    [np.uint64(out.ptr), np.uint64(cnd.ptr), np.uint64(a.ptr), np.uint64(b.ptr), s])
         return [out]
+
+
+_VIEW_PLUGINS = ("Squeeze", "Unsqueeze")
+
+
+@_register
+class GpuShapePlugin(Tactic):
+    """The Squeeze / Unsqueeze plugins (axes known only at run time, as in ssdlite320, ppocr_v4_rec, silero_vad):
+    a reshaped view of the input, no kernel (axes given as a tensor are downloaded: one sync)."""
+
+    kind, name = "Plugin", "device-view"
+    writes_outputs = False
+
+    def supports(self, op, input_shapes):
+        if op.params.get("plugin_type") not in _VIEW_PLUGINS:
+            return f"plugin {op.params.get('plugin_type')} is not a view"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        kind = op.params.get("plugin_type")
+        x = on_device(inputs[0])
+        if kind not in _VIEW_PLUGINS or not isinstance(x, GpuArray):
+            raise TypeError(f"plugin {kind} runs on the host")
+        fields = dict(op.params.get("fields") or {})
+        axes = fields.get("axes")
+        if len(inputs) > 1 and inputs[1] is not None:
+            axes = [int(a) for a in np.asarray(to_host(inputs[1])).reshape(-1)]
+        probe = np.broadcast_to(np.zeros((), np.uint8), x.shape)     # shape arithmetic without memory
+        try:
+            if kind == "Unsqueeze":
+                shape = np.expand_dims(probe, tuple(axes)).shape
+            elif axes is None:
+                shape = [d for d in x.shape if d != 1]
+            else:
+                shape = np.squeeze(probe, axis=tuple(a + x.ndim if a < 0 else a for a in axes)).shape
+        except (ValueError, TypeError, IndexError) as e:
+            raise TypeError(f"{kind} axes {axes} on shape {list(x.shape)}: the host plugin reports it ({e})") from None
+        return [x.reshape(shape)]

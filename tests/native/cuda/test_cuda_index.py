@@ -434,3 +434,17 @@ def test_dequantize_matches_cpu(xtype, stype, per_channel):
         got, ref = _both("Dequantize", "nvrtc-quantize", _op("Dequantize", axis=0), ins)
         assert got[0].dtype == ref[0].dtype
         np.testing.assert_array_equal(got[0].view(np.uint8), ref[0].view(np.uint8))    # NaN bits too
+
+
+@pytest.mark.parametrize("kind,axes,shape,tensor", [("Squeeze", [1], (4, 1, 3), False), ("Squeeze", None, (1, 5, 1), False),
+                                                    ("Squeeze", [-1, 0], (1, 2, 1), True),
+                                                    ("Unsqueeze", [0], (27, 4), False), ("Unsqueeze", [-1], (3, 2), True),
+                                                    ("Unsqueeze", [1, 3], (5, 2), False)])
+def test_squeeze_unsqueeze_plugins_are_views_matching_cpu(kind, axes, shape, tensor):
+    from native.tactics import Op
+    x = RNG.standard_normal(shape).astype(np.float32)
+    fields = {} if tensor else {"axes": axes}
+    op = Op("Plugin", "p", {"plugin_type": kind, "plugin_version": "1", "fields": fields}, {})
+    ins = [x, np.array(axes, np.int64)] if tensor else [x]
+    _same(*_both("Plugin", "device-view", op, ins))
+    assert _gpu("Plugin", "device-view").supports(_nms_op(), None) is not None
