@@ -1,7 +1,7 @@
 // Geometry and data-movement kernels of the CUDA device: padding (constant / reflect / edge / wrap), resize
 // (nearest gathers and separable linear / cubic filters from host-built tap tables), the col2im gather of a
 // transposed convolution, LRN, and the generators behind Fill and Range. Copies work on raw element bits (suffix
-// = bytes per element); float math comes in float32 (plain name) and float16 (name + "_h") storage. Index
+// = bytes per element); float math comes in float32 (plain name), float16 ("_h") and bfloat16 ("_b") storage. Index
 // variants: `_s` uses 32-bit index arithmetic (every index below 2^31), the plain ones 64-bit.
 #include "common.cuh"
 
@@ -17,6 +17,12 @@ struct D16 {
     static __device__ __forceinline__ unsigned short st(double v) {
         unsigned short h; asm("{cvt.rn.f16.f64 %0, %1;}" : "=h"(h) : "d"(v)); return h;
     }
+};
+
+struct DB16 {   // bfloat16 from float64 through float32, as ml_dtypes converts on the CPU
+    typedef unsigned short T;
+    static __device__ __forceinline__ double ld(unsigned short v) { return (double)BF16::ld(v); }
+    static __device__ __forceinline__ unsigned short st(double v) { return BF16::st(__double2float_rn(v)); }
 };
 
 template <int B> struct Bits;
@@ -171,6 +177,8 @@ RESIZE_INTERP(resize_interp, D32, long long)
 RESIZE_INTERP(resize_interp_s, D32, int)
 RESIZE_INTERP(resize_interp_h, D16, long long)
 RESIZE_INTERP(resize_interp_s_h, D16, int)
+RESIZE_INTERP(resize_interp_b, DB16, long long)
+RESIZE_INTERP(resize_interp_s_b, DB16, int)
 
 // transposed convolution: col2im as a gather ---------------------------------------------------------------------
 // cols [N, M, taps, in...] (float32, from the GEMM) -> y [N, M, out...]: y[o] = sum over taps whose input position
@@ -220,6 +228,8 @@ extern "C" __global__ void col2im(float* y, const float* cols, const float* bias
     col2im_k<F32>(y, cols, bias, p); }
 extern "C" __global__ void col2im_h(unsigned short* y, const float* cols, const unsigned short* bias, Col2ImP p) {
     col2im_k<F16>(y, cols, bias, p); }
+extern "C" __global__ void col2im_b(unsigned short* y, const float* cols, const unsigned short* bias, Col2ImP p) {
+    col2im_k<BF16>(y, cols, bias, p); }
 
 // LRN across channels: y = x / (k + alpha_n * sum of x^2 over the window) ^ beta (alpha_n = alpha / size), in float64
 // as the CPU
@@ -245,6 +255,9 @@ extern "C" __global__ void lrn(float* y, const float* x, long long N, long long 
 extern "C" __global__ void lrn_h(unsigned short* y, const unsigned short* x, long long N, long long C, long long inner,
                                  long long before, long long size, double k, double alpha, double beta) {
     lrn_k<D16>(y, x, N, C, inner, before, size, k, alpha, beta); }
+extern "C" __global__ void lrn_b(unsigned short* y, const unsigned short* x, long long N, long long C, long long inner,
+                                 long long before, long long size, double k, double alpha, double beta) {
+    lrn_k<DB16>(y, x, N, C, inner, before, size, k, alpha, beta); }
 
 // generators: Fill (constant, eye, linspace) and Range --------------------------------------------------------------
 #define FILL(B) \
@@ -273,4 +286,5 @@ extern "C" __global__ void range_f64(double* out, double start, double delta, lo
 extern "C" __global__ void range_i32(int* out, int start, int delta, long long n) {
     GRID_LOOP(n) { out[i] = (int)((unsigned int)start + (unsigned int)i * (unsigned int)delta); } }
 extern "C" __global__ void range_i64(long long* out, long long start, long long delta, long long n) {
-    GRID_LOOP(n) { out[i] = (long long)((unsigned long long)start + (unsigned long long)i * (unsigned long long)delta); } }
+    typedef unsigned long long U;
+    GRID_LOOP(n) { out[i] = (long long)((U)start + (U)i * (U)delta); } }

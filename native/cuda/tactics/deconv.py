@@ -2,7 +2,7 @@
 columns kept in float32), then an NVRTC col2im gather (kernels/geometry.cu) that sums each output's kernel taps
 in the CPU's tap order and adds the bias, then the fused epilogue (conv.epilogue). 1-D to 3-D, groups, strides,
 dilations, pads, output_padding / output_shape / auto_pad (the CPU's deconv_geometry); FP32 (TF32 when the
-layer's math says so) and FP16 storage."""
+layer's math says so), FP16 and BF16 storage."""
 from __future__ import annotations
 
 import numpy as np

@@ -53,14 +53,16 @@ def host_value(x, what: str):
     return x.get()
 
 
-FLOAT = ("float32", "float16")   # the storage types the geometry kernels compute in (BF16 layers: the host)
+FLOAT = ("float32", "float16", "bfloat16")   # the storage types the geometry kernels compute in
+_FSUFFIX = {"float32": "", "float16": "_h", "bfloat16": "_b"}
 
 
 def fsuffix(dtype) -> str:
-    """Kernel-name suffix of float32 / float16 storage; TypeError for others (the host tactic runs them)."""
-    if np.dtype(dtype).name not in FLOAT:
-        raise TypeError(f"geometry kernels compute in float32 or float16 storage, got {np.dtype(dtype).name}")
-    return "" if np.dtype(dtype).name == "float32" else "_h"
+    """Kernel-name suffix of float32 / float16 / bfloat16 storage; TypeError for others (the host runs them)."""
+    name = np.dtype(dtype).name
+    if name not in _FSUFFIX:
+        raise TypeError(f"geometry kernels compute in float32, float16 or bfloat16 storage, got {name}")
+    return _FSUFFIX[name]
 
 
 def _ints(v) -> list:

@@ -4,8 +4,8 @@ antialiasing, exclude_outside, tf_crop_and_resize's extrapolation, keep_aspect_r
 The per-axis source indices and filter weights come from the CPU kernel's own functions (native/cpu/kernels/
 resize.py), built once per (params, shape, scales/sizes/roi) and kept on the device; one kernel launch then
 gathers (nearest: the input's bits, any element type) or sums the taps axis by axis in float64 without FMA
-(linear / cubic: FP32 and FP16 storage), which is the CPU's float64 arithmetic rounded once. GridSample (mode
-GRID_SAMPLE) runs on the host."""
+(linear / cubic: FP32, FP16 and BF16 storage), which is the CPU's float64 arithmetic rounded once. GridSample
+(mode GRID_SAMPLE) runs on the host."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -68,7 +68,7 @@ class GpuResize(Tactic):
         if mode not in ("NEAREST", "LINEAR", "CUBIC"):
             return f"resize mode {mode} runs on the host"
         if mode != "NEAREST" and op.precision not in FLOAT:
-            return f"{mode.lower()} resize computes in float32 or float16 storage, not {op.precision}"
+            return f"{mode.lower()} resize computes in float32, float16 or bfloat16 storage, not {op.precision}"
         if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) > 8:
             return "rank above 8 runs on the host"
         return None
@@ -99,7 +99,7 @@ class GpuResize(Tactic):
             raise TypeError(f"resizing {len(levels)} axes at once runs on the host")
         nearest = mode == "NEAREST" or not levels
         if not nearest:
-            fsuffix(x.dtype)   # interpolation stores float32 or float16 (TypeError for others: the host runs them)
+            fsuffix(x.dtype)   # interpolation stores a float type (TypeError for others: the host runs them)
         out = out_array(outputs, 0, out_shape, x.dtype)
         if not out.size:
             return [out]

@@ -3,6 +3,7 @@ Scale, LRN, Einsum, Fill, Range) against the CPU tactics on the same op and inpu
 these kinds built for the GPU with no host layers, against ONNX Runtime. Skipped without a GPU (`cuda` marker)."""
 import itertools
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
@@ -11,6 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 pytestmark = pytest.mark.cuda
 
 RNG = np.random.default_rng(17)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+BF16_TOL = {"rtol": 8e-3, "atol": 1e-6}   # one bfloat16 rounding (ml_dtypes may round float64 in one step)
+
+
+def _precision(dtype):
+    return {np.dtype(np.float16): "float16", BF16: "bfloat16"}.get(np.dtype(dtype), "float32")
 
 
 def _op(kind, precision="float32", weights=None, **params):
@@ -104,11 +111,11 @@ _ROUND = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
 
 
 def _resize(x, mode, scales=None, sizes=None, roi=None, **params):
-    op = _op("Resize", precision="float16" if x.dtype == np.float16 else "float32", mode=mode, **params)
+    op = _op("Resize", precision=_precision(x.dtype), mode=mode, **params)
     ins = [x, None if roi is None else np.array(roi, np.float32),
            None if scales is None else np.array(scales, np.float32),
            None if sizes is None else np.array(sizes, np.int64)]
-    return _same("Resize", op, ins)
+    return _same("Resize", op, ins, **(BF16_TOL if x.dtype == BF16 and mode != "NEAREST" else {}))
 
 
 @pytest.mark.parametrize("ctm,rounding", list(itertools.product(_CTM, _ROUND)))
@@ -124,9 +131,10 @@ def test_resize_nearest_matches_cpu(ctm, rounding, scales):
 @pytest.mark.parametrize("scales,antialias,exclude", [((1, 1, 2, 2), False, False), ((1, 1, 0.5, 0.75), False, False),
                                                       ((1, 1, 0.4, 0.6), True, False), ((1, 1, 1.5, 2.5), False, True),
                                                       ((1, 1, 0.5, 0.5), True, True), ((1, 1, 1, 3), False, False)])
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16])
 def test_resize_interpolating_matches_cpu_exactly(mode, ctm, scales, antialias, exclude, dtype):
-    """Same taps and weights as the CPU kernel, sums in float64 axis by axis: bit-identical results."""
+    """Same taps and weights as the CPU kernel, sums in float64 axis by axis: bit-identical results (BF16: within
+    its one rounding)."""
     _resize(_data((2, 3, 6, 5), dtype), mode, scales=scales, coordinate_transformation=ctm, antialias=antialias,
             exclude_outside=exclude, cubic_coeff=-0.5 if exclude else -0.75)
 
@@ -186,13 +194,15 @@ def test_deconvolution_fp16_epilogue_and_bias_input():
     got = _gpu("Deconvolution").run(op, [_up(x), None, _up(b)])[0].get()
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     assert (ref == 0).any() and (ref > 0).any()
-    op16 = _op("Deconvolution", "float16", weights={"kernel": w, "bias": b}, strides=[2, 2], post_ops=post)
-    got16 = _gpu("Deconvolution").run(op16, [_up(x.astype(np.float16))])[0].get()
-    r16 = {k: v.astype(np.float16).astype(np.float32) for k, v in op16.weights.items()}   # the weights FP16 stores
-    ref32 = _cpu("Deconvolution", op).run(_op("Deconvolution", weights=r16, strides=[2, 2], post_ops=post),
-                                          [x.astype(np.float16).astype(np.float32)])[0]
-    assert got16.dtype == np.float16
-    np.testing.assert_allclose(got16.astype(np.float32), ref32, rtol=2e-3, atol=2e-3)
+    for dtype, tol in ((np.float16, 2e-3), (BF16, 1.6e-2)):
+        op16 = _op("Deconvolution", _precision(dtype), weights={"kernel": w, "bias": b}, strides=[2, 2],
+                   post_ops=post)
+        got16 = _gpu("Deconvolution").run(op16, [_up(x.astype(dtype))])[0].get()
+        r16 = {k: v.astype(dtype).astype(np.float32) for k, v in op16.weights.items()}   # the weights it stores
+        ref32 = _cpu("Deconvolution", op).run(_op("Deconvolution", weights=r16, strides=[2, 2], post_ops=post),
+                                              [x.astype(dtype).astype(np.float32)])[0]
+        assert got16.dtype == dtype
+        np.testing.assert_allclose(got16.astype(np.float32), ref32, rtol=tol, atol=tol)
 
 
 def test_deconvolution_kernel_as_tensor_is_left_to_the_host():
@@ -203,22 +213,23 @@ def test_deconvolution_kernel_as_tensor_is_left_to_the_host():
 
 @pytest.mark.parametrize("mode,wshape", [("CHANNEL", (3,)), ("ELEMENTWISE", (3, 4, 5)), ("UNIFORM", (1,)),
                                          ("CHANNEL", (1,))])
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16])
 def test_scale_matches_cpu(mode, wshape, dtype):
-    x = np.abs(_data((2, 3, 4, 5), dtype)) + dtype(0.5)
+    x = (np.abs(_data((2, 3, 4, 5), np.float32)) + 0.5).astype(dtype)
     weights = {"scale": RNG.uniform(0.5, 2, wshape).astype(np.float32),
                "shift": RNG.uniform(0, 1, wshape).astype(np.float32)}
-    op = _op("Scale", "float16" if dtype == np.float16 else "float32", weights=weights, mode=mode)
-    _same("Scale", op, [x])
+    op = _op("Scale", _precision(dtype), weights=weights, mode=mode)
+    _same("Scale", op, [x], **(BF16_TOL if dtype == BF16 else {}))
     weights["power"] = np.full(wshape, 1.5, np.float32)
-    _same("Scale", op, [x], rtol=2e-6 if dtype == np.float32 else 1e-3, atol=0)
+    tol = {np.dtype(np.float32): 2e-6, np.dtype(np.float16): 1e-3}.get(np.dtype(dtype), 8e-3)
+    _same("Scale", op, [x], rtol=tol, atol=0)
 
 
 @pytest.mark.parametrize("size", [1, 2, 5])
-@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-6), (np.float16, 1e-3)])
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-6), (np.float16, 1e-3), (BF16, 8e-3)])
 def test_lrn_matches_cpu(size, dtype, tol):
     x = _data((2, 7, 3, 4), dtype)
-    op = _op("LRN", "float16" if dtype == np.float16 else "float32", window=size, alpha=2e-2, beta=0.75, k=1.5)
+    op = _op("LRN", _precision(dtype), window=size, alpha=2e-2, beta=0.75, k=1.5)
     _same("LRN", op, [x], rtol=tol, atol=0)
 
 
@@ -230,11 +241,11 @@ def test_lrn_matches_cpu(size, dtype, tol):
                                        ("...ij,...jk->...ik", [(2, 3, 4, 5), (2, 3, 5, 2)]),
                                        ("abc,cd->dba", [(2, 3, 4), (4, 5)]), ("ijk->kij", [(2, 3, 4)]),
                                        ("ij,ij->i", [(3, 4), (3, 4)]), ("ij,jk->ik", [(3, 0), (0, 5)])])
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16])
 def test_einsum_matches_cpu(eq, shapes, dtype):
     xs = [RNG.standard_normal(s).astype(dtype) for s in shapes]   # unit scale: FP32 sums differ by ~1e-7 only
-    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 2e-3, "atol": 2e-3}
-    _same("Einsum", _op("Einsum", "float16" if dtype == np.float16 else "float32", equation=eq), xs, **tol)
+    tol = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3}.get(np.dtype(dtype), 1.6e-2)
+    _same("Einsum", _op("Einsum", _precision(dtype), equation=eq), xs, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("eq,shapes", [("ii->i", [(3, 3)]), ("ij->i", [(3, 4)]), ("ij,jk,kl->il", [(2, 3), (3, 4),
