@@ -59,6 +59,24 @@ class Measured:
     host: bool         # a host layer on a device with its own memory (ranked below any device kernel)
 
 
+# A precision higher than one the flags enable wins only when clearly faster: by this fraction AND by this many ms.
+# Small layers time alike in FP16 and FP32 (launch-bound), and a Reformat at the boundary then tips them to FP32; an
+# `--fp16` engine whose small layers silently run FP32 hides exactly the FP16 problems users build it to find.
+HIGHER_PRECISION_MARGIN = 0.10
+HIGHER_PRECISION_MIN_MS = 0.02
+
+
+def pick_precision(costs: dict):
+    """The precision to run in ({precision: (host, ms)}, reduced ones first, float32 last): the first whose cost is
+    within HIGHER_PRECISION_MARGIN or HIGHER_PRECISION_MIN_MS of the fastest (a host layer only when all are)."""
+    live = {k: v for k, v in costs.items() if v is not None}
+    if not live:
+        return None
+    host, best = min(live.values())
+    return next(k for k, (h, ms) in live.items() if h == host and
+                (ms <= best * (1 + HIGHER_PRECISION_MARGIN) or ms - best < HIGHER_PRECISION_MIN_MS))
+
+
 def pick(options: dict):
     """The key of the fastest option ({key: (host, ms)}, in preference order), near-ties to the earlier one."""
     live = {k: v for k, v in options.items() if v is not None}
@@ -80,6 +98,8 @@ class Probe:
         self.env = GraphExecutor(graph, ctx.device, keep_all=True).run(opt_feeds(graph, ctx))
         self.said = set()
         self.timed = 0     # variants measured (not answered by the cache)
+        self.untimed = []  # layers that could not be timed, and why (the passes warn)
+        self.why = ""      # why the last variant did not run
 
     def best(self, node, inputs) -> Measured | None:
         """The best tactic for `node` as it stands (precision, kind, params) on `inputs`; None when no tactic can
@@ -90,14 +110,17 @@ class Probe:
         shapes = [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs]
         try:
             cands = candidates(node, shapes, self.config, self.device, log=_Quiet(), said=self.said)
-        except BuildError:
+        except BuildError as e:
+            self.why = str(e)[:300]
             return None
         except Exception as e:    # a tactic's supports() failing on these inputs: not a candidate, said why
-            self.logger.verbose(f"timing {node.kind} '{node.name}' in {want}: {type(e).__name__}: {e}; skipped")
+            self.why = f"{type(e).__name__}: {str(e)[:300]}"
+            self.logger.verbose(f"timing {node.kind} '{node.name}' in {want}: {self.why}; skipped")
             node.precision = want
             return None
         if node.precision != want:
             node.precision = want
+            self.why = f"no tactic computes in {want}"
             return None
         cands = self._selected(node, inputs, cands)
         before = self.cache.misses
@@ -105,6 +128,7 @@ class Probe:
         self.timed += self.cache.misses - before if not self.config.get_flag("disable_timing_cache") else 1
         t = fastest(cands, timings, self.device)
         if t is None:
+            self.why = f"none of {[c.name for c in cands]} ran on inputs {shapes} (-v: each one's error)"
             return None
         return Measured(float(timings[t.id]), t.name, bool(getattr(t, "host_layer", False)) and
                         not self.dev.host_memory)

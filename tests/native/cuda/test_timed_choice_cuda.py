@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from backends.engine.builder.config import TimingCache
-from backends.engine.builder.timed_choice import pick
+from backends.engine.builder.timed_choice import pick, pick_precision
 
 pytestmark = pytest.mark.cuda
 
@@ -48,49 +48,66 @@ def _cos(a, b):
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def _engine_layers(model, tmp_path, x, cache=None):
-    from backends.engine.builder import BuilderConfig
+def _engine_layers(model, tmp_path, x, cache=None, reference=True):
+    """The GPU engine's inspector layers, its output and the CPU FP32 engine's; `log`: what the build said about
+    timing layout and precision (verbose), for the assertion messages."""
+    from backends.engine.builder import BuilderConfig, BuilderFlag
     from backends.runners import EngineRunner
+    from native.logger import G_LOGGER
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     config = BuilderConfig()
+    config.set_flag(BuilderFlag.FP16)          # (a runner given a config takes its flags from it)
     config.timing_cache = cache
-    with EngineRunner(str(path), device="cuda", flags=("fp16",), config=config) as gpu, \
-            EngineRunner(str(path)) as cpu:
-        name = model.graph.output[0].name
-        y, ref = gpu.infer({"x": x})[name], cpu.infer({"x": x})[name]
-        layers = gpu.engine.create_engine_inspector().layers()
-    return layers, y, ref
+    name = model.graph.output[0].name
+    log, real = [], G_LOGGER.log
+
+    def keep(severity, message):
+        if any(w in str(message) for w in ("timed", "timing", "layout:", "precision:")):
+            log.append(str(message)[:400])
+        return real(severity, message) if severity >= G_LOGGER.min_severity else None
+    G_LOGGER.log = keep
+    try:
+        with EngineRunner(str(path), device="cuda", config=config) as gpu:
+            y = gpu.infer({"x": x})[name]
+            layers = gpu.engine.create_engine_inspector().layers()
+    finally:
+        del G_LOGGER.log
+    ref = None
+    if reference:
+        with EngineRunner(str(path)) as cpu:
+            ref = cpu.infer({"x": x})[name]
+    return layers, y, ref, log
 
 
-def _check_timed_precision(layer):
+def _check_timed_precision(layer, log):
     ms = layer["PrecisionTimings_ms"]
-    assert ms and "float32" in ms and "float16" in ms, layer
+    assert ms and "float32" in ms and "float16" in ms, (layer["Name"], layer["Precision"], log)
     ordered = {p: (False, ms[p]) for p in ("float16", "bfloat16", "float32") if p in ms}
-    assert layer["Precision"] == pick(ordered), layer
+    assert layer["Precision"] == pick_precision(ordered), (layer["Name"], ms, log)
 
 
 def test_convnet_precision_and_layout_come_from_timing(tmp_path):
     x = np.random.default_rng(23).standard_normal((8, 32, 56, 56)).astype(np.float32)
-    layers, y, ref = _engine_layers(_convnet(), tmp_path, x)
+    layers, y, ref, log = _engine_layers(_convnet(), tmp_path, x)
     convs = [l for l in layers if l["LayerType"] in ("Convolution", "ConvolutionNHWC")]
     assert len(convs) == 3, [l["LayerType"] for l in layers]
     for c in convs:
-        _check_timed_precision(c)
+        _check_timed_precision(c, log)
         lay = c["LayoutTimings_ms"]
-        assert lay and lay["nhwc"] > 0 and lay["nchw"] > 0, c
+        assert lay and lay["nhwc"] > 0 and lay["nchw"] > 0, (c["Name"], lay, log)
         want = pick({"nhwc": (False, lay["nhwc"]), "nchw": (False, lay["nchw"])})
-        assert (c["LayerType"] == "ConvolutionNHWC") == (want == "nhwc"), c
+        assert (c["LayerType"] == "ConvolutionNHWC") == (want == "nhwc"), (c["Name"], lay, log)
     assert _cos(y, ref) > 0.999
 
 
 def test_mlp_precision_comes_from_timing(tmp_path):
     x = np.random.default_rng(24).standard_normal((512, 256)).astype(np.float32)
-    layers, y, ref = _engine_layers(_mlp(), tmp_path, x)
+    layers, y, ref, log = _engine_layers(_mlp(), tmp_path, x)
     mms = [l for l in layers if l["LayerType"] == "MatrixMultiply"]
     assert len(mms) == 2, [l["LayerType"] for l in layers]
     for m in mms:
-        _check_timed_precision(m)
+        _check_timed_precision(m, log)
     assert _cos(y, ref) > 0.999
 
 
@@ -98,11 +115,11 @@ def test_rebuild_with_the_timing_cache_times_nothing_and_chooses_the_same(tmp_pa
     from backends.engine.builder import tactic_selection
     x = np.random.default_rng(25).standard_normal((8, 32, 56, 56)).astype(np.float32)
     cache = TimingCache()
-    first, _, _ = _engine_layers(_convnet(), tmp_path, x, cache)
+    first, _, _, _ = _engine_layers(_convnet(), tmp_path, x, cache, reference=False)
 
     def no_timing(*a, **k):
         raise AssertionError("timed a tactic although the timing cache holds every measurement")
     monkeypatch.setattr(tactic_selection, "time_candidates", no_timing)
-    again, _, _ = _engine_layers(_convnet(), tmp_path, x, cache)
+    again, _, _, log = _engine_layers(_convnet(), tmp_path, x, cache, reference=False)
     key = lambda ls: [(l["Name"], l["LayerType"], l["Precision"], l["TacticName"]) for l in ls]   # noqa: E731
-    assert key(again) == key(first)
+    assert key(again) == key(first), log

@@ -172,6 +172,7 @@ def _timed_regions(graph, config, logger, ctx):
         try:
             nchw = Probe(graph, ctx)
             nchw_ms = {n.name: _layer_ms(nchw, n, config) for n in graph.nodes if n.name in heavy}
+            why = nchw.why
             del nchw
             nhwc = Probe(trial, ctx)
             nhwc_ms = {n.name: _layer_ms(nhwc, n, config) for n in trial.nodes if n.name in heavy}
@@ -194,6 +195,12 @@ def _timed_regions(graph, config, logger, ctx):
             skip |= names
         else:
             kept += 1
+    if untimed:
+        lost = sorted(k for names, _ in untimed for k in names if k not in nhwc_ms or nhwc_ms[k][0] == float("inf")
+                      or k not in nchw_ms or nchw_ms[k][0] == float("inf"))
+        if lost:
+            logger.warning(f"layout: {len(lost)} layer(s) could not be timed in one of the layouts (first: "
+                           f"'{lost[0]}': {nhwc.why or why or 'see -v'}); their regions take the other")
     logger.info(f"layout: {kept} of {len(regions)} convolution regions in NHWC "
                 f"({len(untimed)} decided by timing, {len(regions) - len(untimed)} by the replay file)")
     return skip, chosen

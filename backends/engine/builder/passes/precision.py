@@ -27,7 +27,7 @@ TF32 is not a storage type: with the TF32 flag, FP32 conv/matmul layers round th
 from __future__ import annotations
 
 from backends.engine.builder.config import BuilderFlag
-from backends.engine.builder.timed_choice import pick, variant
+from backends.engine.builder.timed_choice import pick_precision, variant
 from backends.engine.engine_graph import Node
 from native.errors import BuildError
 
@@ -193,6 +193,7 @@ def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf
         for i, name in enumerate(node.inputs):
             val = probe.env.get(name) if name is not None else None
             if name is not None and val is None:
+                probe.untimed.append(f"{_describe(node)}: tensor '{name}' is missing from the run at opt shapes")
                 return None
             if i in data and _is_float32(dtypes.get(name)):
                 have = storage.get(name)      # None: a constant, stored as its readers need
@@ -211,8 +212,9 @@ def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf
         costs[p] = (m.host, m.ms + reformat)
         said[p] = f"{p} {m.ms:.3f} ms ({m.tactic}{', host layer' if m.host else ''})" + \
             (f" + {reformat:.3f} ms reformats" if reformat else "")
-    choice = pick(costs)
+    choice = pick_precision(costs)
     if choice is None:
+        probe.untimed.append(f"{_describe(node)}: no tactic ran it in {'/'.join(options)} ({probe.why or 'see -v'})")
         return None
     node.meta["precision_ms"] = {p: round(c[1], 4) for p, c in costs.items()}
     logger.verbose(f"{_describe(node)}: timed {'; '.join(said.values())} -> {choice}")
@@ -301,6 +303,9 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
     if probe is not None:
         logger.info(f"precision: chosen by timing for {timed_layers} layers ({probe.timed} variants timed, the "
                     f"rest from the timing cache)" + (f", {replayed} from the replay file" if replayed else ""))
+        if probe.untimed:
+            logger.warning(f"precision: {len(probe.untimed)} layer(s) could not be timed and follow the device's "
+                           f"rule instead (lowest enabled precision implemented); first: {probe.untimed[0]}")
     # 2. storage of every float32-typed tensor: what its producer writes
     storage = {t.name: (t.dtype or "float32") for t in graph.inputs}
     subgraph_reads = set()
