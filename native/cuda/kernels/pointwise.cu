@@ -91,7 +91,9 @@ struct op_##NAME { __device__ static __forceinline__ float f(float x, float alph
 UNARY_T(NAME, , F32) UNARY_T(NAME, _h, F16) UNARY_T(NAME, _b, BF16)
 
 UNARY(act_relu, (x > 0.f || x != x) ? x : 0.f)
-UNARY(act_sigmoid, 0.5f * tanhf(0.5f * x) + 0.5f)
+// e/(1+e) below 0, 1/(1+e) from 0 up (e = expf(-|x|)): small values keep their relative precision, unlike
+// 0.5f*tanhf(0.5f*x)+0.5f (absolute error ~3e-8); the CPU kernel computes the same (docs/PRECISION.md)
+UNARY(act_sigmoid, x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x)))
 UNARY(act_tanh, tanhf(x))
 UNARY(act_leaky_relu, x < 0.f ? x * alpha : x)
 UNARY(act_elu, x < 0.f ? alpha * expm1f(x) : x)

@@ -181,7 +181,7 @@ _EXPR_BINARY = {"SUM": "({a} + {b})", "SUB": "({a} - {b})", "PROD": "({a} * {b})
                 "MAX": "(({a} > {b} || {a} != {a}) ? {a} : {b})", "MIN": "(({a} < {b} || {a} != {a}) ? {a} : {b})",
                 "POW": "powf({a}, {b})"}
 _EXPR_UNARY = {
-    "RELU": "(({x} > 0.f || {x} != {x}) ? {x} : 0.f)", "SIGMOID": "(0.5f * tanhf(0.5f * {x}) + 0.5f)",
+    "RELU": "(({x} > 0.f || {x} != {x}) ? {x} : 0.f)", "SIGMOID": "({x} >= 0.f ? 1.f / (1.f + expf(-{x})) : expf({x}) / (1.f + expf({x})))",
     "TANH": "tanhf({x})", "LEAKY_RELU": "({x} < 0.f ? {x} * {alpha} : {x})",
     "ELU": "({x} < 0.f ? {alpha} * expm1f({x}) : {x})",
     "CLIP": "({x} != {x} ? {x} : fminf(fmaxf({x}, {alpha}), {beta}))",
