@@ -159,7 +159,7 @@ class GpuIndexGather(Tactic):
         sfx = f"{x.dtype.itemsize}" + ("_i32" if idx.dtype == np.int32 else "")
         mode = op.params.get("mode", "DEFAULT")
         if mode == "ND":
-            return [self._nd(op, x, idx, sfx, outputs)]
+            return self._nd(op, x, idx, sfx, outputs)
         axis = _axis(op.params.get("axis", 0), x.ndim)
         if not 0 <= axis < x.ndim:
             raise TypeError("axis out of range: the host tactic reports it")

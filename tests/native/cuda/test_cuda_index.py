@@ -29,7 +29,7 @@ def _cpu(kind):
 
 def _up(x):
     from native.cuda.array import GpuArray
-    return None if x is None else GpuArray.from_host(np.ascontiguousarray(x))
+    return None if x is None else GpuArray.from_host(np.asarray(x))    # (0-d stays 0-d)
 
 
 def _both(kind, name, op, inputs):
