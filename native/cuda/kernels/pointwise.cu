@@ -99,7 +99,7 @@ UNARY(act_leaky_relu, x < 0.f ? x * alpha : x)
 UNARY(act_elu, x < 0.f ? alpha * expm1f(x) : x)
 UNARY(act_clip, x != x ? x : fminf(fmaxf(x, alpha), beta))
 UNARY(act_hard_sigmoid, fminf(fmaxf(alpha * x + beta, 0.f), 1.f))
-UNARY(act_gelu_erf, 0.5f * x * (1.f + erff(x * 0.7071067811865476f)))
+UNARY(act_gelu_erf, 0.5f * x * erfcf(x * -0.7071067811865476f))   // erfc: no cancellation for x << 0
 UNARY(act_gelu_tanh, 0.5f * x * (1.f + tanhf(0.7978845608028654f * x * (1.f + 0.044715f * x * x))))
 UNARY(act_silu, 0.5f * x + 0.5f * x * tanhf(0.5f * x))
 UNARY(act_hard_swish, x * fminf(fmaxf(x * (1.f / 6.f) + 0.5f, 0.f), 1.f))

@@ -186,7 +186,7 @@ _EXPR_UNARY = {
     "ELU": "({x} < 0.f ? {alpha} * expm1f({x}) : {x})",
     "CLIP": "({x} != {x} ? {x} : fminf(fmaxf({x}, {alpha}), {beta}))",
     "HARD_SIGMOID": "fminf(fmaxf({alpha} * {x} + {beta}, 0.f), 1.f)",
-    "GELU_ERF": "(0.5f * {x} * (1.f + erff({x} * 0.7071067811865476f)))",
+    "GELU_ERF": "(0.5f * {x} * erfcf({x} * -0.7071067811865476f))",
     "GELU_TANH": "(0.5f * {x} * (1.f + tanhf(0.7978845608028654f * {x} * (1.f + 0.044715f * {x} * {x}))))",
     "SILU": "(0.5f * {x} + 0.5f * {x} * tanhf(0.5f * {x}))",
     "HARD_SWISH": "({x} * fminf(fmaxf({x} * (1.f / 6.f) + 0.5f, 0.f), 1.f))",
@@ -300,12 +300,12 @@ class GpuPointwiseProgram(Tactic):
         names, src, key = self._compiled(program)
         dtype = storage(op)
         vals = []
-        for a in names:
-            kind, _, key = a.partition(":")
+        for a in names:    # (not `key`: that names the program's source, passed to kernel_from_source below)
+            kind, _, ref = a.partition(":")
             if kind == "in":
-                vals.append(on_device(inputs[int(key)]))
+                vals.append(on_device(inputs[int(ref)]))
             elif kind == "w":
-                vals.append(weight(op.weights[key], dtype))
+                vals.append(weight(op.weights[ref], dtype))
             else:
                 raise TypeError(f"program argument {a!r} has no GPU binding")
         vals = as_storage(vals, op)

@@ -13,6 +13,8 @@ from native.tactics import Tactic, register_tactic
 
 SRC = "tensor.cu"
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")
+_FLOATS = ("float32", "float16", "bfloat16")     # float storage types of our kernels
+_CODE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "b"}
 _COPY = {1: "copy_nd_1", 2: "copy_nd_2", 4: "copy_nd_4", 8: "copy_nd_8", 16: "copy_nd_16"}
 
 
@@ -82,12 +84,18 @@ class GpuConstant(Tactic):
 
     def supports(self, op, input_shapes):
         v = op.weights.get("value")
-        if not isinstance(v, np.ndarray) or v.dtype.kind not in "biuf":
+        if not isinstance(v, np.ndarray) or (v.dtype.kind not in "biuf" and v.dtype.name not in _FLOATS):
             return "non-numeric constants stay on the host"
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        return [weight(op.weights["value"])]
+        """A float value in the storage type its readers expect (the precision pass gives a constant its readers'
+        precision: a BF16 LayerNorm's gamma is stored as bfloat16), rounded once (RNE) when uploaded."""
+        v = op.weights["value"]
+        to = (op.output_types[0] if op.output_types else None) or op.precision
+        if to in ("float16", "bfloat16") and v.dtype.name in _FLOATS:
+            return [weight(v, numerics.storage_numpy_dtype(to))]
+        return [weight(v)]
 
 
 @_gpu
@@ -222,10 +230,6 @@ def _slice_index(op, shape):
             s, e = max(-1, min(d - 1, s)), max(-1, min(d - 1, e))
         index[a] = slice(0, 0, st) if (st < 0 and s < 0) else slice(s, e, st)
     return index
-
-
-_FLOATS = ("float32", "float16", "bfloat16")
-_CODE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "b"}
 
 
 @_gpu
