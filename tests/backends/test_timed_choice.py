@@ -274,3 +274,20 @@ def test_a_user_selector_narrows_what_is_timed(timed_cpu):
     g = build(_convs(), BuilderFlag.FP16, nhwc=False, selector=NoF4x3())
     assert _named(g, "conv2").precision == "float32"
     assert _named(g, "conv2").meta["precision_ms"]["float16"] == pytest.approx(5.0, abs=0.05)
+
+
+def test_a_conversion_two_readers_share_is_paid_once(timed_cpu):
+    """x feeds conv_a and conv_b. conv_a goes FP16 (0.1 + 1.0 for converting x, against 2.0); conv_b's FP16 (1.0)
+    then reads the same converted x and beats its FP32 (1.5), though 1.0 + another conversion would not."""
+    wa = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    wb = RNG.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["ya"], name="conv_a", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "wb"], ["yb"], name="conv_b", pads=[1, 1, 1, 1])]
+    m = model(nodes, [("x", [1, 3, 8, 8])], ["ya", "yb"], [const("wa", wa), const("wb", wb)])
+    timed_cpu({("float32->float16", "Reformat", None): 1.0, (None, "Reformat", None): 0.0,
+               ("conv_a", None, "float16"): 0.1, ("conv_a", None, "float32"): 2.0,
+               ("conv_b", None, "float16"): 1.0, ("conv_b", None, "float32"): 1.5})
+    g = build(m, BuilderFlag.FP16, nhwc=False)
+    assert (_named(g, "conv_a").precision, _named(g, "conv_b").precision) == ("float16", "float16")
+    assert _named(g, "conv_b").meta["precision_ms"]["float16"] == pytest.approx(1.0)
+    assert sum(1 for n in g.nodes if n.kind == "Reformat" and "x" in n.inputs) == 1

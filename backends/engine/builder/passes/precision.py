@@ -176,10 +176,12 @@ def fixed_reads(graph, device, enabled, dtypes) -> dict:
     return out
 
 
-def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf32, logger, fixed=None):
+def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf32, logger, fixed=None,
+                     made=frozenset()):
     """The fastest of `options` for this layer (step 1 on a device that chooses by timing), or None when it cannot
     be measured (a tensor the probe run did not produce). `storage`: what each tensor decided so far is stored as;
-    `declared`: {network output: its declared type}; `fixed`: fixed_reads(). Records node.meta["precision_ms"] and
+    `declared`: {network output: its declared type}; `fixed`: fixed_reads(); `made`: the (tensor, storage)
+    conversions earlier readers already pay for (step 4 makes one per pair). Records node.meta["precision_ms"] and
     logs what was timed."""
     data = set(data_inputs(node, device))
     costs, said = {}, {}
@@ -197,7 +199,7 @@ def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf
                 return None
             if i in data and _is_float32(dtypes.get(name)):
                 have = storage.get(name)      # None: a constant, stored as its readers need
-                if have is not None and have != want:
+                if have is not None and have != want and (name, want) not in made:
                     reformat += probe.reformat_ms(val, have, want)
                 val = probe.value_as(val, want)
             inputs.append(val)
@@ -260,6 +262,7 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
     have = {t.name: (t.dtype or "float32") for t in graph.inputs}   # storage decided so far (timing's reformats)
     declared = {t.name: (t.dtype or "float32") for t in graph.outputs}
     timed_layers = replayed = 0
+    made = set()    # (tensor, storage) conversions step 4 will make, as chosen so far
     from backends.engine.builder.passes.probability_outputs import precision_for, probability_layers
     probabilities = probability_layers(graph, enabled, config)   # kept FP32 (that module says why)
     # 1. compute precision
@@ -288,7 +291,7 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
             else:
                 try:
                     timed = choose_by_timing(node, options, probe, have, dtypes, device, declared, tf32, logger,
-                                             fixed)
+                                             fixed, made)
                 except Exception as e:   # the build goes on with the rule; the warning says where timing broke
                     logger.warning(f"precision: timing {_describe(node)} failed ({type(e).__name__}: "
                                    f"{str(e)[:300]}); it and the layers after it get the device's rule")
@@ -300,6 +303,9 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
         if node.precision == "float32" and tf32 and node.kind in TF32_KINDS:
             node.meta["math"] = "tf32"
         _stored(node, have, dtypes)
+        want = STORAGE_OF.get(node.precision, "float32")
+        made |= {(node.inputs[i], want) for i in data_inputs(node, device) if have.get(node.inputs[i]) not in
+                 (None, want) and _is_float32(dtypes.get(node.inputs[i]))}
     if probe is not None:
         logger.info(f"precision: chosen by timing for {timed_layers} layers ({probe.timed} variants timed, the "
                     f"rest from the timing cache)" + (f", {replayed} from the replay file" if replayed else ""))
