@@ -38,7 +38,7 @@ def _cpu(kind, op=None):
 
 def _up(x):
     from native.cuda.array import GpuArray
-    return GpuArray.from_host(np.ascontiguousarray(x))
+    return GpuArray.from_host(np.asarray(x))   # (keeps 0-d arrays 0-d; np.ascontiguousarray would not)
 
 
 def _run_gpu(kind, op, inputs):
