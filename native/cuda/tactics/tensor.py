@@ -276,7 +276,8 @@ class GpuCast(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = on_device(inputs[0])
         try:
-            to = np.dtype(op.params.get("to"))
+            to = op.params.get("to")
+            to = numerics.storage_numpy_dtype(to) if to == "bfloat16" else np.dtype(to)   # (ml_dtypes' name)
         except TypeError:
             raise TypeError(f"cast to {op.params.get('to')} runs on the host") from None
         if not isinstance(x, GpuArray) or x.dtype.name not in _CODE or to.name not in _CODE:
