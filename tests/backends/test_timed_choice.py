@@ -150,11 +150,15 @@ NHWC_FAST_BUT_CONV2 = {("conv2", "ConvolutionNHWC", None): 10.0, (None, "Convolu
                        (None, "Shuffle", None): 0.01}
 
 
-def test_a_region_whose_nhwc_tactics_are_slower_stays_nchw(timed_cpu):
+def test_a_region_whose_nhwc_tactics_are_slower_stays_nchw(timed_cpu, monkeypatch):
+    from backends.engine.builder import timed_choice
+    runs, init = [], timed_choice.Probe.__init__
+    monkeypatch.setattr(timed_choice.Probe, "__init__", lambda self, g, ctx: runs.append(g) or init(self, g, ctx))
     clock = timed_cpu(NHWC_FAST_BUT_CONV2)
     m = _convs(n=2, between=True)
     g = build(m)
     assert clock.calls > 0
+    assert len(runs) == 1          # one run of the converted copy; the NCHW inputs are transposed back from it
     conv1, conv2 = _named(g, "conv1"), _named(g, "conv2")
     assert (conv1.kind, conv2.kind) == ("ConvolutionNHWC", "Convolution")
     assert count_transposes(g) == 2                      # into and out of conv1's region only

@@ -101,6 +101,12 @@ class Probe:
         self.untimed = []  # layers that could not be timed, and why (the passes warn)
         self.why = ""      # why the last variant did not run
 
+    def derived(self, env) -> "Probe":
+        """The same timing on other tensor values (`env`), without running anything."""
+        other = copy.copy(self)
+        other.env, other.untimed, other.why = env, [], ""
+        return other
+
     def best(self, node, inputs) -> Measured | None:
         """The best tactic for `node` as it stands (precision, kind, params) on `inputs`; None when no tactic can
         run it exactly so (a precision no tactic computes in falls back in tactic selection: not this variant)."""

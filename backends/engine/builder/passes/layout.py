@@ -150,8 +150,8 @@ def _timed_regions(graph, config, logger, ctx):
     import copy
 
     from backends.engine.builder.timed_choice import Probe, pick, replay_entry
-    trial = copy.deepcopy(graph)
-    converted = set(_convert(trial, set()))
+    trial, renamed = copy.deepcopy(graph), {}
+    converted = set(_convert(trial, set(), renamed))
     if not converted:
         return set(), {}
     _eliminate_pairs(trial, View(trial))
@@ -170,13 +170,13 @@ def _timed_regions(graph, config, logger, ctx):
     if untimed:
         heavy = {name for names, _ in untimed for name in names}
         try:
-            nchw = Probe(graph, ctx)
-            nchw_ms = {n.name: _layer_ms(nchw, n, config) for n in graph.nodes if n.name in heavy}
-            why = nchw.why
-            del nchw
             nhwc = Probe(trial, ctx)
             nhwc_ms = {n.name: _layer_ms(nhwc, n, config) for n in trial.nodes if n.name in heavy}
             edge_ms = {e.name: _layer_ms(nhwc, e, config) for _, edges in untimed for e in edges}
+            env = _nchw_inputs(graph, heavy, nhwc, renamed)
+            nchw = nhwc.derived(env) if env is not None else Probe(graph, ctx)
+            nchw_ms = {n.name: _layer_ms(nchw, n, config) for n in graph.nodes if n.name in heavy}
+            why = nchw.why
         except Exception as e:
             logger.warning(f"layout: the runs that feed layout timing failed ({str(e)[:300]}); convolution "
                            f"regions follow the device's preference instead")
@@ -204,6 +204,32 @@ def _timed_regions(graph, config, logger, ctx):
     logger.info(f"layout: {kept} of {len(regions)} convolution regions in NHWC "
                 f"({len(untimed)} decided by timing, {len(regions) - len(untimed)} by the replay file)")
     return skip, chosen
+
+
+def _nchw_inputs(graph, heavy, probe, renamed):
+    """The inputs of the `heavy` layers as they are before conversion, from the NHWC run: tensors the conversion
+    left alone as they are, the ones it made NHWC transposed back on the device; None when one cannot be found. (A
+    second run of the network in NCHW is avoided: at the opt shapes its convolutions may run as host layers.)"""
+    from backends.engine.runtime.executor import default_tactic, node_op
+    back = Node(name="layout probe NHWC->NCHW", kind="Shuffle", inputs=["x"], outputs=["y"],
+                params={"first_transpose": list(TO_NCHW), "reshape_dims": None, "second_transpose": None,
+                        "zero_is_placeholder": True})
+    tactic, op, env = default_tactic(back, probe.device), node_op(back), {}
+    for n in graph.nodes:
+        if n.name not in heavy:
+            continue
+        for a in n.inputs:
+            if a is None or a in env:
+                continue
+            if a in probe.env:
+                env[a] = probe.env[a]
+            elif renamed.get(a) in probe.env:
+                env[a] = probe.dev.run(tactic, op, [probe.env[renamed[a]]])[0]
+            elif graph.constant_value(a) is not None:
+                env[a] = graph.constant_value(a)
+            else:
+                return None
+    return env
 
 
 def _ms(v):
@@ -262,9 +288,9 @@ def _layer_ms(probe, node, config):
     return (float("inf"), False) if m is None else (m.ms, m.host)
 
 
-def _convert(graph, skip) -> list:
+def _convert(graph, skip, renamed=None) -> list:
     """Step 1 over the graph: NHWC twins wrapped in transposes (layers named in `skip` stay NCHW); returns the
-    names of the layers converted."""
+    names of the layers converted. `renamed` gets {NCHW output: the NHWC tensor now computed instead}."""
     view = View(graph)
     converted = []
     for n in list(graph.nodes):
@@ -312,6 +338,8 @@ def _convert(graph, skip) -> list:
         out = n.outputs[0]
         inner = view.unique(f"{out}_nhwc")
         graph.set_outputs(n, [inner] + n.outputs[1:])
+        if renamed is not None:
+            renamed[out] = inner
         back = _transpose_node(view, f"{n.name}_transpose_output_0", inner, TO_NCHW, f"{out}_nchw")
         back.outputs = [out]
         graph.insert_after(n, back)
