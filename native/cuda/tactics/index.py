@@ -665,3 +665,30 @@ class GpuShapePlugin(Tactic):
         except (ValueError, TypeError, IndexError) as e:
             raise TypeError(f"{kind} axes {axes} on shape {list(x.shape)}: the host plugin reports it ({e})") from None
         return [x.reshape(shape)]
+
+
+_SHAPES: dict = {}   # shape tuple -> its int64 device array, uploaded once (read-only: no tactic writes its inputs)
+
+
+@_register
+class GpuShape(Tactic):
+    """Shape (with start / end): the input's shape is known on the host, so the result is an int64 device array
+    uploaded once per distinct shape and reused, with no copy or sync per execution (CUDA-graph safe)."""
+
+    kind, name = "Shape", "device-shape"
+    writes_outputs = False
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = inputs[0]
+        if not hasattr(x, "shape"):
+            raise TypeError(f"Shape of {type(x).__name__} runs on the host")
+        s = np.array(x.shape, dtype=np.int64)
+        start, end = op.params.get("start", 0) or 0, op.params.get("end")
+        s = s[start:end] if end is not None else s[start:]
+        key = tuple(int(v) for v in s)
+        hit = _SHAPES.get(key)
+        if hit is None:
+            if len(_SHAPES) >= 4096:
+                _SHAPES.clear()
+            hit = _SHAPES[key] = GpuArray.from_host(s)
+        return [hit]

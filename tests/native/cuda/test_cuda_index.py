@@ -444,3 +444,14 @@ def test_squeeze_unsqueeze_plugins_are_views_matching_cpu(kind, axes, shape, ten
     ins = [x, np.array(axes, np.int64)] if tensor else [x]
     _same(*_both("Plugin", "device-view", op, ins))
     assert _gpu("Plugin", "device-view").supports(_nms_op(), None) is not None
+
+
+def test_shape_is_a_cached_device_array_matching_cpu():
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    for start, end in [(0, None), (1, 3), (-2, None), (0, -1)]:
+        o = _op("Shape", start=start, end=end)
+        _same(*_both("Shape", "device-shape", o, [x]))
+    t = _gpu("Shape", "device-shape")
+    a = t.run(_op("Shape", start=0, end=None), [_up(x)])[0]
+    b = t.run(_op("Shape", start=0, end=None), [_up(x)])[0]
+    assert a.ptr == b.ptr      # one upload per distinct shape
