@@ -9,13 +9,13 @@ from native.device import Device
 from native.errors import UsageError
 
 
-def _host_twin(kind, op, inputs):
+def _twins(tactic, op, inputs):
+    """The other tactics of `tactic`'s kind that declare they run `op`: GPU kernels first (an integer ElementWise
+    meets the integer kernel before the host), host layers last."""
     from native.tactics import tactics_for, unsupported_reason
     shapes = [list(getattr(x, "shape", ())) if x is not None else None for x in inputs]
-    for t in tactics_for(kind, "cuda"):
-        if getattr(t, "host_layer", False) and unsupported_reason(t, op, shapes) is None:
-            return t
-    return None
+    ok = [t for t in tactics_for(tactic.kind, "cuda") if t is not tactic and unsupported_reason(t, op, shapes) is None]
+    return [t for t in ok if not getattr(t, "host_layer", False)] + [t for t in ok if getattr(t, "host_layer", False)]
 
 
 class CudaDevice(Device):
@@ -83,9 +83,10 @@ class CudaDevice(Device):
     # execution --------------------------------------------------------------------------------------------------
     def bind(self, tactic, op=None):
         """A GPU tactic that meets inputs it does not handle (it raises TypeError: an integer tensor, a shape given
-        as a tensor) runs that call through a host layer instead, with a warning naming the layer. The builder's
-        timing sees the TypeError and chooses a host tactic for such layers, so this only happens where a layer
-        was chosen without timing data (dynamic shapes, a failed timing run)."""
+        as a tensor) runs that call through another GPU tactic of the kind that takes them, else a host layer,
+        with a warning naming the layer. The builder's timing sees the TypeError and chooses such a tactic
+        explicitly, so this only happens where a layer was chosen without timing data (dynamic shapes, a failed
+        timing run)."""
         if getattr(tactic, "host_layer", False) or tactic.device != "cuda":
             return tactic.run, True
         said = set()
@@ -94,16 +95,23 @@ class CudaDevice(Device):
             try:
                 return tactic.run(op, inputs, outputs, workspace, stream)
             except TypeError as e:
-                host = _host_twin(tactic.kind, op, inputs)
-                if host is None:
-                    raise
+                first = e
+            for other in _twins(tactic, op, inputs):
+                try:
+                    result = other.run(op, inputs, outputs, workspace, stream)
+                except TypeError:
+                    if getattr(other, "host_layer", False):
+                        raise
+                    continue
                 if op.name not in said:
                     said.add(op.name)
                     from native.logger import G_LOGGER
-                    G_LOGGER.warning(f"layer '{op.name}': GPU tactic {tactic.name} cannot run these inputs ({e}); "
-                                     f"ran {host.name} (a host layer) instead. Rebuild with representative inputs "
-                                     f"so the builder chooses it explicitly")
-                return host.run(op, inputs, outputs, workspace, stream)
+                    what = "a host layer" if getattr(other, "host_layer", False) else "a GPU kernel"
+                    G_LOGGER.warning(f"layer '{op.name}': GPU tactic {tactic.name} cannot run these inputs "
+                                     f"({first}); ran {other.name} ({what}) instead. Rebuild with representative "
+                                     f"inputs so the builder chooses it explicitly")
+                return result
+            raise first
         return run, True
 
     def synchronize(self, stream=None):

@@ -455,3 +455,21 @@ def test_shape_is_a_cached_device_array_matching_cpu():
     a = t.run(_op("Shape", start=0, end=None), [_up(x)])[0]
     b = t.run(_op("Shape", start=0, end=None), [_up(x)])[0]
     assert a.ptr == b.ptr      # one upload per distinct shape
+
+
+def test_untimed_float_kernel_hands_integer_inputs_to_the_integer_kernel_not_the_host(monkeypatch):
+    """A layer bound without timing (dynamic shapes) to the float kernel: integer inputs go to nvrtc-int."""
+    from native.cuda.array import GpuArray
+    from native.device import get_device
+    from native.tactics import tactics_for
+    host = next(t for t in tactics_for("ElementWise", "cuda") if t.name.startswith("host:"))
+
+    def refuse(*a, **k):
+        raise AssertionError("the host layer ran")
+    monkeypatch.setattr(type(host), "run", refuse)
+    fn, _ = get_device("cuda").bind(_gpu("ElementWise", "nvrtc-pointwise"))
+    a, b = _ints(np.int64, (3, 5)), _ints(np.int64, (5,))
+    got = fn(_op("ElementWise", op="SUM"), [_up(a), _up(b)])[0]
+    assert isinstance(got, GpuArray)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(got.get(), a + b)
