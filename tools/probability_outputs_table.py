@@ -1,6 +1,7 @@
 """FP16 engines of the public corpus with and without the FP32 rule for probability outputs (docs/PRECISION.md).
 
-For each model of the manifest (or those named with --models), on --seeds seeded inputs: our FP32 engine as the
+For each model of the manifest (or those named with --models), on --seeds seeded inputs and on --device (cpu by
+default; cuda on a GPU): our FP32 engine as the
 reference (issue 11's "FP16 cosine >= 0.999 against FP32"; --reference onnxrt compares with ONNX Runtime instead),
 our FP16 engine built with the rule (the default) and without it (BuilderFlag.REDUCED_PROBABILITY_OUTPUTS), and ONNX
 Runtime FP32 against our FP32 (how far the two FP32 answers themselves are apart: ONNX Runtime's Sigmoid has an
@@ -12,7 +13,7 @@ int labels) are compared without their order: each reference box against the nea
 (tools/precision_table.py's `matched_detections`), since near-tied FP16 scores reorder the detections.
 
     python tools/probability_outputs_table.py --corpus CORPUS_DIR --shipped SHIPPED_DIR [--models NAME ...]
-                                              [--seeds 2] [--pairs 20] [--reference fp32|onnxrt]
+                                              [--seeds 2] [--pairs 20] [--reference fp32|onnxrt] [--device cuda]
                                               [--doc docs/PRECISION.md] [--json FILE]
 
 --doc rewrites the part of that file between the probability-table markers; without it the table goes to stdout.
@@ -57,19 +58,19 @@ def output_cosines(ref: dict, got: dict) -> dict:
     return out
 
 
-def run_model(entry, path, seeds, pairs, reference="fp32"):
+def run_model(entry, path, seeds, pairs, reference="fp32", device="cpu"):
     from backends.runners import EngineRunner, OnnxrtRunner
     feeds = [make_feeds(entry, s) for s in range(seeds)]
     shapes = {k: v.shape for k, v in feeds[0].items()}
     with OnnxrtRunner(path) as o:
         ort = [o.infer(f) for f in feeds]
-    with EngineRunner(path, shapes=shapes) as fp32:
+    with EngineRunner(path, shapes=shapes, device=device) as fp32:
         ours = [fp32.infer(f) for f in feeds]
     refs = ours if reference == "fp32" else ort
     per = [output_cosines(a, b) for a, b in zip(ours, ort)]
     res = {"ort_vs_fp32": {k: min(p[k] for p in per) for k in per[0]}}
-    with EngineRunner(path, shapes=shapes, flags=("fp16",)) as on, \
-            EngineRunner(path, shapes=shapes, flags=("fp16", OFF)) as off:
+    with EngineRunner(path, shapes=shapes, flags=("fp16",), device=device) as on, \
+            EngineRunner(path, shapes=shapes, flags=("fp16", OFF), device=device) as off:
         for key, r in (("on", on), ("off", off)):
             per = [output_cosines(ref, r.infer(f)) for ref, f in zip(refs, feeds)]
             res[key] = {k: min(p[k] for p in per) for k in per[0]}
@@ -116,6 +117,7 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=2, help="seeded inputs per model; the worst cosine is reported")
     ap.add_argument("--reference", choices=["fp32", "onnxrt"], default="fp32",
                     help="what the FP16 engines are compared with: our FP32 engine (default) or ONNX Runtime FP32")
+    ap.add_argument("--device", default="cpu", help="device the engines are built for and run on (cpu, cuda)")
     ap.add_argument("--pairs", type=int, default=20, help="timed call pairs where the rule moved a layer (0: none)")
     ap.add_argument("--doc", help="Markdown file whose probability-table section to rewrite")
     ap.add_argument("--json", help="also write the raw results here (merged into an existing file)")
@@ -136,7 +138,7 @@ def main(argv=None):
             continue
         t0 = time.perf_counter()
         try:
-            results[name] = run_model(entry, path, args.seeds, args.pairs, args.reference)
+            results[name] = run_model(entry, path, args.seeds, args.pairs, args.reference, args.device)
         except Exception as e:  # the table says what failed instead of stopping
             results[name] = {"error": f"{type(e).__name__}: {str(e)[:150]}"}
         print(f"{name}: {time.perf_counter() - t0:.1f} s {json.dumps({k: v for k, v in results[name].items() if not k.endswith('_layers')})}",
