@@ -98,7 +98,10 @@ class GpuIdentity(Tactic):
     kind, name = "Identity", "alias"
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        return [on_device(inputs[0])]
+        x = inputs[0] if inputs else None
+        if not isinstance(x, (GpuArray, np.ndarray, np.generic)):   # a sequence, an empty optional: the host twin
+            raise TypeError(f"Identity of a {type(x).__name__} runs on the host")
+        return [on_device(x)]
 
 
 @_gpu

@@ -99,9 +99,12 @@ def test_tile_matches_cpu(xshape, reps, dtype):
     _same("Tile", _op("Tile"), [_data(xshape, dtype), np.array(reps, np.int64)])
 
 
-def test_identity_returns_its_input():
+def test_identity_returns_its_input_and_leaves_sequences_to_the_host():
     x = _up(_data((3, 4), np.float16))
     assert _gpu("Identity").run(_op("Identity"), [x])[0] is x
+    for value in ([_up(_data((2,), np.float32)), _up(_data((3,), np.float32))], None):
+        with pytest.raises(TypeError):
+            _gpu("Identity").run(_op("Identity"), [value])
 
 
 # resize ---------------------------------------------------------------------------------------------------------
