@@ -467,28 +467,59 @@ extern "C" __global__ void nms_mask_f16(u64* mask, const unsigned short* boxes, 
                                         i64 C, i64 n, i64 words, int center, const float* thr) {
     nms_mask_k<F16>(mask, boxes, order, count, C, n, words, center, thr); }
 
-// greedy pass, one warp per class: walk the candidates in score order, keep those no kept box suppresses (the
-// removed set lives in shared memory, `words` 64-bit words), stop at max_out; kept[bc * n + j], nkept[bc]
+// greedy pass, one block per class, 64 candidates (one mask word) at a time: thread 0 resolves the chunk in score
+// order from the removed bits and the chunk's own diagonal words (kept boxes suppress later ones in the chunk),
+// then every thread ORs the kept rows into the later words of the removed set (independent loads, in parallel).
+// Stops at max_out. The removed set lives in shared memory (`words` 64-bit words); kept[bc * n + j], nkept[bc]
 extern "C" __global__ void nms_scan(int* __restrict__ kept, int* __restrict__ nkept, const u64* __restrict__ mask,
                                     const int* __restrict__ order, const int* __restrict__ count, i64 n, i64 words,
                                     const i64* __restrict__ max_out) {
     extern __shared__ u64 removed[];
+    __shared__ u64 diag[64];
+    __shared__ u64 keptmask;
+    __shared__ i64 nk_s;
+    __shared__ int stop;
     i64 bc = blockIdx.x;
     i64 cnt = count[bc];
     i64 limit = max_out ? *max_out : 0;
-    int lane = threadIdx.x;
-    for (i64 w = lane; w < words; w += 32) removed[w] = 0;
-    __syncwarp();
-    i64 nk = 0;
+    i64 chunks = (cnt + 63) / 64;
+    for (i64 w = threadIdx.x; w < words; w += blockDim.x) removed[w] = 0;
+    if (threadIdx.x == 0) { nk_s = 0; stop = limit <= 0; }
+    __syncthreads();
     const u64* m = mask + bc * n * words;
-    for (i64 t = 0; t < cnt && nk < limit; ++t) {
-        if ((removed[t >> 6] >> (t & 63)) & 1ull) continue;
-        if (lane == 0) kept[bc * n + nk] = order[bc * n + t];
-        ++nk;
-        for (i64 w = (t >> 6) + lane; w < words; w += 32) removed[w] |= m[t * words + w];
-        __syncwarp();
+    for (i64 W = 0; W < chunks && !stop; ++W) {
+        i64 t0 = W * 64, len = cnt - t0 < 64 ? cnt - t0 : 64;
+        if ((i64)threadIdx.x < len) diag[threadIdx.x] = m[(t0 + threadIdx.x) * words + W];
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            u64 rem = removed[W], km = 0;
+            i64 nk = nk_s;
+            for (i64 j = 0; j < len && nk < limit; ++j) {
+                if ((rem >> j) & 1ull) continue;
+                km |= 1ull << j;
+                kept[bc * n + nk++] = order[bc * n + t0 + j];
+                rem |= diag[j];
+            }
+            keptmask = km;
+            nk_s = nk;
+            stop = nk >= limit;
+        }
+        __syncthreads();
+        u64 km = keptmask;
+        if (km && !stop) {
+            for (i64 w = W + 1 + threadIdx.x; w < chunks; w += blockDim.x) {
+                u64 acc = removed[w], bits = km;
+                while (bits) {
+                    int j = __ffsll((long long)bits) - 1;
+                    bits &= bits - 1;
+                    acc |= m[(t0 + j) * words + w];
+                }
+                removed[w] = acc;
+            }
+        }
+        __syncthreads();
     }
-    if (lane == 0) nkept[bc] = (int)nk;
+    if (threadIdx.x == 0) nkept[bc] = (int)nk_s;
 }
 // rows (b, c, box) of every class, classes in order: one block per class, its offset the sum of those before it
 extern "C" __global__ void nms_rows(i64* __restrict__ out, const int* __restrict__ kept,

@@ -330,7 +330,8 @@ def _opt_scalar(inputs, i, dtype):
 class GpuNonMaxSuppression(Tactic):
     """The NonMaxSuppression plugin on the GPU: per (batch, class) the candidates above the score threshold are
     ranked by score (descending, stable, NaN last), an IoU bitmask of every ordered pair is built in parallel
-    (float64, as the CPU plugin computes IoU), and one warp per class walks it greedily up to max_output_boxes.
+    (float64, as the CPU plugin computes IoU), and one block per class walks it greedily, 64 candidates at a time,
+    up to max_output_boxes.
     The kept counts are downloaded (one sync) to size the [n, 3] int64 output."""
 
     kind, name = "Plugin", "nvrtc-nms"
@@ -374,7 +375,7 @@ class GpuNonMaxSuppression(Tactic):
                 np.int64(n), np.int64(words), np.int32(center), ptr(iou_thr)])
         kept = GpuArray((bc, n), np.int32)
         nkept = GpuArray((bc,), np.int32)
-        launch(kernel(SRC, "nms_scan"), (bc, 1, 1), (32, 1, 1),
+        launch(kernel(SRC, "nms_scan"), (bc, 1, 1), _BLOCK,
                [np.uint64(kept.ptr), np.uint64(nkept.ptr), np.uint64(mask.ptr), np.uint64(order.ptr),
                 np.uint64(count.ptr), np.int64(n), np.int64(words), ptr(max_out)], shared=words * 8)
         total = int(to_host(nkept).astype(np.int64).sum())
