@@ -90,6 +90,12 @@ def test_user_constraint_wins_over_the_rule():
     assert cosine(run(eng)["p"], ref) < 0.999
 
 
+def test_fp8_build_keeps_the_layer_fp32_too():
+    """FP8's companion precision is FP16, whose storage is the problem: the rule applies to FP8 layers as well."""
+    assert precisions(build(sigmoid_model(), "fp8"))["head + sig"] == "float32"
+    assert precisions(build(sigmoid_model(), "fp8", "reduced_probability_outputs"))["head + sig"] == "fp8"
+
+
 def test_bf16_and_fp32_builds_are_untouched():
     assert precisions(build(sigmoid_model(), "bf16"))["head + sig"] == "bfloat16"
     assert set(precisions(build(sigmoid_model())).values()) == {"float32"}
