@@ -1,8 +1,9 @@
 """Transposed convolution (Deconvolution) on the GPU: columns = W^T @ x by cuBLAS (gemm.matmul, FP32 accumulation,
 columns kept in float32), then an NVRTC col2im gather (kernels/geometry.cu) that sums each output's kernel taps
 in the CPU's tap order and adds the bias, then the fused epilogue (conv.epilogue). 1-D to 3-D, groups, strides,
-dilations, pads, output_padding / output_shape / auto_pad (the CPU's deconv_geometry); FP32 (TF32 when the
-layer's math says so), FP16 and BF16 storage."""
+dilations, pads, output_padding / output_shape / auto_pad (the CPU's deconv_geometry); the kernel as packed
+weights (uploaded once) or as a tensor (transposed on the device each run); FP32 (TF32 when the layer's math says
+so), FP16 and BF16 storage."""
 from __future__ import annotations
 
 import numpy as np
@@ -40,11 +41,15 @@ class CublasDeconv(Tactic):
 
     def supports(self, op, input_shapes):
         from native.cuda.tactics.pointwise import _ACT
+        if op.params.get("col2im"):
+            return "ONNX Col2Im runs on the host"
         w = op.weights.get("kernel")
-        if not isinstance(w, np.ndarray):
-            return "kernel given as a tensor runs on the host"
-        if not 3 <= w.ndim <= 5:
-            return f"{w.ndim - 2}-D transposed convolutions run on the host"
+        rank = np.ndim(w) if isinstance(w, np.ndarray) else \
+            len(input_shapes[1]) if input_shapes and len(input_shapes) > 1 and input_shapes[1] is not None else None
+        if w is None and not (input_shapes and len(input_shapes) > 1):
+            return "a transposed convolution needs its kernel (weights or input 1)"
+        if rank is not None and not 3 <= rank <= 5:
+            return f"{rank - 2}-D transposed convolutions run on the host"
         for step in op.params.get("post_ops") or ():
             if step["op"] not in ("bias", "add", "activation"):
                 return f"post-op {step['op']} has no GPU kernel"
@@ -56,19 +61,25 @@ class CublasDeconv(Tactic):
         from native.cpu.kernels.conv.deconv import deconv_geometry
         from native.cuda.tactics.conv import epilogue
         from native.cuda.tactics.gemm import matmul
+        if op.params.get("col2im"):
+            raise TypeError("ONNX Col2Im runs on the host")
         wh = op.weights.get("kernel")
-        if not isinstance(wh, np.ndarray) or op.params.get("col2im"):
-            raise TypeError("a kernel given as a tensor runs on the host")
+        wd = None
+        if not isinstance(wh, np.ndarray):   # the kernel as a tensor: transposed on the device every run
+            wd = on_device(inputs[1]) if len(inputs) > 1 else None
+            if not isinstance(wd, GpuArray):
+                raise TypeError("a transposed convolution without a kernel runs on the host")
         x = on_device(inputs[0])
-        dtype = same_float([x])
+        dtype = same_float([x] if wd is None else [x, wd])
         fn = kernel(SRC, "col2im" + fsuffix(dtype))
         g = int(op.params.get("groups", 1) or 1)
         nd = x.ndim - 2
-        if not 1 <= nd <= 3 or wh.ndim != x.ndim:
+        wshape = tuple(wh.shape) if wd is None else wd.shape
+        if not 1 <= nd <= 3 or len(wshape) != x.ndim:
             raise TypeError(f"{nd}-D transposed convolution runs on the host")
         n, c = x.shape[:2]
-        mg = int(wh.shape[1])
-        ks = [int(k) for k in (op.params.get("kernel_shape") or wh.shape[2:])]
+        mg = int(wshape[1])
+        ks = [int(k) for k in (op.params.get("kernel_shape") or wshape[2:])]
         in_sizes = [int(d) for d in x.shape[2:]]
         strides, dil, pre, out_sizes = deconv_geometry(op.params, in_sizes, ks)
         m = g * mg
@@ -81,8 +92,12 @@ class CublasDeconv(Tactic):
         elif len(inputs) > 2 and inputs[2] is not None:
             bias = on_device(inputs[2])
             same_float([bias, y])
-        wt = packed_kernel(wh, g, dtype)
         P, taps = int(np.prod(in_sizes, dtype=np.int64)), int(np.prod(ks, dtype=np.int64))
+        if wd is None:
+            wt = packed_kernel(wh, g, dtype)
+        else:
+            from native.cuda.tactics.tensor import transpose
+            wt = transpose(wd.reshape((g, c // g, mg * taps)), [0, 2, 1])
         tf32 = op.math == "tf32"
         pad3 = [1] * (3 - nd)
         s = np.zeros(20, np.int64)

@@ -208,8 +208,14 @@ def test_deconvolution_fp16_epilogue_and_bias_input():
         np.testing.assert_allclose(got16.astype(np.float32), ref32, rtol=tol, atol=tol)
 
 
-def test_deconvolution_kernel_as_tensor_is_left_to_the_host():
-    assert _gpu("Deconvolution").supports(_op("Deconvolution"), [[1, 2, 3, 3], [2, 2, 3, 3]])
+def test_deconvolution_kernel_and_bias_as_tensors():
+    x = RNG.standard_normal((2, 4, 5, 3)).astype(np.float32)
+    w = RNG.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    b = RNG.standard_normal(6).astype(np.float32)
+    op = _op("Deconvolution", groups=2, strides=[2, 1], pre_padding=[1, 0], post_padding=[0, 1])
+    assert _gpu("Deconvolution").supports(op, [[2, 4, 5, 3], [4, 3, 3, 2], [6]]) is None
+    _same("Deconvolution", op, [x, w, b], rtol=1e-5, atol=1e-5)
+    assert _gpu("Deconvolution").supports(_op("Deconvolution", col2im=True), [[1, 4, 6], [2], [2]])
 
 
 # scale, LRN ---------------------------------------------------------------------------------------------------
