@@ -136,18 +136,19 @@ def _axis(op, rank):
 
 @_gpu
 class GpuSplit(Tactic):
+    """Sizes from `split`, or from input 1 (a constant's host copy, else downloaded: geometry.host_value), else
+    `num_outputs` parts of ceil(n / parts), as the CPU kernel."""
+
     kind, name = "Split", "strided-copy"
     writes_outputs = True   # outputs through out_array: the engine's arena views
-
-    def supports(self, op, input_shapes):
-        if input_shapes and len(input_shapes) > 1 and input_shapes[1] is not None:
-            return "split sizes given as a tensor run on the host"
-        return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = on_device(inputs[0])
         axis = _axis(op, x.ndim)
         sizes = op.params.get("split")
+        if len(inputs) > 1 and inputs[1] is not None:
+            from native.cuda.tactics.geometry import host_value
+            sizes = [int(v) for v in host_value(inputs[1], "split sizes").reshape(-1)]
         if sizes is None:
             n = int(op.params.get("num_outputs") or 1)
             d = x.shape[axis]
@@ -186,23 +187,28 @@ class GpuConcatenation(Tactic):
 
 @_gpu
 class GpuSlice(Tactic):
-    """Static starts/ends/axes/steps (as the CPU kernel resolves them); tensor-valued ones run on the host."""
+    """starts/ends/axes/steps from the params or from inputs 1-4 (a constant's host copy, else downloaded:
+    geometry.host_value), resolved as the CPU kernel resolves them; one strided copy."""
 
     kind, name = "Slice", "strided-copy"
     writes_outputs = True   # outputs through out_array: the engine's arena views
 
     def supports(self, op, input_shapes):
-        if input_shapes and any(s is not None for s in input_shapes[1:]):
-            return "slice bounds given as tensors run on the host"
-        if op.params.get("starts") is None or op.params.get("ends") is None:
-            return "slice bounds given as tensors run on the host"
+        given = [s is not None for s in (input_shapes or [])[1:3]] + [False, False]
+        if (op.params.get("starts") is None and not given[0]) or (op.params.get("ends") is None and not given[1]):
+            return "slice bounds unknown"
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        if any(x is not None for x in inputs[1:]) or op.params.get("starts") is None:
-            raise TypeError("slice bounds given as tensors run on the host")
         x = on_device(inputs[0])
-        index = _slice_index(op, x.shape)
+        params = dict(op.params)
+        for i, k in enumerate(("starts", "ends", "axes", "steps"), 1):
+            if len(inputs) > i and inputs[i] is not None:
+                from native.cuda.tactics.geometry import host_value
+                params[k] = [int(v) for v in host_value(inputs[i], f"slice {k}").reshape(-1)]
+        if params.get("starts") is None or params.get("ends") is None:
+            raise TypeError("slice bounds unknown: the host tactic reports it")
+        index = _slice_index(params, x.shape)
         strides = contiguous_strides(x.shape)
         offset = sum(s.start * st for s, st in zip(index, strides))
         out = out_array(outputs, 0, [len(range(s.start, s.stop, s.step)) for s in index], x.dtype)
@@ -210,9 +216,8 @@ class GpuSlice(Tactic):
         return [out]
 
 
-def _slice_index(op, shape):
-    """Per axis a slice with explicit start and step (the CPU kernel's clamping rules)."""
-    p = op.params
+def _slice_index(p, shape):
+    """Per axis a slice with explicit start and step (the CPU kernel's clamping rules), from resolved params."""
     starts, ends = list(p["starts"]), list(p["ends"])
     axes = p.get("axes") or list(range(len(starts)))
     steps = p.get("steps") or [1] * len(starts)

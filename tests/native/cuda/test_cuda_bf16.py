@@ -163,6 +163,27 @@ def test_bf16_data_movement_is_bit_exact():
     _exact(_gpu("Select", "index-kernel").run(_op("Select"), [_up(cond), _up(a), _up(b)])[0], np.where(cond, a, b))
 
 
+@pytest.mark.parametrize("on_gpu", [False, True])
+def test_split_sizes_and_slice_bounds_given_as_tensors(on_gpu):
+    """Sizes / bounds from inputs (a Concat-folded constant, or a value computed on the device) as the CPU reads
+    them: a rotary embedding splits [8, 0] along its last axis."""
+    x = _bf((2, 3, 4, 8))
+    put = _up if on_gpu else (lambda v: v)
+    sizes = np.array([8, 0], np.int64)
+    o = _op("Split", n_out=2, axis=-1, split=None, num_outputs=2)
+    got = _gpu("Split", "strided-copy").run(o, [_up(x), put(sizes)])
+    ref = _cpu(o, [x, sizes])
+    assert [g.shape for g in got] == [(2, 3, 4, 8), (2, 3, 4, 0)]
+    for g, c in zip(got, ref):
+        _exact(g, c)
+    o = _op("Slice", starts=None, ends=None, axes=None, steps=None)
+    for b in ([[1], [100], [-1], [2]], [[-1, 0], [-100, 1], [3, 0], [-2, 1]], [[0], [4], [2], [1]],
+              [[2], [0], [0], [1]]):      # (the last one empty)
+        bounds = [np.array(v, np.int64) for v in b]
+        got = _gpu("Slice", "strided-copy").run(o, [_up(x)] + [put(v) for v in bounds])[0]
+        _exact(got, _cpu(o, [x] + bounds)[0])
+
+
 @pytest.mark.parametrize("kind,params", [("MAX", {"window": [3, 3], "strides": [2, 2], "pre_padding": [1, 1],
                                                   "post_padding": [1, 1]}),
                                          ("AVERAGE", {"window": [2, 3], "strides": [1, 2], "pre_padding": [0, 1],
