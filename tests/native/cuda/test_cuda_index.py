@@ -473,3 +473,35 @@ def test_untimed_float_kernel_hands_integer_inputs_to_the_integer_kernel_not_the
     assert isinstance(got, GpuArray)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(got.get(), a + b)
+
+
+_MINE = {"TopK", "NonZero", "Gather", "Plugin", "ElementWise", "Unary", "Select", "Reduce", "Shape", "ArgReduce",
+         "Cumulative", "OneHot", "Scatter", "Quantize", "Dequantize"}
+
+
+@pytest.mark.slow
+def test_ssdlite320_detection_tail_runs_on_the_gpu_and_matches_onnxruntime():
+    """The corpus detector's tail (NonMaxSuppression, TopK, NonZero, GatherND, integer and boolean math, shape
+    plugins) builds with none of those layers on the host; detections match ONNX Runtime (count, labels, and
+    scores / boxes compared in score order, where tied boxes may swap rows)."""
+    from backends.runners import EngineRunner
+    from tests.corpus import corpus
+    e = corpus.entry("tv-ssdlite320_mobilenet_v3_large")
+    path = corpus.model_path(e)
+    feeds = corpus.make_feeds(e)
+    ref = corpus.run_onnxrt(path, feeds)
+    with EngineRunner(path, device="cuda") as gpu:
+        got = gpu.infer(feeds)
+        nodes = gpu.engine.graph.nodes
+    host = sorted({n.kind for n in nodes if (n.tactic_name or "").startswith("host:") and n.kind in _MINE})
+    assert not host, host
+    names = list(ref)
+    assert [np.asarray(got[k]).shape for k in names] == [ref[k].shape for k in names]
+    for k in names:
+        r, g = ref[k], np.asarray(got[k])
+        if r.dtype.kind == "f" and r.ndim == 1:            # scores: sorted
+            np.testing.assert_allclose(np.sort(g), np.sort(r), rtol=1e-3, atol=1e-4, err_msg=k)
+        elif r.dtype.kind in "iu":                          # labels: the same multiset
+            np.testing.assert_array_equal(np.sort(g, axis=None), np.sort(r, axis=None), err_msg=k)
+        else:                                               # boxes: each coordinate's sorted values
+            np.testing.assert_allclose(np.sort(g, axis=0), np.sort(r, axis=0), rtol=1e-3, atol=1e-2, err_msg=k)
