@@ -71,7 +71,12 @@ class CublasDeconv(Tactic):
                 raise TypeError("a transposed convolution without a kernel runs on the host")
         x = on_device(inputs[0])
         dtype = same_float([x] if wd is None else [x, wd])
-        fn = kernel(SRC, "col2im" + fsuffix(dtype))
+        fsuffix(dtype)
+        # a reduced-precision layer with a fused epilogue keeps its sums in float32 through the epilogue and rounds
+        # once (the CPU's FP16 emulation does the same): logits stay FP32 up to a fused Sigmoid
+        wide = dtype != np.float32 and bool(op.params.get("post_ops"))
+        acc = np.dtype(np.float32) if wide else dtype
+        fn = kernel(SRC, "col2im" + fsuffix(acc))
         g = int(op.params.get("groups", 1) or 1)
         nd = x.ndim - 2
         wshape = tuple(wh.shape) if wd is None else wd.shape
@@ -83,15 +88,19 @@ class CublasDeconv(Tactic):
         in_sizes = [int(d) for d in x.shape[2:]]
         strides, dil, pre, out_sizes = deconv_geometry(op.params, in_sizes, ks)
         m = g * mg
-        y = out_array(outputs, 0, (n, m, *out_sizes), dtype)
+        shape = (n, m, *out_sizes)
+        y = GpuArray(shape, acc) if wide else out_array(outputs, 0, shape, dtype)
         if y.size == 0:
-            return [y]
+            return [out_array(outputs, 0, shape, dtype)]
         bias = op.weights.get("bias")
         if bias is not None:
-            bias = weight(bias, dtype)
+            bias = weight(bias, dtype)     # the values the layer's storage type holds
         elif len(inputs) > 2 and inputs[2] is not None:
             bias = on_device(inputs[2])
-            same_float([bias, y])
+            same_float([bias, x])
+        if bias is not None and wide:
+            from native.cuda.tactics.tensor import cast
+            bias = cast(bias, acc)
         P, taps = int(np.prod(in_sizes, dtype=np.int64)), int(np.prod(ks, dtype=np.int64))
         if wd is None:
             wt = packed_kernel(wh, g, dtype)
@@ -118,4 +127,8 @@ class CublasDeconv(Tactic):
                 cols = matmul(wt, xi, tf32=tf32, out_dtype=np.float32)
                 launch(fn, grid_for(y.size // n), (256, 1, 1),
                        [np.uint64(y.ptr + i * item_y), np.uint64(cols.ptr), bptr, s])
-        return [epilogue(y, op, inputs)]
+        y = epilogue(y, op, inputs)
+        if wide:
+            from native.cuda.tactics.tensor import cast
+            y = cast(y, dtype, outputs)
+        return [y]

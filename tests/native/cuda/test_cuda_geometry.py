@@ -208,6 +208,21 @@ def test_deconvolution_fp16_epilogue_and_bias_input():
         np.testing.assert_allclose(got16.astype(np.float32), ref32, rtol=tol, atol=tol)
 
 
+def test_fp16_deconvolution_keeps_logits_in_fp32_up_to_a_fused_sigmoid():
+    """ppocr_v4_det's head: ConvTranspose + Sigmoid on logits near -6. Rounding the logits to FP16 (spacing 2^-8
+    there) would move the probabilities by up to 0.2%; one rounding of the probability moves them by <= 0.05%."""
+    x = (RNG.standard_normal((1, 24, 12, 12)) * 0.5).astype(np.float16)
+    w = (RNG.standard_normal((24, 1, 2, 2)) * 0.3).astype(np.float16).astype(np.float32)
+    b = np.array([-6.0], np.float32)
+    post = [{"op": "activation", "type": "SIGMOID"}]
+    op = _op("Deconvolution", "float16", weights={"kernel": w, "bias": b}, strides=[2, 2], post_ops=post)
+    got = _gpu("Deconvolution").run(op, [_up(x)])[0].get()
+    ref = _cpu("Deconvolution", op).run(_op("Deconvolution", weights={"kernel": w, "bias": b}, strides=[2, 2],
+                                             post_ops=post), [x.astype(np.float32)])[0]
+    assert got.dtype == np.float16 and 1e-4 < ref.min() and ref.max() < 0.05
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=6e-4, atol=0)
+
+
 def test_deconvolution_kernel_and_bias_as_tensors():
     x = RNG.standard_normal((2, 4, 5, 3)).astype(np.float32)
     w = RNG.standard_normal((4, 3, 3, 2)).astype(np.float32)
