@@ -295,3 +295,18 @@ def test_a_conversion_two_readers_share_is_paid_once(timed_cpu):
     assert (_named(g, "conv_a").precision, _named(g, "conv_b").precision) == ("float16", "float16")
     assert _named(g, "conv_b").meta["precision_ms"]["float16"] == pytest.approx(1.0)
     assert sum(1 for n in g.nodes if n.kind == "Reformat" and "x" in n.inputs) == 1
+
+
+def test_only_compute_bound_layers_are_timed(timed_cpu):
+    """A pooling layer whose FP16 'times' 10x slower keeps the rule (FP16): small and memory-bound layers time
+    launch gaps, not work; the convolutions around it are timed."""
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2])]
+    m = model(nodes, [("x", [1, 3, 8, 8])], ["y"], [const("w", w)])
+    clock = timed_cpu({("pool", None, "float16"): 10.0, (None, "Reformat", None): 0.0, (None, None, "float16"): 0.5})
+    g = build(m, BuilderFlag.FP16, nhwc=False)
+    assert clock.calls > 0
+    pool, conv = _named(g, "pool"), _named(g, "conv")
+    assert (pool.kind, pool.precision, "precision_ms" in pool.meta) == ("Pooling", "float16", False)
+    assert conv.precision == "float16" and set(conv.meta["precision_ms"]) == {"float16", "float32"}

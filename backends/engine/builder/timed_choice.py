@@ -63,7 +63,7 @@ class Measured:
 # Small layers time alike in FP16 and FP32 (launch-bound), and a Reformat at the boundary then tips them to FP32; an
 # `--fp16` engine whose small layers silently run FP32 hides exactly the FP16 problems users build it to find.
 HIGHER_PRECISION_MARGIN = 0.10
-HIGHER_PRECISION_MIN_MS = 0.02
+HIGHER_PRECISION_MIN_MS = 0.05
 
 
 def pick_precision(costs: dict):

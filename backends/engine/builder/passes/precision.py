@@ -40,6 +40,11 @@ REDUCED = ("float16", "bfloat16", "fp8", "int8")
 STORAGE_OF = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "fp8": "float16", "int8": "float32"}
 # layer kinds whose GEMM operands the TF32 flag rounds
 TF32_KINDS = ("Convolution", "ConvolutionNHWC", "Deconvolution", "MatrixMultiply", "Einsum")
+# layer kinds whose precision a device that chooses by timing measures (compute-bound: tensor-core kernels really
+# differ); every other layer takes the rule. Event-timing a small launch-bound kernel from Python measures launch
+# gaps (tens of us), not GPU work, so a Reformat there seems to cost more than the layer, and FP16 engines of small
+# or memory-bound layers would silently run FP32 (and hide the FP16 problems they are built to find).
+TIMED_KINDS = TF32_KINDS + ("Attention",)
 FLAG_NAMES = {"float16": "FP16 (--fp16)", "bfloat16": "BF16 (--bf16)", "fp8": "FP8 (--fp8)", "int8": "INT8 (--int8)"}
 
 def enabled_precisions(config) -> set:
@@ -281,6 +286,7 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
         timed = None
         options = candidate_precisions(device, implemented, enabled)
         if probe is not None and len(options) > 1 and node.meta.get("precision_constraint") is None \
+                and node.kind in TIMED_KINDS \
                 and id(node) not in probabilities:   # the rule decides those: nothing to time
             from backends.engine.builder.timed_choice import replay_entry
             entry = replay_entry(config.algorithm_selector, node.name)
