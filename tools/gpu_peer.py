@@ -98,6 +98,8 @@ def main():
     ap.add_argument("--torch-compile", action="store_true",
                     help="also time torch.compile (inductor, default mode) of the peer (compile time is "
                          "reported apart); recorded as null where compilation fails")
+    ap.add_argument("--layout", choices=["timed", "nhwc", "nchw"], default="timed",
+                    help="convolution layout: chosen by timing (the CUDA device's default), or forced")
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
@@ -165,6 +167,7 @@ def main():
             builds = []
             for attempt in range(2):    # cold, then warm from the timing cache
                 config = BuilderConfig()
+                config.prefer_nhwc = {"timed": None, "nhwc": True, "nchw": False}[args.layout]
                 if fp16:
                     config.set_flag(BuilderFlag.FP16)
                 if os.path.exists(cache):
@@ -213,7 +216,7 @@ def main():
             y = np.asarray(y, np.float64)
             cos = float((y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref) + 1e-30))
             ours = float(np.median(compute))
-            row = {"model": args.model, "precision": args.precision, "batch": bs, "cuda_graph": args.cuda_graph,
+            row = {"model": args.model, "precision": args.precision, "batch": bs, "cuda_graph": args.cuda_graph, "layout": args.layout,
                    "ours_compute_ms": round(ours, 3), "ours_end_to_end_ms": round(float(np.median(total)), 3),
                    "torch_eager_ms": round(t_peer, 3), "ours_vs_torch": round(ours / t_peer, 3),
                    "torch_compile_ms": None if t_compiled is None else round(t_compiled, 3),
