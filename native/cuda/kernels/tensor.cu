@@ -240,8 +240,6 @@ extern "C" __global__ void layernorm_b(unsigned short* out, const unsigned short
 
 // numeric casts (ONNX Cast between float32/float16/bfloat16/int64/int32/bool): floats to integers truncate toward zero,
 // anything to bool is "!= 0"
-template <typename A> __device__ __forceinline__ float ldf(A v) { return (float)v; }
-template <> __device__ __forceinline__ float ldf<unsigned short>(unsigned short v) { return F16::ld(v); }
 #define CAST(NAME, TA, TB, EXPR) \
 extern "C" __global__ void NAME(TB* __restrict__ out, const TA* __restrict__ in, long long n) { \
     GRID_LOOP(n) { TA v = in[i]; out[i] = (EXPR); } }
