@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, out_array, same_float, weight
-from native.cuda.tactics.geometry import FLOAT, SRC, fsuffix
+from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, same_float, suffix, weight
+from native.cuda.tactics.geometry import SRC
 from native.cuda.tactics.pointwise import binary
 from native.tactics import Tactic, register_tactic
 
@@ -16,13 +16,12 @@ from native.tactics import Tactic, register_tactic
 @register_tactic
 class GpuScale(Tactic):
     kind, name, device = "Scale", "nvrtc-pointwise", "cuda"
-    precisions = FLOAT
+    precisions = FLOAT_PRECISIONS
     writes_outputs = True
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = on_device(inputs[0])
         dtype = same_float([x])
-        fsuffix(dtype)
         if x.ndim == 0 or x.ndim > 8:
             raise TypeError(f"Scale at rank {x.ndim} runs on the host")
         axis = op.params.get("channel_axis", 1) % x.ndim
@@ -55,7 +54,7 @@ class GpuScale(Tactic):
 @register_tactic
 class GpuLRN(Tactic):
     kind, name, device = "LRN", "channel-window", "cuda"
-    precisions = FLOAT
+    precisions = FLOAT_PRECISIONS
     writes_outputs = True
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
@@ -69,7 +68,7 @@ class GpuLRN(Tactic):
         inner = x.size // max(n * c, 1)
         out = out_array(outputs, 0, x.shape, dtype)
         if out.size:
-            launch(kernel(SRC, "lrn" + fsuffix(dtype)), grid_for(out.size), (256, 1, 1),
+            launch(kernel(SRC, "lrn" + suffix(dtype)), grid_for(out.size), (256, 1, 1),
                    [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(n), np.int64(c), np.int64(inner),
                     np.int64((size - 1) // 2), np.int64(size), np.float64(p.get("k", 1.0)),
                     np.float64(p.get("alpha", 1e-4) / size), np.float64(p.get("beta", 0.75))])

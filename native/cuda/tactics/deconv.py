@@ -10,8 +10,8 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, out_array, same_float, weight
-from native.cuda.tactics.geometry import FLOAT, SRC, fsuffix
+from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, same_float, suffix, weight
+from native.cuda.tactics.geometry import SRC
 from native.tactics import Tactic, register_tactic
 
 _PACKED: dict = {}   # (id(kernel), groups, dtype) -> (kernel, device [g, Mg*taps, Cg] matrix)
@@ -36,7 +36,7 @@ class CublasDeconv(Tactic):
 
     kind, name, device = "Deconvolution", "cublas-col2im", "cuda"
     honours = {"post_ops"}
-    precisions = FLOAT
+    precisions = FLOAT_PRECISIONS
     writes_outputs = True
 
     def supports(self, op, input_shapes):
@@ -71,12 +71,12 @@ class CublasDeconv(Tactic):
                 raise TypeError("a transposed convolution without a kernel runs on the host")
         x = on_device(inputs[0])
         dtype = same_float([x] if wd is None else [x, wd])
-        fsuffix(dtype)
+        suffix(dtype)
         # a reduced-precision layer with a fused epilogue keeps its sums in float32 through the epilogue and rounds
         # once (the CPU's FP16 emulation does the same): logits stay FP32 up to a fused Sigmoid
         wide = dtype != np.float32 and bool(op.params.get("post_ops"))
         acc = np.dtype(np.float32) if wide else dtype
-        fn = kernel(SRC, "col2im" + fsuffix(acc))
+        fn = kernel(SRC, "col2im" + suffix(acc))
         g = int(op.params.get("groups", 1) or 1)
         nd = x.ndim - 2
         wshape = tuple(wh.shape) if wd is None else wd.shape

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from native.cuda.tactics.common import on_device, same_float
-from native.cuda.tactics.geometry import FLOAT, fsuffix
+from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, same_float
 from native.cuda.tactics.tensor import transpose
 from native.tactics import Tactic, register_tactic
 
@@ -48,13 +47,12 @@ def parse(equation: str, ranks) -> tuple[list, str]:
 @register_tactic
 class CublasEinsum(Tactic):
     kind, name, device = "Einsum", "cublas-transpose", "cuda"
-    precisions = FLOAT
+    precisions = FLOAT_PRECISIONS
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         from native.cuda.tactics.gemm import matmul
         xs = [on_device(x) for x in inputs]
         dtype = same_float(xs)
-        fsuffix(dtype)
         terms, rhs = parse(op.params["equation"], [x.ndim for x in xs])
         if any(len(set(t)) != len(t) for t in terms + [rhs]):
             raise TypeError("repeated einsum labels (traces, diagonals) run on the host")

@@ -11,8 +11,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics import common
-from native.cuda.tactics.common import on_device, out_array
+from native.cuda.tactics.common import on_device, out_array, uploaded_from
 from native.cuda.tactics.tensor import contiguous_strides, strided_copy
 from native.errors import ExecutionError
 from native.tactics import Tactic, register_tactic
@@ -20,9 +19,6 @@ from native.tactics import Tactic, register_tactic
 SRC = "geometry.cu"
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")   # what data movement declares (any element type)
 MAX_VALUES = 64            # a value input longer than this is not a shape: its layer runs on the host
-
-_BY_PTR: dict = {}         # (ptr, shape, dtype) of an uploaded constant -> (its key in common._W, upload, host)
-_BY_PTR_SIZE = [-1]
 
 
 def _capturing() -> bool:
@@ -38,31 +34,14 @@ def host_value(x, what: str):
     graph capture (TypeError: the host twin runs the layer)."""
     if x is None or not isinstance(x, GpuArray):
         return None if x is None else np.asarray(x)
-    if len(common._W) != _BY_PTR_SIZE[0]:
-        _BY_PTR.clear()
-        for wkey, (host, arr) in common._W.items():
-            _BY_PTR[(arr.ptr, arr.shape, arr.dtype.str)] = (wkey, arr, host)
-        _BY_PTR_SIZE[0] = len(common._W)
-    hit = _BY_PTR.get((x.ptr, x.shape, x.dtype.str))
-    if hit is not None and common._W.get(hit[0], (None, None))[1] is hit[1]:   # still that upload
-        return np.asarray(hit[2])
+    host = uploaded_from(x)
+    if host is not None:
+        return host
     if x.size > MAX_VALUES:
         raise TypeError(f"{what} with {x.size} values is not a shape; the host tactic runs it")
     if _capturing():
         raise TypeError(f"{what} computed on the device cannot be read while a CUDA graph is captured")
     return x.get()
-
-
-FLOAT = ("float32", "float16", "bfloat16")   # the storage types the geometry kernels compute in
-_FSUFFIX = {"float32": "", "float16": "_h", "bfloat16": "_b"}
-
-
-def fsuffix(dtype) -> str:
-    """Kernel-name suffix of float32 / float16 / bfloat16 storage; TypeError for others (the host runs them)."""
-    name = np.dtype(dtype).name
-    if name not in _FSUFFIX:
-        raise TypeError(f"geometry kernels compute in float32, float16 or bfloat16 storage, got {name}")
-    return _FSUFFIX[name]
 
 
 def _ints(v) -> list:

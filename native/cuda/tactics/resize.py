@@ -14,8 +14,8 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, out_array
-from native.cuda.tactics.geometry import FLOAT, SRC, _bits, fsuffix, host_value
+from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, suffix
+from native.cuda.tactics.geometry import SRC, _bits, host_value
 from native.cuda.tactics.tensor import contiguous_strides
 from native.tactics import Tactic, register_tactic
 
@@ -67,7 +67,7 @@ class GpuResize(Tactic):
         mode = op.params.get("mode", "NEAREST")
         if mode not in ("NEAREST", "LINEAR", "CUBIC"):
             return f"resize mode {mode} runs on the host"
-        if mode != "NEAREST" and op.precision not in FLOAT:
+        if mode != "NEAREST" and op.precision not in FLOAT_PRECISIONS:
             return f"{mode.lower()} resize computes in float32, float16 or bfloat16 storage, not {op.precision}"
         if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) > 8:
             return "rank above 8 runs on the host"
@@ -99,7 +99,7 @@ class GpuResize(Tactic):
             raise TypeError(f"resizing {len(levels)} axes at once runs on the host")
         nearest = mode == "NEAREST" or not levels
         if not nearest:
-            fsuffix(x.dtype)   # interpolation stores a float type (TypeError for others: the host runs them)
+            suffix(x.dtype)   # interpolation stores a float type (TypeError for others: the host runs them)
         out = out_array(outputs, 0, out_shape, x.dtype)
         if not out.size:
             return [out]
@@ -126,7 +126,7 @@ class GpuResize(Tactic):
             name = f"resize_near_s_{x.dtype.itemsize}" if small else f"resize_near_{x.dtype.itemsize}"
             args = ptrs + [np.uint64(bad.ptr if bad is not None else 0), s]
         else:
-            name = ("resize_interp_s" if small else "resize_interp") + fsuffix(x.dtype)
+            name = ("resize_interp_s" if small else "resize_interp") + suffix(x.dtype)
             args = ptrs + [np.uint64(w.ptr), np.uint64(bad.ptr if bad is not None else 0), s]
         launch(kernel(SRC, name), grid_for(out.size), (256, 1, 1), args)
         return [out]
