@@ -405,8 +405,13 @@ def test_bf16_engine_runs_on_gpu_kernels_and_matches_the_cpu_bf16_engine(tmp_pat
             EngineRunner(str(path), config=_bf16_config(everywhere)) as cpu, EngineRunner(str(path)) as fp32:
         y, ref, exact = gpu.infer({"x": x})["y"], cpu.infer({"x": x})["y"], fp32.infer({"x": x})["y"]
         nodes = gpu.engine.graph.nodes
-    host = [(n.name, n.kind, n.tactic_name) for n in nodes if (n.tactic_name or "").startswith("host:")]
-    assert not host, host
+        host = [(n.name, n.kind, n.tactic_name) for n in nodes if (n.tactic_name or "").startswith("host:")]
+        assert not host, host
+        gpu.context.enable_cuda_graph()              # the BF16 kernels replay from a captured graph
+        graphed = [gpu.context.execute({"x": v})["y"] for v in (x, x[::-1].copy(), x)]
+    np.testing.assert_array_equal(graphed[0], y)
+    np.testing.assert_array_equal(graphed[2], y)
+    assert not np.array_equal(graphed[1], y)
     assert _cos(y, ref) >= 0.9999, _cos(y, ref)
     if everywhere:
         compute = [n for n in nodes if n.kind not in ("Reformat", "Shuffle", "Constant", "Identity")]
