@@ -558,7 +558,8 @@ class GpuScatter(Tactic):
         if red is None or (red and c not in ("f32", "f16", "i64", "i32")):
             raise TypeError(f"scatter reduction {op.params.get('reduction')} on {data.dtype} runs on the host")
         out = out_array(outputs, 0, data.shape, data.dtype)
-        context().copy(out.ptr, data.ptr, data.nbytes)
+        if out.ptr != data.ptr:
+            context().copy(out.ptr, data.ptr, data.nbytes)
         if op.params.get("mode", "ND") == "ELEMENT":
             axis = _axis(op.params.get("axis", 0), data.ndim)
             if idx.ndim != data.ndim or tuple(upd.shape) != tuple(idx.shape) or data.ndim > 8 \
