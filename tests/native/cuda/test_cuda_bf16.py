@@ -106,6 +106,20 @@ def test_bf16_softmax_warp_and_block_paths(cols, log):
     _ulp(got, _cpu(o, [x])[0], atol=1e-6)
 
 
+def test_bf16_empty_tensors_keep_shape_and_type():
+    cases = [("Activation", "nvrtc-pointwise", {"type": "GELU_ERF"}, (0, 7)),
+             ("Unary", "nvrtc-pointwise", {"op": "EXP"}, (3, 0)),
+             ("Softmax", "nvrtc-rows", {"axis": -1}, (0, 5)),
+             ("Pooling", "window-kernel", {"type": "MAX", "window": [2, 2], "strides": [2, 2]}, (0, 3, 4, 4)),
+             ("Reduce", "axes-kernel", {"op": "SUM", "axes": [1], "keep_dims": True}, (0, 4, 3))]
+    for kind, name, params, shape in cases:
+        x = np.zeros(shape, BF16)
+        o = _op(kind, **params)
+        got = _gpu(kind, name).run(o, [_up(x)])[0].get()
+        ref = _cpu(o, [x])[0]
+        assert got.shape == ref.shape and got.dtype == BF16 and got.size == 0, (kind, got.shape, ref.shape)
+
+
 def test_bf16_casts_round_to_nearest_even_in_every_direction():
     x = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -2.5e-39, 3.4e38, -3.4e38, 1e-45,
                   np.inf, -np.inf, np.nan, 0.0, -0.0] + list(RNG.standard_normal(200) * 1e3), np.float32)
