@@ -310,3 +310,32 @@ def test_only_compute_bound_layers_are_timed(timed_cpu):
     pool, conv = _named(g, "pool"), _named(g, "conv")
     assert (pool.kind, pool.precision, "precision_ms" in pool.meta) == ("Pooling", "float16", False)
     assert conv.precision == "float16" and set(conv.meta["precision_ms"]) == {"float16", "float32"}
+
+
+def _constrained(*flags):
+    from backends.engine.builder.precision_spec import parse_layer_precisions
+    net, _ = parse_onnx(_convs())
+    cfg = BuilderConfig()
+    for f in (BuilderFlag.FP16,) + flags:
+        cfg.set_flag(f)
+    cfg.prefer_nhwc = False
+    cfg.layer_precisions = parse_layer_precisions(["conv2:fp32"])
+    return Builder().build_graph(net, cfg)
+
+
+def test_constraints_under_obey_are_not_timed(timed_cpu):
+    timed_cpu({(None, "Reformat", None): 0.0, (None, None, "float16"): 0.25})
+    g = _constrained(BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+    conv2 = _named(g, "conv2")
+    assert conv2.precision == "float32" and "precision_ms" not in conv2.meta
+    assert _named(g, "conv1").precision == "float16" and "precision_ms" in _named(g, "conv1").meta
+
+
+def test_a_constraint_without_flags_is_honoured_where_timing_does_not_beat_it(timed_cpu):
+    """Without PREFER/OBEY a constraint is a hint (TensorRT): conv2 pinned to FP32 keeps it where FP32 times faster,
+    and runs FP16 (with a warning) where FP16 is clearly faster."""
+    timed_cpu({("conv2", None, "float16"): 10.0, (None, "Reformat", None): 0.0, (None, None, "float16"): 0.25})
+    assert _named(_constrained(), "conv2").precision == "float32"
+    timed_cpu({(None, "Reformat", None): 0.0, (None, None, "float16"): 0.25})
+    conv2 = _named(_constrained(), "conv2")
+    assert conv2.precision == "float16" and set(conv2.meta["precision_ms"]) == {"float16", "float32"}

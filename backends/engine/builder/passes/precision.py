@@ -131,10 +131,8 @@ def choose(node, device, implemented, enabled, mode, logger, timed=None) -> str:
     """The layer's compute precision (see the module docstring, step 1). `timed`: what timing chose for it."""
     enabled = enabled - {"int8"}          # INT8 needs scales: passes/int8.py decides it, before this pass
     implemented = implemented - {"int8"}
-    choice = device.choose_precision(node.kind, implemented, enabled)
+    choice = timed if timed is not None else device.choose_precision(node.kind, implemented, enabled)
     raw = node.meta.get("precision_constraint")
-    if raw is None and timed is not None:
-        return timed
     if raw is None:
         if enabled and choice == "float32" and not (implemented & enabled):
             logger.verbose(f"{_describe(node)} runs in float32: {device.fp32_only_reason(node.kind)}")
@@ -285,8 +283,9 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
         implemented = _implemented(node, device.name)
         timed = None
         options = candidate_precisions(device, implemented, enabled)
-        if probe is not None and len(options) > 1 and node.meta.get("precision_constraint") is None \
-                and node.kind in TIMED_KINDS \
+        # a constraint is timed too without PREFER/OBEY: it is then honoured only where it is not slower
+        if probe is not None and len(options) > 1 and node.kind in TIMED_KINDS \
+                and (node.meta.get("precision_constraint") is None or mode == "none") \
                 and id(node) not in probabilities:   # the rule decides those: nothing to time
             from backends.engine.builder.timed_choice import replay_entry
             entry = replay_entry(config.algorithm_selector, node.name)
