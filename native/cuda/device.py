@@ -41,6 +41,7 @@ class CudaDevice(Device):
         import native.cuda.tactics.int8  # noqa: F401
         import native.cuda.tactics.control  # noqa: F401
         import native.cuda.tactics.rnn  # noqa: F401
+        import native.cuda.tactics.signal  # noqa: F401
         import native.cuda.tactics.norm  # noqa: F401
         import native.cuda.tactics.pointwise  # noqa: F401
         import native.cuda.tactics.tensor  # noqa: F401
