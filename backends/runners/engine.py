@@ -28,7 +28,7 @@ class EngineRunner(Runner):
     model: an ONNX path / bytes / ModelProto (built at activation) or a plan path / bytes (loaded).
     shapes: {input: shape or (min, opt, max)} for dynamic inputs; when missing, the engine is built at the first
     `infer` with that feed's shapes (the feed also drives tactic timing).
-    flags: BuilderFlag values ("fp16", "tf32", ...); config: a ready BuilderConfig (wins over flags).
+    flags: BuilderFlag values ("fp16", "tf32", ...); config: a ready BuilderConfig (flags given too are set on it).
     calibrator: an INT8 calibrator (e.g. backends.engine.Calibrator(batches)) for flags=("int8",).
     """
 
@@ -83,7 +83,7 @@ class EngineRunner(Runner):
         t0 = time.perf_counter()
         if on_tty():
             print(f"building {self.name} …", file=sys.stderr, flush=True)
-        plan = build_plan_from_onnx(self.onnx_model, shapes=shapes, flags=self.flags if self.config is None else (),
+        plan = build_plan_from_onnx(self.onnx_model, shapes=shapes, flags=self.flags,
                                     ranges=ranges, device=self.device, timing_feeds=timing_feeds, config=config)
         self.build_seconds = time.perf_counter() - t0
         if self.save_plan:

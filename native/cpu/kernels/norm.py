@@ -71,8 +71,8 @@ def _layer_f32(x, inputs, axes, eps):
     """LayerNorm of a float32 tensor in float32 (the ONNX stash_type): numpy's pairwise-summed mean, then the
     variance of the centred values (two passes: no E[x^2] - E[x]^2 cancellation), all in place on one buffer."""
     lead = x.shape[:axes[0]]
-    x2 = x.reshape(lead + (-1,))
-    n = x2.shape[-1]
+    n = int(np.prod(x.shape[axes[0]:], dtype=np.int64))
+    x2 = x.reshape(lead + (n,))          # (not -1: an empty batch leaves -1 undetermined)
     mean = x2.mean(axis=-1, keepdims=True)
     d = np.subtract(x2, mean)
     var = np.einsum("...i,...i->...", d, d)[..., None]

@@ -113,8 +113,8 @@ class OnlineSoftmax(Tactic):
 def welford_layernorm(x, axis, eps, scale=None, bias=None):
     """LayerNorm over dims axis.. with Welford's running mean / M2 in float32, one sweep."""
     lead = x.shape[:axis]
-    xf = x.reshape(lead + (-1,)).astype(np.float32, copy=False)
-    n = xf.shape[-1]
+    n = int(np.prod(x.shape[axis:], dtype=np.int64))
+    xf = x.reshape(lead + (n,)).astype(np.float32, copy=False)   # (not -1: undetermined for an empty batch)
     mean = np.zeros(lead, np.float32)
     m2 = np.zeros(lead, np.float32)
     for i in range(n):
