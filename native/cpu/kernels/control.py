@@ -23,13 +23,14 @@ def _stack(parts, info):
     return np.zeros([0] + [max(d, 0) for d in shape], dtype=dtype)
 
 
-@simple_tactic("Loop")
-def loop(op, inputs):
-    """Run the body while (i < max_trip_count) and cond; collect scan outputs per iteration."""
+def run_loop(op, inputs, flag=_scalar_bool, stack=_stack) -> list:
+    """ONNX Loop: run the body while (i < max_trip_count) and cond; returns the carried values, then each scan
+    output stacked over the iterations. `flag` reads a boolean tensor, `stack(parts, info)` stacks one scan output
+    (a device passes its own, so its values stay where they are)."""
     body = op.subgraphs["body"]
     trip = inputs[0]
     trip = None if trip is None else int(np.asarray(trip).reshape(-1)[0])
-    cond = True if inputs[1] is None else _scalar_bool(inputs[1])
+    cond = True if inputs[1] is None else flag(inputs[1])
     carried = list(inputs[2:])
     n = len(carried)
     infos = op.params.get("scan_outputs") or []
@@ -37,14 +38,20 @@ def loop(op, inputs):
     i = 0
     while (trip is None or i < trip) and cond:
         outs = body([np.array(i, np.int64), np.array(cond), *carried])
-        cond = _scalar_bool(outs[0])
+        cond = flag(outs[0])
         carried = list(outs[1:1 + n])
         if len(scans) < len(outs) - 1 - n:
             scans += [[] for _ in range(len(outs) - 1 - n - len(scans))]
         for k, v in enumerate(outs[1 + n:]):
             scans[k].append(v)
         i += 1
-    return carried + [_stack(s, infos[k] if k < len(infos) else None) for k, s in enumerate(scans)]
+    return carried + [stack(s, infos[k] if k < len(infos) else None) for k, s in enumerate(scans)]
+
+
+@simple_tactic("Loop")
+def loop(op, inputs):
+    """Run the body while (i < max_trip_count) and cond; collect scan outputs per iteration."""
+    return run_loop(op, inputs)
 
 
 def _scan(body, states, xs, p, length=None):

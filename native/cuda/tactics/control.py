@@ -52,22 +52,6 @@ class GpuLoop(Tactic):
     precisions = ANY
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        body = op.subgraphs["body"]
-        trip = None if inputs[0] is None else int(np.asarray(to_host(inputs[0])).reshape(-1)[0])
-        cond = True if inputs[1] is None else _flag(inputs[1])
-        carried = list(inputs[2:])
-        n = len(carried)
-        infos = op.params.get("scan_outputs") or []
-        scans = [[] for _ in infos]
-        i = 0
-        while (trip is None or i < trip) and cond:
-            outs = body([np.array(i, np.int64), np.array(cond), *carried])
-            cond = _flag(outs[0])
-            carried = list(outs[1:1 + n])
-            if len(scans) < len(outs) - 1 - n:
-                scans += [[] for _ in range(len(outs) - 1 - n - len(scans))]
-            for k, v in enumerate(outs[1 + n:]):
-                scans[k].append(v)
-            i += 1
-        return [to_device(c) if isinstance(c, np.ndarray) else c for c in carried] + \
-            [_stack(s, infos[k] if k < len(infos) else None) for k, s in enumerate(scans)]
+        from native.cpu.kernels.control import run_loop
+        outs = run_loop(op, inputs, flag=_flag, stack=_stack)
+        return [to_device(v) if isinstance(v, np.ndarray) else v for v in outs]
