@@ -88,26 +88,39 @@ def _pad16(k: int) -> int:
     return -(-k // 16) * 16
 
 
-@register_tactic
-class GpuInt8MatMul(Tactic):
-    """INT8 GEMM with a constant right operand (FullyConnected / Gemm / MatMul by weights)."""
+class _Int8Gemm(Tactic):
+    """What both INT8 tactics share: the CPU INT8 tactic of the kind (`cpu_tactic`) decides what the layer is and
+    prepares its quantized weights; this GPU tactic adds its own limits (`gpu_reason`)."""
 
-    kind, name, device = "MatrixMultiply", "cublaslt-int8", "cuda"
+    device = "cuda"
     precisions = ("int8",)
     honours = frozenset({"post_ops"})
     writes_outputs = True   # outputs through out_array: the engine's arena views
 
-    def _cpu(self):
-        from native.cpu.kernels.matmul_int8 import Int8PackedGemm
-        return Int8PackedGemm()
+    def cpu_tactic(self) -> Tactic:
+        raise NotImplementedError
+
+    def gpu_reason(self, op) -> str | None:
+        return None
 
     def supports(self, op, input_shapes):
         from native.cuda.tactics.gemm_lt import available
         if not available():
             return "nvmath-python (cuBLASLt bindings) is not installed"
-        why = self._cpu().supports(op, input_shapes)
-        if why:
-            return why
+        return self.cpu_tactic().supports(op, input_shapes) or self.gpu_reason(op)
+
+
+@register_tactic
+class GpuInt8MatMul(_Int8Gemm):
+    """INT8 GEMM with a constant right operand (FullyConnected / Gemm / MatMul by weights)."""
+
+    kind, name = "MatrixMultiply", "cublaslt-int8"
+
+    def cpu_tactic(self):
+        from native.cpu.kernels.matmul_int8 import Int8PackedGemm
+        return Int8PackedGemm()
+
+    def gpu_reason(self, op):
         b = op.weights.get("b", op.weights.get("b_q"))
         k, n = b.shape[::-1] if op.params.get("transpose_b") and "b_q" not in op.weights else b.shape
         if k % 4 or n % 4:
@@ -116,7 +129,7 @@ class GpuInt8MatMul(Tactic):
 
     def prepare(self, op):
         from native.cpu.kernels.matmul_int8 import _leading_biases
-        w = self._cpu().prepare(op)
+        w = self.cpu_tactic().prepare(op)
         w["b_qt"] = np.ascontiguousarray(w["b_q"].T)      # [N, K]: cuBLASLt's TN form
         w["finish_scale"] = finish_scale(op, _leading_biases(op)[1], w["b_scale"])
         return w
@@ -142,25 +155,16 @@ class GpuInt8MatMul(Tactic):
 
 
 @register_tactic
-class GpuInt8Conv(Tactic):
+class GpuInt8Conv(_Int8Gemm):
     """INT8 2-D convolution (groups 1, NCHW): quantize, im2col rows, INT8 GEMM per image, dequantize to NCHW."""
 
-    kind, name, device = "Convolution", "im2col-cublaslt-int8", "cuda"
-    precisions = ("int8",)
-    honours = frozenset({"post_ops"})
-    writes_outputs = True   # outputs through out_array: the engine's arena views
+    kind, name = "Convolution", "im2col-cublaslt-int8"
 
-    def _cpu(self):
+    def cpu_tactic(self):
         from native.cpu.kernels.conv_int8 import Int8Im2colGemm
         return Int8Im2colGemm()
 
-    def supports(self, op, input_shapes):
-        from native.cuda.tactics.gemm_lt import available
-        if not available():
-            return "nvmath-python (cuBLASLt bindings) is not installed"
-        why = self._cpu().supports(op, input_shapes)
-        if why:
-            return why
+    def gpu_reason(self, op):
         w = op.weights.get("kernel", op.weights.get("kernel_q"))
         if np.ndim(w) != 4:
             return "only 2-D INT8 convolutions run on the GPU"
@@ -171,7 +175,7 @@ class GpuInt8Conv(Tactic):
         return None
 
     def prepare(self, op):
-        w = self._cpu().prepare(op)
+        w = self.cpu_tactic().prepare(op)
         q = w["kernel_q"]
         m, k = q.shape[0], int(np.prod(q.shape[1:]))
         rows = np.zeros((m, _pad16(k)), np.int8)
