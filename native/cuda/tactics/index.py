@@ -611,24 +611,12 @@ class GpuSelect1(Tactic):
     kind, name = "Select", "nvrtc-select1"
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cuda.tactics.pointwise import bcast_strides
+        from native.cuda.tactics.tensor import select
         cnd, a, b = (on_device(x) for x in inputs[:3])
         if not all(isinstance(v, GpuArray) for v in (cnd, a, b)) or cnd.dtype != np.bool_ or a.dtype != b.dtype \
                 or a.dtype.itemsize != 1:
             raise TypeError("Select of these types runs on another kernel or the host")
-        shape = np.broadcast_shapes(cnd.shape, a.shape, b.shape)
-        if len(shape) > 8:
-            raise TypeError("rank above 8")
-        out = out_array(outputs, 0, shape, a.dtype)
-        s = np.zeros(34, dtype=np.int64)
-        s[0], s[1] = len(shape), out.size
-        s[2:2 + len(shape)] = shape
-        for base, v in ((10, cnd), (18, a), (26, b)):
-            s[base:base + len(shape)] = bcast_strides(shape, v.shape)
-        if out.size:
-            launch(kernel(SRC, "select_1"), grid_for(out.size), _BLOCK,
-                   [np.uint64(out.ptr), np.uint64(cnd.ptr), np.uint64(a.ptr), np.uint64(b.ptr), s])
-        return [out]
+        return [select(cnd, a, b, outputs, SRC)]
 
 
 _VIEW_PLUGINS = ("Squeeze", "Unsqueeze")

@@ -337,20 +337,26 @@ class GpuSelect(Tactic):
     writes_outputs = True   # outputs through out_array: the engine's arena views
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cuda.tactics.pointwise import bcast_strides
         c, a, b = (on_device(x) for x in inputs[:3])
         if c.dtype != np.bool_ or a.dtype != b.dtype or a.dtype.itemsize not in (2, 4, 8):
             raise TypeError(f"select on {c.dtype}/{a.dtype}/{b.dtype} runs on the host")
-        shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
-        if len(shape) > 8:
-            raise TypeError("rank above 8")
-        out = out_array(outputs, 0, shape, a.dtype)
-        s = np.zeros(34, dtype=np.int64)
-        s[0], s[1] = len(shape), out.size
-        s[2:2 + len(shape)] = shape
-        for base, x in ((10, c), (18, a), (26, b)):
-            s[base:base + len(shape)] = bcast_strides(shape, x.shape)
-        if out.size:
-            launch(kernel(SRC, f"select_{a.dtype.itemsize}"), grid_for(out.size), (256, 1, 1),
-                   [np.uint64(out.ptr), np.uint64(c.ptr), np.uint64(a.ptr), np.uint64(b.ptr), s])
-        return [out]
+        return [select(c, a, b, outputs, SRC)]
+
+
+def select(c: GpuArray, a: GpuArray, b: GpuArray, outputs, src: str) -> GpuArray:
+    """where(c, a, b) with broadcasting, by the `select_<itemsize>` kernel of kernels/<src> (its Select struct:
+    rank, size, dims[8] and the element strides of c, a and b, 0 where broadcast)."""
+    from native.cuda.tactics.pointwise import bcast_strides
+    shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
+    if len(shape) > 8:
+        raise TypeError("rank above 8")
+    out = out_array(outputs, 0, shape, a.dtype)
+    s = np.zeros(34, dtype=np.int64)
+    s[0], s[1] = len(shape), out.size
+    s[2:2 + len(shape)] = shape
+    for base, x in ((10, c), (18, a), (26, b)):
+        s[base:base + len(shape)] = bcast_strides(shape, x.shape)
+    if out.size:
+        launch(kernel(src, f"select_{a.dtype.itemsize}"), grid_for(out.size), (256, 1, 1),
+               [np.uint64(out.ptr), np.uint64(c.ptr), np.uint64(a.ptr), np.uint64(b.ptr), s])
+    return out
