@@ -22,7 +22,9 @@ def add_calibration_args(parser):
     parser.add_argument_group("INT8 Q/DQ models").add_argument(
         "--qdq-emulation", choices=["onnxruntime-x86"], default=None,
         help="run a Q/DQ model as ONNX Runtime's x86-64 CPU EP does (the Q/DQ groups it keeps in FP32 stay FP32, "
-             "summed in its order), to compare with it bit for bit; default: TensorRT's fusion, every group INT8")
+             "summed in MLAS's order), to compare with it bit for bit; reproduces onnxruntime 1.30.0 and 1.32.0 "
+             "(verified; other releases may differ by a rounding step); its fused integer kernels are not emulated "
+             "(see docs/PRECISION.md); default: TensorRT's fusion, every group INT8")
     return g
 
 

@@ -1,11 +1,33 @@
 """Explicit quantization: Q/DQ import (opsets 10..21, per tensor / per axis), zero-point rule, propagation through
-commuting layers, fusion into INT8 layers; results against ONNX Runtime's run of the same QDQ model."""
+commuting layers, fusion into INT8 layers; results against ONNX Runtime's run of the same QDQ model.
+
+The reference is the QDQ model as ONNX defines it: ONNX Runtime with graph optimizations off runs each
+QuantizeLinear, DequantizeLinear and float operator by itself. Its default session fuses Q/DQ groups into integer
+kernels whose results depend on the release and the CPU (on an AVX2-only x86-64 CPU, 1.30.0's and 1.32.0's fused
+QLinearConv of qdq_model differs from the definition by dozens of steps), so no test asserts them except where a
+release was verified (ORT_X86_VERIFIED)."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from backends.runners.engine import EngineRunner
 from native.errors import BuildError
+
+# onnxruntime releases on which --qdq-emulation onnxruntime-x86 was checked bit for bit (x86-64, AVX2, one thread);
+# docs/PRECISION.md and --qdq-emulation's help name the same releases
+ORT_X86_VERIFIED = ("1.30.0", "1.32.0")
+
+
+def onnx_defined(ort, model, feeds, optimized=False, threads=None):
+    """ONNX Runtime's outputs for `model`: with `optimized` False, every node by itself (no Q/DQ fusion), i.e. the
+    ONNX definition; True: its default session (fused integer kernels, the x86-64 S8->U8 rewrite)."""
+    opts = ort.SessionOptions()
+    if not optimized:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if threads:
+        opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
 
 
 def qdq_model(opset=13, zp_value=0, zp_type=np.int8, per_channel=True):
@@ -59,8 +81,7 @@ def test_qdq_fused_into_int8_layers_matches_onnxruntime(opset, per_channel):
     ort = pytest.importorskip("onnxruntime")
     model = qdq_model(opset, per_channel=per_channel)
     x = np.random.default_rng(1).standard_normal((2, 6, 9, 10)).astype(np.float32) * 2
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, {"x": x})[0]
+    want = onnx_defined(ort, model, {"x": x})[0]
     with EngineRunner(model, flags=("int8",)) as r:
         got = r.infer({"x": x})["y"]
         nodes = r.engine.graph.nodes
@@ -91,7 +112,7 @@ def test_qdq_without_int8_flag_runs_as_onnx_defines():
     ort = pytest.importorskip("onnxruntime")
     model = qdq_model(13, zp_value=3)
     x = np.random.default_rng(2).standard_normal((2, 6, 9, 10)).astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = onnx_defined(ort, model, {"x": x})[0]
     with EngineRunner(model) as r:
         np.testing.assert_allclose(r.infer({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
 
@@ -248,14 +269,16 @@ def fan_out_model():
 
 
 def test_qdq_emulation_onnxruntime_x86_keeps_its_fp32_groups_and_matches_it_bit_for_bit():
+    """conv1 (a Q/DQ group ONNX Runtime's x86-64 CPU EP keeps in FP32, summed by MLAS) equals its default session bit
+    for bit on the releases verified (ORT_X86_VERIFIED), at most one quantization step apart in 0.1% of values on
+    others (MLAS may change its order). conv2 (fused into ONNX Runtime's QLinearConv) is checked against the ONNX
+    definition: that kernel's u8s8 arithmetic depends on the CPU (AVX2 vs VNNI) and is not emulated."""
     ort = pytest.importorskip("onnxruntime")
     from backends.engine import BuilderConfig, BuilderFlag
     model = fan_out_model()
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     xs = [np.random.default_rng(s).standard_normal((1, 32, 48, 48)).astype(np.float32) * 1.5 for s in range(6)]
-    want = [sess.run(None, {"x": x}) for x in xs]
+    want = [onnx_defined(ort, model, {"x": x}, optimized=True, threads=1) for x in xs]
+    defined = [onnx_defined(ort, model, {"x": x}) for x in xs]
     with EngineRunner(model, flags=("int8",)) as r:    # default: TensorRT's fusion, both convs INT8
         assert [n.precision for n in r.engine.graph.nodes if n.kind == "Convolution"] == ["int8", "int8"]
         default = [[r.infer({"x": x})[k] for k in ("ro_dq", "yo_dq")] for x in xs]
@@ -267,10 +290,18 @@ def test_qdq_emulation_onnxruntime_x86_keeps_its_fp32_groups_and_matches_it_bit_
         assert [n.precision for n in convs] == ["float32", "int8"]
         assert convs[0].tactic_name == "mlas-order" and convs[0].params["emulate"] == "onnxruntime-mlas"
         got = [[r.infer({"x": x})[k] for k in ("ro_dq", "yo_dq")] for x in xs]
-    assert all(np.array_equal(g, w) for gs, ws in zip(got, want) for g, w in zip(gs, ws))
-    # the default (exact INT8 conv1) differs from ONNX Runtime's FP32 conv1 by a rounding step here and there:
-    # what the emulation is for
-    assert any(not np.array_equal(d[0], w[0]) for d, w in zip(default, want))
+    step0, step1 = np.float32(0.0137), np.float32(0.04)
+    fp32_group = np.concatenate([np.abs(g[0] - w[0]).ravel() for g, w in zip(got, want)])
+    if ort.__version__ in ORT_X86_VERIFIED:
+        assert not fp32_group.any(), f"{int((fp32_group > 0).sum())} values differ from onnxruntime {ort.__version__}"
+        # the default (exact INT8 conv1) differs from ONNX Runtime's FP32 conv1 by a rounding step here and there:
+        # what the emulation is for
+        assert any(not np.array_equal(d[0], w[0]) for d, w in zip(default, want))
+    else:
+        assert fp32_group.max() <= step0 * 1.01 and (fp32_group > 0).mean() <= 1e-3
+    int8_group = np.concatenate([np.abs(g[1] - d[1]).ravel() for g, d in zip(got, defined)])
+    assert int8_group.max() <= step1 * 1.01 and (int8_group > 0).mean() <= 1e-4, (int8_group.max(),
+                                                                                  (int8_group > 0).sum())
 
 
 def test_qdq_emulation_unknown_value_is_an_error():

@@ -3,8 +3,8 @@
 TensorRT, and our default, fuse every [DQ -> Conv/Gemm/MatMul -> Q] group of an explicitly quantized model into an
 INT8 kernel. ONNX Runtime's CPU EP on x86-64 does not, and the difference decides whether our engine can
 reproduce its outputs bit for bit (on a classifier whose logits are themselves quantized, a single rounding step
-moves the argmax). The facts, from ONNX Runtime's graph transformers (checked on 1.32 against the optimized graph
-it writes with `SessionOptions.optimized_model_filepath`):
+moves the argmax). The facts, from ONNX Runtime's graph transformers (checked on 1.30.0 and 1.32.0 against the
+optimized graph it writes with `SessionOptions.optimized_model_filepath`):
 
 1. On x86-64 signed-int8 activations are converted to uint8 (zero point + 128) before any fusion, but only for a
    QuantizeLinear whose output feeds exactly one DequantizeLinear that has exactly one consumer (its S8->U8
