@@ -188,8 +188,11 @@ def _drop_pip(command: str) -> str:
 def _run_in_process(argv, cwd) -> tuple[int, str]:
     from debugkit.cli.main import main
     out, err = io.StringIO(), io.StringIO()
-    old = os.getcwd()
+    old, old_path = os.getcwd(), os.environ.get("PATH", "")
     os.chdir(cwd)
+    # a `python` that a command runs (a --check command) is the suite's interpreter, as in the activated venv the
+    # docs assume; the first `python` on PATH may be another one, without onnxruntime
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + old_path
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -198,6 +201,7 @@ def _run_in_process(argv, cwd) -> tuple[int, str]:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     finally:
         os.chdir(old)
+        os.environ["PATH"] = old_path
     return int(code or 0), out.getvalue() + err.getvalue()
 
 

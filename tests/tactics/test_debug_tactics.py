@@ -20,8 +20,10 @@ def model(tmp_path, monkeypatch):
 
 
 def _debug_tactics(model, sources, *extra):
+    """The failing build picks its tactics by the heuristic, not by timing: which layers differ from the reference
+    build (and so the probe budget) would otherwise depend on which tactic won a timing race on a loaded machine."""
     return main(["debug", "tactics", model, "--tactics-module", FAULTY, "--tactic-sources", sources,
-                 "--report", "R.json", "-q", *extra])
+                 "--tactic-heuristic", "--report", "R.json", "-q", *extra])
 
 
 def test_one_faulty_tactic_is_found_within_budget(model, monkeypatch):
