@@ -64,21 +64,37 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def output_detail(r, verbose=False) -> list[str]:
+def output_detail(r, verbose=False, source="output", reference="reference") -> list[str]:
     """Lines describing one failing (or, verbosely, passing) output."""
+    from debugkit.compare.errorstats import distinct
     lines = [f"{status(r.passed)} | {r.name} [{r.dtype} {list(r.shape)}] | {r.func}"
              + (f" | {r.reason}" if r.reason else "")]
+    nf = getattr(r, "nonfinite", None)
+    if nf is not None and nf.any:
+        lines.append(f"    NaN/Inf: {nf.describe(source, reference)}"
+                     + (f"; {nf.matched} matching position(s) left out of the statistics" if nf.matched else ""))
     if r.func == "simple" and r.atol is not None:
-        lines.append(f"    tolerance: atol={r.atol:g} rtol={r.rtol:g} ({r.metrics.get('error_stat', 'elemwise')})")
+        stat = r.metrics.get("error_stat", "elemwise")
+        what = f"quantile {r.metrics.get('error_quantile', 0.99):g}" if stat == "quantile" else stat
+        rule = f" ({r.atol_rule})" if getattr(r, "atol_rule", "") else ""
+        lines.append(f"    tolerance: atol={r.atol:.4g}{rule} rtol={r.rtol:g} ({what})")
         if r.min_atol is not None:
-            lines.append(f"    minimum tolerance that would pass: atol={r.min_atol:.4g} OR rtol={fmt_rel(r.min_rtol, '.4g')}")
+            rt = (distinct(r.min_rtol, r.rtol) if r.min_rtol != float("inf") else
+                  f"n/a ({r.zero_ref} element(s) with a zero reference: only atol passes them)")
+            lines.append(f"    minimum tolerance that would pass: atol={distinct(r.min_atol, r.atol)} OR rtol={rt}"
+                         + (f" ({what} error)" if stat != "elemwise" else ""))
         s = r.stats
         if s:
-            lines.append(f"    abs error: mean={s['mean']:.4g} std={s['std']:.4g} median={s['median']:.4g} "
-                         f"p90={s['p90']:.4g} p99={s['p99']:.4g} max={s['max']:.4g} at {tuple(s['argmax'])}")
-            rs = r.rel_stats
-            lines.append(f"    rel error: mean={fmt_rel(rs['mean'], '.4g')} median={fmt_rel(rs['median'], '.4g')} "
-                         f"max={fmt_rel(rs['max'], '.4g')} at {tuple(rs['argmax'])}")
+            lines.append(f"    abs error ({s['count']} elements): mean={s['mean']:.4g} std={s['std']:.4g} "
+                         f"median={s['median']:.4g} p90={s['p90']:.4g} p99={s['p99']:.4g} max={s['max']:.4g} at "
+                         f"{tuple(s['argmax'])}")
+        rs = r.rel_stats
+        if rs.get("count"):
+            lines.append(f"    rel error ({rs['count']} elements with a nonzero reference): mean={rs['mean']:.4g} "
+                         f"median={rs['median']:.4g} max={rs['max']:.4g} at {tuple(rs['argmax'])}")
+        if rs.get("zero_ref"):
+            lines.append(f"    {rs['zero_ref']} element(s) with a zero reference differ (relative error undefined), "
+                         f"first at {tuple(rs['zero_ref_at'])}")
         if r.histogram:
             lines.append("    abs error histogram:")
             lines.extend("      " + h for h in r.histogram)
@@ -86,6 +102,25 @@ def output_detail(r, verbose=False) -> list[str]:
         lines.append("    " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in r.metrics.items()))
     return lines
+
+
+def max_abs_cell(r) -> str:
+    """The table's error cell: NaN/Inf mismatches are counted there, never shown as an error of 0."""
+    nf = getattr(r, "nonfinite", None)
+    if nf is not None and nf.mismatched:
+        return f"NaN/Inf x{nf.mismatched}"
+    return fmt(r.max_abs) if r.func == "simple" else fmt(r.metrics.get(r.func))
+
+
+def max_rel_cell(r) -> str:
+    if r.func != "simple":
+        return "-"
+    nf = getattr(r, "nonfinite", None)
+    if nf is not None and nf.mismatched:
+        return "-"
+    if r.max_rel is None and r.zero_ref:
+        return "n/a (ref 0)"
+    return fmt(r.max_rel) + (f" +{r.zero_ref} ref 0" if r.zero_ref else "")
 
 
 def render(summary, verbose=False, stream=None) -> str:
@@ -100,7 +135,7 @@ def render(summary, verbose=False, stream=None) -> str:
             out.append(f"---- {title} ----")
             out.extend(paint(f"FAILED | {p}", "red", stream) for p in pr.problems)
             for r in failing:
-                out.extend(output_detail(r, verbose))
+                out.extend(output_detail(r, verbose, pr.source, pr.reference))
         if pr.layers:
             bad = sum(not r.passed for r in pr.layers.values())
             out.append(f"layerwise ({title}): {len(pr.layers)} tensors compared, {bad} differ")
@@ -127,9 +162,8 @@ def render(summary, verbose=False, stream=None) -> str:
     for pr in summary.pairs:
         pair = f"{pr.source} vs {pr.reference}"
         for r in list(pr.outputs.values()) + [r for d in pr.extra_funcs.values() for r in d.values()]:
-            metric = fmt(r.max_abs) if r.func == "simple" else fmt(r.metrics.get(r.func))
             rows.append([str(pr.iteration), pair, r.name, r.func, status(r.passed, stream),
-                         metric, fmt_rel(r.max_rel) if r.func == "simple" else "-",
+                         max_abs_cell(r), max_rel_cell(r),
                          fmt(r.min_atol) if r.func == "simple" else "-",
                          fmt_rel(r.min_rtol) if r.func == "simple" else "-"])
         if not pr.outputs:
@@ -140,8 +174,8 @@ def render(summary, verbose=False, stream=None) -> str:
             r = d.result if d is not None else None
             what = f"{len(pr.layers)} tensors, {sum(not x.passed for x in pr.layers.values())} differ"
             rows.append([str(pr.iteration), pair, f"(layerwise: {what})", "layerwise",
-                         status(pr.layerwise_passed, stream), fmt(r.max_abs) if r is not None else "-",
-                         fmt_rel(r.max_rel) if r is not None else "-", fmt(r.min_atol) if r is not None else "-",
+                         status(pr.layerwise_passed, stream), max_abs_cell(r) if r is not None else "-",
+                         max_rel_cell(r) if r is not None else "-", fmt(r.min_atol) if r is not None else "-",
                          fmt_rel(r.min_rtol) if r is not None else "-"])
     if rows:
         out.append("")
@@ -189,7 +223,12 @@ def run_json(summary, timing: dict, provenance: dict) -> dict:
                             "max_rel": _num(r.max_rel) if simple else None,
                             "min_atol": _num(r.min_atol) if simple else None,
                             "min_rtol": _num(r.min_rtol) if simple else None,
-                            "rel_undefined_where_ref_is_0": bool(simple and r.max_rel == float("inf")),
+                            "rel_undefined_where_ref_is_0": bool(simple and r.zero_ref),
+                            "zero_ref_elements": r.zero_ref if simple else None,
+                            "compared_elements": r.compared,
+                            "atol_rule": (r.atol_rule or None) if simple else None,
+                            "error_level": _num(r.level) if simple else None,
+                            "nonfinite": r.nonfinite.to_dict() if getattr(r, "nonfinite", None) else None,
                             "metric": None if simple else _num(r.metrics.get(r.func)),
                             "reason": r.reason or None, "dtype": r.dtype, "shape": list(r.shape)})
     layerwise = None

@@ -17,7 +17,8 @@ def add_check_args(parser):
     c.add_argument("--rtol", nargs="+", default=[], metavar="[NAME:]VALUE", help="relative tolerance")
     c.add_argument("--check-error-stat", nargs="+", default=[], metavar="[NAME:]STAT",
                    help="elemwise (default), max, mean, median or quantile")
-    c.add_argument("--error-quantile", type=float, default=0.99)
+    c.add_argument("--error-quantile", nargs="+", default=[], metavar="[NAME:]Q",
+                   help="quantile for --check-error-stat quantile (default 0.99)")
     _args.add_common_args(parser)
 
 
@@ -45,9 +46,8 @@ def feeds_from_args(args, model_path) -> list:
 
 
 def tolerances_from_args(args):
-    from debugkit.compare.funcs import Tolerances
-    return Tolerances(_args.parse_per_output(args.atol, "--atol"), _args.parse_per_output(args.rtol, "--rtol"),
-                      _args.parse_per_output(args.check_error_stat, "--check-error-stat", str), args.error_quantile)
+    from debugkit.cli.run import tolerances_from_args
+    return tolerances_from_args(args)
 
 
 def config_factory(args):

@@ -36,10 +36,20 @@ def register(subparsers):
                    help="relative tolerance, global or per output (default by dtype: fp32 1e-3)")
     c.add_argument("--check-error-stat", nargs="+", default=[], metavar="[NAME:]STAT",
                    help="elemwise (default), max, mean, median or quantile")
-    c.add_argument("--error-quantile", type=float, default=0.99, help="quantile for --check-error-stat quantile")
+    c.add_argument("--error-quantile", nargs="+", default=[], metavar="[NAME:]Q",
+                   help="quantile for --check-error-stat quantile, global or per output (default 0.99)")
     c.add_argument("--compare", nargs="+", default=[], choices=["simple", "indices", "l2", "cosine", "psnr", "snr"],
                    help="extra checks on the outputs besides simple (all must pass)")
-    c.add_argument("--index-tolerance", type=int, default=0, help="for --compare indices")
+    c.add_argument("--index-tolerance", nargs="+", default=[], metavar="[NAME:]N",
+                   help="for --compare indices: how many positions an index may move, global or per output (the "
+                        "output's last N entries are not checked; default 0)")
+    c.add_argument("--postprocess", nargs="+", default=[], metavar="[NAME:]top-K[,axis=A]|[NAME:]argmax",
+                   help="applied to both sides' outputs before comparing (Polygraphy's spelling), e.g. top-5, "
+                        "logits:top-1,axis=1, argmax; with --compare indices the indices are checked with "
+                        "--index-tolerance instead of exactly")
+    c.add_argument("--no-check-shapes", dest="check_shapes", action="store_false", default=True,
+                   help="compare outputs whose shapes differ but whose element counts match (a (1, 4) output with "
+                        "a (4,) one), reshaped to the reference's shape")
     c.add_argument("--l2-threshold", type=float, default=1e-2)
     c.add_argument("--cosine-threshold", type=float, default=0.999)
     c.add_argument("--psnr-threshold", type=float, default=30.0)
@@ -70,14 +80,21 @@ def register(subparsers):
     p.set_defaults(func=run)
 
 
-def _extra_funcs(args):
+def _extra_funcs(args, tol):
     from debugkit.compare import funcs
-    table = {"indices": lambda n, a, e: funcs.compare_indices(n, a, e, args.index_tolerance),
-             "l2": lambda n, a, e: funcs.compare_l2(n, a, e, args.l2_threshold),
-             "cosine": lambda n, a, e: funcs.compare_cosine(n, a, e, args.cosine_threshold),
-             "psnr": lambda n, a, e: funcs.compare_psnr(n, a, e, args.psnr_threshold),
-             "snr": lambda n, a, e: funcs.compare_snr(n, a, e, args.snr_threshold)}
-    return {k: table[k] for k in dict.fromkeys(args.compare) if k != "simple"}
+    return funcs.make_checks(args.compare, index_tolerance=tol.index_tolerance, l2_threshold=args.l2_threshold,
+                             cosine_threshold=args.cosine_threshold, psnr_threshold=args.psnr_threshold,
+                             snr_threshold=args.snr_threshold, check_shapes=args.check_shapes)
+
+
+def tolerances_from_args(args):
+    """The Tolerances of run's comparison options (per-output name:value everywhere, as in Polygraphy)."""
+    from debugkit.compare.funcs import Tolerances
+    quantiles = _args.parse_per_output(getattr(args, "error_quantile", []) or [], "--error-quantile")
+    quantiles.setdefault("", 0.99)
+    itol = _args.parse_per_output(getattr(args, "index_tolerance", []) or [], "--index-tolerance", int)
+    return Tolerances(_args.parse_per_output(args.atol, "--atol"), _args.parse_per_output(args.rtol, "--rtol"),
+                      _args.parse_per_output(args.check_error_stat, "--check-error-stat", str), quantiles, itol)
 
 
 def _data_loader(args, metadata):
@@ -108,7 +125,6 @@ def _run(args) -> int:
     from backends.runners.engine import is_plan
     from backends.runners.model import markable_onnx_tensors, onnx_input_metadata
     from debugkit.compare.comparator import Comparator, LiveSource, LoadedSource
-    from debugkit.compare.funcs import Tolerances
     from debugkit.data_file import DataWriter, open_data_file, package_versions
     from debugkit.data_loader import coerce_feeds
     from debugkit.report import render, run_json
@@ -157,8 +173,9 @@ def _run(args) -> int:
     provenance = {"model_path": os.path.abspath(args.model), "model_sha256": sha,
                   "command": " ".join(["debugkit"] + sys.argv[1:]), "versions": package_versions(),
                   "loaded_outputs": [], "loaded_inputs": args.load_inputs}
-    tol = Tolerances(_args.parse_per_output(args.atol, "--atol"), _args.parse_per_output(args.rtol, "--rtol"),
-                     _args.parse_per_output(args.check_error_stat, "--check-error-stat", str), args.error_quantile)
+    tol = tolerances_from_args(args)
+    from debugkit.compare.postprocess import parse_postprocess
+    postprocess = parse_postprocess(args.postprocess)
     writer = input_writer = None
     timing = {}
     caught = []
@@ -193,9 +210,10 @@ def _run(args) -> int:
                     known |= set(markable_onnx_tensors(model))
             for src in loaded:
                 known |= set(src.output_names)
-            unknown = sorted(n for n in tol.names() if n not in known)
+            unknown = sorted(n for n in tol.names() | set(postprocess) if n and n not in known)
             if unknown:
-                raise UsageError(f"--atol/--rtol/--check-error-stat name unknown output(s) {unknown}; outputs are "
+                raise UsageError(f"--atol/--rtol/--check-error-stat/--error-quantile/--index-tolerance/--postprocess "
+                                 f"name unknown output(s) {unknown}; outputs are "
                                  f"{sorted(o.name for o in model.graph.output) if model is not None else sorted(known)}")
             loader = _data_loader(args, metadata)
             feeds_iter = (coerce_feeds(f, metadata) for f in loader)
@@ -210,9 +228,10 @@ def _run(args) -> int:
             sources = [LiveSource(r) for r in live] + loaded
             reference = _reference(sources)
             comparator = Comparator(tol, nan_equal=args.allow_nan, inf_equal=not args.strict_inf,
-                                    extra_funcs=_extra_funcs(args), validate=args.validate, layerwise=layerwise,
+                                    extra_funcs=_extra_funcs(args, tol), validate=args.validate, layerwise=layerwise,
                                     model=model, scale_tol=args.layer_scale_tol,
-                                    allow_mismatched_inputs=args.allow_mismatched_inputs)
+                                    allow_mismatched_inputs=args.allow_mismatched_inputs,
+                                    check_shapes=args.check_shapes, postprocess=postprocess)
             summary = comparator.run(sources, reference, feeds_iter, writer=writer, input_writer=input_writer)
         if writer is not None:
             for r in live:

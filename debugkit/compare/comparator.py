@@ -15,6 +15,9 @@ import numpy as np
 
 from debugkit.compare.divergence import first_divergence
 from debugkit.compare.funcs import DEFAULT_SCALE_TOL, Tolerances, compare_simple, validate
+from debugkit.compare.matching import pair_outputs
+from debugkit.compare.outputstats import pair_stats
+from debugkit.compare.postprocess import for_output
 from debugkit.compare.nonfinite import NonFinite, locate  # noqa: F401  (NonFinite: part of this module's API)
 from debugkit.data_file import inputs_hash
 from native.errors import DataFileError, UsageError
@@ -74,6 +77,21 @@ class PairResult:
     extra_funcs: dict = field(default_factory=dict)  # func name -> {output: OutputResult}
     problems: list = field(default_factory=list)     # why this pair's comparison means nothing (fails it)
     layerwise: bool = False                          # whether a layerwise comparison ran for this pair
+    output_stats: dict = field(default_factory=dict)  # output -> {"actual": stats, "expected": stats}
+    paired: dict = field(default_factory=dict)        # output -> (reference name, how) where names differ
+
+    def results(self) -> list:
+        """Every OutputResult of the model outputs (simple and the extra checks)."""
+        return list(self.outputs.values()) + [r for d in self.extra_funcs.values() for r in d.values()]
+
+    def nonfinite(self) -> dict:
+        """{output: NonFiniteCounts} for the outputs where either side holds NaN/Inf."""
+        return {n: r.nonfinite for n, r in self.outputs.items() if r.nonfinite is not None and r.nonfinite.any}
+
+    @property
+    def finite_compared(self) -> int:
+        """Elements compared with finite values on both sides, over the model outputs."""
+        return sum(r.compared for r in self.outputs.values())
 
     @property
     def layerwise_passed(self):
@@ -128,7 +146,7 @@ class Comparator:
 
     def __init__(self, tolerances: Tolerances | None = None, nan_equal=False, inf_equal=True, extra_funcs=None,
                  validate=False, layerwise=None, model=None, chunk_bytes=256 << 20, logger=None, scale_tol=None,
-                 allow_mismatched_inputs=False):
+                 allow_mismatched_inputs=False, check_shapes=True, postprocess=None):
         self.tolerances = tolerances or Tolerances()
         self.nan_equal, self.inf_equal = nan_equal, inf_equal
         self.extra_funcs = dict(extra_funcs or {})
@@ -143,9 +161,41 @@ class Comparator:
         # results loaded from a file but produced from other inputs compare nothing meaningful: they fail the run
         # unless the user says the inputs may differ
         self.allow_mismatched_inputs = allow_mismatched_inputs
+        self.check_shapes = check_shapes          # False: pair outputs of equal element count whatever their shape
+        self.postprocess = dict(postprocess or {})   # output (or "") -> Postprocess, applied to both sides
 
     def _simple(self, name, a, e):
-        return compare_simple(name, a, e, self.tolerances, self.nan_equal, self.inf_equal)
+        return compare_simple(name, a, e, self.tolerances, self.nan_equal, self.inf_equal,
+                              check_shapes=self.check_shapes)
+
+    def _compare_outputs(self, pr, source_name, ref_name, out, ref_out, summary):
+        """Pair `out` with `ref_out` (exact names, then Polygraphy's fallbacks), postprocess, and compare."""
+        for name, rname, how in pair_outputs(out, ref_out):
+            if how != "exact":
+                pr.paired[name] = (rname, how)
+                msg = (f"output names differ: comparing {source_name}'s '{name}' with {ref_name}'s '{rname}' "
+                       f"(matched by {how}, as Polygraphy does)")
+                if msg not in summary.warnings:
+                    summary.warnings.append(msg)
+                    self.logger.warning(msg)
+            a, e = out[name], ref_out[rname]
+            pp = for_output(self.postprocess, name)
+            if pp is not None:
+                a, e = pp.apply(a), pp.apply(e)
+            pr.output_stats[name] = pair_stats(a, e)
+            extra = dict(self.extra_funcs)
+            if pp is not None and "indices" in extra:
+                # indices after top-k/argmax: the index check (with its tolerance) is the check; exact equality of
+                # the indices would contradict the tolerance
+                r = extra.pop("indices")(name, a, e)
+                pr.outputs[name] = r
+            else:
+                pr.outputs[name] = self._simple(name, a, e)
+            if pp is not None:
+                pr.outputs[name].metrics["postprocess"] = str(pp)
+            for fname, fn in extra.items():
+                pr.extra_funcs.setdefault(fname, {})[name] = fn(name, a, e)
+        return {rname for rname, _ in pr.paired.values()}
 
     def run(self, sources: list, reference, feeds_iter, writer=None, input_writer=None, expected_hashes=None):
         """Compare every source against `reference` for each feed dict; returns a RunSummary."""
@@ -175,13 +225,8 @@ class Comparator:
             pairs = []
             for s in others:
                 pr = PairResult(s.name, reference.name, it)
-                for name, v in outs[s.name].items():
-                    if name not in ref_out:
-                        continue
-                    pr.outputs[name] = self._simple(name, v, ref_out[name])
-                    for fname, fn in self.extra_funcs.items():
-                        pr.extra_funcs.setdefault(fname, {})[name] = fn(name, v, ref_out[name])
-                missing = [n for n in ref_out if n not in outs[s.name]]
+                fallback = self._compare_outputs(pr, s.name, reference.name, outs[s.name], ref_out, summary)
+                missing = [n for n in ref_out if n not in outs[s.name] and n not in fallback]
                 if self.model is not None:   # a golden may hold marked intermediates too: only outputs are missed
                     missing = [n for n in missing if n in {o.name for o in self.model.graph.output}]
                 if not pr.outputs:

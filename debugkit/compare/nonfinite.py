@@ -83,25 +83,15 @@ def locate(model, source_name, iteration, tensor, problems, observed, fetch) -> 
 
 
 def _replay(model, nodes, boundary, fetch):
-    from onnx import numpy_helper
-    from onnx.reference import ReferenceEvaluator
-    inits = {i.name: i for i in model.graph.initializer}
-    env = {t: numpy_helper.to_array(inits[t]) for t in boundary if t in inits}
-    env.update(fetch([t for t in boundary if t not in inits]))
-    opsets = {o.domain: o.version for o in model.opset_import}
-    import onnx
-    for n in nodes:
-        if any(i and i not in env for i in n.input):
-            return None
-        ins = [onnx.helper.make_tensor_value_info(i, onnx.TensorProto.UNDEFINED, None) for i in n.input if i]
-        outs = [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in n.output if o]
-        g = onnx.helper.make_graph([n], "replay", ins, outs)
-        m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
-        with np.errstate(all="ignore"):
-            vals = ReferenceEvaluator(m).run(None, {i: env[i] for i in n.input if i})
-        for o, v in zip([o for o in n.output if o], vals):
-            env[o] = v
-            probs = validate(o, v)
-            if probs:
-                return n, o, probs
-    return None
+    from debugkit.compare import replay
+    env = replay.constants(model, boundary)
+    env.update(fetch([t for t in boundary if t not in env]))
+    found = []
+
+    def stop(n, o, v):
+        probs = validate(o, v)
+        if probs:
+            found.append((n, o, probs))
+        return bool(probs)
+    replay.evaluate(model, nodes, env, stop)
+    return found[0] if found else None

@@ -80,37 +80,38 @@ class CompareOptions:
     atol: dict = field(default_factory=dict)
     rtol: dict = field(default_factory=dict)
     check_error_stat: dict = field(default_factory=dict)
-    error_quantile: float = 0.99
+    error_quantile: object = 0.99      # a number or {output: q} with "" as the default
     compare: tuple = ()
     cosine_threshold: float = 0.999
     l2_threshold: float = 1e-2
     psnr_threshold: float = 30.0
     snr_threshold: float = 20.0
-    index_tolerance: int = 0
+    index_tolerance: object = 0        # a number or {output: n}
     validate: bool = False
     allow_nan: bool = False
     strict_inf: bool = False
+    check_shapes: bool = True
 
     @classmethod
     def from_args(cls, args):
-        from debugkit.cli import _args
-        return cls(atol=_args.parse_per_output(args.atol, "--atol"), rtol=_args.parse_per_output(args.rtol, "--rtol"),
-                   check_error_stat=_args.parse_per_output(args.check_error_stat, "--check-error-stat", str),
-                   error_quantile=args.error_quantile, compare=tuple(args.compare or ()),
+        from debugkit.cli.run import tolerances_from_args
+        tol = tolerances_from_args(args)
+        return cls(atol=tol.atol, rtol=tol.rtol, check_error_stat=tol.stat, error_quantile=tol.quantiles,
+                   compare=tuple(args.compare or ()),
                    cosine_threshold=args.cosine_threshold, l2_threshold=args.l2_threshold,
                    psnr_threshold=args.psnr_threshold, snr_threshold=args.snr_threshold,
-                   index_tolerance=args.index_tolerance, validate=args.validate, allow_nan=args.allow_nan,
-                   strict_inf=args.strict_inf)
+                   index_tolerance=tol.index_tolerance, validate=args.validate, allow_nan=args.allow_nan,
+                   strict_inf=args.strict_inf, check_shapes=getattr(args, "check_shapes", True))
 
     def judge(self, actual: dict, expected: dict) -> dict:
         """{"fails", "reason", "outputs": {name: {"passed", "max_abs", "cosine", ...}}} for these outputs."""
         from debugkit.compare import funcs
-        tol = funcs.Tolerances(self.atol, self.rtol, self.check_error_stat, self.error_quantile)
-        extra = {"indices": lambda n, a, e: funcs.compare_indices(n, a, e, self.index_tolerance),
-                 "l2": lambda n, a, e: funcs.compare_l2(n, a, e, self.l2_threshold),
-                 "cosine": lambda n, a, e: funcs.compare_cosine(n, a, e, self.cosine_threshold),
-                 "psnr": lambda n, a, e: funcs.compare_psnr(n, a, e, self.psnr_threshold),
-                 "snr": lambda n, a, e: funcs.compare_snr(n, a, e, self.snr_threshold)}
+        tol = funcs.Tolerances(self.atol, self.rtol, self.check_error_stat, self.error_quantile,
+                               self.index_tolerance)
+        extra = funcs.make_checks(self.compare, index_tolerance=tol.index_tolerance,
+                                  l2_threshold=self.l2_threshold, cosine_threshold=self.cosine_threshold,
+                                  psnr_threshold=self.psnr_threshold, snr_threshold=self.snr_threshold,
+                                  check_shapes=self.check_shapes)
         report, reasons = {}, []
         for name, e in expected.items():
             if name not in actual:
@@ -119,8 +120,8 @@ class CompareOptions:
                 continue
             a = actual[name]
             checks = [funcs.compare_simple(name, a, e, tol, nan_equal=self.allow_nan, inf_equal=not self.strict_inf,
-                                           hist=False)]
-            checks += [extra[k](name, a, e) for k in dict.fromkeys(self.compare) if k != "simple"]
+                                           hist=False, check_shapes=self.check_shapes)]
+            checks += [fn(name, a, e) for fn in extra.values()]
             entry = {"passed": all(c.passed for c in checks), "max_abs": _max_abs(a, e),
                      "cosine": _cosine(a, e)}
             if self.validate:
@@ -180,10 +181,12 @@ def add_compare_args(parser):
     c.add_argument("--atol", nargs="+", default=[], metavar="[NAME:]VALUE")
     c.add_argument("--rtol", nargs="+", default=[], metavar="[NAME:]VALUE")
     c.add_argument("--check-error-stat", nargs="+", default=[], metavar="[NAME:]STAT")
-    c.add_argument("--error-quantile", type=float, default=0.99)
+    c.add_argument("--error-quantile", nargs="+", default=[], metavar="[NAME:]Q")
     c.add_argument("--compare", nargs="+", default=[], choices=["simple", "indices", "l2", "cosine", "psnr", "snr"],
                    help="extra checks on the outputs besides simple (all must pass)")
-    c.add_argument("--index-tolerance", type=int, default=0)
+    c.add_argument("--index-tolerance", nargs="+", default=[], metavar="[NAME:]N")
+    c.add_argument("--no-check-shapes", dest="check_shapes", action="store_false", default=True,
+                   help="compare outputs whose element counts match although their shapes differ")
     c.add_argument("--l2-threshold", type=float, default=1e-2)
     c.add_argument("--cosine-threshold", type=float, default=0.999)
     c.add_argument("--psnr-threshold", type=float, default=30.0)

@@ -28,7 +28,10 @@ def test_per_output_tolerances_and_dtype_defaults():
     tol = Tolerances({"": 1e-6, "out": 1e-1}, {})
     assert tol.for_output("out", "float32")[0] == 0.1
     assert tol.for_output("other", "float32")[0] == 1e-6
-    assert Tolerances().for_output("z", "float16")[:2] == default_tolerance("float16") == (1e-2, 1e-2)
+    # default atol: a fraction of max|reference| (fp16 1e-3, fp32 1e-5), rtol by dtype
+    ref16 = np.float16([0.5, -4.0])
+    assert Tolerances().for_output("z", "float16", ref16)[:2] == default_tolerance("float16", ref16) == (4e-3, 1e-2)
+    assert default_tolerance("float32", np.float32([2.0, -300.0])) == pytest.approx((3e-3, 1e-3))
     assert default_tolerance("int64") == (0.0, 0.0)
     a, e = np.float16([1.0, 2.0]), np.float16([1.005, 2.0])
     assert compare_simple("h", a, e).passed                       # fp16 default tolerance
@@ -98,7 +101,8 @@ def test_layerwise_noise_floor_scales_with_tensor_magnitude():
     ref[1, 1] = 0.0
     noisy = ref.copy()
     noisy[1, 1] = 2e-4                         # cancellation noise right where the reference is 0
-    assert not compare_simple("t", noisy, ref).passed            # fixed atol 1e-4 calls it a mismatch
+    assert not compare_simple("t", noisy, ref, Tolerances({"": 1e-4})).passed   # a fixed atol calls it a mismatch
+    assert compare_simple("t", noisy, ref).passed                # the default atol scales with max|ref| too
     ok = compare_simple("t", noisy, ref, scale_tol=1e-5)
     assert ok.passed and abs(ok.atol - 1e-5 * float(np.abs(ref).max())) < 1e-9   # atol raised to 1e-5 * max|ref|
     faulty = ref.copy()

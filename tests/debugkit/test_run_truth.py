@@ -188,7 +188,7 @@ def test_relative_error_where_reference_is_zero_is_na(cli, tmp_path):
     from debugkit.report import render
     from debugkit.compare.comparator import PairResult, RunSummary
     r = compare_simple("y", np.array([1e-6, 1.0], np.float32), np.array([0.0, 1.0], np.float32))
-    assert r.passed and r.max_rel == float("inf")
+    assert r.passed and r.zero_ref == 1 and r.max_rel == 0.0 and r.min_rtol == float("inf")
     s = RunSummary(pairs=[PairResult("a", "b", 0, outputs={"y": r})], iterations=1)
     row = next(l for l in render(s).splitlines() if l.startswith("0 "))
     assert "n/a (ref 0)" in row and "inf" not in row
