@@ -136,6 +136,12 @@ def render(summary, verbose=False, stream=None) -> str:
             out.extend(paint(f"FAILED | {p}", "red", stream) for p in pr.problems)
             for r in failing:
                 out.extend(output_detail(r, verbose, pr.source, pr.reference))
+                st = pr.output_stats.get(r.name) if r.name in pr.outputs and pr.outputs[r.name] is r else None
+                if st:
+                    from debugkit.compare import outputstats
+                    out.append("    output statistics:")
+                    out.extend("    " + line for line in outputstats.render(
+                        r.name, {pr.source: st["actual"], pr.reference: st["expected"]}))
         if pr.layers:
             bad = sum(not r.passed for r in pr.layers.values())
             out.append(f"layerwise ({title}): {len(pr.layers)} tensors compared, {bad} differ")
@@ -230,7 +236,12 @@ def run_json(summary, timing: dict, provenance: dict) -> dict:
                             "error_level": _num(r.level) if simple else None,
                             "nonfinite": r.nonfinite.to_dict() if getattr(r, "nonfinite", None) else None,
                             "metric": None if simple else _num(r.metrics.get(r.func)),
-                            "reason": r.reason or None, "dtype": r.dtype, "shape": list(r.shape)})
+                            "reason": r.reason or None, "dtype": r.dtype, "shape": list(r.shape),
+                            "postprocess": r.metrics.get("postprocess"),
+                            "paired_with": list(pr.paired[r.name]) if r.name in pr.paired else None,
+                            "output_stats": (dict(pr.output_stats[r.name], runners=[pr.source, pr.reference])
+                                             if r.name in pr.output_stats and pr.outputs.get(r.name) is r
+                                             else None)})
     layerwise = None
     lw_pairs = [pr for pr in summary.pairs if pr.layerwise]
     if lw_pairs:
@@ -240,11 +251,12 @@ def run_json(summary, timing: dict, provenance: dict) -> dict:
             per_pair.append({"runner_pair": f"{pr.source} vs {pr.reference}", "iteration": pr.iteration,
                              "status": "PASSED" if pr.layerwise_passed else "FAILED",
                              "compared": len(pr.layers), "differ": sum(not r.passed for r in pr.layers.values()),
-                             "first_divergence": None if d is None else {
-                                 "tensor": d.tensor, "node": d.node, "op_type": d.op_type, "born_here": d.born_here,
-                                 "region": d.region,
-                                 "max_abs": _num(d.result.max_abs) if d.result is not None else None,
-                                 "min_atol": _num(d.result.min_atol) if d.result is not None else None}})
+                             "first_divergence": None if d is None else dict(
+                                 d.to_dict(),
+                                 max_abs=_num(d.result.max_abs) if d.result is not None else None,
+                                 min_atol=_num(d.result.min_atol) if d.result is not None else None,
+                                 nonfinite=(d.result.nonfinite.to_dict() if d.result is not None
+                                            and getattr(d.result, "nonfinite", None) is not None else None))})
         first = next((p for p in per_pair if p["first_divergence"] is not None), per_pair[0])
         layerwise = dict(first, pairs=per_pair)
     return {"passed": summary.passed, "exit_code": summary.exit_code, "reasons": summary.reasons(),

@@ -327,10 +327,36 @@ class Comparator:
             for s in sources:
                 if not s.loaded:
                     writer.set_runner_attrs(s.name, {"layerwise": True})
-        for pr in pairs:
+        for pr, s in zip(pairs, others):
             merged = dict(pr.layers)
             merged.update(pr.outputs)
-            pr.divergence = first_divergence(self.model, merged)
+            pr.divergence = first_divergence(self.model, merged, split=self._splitter(s, reference, feeds, it),
+                                             source=s.name, reference=reference.name)
+
+    def _splitter(self, source, reference, feeds, it):
+        """split(tensor, nodes, boundary) for first_divergence: re-run the diverging node from both sides' values
+        (origin.py) with the tensor's own layerwise tolerance."""
+        if self.model is None:
+            return None
+        from debugkit.compare.origin import split_error
+        inits = {i.name for i in self.model.graph.initializer}
+
+        def values(src, names):
+            got = {n: feeds[n] for n in names if n in feeds}
+            rest = [n for n in names if n not in got]
+            if rest:
+                got.update(src.fetch(feeds, it, rest))
+            return got
+
+        def compare(name, a, e):
+            return compare_simple(name, a, e, self.tolerances, self.nan_equal, self.inf_equal, hist=False,
+                                  scale_tol=self.scale_tol.get(np.asarray(e).dtype.name))
+
+        def split(tensor, nodes, boundary):
+            names = [t for t in boundary if t not in inits] + [tensor]
+            return split_error(self.model, tensor, nodes, boundary, values(source, names), values(reference, names),
+                               compare)
+        return split
 
 
 def _names(d, limit=6):

@@ -320,7 +320,7 @@ def compare_simple(name, actual, expected, tolerances: Tolerances | None = None,
                   if res.zero_ref and sr == float("inf") else ""))
     if problems:
         res.passed = False
-        res.reason = "; ".join(problems) + f" ({counts.describe('output', 'reference')})"
+        res.reason = "; ".join(problems) + (f", first at {counts.first_mismatch}" if counts.first_mismatch else "")
         res.min_atol = res.min_rtol = None
         res.metrics["level"] = float("inf")
     else:

@@ -49,10 +49,11 @@ def render(name, stats: dict, width=30) -> list[str]:
     """Lines: one statistics line per runner, then the two histograms side by side."""
     out = []
     for label, s in stats.items():
-        if "mean" not in s:
-            out.append(f"{label:>16} | {name}: no finite values")
-            continue
         nf = s.get("nonfinite")
+        if "mean" not in s:
+            counts = f" (NaN {nf['nan']}, +Inf {nf['posinf']}, -Inf {nf['neginf']})" if nf else ""
+            out.append(f"{label:>16} | {name}: no finite values{counts}")
+            continue
         extra = f", NaN {nf['nan']}, +Inf {nf['posinf']}, -Inf {nf['neginf']}" if nf else ""
         out.append(f"{label:>16} | mean={s['mean']:.4g} std={s['std']:.4g} min={s['min']:.4g} max={s['max']:.4g} "
                    f"median={s['median']:.4g}{extra}")
