@@ -54,3 +54,13 @@ def test_perturbed_weight_is_the_first_divergence(cli, tmp_path, name, node_name
     assert "born there" in line
     # the node itself, or the fused layer it belongs to, is named
     assert f"'{node.output[0]}', produced by node '{node.name}'" in line or f"fused region: {node.name}" in line, line
+
+
+def test_bert_mini_fp16_error_accumulates(cli):
+    """Issue 21, acceptance 5: bert_mini's FP16 error grows over the network; no single layer is born bad (keeping the
+    final LayerNorm in FP32 fixes nothing), so the headline describes accumulation and points to debug precision."""
+    code, out, _ = cli("run", model_path(entry("bert_mini")), "--engine", "--onnxrt", "--fp16", "--mark-all")
+    head = next(l for l in out.splitlines() if l.startswith(">>> "))
+    assert code == 1
+    assert head.startswith(">>> error accumulates from node ") and "no single layer explains it" in head
+    assert "LayerNorm" in head and "debug precision" in head and "born there" not in head
