@@ -177,7 +177,6 @@ class Comparator:
                        f"(matched by {how}, as Polygraphy does)")
                 if msg not in summary.warnings:
                     summary.warnings.append(msg)
-                    self.logger.warning(msg)
             a, e = out[name], ref_out[rname]
             pp = for_output(self.postprocess, name)
             if pp is not None:

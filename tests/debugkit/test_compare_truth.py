@@ -288,3 +288,41 @@ def test_a_planted_fp16_layer_is_born_there_although_its_inputs_carry_noise(cli,
     head = next(l for l in out.splitlines() if l.startswith(">>> "))
     assert code == 1 and "first diverging tensor 'm5', produced by node 'mm5' (MatMul)" in head
     assert "born there: re-run in full precision" in head
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--error-quantile", "1.5"], "must be in [0, 1]"),
+    (["--index-tolerance", "-1"], "must be >= 0"),
+    (["--index-tolerance", "y:x"], "--index-tolerance expects a value or name:value"),
+    (["--postprocess", "top-x"], "expected [NAME:]top-K"),
+    (["--error-quantile", "nope:0.5"], "unknown output(s) ['nope']"),
+])
+def test_bad_comparison_options_are_exit_2(cli, chain, args, needle):
+    code, out, err = cli("run", chain, "--engine", "--onnxrt", "--input-shapes", "x:[2,4]", *args)
+    assert code == 2 and needle in err, err
+
+
+def test_no_check_shapes_and_name_fallback_in_a_run(cli, chain, tmp_path):
+    """A golden whose output is named 'y:0' and shaped (8,) pairs with our 'y' (2, 4) by substring, reshaped."""
+    import h5py
+    from debugkit.data_file import escape
+    golden, inputs = tmp_path / "g.h5", tmp_path / "in.h5"
+    assert cli("run", chain, "--onnxrt", "--input-shapes", "x:[2,4]", "--save-outputs", golden,
+               "--save-inputs", inputs)[0] == 0
+    with h5py.File(golden, "r+") as f:
+        it = f[escape("onnxrt-runner")]["iteration_0"]
+        key = next(iter(it))
+        data = it[key][()].reshape(-1)
+        attrs = dict(it[key].attrs)
+        del it[key]
+        ds = it.create_dataset(escape("y:0"), data=data)
+        for k, v in attrs.items():
+            ds.attrs[k] = v
+        ds.attrs["name"] = "y:0"
+        f[escape("onnxrt-runner")].attrs["outputs"] = ["y:0"]
+    args = ("run", chain, "--engine", "--load-outputs", golden, "--load-inputs", inputs)
+    code, out, err = cli(*args)
+    assert code == 1 and "shape mismatch: [2, 4] vs reference [8]" in out and "--no-check-shapes" in out
+    code, out, err = cli(*args, "--no-check-shapes")
+    assert code == 0, out + err
+    assert "comparing engine-runner's 'y' with onnxrt-runner[g.h5]'s 'y:0' (matched by substring" in err
