@@ -61,8 +61,7 @@ def render(name, stats: dict, width=30) -> list[str]:
     if all(hists) and len(hists) == 2:
         a, b = hists
         top = max(max(a["counts"]), max(b["counts"]), 1)
-        out.append(f"{'':>16}   value bin                    | {list(stats)[0][:width]:<{width}} | "
-                   f"{list(stats)[1][:width]}")
+        out.append(f"{'':>16}   {'value bin':<25}| {list(stats)[0][:width]:<{width}} | {list(stats)[1][:width]}")
         for k in range(len(a["counts"])):
             bar = lambda c: "#" * int(round(width * c / top))  # noqa: E731
             out.append(f"{'':>16}   [{a['edges'][k]:<10.4g}, {a['edges'][k + 1]:<10.4g}) | "
