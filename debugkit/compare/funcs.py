@@ -123,7 +123,7 @@ class Tolerances:
         t = self.resolve(name, dtype, expected)
         return t.atol, t.rtol, t.stat
 
-    def resolve(self, name, dtype, expected=None) -> Tolerance:
+    def resolve(self, name, dtype, expected=None, peak=None) -> Tolerance:
         scale, d_rtol = DEFAULT_TOLERANCES.get(_dtype_name(dtype), (0.0, 0.0))
         rtol = float(self._pick(self.rtol, name, d_rtol))
         stat = self._pick(self.stat, name, "elemwise")
@@ -133,7 +133,7 @@ class Tolerances:
             return Tolerance(float(given), rtol, stat, q, "")
         if scale == 0.0:
             return Tolerance(0.0, rtol, stat, q, "exact (integer/bool)")
-        peak = _peak(expected)
+        peak = _peak(expected) if peak is None else peak
         atol = scale * peak if peak > 0 else _TINY.get(_dtype_name(dtype), 0.0)
         return Tolerance(atol, rtol, stat, q, f"default: {scale:g} x max|reference| {peak:.4g}")
 
@@ -151,9 +151,13 @@ def _peak(expected) -> float:
     e = np.asarray(expected)
     if e.size == 0 or e.dtype.kind not in "fiu":
         return 0.0
-    with np.errstate(all="ignore"):
-        m = np.abs(e[np.isfinite(e)]) if e.dtype.kind == "f" else np.abs(e.astype(np.float64))
-    return float(m.max()) if m.size else 0.0
+    if e.dtype.kind in "iu":
+        return float(max(abs(int(e.max())), abs(int(e.min()))))
+    hi, lo = float(np.max(e)), float(np.min(e))      # no temporaries; NaN/Inf only then take the slow path
+    if np.isfinite(hi) and np.isfinite(lo):
+        return max(abs(hi), abs(lo))
+    finite = e[np.isfinite(e)]
+    return float(np.abs(finite).max()) if finite.size else 0.0
 
 
 def default_tolerance(dtype, expected=None) -> tuple:
@@ -249,15 +253,16 @@ def compare_simple(name, actual, expected, tolerances: Tolerances | None = None,
     if a is None:
         return res
     dtype = _common_dtype(a, e)
-    tol = (tolerances or Tolerances()).resolve(name, dtype, e)
+    peak = _peak(e)
+    tol = (tolerances or Tolerances()).resolve(name, dtype, e, peak=peak)
     atol, rtol, stat = tol.atol, tol.rtol, tol.stat
     res.atol_rule = tol.atol_rule
     if scale_tol and e.size and e.dtype.kind == "f":
-        floor = float(scale_tol) * _peak(e)
+        floor = float(scale_tol) * peak
         if floor > atol:
             atol = floor
             res.metrics["scaled_atol"] = floor
-            res.atol_rule = f"layer noise floor: {float(scale_tol):g} x max|reference| {_peak(e):.4g}"
+            res.atol_rule = f"layer noise floor: {float(scale_tol):g} x max|reference| {peak:.4g}"
     res.atol, res.rtol, res.metrics["error_stat"] = atol, rtol, stat
     if stat == "quantile":
         res.metrics["error_quantile"] = tol.quantile
@@ -276,35 +281,43 @@ def compare_simple(name, actual, expected, tolerances: Tolerances | None = None,
         bad, matched, problems, counts = _nonfinite(a64, e64, nan_equal, inf_equal)
         res.nonfinite = counts
         ok = ~(bad | matched)
-        flat_ok = np.flatnonzero(ok)
-        absdiff = np.abs(a64 - e64).ravel()[flat_ok]
-        eabs = np.abs(e64).ravel()[flat_ok]
-        zero_ref = (eabs == 0) & (absdiff > 0)
+        absdiff = np.abs(a64 - e64).ravel()
+        eabs = np.abs(e64).ravel()
+        if ok.all():             # the common case: no NaN/Inf, every element compared, no copies
+            flat_ok = None
+        else:
+            flat_ok = np.flatnonzero(ok)
+            absdiff, eabs = absdiff[flat_ok], eabs[flat_ok]
         # relative error: undefined (infinite) where the reference is exactly 0 and the values differ
-        reldiff = np.where(absdiff == 0, 0.0, absdiff / np.where(eabs == 0, 1.0, eabs))
-        reldiff[zero_ref] = np.inf
-    res.compared = int(flat_ok.size)
+        reldiff = absdiff / eabs
+        reldiff[absdiff == 0] = 0.0
+        zero_ref = np.isinf(reldiff)
+    res.compared = int(absdiff.size)
     res.stats = errorstats.summary(absdiff, flat_ok, a.shape)
-    finite_rel = ~zero_ref
-    res.rel_stats = errorstats.summary(reldiff[finite_rel], flat_ok[finite_rel], a.shape)
-    res.rel_stats["zero_ref"] = int(zero_ref.sum())
-    if zero_ref.any():
-        res.rel_stats["zero_ref_at"] = [int(v) for v in np.unravel_index(int(flat_ok[np.argmax(zero_ref)]), a.shape)]
+    flat = (lambda i: int(i)) if flat_ok is None else (lambda i: int(flat_ok[i]))  # noqa: E731
+    nzero = int(zero_ref.sum())
+    if nzero:
+        finite_rel = ~zero_ref
+        res.rel_stats = errorstats.summary(reldiff[finite_rel], np.flatnonzero(finite_rel) if flat_ok is None
+                                           else flat_ok[finite_rel], a.shape)
+        res.rel_stats["zero_ref_at"] = [int(v) for v in np.unravel_index(flat(np.argmax(zero_ref)), a.shape)]
+    else:
+        res.rel_stats = errorstats.summary(reldiff, flat_ok, a.shape)
+    res.rel_stats["zero_ref"] = nzero
     if stat == "elemwise":
-        allowed = np.maximum(atol, rtol * eabs)
         fail = (absdiff > atol) & (reldiff > rtol)
         res.min_atol = float(absdiff.max(initial=0.0))
         res.min_rtol = float(reldiff.max(initial=0.0))
         nfail = int(fail.sum())
         res.metrics["mismatches"] = nfail
         with np.errstate(all="ignore"):
-            ratios = np.where(absdiff == 0, 0.0, absdiff / np.where(allowed > 0, allowed, 1.0))
-            ratios[(allowed <= 0) & (absdiff > 0)] = np.inf
-        res.metrics["level"] = float(ratios.max(initial=0.0))
+            allowed = np.maximum(atol, rtol * eabs)
+            ratios = absdiff / allowed          # 0/0 -> NaN (no error, no allowance): ignored by nanmax
+        res.metrics["level"] = float(np.nanmax(ratios)) if ratios.size and not np.isnan(ratios).all() else 0.0
         passed = nfail == 0
         first = ""
         if nfail:
-            where = [int(v) for v in np.unravel_index(int(flat_ok[np.argmax(fail)]), a.shape)]
+            where = [int(v) for v in np.unravel_index(flat(np.argmax(fail)), a.shape)]
             first = f", first at {where}"
         why = f"{nfail} of {fail.size} elements exceed both atol={atol:g} and rtol={rtol:g}{first}"
     else:
