@@ -142,8 +142,14 @@ def first_divergence(path, entry, precision):
             main(argv)
         except SystemExit:
             pass
-    m = re.search(r">>> first diverging tensor '([^']*)', produced by node '([^']*)' \(([^)]*)\)([^\n]*)", buf.getvalue())
-    return None if m is None else {"tensor": m.group(1), "node": m.group(2), "op": m.group(3), "rest": m.group(4)}
+    text = buf.getvalue()
+    m = re.search(r">>> first diverging tensor '([^']*)', produced by node '([^']*)' \(([^)]*)\)([^\n]*)", text)
+    if m is not None:
+        return {"tensor": m.group(1), "node": m.group(2), "op": m.group(3), "rest": m.group(4)}
+    m = re.search(r">>> error accumulates from node '([^']*)' through node '([^']*)' \(([^)]*)\) \((\d+) layers\)"
+                  r"[^\n]*First tensor out of tolerance: '([^']*)'([^\n]*)", text)
+    return None if m is None else {"tensor": m.group(5), "node": m.group(2), "op": m.group(3),
+                                   "rest": f"; error accumulates from node '{m.group(1)}' ({m.group(4)} layers)"}
 
 
 def fmt(x, kind):
