@@ -1,6 +1,7 @@
 """Run a model on our engine and/or ONNX Runtime, compare outputs (and every layer), and say where they part."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -50,10 +51,11 @@ def register(subparsers):
     c.add_argument("--no-check-shapes", dest="check_shapes", action="store_false", default=True,
                    help="compare outputs whose shapes differ but whose element counts match (a (1, 4) output with "
                         "a (4,) one), reshaped to the reference's shape")
-    c.add_argument("--l2-threshold", type=float, default=1e-2)
-    c.add_argument("--cosine-threshold", type=float, default=0.999)
-    c.add_argument("--psnr-threshold", type=float, default=30.0)
-    c.add_argument("--snr-threshold", type=float, default=20.0)
+    c.add_argument("--l2-threshold", type=float, default=1e-2, action=_Given, help="for --compare l2 (default 1e-2)")
+    c.add_argument("--cosine-threshold", type=float, default=0.999, action=_Given,
+                   help="for --compare cosine (default 0.999)")
+    c.add_argument("--psnr-threshold", type=float, default=30.0, action=_Given, help="for --compare psnr (default 30)")
+    c.add_argument("--snr-threshold", type=float, default=20.0, action=_Given, help="for --compare snr (default 20)")
     c.add_argument("--allow-nan", action="store_true", help="NaNs in the same place on both sides compare equal")
     c.add_argument("--strict-inf", action="store_true", help="matching infinities compare unequal (default: equal)")
     c.add_argument("--validate", action="store_true",
@@ -78,6 +80,29 @@ def register(subparsers):
                          "'-' for stdout (the report then goes to stderr)")
     _args.add_common_args(p)
     p.set_defaults(func=run)
+
+
+class _Given(argparse.Action):
+    """store, and remember that the option was given (for the unused-option warning)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        given = set(getattr(namespace, "_given", None) or ())
+        given.add(self.dest)
+        setattr(namespace, "_given", given)
+
+
+# option -> the --compare check it configures (Polygraphy warns about such an option when its check is not selected)
+_OPTION_OF_CHECK = {"index_tolerance": "indices", "l2_threshold": "l2", "cosine_threshold": "cosine",
+                    "psnr_threshold": "psnr", "snr_threshold": "snr"}
+
+
+def _warn_unused_options(args):
+    given = set(getattr(args, "_given", None) or ()) | ({"index_tolerance"} if args.index_tolerance else set())
+    for dest, check in _OPTION_OF_CHECK.items():
+        if dest in given and check not in (args.compare or []):
+            G_LOGGER.warning(f"--{dest.replace('_', '-')} is only used by --compare {check}, which is not selected "
+                             f"(--compare {' '.join(args.compare) if args.compare else 'is not given'}): it is ignored")
 
 
 def _extra_funcs(args, tol):
@@ -174,6 +199,7 @@ def _run(args) -> int:
                   "command": " ".join(["debugkit"] + sys.argv[1:]), "versions": package_versions(),
                   "loaded_outputs": [], "loaded_inputs": args.load_inputs}
     tol = tolerances_from_args(args)
+    _warn_unused_options(args)
     from debugkit.compare.postprocess import parse_postprocess
     postprocess = parse_postprocess(args.postprocess)
     writer = input_writer = None

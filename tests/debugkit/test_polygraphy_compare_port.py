@@ -343,8 +343,8 @@ NOT_PORTED = {
     "TestCompareFuncIndices.test_always_adds_to_script": "API/script-generation shape",
     "TestPerceptualMetricsCompareFunc (3)": "no LPIPS (needs torch)",
     "postprocess_func_script args (3)": "no --postprocess-func-script",
-    "test_compare_func_warnings_for_unused_options (6)": "--compare adds checks to simple (always run), so "
-                                                         "tolerance options are never unused",
+    "test_compare_func_warnings_for_unused_options: --atol/--rtol with indices only (2), --lpips-threshold (1)":
+        "--compare adds checks to simple (always run), so --atol/--rtol are never unused; no LPIPS",
     "test_removed_distance_and_quality_compare_funcs": "API history",
     "test_run.py test_custom_tolerance with --iterations=0": "ours fails a run that compares nothing (issue 21)",
 }
@@ -366,10 +366,27 @@ def test_cli_case(name, cli, tmp_path):
     assert code == rc, out + err
 
 
+UNUSED_OPTION_CASES = {"cli/unused_option_warning[--index-tolerance]": ["--index-tolerance", "1"],
+                       "cli/unused_option_warning[--l2-threshold]": ["--l2-threshold", "1"],
+                       "cli/unused_option_warning[--psnr-threshold]": ["--psnr-threshold", "30"]}
+
+
+@pytest.mark.parametrize("name", sorted(UNUSED_OPTION_CASES))
+def test_unused_option_warning(name, cli, tmp_path):
+    """Polygraphy: an option of a compare function that is not selected is ignored with a warning naming it."""
+    opt = UNUSED_OPTION_CASES[name]
+    code, out, err = cli("run", _identity_model(tmp_path), "--engine", "--onnxrt", "--compare", "simple", *opt)
+    assert code == 0 and f"{opt[0]} is only used by --compare" in err and "it is ignored" in err
+    code, out, err = cli("run", _identity_model(tmp_path), "--engine", "--onnxrt", "--compare",
+                         {"--index-tolerance": "indices", "--l2-threshold": "l2", "--psnr-threshold": "psnr"}[opt[0]],
+                         *opt)
+    assert "is only used by" not in err
+
+
 def test_agreement_count(capsys):
-    total = len(CASES) + len(CLI_CASES)
+    total = len(CASES) + len(CLI_CASES) + len(UNUSED_OPTION_CASES)
     agree = total - len(DIFFERENCES)
     assert set(DIFFERENCES) <= set(CASES)
-    assert (agree, total) == (129, 135)
+    assert (agree, total) == (132, 138)
     with capsys.disabled():
         print(f"\nPolygraphy comparator cases: {agree} of {total} agree; {len(DIFFERENCES)} differ as documented")
