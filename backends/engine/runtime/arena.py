@@ -40,6 +40,7 @@ class ArenaPlan:
     input_shapes: list       # per step: tuple of input shapes at planning time (only where outputs is not None)
     offsets: dict = field(default_factory=dict)   # tensor name -> byte offset
     allocating: dict = field(default_factory=dict)  # layer name -> why it allocates its own outputs
+    roots: dict = field(default_factory=dict)       # tensor -> the tensor whose memory it views (recorded)
 
 
 class ArenaCache:
@@ -47,6 +48,8 @@ class ArenaCache:
 
     def __init__(self):
         self.plans: dict = {}
+        self.compiled: dict = {}      # (signature, kept names) -> runtime/compiled.py's CompiledPlan
+        self.workspace = None         # the tactics' scratch, allocated once per context
 
     def signature(self, feeds: dict):
         return tuple((k, getattr(v, "shape", None), getattr(getattr(v, "dtype", None), "str", None))
@@ -136,7 +139,7 @@ def make_plan(executor, rec: Recorder, logger=G_LOGGER) -> ArenaPlan | None:
                  for name, o in zip(node.outputs, rec.outputs[i] or [])]
         if any(v is not None for v in views):
             outputs[i], in_shapes[i] = views, rec.input_shapes[i]
-    plan = ArenaPlan(buffer, nbytes, outputs, in_shapes, offsets, allocating)
+    plan = ArenaPlan(buffer, nbytes, outputs, in_shapes, offsets, allocating, dict(rec.root))
     naive = sum(c[3] for c in candidates)
     kinds = {}
     for node, _, _, _ in steps:

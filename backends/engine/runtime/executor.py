@@ -13,6 +13,7 @@ import time
 
 from backends.engine.engine_graph import node_format
 from backends.engine.runtime import arena
+from backends.engine.runtime.compiled import CompiledPlan
 from native.device import get_device
 from native.errors import BuildError, DebugkitError, ExecutionError
 from native.limits import check_size, default_limits
@@ -118,9 +119,29 @@ class GraphExecutor:
                     dies[i].append(name)
         return dies
 
+    def bound_calls(self) -> list:
+        """Per step (fn, full) from Device.bind; bound once, again if a debug tool swapped the steps' tactics."""
+        if self._bound is not self.steps:
+            self._calls, self._bound = [self.device.bind(t, op) for _, t, op, _ in self.steps], self.steps
+        return self._calls
+
+    def compiled(self, keep: frozenset, memory=None, sig=None) -> CompiledPlan:
+        """The compiled plan (runtime/compiled.py) for these kept names and, with `memory`, the arena planned for
+        shape signature `sig`; cached (in the context's ArenaCache when there is one, else here)."""
+        cache = memory.compiled if memory is not None else self.__dict__.setdefault("_compiled", {})
+        key = (sig, keep)
+        cp = cache.get(key)
+        if cp is None or cp.steps_ref is not self.steps:
+            cp = cache[key] = CompiledPlan(self, keep, memory.plans.get(sig) if memory is not None else None)
+        return cp
+
     def run(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None,
             profiler=None, memory=None) -> dict:
         """Execute; returns the env restricted to outputs and `keep` (everything when keep_all).
+
+        Plain, tapped and profiled runs go through the compiled plan (runtime/compiled.py); the builder's
+        keep-everything run, tolerant runs (`on_error`), tactic overrides and the first run at a new shape
+        signature (which learns the arena) take the general loop below.
 
         tactics: {layer name: tactic} to run instead of the planned ones (debug tools).
         on_error: `fn(node, exception)`; when given, a failing layer is handed to it and skipped (its outputs stay
@@ -128,6 +149,26 @@ class GraphExecutor:
         profiler: an IProfiler (runtime/profiler.py) told every layer's time on the device clock.
         memory: an ArenaCache (runtime/arena.py; one per execution context): layers whose tactics write into given
         buffers write into the planned views of one arena; what is returned never points into it."""
+        if not self.keep_all and on_error is None and tactics is None:
+            keep = frozenset(keep)
+            sig = None
+            if memory is not None:
+                sig = memory.signature(feeds)
+                if sig not in memory.plans:
+                    return self._run_general(feeds, keep, parent_env, tactics, on_error, stream, profiler, memory)
+                if self.workspace_bytes and memory.workspace is None:
+                    memory.workspace = self.device.allocate(self.workspace_bytes)
+                workspace = memory.workspace
+            else:
+                workspace = self.device.allocate(self.workspace_bytes) if self.workspace_bytes else None
+            env = self.compiled(keep, memory, sig).run(feeds, parent_env, workspace, stream, profiler)
+            if env is not None:
+                return env
+        return self._run_general(feeds, keep, parent_env, tactics, on_error, stream, profiler, memory)
+
+    def _run_general(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None,
+                     profiler=None, memory=None) -> dict:
+        """The general loop (see `run`): looks tensors up by name, decides per layer; tolerant when asked."""
         dev = self.device
         env = dict(self.consts)
         env.update(feeds)
@@ -144,9 +185,7 @@ class GraphExecutor:
             if dies is None:
                 dies = cache[key] = self.free_plan(keep)
         workspace = dev.allocate(self.workspace_bytes) if self.workspace_bytes else None
-        if self._bound is not self.steps:   # bound once; again if a debug tool swapped the steps' tactics
-            self._calls, self._bound = [dev.bind(t, op) for _, t, op, _ in self.steps], self.steps
-        calls = self._calls
+        calls = self.bound_calls()
         plan = rec = planned = None
         if memory is not None and not self.keep_all and on_error is None and tactics is None:
             sig = memory.signature(feeds)

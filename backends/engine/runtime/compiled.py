@@ -1,0 +1,183 @@
+"""The compiled execution plan: an executor's layer list turned into a flat sequence of pre-bound calls.
+
+The interpreter's general loop (executor.py) looks every tensor up by name, decides per layer whether to free,
+tap, profile or plan memory, and checks what it can. That costs tens of microseconds per layer, which dominates
+small models. A `CompiledPlan` does those decisions once, per (steps, tapped names, arena plan): every tensor gets
+an integer slot, every layer becomes one tuple (bound call, calling convention, op, input slots, output slots,
+planned output views and the input shapes they were planned for, slots that die after it), and `run` walks the
+tuples. A tapped tensor's producer writes into memory of its own rather than the arena, so taps cost no copy. The same plan serves plain executes, taps (`--mark-all`) and the profiler; what stays
+general (the builder's keep-everything run, tolerant runs with `on_error`, per-layer tactic overrides, the first
+run at a new shape signature that learns the arena) runs in executor.py's loop.
+
+Results are identical: the same tactics are called with the same arguments in the same order; only the
+bookkeeping around them moved to compile time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from backends.engine.runtime import arena
+from native.errors import DebugkitError, ExecutionError
+from native.limits import check_size, default_limits
+from native.logger import G_LOGGER
+
+_NONE = 0   # slot 0 always holds None: the slot of an absent optional input
+
+
+class CompiledPlan:
+    """One executor's steps compiled for one set of kept (tapped) names and one arena plan (or none)."""
+
+    def __init__(self, executor, keep: frozenset, plan=None):
+        dev = executor.device
+        self.steps_ref = executor.steps        # a debug tool that swaps the steps invalidates the plan
+        self.arena_plan = plan
+        slot = {}
+
+        def index(name):
+            if name is None:
+                return _NONE
+            i = slot.get(name)
+            if i is None:
+                i = slot[name] = len(slot) + 1
+            return i
+        for name in executor.graph.input_names:
+            index(name)
+        for name in executor.consts:
+            index(name)
+        for name in executor.outer:
+            index(name)
+        self.consts = [(index(n), v) for n, v in executor.consts.items()]
+        self.outer = [(n, index(n)) for n in executor.outer]
+        dies = executor.free_plan(keep)
+        planned = plan.outputs if plan is not None else None
+        # a tapped tensor outlives its arena slot: its producer (and the producer of the tensor it views) writes
+        # into memory of its own instead, so nothing is copied out per execute
+        unplaced = set()
+        if plan is not None:
+            for name in keep:
+                unplaced.add(name)
+                unplaced.add(plan.roots.get(name, name))
+        planned_shapes = plan.input_shapes if plan is not None else None
+        calls = executor.bound_calls()
+        steps = []
+        for i, (node, tactic, op, subs) in enumerate(executor.steps):
+            fn, full = calls[i]
+            ins = tuple(index(n) for n in node.inputs)
+            outs = tuple(index(n) for n in node.outputs)
+            bufs = planned[i] if planned is not None else None
+            if bufs is not None and unplaced.intersection(node.outputs):
+                bufs = [None if n in unplaced else b for n, b in zip(node.outputs, bufs)]
+                if all(b is None for b in bufs):
+                    bufs = None
+            shapes = planned_shapes[i] if bufs is not None else None
+            die = tuple(slot[n] for n in dies[i] if n in slot)
+            sub_outer = None
+            if subs:
+                names = {n for s in subs.values() for n in s.outer}
+                sub_outer = (subs, tuple((n, index(n)) for n in sorted(names)))
+            steps.append((fn, bool(full), op, ins, outs, len(outs), bufs, shapes, die, sub_outer, node, tactic))
+        self.steps = steps
+        self.slot = slot
+        self.n_slots = len(slot) + 1
+        # what the caller gets back: outputs and taps (and constants, as the general loop returns them)
+        self.returned = [(n, slot[n]) for n in dict.fromkeys(list(executor.graph.output_names) + sorted(keep)
+                                                            + list(executor.consts)) if n in slot]
+        self.detach_outputs = [(n, slot[n]) for n in executor.graph.output_names if n in slot] \
+            if plan is not None else []
+        self.required = [(n, slot[n]) for n in executor.graph.input_names]
+        self.device = dev
+        self.max_bytes = default_limits().max_bytes
+
+    def run(self, feeds: dict, parent_env=None, workspace=None, stream=None, profiler=None) -> dict | None:
+        """Execute; returns {name: value} for outputs, taps and constants. None when a feed the graph needs is
+        absent (the caller falls back to the general loop, which names what is missing)."""
+        slots = [None] * self.n_slots
+        for i, v in self.consts:
+            slots[i] = v
+        slot = self.slot
+        for name, v in feeds.items():
+            i = slot.get(name)
+            if i is not None:
+                slots[i] = v
+        for name, i in self.required:
+            if name not in feeds:
+                return None
+        if self.outer:
+            if parent_env is None:
+                return None
+            for name, i in self.outer:
+                if name not in feeds:
+                    if name not in parent_env:
+                        return None
+                    slots[i] = parent_env[name]
+        dev = self.device
+        plan = self.arena_plan
+        on_plan = plan is not None
+        max_bytes = self.max_bytes
+        sync = dev.synchronize
+        clock = time.perf_counter
+        for fn, full, op, ins, outs_i, n_out, bufs, shapes, die, sub_outer, node, tactic in self.steps:
+            n_in = len(ins)
+            if n_in == 1:
+                args = [slots[ins[0]]]
+            elif n_in == 2:
+                args = [slots[ins[0]], slots[ins[1]]]
+            else:
+                args = [slots[i] for i in ins]
+            if sub_outer is not None:
+                subs, names = sub_outer
+                env = {n: slots[i] for n, i in names}
+                op = dataclasses.replace(op, subgraphs={k: _bind(s, env) for k, s in subs.items()})
+            if bufs is not None:
+                if on_plan and _off_plan(args, shapes):
+                    G_LOGGER.verbose(f"layer '{node.name}' reads shapes {[getattr(a, 'shape', None) for a in args]}"
+                                     f", not the arena plan's {shapes}: the rest of this execution allocates "
+                                     f"its outputs")
+                    on_plan = False
+                if not on_plan:
+                    bufs = None
+            try:
+                if profiler is None:
+                    outs = fn(op, args, bufs, workspace, stream) if full else fn(op, args)
+                else:
+                    t0 = clock()
+                    outs = fn(op, args, bufs, workspace, stream) if full else fn(op, args)
+                    sync()
+                    profiler.report_layer_time(node.name, (clock() - t0) * 1e3)
+                if bufs is None:   # a backstop for sizes no kernel checked (planned views have the planned size)
+                    for value in outs:
+                        if getattr(value, "nbytes", 0) > max_bytes:
+                            check_size(op, value.shape, value.itemsize)
+            except Exception as e:  # a kernel failing on real data is reported with the layer's ONNX origin
+                if isinstance(e, DebugkitError):
+                    raise
+                shapes_now = [getattr(a, "shape", None) for a in args]
+                raise ExecutionError(f"layer '{node.name}' ({node.kind}, tactic {tactic.name}, ONNX nodes "
+                                     f"{node.source_nodes}) failed on input shapes {shapes_now}: "
+                                     f"{type(e).__name__}: {e}") from e
+            if n_out == 1:
+                slots[outs_i[0]] = outs[0]
+            elif len(outs) < n_out:
+                raise ExecutionError(f"layer '{node.name}' ({node.kind}, tactic {tactic.name}) returned {len(outs)} "
+                                     f"outputs; it has {n_out} ({node.outputs})")
+            else:
+                for i, v in zip(outs_i, outs):
+                    slots[i] = v
+            for i in die:
+                slots[i] = None
+        if plan is not None:
+            for name, i in self.detach_outputs:
+                slots[i] = arena.detach(dev, slots[i], plan)
+        return {name: slots[i] for name, i in self.returned}
+
+
+def _off_plan(args, shapes) -> bool:
+    for a, s in zip(args, shapes):
+        if getattr(a, "shape", None) != s:
+            return True
+    return False
+
+
+def _bind(executor, env):
+    return lambda inputs: executor.run_list(inputs, parent_env=env)
