@@ -3,14 +3,18 @@
     python tools/benchmark.py MODEL.onnx [--shapes x:1x3x224x224 ...] [--iterations 20] [--warmup 3]
                               [--no-fusion] [--nhwc] [--compare-onnxrt]
     python tools/benchmark.py MODEL.plan | MODEL.onnx --load-engine MODEL.plan [--compare-onnxrt]
-    python tools/benchmark.py --all-corpus [--models-dir CACHE] [--iterations 10]   (exported models: DEBUGKIT_CORPUS)
+    python tools/benchmark.py --all-corpus [--models a,b] [--fusion-off] [--iterations 20]
+                              (exported models from DEBUGKIT_CORPUS, shipped ones from the model cache)
 
 Contenders (ours, ours with fusion off, ONNX Runtime) are timed in interleaved rounds so that a noisy shared machine
 skews them alike. Reports latency min / median / mean / p90 / p99 (ms), throughput (qps), build time, and with --compare-onnxrt the
-ONNX Runtime (CPU provider) median and the ratio ours / ORT. --all-corpus also builds with fusion off and prints
-the fusion-on / fusion-off latency ratio: the ratio of the interleaved medians, and then (ONNX Runtime idle) the
-median of call-by-call ratios from 2x--iterations alternating ABBA pairs with a bootstrap 95% interval, so a
-few-percent difference can be told from this shared machine's noise. Feeds are random (seeded) from --shapes, the
+ONNX Runtime (CPU provider) median and the ratio ours / ORT. --all-corpus times every model of the corpus manifest
+(tests/corpus/models.json) that is available here against ONNX Runtime in the same process and ends with one table
+(model, ours ms, ORT ms, ours/ORT) and the median ratio; a model that is not available or fails is listed with the
+reason. --fusion-off also builds with fusion off and prints the fusion-on / fusion-off latency ratio: the ratio of
+the interleaved medians, and then (ONNX Runtime idle) the median of call-by-call ratios from 2x--iterations
+alternating ABBA pairs with a bootstrap 95% interval, so a few-percent difference can be told from this shared
+machine's noise. Feeds are random (seeded) from --shapes, the
 corpus list, or the model.
 """
 from __future__ import annotations
@@ -26,7 +30,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.corpus.corpus import CorpusUnavailable, find_path, manifest  # noqa: E402
-ALL_CORPUS = ["timm-resnet18", "bert_mini", "vit_tiny", "yolov8n", "ppocr_v4_det"]
+
+
+def corpus_names() -> list[str]:
+    """Every model of the corpus manifest, in its order."""
+    return [m["name"] for m in manifest()]
 
 
 def stats(times_s):
@@ -254,6 +262,26 @@ def report(name, ours, ort=None, off=None):
     print(line, flush=True)
 
 
+def corpus_table(rows, iterations) -> str:
+    """The --all-corpus summary: one row per model (ours ms, ORT ms, ours/ORT, both medians of the interleaved
+    timed runs) and the median ratio over the models that ran, with the machine's CPU count and load."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lines = [f"corpus at batch 1 (median of {iterations} interleaved runs each; {os.cpu_count()} CPUs, load average "
+             f"{load:.2f} at the end)",
+             f"| model | ours ms | ORT ms | ours / ORT |", "|---|---|---|---|"]
+    ratios = []
+    for name, ours, ort, note in rows:
+        if ours is None:
+            lines.append(f"| {name} | - | - | {note} |")
+            continue
+        ratios.append(ours / ort)
+        lines.append(f"| {name} | {ours:.3f} | {ort:.3f} | {ours / ort:.2f} |")
+    if ratios:
+        lines.append(f"median ours / ORT over {len(ratios)} models: {float(np.median(ratios)):.2f} "
+                     f"(worst {max(ratios):.2f})")
+    return "\n".join(lines)
+
+
 def parse_shapes(items):
     """--shapes in the CLI's one syntax: x:1x3x224x224 or x:[1,3,224,224], several comma- or space-separated."""
     from debugkit.cli._args import parse_shape_list
@@ -289,6 +317,8 @@ def _main(argv=None):
     ap.add_argument("--models-dir", default=None, help="cache of fetched models (default $DEBUGKIT_MODEL_CACHE or "
                                                        "~/.cache/debugkit/models; tests/corpus/fetch_models.py)")
     ap.add_argument("--models", default="", help="with --all-corpus: only these (comma-separated names)")
+    ap.add_argument("--fusion-off", action="store_true",
+                    help="with --all-corpus: also time each model built with fusion off (the on/off ratio)")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--profile", action="store_true", help="also print our engine's per-layer times (top 15)")
     a = ap.parse_args(argv)
@@ -298,28 +328,34 @@ def _main(argv=None):
             os.environ["DEBUGKIT_MODEL_CACHE"] = a.models_dir
         entries = {m["name"]: m for m in manifest()}
         only = [m for m in a.models.split(",") if m]
-        unknown = [m for m in only if m not in ALL_CORPUS]
+        unknown = [m for m in only if m not in entries]
         if unknown:
-            ap.error(f"unknown --models {unknown}; choose from {ALL_CORPUS}")
-        for name in only or ALL_CORPUS:
+            ap.error(f"unknown --models {unknown}; choose from {corpus_names()}")
+        table = []
+        for name in only or corpus_names():
             e = entries[name]
             try:
                 path = find_path(e)
             except CorpusUnavailable as why:
                 print(f"{name}: skipped ({why})")
+                table.append((name, None, None, f"not available: {str(why)[:80]}"))
                 continue
             feeds = make_feeds(e["feeds"])
             try:
-                r = bench_all(path, feeds, a.iterations, a.warmup, profile=a.profile)
-                ours, off, ort = r["ours"], r["off"], r["ort"]
+                r = bench_all(path, feeds, a.iterations, a.warmup, with_off=a.fusion_off, profile=a.profile)
+                ours, off, ort = r["ours"], r.get("off"), r["ort"]
             except Exception as ex:  # one failing model should not hide the others' numbers
                 print(f"{name}: failed: {type(ex).__name__}: {str(ex)[:300]}")
+                table.append((name, None, None, f"failed: {type(ex).__name__}"))
                 continue
             report(name, ours, ort, off)
             if ours.get("profile") is not None:
                 print(ours["profile"].table(top=15))
-            results[name] = {"ours": ours["latency_ms"], "ort": ort["latency_ms"], "fusion_off": off["latency_ms"],
-                             "paired_on_off": off.get("paired_on_off"), "build_s": ours["build_s"]}
+            results[name] = {"ours": ours["latency_ms"], "ort": ort["latency_ms"], "build_s": ours["build_s"]}
+            if off is not None:
+                results[name].update(fusion_off=off["latency_ms"], paired_on_off=off.get("paired_on_off"))
+            table.append((name, ours["latency_ms"]["median"], ort["latency_ms"]["median"], ""))
+        print(corpus_table(table, a.iterations))
     else:
         if not a.model:
             ap.error("give MODEL or --all-corpus")

@@ -57,7 +57,40 @@ def test_every_conv_tactic_matches_reference(c, m, hw, k, stride, pad, dil, grou
     if k == 1 and pad == 0:
         assert "1x1-gemm" in ran
     if groups == c == m:
-        assert "depthwise" in ran
+        assert "depthwise" in ran and "depthwise-cl" in ran
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("c,hw,k,stride,pre,post,dil", [(24, 9, 3, 1, 1, 1, 1), (16, 12, 5, 2, 2, 1, 1),
+                                                        (8, 10, 3, 1, 2, 2, 2), (32, 7, 3, 2, 0, 1, 1)])
+def test_depthwise_channels_last_writes_the_planned_buffer(monkeypatch, threads, c, hw, k, stride, pre, post, dil):
+    """depthwise-cl (channels-last taps between two reformats): asymmetric pads, strides, dilation, the row
+    split over the pool, bias + HardSwish; it writes into the planned NCHW buffer and sums the taps in the same
+    order as the NCHW depthwise tactic, so both give the same floats."""
+    from native.cpu.kernels.activations import activation
+    from native.cpu.kernels.conv import tuning
+    monkeypatch.setenv("DEBUGKIT_THREADS", str(threads))
+    monkeypatch.setattr(tuning, "PARALLEL_MIN_DW_MACS", 1)
+    x = RNG.standard_normal((2, c, hw, hw)).astype(np.float32)
+    w = RNG.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = RNG.standard_normal(c).astype(np.float32)
+    params = {"num_output_maps": c, "kernel_shape": [k, k], "strides": [stride] * 2, "pre_padding": [pre] * 2,
+              "post_padding": [post] * 2, "dilations": [dil] * 2, "groups": c,
+              "post_ops": [{"op": "activation", "type": "HARD_SWISH"}]}
+    xp = np.pad(x, [(0, 0), (0, 0), (pre, post), (pre, post)])
+    want = activation(reference_conv(xp, w, b, stride, 0, dil, c).astype(np.float32), "HARD_SWISH")
+    t = next(t for t in tactics_for("Convolution") if t.name == "depthwise-cl")
+    op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+    assert t.supports(op, [list(x.shape)]) is None
+    op.weights = t.prepare(op)
+    dst = np.full(want.shape, np.nan, np.float32)
+    got = t.run(op, [x], [dst])[0]
+    assert np.shares_memory(got, dst)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    nchw = next(t for t in tactics_for("Convolution") if t.name == "depthwise")
+    op2 = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+    op2.weights = nchw.prepare(op2)
+    np.testing.assert_array_equal(got, nchw.run(op2, [x])[0])
 
 
 

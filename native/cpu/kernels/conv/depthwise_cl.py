@@ -1,0 +1,107 @@
+"""The depthwise-cl tactic: depthwise convolution computed channels-last between two reformats.
+
+Depthwise layers of small models have many channels and small maps (mobilenets: 240 channels of 14x14). NCHW
+per-tap multiply-adds there run over short rows (14 floats) with a broadcast weight per channel, so numpy spends
+its time on loop overhead. Channels-last, every tap is one multiply-add over [H, W, C] with the weights a
+contiguous vector of C along the fastest axis: the padded input is written once channels-last, the kh*kw taps
+accumulate into one [Ho, Wo, C] buffer, and the result is copied back to NCHW (into the planned buffer when there
+is one), where the bias and fused activations run in place. Measured 2-4x faster than the NCHW tactics on
+mobilenetv3's 14x14 and 7x7 depthwise layers; slower on few channels over large maps (16 x 112x112), so the
+builder's timing decides. The sum per output element is taken in the same tap order as `depthwise`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cpu.kernels.conv import tuning
+from native.cpu.kernels.conv.depthwise import Depthwise
+from native.cpu.kernels.conv.geometry import geometry
+from native.cpu.kernels.conv.gemm2d import fast_path_ok
+from native.cpu.kernels.conv.weights import kernel_and_bias, kernel_spatial, repacked, work_dtype
+from native.cpu.kernels.fused import apply_post_ops
+from native.cpu.threads import num_threads, parallel_for, split
+from native.tactics import Tactic, register_tactic
+
+
+def depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=None):
+    """y[N, C, Ho, Wo] of a depthwise conv (bias added, no activation): channels-last taps, one reformat each way.
+    taps_w: [kh*kw, C] in the work dtype; dst: a C-contiguous [N, C, Ho, Wo] buffer to write into, or None."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = ks, strides, dil, out
+    dtype = taps_w.dtype
+    hp, wp = h + pre[0] + post[0], w + pre[1] + post[1]
+    xl = np.empty((n, hp, wp, c), dtype)
+    if pre[0] or post[0] or pre[1] or post[1]:   # zero only the border; the interior is overwritten next
+        xl[:, :pre[0]] = 0
+        xl[:, hp - post[0]:] = 0
+        xl[:, :, :pre[1]] = 0
+        xl[:, :, wp - post[1]:] = 0
+    np.copyto(xl[:, pre[0]:pre[0] + h, pre[1]:pre[1] + w], x.transpose(0, 2, 3, 1))
+    y = dst if dst is not None and dst.shape == (n, c, ho, wo) and dst.dtype == dtype and dst.flags.c_contiguous \
+        else np.empty((n, c, ho, wo), dtype)
+    acc = np.empty((n, ho, wo, c), dtype)
+    tmp = np.empty((n, ho, wo, c), dtype)
+
+    def rows(r):
+        r0, r1 = r
+        a, t = acc[:, r0:r1], tmp[:, r0:r1]
+        k = 0
+        for i in range(kh):
+            y0 = r0 * sh + i * dh
+            for j in range(kw):
+                x0 = j * dw
+                v = xl[:, y0:y0 + sh * (r1 - r0 - 1) + 1:sh, x0:x0 + sw * (wo - 1) + 1:sw]
+                if k == 0:
+                    np.multiply(v, taps_w[0], out=a)
+                else:
+                    np.multiply(v, taps_w[k], out=t)
+                    a += t
+                k += 1
+        if bias is not None:
+            a += bias
+    threads = num_threads() if n * c * ho * wo * kh * kw >= tuning.PARALLEL_MIN_DW_MACS * 4 else 1
+    if threads > 1 and ho > 1:
+        parallel_for(rows, split(ho, threads))
+    else:
+        rows((0, ho))
+    np.copyto(y, acc.transpose(0, 3, 1, 2))
+    return y
+
+
+@register_tactic
+class DepthwiseChannelsLast(Tactic):
+    """groups == C == M, 2-D float: per-tap multiply-adds over channels-last [H, W, C] views."""
+    kind, name = "Convolution", "depthwise-cl"
+    honours = {"post_ops"}
+    writes_outputs = True
+
+    def supports(self, op, input_shapes):
+        why = Depthwise.supports(self, op, input_shapes)
+        if why is not None:
+            return why
+        ks = op.params.get("kernel_shape")
+        if ks is not None and len(ks) != 2:
+            return "2-D kernels only"
+        if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
+            return "4-D (NCHW) inputs only"
+        return None
+
+    def prepare(self, op):
+        return repacked(op, "kernel_taps", lambda w: w.reshape(w.shape[0], -1).T)  # [taps, C], as depthwise
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = np.asarray(inputs[0])
+        w, b = kernel_and_bias(op, inputs)
+        ks = kernel_spatial(op, w)
+        dtype = work_dtype(op, x)
+        x = x.astype(dtype, copy=False)
+        strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
+        if not fast_path_ok(op, x, ks, pre, post):   # negative pads or another rank: the NCHW tactic's general path
+            return Depthwise.run(self, op, inputs)
+        c = x.shape[1]
+        taps_w = op.weights.get("kernel_taps")
+        taps_w = np.asarray(w, dtype).reshape(c, -1).T if taps_w is None else taps_w
+        taps_w = np.ascontiguousarray(taps_w, dtype)
+        bias = None if b is None else np.asarray(b, dtype).reshape(-1)
+        y = depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=outputs[0] if outputs else None)
+        return [apply_post_ops(y, op, inputs) if op.params.get("post_ops") else y]
