@@ -157,7 +157,10 @@ def run(args) -> int:
         bar.close()
         shutil.rmtree(workdir, ignore_errors=True)
     seconds = time.perf_counter() - t0
+    costs = P.probe_costs(prober.history)
+    rate = prober.probes / seconds if seconds > 0 else 0.0
     result = {"layer_precisions": {n: args.higher for n in answer}, "probes": prober.probes,
+              "probes_per_second": round(rate, 3), **costs,
               "replayed": prober.replayed, "builds_bound": bound, "layers": len(layers), "mode": args.mode,
               "precision": args.low, "higher": args.higher, "reference": args.reference,
               "model": os.path.abspath(args.model), "model_sha256": meta["model_sha256"],
@@ -184,7 +187,9 @@ def run(args) -> int:
                             rows, answer, log.records))
     what = f"prefix of {extra['prefix_count']} layer(s) ({args.direction})" if extra else f"{len(answer)} layer(s)"
     print(f"{what} of {len(layers)} must run in {args.higher}; {prober.probes} probe(s) "
-          f"(+{prober.replayed} replayed), {seconds:.1f} s")
+          f"(+{prober.replayed} replayed), {seconds:.1f} s, {rate:.2f} probes/s"
+          + (f"; per probe (median) build {costs['probe_build_s_median']:.2f} s, run "
+             f"{costs['probe_run_s_median'] * 1e3:.1f} ms" if costs else ""))
     for n in answer[:50]:
         print(f"  {n}")
     if len(answer) > 50:

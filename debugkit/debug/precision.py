@@ -38,10 +38,12 @@ def _have_layer_precisions():
 
 
 def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, recorder=None, calib=None,
-                feeds=None):
+                feeds=None, timing_cache=None):
     """A BuilderConfig with the low precision enabled and `layers` obeying `higher`; `replay` (a tactic replay
     document) keeps the recorded tactic of every layer whose signature did not change, so a probe measures
-    precision and not a different tactic; `recorder` records this build's choices."""
+    precision and not a different tactic; `recorder` records this build's choices; `timing_cache` (a TimingCache
+    shared by a search's builds) keeps every layer variant's timings and packed weights, so a probe times and
+    prepares only layer variants no earlier build of the search met."""
     from backends.engine.builder import BuilderConfig, BuilderFlag
     if not _have_layer_precisions():
         raise PrecisionSearchError("this build of debugkit has no per-layer precision constraints "
@@ -59,6 +61,8 @@ def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, r
         from backends.engine import Calibrator
         config.int8_calibrator = Calibrator([feeds], algorithm=calib.get("algorithm", "entropy2"),
                                             cache=calib.get("cache"), percentile=calib.get("percentile", 99.99))
+    if timing_cache is not None:
+        config.timing_cache = timing_cache
     if recorder is not None:
         config.algorithm_selector = recorder
     elif replay is not None:
@@ -109,16 +113,68 @@ class PrecisionProbe:
         self.options, self.low, self.higher, self.extra_flags = options, low, higher, tuple(extra_flags)
         self.calib = calib
         self.replay = None   # tactic replay document of the base low-precision build (set by the search)
+        self._cache = None   # the timing cache this process's probes share (not pickled: one per worker)
+        self._network = None  # the model parsed once per process (not pickled)
+        self.last_cost = {}  # build and run seconds of the last engine_outputs
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_cache"] = state["_network"] = None
+        return state
+
+    def network(self):
+        """The parsed model, once per process: a build lowers it into a graph of its own and leaves it as it
+        is, so every probe builds from the same NetworkDefinition instead of parsing the file again."""
+        if self._network is None:
+            from backends.engine.build import parse_onnx, source_model_record
+            net, _ = parse_onnx(self.model_path)
+            net.source_model = source_model_record(self.model_path)
+            self._network = net
+        return self._network
+
+    def timing_cache(self):
+        """The TimingCache every build of this search in this process shares (timings and packed weights)."""
+        if self._cache is None:
+            from backends.engine.builder import TimingCache
+            self._cache = TimingCache()
+        return self._cache
 
     def engine_outputs(self, layers, taps=None, recorder=None):
+        import time
+
         from backends.runners import EngineRunner
         config = make_config(self.low, self.higher, layers, self.extra_flags, self.replay, recorder, self.calib,
-                             self.feeds)
+                             self.feeds, timing_cache=self.timing_cache())
         shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
+        if taps is None and self.calib is None:   # a probe: build from the parsed model, run the outputs
+            return self._probe_outputs(config, shapes)
         with EngineRunner(self.model_path, shapes=shapes, config=config, device=self.device) as r:
             if taps == "all":
                 taps = r.observable_tensors()
-            return r.infer(self.feeds, taps=taps)
+            t0 = time.perf_counter()
+            out = r.infer(self.feeds, taps=taps)
+            self.last_cost = {"build_s": round(float(getattr(r, "build_seconds", 0.0) or 0.0), 4),
+                              "run_s": round(time.perf_counter() - t0, 4)}
+            return out
+
+    def _probe_outputs(self, config, shapes) -> dict:
+        import time
+
+        from backends.engine import Runtime
+        from backends.engine.build import profile_from_shapes
+        from backends.engine.builder import Builder
+        t0 = time.perf_counter()
+        net = self.network()
+        config.device = self.device
+        profile = profile_from_shapes(net, shapes)
+        if profile is not None:
+            config.add_optimization_profile(profile)
+        plan = Builder().build_serialized_network(net, config)
+        context = Runtime().deserialize_engine(plan).create_execution_context()
+        t1 = time.perf_counter()
+        out = context.execute({k: np.asarray(v) for k, v in self.feeds.items()})
+        self.last_cost = {"build_s": round(t1 - t0, 4), "run_s": round(time.perf_counter() - t1, 4)}
+        return out
 
     def __call__(self, layers) -> dict:
         from debugkit.debug.checks import CommandCheck
@@ -132,7 +188,7 @@ class PrecisionProbe:
         res = self.options.judge(out, self.reference)
         metrics = {k: {m: v for m, v in r.items() if m != "passed" and v is not None}
                    for k, r in res.get("outputs", {}).items()}
-        return {"hit": not res["fails"], "reason": res["reason"], "outputs": metrics}
+        return {"hit": not res["fails"], "reason": res["reason"], "outputs": metrics, **self.last_cost}
 
 
     def _command(self, layers) -> dict:
@@ -252,6 +308,18 @@ def one_minimal(items, hit, *, limit=8):
                 needed.add(y)
         if first is not None:
             items.remove(batch[first])
+
+
+def probe_costs(history) -> dict:
+    """Build and run seconds per probe (medians and sums over the probes that report them) from a Prober's
+    history; {} when none does (e.g. an external --check command)."""
+    builds = [r["result"]["build_s"] for r in history if isinstance(r.get("result"), dict) and "build_s" in r["result"]]
+    runs = [r["result"]["run_s"] for r in history if isinstance(r.get("result"), dict) and "run_s" in r["result"]]
+    if not builds:
+        return {}
+    return {"probe_build_s_median": round(float(np.median(builds)), 3), "probe_run_s_median": round(
+        float(np.median(runs)), 4), "build_s_total": round(float(sum(builds)), 2), "run_s_total": round(
+        float(sum(runs)), 2)}
 
 
 def build_bound(n_layers: int, k: int = 2) -> int:

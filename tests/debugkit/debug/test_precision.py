@@ -72,6 +72,10 @@ def test_minimal_mode_finds_exactly_the_planted_layers(tmp_path, planted, capsys
     assert set(res["layer_precisions"].values()) == {"fp32"}
     assert res["probes"] <= res["builds_bound"] <= 2 * 2 * np.log2(res["layers"]) + 6 + 1
     assert res["final_check"]["passed"] is True
+    # what the search cost: probes per second and each probe's build and run seconds
+    assert res["probes_per_second"] == pytest.approx(res["probes"] / res["seconds"], rel=0.1)
+    assert res["probe_build_s_median"] > 0 and res["probe_run_s_median"] > 0
+    assert "probes/s; per probe (median) build" in capsys.readouterr().out
     for suffix in ("_sensitivity.json", "_sensitivity.svg", ".html", "_probes.jsonl"):
         assert (tmp_path / f"prec{suffix}").exists()
     ranking = json.loads((tmp_path / "prec_sensitivity.json").read_text())
@@ -183,3 +187,32 @@ def test_fp8_and_bf16_searches_end_to_end(tmp_path, low):
     smaller.write_text(json.dumps({"layer_precisions": {k: v for k, v in kept.items() if k != name}}))
     assert main(["run", str(path), "--engine", "--onnxrt", f"--{low}", "--layer-precisions", str(smaller),
                  *opts]) == 1
+
+
+def test_probes_share_one_parse_and_one_timing_cache(planted, monkeypatch):
+    """A probe builds from the model parsed once and times/prepares only layer variants no earlier build of the
+    search met: a repeated candidate's build times nothing and packs no weights again."""
+    from backends.engine.builder import tactic_selection
+    from debugkit.debug import precision as P
+    from debugkit.debug.checks import CompareOptions
+    import backends.engine.build as build
+    model, must = planted
+    feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
+    parses, timed = [], []
+    real_parse, real_time = build.parse_onnx, tactic_selection.time_candidates
+    monkeypatch.setattr(build, "parse_onnx", lambda *a, **k: parses.append(1) or real_parse(*a, **k))
+    monkeypatch.setattr(tactic_selection, "time_candidates", lambda *a, **k: timed.append(1) or real_time(*a, **k))
+    from backends.runners import OnnxrtRunner
+    with OnnxrtRunner(model) as r:
+        reference = r.infer(feeds)
+    probe = P.PrecisionProbe(model, feeds, reference, CompareOptions(atol={"": 1e-2}), "fp16", "fp32")
+    first = probe(must)
+    n_timed = len(timed)
+    second = probe(must)
+    assert len(timed) == n_timed, "the repeated candidate timed nothing"
+    third = probe([])
+    assert first["hit"] and second["hit"] and not third["hit"]
+    assert len(parses) == 1
+    assert first["build_s"] > 0 and first["run_s"] > 0 and set(second) >= {"build_s", "run_s"}
+    import pickle
+    assert pickle.loads(pickle.dumps(probe))._network is None   # workers parse their own
