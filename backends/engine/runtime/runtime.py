@@ -143,6 +143,7 @@ class ExecutionContext:
         self.use_arena = True
         self.arenas = ArenaCache()
         self.timings = None    # {"h2d_ms", "compute_ms", "d2h_ms"} of the last execute on a device with own memory
+        self._checked_shapes = {}   # (input, profile) -> the feed shape last accepted there
 
     @property
     def arena_bytes(self) -> int:
@@ -155,6 +156,7 @@ class ExecutionContext:
         self.active_profile = index
 
     def set_input_shape(self, name: str, shape) -> bool:
+        self.__dict__.setdefault("_checked_shapes", {}).clear()
         info = self.engine._info(name)
         shape = tuple(int(d) for d in shape)
         self._check_shape(info, shape)
@@ -177,27 +179,59 @@ class ExecutionContext:
             self.engine.profiles[self.active_profile].check(info.name, shape)
 
     def _check_feeds(self, feeds: dict):
-        names = self.engine.graph.input_names
-        unknown = [k for k in feeds if k not in names]
-        if unknown:
-            raise FeedError(f"unknown input name(s) {unknown}; the engine's inputs are {names}")
-        missing = [k for k in names if k not in feeds]
-        if missing:
-            raise FeedError(f"missing feed(s) for input(s) {missing}")
+        names = self._input_names
+        if len(feeds) != len(names) or any(k not in feeds for k in names):
+            unknown = [k for k in feeds if k not in names]
+            if unknown:
+                raise FeedError(f"unknown input name(s) {unknown}; the engine's inputs are {names}")
+            missing = [k for k in names if k not in feeds]
+            if missing:
+                raise FeedError(f"missing feed(s) for input(s) {missing}")
         out = {}
-        for info in self.engine.graph.inputs:
+        checked = self._checked_shapes
+        for info, want in self._input_dtypes:
             v = feeds[info.name]
-            if info.kind != "tensor":
+            if want is None:    # not a tensor input (sequence, optional): passed as given
                 out[info.name] = v
                 continue
-            v = np.asarray(v)
-            if info.dtype is not None and v.dtype.name != info.dtype and not (
+            if type(v) is not np.ndarray:
+                v = np.asarray(v)
+            if want is not True and v.dtype != want and v.dtype.name != info.dtype and not (
                     info.dtype == "object" and v.dtype.kind in "OUS"):
                 raise FeedError(f"input '{info.name}' expects dtype {info.dtype}, got {v.dtype.name}; cast the feed "
                                 f"(e.g. array.astype(np.{info.dtype}))")
-            self._check_shape(info, v.shape)
+            key = (info.name, self.active_profile)
+            if checked.get(key) != v.shape:   # a shape already accepted at this profile is not checked again
+                self._check_shape(info, v.shape)
+                checked[key] = v.shape
             out[info.name] = v
         return out
+
+    @property
+    def _input_names(self):
+        names = self.__dict__.get("_names_cache")
+        if names is None:
+            names = self.__dict__["_names_cache"] = self.engine.graph.input_names
+        return names
+
+    @property
+    def _input_dtypes(self):
+        """Per graph input (info, expected numpy dtype | True for any | None for a non-tensor input), made once."""
+        cached = self.__dict__.get("_dtypes_cache")
+        if cached is None:
+            cached = []
+            for info in self.engine.graph.inputs:
+                if info.kind != "tensor":
+                    cached.append((info, None))
+                elif info.dtype is None:
+                    cached.append((info, True))
+                else:
+                    try:
+                        cached.append((info, np.dtype(info.dtype)))
+                    except TypeError:   # a dtype numpy cannot name (e.g. bfloat16 without ml_dtypes)
+                        cached.append((info, _NamedDtype(info.dtype)))
+            self.__dict__["_dtypes_cache"] = cached
+        return cached
 
     def execute(self, feeds: dict, taps=()) -> dict:
         """Run the engine; returns {output name: array} plus any tapped intermediate tensors.
@@ -205,9 +239,11 @@ class ExecutionContext:
         On a device with its own memory (CUDA) `self.timings` then holds the last execution's host-to-device,
         compute and device-to-host times in ms, measured apart on the device's clock."""
         feeds = self._check_feeds(feeds)
-        taps = list(taps or ())
-        aliases = self.engine.graph.aliases
-        resolved = {t: aliases.get(t, t) for t in taps}
+        if taps:
+            aliases = self.engine.graph.aliases
+            resolved = {t: aliases.get(t, t) for t in taps}
+        else:
+            resolved = {}
         dev = self.engine._device
         profiler = getattr(self, "profiler", None)
         timeline = None if dev.host_memory else dev.timeline()
@@ -221,11 +257,19 @@ class ExecutionContext:
                 profiler.start_inference()
                 profiler.tactics = {n.name: n.tactic_name for n in self.engine.graph.nodes}
             memory = self.arenas if self.use_arena else None
-            env = self.engine.executor.run(feeds, keep=set(resolved.values()), profiler=profiler, memory=memory)
-        out = (lambda v: v) if dev.host_memory else dev.copy_to_host
+            env = self.engine.executor.run(feeds, keep=resolved.values(), profiler=profiler, memory=memory)
         if timeline is not None:
             timeline.mark("compute")
-        result = {name: out(env[name]) for name in self.engine.graph.output_names}
+        outputs = self.__dict__.get("_output_names") or self.__dict__.setdefault(
+            "_output_names", self.engine.graph.output_names)
+        if dev.host_memory:
+            result = {name: env[name] for name in outputs}
+            for t, r in resolved.items():
+                if r in env:
+                    result[t] = env[r]
+            return result
+        out = dev.copy_to_host
+        result = {name: out(env[name]) for name in outputs}
         for t, r in resolved.items():
             if r in env:
                 result[t] = out(env[r])
@@ -277,6 +321,21 @@ def output_types(node) -> list:
     types = node.meta.get("output_types") or []
     return [types[i] if i < len(types) and types[i] else ("float32" if node.precision == "float32" else None)
             for i in range(len(node.outputs))]
+
+
+class _NamedDtype:
+    """An expected input dtype numpy cannot construct by name: compared by name (as before)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __ne__(self, other):
+        return getattr(other, "name", None) != self.name
+
+    def __eq__(self, other):
+        return getattr(other, "name", None) == self.name
+
+    __hash__ = object.__hash__
 
 
 class EngineInspector:
