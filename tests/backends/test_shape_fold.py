@@ -139,3 +139,29 @@ def test_fixed_shapes_let_gemm_fusions_apply():
     out = eng.create_execution_context().execute({"x": x})
     np.testing.assert_allclose(out["y"], x @ w["w1"] + w["b1"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out["z"], x @ w["wq"] + x @ w["wk"] + x @ w["wv"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_rebuild_of_the_same_network_reuses_the_observed_shapes(monkeypatch):
+    """Builds from one NetworkDefinition (a search's probes) run the graph for shape folding once: the second
+    build takes the observed shapes from the network's memo and folds exactly as the first; another profile runs
+    it again."""
+    from backends.engine import BuilderConfig, OptimizationProfile, parse_onnx
+    from backends.engine.builder import Builder
+    from backends.engine.builder.passes import shape_fold
+    runs = []
+    real = shape_fold.observed_shapes
+    monkeypatch.setattr(shape_fold, "observed_shapes", lambda *a, **k: runs.append(1) or real(*a, **k))
+    net, _ = parse_onnx(_reshape_model())
+
+    def build(n):
+        cfg = BuilderConfig()
+        p = OptimizationProfile()
+        p.set_shape("x", (n, 3, 4), (n, 3, 4), (n, 3, 4))
+        cfg.add_optimization_profile(p)
+        g = Builder().build_graph(net, cfg)
+        return [(x.kind, x.inputs, x.outputs) for x in g.nodes]
+    first = build(2)
+    assert len(runs) == 1 and "Shape" not in [k for k, _, _ in first]
+    assert build(2) == first and len(runs) == 1
+    build(5)
+    assert len(runs) == 2

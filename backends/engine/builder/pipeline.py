@@ -33,7 +33,9 @@ def shape_folding(graph, ctx):
     if fixed_input_shapes(graph, ctx.config) is None:
         return PassResult(0, "input shapes not fixed")
     feeds = opt_feeds(graph, ctx)
-    return PassResult(fold_shapes(graph, ctx.config, feeds, ctx.reference_device, ctx.logger))
+    network = ctx.state.get("network")   # memo on the network: a rebuild of the same model runs the graph once
+    memo = network.__dict__.setdefault("_observed_shapes", {}) if network is not None else None
+    return PassResult(fold_shapes(graph, ctx.config, feeds, ctx.reference_device, ctx.logger, memo=memo))
 
 
 def weight_absorption(graph, ctx):

@@ -117,16 +117,39 @@ def observed_shapes(graph: Graph, feeds: dict, device="cpu") -> dict | None:
     return {k: (v.shape, v.dtype.name) for k, v in env.items() if isinstance(v, np.ndarray)}
 
 
-def fold_shapes(graph: Graph, config, feeds: dict, device="cpu", logger=None) -> int:
+def structure_key(graph: Graph, feeds: dict, device) -> str:
+    """A digest of what `observed_shapes` depends on: every layer's kind, wiring, params and weight shapes/dtypes,
+    the feeds' shapes and dtypes, the device. Equal digests of graphs lowered from one network give equal shapes."""
+    import hashlib
+    import json
+    h = hashlib.sha1()
+    h.update(json.dumps([str(device), sorted((k, list(np.shape(v)), str(np.asarray(v).dtype)) for k, v in feeds.items())]
+                        ).encode())
+    for n in graph.nodes:
+        h.update(json.dumps([n.kind, n.inputs, n.outputs, n.params,
+                             sorted((k, list(np.shape(w)), str(getattr(w, "dtype", ""))) for k, w in n.weights.items()),
+                             sorted(n.subgraphs)], sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def fold_shapes(graph: Graph, config, feeds: dict, device="cpu", logger=None, memo: dict | None = None) -> int:
     """Fold Shape layers of shape-static tensors and what computes from them; returns the layers removed.
-    `feeds` are inputs at the fixed shapes (their values do not matter)."""
+    `feeds` are inputs at the fixed shapes (their values do not matter). `memo`: observed shapes of earlier builds
+    from the same network, by `structure_key` (a search rebuilding one model many times runs the graph once)."""
     logger = logger or G_LOGGER
     fixed = fixed_input_shapes(graph, config)
     if fixed is None or any(tuple(np.shape(feeds[k])) != s for k, s in fixed.items() if k in feeds):
         return 0
     if not any(n.kind == "Shape" for n in graph.nodes):
         return 0
-    shapes_of = observed_shapes(graph, feeds, device)
+    key = structure_key(graph, feeds, device) if memo is not None and not any(n.subgraphs for n in graph.nodes) \
+        else None
+    if key is not None and key in memo:
+        shapes_of = memo[key]
+    else:
+        shapes_of = observed_shapes(graph, feeds, device)
+        if key is not None:
+            memo[key] = shapes_of
     if shapes_of is None:
         return 0
     before = len(graph.nodes)
