@@ -183,6 +183,24 @@ def simple_tactic(kind: str, name: str = "numpy", device: str = "cpu", *, honour
     return wrap
 
 
+def register_twins(source: str, base: type, prefix: str, *, keep=lambda tactic: True, **declared):
+    """Register, on `base.device`, a twin of every tactic registered on `source` so far (idempotent): a subclass of
+    `base` named `<prefix><name>` with `inner` = the source tactic and its kind, fused params and formats
+    (`declared` adds or overrides class attributes, each a function of the source tactic). How a device wraps
+    another's kernels: the CUDA host layers (CPU kernels run from the GPU) and the DLA's rounding around them."""
+    for (device, kind), bucket in list(_REGISTRY.items()):
+        if device != source:
+            continue
+        have = {t.name for t in _REGISTRY.get((base.device, kind), [])}
+        for t in bucket:
+            if f"{prefix}{t.name}" in have or not keep(t):
+                continue
+            attrs = {"kind": kind, "name": f"{prefix}{t.name}", "inner": t, "honours": t.honours,
+                     "formats": t.formats, "__doc__": f"{source} tactic {t.name} as a {base.device} tactic"}
+            attrs.update({k: f(t) for k, f in declared.items()})
+            register_tactic(type(f"{base.__name__}_{kind}_{t.name}", (base,), attrs))
+
+
 def tactics_for(kind: str, device: str = "cpu") -> list[Tactic]:
     _load_kernels(device)
     return list(_REGISTRY.get((device, kind), []))

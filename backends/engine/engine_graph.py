@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from native.errors import GraphError
+from native.tactics import Op, tactics_for, unsupported_reason
 
 
 @dataclass
@@ -486,8 +487,6 @@ def _readers(users: dict) -> dict:
 
 def _tactic_problem(node, device):
     """Why the node's recorded tactic does not fit it (None when it does, or when the tactic is unknown here)."""
-    from backends.engine.runtime.executor import node_op
-    from native.tactics import tactics_for, unsupported_reason
     if True:
         for t in tactics_for(node.kind, device):
             if t.id == node.tactic_id:
@@ -501,3 +500,11 @@ def _tactic_problem(node, device):
                     return unsupported_reason(t, op, shapes)
                 return None
     return None
+
+
+def node_op(node) -> Op:
+    """The layer as a tactic sees it (native.tactics.Op): kind, name, params, weights, precision, format."""
+    meta = getattr(node, "meta", None) or {}
+    types = meta.get("output_types")
+    return Op(node.kind, node.name, node.params, node.weights, {}, node.precision, node_format(node),
+              output_types=tuple(types) if isinstance(types, list) else (), math=meta.get("math", ""))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 
+from backends.engine import schema as S
 from native.tactics import FUSED_PARAMS
 
 POST_OP_KINDS = {"Convolution", "Deconvolution", "MatrixMultiply", "ConvolutionNHWC", "Pooling", "PoolingNHWC"}
@@ -168,7 +169,6 @@ PASS_PARAMS = {
 
 
 def _schema(spec: str):
-    from backends.engine import plan_schema as S
     base = spec.rstrip("?")
     table = {"int": S.Int, "num": S.Num, "bool": S.Bool, "str": S.Str, "ints": lambda: S.List(S.Int()),
              "nums": lambda: S.List(S.Num()), "strs": lambda: S.List(S.Str()), "obj": lambda: S.Map(S.Any()),
@@ -183,7 +183,6 @@ def _schema(spec: str):
 def param_types(kind: str) -> dict | None:
     """{param: schema} for every param a layer of `kind` may carry: its own (DECLARED), the fused ones it may carry
     (checked by CHECKS) and those passes attach (PASS_PARAMS). None: the kind declares none."""
-    from backends.engine import plan_schema as S
     if kind not in DECLARED:
         return None
     types = {}
@@ -207,7 +206,6 @@ def declared_params(kind: str) -> set:
 def params_schema(kind: str):
     """The declared params of `kind` as one strict plan_schema object (None when the kind declares none): what the
     plan schema holds a loaded plan's params to."""
-    from backends.engine import plan_schema as S
     types = param_types(kind)
     return None if types is None else S.Obj({f"?{k}": v for k, v in types.items()})
 

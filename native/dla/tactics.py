@@ -7,7 +7,7 @@ import dataclasses
 
 from native.dla.formats import pack, unpack
 from native.dla.numerics import dla_weights, run_dla
-from native.tactics import _REGISTRY, Tactic, register_tactic
+from native.tactics import Tactic, register_tactic, register_twins
 
 
 class DlaTactic(Tactic):
@@ -37,15 +37,8 @@ class DlaTactic(Tactic):
 
 def wrap_cpu_tactics():
     """Register a DLA twin of every CPU tactic registered so far (idempotent)."""
-    for (device, kind), bucket in list(_REGISTRY.items()):
-        if device != "cpu" or kind in ("DlaLoadable", "DlaReformat"):
-            continue
-        have = {t.name for t in _REGISTRY.get(("dla", kind), [])}
-        for t in bucket:   # the DLA's own rounding is applied around FP32 kernels
-            if f"dla:{t.name}" not in have and "float32" in t.precisions:
-                register_tactic(type(f"Dla_{kind}_{t.name}", (DlaTactic,),
-                                     {"kind": kind, "name": f"dla:{t.name}", "inner": t, "honours": t.honours,
-                                      "formats": t.formats}))
+    register_twins("cpu", DlaTactic, "dla:",    # the DLA's own rounding is applied around FP32 kernels
+                   keep=lambda t: t.kind not in ("DlaLoadable", "DlaReformat") and "float32" in t.precisions)
 
 
 @register_tactic

@@ -172,7 +172,7 @@ def tactic_selection(graph, ctx):
 
 
 def memory_plan(graph, ctx):
-    from backends.engine.builder.memory_plan import plan_memory, tensor_bytes
+    from backends.engine.memory_plan import plan_memory, tensor_bytes
     env = ctx.state.pop("env", None)
     if env is None:
         return PassResult(0, "no timing run: no sizes")

@@ -2,7 +2,7 @@
 
 The interpreter learns a shape signature's tensors on the first execution at it (every layer allocating its own
 outputs, as the CPU kernels always could), then plans their offsets with the builder's planner
-(builder/memory_plan.py: first fit by lifetime), allocates ONE arena on the device (`Device.allocate`) and hands
+(memory_plan.py: first fit by lifetime), allocates ONE arena on the device (`Device.allocate`) and hands
 each layer whose tactic writes into given buffers (`Tactic.writes_outputs`) its planned views
 (`Device.view(arena, offset, shape, dtype)`). Later executions at that signature reuse the arena; a new signature
 (dynamic shapes) gets its own plan, cached.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backends.engine.builder.memory_plan import place
+from backends.engine.memory_plan import place
 from native.logger import G_LOGGER
 
 _PLACEABLE_KINDS = set("biuf")   # numeric dtypes a raw byte buffer can hold (no objects, strings)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from backends.engine.engine_graph import node_format
+from backends.engine.engine_graph import node_format, node_op  # noqa: F401  (node_op: callers import it from here)
 from backends.engine.runtime import arena
 from backends.engine.runtime.compiled import CompiledPlan
 from native.device import get_device
 from native.errors import BuildError, DebugkitError, ExecutionError
 from native.limits import check_size, default_limits
 from native.logger import G_LOGGER
-from native.tactics import Op, tactic_by_id, tactics_for, unsupported_reason
+from native.tactics import tactic_by_id, tactics_for, unsupported_reason
 
 
 def default_tactic(node, device="cpu"):
@@ -36,13 +36,6 @@ def default_tactic(node, device="cpu"):
     raise BuildError(f"no {device} implementation for layer '{node.name}' (kind {node.kind}, ONNX nodes "
                      f"{node.source_nodes}){' (' + '; '.join(reasons) + ')' if reasons else ''}; try another device "
                      f"or report the layer kind")
-
-
-def node_op(node) -> Op:
-    meta = getattr(node, "meta", None) or {}
-    types = meta.get("output_types")
-    return Op(node.kind, node.name, node.params, node.weights, {}, node.precision, node_format(node),
-              output_types=tuple(types) if isinstance(types, list) else (), math=meta.get("math", ""))
 
 
 class Skipped(Exception):

@@ -11,9 +11,9 @@ import os
 
 import numpy as np
 
-from backends.engine.builder.config import OptimizationProfile
 from backends.engine.engine_graph import node_format
 from backends.engine.plan import deserialize_plan
+from backends.engine.profile import OptimizationProfile
 from backends.engine.runtime.arena import ArenaCache
 from backends.engine.runtime.executor import GraphExecutor
 from native.config import settings, tune_process_default

@@ -13,16 +13,8 @@ import numpy as np
 
 from native import numerics
 from native.cpu.kernels.conv_int8 import exact_int_gemm, finish_int8, int8_params, quantize_bias, quantize_weights
+from native.shared.int8 import leading_biases
 from native.tactics import Tactic, register_tactic
-
-
-def _leading_biases(op):
-    """The post-ops that are per-column biases ahead of everything else (folded into the int32 accumulator)."""
-    post = list(op.params.get("post_ops") or ())
-    n = 0
-    while n < len(post) and post[n]["op"] == "bias" and post[n].get("axis", -1) in (-1,):
-        n += 1
-    return post[:n], post[n:]
 
 
 @register_tactic
@@ -52,7 +44,7 @@ class Int8PackedGemm(Tactic):
         w["b_q"], w["b_scale"] = quantize_weights(np.ascontiguousarray(b), w.pop("b_scale", None), 1,
                                                   narrow=p.get("narrow_weights", True),
                                                   rounding=p.get("weight_rounding", "half_even"))
-        biases, _ = _leading_biases(op)
+        biases, _ = leading_biases(op)
         if biases:
             # the float biases stay (the plan names them in post_ops); run adds bias_q instead of them
             total = sum(np.asarray(w[s["weight"]], np.float64).reshape(-1) for s in biases)
@@ -71,6 +63,6 @@ class Int8PackedGemm(Tactic):
         acc = exact_int_gemm(x_q.reshape(-1, k), b_q, k).reshape(a.shape[:-1] + (n,))
         if "bias_q" in op.weights:
             acc += op.weights["bias_q"].astype(np.int64)
-        _, rest = _leading_biases(op)
+        _, rest = leading_biases(op)
         op = dataclasses.replace(op, params={**op.params, "post_ops": rest})
         return [finish_int8(acc, op, inputs, s_x, s_w, acc.ndim - 1)]

@@ -12,105 +12,11 @@ import itertools
 import numpy as np
 
 from native.limits import check_size
+from native.shared.resize import axis_plan, cubic_kernel, interp_taps, nearest_index, source_coords  # noqa: F401
 from native.tactics import simple_tactic
 
 
-# coordinates -----------------------------------------------------------------------------------------------------
-
-def source_coords(mode, out_len, in_len, scale, roi_start=0.0, roi_end=1.0):
-    """Position in the input of every output index along one axis (ONNX coordinate_transformation_mode)."""
-    x = np.arange(out_len, dtype=np.float64)
-    if mode == "half_pixel":
-        return (x + 0.5) / scale - 0.5
-    if mode == "half_pixel_symmetric":
-        adjustment = out_len / (scale * in_len)
-        center = in_len / 2
-        return center * (1 - adjustment) + (x + 0.5) / scale - 0.5
-    if mode == "pytorch_half_pixel":
-        return (x + 0.5) / scale - 0.5 if out_len > 1 else np.zeros_like(x)
-    if mode == "align_corners":   # the resized length here is in_len * scale, not rounded (as ONNX's tests expect)
-        length = in_len * scale
-        return x * (in_len - 1) / (length - 1) if out_len > 1 and length != 1 else np.zeros_like(x)
-    if mode == "asymmetric":
-        return x / scale
-    if mode == "tf_crop_and_resize":
-        if out_len > 1:
-            return roi_start * (in_len - 1) + x * (roi_end - roi_start) * (in_len - 1) / (out_len - 1)
-        return np.full_like(x, 0.5 * (roi_start + roi_end) * (in_len - 1))
-    raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
-
-
-def nearest_index(coords, rounding, in_len):
-    if rounding == "round_prefer_floor":
-        idx = np.ceil(coords - 0.5)
-    elif rounding == "round_prefer_ceil":
-        idx = np.floor(coords + 0.5)
-    elif rounding == "floor":
-        idx = np.floor(coords)
-    elif rounding == "ceil":
-        idx = np.ceil(coords)
-    else:
-        raise ValueError(f"unknown nearest_mode {rounding!r}")
-    return np.clip(idx, 0, in_len - 1).astype(np.int64)
-
-
-def _cubic_kernel(t, a):
-    t = np.abs(t)
-    near = ((a + 2) * t - (a + 3)) * t * t + 1
-    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
-
-
-def interp_taps(coords, in_len, mode, scale, antialias, cubic_a, exclude_outside):
-    """(indices [out, T], weights [out, T]) of the linear / cubic filter, stretched by 1/scale when antialiasing
-    a downscale; indices clamp to the edge, or with exclude_outside their weight is dropped and renormalised."""
-    s = min(scale, 1.0) if antialias else 1.0
-    base = np.floor(coords)
-    ratio = coords - base
-    if mode == "linear":
-        start = int(np.floor(-1 / s) + 1)
-        offs = np.arange(start, 2 - start)
-        w = np.clip(1 - np.abs((offs[None, :] - ratio[:, None]) * s), 0, 1)
-    else:
-        start = int(np.floor(-2 / s) + 1)
-        offs = np.arange(start, 2 - start)
-        w = _cubic_kernel((offs[None, :] - ratio[:, None]) * s, cubic_a)
-    w = w / w.sum(axis=1, keepdims=True)
-    idx = base.astype(np.int64)[:, None] + offs[None, :]
-    if exclude_outside:
-        w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
-        w = w / w.sum(axis=1, keepdims=True)
-    return np.clip(idx, 0, in_len - 1), w
-
-
 # Resize -----------------------------------------------------------------------------------------------------------
-
-def _axis_plan(x, p, roi, scales, sizes):
-    """Per resized axis: (axis, out_len, scale, roi_start, roi_end)."""
-    rank = x.ndim
-    axes = [a % rank for a in (p.get("axes") or range(rank))]
-    n = len(axes)
-    if sizes is not None and np.size(sizes):
-        sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
-        ratios = [sizes[i] / x.shape[a] for i, a in enumerate(axes)]
-        policy = p.get("keep_aspect_ratio_policy", "stretch")
-        if policy != "stretch":
-            r = min(ratios) if policy == "not_larger" else max(ratios)
-            ratios = [r] * n
-            sizes = [int(np.floor(r * x.shape[a] + 0.5)) for a in axes]
-        outs, scl = sizes, ratios
-    else:
-        scl = [float(v) for v in np.asarray(scales).reshape(-1)]
-        outs = [int(np.floor(x.shape[a] * scl[i])) for i, a in enumerate(axes)]
-    if roi is not None and np.size(roi):
-        roi = np.asarray(roi, np.float64).reshape(-1)
-        starts, ends = roi[:len(roi) // 2], roi[len(roi) // 2:]
-        if len(starts) == rank and n != rank:
-            starts, ends = starts[axes], ends[axes]
-    else:
-        starts, ends = np.zeros(n), np.ones(n)
-    return [(a, outs[i], scl[i], float(starts[i]), float(ends[i])) for i, a in enumerate(axes)]
-
 
 def _repeat_axes(y, repeats):
     """Nearest upsampling by integer factors {axis: f}: the last axis by a gather, the others through a
@@ -139,7 +45,7 @@ def _resize(x, p, roi, scales, sizes):
         y = x.astype(np.float64)
     outside = None
     repeats = {}
-    for axis, out_len, scale, r0, r1 in _axis_plan(x, p, roi, scales, sizes):
+    for axis, out_len, scale, r0, r1 in axis_plan(x, p, roi, scales, sizes):
         in_len = x.shape[axis]
         if out_len == in_len and scale == 1.0 and ctm != "tf_crop_and_resize":
             continue
@@ -234,7 +140,7 @@ def _grid_sample(x, grid, p):
             else:
                 offs = [-1, 0, 1, 2]
                 a = p.get("cubic_coeff", -0.75)
-                ws = [_cubic_kernel(t + 1, a), _cubic_kernel(t, a), _cubic_kernel(1 - t, a), _cubic_kernel(2 - t, a)]
+                ws = [cubic_kernel(t + 1, a), cubic_kernel(t, a), cubic_kernel(1 - t, a), cubic_kernel(2 - t, a)]
             taps.append([(base.astype(np.int64) + o, w) for o, w in zip(offs, ws)])
         y = 0.0
         for combo in itertools.product(*taps):
@@ -253,7 +159,7 @@ def resize(op, inputs):
     scales = ins[2] if ins[2] is not None else op.params.get("scales")
     sizes = ins[3] if ins[3] is not None else op.params.get("sizes")
     out = list(x.shape)
-    for axis, out_len, *_ in _axis_plan(x, op.params, ins[1], scales, sizes):
+    for axis, out_len, *_ in axis_plan(x, op.params, ins[1], scales, sizes):
         out[axis] = out_len
     # scales and sizes are data: refuse a huge output (interpolating modes hold float64 partial sums) up front
     check_size(op, out, 8 if op.params.get("mode", "NEAREST") != "NEAREST" else x.dtype.itemsize)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from native.cuda.array import to_device, to_host
-from native.tactics import _REGISTRY, Tactic, register_tactic
+from native.tactics import Tactic, register_twins
 
 
 class HostTactic(Tactic):
@@ -39,14 +39,4 @@ def _host_body(fn):
 
 def wrap_cpu_tactics():
     """Register a host twin of every CPU tactic registered so far (idempotent)."""
-    for (device, kind), bucket in list(_REGISTRY.items()):
-        if device != "cpu":
-            continue
-        have = {t.name for t in _REGISTRY.get(("cuda", kind), [])}
-        for t in bucket:
-            name = f"host:{t.name}"
-            if name not in have:
-                register_tactic(type(f"Host_{kind}_{t.name}", (HostTactic,),
-                                     {"kind": kind, "name": name, "inner": t, "honours": t.honours,
-                                      "precisions": t.precisions, "formats": t.formats,
-                                      "__doc__": f"CPU tactic {t.name} run as a host layer"}))
+    register_twins("cpu", HostTactic, "host:", precisions=lambda t: t.precisions)

@@ -128,15 +128,15 @@ class GpuInt8MatMul(_Int8Gemm):
         return None
 
     def prepare(self, op):
-        from native.cpu.kernels.matmul_int8 import _leading_biases
+        from native.shared.int8 import leading_biases
         w = self.cpu_tactic().prepare(op)
         w["b_qt"] = np.ascontiguousarray(w["b_q"].T)      # [N, K]: cuBLASLt's TN form
-        w["finish_scale"] = finish_scale(op, _leading_biases(op)[1], w["b_scale"])
+        w["finish_scale"] = finish_scale(op, leading_biases(op)[1], w["b_scale"])
         return w
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         from native.cpu.kernels.conv_int8 import int8_params
-        from native.cpu.kernels.matmul_int8 import _leading_biases
+        from native.shared.int8 import leading_biases
         from native.cuda.tactics.gemm_lt import gemm
         if "b_qt" not in op.weights:
             op = dataclasses.replace(op, weights=self.prepare(op))
@@ -147,7 +147,7 @@ class GpuInt8MatMul(_Int8Gemm):
         n = op.weights["b_qt"].shape[0]
         x_q = quantize(a, p["input_scale"], rounding).reshape((-1, k))
         acc = gemm(x_q, weight(op.weights["b_qt"]), 0, transpose_b=True)
-        _, rest = _leading_biases(op)
+        _, rest = leading_biases(op)
         y = out_array(outputs, 0, tuple(a.shape[:-1]) + (n,), np.float32)
         if finish(acc, y, 0, n, 1, op, rest, op.weights["finish_scale"], op.weights.get("bias_q"), rounding):
             after(y, op, rest, inputs, rounding)

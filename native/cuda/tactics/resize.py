@@ -32,7 +32,7 @@ def _vals(v, what):
 def plan(p, shape, roi, scales, sizes):
     """(levels, out_shape): per resized axis in the CPU's order (axis, out_len, idx [out, T], w [out, T] or None,
     bad [out] or None), built with the CPU kernel's coordinate functions."""
-    from native.cpu.kernels.resize import _axis_plan, interp_taps, nearest_index, source_coords
+    from native.shared.resize import axis_plan, interp_taps, nearest_index, source_coords
     mode = p.get("mode", "NEAREST").lower()
     ctm = p.get("coordinate_transformation", "half_pixel")
     x = SimpleNamespace(shape=tuple(shape), ndim=len(shape))
@@ -40,7 +40,7 @@ def plan(p, shape, roi, scales, sizes):
     scales = None if scales is None else np.asarray(scales, np.float64)
     sizes = None if sizes is None else np.asarray(sizes, np.int64)
     out, levels = list(shape), []
-    for axis, out_len, scale, r0, r1 in _axis_plan(x, p, roi, scales, sizes):
+    for axis, out_len, scale, r0, r1 in axis_plan(x, p, roi, scales, sizes):
         out[axis] = out_len
         in_len = shape[axis]
         if out_len == in_len and scale == 1.0 and ctm != "tf_crop_and_resize":
