@@ -54,11 +54,16 @@ def count_transposes(graph) -> int:
                list(n.params["first_transpose"]) != list(range(len(n.params["first_transpose"]))))
 
 
-def _transpose_node(view, name, src, perm, base):
+def _transpose_node(view, name, src, perm, base, made_for=None):
+    """A layout transpose. Made for layer `made_for`, it carries that layer's precision constraint: a layer asked to
+    run FP32 must not have its input or output stored FP16 by a transpose the user never named."""
     out = view.unique(base)
+    meta = {"layout": "reformat"}
+    if made_for is not None and made_for.meta.get("precision_constraint") is not None:
+        meta["precision_constraint"] = made_for.meta["precision_constraint"]
     return Node(name=view.unique(name), kind="Shuffle", inputs=[src], outputs=[out],
                 params={"first_transpose": list(perm), "reshape_dims": None, "second_transpose": None,
-                        "zero_is_placeholder": True}, meta={"layout": "reformat"})
+                        "zero_is_placeholder": True}, meta=meta)
 
 
 def _conv_eligible(view, n):
@@ -183,7 +188,8 @@ def _convert(graph, skip, renamed=None) -> list:
                     graph.set_inputs(n, n.inputs[:i] + [view.new_constant(
                         f"{name}_nhwc", np.ascontiguousarray(c.transpose(TO_NHWC)), n)] + n.inputs[i + 1:])
         for i in operands:
-            t = _transpose_node(view, f"{n.name}_transpose_input_{i}", n.inputs[i], TO_NHWC, f"{n.inputs[i]}_nhwc")
+            t = _transpose_node(view, f"{n.name}_transpose_input_{i}", n.inputs[i], TO_NHWC, f"{n.inputs[i]}_nhwc",
+                                n)
             view.insert_before(n, t)
             graph.set_inputs(n, n.inputs[:i] + [t.outputs[0]] + n.inputs[i + 1:])
         out = n.outputs[0]
@@ -191,7 +197,7 @@ def _convert(graph, skip, renamed=None) -> list:
         graph.set_outputs(n, [inner] + n.outputs[1:])
         if renamed is not None:
             renamed[out] = inner
-        back = _transpose_node(view, f"{n.name}_transpose_output_0", inner, TO_NCHW, f"{out}_nchw")
+        back = _transpose_node(view, f"{n.name}_transpose_output_0", inner, TO_NCHW, f"{out}_nchw", n)
         back.outputs = [out]
         graph.insert_after(n, back)
         view.refresh()
