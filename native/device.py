@@ -17,19 +17,41 @@ import time
 import numpy as np
 
 from native.errors import PlanError, UsageError
+from native.precision import LADDER, Precision
 
 
 class Device:
-    """allocate / run / time / synchronize, plus a fingerprint recorded in plans."""
+    """allocate / run / time / synchronize, plus a fingerprint recorded in plans.
+
+    Resolved once (`get_device`) and passed down: the builder config, the pass context, the runtime, the runners
+    and the CLI hold the instance. What a device can do is declared by its class (the capabilities below), read
+    as plain attributes; code outside native/<device>/ never compares device names."""
 
     name = "abstract"
+    # capabilities ------------------------------------------------------------------------------------------
+    precisions = frozenset(LADDER)  # the compute precisions its tactics may implement (tactics declare their own)
+    formats = ("linear", "nhwc")  # tensor formats its tactics read and write
     prefers_nhwc = False          # the layout pass asks this (passes/layout.py)
     # True: the builder decides layout (NHWC regions) and precision per layer by timing the options on this device
     # (builder/timed_choice.py); False: the rules hold (the layout preference above, choose_precision below)
     chooses_by_timing = False
     host_memory = True            # tensors are numpy arrays in host memory (False: the runtime copies in and out)
+    supports_graphs = False       # a whole execution can be captured and replayed (capture())
+    has_timeline = False          # per-layer device timings of an execution (timeline())
+    merges_shortcut_convs = True  # fusion_shortcut.py merges a residual's 1x1 conv into its GEMM (a CPU GEMM win)
+    int8_rounding = "half_even"   # how FP32 -> INT8 rounds ties (passes/int8.py)
+    calibrates_on = None          # the device name INT8 calibration runs on (None: this one)
     # fingerprint fields that must match for a plan built elsewhere to run here (see check_fingerprint)
     fingerprint_fields = ("device", "machine")
+
+    def __str__(self):
+        return self.name
+
+    def __repr__(self):
+        return f"<Device {self.name}>"
+
+    def __reduce__(self):   # a worker process unpickles the same registered instance (get_device), not a copy
+        return (get_device, (self.name,))
 
     # tactics ---------------------------------------------------------------------------------------------
     def load_tactics(self):
@@ -56,7 +78,7 @@ class Device:
     def output_buffer_reason(self, tactic, op) -> str | None:
         """None when the interpreter may hand `tactic` planned arena views as `outputs` for `op`; else why the
         layer allocates its own outputs (the arena's verbose log and the inspector say it)."""
-        if not getattr(tactic, "writes_outputs", False):
+        if not tactic.writes_outputs:
             return "tactic allocates its outputs"
         if type(self).view is Device.view:
             return f"device '{self.name}' has no arena views (Device.view)"
@@ -81,6 +103,14 @@ class Device:
         def call(op, inputs, outputs=None, workspace=None, stream=None):
             return self.run(tactic, op, inputs, outputs, workspace, stream)
         return call, True
+
+    def timeline(self):
+        """A timeline of one execution's device phases (a device that declares `has_timeline`)."""
+        raise UsageError(f"device '{self.name}' keeps no device timeline")
+
+    def capture(self, run, host_feeds, output_names):
+        """A captured whole execution to replay (a device that declares `supports_graphs`)."""
+        raise UsageError(f"device '{self.name}' cannot capture an execution as a graph")
 
     def check_stream(self, stream):
         """Validate a user-supplied stream for execute_async_v3; raise UsageError if this device cannot use it."""
@@ -128,9 +158,7 @@ class Device:
         return tactic.prepare(op)
 
     # Which precision a layer runs in. The one place that decides it: the builder's precision pass asks here.
-    PRECISION_LADDER = ("int8", "fp8", "float16", "bfloat16", "float32")
-
-    def choose_precision(self, kind: str, implemented, enabled) -> str:
+    def choose_precision(self, kind: str, implemented, enabled) -> Precision:
         """The precision a layer of `kind` runs in, given the precisions its tactics implement and those the
         builder flags enable (a constraint, when there is one, is applied by the caller).
 
@@ -139,10 +167,10 @@ class Device:
         layer that has an implementation in an enabled reduced precision runs in the lowest such precision of
         int8 < fp8 < float16 < bfloat16; a layer with none runs in the next precision up, float32 at the top.
         """
-        for p in self.PRECISION_LADDER:
-            if p in implemented and (p in enabled or p == "float32"):
+        for p in LADDER:
+            if p in implemented and (p in enabled or p is Precision.FP32):
                 return p
-        return "float32"
+        return Precision.FP32
 
     def data_inputs(self, kind: str, n_inputs: int):
         """Indices of the inputs of a `kind` layer that carry float data in its compute precision (the others are

@@ -10,8 +10,13 @@ The contract every tactic on every device keeps (docs/architecture.md, "Tactic")
   carrying one of them is never given a tactic that would silently ignore it.
 * `workspace_size(op, shapes)`: scratch bytes it needs; selection skips it when the workspace pool is too small
   and the device hands it that much scratch when it runs.
-* `supports(op, shapes) -> None | reason`: None when it can run this layer at these input shapes (None where
-  unknown), else a short reason that ends up in the build log.
+* `supports(op, ctx) -> None | reason`: None when it can run this layer as the runtime will call it, else a short
+  reason that ends up in the build log. `ctx` is a LayerContext: the input shapes (it is their list, None where
+  unknown), their storage types (`ctx.dtypes`) and the optimization profile's range (`ctx.min_shapes`,
+  `ctx.max_shapes`). The builder filters candidates with it, so what the plan records is what runs; a refusal
+  only the run can see raises TacticRefusal (an engine bug once built).
+* `input_dtypes`: the storage types its data inputs may have (None: any), checked against ctx.dtypes before
+  supports() is asked; `dtype_inputs` names which inputs are data (None: every input).
 * `run(op, inputs, outputs, workspace, stream) -> list`: compute. `outputs` are device buffers planned for the
   results (None where the device has none: write-into tactics set `writes_outputs`), `workspace` the scratch,
   `stream` the device's queue (None on the synchronous CPU). The device calls it (native/device.py).
@@ -34,6 +39,13 @@ import numpy as np
 
 from native.errors import BuildError
 
+class TacticRefusal(Exception):
+    """A tactic refuses, at run time, inputs its `supports()` could not see at build time (a value that only exists
+    then: a data-dependent shape, a plan cuDNN will not build for these exact strides). The one exception of the
+    refusal protocol: during the builder's timing it drops the candidate (the build decides); in a built engine it
+    is an engine bug, raised as an ExecutionError naming the layer and the tactic (no silent fallback)."""
+
+
 # params that carry fused meaning: a tactic that does not list one in `honours` must not run a layer that has it
 FUSED_PARAMS = ("post_ops", "side", "integer", "col2im", "program", "emulate")
 
@@ -53,6 +65,23 @@ class Op:
     math: str = ""              # "tf32": a float32 conv/matmul whose GEMM operands are rounded to TF32
 
 
+class LayerContext(list):
+    """What a tactic's supports() sees of a layer: the list of its input shapes (None where unknown: the list of
+    old), plus their storage types and the profile's min/max shapes per input (None where unknown)."""
+
+    def __init__(self, shapes=(), dtypes=None, min_shapes=None, max_shapes=None):
+        super().__init__(shapes or ())
+        self.dtypes = list(dtypes) if dtypes is not None else None
+        self.min_shapes = min_shapes
+        self.max_shapes = max_shapes
+
+    @classmethod
+    def of(cls, inputs):
+        """The context of concrete input values (arrays on any device: shape and dtype attributes)."""
+        return cls([list(x.shape) if hasattr(x, "shape") else None for x in inputs],
+                   [np.dtype(x.dtype).name if hasattr(x, "dtype") else None for x in inputs])
+
+
 class Tactic:
     """One implementation of one layer kind on one device.
 
@@ -67,6 +96,11 @@ class Tactic:
     formats: tuple = ("linear",)
     honours: frozenset = frozenset()
     writes_outputs: bool = False   # True: uses the `outputs` buffers the device passes to run()
+    input_dtypes: frozenset | None = None   # storage types its data inputs may have (None: any)
+    dtype_inputs: tuple | None = None       # which inputs input_dtypes applies to (None: all)
+    host_layer: bool = False       # True: runs on the host for a device with its own memory (copies around it)
+    constant: bool = False         # True: a Constant layer's value lives on the device (made once at load)
+    subgraph_device: str | None = None   # the device its subgraphs run on (None: the layer's own)
 
     @property
     def id(self) -> int:
@@ -100,6 +134,14 @@ def unsupported_reason(tactic: Tactic, op: Op, input_shapes, *, workspace_limit=
         return f"computes in {'/'.join(tactic.precisions)}, not {op.precision}"
     if op.format not in tactic.formats:
         return f"reads/writes {'/'.join(tactic.formats)}, not {op.format}"
+    dtypes = getattr(input_shapes, "dtypes", None)   # a LayerContext carries them; a plain shape list does not
+    if dtypes and tactic.input_dtypes is not None:
+        idx = range(len(dtypes)) if tactic.dtype_inputs is None else tactic.dtype_inputs
+        bad = [(i, dtypes[i]) for i in idx if i < len(dtypes) and dtypes[i] is not None
+               and dtypes[i] not in tactic.input_dtypes]
+        if bad:
+            return (f"reads {bad[0][1]} at input {bad[0][0]}; its kernels take "
+                    f"{'/'.join(sorted(tactic.input_dtypes))}")
     reason = tactic.supports(op, input_shapes)
     if reason is not None:
         return reason
@@ -202,22 +244,26 @@ def register_twins(source: str, base: type, prefix: str, *, keep=lambda tactic: 
 
 
 def tactics_for(kind: str, device: str = "cpu") -> list[Tactic]:
+    device = str(device)   # a Device or its name
     _load_kernels(device)
     return list(_REGISTRY.get((device, kind), []))
 
 
 def all_tactic_names(device: str = "cpu") -> set:
     """Every tactic name registered for `device` (any layer kind)."""
+    device = str(device)   # a Device or its name
     _load_kernels(device)
     return {t.name for (d, _), ts in _REGISTRY.items() if d == device for t in ts}
 
 
 def precisions_for(kind: str, device: str = "cpu") -> set:
     """The compute precisions some tactic of `kind` declares on `device` (what a precision pass may assign)."""
+    device = str(device)   # a Device or its name
     return {p for t in tactics_for(kind, device) for p in t.precisions}
 
 
 def tactic_by_id(kind: str, tactic_id: int, device: str = "cpu") -> Tactic:
+    device = str(device)   # a Device or its name
     for tactic in tactics_for(kind, device):
         if tactic.id == tactic_id:
             return tactic
@@ -227,10 +273,12 @@ def tactic_by_id(kind: str, tactic_id: int, device: str = "cpu") -> Tactic:
 
 def registered_tactics(device: str = "cpu") -> list[Tactic]:
     """Every tactic registered for a device so far (without loading its kernels)."""
+    device = str(device)   # a Device or its name
     return [t for (d, _), bucket in _REGISTRY.items() if d == device for t in bucket]
 
 
 def registered_kinds(device: str = "cpu") -> list[str]:
+    device = str(device)   # a Device or its name
     _load_kernels(device)
     return sorted(k for (d, k) in _REGISTRY if d == device)
 
@@ -240,6 +288,7 @@ _LOADED = set()
 
 def _load_kernels(device):
     """Let the device register its tactics (Device.load_tactics), once per process."""
+    device = str(device)   # a Device or its name
     if device in _LOADED:
         return
     _LOADED.add(device)

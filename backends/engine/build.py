@@ -1,9 +1,12 @@
 """One-call helpers: ONNX model → network, and ONNX model → plan bytes with profiles from shapes."""
 from __future__ import annotations
 
+import copy
+
 from backends.engine.builder import Builder, BuilderConfig, BuilderFlag, OptimizationProfile
 from backends.engine.network import NetworkDefinition
 from backends.engine.onnx_parser import OnnxParser
+from native.device import get_device
 from native.logger import G_LOGGER
 
 
@@ -45,15 +48,19 @@ def source_model_record(model) -> dict:
             "outputs": [o.name for o in proto.graph.output]}
 
 
-def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=None, device="cpu", timing_feeds=None,
+def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=None, device=None, timing_feeds=None,
                          config: BuilderConfig | None = None, logger=None, parts: bool = False):
     """Plan bytes for an ONNX model (path, bytes or ModelProto); the header records the source model. `parts`:
-    the plan as a list of buffers (plan.serialize_plan), for writing it to a file without a joined copy."""
+    the plan as a list of buffers (plan.serialize_plan), for writing it to a file without a joined copy.
+    `device` (a name or a Device; default: the config's, else the CPU): a device other than the config's builds
+    with a copy of the config, so the caller's config keeps its own device. `flags` are set on the config."""
     network, _ = parse_onnx(model, logger)
     config = config or BuilderConfig()
-    config.device = device
     for f in flags:
         config.set_flag(BuilderFlag(f))
+    if device is not None and get_device(device) is not config.device:
+        config = copy.copy(config)
+        config.device = device
     profile = profile_from_shapes(network, shapes or {}, ranges)
     if profile is not None and not config.profiles:
         config.add_optimization_profile(profile)

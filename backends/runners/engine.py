@@ -7,6 +7,7 @@ import numpy as np
 
 from backends.runners.base import Runner, TensorMeta
 from backends.runners.model import load_onnx, markable_onnx_tensors, onnx_input_metadata
+from native.device import get_device
 from native.errors import UsageError
 
 PLAN_MAGIC = b"DKPLAN\r\n"
@@ -34,7 +35,7 @@ class EngineRunner(Runner):
 
     prefix = "engine-runner"
 
-    def __init__(self, model, shapes=None, flags=(), config=None, name=None, device="cpu", save_plan=None,
+    def __init__(self, model, shapes=None, flags=(), config=None, name=None, device=None, save_plan=None,
                  calibrator=None, profile=False):
         super().__init__(name)
         self.calibrator = calibrator
@@ -42,7 +43,7 @@ class EngineRunner(Runner):
         self.shapes = dict(shapes or {})
         self.flags = list(flags)
         self.config = config
-        self.device = device
+        self.device = None if device is None else get_device(device)   # resolved once (None: the config's)
         self.save_plan = save_plan
         self.engine = self.context = self.onnx_model = None
         self._plan = None

@@ -7,8 +7,13 @@ import difflib
 import re
 import sys
 
+from native.device import get_device
 from native.errors import UsageError
 
+
+def device_arg(text):
+    """--device NAME: the Device, resolved once here (an unknown name is a usage error naming the known ones)."""
+    return get_device(text)
 
 def parse_dims(text: str, *, what="--input-shapes", symbolic=False) -> tuple:
     """One shape in either spelling: "[1,3,224,224]" or "1x3x224x224" ("[]" is a scalar).
@@ -289,7 +294,7 @@ def add_build_args(parser):
                    help="let the layers that compute Sigmoid/Softmax/Exp network outputs run in FP16/BF16 too (by "
                         "default they run in FP32: FP16 stores small probabilities as subnormals; docs/PRECISION.md)")
     g.add_argument("--disable-fusion", action="store_true", help="keep every layer as parsed")
-    g.add_argument("--device", default="cpu", choices=["cpu", "cuda", "dla"], help="device to build for")
+    g.add_argument("--device", default="cpu", type=device_arg, metavar="{cpu,cuda,dla}", help="device to build for")
     g.add_argument("--ignore-fingerprint", action=_IgnoreFingerprint, nargs=0,
                    help="load a plan built on another machine (its recorded device fingerprint differs); safe for "
                         "CPU plans moved between machines of one architecture family")

@@ -13,6 +13,7 @@ import os
 import sys
 
 from debugkit.cli import _args
+from native.device import get_device
 from native.errors import InputFileError, UsageError
 from native.logger import G_LOGGER
 
@@ -66,9 +67,10 @@ def _check_args(args):
         raise UsageError(f"--warm-up must be >= 0 ms, got {args.warm_up}")
     if not os.path.exists(args.model):
         raise InputFileError(f"model file not found: {args.model}")
-    if args.use_cuda_graph and (args.device or ("cpu" if not _is_plan(args.model) else "cuda")) != "cuda":
-        raise UsageError(f"--use-cuda-graph: CUDA graphs need --device cuda (this run is on "
-                         f"{args.device or 'cpu'})")
+    target = args.device or (None if _is_plan(args.model) else "cpu")    # a plan names its own device
+    if args.use_cuda_graph and target is not None and not get_device(target).supports_graphs:
+        raise UsageError(f"--use-cuda-graph: CUDA graphs need --device cuda (device '{target}' cannot capture "
+                         f"an execution)")
     if args.load_engine:
         if _is_plan(args.model):
             raise UsageError(f"{args.model} is a plan file; --load-engine takes the plan and MODEL the ONNX model "
@@ -113,13 +115,13 @@ def run(args) -> int:
         if args.load_engine:
             from debugkit.cli.run import check_plan_source
             check_plan_source(runner.engine, model, args.load_engine, args.model)
-        if args.device and runner.engine is not None and runner.engine.device != args.device:
+        if args.device and runner.engine is not None and runner.engine.device is not get_device(args.device):
             G_LOGGER.warning(f"the plan was built for '{runner.engine.device}'; running it on '{args.device}'")
         feeds = _feeds(args, runner)
         runner.infer(feeds)   # builds here when the model has dynamic shapes (the feed fixes them)
         ctx, engine = runner.context, runner.engine
         if args.use_cuda_graph:
-            if engine.device != "cuda":
+            if not engine.device.supports_graphs:
                 raise UsageError(f"--use-cuda-graph: CUDA graphs need --device cuda (this plan runs on "
                                  f"{engine.device})")
             if not hasattr(ctx, "enable_cuda_graph"):
@@ -127,7 +129,7 @@ def run(args) -> int:
             ctx.enable_cuda_graph()
         result = {"model": os.path.abspath(args.model), "plan": os.path.abspath(args.load_engine or args.model)
                   if (args.load_engine or plan_only) else None, "saved_engine": args.save_engine,
-                  "device": engine.device, "build_seconds": runner.build_seconds,
+                  "device": engine.device.name, "build_seconds": runner.build_seconds,
                   "precision_flags": _args.build_flags(args), "layers": len(engine.graph.nodes),
                   "inputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in feeds.items()},
                   "batch": _batch(feeds, engine), "cuda_graph": bool(args.use_cuda_graph),
@@ -239,9 +241,8 @@ def _transfers(device_times, engine) -> dict:
             out[key] = B.latency_stats(vals) if vals else None
         out["transfers_note"] = f"measured by the {engine.device} device on its own clock, per execute"
         return out
-    dev = engine._device
     why = (f"not applicable: the {engine.device} device computes in host memory (no copies)"
-           if getattr(dev, "host_memory", True) else
+           if engine.device.host_memory else
            f"not reported: the {engine.device} device did not time its copies (ExecutionContext.timings unset)")
     return {"h2d_ms": None, "compute_ms": None, "d2h_ms": None, "transfers_note": why}
 

@@ -45,7 +45,7 @@ def register(subparsers):
                      help="search without the FP32 rule for Sigmoid/Softmax/Exp outputs (docs/PRECISION.md); by "
                           "default the probed engines build as `run --fp16` does")
     p.add_argument("-o", "--output", default="precision.json", help="the answer (default precision.json)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "dla"],
+    p.add_argument("--device", default="cpu", type=_args.device_arg, metavar="{cpu,cuda,dla}",
                    help="device the probed engines are built for and run on (default cpu)")
     _args.add_data_loader_args(p)
     from debugkit.cli.calibration_args import add_calibration_args

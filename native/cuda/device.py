@@ -6,16 +6,8 @@ import platform
 
 from native.cuda.array import GpuArray, to_device, to_host
 from native.device import Device
-from native.errors import UsageError
-
-
-def _twins(tactic, op, inputs):
-    """The other tactics of `tactic`'s kind that declare they run `op`: GPU kernels first (an integer ElementWise
-    meets the integer kernel before the host), host layers last."""
-    from native.tactics import tactics_for, unsupported_reason
-    shapes = [list(getattr(x, "shape", ())) if x is not None else None for x in inputs]
-    ok = [t for t in tactics_for(tactic.kind, "cuda") if t is not tactic and unsupported_reason(t, op, shapes) is None]
-    return [t for t in ok if not getattr(t, "host_layer", False)] + [t for t in ok if getattr(t, "host_layer", False)]
+from native.errors import ExecutionError, UsageError
+from native.tactics import TacticRefusal
 
 
 class CudaDevice(Device):
@@ -26,6 +18,7 @@ class CudaDevice(Device):
     chooses_by_timing = True     # NHWC regions and per-layer precision by timing (builder/timed_choice.py)
     merges_shortcut_convs = False  # cuDNN fuses the residual add instead (fusion_shortcut.py's merge is CPU GEMM)
     supports_graphs = True
+    has_timeline = True
 
     def available(self) -> bool:
         from native.cuda import available
@@ -85,36 +78,20 @@ class CudaDevice(Device):
 
     # execution --------------------------------------------------------------------------------------------------
     def bind(self, tactic, op=None):
-        """A GPU tactic that meets inputs it does not handle (it raises TypeError: an integer tensor, a shape given
-        as a tensor) runs that call through another GPU tactic of the kind that takes them, else a host layer,
-        with a warning naming the layer. The builder's timing sees the TypeError and chooses such a tactic
-        explicitly, so this only happens where a layer was chosen without timing data (dynamic shapes, a failed
-        timing run)."""
-        if getattr(tactic, "host_layer", False) or tactic.device != "cuda":
+        """The tactic's run, with a refusal made an engine bug: the builder filtered the candidates by everything
+        the runtime sees (tactic_selection: supports() and the timing run), so a GPU tactic that refuses its inputs
+        here (TacticRefusal) raises an ExecutionError naming the layer and the tactic; nothing else runs instead."""
+        if tactic.host_layer or tactic.device != "cuda":
             return tactic.run, True
-        said = set()
 
         def run(op, inputs, outputs=None, workspace=None, stream=None):
             try:
                 return tactic.run(op, inputs, outputs, workspace, stream)
-            except TypeError as e:
-                first = e
-            for other in _twins(tactic, op, inputs):
-                try:
-                    result = other.run(op, inputs, outputs, workspace, stream)
-                except TypeError:
-                    if getattr(other, "host_layer", False):
-                        raise
-                    continue
-                if op.name not in said:
-                    said.add(op.name)
-                    from native.logger import G_LOGGER
-                    what = "a host layer" if getattr(other, "host_layer", False) else "a GPU kernel"
-                    G_LOGGER.warning(f"layer '{op.name}': GPU tactic {tactic.name} cannot run these inputs "
-                                     f"({first}); ran {other.name} ({what}) instead. Rebuild with representative "
-                                     f"inputs so the builder chooses it explicitly")
-                return result
-            raise first
+            except TacticRefusal as e:
+                raise ExecutionError(f"layer '{op.name}': tactic {tactic.name} refused its inputs at run time "
+                                     f"({e}); the builder chose it, so this is an engine bug: rebuild with "
+                                     f"--tactic-sources excluding {tactic.name} to work around it, and report "
+                                     f"the layer") from e
         return run, True
 
     def synchronize(self, stream=None):
@@ -151,7 +128,7 @@ class CudaDevice(Device):
         nvrtc.preload(c["arch"], table)
 
     def preferred(self, tactics):
-        return [t for t in tactics if not getattr(t, "host_layer", False)]
+        return [t for t in tactics if not t.host_layer]
 
     def timeline(self):
         from native.cuda.driver import Timeline, context

@@ -1,10 +1,13 @@
 """The DLA device: buffers are numpy arrays on the host, kernels are the CPU's with DLA numerics."""
 from native.cpu.device import CpuDevice
+from native.precision import Precision
 
 
 class DlaDevice(CpuDevice):
     name = "dla"
     int8_rounding = "half_away"   # FP32 -> INT8 ties away from zero (seed 001 L829)
+    calibrates_on = "cpu"         # the DLA's calibration statistics are the host's FP32 activations
+    precisions = frozenset({Precision.FP16, Precision.INT8, Precision.FP32})   # FP32: layers left on the host
 
     def load_tactics(self):
         from native.tactics import tactics_for

@@ -16,6 +16,7 @@ from backends.engine.builder.precision_spec import parse_layer_precisions
 from backends.engine.runtime import Runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the FP16 overflow is the point
 
 
 def _plant_tool():

@@ -1,4 +1,5 @@
-"""Graph.lint() holds after every builder pass on every corpus model (issue 14). Tactics are not timed here (the
+"""Graph.lint() holds after every builder pass on every corpus model (issue 14), and every chosen tactic accepts
+what an execution hands it (issue 23). Tactics are not timed here (the
 selector keeps each layer's first candidate), so this costs one parse, the passes and one timing run per model."""
 import pytest
 
@@ -9,6 +10,7 @@ from backends.engine.builder.config import AlgorithmSelector
 from backends.engine.builder.pass_manager import TimingInstrument, VerifyInstrument
 from backends.engine.builder.pipeline import pipeline
 from tests.corpus.corpus import make_feeds, manifest, model_path
+from tests.corpus.test_corpus_refusals import refusals
 
 MODELS = manifest()
 
@@ -34,3 +36,4 @@ def test_lint_passes_after_every_pass(entry):
     assert verify.verified == expected
     graph.lint()
     assert all(n.tactic_id is not None for n in graph.nodes)
+    assert refusals(graph, "cpu", feeds) == []    # build decides, runtime obeys (test_corpus_refusals.py)

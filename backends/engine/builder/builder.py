@@ -12,7 +12,6 @@ from backends.engine.builder.pass_manager import PassContext, PassManager, defau
 from backends.engine.builder.pipeline import pipeline
 from backends.engine.network import NetworkDefinition
 from native.config import tune_process_default
-from native.device import get_device
 from native.errors import BuildError
 from native.logger import G_LOGGER
 
@@ -76,9 +75,8 @@ class Builder:
         """The optimised, tactic-annotated Graph (what the plan stores): lower, then the passes of
         builder/pipeline.py under the pass manager (instruments: default_instruments())."""
         t0 = time.perf_counter()
-        device = config.device
         if tune_process_default(False):   # time tactics under the process settings the engine will run with
-            get_device(device).tune_process()
+            config.device.tune_process()
         graph = lower(network)
         self._check_profiles(graph, config)
         if config.layer_precisions or config.layer_output_types:
@@ -89,7 +87,7 @@ class Builder:
             from backends.engine.builder.passes import int8 as int8_pass   # turns them into float weights
             int8_pass.record_qdq_weights(graph)
         nodes_in = len(graph.nodes)
-        ctx = PassContext(config=config, device=device, logger=self.logger, timing_feeds=timing_feeds)
+        ctx = PassContext(config=config, logger=self.logger, timing_feeds=timing_feeds)
         ctx.state["network"] = network
         PassManager(pipeline(), default_instruments() if instruments is None else instruments).run(graph, ctx)
         mem = ctx.state.get("memory")

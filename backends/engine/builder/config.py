@@ -6,7 +6,9 @@ import json
 
 from backends.engine.builder.device_types import DeviceType, DeviceTypeMixin, EngineCapability  # noqa: F401
 from backends.engine.profile import OptimizationProfile  # noqa: F401  (the runtime's too: engine-level)
+from native.device import Device, get_device
 from native.errors import PlanError, UsageError
+from native.precision import enabled_by_flags
 
 
 class BuilderFlag(enum.Enum):
@@ -116,7 +118,7 @@ class BuilderConfig(DeviceTypeMixin):
         self.algorithm_selector: AlgorithmSelector | None = None
         self.int8_calibrator = None
         self.calibration_profile: OptimizationProfile | None = None   # shapes of the calibration batches
-        self.device = "cpu"
+        self.device = "cpu"           # resolved to a native Device (the property below)
         self.default_device_type = DeviceType.GPU
         self.tactic_sources: set | None = None   # tactic names allowed; None means all
         self.builder_optimization_level = 3
@@ -124,6 +126,20 @@ class BuilderConfig(DeviceTypeMixin):
         self.layer_precisions: list = []
         self.layer_output_types: list = []
         self._qdq_emulation = None
+
+    @property
+    def device(self) -> Device:
+        """The target device, resolved once: assign a name ("cuda") or a Device; reading gives the Device."""
+        return self._device
+
+    @device.setter
+    def device(self, value):
+        self._device = get_device(value or "cpu")
+
+    def enabled_precisions(self) -> frozenset:
+        """The reduced precisions the flags enable (FP16, BF16, FP8 with FP16 as its companion, INT8): every
+        pass asks here."""
+        return enabled_by_flags(f.value for f in self.flags)
 
     @property
     def qdq_emulation(self):
@@ -200,7 +216,7 @@ class BuilderConfig(DeviceTypeMixin):
         return {"flags": sorted(f.value for f in self.flags), "profiles": [p.to_json() for p in self.profiles],
                 "memory_pool_limits": {k.value: v for k, v in self.memory_pool_limits.items()},
                 "profiling_verbosity": self.profiling_verbosity.value,
-                "avg_timing_iterations": self.avg_timing_iterations, "device": self.device,
+                "avg_timing_iterations": self.avg_timing_iterations, "device": self.device.name,
                 "tactic_sources": sorted(self.tactic_sources) if self.tactic_sources is not None else None,
                 "layer_precisions": [list(p) for p in self.layer_precisions],
                 "layer_output_types": [[k, list(v)] for k, v in self.layer_output_types],

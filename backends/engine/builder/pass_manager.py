@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from backends.engine.engine_graph import ACTIVE_PASS
+from native.device import Device, get_device
 from native.errors import BuildError, DebugkitError
 from native.logger import G_LOGGER
 
@@ -32,12 +33,16 @@ class PassResult:
 @dataclass
 class PassContext:
     config: object
-    device: str = "cpu"
+    device: Device | None = None    # the target (a name is resolved); None: the config's device
     logger: object = G_LOGGER
-    reference_device: str = "cpu"   # constant and shape folding evaluate here, whatever `device` is
+    reference_device: Device | str = "cpu"   # constant and shape folding evaluate here, whatever `device` is
     timing_feeds: dict | None = None
     state: dict = field(default_factory=dict)     # results passes hand to later passes
     timings: dict = field(default_factory=dict)   # pass name -> ms (the timing instrument)
+
+    def __post_init__(self):
+        self.device = get_device(self.device if self.device is not None else self.config.device)
+        self.reference_device = get_device(self.reference_device)
 
 
 @dataclass

@@ -16,23 +16,12 @@ import json
 import os
 
 from native.errors import UsageError
-
-PRECISION_NAMES = {
-    "fp32": "float32", "float32": "float32", "float": "float32",
-    "fp16": "float16", "float16": "float16", "half": "float16",
-    "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "int8": "int8",
-    "fp8": "float8_e4m3fn", "float8": "float8_e4m3fn", "float8_e4m3fn": "float8_e4m3fn", "e4m3": "float8_e4m3fn",
-}
-
+from native.precision import Precision
 
 def precision_value(text: str, what: str) -> str:
-    key = str(text).strip().lower()
-    if key.startswith("datatype."):
-        key = key[len("datatype."):]
-    if key not in PRECISION_NAMES:
-        raise UsageError(f"{what}: unknown precision {text!r}; use one of fp32, fp16, bf16, int8, fp8")
-    return PRECISION_NAMES[key]
+    """The storage type (DataType value) a spelling names, for output types: fp8 is stored float8_e4m3fn."""
+    p = Precision.parse(text, what)
+    return "float8_e4m3fn" if p is Precision.FP8 else p.value
 
 
 def _pairs(spec, what):
@@ -76,8 +65,8 @@ def _from_json(path, what):
 
 
 def parse_layer_precisions(spec) -> list:
-    """[(pattern, DataType value)] in the order given."""
-    return [(name, precision_value(v, "--layer-precisions")) for name, v in _pairs(spec, "--layer-precisions")]
+    """[(pattern, Precision)] in the order given."""
+    return [(name, Precision.parse(v, "--layer-precisions")) for name, v in _pairs(spec, "--layer-precisions")]
 
 
 def parse_layer_output_types(spec) -> list:

@@ -104,7 +104,7 @@ class PrepCache:
         """device.prepare(tactic, op), from the cache when this exact preparation was made before."""
         if not worth_caching(tactic, op):
             return device.prepare(tactic, op)
-        key = prep_key(getattr(device, "name", str(device)), tactic, op)
+        key = prep_key(device.name, tactic, op)
         if not key:
             return device.prepare(tactic, op)
         entry = self.entries.get(key)

@@ -79,7 +79,7 @@ class TacticRecorder(AlgorithmSelector):
     (done at the end of the build when constructed with a path)."""
 
     def __init__(self, path=None, device="cpu"):
-        self.path, self.device = path, device
+        self.path, self.device = path, str(device)   # a Device or its name: the document records the name
         self.document: dict | None = None
 
     def report_algorithms(self, contexts, choices):

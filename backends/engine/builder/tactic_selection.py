@@ -14,7 +14,7 @@ from backends.engine.runtime.executor import node_op
 from native.device import get_device
 from native.errors import BuildError, UsageError
 from native.logger import G_LOGGER
-from native.tactics import all_tactic_names, precisions_for, tactics_for, unsupported_reason
+from native.tactics import LayerContext, TacticRefusal, all_tactic_names, precisions_for, tactics_for, unsupported_reason
 
 
 def _key(node, inputs, device):
@@ -22,7 +22,7 @@ def _key(node, inputs, device):
         return [list(np.shape(a)) if hasattr(a, "shape") else None, str(getattr(a, "dtype", type(a).__name__))]
     wdesc = {k: desc(v) for k, v in node.weights.items()}
     math = (node.meta or {}).get("math")     # TF32 GEMMs time differently from FP32 ones (absent: keys as before)
-    raw = json.dumps([device, node.kind, node.params, wdesc, [desc(a) for a in inputs], node.precision]
+    raw = json.dumps([str(device), node.kind, node.params, wdesc, [desc(a) for a in inputs], node.precision]
                      + ([math] if math else []), sort_keys=True, default=str)
     return hashlib.sha1(raw.encode()).hexdigest()
 
@@ -45,8 +45,11 @@ def time_candidates(node, candidates, inputs, iterations, device=None, prep=None
             ws = _workspace(dev, t, prepared, inputs)
             dev.run(t, prepared, inputs, None, ws)  # warm up
             live.append((t, prepared, ws))
-        except Exception as e:
-            G_LOGGER.verbose(f"tactic {t.name} failed on layer '{node.name}': {e}; skipped")
+        except TacticRefusal as e:     # the build decides: a refusal only drops the candidate
+            G_LOGGER.verbose(f"tactic {t.name} refused layer '{node.name}' at these inputs ({e}); not a candidate")
+        except Exception as e:   # a failure, not a refusal: said apart in the verbose log
+            G_LOGGER.verbose(f"tactic {t.name} failed on layer '{node.name}' while timed "
+                             f"({type(e).__name__}: {str(e)[:300]}); not a candidate")
     best = {t.id: float("inf") for t, _, _ in live}
     for _ in range(max(1, iterations)):
         for t, prepared, ws in live:
@@ -55,9 +58,17 @@ def time_candidates(node, candidates, inputs, iterations, device=None, prep=None
     return best
 
 
+def _recorded_context(graph, node):
+    """The LayerContext the graph's tensor info gives a layer that the timing run did not reach (None: nothing
+    recorded): the shapes passes recorded on the node and each input's storage type."""
+    shapes = node.meta.get("input_shapes")
+    info = graph.tensor_info
+    dtypes = [info[i].dtype if i in info else None for i in node.inputs]
+    return None if shapes is None else LayerContext(shapes, dtypes)
+
+
 def _workspace(dev, tactic, op, inputs):
-    size = getattr(tactic, "workspace_size", None)
-    need = int(size(op, _shapes(inputs)) or 0) if size is not None else 0
+    need = int(tactic.workspace_size(op, _shapes(inputs)) or 0)
     return dev.allocate(need) if need > 0 else None
 
 
@@ -193,7 +204,9 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None):
     for node in (progress(graph.nodes, desc="timing tactics", unit="layer") if _said is None else graph.nodes):
         inputs = [env.get(i) if (env is not None and i is not None) else None for i in node.inputs]
         have_inputs = env is not None and all(i is None or i in env for i in node.inputs)
-        shapes = _shapes(inputs) if have_inputs else None
+        # what the runtime will hand the tactic: shapes and storage types (from the timing run, else the graph's
+        # recorded tensor info), so a tactic that cannot take them is no candidate (build decides, runtime obeys)
+        shapes = LayerContext.of(inputs) if have_inputs else _recorded_context(graph, node)
         cands = candidates(node, shapes, config, device, said=said)
         context = algorithm_context(node, inputs)
         if selector is not None:
@@ -221,7 +234,7 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None):
             get_device(device).prepare(chosen, node_op(node))
         reports.append((context, algorithm(chosen, node_op(node), context, timings.get(chosen.id))))
         for sub in node.subgraphs.values():
-            reports += select_tactics(sub, None, config, getattr(chosen, "subgraph_device", device), said)
+            reports += select_tactics(sub, None, config, chosen.subgraph_device or device, said)
     if selector is not None and _said is None:
         selector.report_algorithms([r[0] for r in reports], [r[1] for r in reports])
     return reports

@@ -19,6 +19,7 @@ import numpy as np
 from backends.engine.builder.config import TimingCache
 from backends.engine.engine_graph import Node
 from native.device import get_device
+from native.precision import as_precision
 
 # a choice within this fraction of the fastest counts as tied (tactic_selection.TIE_MARGIN, same reason); ties go
 # to the option listed first (the reduced precision: the FP16 flag permits it; NHWC: the device prefers it)
@@ -29,10 +30,7 @@ def chooses_by_timing(config) -> bool:
     """Whether this build decides layout and precision by timing: the device says so and tactics are timed."""
     if config.get_flag("enable_tactic_heuristic"):
         return False
-    try:
-        return bool(getattr(get_device(config.device), "chooses_by_timing", False))
-    except Exception:
-        return False
+    return config.device.chooses_by_timing
 
 
 def build_cache(ctx) -> TimingCache:
@@ -136,7 +134,7 @@ class Probe:
         if t is None:
             self.why = f"none of {[c.name for c in cands]} ran on inputs {shapes} (-v: each one's error)"
             return None
-        return Measured(float(timings[t.id]), t.name, bool(getattr(t, "host_layer", False)) and
+        return Measured(float(timings[t.id]), t.name, bool(t.host_layer) and
                         not self.dev.host_memory)
 
     def reformat_ms(self, value, from_type, to_type) -> float:
@@ -178,9 +176,8 @@ class Probe:
 
     @staticmethod
     def _reformat(from_type, to_type) -> Node:
-        from backends.engine.builder.passes.precision import PRECISION_OF_DTYPE
         return Node(name=f"Reformat {from_type}->{to_type}", kind="Reformat", inputs=["x"], outputs=["y"],
-                    params={"from": from_type, "to": to_type}, precision=PRECISION_OF_DTYPE.get(to_type, to_type),
+                    params={"from": from_type, "to": to_type}, precision=as_precision(to_type),
                     meta={"output_types": [to_type]})
 
 

@@ -28,9 +28,7 @@ def cache_header(config) -> dict:
     (Tactic sources and user tactics modules only change which tactics are candidates: an entry lacking a
     candidate's timing is measured again.)"""
     from backends.engine.plan import producer_version
-    from native.device import get_device
-    device = config.device
-    fp = get_device(device).fingerprint()
+    fp = config.device.fingerprint()
     flags = sorted(f.value for f in config.flags if f.value in ("fp16", "int8", "tf32", "bf16", "fp8"))
     return {"device": fp, "flags": flags, "producer": producer_version()}
 

@@ -119,7 +119,7 @@ def calibrate(graph, config, logger, stage: str):
     profile = getattr(config, "calibration_profile", None) or (config.profiles[0] if config.profiles else None)
     batches = read_batches(cal, graph, profile)
     logger.info(f"INT8 calibration ({algorithm}, {stage.replace('_', ' ')}): {len(batches)} batches")
-    scales = collect_scales(graph, batches, algorithm, config.device if config.device != "dla" else "cpu",
+    scales = collect_scales(graph, batches, algorithm, config.device.calibrates_on or config.device,
                             percentile_of(cal), logger)
     cal.write_calibration_cache(cache_format.write_cache(scales, algorithm))
     config.calibration_report = {"source": "calibration", "tensors": len(scales), "batches": len(batches)}

@@ -23,7 +23,7 @@ from native.tactics import tactic_by_id, tactics_for, unsupported_reason
 
 def default_tactic(node, device="cpu"):
     """The first registered tactic that can run the node as it stands (what an untimed build picks)."""
-    device = getattr(device, "name", device)
+    device = get_device(device)
     candidates = tactics_for(node.kind, device)
     shapes = node.meta.get("input_shapes")
     op = node_op(node)
@@ -67,10 +67,10 @@ class GraphExecutor:
             if node.kind == "Constant" and tactic.name == "numpy" and not node.subgraphs:
                 self.consts[node.outputs[0]] = node.weights["value"]
                 continue
-            if node.kind == "Constant" and getattr(tactic, "constant", False):   # a device-resident constant
+            if node.kind == "Constant" and tactic.constant:   # a device-resident constant
                 self.consts[node.outputs[0]] = tactic.run(node_op(node), [])[0]
                 continue
-            sub_device = getattr(tactic, "subgraph_device", self.device)  # a DLA loadable's body runs on the DLA
+            sub_device = tactic.subgraph_device or self.device  # a DLA loadable's body runs on the DLA
             subs = {k: GraphExecutor(g, sub_device, lazy_tactics=lazy_tactics) for k, g in node.subgraphs.items()}
             op = node_op(node)
             if hasattr(tactic, "check_loadable") and not lazy_tactics:  # e.g. a plugin not registered here

@@ -63,9 +63,9 @@ class Engine:
         self.graph = graph
         self.logger = logger or G_LOGGER
         recorded = header.get("device", {}) or {}
-        self.device = device or recorded.get("device", "cpu")
-        dev = device_for_plan(self.device)
-        if check_fingerprint and (device is None or device == recorded.get("device")):
+        dev = device_for_plan(device or recorded.get("device", "cpu"))
+        self.device = dev      # the Device this engine runs on, resolved once
+        if check_fingerprint and dev.name == recorded.get("device", "cpu"):
             why = dev.check_fingerprint(recorded)
             if why:
                 raise PlanError(f"plan was built for another machine ({why}); rebuild it here, or load it anyway "
@@ -246,7 +246,7 @@ class ExecutionContext:
             resolved = {}
         dev = self.engine._device
         profiler = getattr(self, "profiler", None)
-        timeline = None if dev.host_memory else dev.timeline()
+        timeline = dev.timeline() if dev.has_timeline else None
         if self._graph_mode and not resolved and profiler is None:
             env = self._graph_launch(feeds, timeline)
         else:
@@ -285,7 +285,7 @@ class ExecutionContext:
         """Capture the whole execution as one CUDA graph at the first execute (and again when input shapes
         change), then replay it. Needs a device with graphs (cuda) and every layer on it; executes with taps or
         a profiler run without the graph."""
-        if on and not getattr(self.engine._device, "supports_graphs", False):
+        if on and not self.engine._device.supports_graphs:
             raise UsageError(f"CUDA graphs need an engine on the cuda device; this engine runs on "
                              f"'{self.engine._device.name}' (build or run it with --device cuda)")
         self._graph_mode = bool(on)

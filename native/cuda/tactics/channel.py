@@ -10,7 +10,7 @@ from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, same_float, suffix, weight
 from native.cuda.tactics.geometry import SRC
 from native.cuda.tactics.pointwise import binary
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 
 @register_tactic
@@ -23,7 +23,7 @@ class GpuScale(Tactic):
         x = on_device(inputs[0])
         dtype = same_float([x])
         if x.ndim == 0 or x.ndim > 8:
-            raise TypeError(f"Scale at rank {x.ndim} runs on the host")
+            raise TacticRefusal(f"Scale at rank {x.ndim} runs on the host")
         axis = op.params.get("channel_axis", 1) % x.ndim
         mode = op.params.get("mode", "CHANNEL")
 
@@ -42,7 +42,7 @@ class GpuScale(Tactic):
             if name in op.weights:
                 b = shaped(name)
                 if np.broadcast_shapes(x.shape, b.shape) != tuple(x.shape):
-                    raise TypeError(f"Scale weights {b.shape} widen {x.shape}; the host tactic reports it")
+                    raise TacticRefusal(f"Scale weights {b.shape} widen {x.shape}; the host tactic reports it")
                 binary(fn, src, b, out)
                 src = out
         if src is x:   # no weights: a copy
@@ -61,7 +61,7 @@ class GpuLRN(Tactic):
         x = on_device(inputs[0])
         dtype = same_float([x])
         if x.ndim < 2:
-            raise TypeError("LRN needs a channel axis; the host tactic reports it")
+            raise TacticRefusal("LRN needs a channel axis; the host tactic reports it")
         p = op.params
         size = int(p.get("window", 5))
         n, c = x.shape[:2]

@@ -5,6 +5,7 @@ import numpy as np
 
 from native import numerics
 from native.cuda.array import GpuArray, to_device
+from native.tactics import TacticRefusal
 
 FLOAT_PRECISIONS = ("float32", "float16", "bfloat16")
 _SUFFIX = {"float32": "", "float16": "_h", "bfloat16": "_b"}     # kernel-name suffix per float storage type
@@ -16,10 +17,10 @@ def on_device(x):
 
 
 def suffix(dtype) -> str:
-    """Kernel-name suffix of a float storage type; TypeError for others (the host tactic runs those)."""
+    """Kernel-name suffix of a float storage type; TacticRefusal for others (the host tactic runs those)."""
     name = np.dtype(dtype).name
     if name not in _SUFFIX:
-        raise TypeError(f"GPU float kernels store float32, float16 or bfloat16, got {name}")
+        raise TacticRefusal(f"GPU float kernels store float32, float16 or bfloat16, got {name}")
     return _SUFFIX[name]
 
 
@@ -32,18 +33,18 @@ def storage(op) -> np.dtype:
 
 
 def same_float(xs, dtype=None):
-    """All of xs share one float storage type (dtype when given); TypeError otherwise."""
+    """All of xs share one float storage type (dtype when given); TacticRefusal otherwise."""
     kinds = {np.dtype(x.dtype).name for x in xs if x is not None}
     if dtype is not None:
         kinds.add(np.dtype(dtype).name)
     if len(kinds) != 1 or not kinds <= set(_SUFFIX):
-        raise TypeError(f"GPU kernel needs one float storage type, got {sorted(kinds)}")
+        raise TacticRefusal(f"GPU kernel needs one float storage type, got {sorted(kinds)}")
     return np.dtype(kinds.pop())
 
 
 def as_storage(xs, op):
     """Operands of one float type pass as they are; mixed float32/float16/bfloat16 ones are converted to the layer's
-    storage type (storage(op)), as the CPU's precision adapter does; other types raise TypeError (a host layer takes
+    storage type (storage(op)), as the CPU's precision adapter does; other types raise TacticRefusal (a host layer takes
     them)."""
     kinds = {np.dtype(x.dtype).name for x in xs if x is not None}
     if len(kinds) == 1 and kinds <= set(_SUFFIX):
@@ -53,7 +54,7 @@ def as_storage(xs, op):
     for x in xs:
         if x is not None and np.dtype(x.dtype) != dtype:
             if np.dtype(x.dtype).name not in _SUFFIX:
-                raise TypeError(f"GPU float kernels store float32, float16 or bfloat16, got {np.dtype(x.dtype).name}")
+                raise TacticRefusal(f"GPU float kernels store float32, float16 or bfloat16, got {np.dtype(x.dtype).name}")
             from native.cuda.tactics.tensor import cast
             x = cast(x, dtype)
         out.append(x)

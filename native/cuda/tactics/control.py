@@ -8,7 +8,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray, to_device, to_host
 from native.cuda.driver import context
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")
 
@@ -25,7 +25,7 @@ def _stack(parts, info) -> GpuArray:
     parts = [to_device(np.asarray(p) if not isinstance(p, GpuArray) else p) for p in parts]
     first = parts[0]
     if any(p.shape != first.shape or p.dtype != first.dtype for p in parts):
-        raise TypeError("scan outputs of varying shape are stacked on the host")
+        raise TacticRefusal("scan outputs of varying shape are stacked on the host")
     out = GpuArray((len(parts),) + first.shape, first.dtype)
     for i, p in enumerate(parts):
         context().copy(out.ptr + i * p.nbytes, p.ptr, p.nbytes)

@@ -13,7 +13,7 @@ from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, s
 from native.cuda.tactics.gemm import handle
 from native.cuda.tactics.pointwise import SRC, _ACT, activate, binary
 from native.cuda.tactics.tensor import cast
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 
 def _geometry(op, x_shape, k_shape):
@@ -81,7 +81,7 @@ class Im2colCublasConv(Tactic):
         from nvmath.bindings import cublas
         x = on_device(inputs[0])
         if x.dtype.name not in _GEMM_TYPE:
-            raise TypeError(f"GPU convolution takes float32, float16 or bfloat16, got {x.dtype}")
+            raise TacticRefusal(f"GPU convolution takes float32, float16 or bfloat16, got {x.dtype}")
         wh = op.weights["kernel"]
         w = weight(wh, x.dtype)
         M, Cg, kh, kw = (int(d) for d in wh.shape)
@@ -89,7 +89,7 @@ class Im2colCublasConv(Tactic):
         n, c, h, wd = x.shape
         strides, dil, pre, post, out = _geometry(op, x.shape, wh.shape)
         if any(p < 0 for p in pre + post):
-            raise TypeError("negative pads run on the host")
+            raise TacticRefusal("negative pads run on the host")
         oh, ow = out
         P, K, Mg = oh * ow, Cg * kh * kw, M // g
         wide = x.dtype == np.float32

@@ -15,7 +15,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import on_device, out_array, same_float, storage, weight
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 PLANS = 4                       # tactics per layer: the first PLANS execution plans of heuristics mode A
 _ACTS = {"RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh", "GELU_ERF": "gelu", "SILU": "swish",
@@ -109,7 +109,7 @@ class ConvGraph:
         self.key = key
 
     def plan(self, index: int):
-        """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TypeError when there is none."""
+        """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TacticRefusal when there is none."""
         while len(self.good) <= index and self.tried < self.count:
             j = self.tried
             self.tried += 1
@@ -120,7 +120,7 @@ class ConvGraph:
             except Exception:
                 continue
         if index >= len(self.good):
-            raise TypeError(f"cuDNN has {len(self.good)} usable execution plan(s) for this convolution")
+            raise TacticRefusal(f"cuDNN has {len(self.good)} usable execution plan(s) for this convolution")
         j = self.good[index]
         return j, self.workspace[j]
 
@@ -208,7 +208,7 @@ class _CudnnConv(Tactic):
         w = weight(wh)
         geo, (oh, ow) = self._geometry(op, x.shape, wh.shape)
         if any(v < 0 for v in geo[2] + geo[3]):
-            raise TypeError("negative pads run on another tactic")
+            raise TacticRefusal("negative pads run on another tactic")
         m = wh.shape[0]
         if self.nhwc:
             n, h, wd, c = x.shape
@@ -223,7 +223,7 @@ class _CudnnConv(Tactic):
         elif len(inputs) > 2 and inputs[2] is not None:
             b = on_device(inputs[2])
             if b.dtype != dtype:
-                raise TypeError("bias tensor in another storage type")
+                raise TacticRefusal("bias tensor in another storage type")
             steps.append(("bias",))
             extras.append(b)
         post = list(op.params.get("post_ops") or ())
@@ -239,7 +239,7 @@ class _CudnnConv(Tactic):
             elif st["op"] == "add":
                 r = on_device(inputs[st["input"]])
                 if r.dtype != dtype or tuple(r.shape) != tuple(y_shape):
-                    raise TypeError(f"residual {r.shape}/{r.dtype} does not match the output {y_shape}/{dtype}")
+                    raise TacticRefusal(f"residual {r.shape}/{r.dtype} does not match the output {y_shape}/{dtype}")
                 steps.append(("add",))
                 extras.append(r)
             else:
@@ -249,13 +249,13 @@ class _CudnnConv(Tactic):
         try:
             g = _graph(key, x_nchw, w_nchw, y_nchw, dtype, geo, steps, self.nhwc, op.math == "tf32")
         except Exception as e:
-            raise TypeError(f"cuDNN has no engine for this convolution graph: {e}") from e
+            raise TacticRefusal(f"cuDNN has no engine for this convolution graph: {e}") from e
         y = out_array(outputs, 0, y_shape, dtype)
         if y.size == 0:
             return [y]
         try:
             g.execute(self.index, x, w, extras, y)
-        except TypeError:
+        except TacticRefusal:
             raise
         except Exception as e:
             raise CudaError(f"cuDNN plan {self.index} failed: {e}") from e

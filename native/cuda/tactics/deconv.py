@@ -12,7 +12,7 @@ from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, same_float, suffix, weight
 from native.cuda.tactics.geometry import SRC
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 _PACKED: dict = {}   # (id(kernel), groups, dtype) -> (kernel, device [g, Mg*taps, Cg] matrix)
 
@@ -62,13 +62,13 @@ class CublasDeconv(Tactic):
         from native.cuda.tactics.conv import epilogue
         from native.cuda.tactics.gemm import matmul
         if op.params.get("col2im"):
-            raise TypeError("ONNX Col2Im runs on the host")
+            raise TacticRefusal("ONNX Col2Im runs on the host")
         wh = op.weights.get("kernel")
         wd = None
         if not isinstance(wh, np.ndarray):   # the kernel as a tensor: transposed on the device every run
             wd = on_device(inputs[1]) if len(inputs) > 1 else None
             if not isinstance(wd, GpuArray):
-                raise TypeError("a transposed convolution without a kernel runs on the host")
+                raise TacticRefusal("a transposed convolution without a kernel runs on the host")
         x = on_device(inputs[0])
         dtype = same_float([x] if wd is None else [x, wd])
         suffix(dtype)
@@ -81,7 +81,7 @@ class CublasDeconv(Tactic):
         nd = x.ndim - 2
         wshape = tuple(wh.shape) if wd is None else wd.shape
         if not 1 <= nd <= 3 or len(wshape) != x.ndim:
-            raise TypeError(f"{nd}-D transposed convolution runs on the host")
+            raise TacticRefusal(f"{nd}-D transposed convolution runs on the host")
         n, c = x.shape[:2]
         mg = int(wshape[1])
         ks = [int(k) for k in (op.params.get("kernel_shape") or wshape[2:])]

@@ -3,14 +3,14 @@ is a batch label (both operands and the output), a contracted one (both operands
 (one operand and the output); the operands are transposed to [batch, free, contracted] / [batch, contracted,
 free], multiplied by cuBLAS (gemm.matmul, FP32 accumulation) and the product transposed to the output's order.
 Repeated labels (traces, diagonals), sums over a label of one operand, broadcasting and more than two operands
-raise TypeError: the host tactic (numpy.einsum) runs them."""
+raise TacticRefusal: the host tactic (numpy.einsum) runs them."""
 from __future__ import annotations
 
 import numpy as np
 
 from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, same_float
 from native.cuda.tactics.tensor import transpose
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 
 def parse(equation: str, ranks) -> tuple[list, str]:
@@ -20,7 +20,7 @@ def parse(equation: str, ranks) -> tuple[list, str]:
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ranks):
-        raise TypeError(f"einsum '{equation}' names {len(terms)} operands, got {len(ranks)}")
+        raise TacticRefusal(f"einsum '{equation}' names {len(terms)} operands, got {len(ranks)}")
     n_ell = max([r - len(t.replace("...", "")) for t, r in zip(terms, ranks) if "..." in t] or [0])
     ell = "".join(chr(ord("A") + i) for i in range(n_ell))
     out = []
@@ -28,10 +28,10 @@ def parse(equation: str, ranks) -> tuple[list, str]:
         if "..." in t:
             k = r - len(t.replace("...", ""))
             if k != n_ell:
-                raise TypeError("ellipses of different ranks broadcast; the host tactic runs them")
+                raise TacticRefusal("ellipses of different ranks broadcast; the host tactic runs them")
             t = t.replace("...", ell[n_ell - k:])
         if len(t) != r or not t.isalpha():
-            raise TypeError(f"einsum term {t!r} does not match an operand of rank {r}")
+            raise TacticRefusal(f"einsum term {t!r} does not match an operand of rank {r}")
         out.append(t)
     if arrow:
         rhs = rhs.replace("...", ell)
@@ -55,26 +55,26 @@ class CublasEinsum(Tactic):
         dtype = same_float(xs)
         terms, rhs = parse(op.params["equation"], [x.ndim for x in xs])
         if any(len(set(t)) != len(t) for t in terms + [rhs]):
-            raise TypeError("repeated einsum labels (traces, diagonals) run on the host")
+            raise TacticRefusal("repeated einsum labels (traces, diagonals) run on the host")
         size = {}
         for t, x in zip(terms, xs):
             for ch, d in zip(t, x.shape):
                 if size.setdefault(ch, d) != d:
-                    raise TypeError(f"einsum label {ch} has sizes {size[ch]} and {d}; the host tactic reports it")
+                    raise TacticRefusal(f"einsum label {ch} has sizes {size[ch]} and {d}; the host tactic reports it")
         if len(xs) == 1:
             (a,), (ta,) = xs, terms
             if set(ta) != set(rhs):
-                raise TypeError("einsum sums over a label; the host tactic runs it")
+                raise TacticRefusal("einsum sums over a label; the host tactic runs it")
             return [transpose(a, [ta.index(ch) for ch in rhs])]
         if len(xs) != 2:
-            raise TypeError(f"einsum of {len(xs)} operands runs on the host")
+            raise TacticRefusal(f"einsum of {len(xs)} operands runs on the host")
         (a, b), (ta, tb) = xs, terms
         batch = [ch for ch in rhs if ch in ta and ch in tb]
         free_a = [ch for ch in rhs if ch in ta and ch not in tb]
         free_b = [ch for ch in rhs if ch in tb and ch not in ta]
         contract = [ch for ch in ta if ch in tb and ch not in rhs]
         if set(ta) | set(tb) != set(batch + free_a + free_b + contract) or any(ch not in ta + tb for ch in rhs):
-            raise TypeError("einsum sums over a label of one operand; the host tactic runs it")
+            raise TacticRefusal("einsum sums over a label of one operand; the host tactic runs it")
 
         def prod(labels):
             return int(np.prod([size[ch] for ch in labels], dtype=np.int64))

@@ -5,6 +5,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
+from native.tactics import TacticRefusal
 
 _NAMES = {"float16": "cast_f16_e4m3", "float32": "cast_f32_e4m3"}
 
@@ -14,7 +15,7 @@ def to_fp8(x: GpuArray) -> GpuArray:
     import ml_dtypes
     name = _NAMES.get(x.dtype.name)
     if name is None:
-        raise TypeError(f"FP8 conversion takes float16 or float32, got {x.dtype}")
+        raise TacticRefusal(f"FP8 conversion takes float16 or float32, got {x.dtype}")
     out = GpuArray(x.shape, ml_dtypes.float8_e4m3fn)
     if x.size:
         launch(kernel("fp8.cu", name), grid_for(x.size), (256, 1, 1),

@@ -10,7 +10,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import on_device, out_array, storage, suffix, weight
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 _HANDLE = {}
 
@@ -45,7 +45,7 @@ def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=
     from nvmath import CudaDataType
     from nvmath.bindings import cublas
     if a.dtype != b.dtype or a.dtype.name not in _CUDA_TYPE:
-        raise TypeError(f"cuBLAS tactic takes float32, float16 or bfloat16 operands of one type, "
+        raise TacticRefusal(f"cuBLAS tactic takes float32, float16 or bfloat16 operands of one type, "
                         f"got {a.dtype}/{b.dtype}")
     out_dtype = np.dtype(out_dtype or a.dtype)
     ab_type = getattr(CudaDataType, _CUDA_TYPE[a.dtype.name])
@@ -60,7 +60,7 @@ def matmul(a: GpuArray, b: GpuArray, transpose_a=False, transpose_b=False, tf32=
         return out.reshape(tuple(a.shape[:-1]) + (out.shape[-1],))
     batch = _batch_ok(a.shape[:-2], b.shape[:-2])
     if batch is None:
-        raise TypeError(f"batch dims {a.shape[:-2]} x {b.shape[:-2]} broadcast partially; host tactic runs it")
+        raise TacticRefusal(f"batch dims {a.shape[:-2]} x {b.shape[:-2]} broadcast partially; host tactic runs it")
     count = int(np.prod(batch, dtype=np.int64)) if batch else 1
     out = out_array(outputs, 0, tuple(batch) + (M, N), out_dtype)
     sa = M * K if int(np.prod(a.shape[:-2], dtype=np.int64)) > 1 else 0
@@ -119,7 +119,7 @@ class CublasMatMul(Tactic):
         a = on_device(inputs[0])
         b = weight(op.weights["b"], a.dtype) if "b" in op.weights else on_device(inputs[1])
         if a.ndim < 2 or b.ndim < 2:
-            raise TypeError("vector operands run on the host")
+            raise TacticRefusal("vector operands run on the host")
         from native.cuda.tactics.conv import epilogue
         y = matmul(a, b, bool(op.params.get("transpose_a")), bool(op.params.get("transpose_b")),
                    tf32=(op.math == "tf32"), outputs=outputs)
@@ -151,7 +151,7 @@ class CublasAttention(Tactic):
         q, k, v = (on_device(x) for x in inputs[:3])
         mask = on_device(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
         if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2]:
-            raise TypeError("q, k, v with different batch dims run on the host")
+            raise TacticRefusal("q, k, v with different batch dims run on the host")
         p = op.params
         scores = matmul(q, k, False, bool(p.get("transpose_k", True)), tf32=(op.math == "tf32"),
                         out_dtype=np.float32)

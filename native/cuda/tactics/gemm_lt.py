@@ -17,7 +17,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import on_device, out_array, weight
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 ALGOS = 4                          # heuristic results kept per problem: tactics cublaslt-algo-0..3
 WORKSPACE = 32 << 20               # cuBLASLt workspace per context (bytes), the preference's limit
@@ -151,20 +151,20 @@ def gemm(a: GpuArray, b: GpuArray, index=0, transpose_a=False, transpose_b=False
     (float32, float16, bfloat16, float8_e4m3fn or int8), the result is stored in out_dtype (default: theirs;
     FP8 -> FP16; INT8 -> exact int32 accumulators)."""
     if a.dtype != b.dtype or a.dtype.name not in _TYPE:
-        raise TypeError(f"cuBLASLt tactic takes operands of one float type, got {a.dtype}/{b.dtype}")
+        raise TacticRefusal(f"cuBLASLt tactic takes operands of one float type, got {a.dtype}/{b.dtype}")
     ab = a.dtype.name
     out_dtype = np.dtype(out_dtype or {"float8_e4m3fn": np.float16, "int8": np.int32}.get(ab, a.dtype))
     if out_dtype.name not in _TYPE or out_dtype.name in ("float8_e4m3fn", "int8") or (
             (ab == "int8") != (out_dtype.name == "int32")):
-        raise TypeError(f"cuBLASLt output type {out_dtype} runs on another tactic")
+        raise TacticRefusal(f"cuBLASLt output type {out_dtype} runs on another tactic")
     M, K = (a.shape[-1], a.shape[-2]) if transpose_a else (a.shape[-2], a.shape[-1])
     Kb, N = (b.shape[-1], b.shape[-2]) if transpose_b else (b.shape[-2], b.shape[-1])
     if K != Kb:
         raise ValueError(f"matmul shapes {a.shape} x {b.shape} do not agree on K")
     if ab == "float8_e4m3fn" and (not transpose_b or transpose_a or K % 16 or N % 16):
-        raise TypeError("FP8 GEMMs need the weight as [N, K] (transpose_b) and N, K multiples of 16")
+        raise TacticRefusal("FP8 GEMMs need the weight as [N, K] (transpose_b) and N, K multiples of 16")
     if ab == "int8" and (not transpose_b or transpose_a or K % 4 or N % 4):
-        raise TypeError("INT8 GEMMs need the weight as [N, K] (transpose_b) and N, K multiples of 4")
+        raise TacticRefusal("INT8 GEMMs need the weight as [N, K] (transpose_b) and N, K multiples of 4")
     if not transpose_a and b.ndim == 2 and a.ndim > 2:   # a weight: fold a's batch dims into M
         flat = [o.reshape((-1, o.shape[-1])) if o is not None else None for o in outputs or ()]
         cc = c.reshape((-1, c.shape[-1])) if c is not None else None
@@ -173,7 +173,7 @@ def gemm(a: GpuArray, b: GpuArray, index=0, transpose_a=False, transpose_b=False
         return y.reshape(tuple(a.shape[:-1]) + (N,))
     if a.ndim > 2 or b.ndim > 2:
         if b.ndim != a.ndim or a.shape[:-2] != b.shape[:-2]:
-            raise TypeError(f"batch dims {a.shape[:-2]} x {b.shape[:-2]} run on another tactic")
+            raise TacticRefusal(f"batch dims {a.shape[:-2]} x {b.shape[:-2]} run on another tactic")
     batch_shape = tuple(a.shape[:-2])
     count = int(np.prod(batch_shape, dtype=np.int64)) if batch_shape else 1
     out = out_array(outputs, 0, batch_shape + (M, N), out_dtype)
@@ -183,7 +183,7 @@ def gemm(a: GpuArray, b: GpuArray, index=0, transpose_a=False, transpose_b=False
         context().memset0(out.ptr, out.nbytes)
         return out
     if c is not None and (tuple(c.shape) != tuple(out.shape) or c.dtype != out_dtype):
-        raise TypeError(f"residual {c.shape}/{c.dtype} does not match the output {out.shape}/{out_dtype}")
+        raise TacticRefusal(f"residual {c.shape}/{c.dtype} does not match the output {out.shape}/{out_dtype}")
     key = (M, N, K, count, ab, out_dtype.name, bool(transpose_a), bool(transpose_b), epilogue, c is not None,
            bool(tf32))
     problems = _state()["problems"]
@@ -193,14 +193,14 @@ def gemm(a: GpuArray, b: GpuArray, index=0, transpose_a=False, transpose_b=False
             p = Problem(M, N, K, count, (M * K, K * N, M * N), ab, out_dtype.name, transpose_a, transpose_b,
                         epilogue, c is not None, _compute(ab, tf32))
         except Exception as e:
-            raise TypeError(f"cuBLASLt has no algorithm for {M}x{K} @ {K}x{N} ({ab}, {epilogue}): {e}") from e
+            raise TacticRefusal(f"cuBLASLt has no algorithm for {M}x{K} @ {K}x{N} ({ab}, {epilogue}): {e}") from e
         if p.count == 0:
-            raise TypeError(f"cuBLASLt has no algorithm for {M}x{K} @ {K}x{N} ({ab}, {epilogue})")
+            raise TacticRefusal(f"cuBLASLt has no algorithm for {M}x{K} @ {K}x{N} ({ab}, {epilogue})")
         if len(problems) > 4096:
             problems.clear()
         problems[key] = p
     if index >= p.count:
-        raise TypeError(f"cuBLASLt returned {p.count} algorithms for this problem, not {index + 1}")
+        raise TacticRefusal(f"cuBLASLt returned {p.count} algorithms for this problem, not {index + 1}")
     p.run(index, a, b, out, c, bias)
     return out
 
@@ -246,7 +246,7 @@ class _CublasLtMatMul(Tactic):
         from native.cuda.tactics.conv import epilogue
         a = on_device(inputs[0])
         if a.ndim < 2:
-            raise TypeError("vector operands run on another tactic")
+            raise TacticRefusal("vector operands run on another tactic")
         fp8 = op.precision == "fp8"
         tb = bool(op.params.get("transpose_b"))
         if "b" in op.weights:
@@ -258,10 +258,10 @@ class _CublasLtMatMul(Tactic):
         else:
             b = on_device(inputs[1])
         if b.ndim < 2:
-            raise TypeError("vector operands run on another tactic")
+            raise TacticRefusal("vector operands run on another tactic")
         if fp8:
             if a.dtype != np.float16:
-                raise TypeError(f"FP8 layers read float16 activations, got {a.dtype}")
+                raise TacticRefusal(f"FP8 layers read float16 activations, got {a.dtype}")
             from native.cuda.tactics.fp8 import to_fp8
             a, tb = to_fp8(a), True
         name, bias_step, add_step, rest = fused_steps(op.params.get("post_ops"), a.ndim)

@@ -4,7 +4,7 @@ Tile, Identity, Fill and Range, with the CPU kernels' semantics (native/cpu/kern
 Their shape-deciding inputs (pads, repeats, the Expand shape, Fill's shape, Range's bounds) are values: a
 build-time constant is read from its host copy (no synchronization, so CUDA graphs capture these layers); a
 value computed on the device is downloaded (a synchronizing copy of a few numbers), except while a CUDA graph is
-being captured, where the call raises TypeError and the device runs the layer's host twin."""
+being captured, where the call raises TacticRefusal and the device runs the layer's host twin."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +14,7 @@ from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, uploaded_from
 from native.cuda.tactics.tensor import contiguous_strides, strided_copy
 from native.errors import ExecutionError
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "geometry.cu"
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")   # what data movement declares (any element type)
@@ -31,16 +31,16 @@ def _capturing() -> bool:
 def host_value(x, what: str):
     """The value of a small input as a numpy array: numpy passes; a device constant (Constant layers upload their
     weights once, common.weight) is looked up by address; another device value is downloaded, except during
-    graph capture (TypeError: the host twin runs the layer)."""
+    graph capture (TacticRefusal: the host twin runs the layer)."""
     if x is None or not isinstance(x, GpuArray):
         return None if x is None else np.asarray(x)
     host = uploaded_from(x)
     if host is not None:
         return host
     if x.size > MAX_VALUES:
-        raise TypeError(f"{what} with {x.size} values is not a shape; the host tactic runs it")
+        raise TacticRefusal(f"{what} with {x.size} values is not a shape; the host tactic runs it")
     if _capturing():
-        raise TypeError(f"{what} computed on the device cannot be read while a CUDA graph is captured")
+        raise TacticRefusal(f"{what} computed on the device cannot be read while a CUDA graph is captured")
     return x.get()
 
 
@@ -61,7 +61,7 @@ def _bits(value, dtype) -> np.uint64:
 
 def _copy_kernel_size(x):
     if x.dtype.itemsize not in (1, 2, 4, 8):
-        raise TypeError(f"{x.dtype} elements are moved on the host")
+        raise TacticRefusal(f"{x.dtype} elements are moved on the host")
 
 
 def _gpu(cls):
@@ -79,7 +79,7 @@ class GpuIdentity(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = inputs[0] if inputs else None
         if not isinstance(x, (GpuArray, np.ndarray, np.generic)):   # a sequence, an empty optional: the host twin
-            raise TypeError(f"Identity of a {type(x).__name__} runs on the host")
+            raise TacticRefusal(f"Identity of a {type(x).__name__} runs on the host")
         return [on_device(x)]
 
 
@@ -152,7 +152,7 @@ class GpuPadding(Tactic):
         p = op.params
         mode = p.get("mode", "constant")
         if mode not in _MODES or x.ndim > 8:
-            raise TypeError(f"padding mode {mode} at rank {x.ndim} runs on the host")
+            raise TacticRefusal(f"padding mode {mode} at rank {x.ndim} runs on the host")
         pads = _ints(host_value(inputs[1], "pads")) if _arg(inputs, 1) is not None else list(p["pads"])
         value = host_value(inputs[2], "pad value") if _arg(inputs, 2) is not None else p.get("value", 0.0)
         axes = _ints(host_value(inputs[3], "pad axes")) if _arg(inputs, 3) is not None else p.get("axes")
@@ -167,7 +167,7 @@ class GpuPadding(Tactic):
             start, stop = max(-b, 0), x.shape[d] - max(-e, 0)
             length = max(stop - start, 0)
             if length == 0 and (b > 0 or e > 0) and mode != "constant":
-                raise TypeError(f"{mode} padding of an empty axis is reported by the host tactic")
+                raise TacticRefusal(f"{mode} padding of an empty axis is reported by the host tactic")
             offset += start * strides[d] if length else 0
             ext.append(length)
             pre.append(max(b, 0))
@@ -197,7 +197,7 @@ def _fill_dtype(name, default):
     try:
         return np.dtype(name)
     except TypeError:
-        raise TypeError(f"Fill of {name} runs on the host") from None
+        raise TacticRefusal(f"Fill of {name} runs on the host") from None
 
 
 @_gpu
@@ -219,12 +219,12 @@ class GpuFill(Tactic):
         kind = p.get("op", "CONSTANT")
         src = _arg(inputs, 0)
         if kind.startswith("RANDOM") or kind.endswith("_LIKE") and src is None:
-            raise TypeError(f"Fill {kind} runs on the host")
+            raise TacticRefusal(f"Fill {kind} runs on the host")
         if kind.endswith("_LIKE"):
             x = on_device(src)
             shape, dt = tuple(x.shape), _fill_dtype(p.get("dtype"), x.dtype)
             if kind == "EYE_LIKE" and len(shape) != 2:
-                raise TypeError("EYE_LIKE of a non-matrix is reported by the host tactic")
+                raise TacticRefusal("EYE_LIKE of a non-matrix is reported by the host tactic")
             kind = "EYE" if kind == "EYE_LIKE" else kind[:-5]
         else:
             shape = tuple(_ints(host_value(src, "Fill shape"))) if src is not None else tuple(p.get("shape") or ())
@@ -233,7 +233,7 @@ class GpuFill(Tactic):
         if dt is None:
             dt = value.dtype if kind == "CONSTANT" else _fill_dtype(p.get("dtype"), np.float32)
         if dt.itemsize not in (1, 2, 4, 8) or dt.kind not in "biuf":
-            raise TypeError(f"Fill of {dt} runs on the host")
+            raise TacticRefusal(f"Fill of {dt} runs on the host")
         out = out_array(outputs, 0, shape, dt)
         n = out.size
         if n == 0:
@@ -248,12 +248,12 @@ class GpuFill(Tactic):
                     _bits(1, dt), _bits(0, dt)])
         elif kind == "LINSPACE":
             if dt.name not in _LINSPACE:
-                raise TypeError(f"LINSPACE of {dt} runs on the host")
+                raise TacticRefusal(f"LINSPACE of {dt} runs on the host")
             launch(kernel(SRC, f"linspace_{_LINSPACE[dt.name]}"), grid_for(n), (256, 1, 1),
                    [np.uint64(out.ptr), np.float64(p.get("alpha", 0.0)), np.float64(p.get("beta", 1.0)),
                     np.int64(n)])
         else:
-            raise TypeError(f"Fill {kind} runs on the host")
+            raise TacticRefusal(f"Fill {kind} runs on the host")
         return [out]
 
 
@@ -273,7 +273,7 @@ class GpuRange(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         start, limit, delta = (host_value(v, "Range bounds").reshape(()) for v in inputs[:3])
         if start.dtype.name not in _RANGE:
-            raise TypeError(f"Range of {start.dtype} runs on the host")
+            raise TacticRefusal(f"Range of {start.dtype} runs on the host")
         count = np.ceil((float(limit) - float(start)) / float(delta)) if float(delta) else np.inf
         if not np.isfinite(count):
             raise ExecutionError(f"Range '{op.name}': start {start}, limit {limit}, delta {delta} give no finite "

@@ -12,7 +12,7 @@ from native.cuda.driver import context
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, ptr
 from native.errors import ExecutionError
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "index.cu"
 PRECISIONS = ("float32", "float16", "bfloat16")
@@ -29,10 +29,10 @@ _BLOCK = (256, 1, 1)
 
 
 def code(x) -> str:
-    """index.cu's type code of a tensor; TypeError for types without kernels (a host layer runs those)."""
+    """index.cu's type code of a tensor; TacticRefusal for types without kernels (a host layer runs those)."""
     c = _CODE.get(np.dtype(x.dtype).name) if isinstance(x, GpuArray) else None
     if c is None:
-        raise TypeError(f"no index kernel for {getattr(x, 'dtype', type(x).__name__)} values")
+        raise TacticRefusal(f"no index kernel for {getattr(x, 'dtype', type(x).__name__)} values")
     return c
 
 
@@ -60,7 +60,7 @@ def _register(cls):
 @_register
 class GpuIntElementWise(Tactic):
     """Comparisons and logic of any type (-> bool), integer arithmetic (int32 / int64, wrapping), bool arithmetic,
-    float MOD / FMOD / FLOOR_DIV. The float arithmetic the float tactic runs raises TypeError here."""
+    float MOD / FMOD / FLOOR_DIV. The float arithmetic the float tactic runs raises TacticRefusal here."""
 
     kind, name = "ElementWise", "nvrtc-int"
 
@@ -77,10 +77,10 @@ class GpuIntElementWise(Tactic):
         a, b = on_device(inputs[0]), on_device(inputs[1])
         ca, cb = code(a), code(b)
         if ca != cb:
-            raise TypeError(f"{a.dtype} {name} {b.dtype}: mixed operand types run on the host")
+            raise TacticRefusal(f"{a.dtype} {name} {b.dtype}: mixed operand types run on the host")
         shape = np.broadcast_shapes(a.shape, b.shape)
         if len(shape) > 8:
-            raise TypeError("rank above 8 runs on the host")
+            raise TacticRefusal("rank above 8 runs on the host")
         if name in _CMP:
             fn, dtype, opc = f"icmp_{ca}", np.bool_, _CMP[name]
         elif ca in ("i64", "i32"):
@@ -90,7 +90,7 @@ class GpuIntElementWise(Tactic):
         elif ca in ("f32", "f16") and name in _FLOAT_ARITH:
             fn, dtype, opc = f"farith_{ca}", a.dtype, _ARITH[name]
         else:
-            raise TypeError(f"{name} on {a.dtype} is not an integer kernel")
+            raise TacticRefusal(f"{name} on {a.dtype} is not an integer kernel")
         out = out_array(outputs, 0, shape, dtype)
         s = bcast2(shape, a.shape, b.shape)
         if out.size:
@@ -126,7 +126,7 @@ class GpuIntUnary(Tactic):
         elif c in ("f32", "f16") and name in ("SIGN", "ROUND"):
             fn, dtype, opc = f"funary_{c}", x.dtype, _UN[name]
         else:
-            raise TypeError(f"{name} on {x.dtype} is not an integer kernel")
+            raise TacticRefusal(f"{name} on {x.dtype} is not an integer kernel")
         out = out_array(outputs, 0, x.shape, dtype)
         if x.size:
             args = [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size), np.int32(opc)]
@@ -155,19 +155,19 @@ class GpuIndexGather(Tactic):
         x, idx = on_device(inputs[0]), on_device(inputs[1])
         if not isinstance(x, GpuArray) or not isinstance(idx, GpuArray) or x.dtype.itemsize not in (1, 2, 4, 8) \
                 or idx.dtype not in (np.int64, np.int32):
-            raise TypeError(f"gather of {getattr(x, 'dtype', x)} by {getattr(idx, 'dtype', idx)} runs on the host")
+            raise TacticRefusal(f"gather of {getattr(x, 'dtype', x)} by {getattr(idx, 'dtype', idx)} runs on the host")
         sfx = f"{x.dtype.itemsize}" + ("_i32" if idx.dtype == np.int32 else "")
         mode = op.params.get("mode", "DEFAULT")
         if mode == "ND":
             return self._nd(op, x, idx, sfx, outputs)
         axis = _axis(op.params.get("axis", 0), x.ndim)
         if not 0 <= axis < x.ndim:
-            raise TypeError("axis out of range: the host tactic reports it")
+            raise TacticRefusal("axis out of range: the host tactic reports it")
         xs = _strides(x.shape)
         ist = _strides(idx.shape)
         if mode == "ELEMENT":
             if idx.ndim != x.ndim:
-                raise TypeError("indices of another rank: the host tactic reports it")
+                raise TacticRefusal("indices of another rank: the host tactic reports it")
             shape = []
             for d in range(x.ndim):
                 if d == axis:
@@ -175,7 +175,7 @@ class GpuIndexGather(Tactic):
                 elif x.shape[d] == idx.shape[d] or 1 in (x.shape[d], idx.shape[d]):
                     shape.append(max(x.shape[d], idx.shape[d]) if min(x.shape[d], idx.shape[d]) else 0)
                 else:
-                    raise TypeError("shapes do not broadcast: the host tactic reports it")
+                    raise TacticRefusal("shapes do not broadcast: the host tactic reports it")
             gx = [0 if d == axis or x.shape[d] == 1 else xs[d] for d in range(x.ndim)]
             gi = [0 if idx.shape[d] == 1 else ist[d] for d in range(x.ndim)]
         elif mode == "DEFAULT":
@@ -183,9 +183,9 @@ class GpuIndexGather(Tactic):
             gx = xs[:axis] + [0] * idx.ndim + xs[axis + 1:]
             gi = [0] * axis + ist + [0] * (x.ndim - axis - 1)
         else:
-            raise TypeError(f"gather mode {mode} runs on the host")
+            raise TacticRefusal(f"gather mode {mode} runs on the host")
         if len(shape) > 8:
-            raise TypeError("rank above 8 runs on the host")
+            raise TacticRefusal("rank above 8 runs on the host")
         out = out_array(outputs, 0, shape, x.dtype)
         g = np.zeros(28, dtype=np.int64)
         g[0], g[1], g[2], g[3] = len(shape), out.size, x.shape[axis], xs[axis]
@@ -200,15 +200,15 @@ class GpuIndexGather(Tactic):
     def _nd(self, op, x, idx, sfx, outputs):
         b = int(op.params.get("batch_dims", 0) or 0)
         if idx.ndim < 1:
-            raise TypeError("GatherND needs indices of rank >= 1: the host tactic reports it")
+            raise TacticRefusal("GatherND needs indices of rank >= 1: the host tactic reports it")
         m = idx.shape[-1]
         if m > 8 or b + m > x.ndim or tuple(idx.shape[:b]) != tuple(x.shape[:b]):
-            raise TypeError("GatherND indices that do not fit the data: the host tactic reports it")
+            raise TacticRefusal("GatherND indices that do not fit the data: the host tactic reports it")
         batch = int(np.prod(x.shape[:b], dtype=np.int64))
         inner = int(np.prod(x.shape[b + m:], dtype=np.int64))
         dims = [int(d) for d in x.shape[b:b + m]]
         if m == 0:
-            raise TypeError("GatherND with empty index tuples runs on the host")
+            raise TacticRefusal("GatherND with empty index tuples runs on the host")
         nidx = idx.size // max(batch * m, 1)
         shape = tuple(idx.shape[:-1]) + tuple(x.shape[b + m:])
         out = out_array(outputs, 0, shape, x.dtype)
@@ -243,11 +243,11 @@ class GpuTopK(Tactic):
         x = on_device(inputs[0])
         c = code(x)
         if c == "b":
-            raise TypeError("TopK of booleans runs on the host")
+            raise TacticRefusal("TopK of booleans runs on the host")
         k = _scalar_k(op, inputs)
         axis = _axis(op.params.get("axis", -1), x.ndim)
         if not 0 <= axis < x.ndim:
-            raise TypeError("axis out of range: the host tactic reports it")
+            raise TacticRefusal("axis out of range: the host tactic reports it")
         n = x.shape[axis]
         if not 0 <= k <= n:
             raise ExecutionError(f"TopK '{op.name}': k={k} is outside 0..{n} (the size of axis {axis} of input "
@@ -256,7 +256,7 @@ class GpuTopK(Tactic):
         inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
         rows = outer * inner
         if rows * n * n > _RANK_WORK or (n + 255) // 256 > 65535 or rows >= 2 ** 31:
-            raise TypeError(f"TopK over {rows} rows of {n}: the host's sort is faster")
+            raise TacticRefusal(f"TopK over {rows} rows of {n}: the host's sort is faster")
         shape = list(x.shape)
         shape[axis] = k
         vals = out_array(outputs, 0, shape, x.dtype)
@@ -284,10 +284,10 @@ class GpuNonZero(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = on_device(inputs[0])
         if not isinstance(x, GpuArray) or x.dtype.itemsize not in _NZ_MASK or x.ndim > 8:
-            raise TypeError(f"NonZero of {getattr(x, 'dtype', x)} runs on the host")
+            raise TacticRefusal(f"NonZero of {getattr(x, 'dtype', x)} runs on the host")
         is_float = x.dtype.kind == "f" or x.dtype.name == "bfloat16"
         if x.dtype.kind not in "biu" and not is_float:
-            raise TypeError(f"NonZero of {x.dtype} runs on the host")
+            raise TacticRefusal(f"NonZero of {x.dtype} runs on the host")
         mask = (_NZ_FLOAT_MASK if is_float else _NZ_MASK)[x.dtype.itemsize]
         if x.ndim == 0:
             return [out_array(outputs, 0, (0, int(bool(to_host(x)))), np.int64)]
@@ -322,7 +322,7 @@ def _opt_scalar(inputs, i, dtype):
     if not isinstance(v, GpuArray) or v.size == 0:
         return None
     if v.dtype != dtype:
-        raise TypeError(f"NMS scalar input {i} of type {v.dtype} runs on the host")
+        raise TacticRefusal(f"NMS scalar input {i} of type {v.dtype} runs on the host")
     return v
 
 
@@ -343,12 +343,12 @@ class GpuNonMaxSuppression(Tactic):
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         if op.params.get("plugin_type") != "NonMaxSuppression":
-            raise TypeError(f"plugin {op.params.get('plugin_type')} runs on the host")
+            raise TacticRefusal(f"plugin {op.params.get('plugin_type')} runs on the host")
         boxes, scores = on_device(inputs[0]), on_device(inputs[1])
         c = code(boxes)
         if c not in ("f32", "f16") or scores.dtype != boxes.dtype or boxes.ndim != 3 or scores.ndim != 3 \
                 or boxes.shape[2] != 4 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
-            raise TypeError("NMS inputs outside [B, n, 4] / [B, C, n] float32/float16 run on the host")
+            raise TacticRefusal("NMS inputs outside [B, n, 4] / [B, C, n] float32/float16 run on the host")
         max_out = _opt_scalar(inputs, 2, np.int64)
         iou_thr = _opt_scalar(inputs, 3, np.float32)
         score_thr = _opt_scalar(inputs, 4, np.float32)
@@ -361,7 +361,7 @@ class GpuNonMaxSuppression(Tactic):
         if not (n and bc and max_out is not None):
             return [out_array(outputs, 0, (0, 3), np.int64)]
         if bc * n * words * 8 > _NMS_SCRATCH or bc > 65535 or words * 8 > 48 * 1024 or n >= 2 ** 31:
-            raise TypeError(f"NMS of {bc} classes x {n} boxes: the host's clustered pass is the better choice")
+            raise TacticRefusal(f"NMS of {bc} classes x {n} boxes: the host's clustered pass is the better choice")
         ctx = context()
         count = GpuArray((bc,), np.int32)
         ctx.memset0(count.ptr, count.nbytes)
@@ -403,12 +403,12 @@ class GpuArgReduce(Tactic):
         x = on_device(inputs[0])
         c = code(x)
         if c == "b" or x.ndim == 0:
-            raise TypeError(f"ArgReduce of {x.dtype} / rank {x.ndim} runs on the host")
+            raise TacticRefusal(f"ArgReduce of {x.dtype} / rank {x.ndim} runs on the host")
         p = op.params
         axis = int(p.get("axis", 0)) % x.ndim
         outer, n, inner = _rows(x.shape, axis)
         if n == 0:
-            raise TypeError("an empty ArgReduce axis: the host tactic reports it")
+            raise TacticRefusal("an empty ArgReduce axis: the host tactic reports it")
         shape = list(x.shape)
         if p.get("keep_dims", True):
             shape[axis] = 1
@@ -436,13 +436,13 @@ class GpuCumulative(Tactic):
         x = on_device(inputs[0])
         c = code(x)
         if c == "b":
-            raise TypeError("cumulative sums of booleans run on the host")
+            raise TacticRefusal("cumulative sums of booleans run on the host")
         p = op.params
         axis = int(np.asarray(to_host(inputs[1])).reshape(-1)[0]) if len(inputs) > 1 and inputs[1] is not None \
             else int(p.get("axis", 0))
         axis %= max(x.ndim, 1)
         if x.ndim == 0:
-            raise TypeError("a 0-d cumulative sum runs on the host")
+            raise TacticRefusal("a 0-d cumulative sum runs on the host")
         outer, n, inner = _rows(x.shape, axis)
         red = 1 if p.get("op", "SUM") == "SUM" else 2
         out = out_array(outputs, 0, x.shape, x.dtype)
@@ -473,19 +473,19 @@ class GpuIntReduce(Tactic):
         x = on_device(inputs[0])
         c = code(x)
         if c not in ("i64", "i32"):
-            raise TypeError(f"reduce of {x.dtype} is not an integer kernel")
+            raise TacticRefusal(f"reduce of {x.dtype} is not an integer kernel")
         axes = op.params.get("axes")
         if len(inputs) > 1 and inputs[1] is not None:
             axes = np.asarray(to_host(inputs[1])).reshape(-1).tolist()
         if axes is None or len(axes) == 0:
             if op.params.get("noop_with_empty_axes"):
-                raise TypeError("a no-op reduce runs on the host")
+                raise TacticRefusal("a no-op reduce runs on the host")
             axes = list(range(x.ndim))
         if x.ndim == 0:
-            raise TypeError("a 0-d reduce runs on the host")
+            raise TacticRefusal("a 0-d reduce runs on the host")
         axes = sorted({int(a) % x.ndim for a in axes})
         if axes != list(range(axes[0], axes[-1] + 1)):
-            raise TypeError("reduce over non-adjacent axes runs on the host")
+            raise TacticRefusal("reduce over non-adjacent axes runs on the host")
         outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
         n = int(np.prod(x.shape[axes[0]:axes[-1] + 1], dtype=np.int64))
         inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
@@ -515,14 +515,14 @@ class GpuOneHot(Tactic):
         ic = {"int64": "i64", "int32": "i32", "float32": "f32"}.get(getattr(idx, "dtype", np.dtype("O")).name)
         if ic is None or not isinstance(values, GpuArray) or values.size != 2 \
                 or values.dtype.itemsize not in (1, 2, 4, 8):
-            raise TypeError("OneHot of these index / value types runs on the host")
+            raise TacticRefusal("OneHot of these index / value types runs on the host")
         depth = int(np.asarray(to_host(inputs[1])).reshape(-1)[0])
         if depth < 0:
-            raise TypeError("a negative depth: the host tactic reports it")
+            raise TacticRefusal("a negative depth: the host tactic reports it")
         axis = int(op.params.get("axis", -1))
         axis = axis + idx.ndim + 1 if axis < 0 else axis
         if not 0 <= axis <= idx.ndim:
-            raise TypeError("axis out of range: the host tactic reports it")
+            raise TacticRefusal("axis out of range: the host tactic reports it")
         shape = list(idx.shape[:axis]) + [depth] + list(idx.shape[axis:])
         from native.limits import check_size
         check_size(op, shape, values.dtype.itemsize)
@@ -551,12 +551,12 @@ class GpuScatter(Tactic):
         data, idx, upd = (on_device(x) for x in inputs[:3])
         if not all(isinstance(v, GpuArray) for v in (data, idx, upd)) or idx.dtype not in (np.int64, np.int32) \
                 or upd.dtype != data.dtype:
-            raise TypeError("Scatter of these types runs on the host")
+            raise TacticRefusal("Scatter of these types runs on the host")
         ic = "i64" if idx.dtype == np.int64 else "i32"
         red = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}.get(op.params.get("reduction", "none") or "none")
         c = _CODE.get(data.dtype.name)
         if red is None or (red and c not in ("f32", "f16", "i64", "i32")):
-            raise TypeError(f"scatter reduction {op.params.get('reduction')} on {data.dtype} runs on the host")
+            raise TacticRefusal(f"scatter reduction {op.params.get('reduction')} on {data.dtype} runs on the host")
         out = out_array(outputs, 0, data.shape, data.dtype)
         if out.ptr != data.ptr:
             context().copy(out.ptr, data.ptr, data.nbytes)
@@ -565,7 +565,7 @@ class GpuScatter(Tactic):
             if idx.ndim != data.ndim or tuple(upd.shape) != tuple(idx.shape) or data.ndim > 8 \
                     or not 0 <= axis < data.ndim \
                     or any(i > d for a, (i, d) in enumerate(zip(idx.shape, data.shape)) if a != axis):
-                raise TypeError("ScatterElements with broadcast updates runs on the host")
+                raise TacticRefusal("ScatterElements with broadcast updates runs on the host")
             nupd, inner = idx.size, 1
             s = np.zeros(20, dtype=np.int64)
             s[0], s[1], s[2], s[3] = idx.ndim, idx.size, axis, data.shape[axis]
@@ -576,7 +576,7 @@ class GpuScatter(Tactic):
             m = idx.shape[-1] if idx.ndim else 0
             if idx.ndim == 0 or m == 0 or m > 8 or m > data.ndim \
                     or tuple(upd.shape) != tuple(idx.shape[:-1]) + tuple(data.shape[m:]):
-                raise TypeError("ScatterND with broadcast updates runs on the host")
+                raise TacticRefusal("ScatterND with broadcast updates runs on the host")
             nupd = idx.size // m
             inner = int(np.prod(data.shape[m:], dtype=np.int64))
             s = np.zeros(10, dtype=np.int64)
@@ -584,7 +584,7 @@ class GpuScatter(Tactic):
             s[2:2 + m] = data.shape[:m]
             dest_fn = f"scatter_dest_nd_{ic}"
         if nupd * nupd * max(inner, 1) > _SCATTER_WORK:
-            raise TypeError(f"Scatter of {nupd} updates: the host's sequential pass is faster")
+            raise TacticRefusal(f"Scatter of {nupd} updates: the host's sequential pass is faster")
         if nupd == 0 or inner == 0:
             return [out]
         dest = GpuArray((nupd,), np.int64)
@@ -597,7 +597,7 @@ class GpuScatter(Tactic):
         elif data.dtype.itemsize in (1, 2):
             fn, args = f"scatter_copy_{data.dtype.itemsize}", []
         else:
-            raise TypeError(f"Scatter of {data.dtype} runs on the host")
+            raise TacticRefusal(f"Scatter of {data.dtype} runs on the host")
         launch(kernel(SRC, fn), grid_for(nupd * inner), _BLOCK,
                [np.uint64(out.ptr), np.uint64(upd.ptr), np.uint64(dest.ptr), np.uint64(head.ptr), np.int64(nupd),
                 np.int64(inner)] + args)
@@ -615,7 +615,7 @@ class GpuSelect1(Tactic):
         cnd, a, b = (on_device(x) for x in inputs[:3])
         if not all(isinstance(v, GpuArray) for v in (cnd, a, b)) or cnd.dtype != np.bool_ or a.dtype != b.dtype \
                 or a.dtype.itemsize != 1:
-            raise TypeError("Select of these types runs on another kernel or the host")
+            raise TacticRefusal("Select of these types runs on another kernel or the host")
         return [select(cnd, a, b, outputs, SRC)]
 
 
@@ -639,7 +639,7 @@ class GpuShapePlugin(Tactic):
         kind = op.params.get("plugin_type")
         x = on_device(inputs[0])
         if kind not in _VIEW_PLUGINS or not isinstance(x, GpuArray):
-            raise TypeError(f"plugin {kind} runs on the host")
+            raise TacticRefusal(f"plugin {kind} runs on the host")
         fields = dict(op.params.get("fields") or {})
         axes = fields.get("axes")
         if len(inputs) > 1 and inputs[1] is not None:
@@ -653,7 +653,7 @@ class GpuShapePlugin(Tactic):
             else:
                 shape = np.squeeze(probe, axis=tuple(a + x.ndim if a < 0 else a for a in axes)).shape
         except (ValueError, TypeError, IndexError) as e:
-            raise TypeError(f"{kind} axes {axes} on shape {list(x.shape)}: the host plugin reports it ({e})") from None
+            raise TacticRefusal(f"{kind} axes {axes} on shape {list(x.shape)}: the host plugin reports it ({e})") from None
         return [x.reshape(shape)]
 
 
@@ -671,7 +671,7 @@ class GpuShape(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = inputs[0]
         if not hasattr(x, "shape"):
-            raise TypeError(f"Shape of {type(x).__name__} runs on the host")
+            raise TacticRefusal(f"Shape of {type(x).__name__} runs on the host")
         s = np.array(x.shape, dtype=np.int64)
         start, end = op.params.get("start", 0) or 0, op.params.get("end")
         s = s[start:end] if end is not None else s[start:]

@@ -15,7 +15,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, weight
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "int8.cu"
 _ROUNDING = {"half_even": 0, "half_up": 1, "half_away": 2, "half_away_from_zero": 2}
@@ -24,14 +24,14 @@ _ROUNDING = {"half_even": 0, "half_up": 1, "half_away": 2, "half_away_from_zero"
 def _rounding(p) -> int:
     mode = p.get("rounding", "half_even")
     if mode not in _ROUNDING:
-        raise TypeError(f"rounding {mode!r} runs on the host")
+        raise TacticRefusal(f"rounding {mode!r} runs on the host")
     return _ROUNDING[mode]
 
 
 def quantize(x: GpuArray, scale: float, rounding: int) -> GpuArray:
     """int8 clamp(round(x / scale)) of a float32 tensor, per tensor."""
     if x.dtype != np.float32:
-        raise TypeError(f"INT8 layers read float32 (dequantized) inputs, got {x.dtype}")
+        raise TacticRefusal(f"INT8 layers read float32 (dequantized) inputs, got {x.dtype}")
     out = GpuArray(x.shape, np.int8)
     if x.size:
         launch(kernel(SRC, "quantize_i8"), grid_for(x.size), (256, 1, 1),
@@ -194,13 +194,13 @@ class GpuInt8Conv(_Int8Gemm):
         rounding = _rounding(p)
         x = on_device(inputs[0])
         if x.ndim != 4 or (op.params.get("groups", 1) or 1) != 1:
-            raise TypeError("only 2-D ungrouped INT8 convolutions run on the GPU")
+            raise TacticRefusal("only 2-D ungrouped INT8 convolutions run on the GPU")
         wq, rows_w = op.weights["kernel_q"], op.weights["kernel_rows"]
         m, kh, kw = wq.shape[0], wq.shape[2], wq.shape[3]
         n, c, h, wd = x.shape
         strides, dil, pre, post, (oh, ow) = geometry(op.params, x.shape, [kh, kw])
         if any(v < 0 for v in list(pre) + list(post)):
-            raise TypeError("negative pads run on the host")
+            raise TacticRefusal("negative pads run on the host")
         P, Kp = oh * ow, rows_w.shape[1]
         y = out_array(outputs, 0, (n, m, oh, ow), np.float32)
         if y.size == 0:

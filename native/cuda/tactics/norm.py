@@ -8,7 +8,7 @@ from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, ptr, same_float, suffix
 from native.cuda.tactics.pointwise import _ACT, activate
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "tensor.cu"
 
@@ -56,7 +56,7 @@ class GpuLayerNorm(Tactic):
 def _post_ops(y, op):
     for step in op.params.get("post_ops") or ():
         if step["op"] != "activation":
-            raise TypeError(f"pooling post-op {step['op']} runs on the host")
+            raise TacticRefusal(f"pooling post-op {step['op']} runs on the host")
         activate(y, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
     return y
 
@@ -147,22 +147,22 @@ class GpuReduce(Tactic):
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         if len(inputs) > 1 and inputs[1] is not None:
-            raise TypeError("axes given as a tensor run on the host")
+            raise TacticRefusal("axes given as a tensor run on the host")
         x = on_device(inputs[0])
         dtype = same_float([x])
         axes = op.params.get("axes")
         if axes is None or len(axes) == 0:
             if op.params.get("noop_with_empty_axes"):
-                raise TypeError("a no-op reduce runs on the host")
+                raise TacticRefusal("a no-op reduce runs on the host")
             axes = list(range(x.ndim))
         axes = sorted(int(a) % max(x.ndim, 1) for a in axes)
         if axes != list(range(axes[0], axes[-1] + 1)):
-            raise TypeError("reduce over non-adjacent axes runs on the host")
+            raise TacticRefusal("reduce over non-adjacent axes runs on the host")
         outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
         red = int(np.prod(x.shape[axes[0]:axes[-1] + 1], dtype=np.int64))
         inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
         if red == 0:
-            raise TypeError("an empty reduction runs on the host")
+            raise TacticRefusal("an empty reduction runs on the host")
         keep = bool(op.params.get("keep_dims", True))
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
             tuple(d for i, d in enumerate(x.shape) if i not in axes)

@@ -9,7 +9,7 @@ from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, kernel_from_source, launch, source_key
 from native.cuda.tactics.common import (FLOAT_PRECISIONS, as_storage, on_device, out_array, same_float, storage, suffix,
                                         weight)
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "pointwise.cu"
 _BINARY = {"SUM": "ew_sum", "SUB": "ew_sub", "PROD": "ew_prod", "DIV": "ew_div", "MAX": "ew_max", "MIN": "ew_min",
@@ -87,10 +87,14 @@ class GpuElementWise(Tactic):
     kind, name, device = "ElementWise", "nvrtc-pointwise", "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
+    input_dtypes = frozenset(FLOAT_PRECISIONS)   # integer operands: nvrtc-int (index.py)
 
     def supports(self, op, input_shapes):
         if op.params.get("op") not in _BINARY:
             return f"op {op.params.get('op')} has no GPU kernel"
+        shapes = [tuple(s) for s in input_shapes or () if s is not None]
+        if len(shapes) == 2 and len(np.broadcast_shapes(*shapes)) > 8:
+            return "rank above 8"
         return None if _rank_ok(input_shapes) else "rank above 8"
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
@@ -98,7 +102,7 @@ class GpuElementWise(Tactic):
         dtype = same_float([a, b])
         shape = np.broadcast_shapes(a.shape, b.shape)
         if len(shape) > 8:
-            raise TypeError("rank above 8 runs on the host")
+            raise TacticRefusal("rank above 8 runs on the host")
         out = out_array(outputs, 0, shape, dtype)
         binary(_BINARY[op.params["op"]], a, b, out)
         return [out]
@@ -108,17 +112,21 @@ class _UnaryKernel(Tactic):
     device = "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
+    input_dtypes = frozenset(FLOAT_PRECISIONS)
+    dtype_inputs = (0,)
     table: dict = {}
     param = "op"
 
     def supports(self, op, input_shapes):
         if op.params.get(self.param) not in self.table:
             return f"{self.param} {op.params.get(self.param)} has no GPU kernel"
+        if input_shapes and any(s is not None for s in list(input_shapes)[1:]):
+            return "bounds/slopes given as tensors are run by the host tactic"
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         if len(inputs) > 1 and any(x is not None for x in inputs[1:]):
-            raise TypeError("bounds/slopes given as tensors are run by the host tactic")
+            raise TacticRefusal("bounds/slopes given as tensors are run by the host tactic")
         x = on_device(inputs[0])
         out = out_array(outputs, 0, x.shape, same_float([x]))
         return [activate(x, op.params[self.param], op.params.get("alpha", 0.0), op.params.get("beta", 0.0), out)]
@@ -139,6 +147,7 @@ class GpuSoftmax(Tactic):
     kind, name, device = "Softmax", "nvrtc-rows", "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
+    input_dtypes = frozenset(FLOAT_PRECISIONS)
 
     def supports(self, op, input_shapes):
         if op.params.get("hard"):
@@ -155,7 +164,7 @@ class GpuSoftmax(Tactic):
         sfx = suffix(same_float([x]))
         axis = int(op.params.get("axis", -1)) % max(x.ndim, 1)
         if axis != x.ndim - 1 and not op.params.get("flatten"):
-            raise TypeError("softmax over a non-last axis runs on the host")
+            raise TacticRefusal("softmax over a non-last axis runs on the host")
         cols = int(np.prod(x.shape[axis:], dtype=np.int64)) if x.ndim else 1
         rows = x.size // max(cols, 1)
         out = out_array(outputs, 0, x.shape, x.dtype)
@@ -271,6 +280,7 @@ class GpuPointwiseProgram(Tactic):
     kind, name, device = "Pointwise", "nvrtc-fused", "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
+    input_dtypes = frozenset(FLOAT_PRECISIONS)
     honours = {"program"}
 
     def supports(self, op, input_shapes):
@@ -307,15 +317,15 @@ class GpuPointwiseProgram(Tactic):
             elif kind == "w":
                 vals.append(weight(op.weights[ref], dtype))
             else:
-                raise TypeError(f"program argument {a!r} has no GPU binding")
+                raise TacticRefusal(f"program argument {a!r} has no GPU binding")
         vals = as_storage(vals, op)
         dtype = same_float(vals)
         try:
             shape = np.broadcast_shapes(*[v.shape for v in vals])
         except ValueError as e:   # operands that meet only through intermediate shapes: the host program runs it
-            raise TypeError(f"program operands do not broadcast together ({e})") from None
+            raise TacticRefusal(f"program operands do not broadcast together ({e})") from None
         if len(shape) > 8:
-            raise TypeError("rank above 8")
+            raise TacticRefusal("rank above 8")
         out = out_array(outputs, 0, shape, dtype)
         k = len(vals)
         p = np.zeros(10 + 8 * k, dtype=np.int64)

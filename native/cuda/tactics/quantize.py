@@ -9,7 +9,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, ptr
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "quantize.cu"
 PRECISIONS = ("float32", "float16", "bfloat16", "int8", "fp8")
@@ -24,24 +24,24 @@ def _np_dtype(name):
 
 def _layout(op, x, scale, zp):
     """(channels, inner) of the scale / zero point against x: per tensor (1, 1) or per channel along `axis`;
-    TypeError for blocked layouts and zero points laid out unlike the scale."""
+    TacticRefusal for blocked layouts and zero points laid out unlike the scale."""
     if op.params.get("block_size"):
-        raise TypeError("blocked quantization runs on the host")
+        raise TacticRefusal("blocked quantization runs on the host")
 
     def chans(v):
         if v is None or v.ndim == 0 or v.size == 1 and v.ndim <= 1:
             return 1
         if v.ndim != 1 or x.ndim == 0:
-            raise TypeError("scales of rank > 1 run on the host")
+            raise TacticRefusal("scales of rank > 1 run on the host")
         return v.size
     c = chans(scale)
     if zp is not None and chans(zp) != c:
-        raise TypeError("a zero point laid out unlike its scale runs on the host")
+        raise TacticRefusal("a zero point laid out unlike its scale runs on the host")
     if c == 1:
         return 1, 1
     axis = int(op.params.get("axis", 1)) % x.ndim
     if x.shape[axis] != c:
-        raise TypeError("scale length differs from the axis: the host tactic reports it")
+        raise TacticRefusal("scale length differs from the axis: the host tactic reports it")
     return c, int(np.prod(x.shape[axis + 1:], dtype=np.int64))
 
 
@@ -56,7 +56,7 @@ def _params(n, channels, inner, zp_kind, out_kind, saturate) -> np.ndarray:
 def _zp(inputs):
     zp = on_device(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
     if zp is not None and zp.dtype.name not in _QKIND:
-        raise TypeError(f"zero points of type {zp.dtype} run on the host")
+        raise TacticRefusal(f"zero points of type {zp.dtype} run on the host")
     return zp
 
 
@@ -78,14 +78,14 @@ class GpuQuantize(Tactic):
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         if op.params.get("dynamic"):
-            raise TypeError("dynamic quantization runs on the host")
+            raise TacticRefusal("dynamic quantization runs on the host")
         x, scale, zp = on_device(inputs[0]), on_device(inputs[1]), _zp(inputs)
         if not isinstance(x, GpuArray) or not isinstance(scale, GpuArray) or x.dtype.name not in _FLOAT \
                 or scale.dtype.name not in _FLOAT:
-            raise TypeError("quantization of these types runs on the host")
+            raise TacticRefusal("quantization of these types runs on the host")
         out_dtype = zp.dtype if zp is not None else _np_dtype(op.params.get("output_dtype") or "uint8")
         if out_dtype.name not in _QKIND:
-            raise TypeError(f"quantization to {out_dtype} runs on the host")
+            raise TacticRefusal(f"quantization to {out_dtype} runs on the host")
         channels, inner = _layout(op, x, scale, zp)
         out = out_array(outputs, 0, x.shape, out_dtype)
         if x.size:
@@ -114,10 +114,10 @@ class GpuDequantize(Tactic):
         x, scale, zp = on_device(inputs[0]), on_device(inputs[1]), _zp(inputs)
         if not isinstance(x, GpuArray) or not isinstance(scale, GpuArray) or x.dtype.name not in _QKIND \
                 or scale.dtype.name not in _FLOAT:
-            raise TypeError("dequantization of these types runs on the host")
+            raise TacticRefusal("dequantization of these types runs on the host")
         out_dtype = _np_dtype(op.params["output_dtype"]) if op.params.get("output_dtype") else scale.dtype
         if out_dtype.name not in _FLOAT:
-            raise TypeError(f"dequantization to {out_dtype} runs on the host")
+            raise TacticRefusal(f"dequantization to {out_dtype} runs on the host")
         channels, inner = _layout(op, x, scale, zp)
         out = out_array(outputs, 0, x.shape, out_dtype)
         if x.size:

@@ -17,7 +17,7 @@ from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, suffix
 from native.cuda.tactics.geometry import SRC, _bits, host_value
 from native.cuda.tactics.tensor import contiguous_strides
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 MAX_LEVELS = 4           # resized axes one launch handles (the kernel's tap odometer)
 _TABLES: dict = {}        # key -> (levels, idx, w, bad, out_shape): device tap tables, built once per signature
@@ -77,10 +77,10 @@ class GpuResize(Tactic):
         p = op.params
         mode = p.get("mode", "NEAREST")
         if mode not in ("NEAREST", "LINEAR", "CUBIC"):
-            raise TypeError(f"resize mode {mode} runs on the host")
+            raise TacticRefusal(f"resize mode {mode} runs on the host")
         x = on_device(inputs[0])
         if not isinstance(x, GpuArray) or x.ndim > 8 or x.dtype.itemsize not in (1, 2, 4, 8):
-            raise TypeError(f"resize of {getattr(x, 'dtype', type(x).__name__)} at this rank runs on the host")
+            raise TacticRefusal(f"resize of {getattr(x, 'dtype', type(x).__name__)} at this rank runs on the host")
         ins = list(inputs) + [None] * (4 - len(inputs))
         roi = _vals(ins[1], "Resize roi")
         scales = _vals(ins[2], "Resize scales") if ins[2] is not None else p.get("scales")
@@ -96,10 +96,10 @@ class GpuResize(Tactic):
             _TABLES[key] = hit
         levels, idx, w, bad, out_shape = hit
         if len(levels) > MAX_LEVELS:
-            raise TypeError(f"resizing {len(levels)} axes at once runs on the host")
+            raise TacticRefusal(f"resizing {len(levels)} axes at once runs on the host")
         nearest = mode == "NEAREST" or not levels
         if not nearest:
-            suffix(x.dtype)   # interpolation stores a float type (TypeError for others: the host runs them)
+            suffix(x.dtype)   # interpolation stores a float type (TacticRefusal for others: the host runs them)
         out = out_array(outputs, 0, out_shape, x.dtype)
         if not out.size:
             return [out]

@@ -10,7 +10,7 @@ from native.cuda.array import GpuArray
 from native.cuda.driver import context
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 _DEFAULT = ("sigmoid", "tanh", "tanh")
 
@@ -43,10 +43,10 @@ class GpuLstm(Tactic):
         ins = list(inputs) + [None] * (8 - len(inputs))
         x, w, r, b, lens, h0, c0, peep = ins
         if lens is not None or peep is not None or why_not(op):
-            raise TypeError("sequence lengths / peepholes / this configuration run on the host")
+            raise TacticRefusal("sequence lengths / peepholes / this configuration run on the host")
         x = on_device(x)
         if x.dtype != np.float32:
-            raise TypeError(f"GPU LSTM takes float32, got {x.dtype}")
+            raise TacticRefusal(f"GPU LSTM takes float32, got {x.dtype}")
         wd, rd, bd = _prepared(w, r, b)
         gh, hidden = wd.shape[0], wd.shape[0] // 4
         steps, batch, _ = x.shape
@@ -56,7 +56,7 @@ class GpuLstm(Tactic):
         ctx = context()
         for v in (h0, c0):
             if v is not None and np.dtype(v.dtype) != np.float32:
-                raise TypeError("initial states in another type run on the host")
+                raise TacticRefusal("initial states in another type run on the host")
         if c0 is None:
             ctx.memset0(yc.ptr, yc.nbytes)
         else:
@@ -94,7 +94,7 @@ def _prepared(w, r, b):
     if hit is None or hit[0] is not w or hit[1] is not r or hit[2] is not b:
         w_h, r_h = np.asarray(to_np(w), np.float32), np.asarray(to_np(r), np.float32)
         if w_h.shape[0] != 1:
-            raise TypeError("bidirectional weights run on the host")
+            raise TacticRefusal("bidirectional weights run on the host")
         gh = w_h.shape[1]
         bias = np.zeros(2 * gh, np.float32) if b is None else np.asarray(to_np(b), np.float32).reshape(-1)
         if len(_PREP) > 256:

@@ -10,7 +10,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.tactics.common import on_device, out_array
 from native.cuda.tactics.geometry import host_value
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 _BASES: dict = {}
 
@@ -51,10 +51,10 @@ class GpuStft(Tactic):
         from native.cuda.tactics.gemm_lt import gemm
         from native.cuda.tactics.tensor import strided_copy
         if op.params.get("plugin_type") != "STFT":
-            raise TypeError(f"plugin {op.params.get('plugin_type')} runs on the host")
+            raise TacticRefusal(f"plugin {op.params.get('plugin_type')} runs on the host")
         sig = on_device(inputs[0])
         if sig.dtype != np.float32 or not (sig.ndim == 2 or (sig.ndim == 3 and sig.shape[2] == 1)):
-            raise TypeError("only real float32 signals run on the GPU")
+            raise TacticRefusal("only real float32 signals run on the GPU")
         step = int(np.asarray(host_value(inputs[1], "frame step")).reshape(-1)[0])
         window = host_value(inputs[2], "window") if len(inputs) > 2 else None
         length = host_value(inputs[3], "frame length") if len(inputs) > 3 else None
@@ -65,7 +65,7 @@ class GpuStft(Tactic):
         batch, total = sig.shape[0], sig.shape[1]
         frames = 1 + (total - frame_len) // step
         if frames <= 0 or step <= 0:
-            raise TypeError("no whole frame: the host plugin reports it")
+            raise TacticRefusal("no whole frame: the host plugin reports it")
         bins = frame_len // 2 + 1 if onesided else frame_len
         seg = GpuArray((batch, frames, frame_len), np.float32)
         strided_copy(sig, 0, [total, step, 1], [batch, frames, frame_len], seg)

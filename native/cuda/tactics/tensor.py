@@ -9,7 +9,7 @@ from native import numerics
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, weight
-from native.tactics import Tactic, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "tensor.cu"
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")
@@ -36,7 +36,7 @@ def strided_copy(src: GpuArray, src_offset: int, src_strides, dims, dst: GpuArra
         return
     size = src.dtype.itemsize
     if size not in _COPY or len(dims) > 8:
-        raise TypeError(f"strided copy of {size}-byte elements at rank {len(dims)} runs on the host")
+        raise TacticRefusal(f"strided copy of {size}-byte elements at rank {len(dims)} runs on the host")
     dst_strides = contiguous_strides(dims) if dst_strides is None else list(dst_strides)
     src_strides = list(src_strides)
     # rows contiguous on both sides move as 16-byte elements (a head split's [.., 64] fp16 rows: 8 moves each)
@@ -111,10 +111,10 @@ class GpuShuffle(Tactic):
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         if len(inputs) > 1 and inputs[1] is not None:
-            raise TypeError("reshape dims given as a tensor run on the host")
+            raise TacticRefusal("reshape dims given as a tensor run on the host")
         x = on_device(inputs[0])
         if not isinstance(x, GpuArray):
-            raise TypeError(f"{type(x).__name__} values are shuffled on the host")
+            raise TacticRefusal(f"{type(x).__name__} values are shuffled on the host")
         p = op.params
         if p.get("first_transpose") is not None:
             x = transpose(x, p["first_transpose"])
@@ -173,7 +173,7 @@ class GpuConcatenation(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         xs = [on_device(a) for a in inputs if a is not None]
         if xs[0].ndim == 0 or len({x.dtype for x in xs}) != 1:
-            raise TypeError("scalar stacks and mixed types are concatenated on the host")
+            raise TacticRefusal("scalar stacks and mixed types are concatenated on the host")
         axis = _axis(op, xs[0].ndim)
         shape = list(xs[0].shape)
         shape[axis] = sum(x.shape[axis] for x in xs)
@@ -207,7 +207,7 @@ class GpuSlice(Tactic):
                 from native.cuda.tactics.geometry import host_value
                 params[k] = [int(v) for v in host_value(inputs[i], f"slice {k}").reshape(-1)]
         if params.get("starts") is None or params.get("ends") is None:
-            raise TypeError("slice bounds unknown: the host tactic reports it")
+            raise TacticRefusal("slice bounds unknown: the host tactic reports it")
         index = _slice_index(params, x.shape)
         strides = contiguous_strides(x.shape)
         offset = sum(s.start * st for s, st in zip(index, strides))
@@ -228,7 +228,7 @@ def _slice_index(p, shape):
         s = s + d if s < 0 else s
         e = e + d if e < 0 else e
         if st == 0:
-            raise TypeError("step 0 is reported by the host tactic")
+            raise TacticRefusal("step 0 is reported by the host tactic")
         if st > 0:
             s, e = max(0, min(d, s)), max(0, min(d, e))
         else:
@@ -262,7 +262,7 @@ def cast(x: GpuArray, to, outputs=None) -> GpuArray:
     if x.dtype == to:
         return x
     if x.dtype.name not in _FLOATS or to.name not in _FLOATS:
-        raise TypeError(f"cast {x.dtype} -> {to} runs on the host")
+        raise TacticRefusal(f"cast {x.dtype} -> {to} runs on the host")
     out = out_array(outputs, 0, x.shape, to)
     if x.size:
         launch(kernel(SRC, f"cast_{_CODE[x.dtype.name]}_{_CODE[to.name]}"), grid_for(x.size), (256, 1, 1),
@@ -284,9 +284,9 @@ class GpuCast(Tactic):
             to = op.params.get("to")
             to = numerics.storage_numpy_dtype(to) if to == "bfloat16" else np.dtype(to)   # (ml_dtypes' name)
         except TypeError:
-            raise TypeError(f"cast to {op.params.get('to')} runs on the host") from None
+            raise TacticRefusal(f"cast to {op.params.get('to')} runs on the host") from None
         if not isinstance(x, GpuArray) or x.dtype.name not in _CODE or to.name not in _CODE:
-            raise TypeError(f"cast {getattr(x, 'dtype', type(x).__name__)} -> {to} runs on the host")
+            raise TacticRefusal(f"cast {getattr(x, 'dtype', type(x).__name__)} -> {to} runs on the host")
         if x.dtype == to:
             return [x]
         if x.dtype.name in _FLOATS and to.name in _FLOATS:
@@ -297,7 +297,7 @@ class GpuCast(Tactic):
             try:
                 fn = kernel(SRC, name)
             except Exception:
-                raise TypeError(f"cast {x.dtype} -> {to} runs on the host") from None
+                raise TacticRefusal(f"cast {x.dtype} -> {to} runs on the host") from None
             launch(fn, grid_for(x.size), (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size)])
         return [out]
 
@@ -317,9 +317,9 @@ class GpuGather(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x, idx = on_device(inputs[0]), on_device(inputs[1])
         if idx.dtype not in (np.int64, np.int32) or x.dtype.itemsize not in (2, 4, 8):
-            raise TypeError(f"gather of {x.dtype} by {idx.dtype} runs on the host")
+            raise TacticRefusal(f"gather of {x.dtype} by {idx.dtype} runs on the host")
         if idx.dtype == np.int32:
-            raise TypeError("int32 indices are gathered on the host")
+            raise TacticRefusal("int32 indices are gathered on the host")
         axis = _axis(op, x.ndim)
         outer = int(np.prod(x.shape[:axis], dtype=np.int64))
         inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
@@ -339,7 +339,7 @@ class GpuSelect(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         c, a, b = (on_device(x) for x in inputs[:3])
         if c.dtype != np.bool_ or a.dtype != b.dtype or a.dtype.itemsize not in (2, 4, 8):
-            raise TypeError(f"select on {c.dtype}/{a.dtype}/{b.dtype} runs on the host")
+            raise TacticRefusal(f"select on {c.dtype}/{a.dtype}/{b.dtype} runs on the host")
         return [select(c, a, b, outputs, SRC)]
 
 
@@ -349,7 +349,7 @@ def select(c: GpuArray, a: GpuArray, b: GpuArray, outputs, src: str) -> GpuArray
     from native.cuda.tactics.pointwise import bcast_strides
     shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
     if len(shape) > 8:
-        raise TypeError("rank above 8")
+        raise TacticRefusal("rank above 8")
     out = out_array(outputs, 0, shape, a.dtype)
     s = np.zeros(34, dtype=np.int64)
     s[0], s[1] = len(shape), out.size

@@ -37,8 +37,7 @@ def _plain_pointwise(node):
 
 
 def merge_shortcut_convs(graph, config, logger) -> int:
-    from native.device import get_device
-    if not getattr(get_device(getattr(config, "device", "cpu") or "cpu"), "merges_shortcut_convs", True):
+    if not config.device.merges_shortcut_convs:
         return 0       # the device fuses the residual add itself (CUDA: cuDNN's epilogue), keeping layouts simple
     view, count = View(graph), 0
     for main in list(graph.nodes):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from native.device import get_device
 from native.errors import BuildError
 
 INT8_KINDS = ("Convolution", "MatrixMultiply")
@@ -30,15 +31,10 @@ _WEIGHT_KEY = {"Convolution": ("kernel", "kernel_scale", 0), "MatrixMultiply": (
 _COMMUTING = ("Shuffle",)
 
 
-def int8_rounding(device: str) -> str:
-    """The device's rounding of FP32 -> INT8: its `int8_rounding` attribute where it declares one, else the DLA
-    rounds ties away from zero and GPUs and the CPU to even."""
-    default = "half_away" if device == "dla" else "half_even"
-    try:
-        from native.device import get_device
-        return getattr(get_device(device), "int8_rounding", None) or default
-    except Exception:  # a device that cannot start here still has a documented rounding
-        return default
+def int8_rounding(device) -> str:
+    """The device's rounding of FP32 -> INT8 (its declared `int8_rounding`: the DLA rounds ties away from zero,
+    GPUs and the CPU to even)."""
+    return get_device(device).int8_rounding
 
 
 # explicit quantization ---------------------------------------------------------------------------------------

@@ -35,11 +35,7 @@ def prefers_nhwc(config) -> bool:
     explicit = getattr(config, "prefer_nhwc", None)
     if explicit is not None:
         return bool(explicit)
-    try:
-        from native.device import get_device
-        return bool(getattr(get_device(getattr(config, "device", "cpu")), "prefers_nhwc", False))
-    except Exception:
-        return False
+    return config.device.prefers_nhwc
 
 
 def is_transpose(n, perm=None):

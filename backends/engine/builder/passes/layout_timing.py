@@ -15,6 +15,7 @@ from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.fusion_util import View
 from backends.engine.builder.timed_choice import Probe, pick, replay_entry
 from backends.engine.engine_graph import Node
+from native.precision import as_precision
 
 HEAVY = ("ConvolutionNHWC", "PoolingNHWC")
 
@@ -151,7 +152,7 @@ def _layer_ms(probe, node, config):
     dev = probe.dev
     p = node.meta.get("precision_constraint") or dev.choose_precision(
         node.kind, P._implemented(node, dev.name) - {"int8"}, P.enabled_precisions(config) - {"int8"})
-    p = P.PRECISION_OF_DTYPE.get(p, p)
+    p = as_precision(p)
     want = P.STORAGE_OF.get(p, "float32")
     data = set(P.data_inputs(node, dev))
     inputs = [None if name is None else probe.value_as(probe.env.get(name), want) if i in data else

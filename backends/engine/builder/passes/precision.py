@@ -30,14 +30,11 @@ from backends.engine.builder.config import BuilderFlag
 from backends.engine.builder.timed_choice import pick_precision, variant
 from backends.engine.engine_graph import Node
 from native.errors import BuildError
+from native.precision import LADDER, STORAGE, Precision, as_precision
 
-# precision names (what a layer computes in) <-> DataType values (what the API spells)
-PRECISION_OF_DTYPE = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int8": "int8",
-                      "float8_e4m3fn": "fp8"}
-REDUCED = ("float16", "bfloat16", "fp8", "int8")
 # what a layer of each precision stores its float outputs as, and expects its float inputs in
 # (INT8 layers read and write float32 arrays holding dequantized values: native/cpu/kernels/conv_int8.py)
-STORAGE_OF = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "fp8": "float16", "int8": "float32"}
+STORAGE_OF = STORAGE
 # layer kinds whose GEMM operands the TF32 flag rounds
 TF32_KINDS = ("Convolution", "ConvolutionNHWC", "Deconvolution", "MatrixMultiply", "Einsum")
 # layer kinds whose precision a device that chooses by timing measures (compute-bound: tensor-core kernels really
@@ -48,16 +45,8 @@ TIMED_KINDS = TF32_KINDS + ("Attention",)
 FLAG_NAMES = {"float16": "FP16 (--fp16)", "bfloat16": "BF16 (--bf16)", "fp8": "FP8 (--fp8)", "int8": "INT8 (--int8)"}
 
 def enabled_precisions(config) -> set:
-    out = set()
-    if config.get_flag(BuilderFlag.FP16):
-        out.add("float16")
-    if config.get_flag(BuilderFlag.BF16):
-        out.add("bfloat16")
-    if config.get_flag(BuilderFlag.FP8):
-        out |= {"fp8", "float16"}
-    if config.get_flag(BuilderFlag.INT8):
-        out.add("int8")
-    return out
+    """The reduced precisions the build's flags enable (BuilderConfig.enabled_precisions, the one answer)."""
+    return set(config.enabled_precisions())
 
 
 def constraint_mode(config) -> str:
@@ -69,11 +58,7 @@ def constraint_mode(config) -> str:
 
 
 def _device(config):
-    from native.device import Device, get_device
-    try:
-        return get_device(config.device)
-    except Exception:
-        return Device()
+    return config.device
 
 
 def _is_float32(dtype) -> bool:
@@ -124,7 +109,7 @@ def _describe(node) -> str:
 
 def candidate_precisions(device, implemented, enabled) -> list:
     """The precisions an unconstrained layer may run in, reduced ones first (the ladder's order), float32 last."""
-    return [p for p in device.PRECISION_LADDER if p in implemented and p in enabled and p != "int8"] + ["float32"]
+    return [p for p in LADDER if p in implemented and p in enabled and p != "int8"] + [Precision.FP32]
 
 
 def choose(node, device, implemented, enabled, mode, logger, timed=None) -> str:
@@ -137,7 +122,7 @@ def choose(node, device, implemented, enabled, mode, logger, timed=None) -> str:
         if enabled and choice == "float32" and not (implemented & enabled):
             logger.verbose(f"{_describe(node)} runs in float32: {device.fp32_only_reason(node.kind)}")
         return choice
-    want = PRECISION_OF_DTYPE.get(raw, raw)
+    want = as_precision(raw)
     problem = None
     if want == "int8":
         problem = ("but INT8 needs a scale for its input and an INT8 implementation of this layer (calibration, "
@@ -154,7 +139,7 @@ def choose(node, device, implemented, enabled, mode, logger, timed=None) -> str:
         logger.warning(msg + f"; it runs in {choice}")
         return choice
     if mode == "none":
-        ladder = list(device.PRECISION_LADDER)
+        ladder = list(LADDER)
         if ladder.index(want) > ladder.index(choice):
             logger.warning(f"{_describe(node)}: precision constraint {want} ignored, {choice} is faster; set "
                            f"PREFER_PRECISION_CONSTRAINTS or OBEY_PRECISION_CONSTRAINTS (--precision-constraints "
@@ -228,7 +213,7 @@ def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf
 
 def _reformat_node(src, dst, from_type, to_type) -> Node:
     return Node(name=f"Reformat {src} {from_type}->{to_type}", kind="Reformat", inputs=[src], outputs=[dst],
-                params={"from": from_type, "to": to_type}, precision=PRECISION_OF_DTYPE.get(to_type, to_type),
+                params={"from": from_type, "to": to_type}, precision=as_precision(to_type),
                 meta={"output_types": [to_type]})
 
 
@@ -335,7 +320,7 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
                 types.append(None)
                 continue
             t = explicit.get(i, explicit.get(str(i)))
-            t = PRECISION_OF_DTYPE.get(t, t) if t is not None else STORAGE_OF.get(node.precision, "float32")
+            t = as_precision(t) if t is not None else STORAGE_OF.get(node.precision, "float32")
             if o in subgraph_reads:
                 t = "float32"
             storage[o] = t
@@ -371,7 +356,7 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
         if t != "float32":
             from native.numerics import to_storage
             node.weights = dict(node.weights, value=to_storage(node.weights["value"], t))
-            node.precision = PRECISION_OF_DTYPE[t]
+            node.precision = as_precision(t)
     # 4. reformats before readers that expect another type, and before network outputs
     inserted, made = 0, {}
     for node in nodes:
@@ -414,7 +399,7 @@ def _stored(node, have, dtypes):
     for i, o in enumerate(node.outputs):
         if _is_float32(dtypes.get(o)):
             t = explicit.get(i, explicit.get(str(i)))
-            have[o] = PRECISION_OF_DTYPE.get(t, t) if t is not None else STORAGE_OF.get(node.precision, "float32")
+            have[o] = as_precision(t) if t is not None else STORAGE_OF.get(node.precision, "float32")
 
 
 def _log_summary(graph, enabled, inserted, logger):
