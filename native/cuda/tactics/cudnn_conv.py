@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from native.cuda.array import GpuArray
+from native.cuda.diagnostics import captured_stderr, summary
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import on_device, out_array, same_float, storage, weight
 from native.tactics import Tactic, TacticRefusal, register_tactic
@@ -246,23 +247,41 @@ class _CudnnConv(Tactic):
                 steps.append(("act", st["type"], st.get("alpha", 0.0) or 0.0, st.get("beta", 0.0) or 0.0))
         key = (tuple(x_nchw), tuple(w_nchw), dtype.name, tuple(map(tuple, geo)), tuple(steps), self.nhwc,
                op.math == "tf32")
+        said = []      # what cuDNN prints while it builds the graph and its plans: summarised, not shown raw
         try:
-            g = _graph(key, x_nchw, w_nchw, y_nchw, dtype, geo, steps, self.nhwc, op.math == "tf32")
-        except Exception as e:
-            raise TacticRefusal(f"cuDNN has no engine for this convolution graph: {e}") from e
-        y = out_array(outputs, 0, y_shape, dtype)
-        if y.size == 0:
-            return [y]
-        try:
-            g.execute(self.index, x, w, extras, y)
-        except TacticRefusal:
-            raise
-        except Exception as e:
-            raise CudaError(f"cuDNN plan {self.index} failed: {e}") from e
+            with captured_stderr(said):
+                try:
+                    g = _graph(key, x_nchw, w_nchw, y_nchw, dtype, geo, steps, self.nhwc, op.math == "tf32")
+                except Exception as e:
+                    raise TacticRefusal(f"cuDNN has no engine for this convolution graph: {e}") from e
+                y = out_array(outputs, 0, y_shape, dtype)
+                if y.size == 0:
+                    return [y]
+                try:
+                    g.execute(self.index, x, w, extras, y)
+                except TacticRefusal:
+                    raise
+                except Exception as e:
+                    raise CudaError(f"cuDNN plan {self.index} failed: {e}") from e
+        finally:
+            if said:
+                _report(op.name, self.name, said)
         if tail:
             from native.cuda.tactics.conv import epilogue
             epilogue(y, op, inputs, tail)
         return [y]
+
+
+_REPORTED: set = set()
+
+
+def _report(layer, tactic, lines):
+    """One verbose line per layer and tactic for cuDNN's diagnostics (they are never printed raw)."""
+    if (layer, tactic) in _REPORTED:
+        return
+    _REPORTED.add((layer, tactic))
+    from native.logger import G_LOGGER
+    G_LOGGER.verbose(f"layer '{layer}': {tactic}: cuDNN said {summary(lines)} while building its graph and plans")
 
 
 def _register():
