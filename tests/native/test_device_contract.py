@@ -99,3 +99,13 @@ def test_build_plan_from_onnx_keeps_the_callers_config_device():
     assert config.device is get_device("dla")
     assert engine.device is get_device("cpu") and engine.header["device"]["device"] == "cpu"
     assert config.to_json()["device"] == "dla"
+
+
+def test_cudnn_diagnostics_are_captured_and_summarised_in_one_line(capfd):
+    from native.cuda.diagnostics import captured_stderr, summary
+    lines = []
+    with captured_stderr(lines):
+        os.write(2, b"Warning: CUDNN_STATUS_NOT_SUPPORTED; Reason: no engine\n{\"engineId\": 3}\n"
+                    b"Warning: CUDNN_STATUS_NOT_SUPPORTED\n")
+    assert capfd.readouterr().err == ""          # nothing reached the terminal
+    assert summary(lines) == "3 diagnostic line(s) (2 x CUDNN_STATUS_NOT_SUPPORTED)"

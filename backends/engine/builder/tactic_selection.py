@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -68,7 +69,8 @@ def _recorded_context(graph, node):
 
 
 def _workspace(dev, tactic, op, inputs):
-    need = int(tactic.workspace_size(op, _shapes(inputs)) or 0)
+    size = getattr(tactic, "workspace_size", None)    # (a bare object in the timing tests has none)
+    need = int(size(op, _shapes(inputs)) or 0) if size is not None else 0
     return dev.allocate(need) if need > 0 else None
 
 
@@ -106,32 +108,50 @@ def check_tactic_sources(config, device):
     normalise(config.tactic_sources, all_tactic_names(device), what=f"tactic_sources on device '{device}'")
 
 
-def candidates(node, shapes, config, device, log=G_LOGGER, said=None):
-    """The tactics that can run `node` as it stands (precision, format, fused params, shapes, workspace), after
-    tactic_sources. A precision no tactic computes in is a warning naming the layer (an error under
-    OBEY_PRECISION_CONSTRAINTS) and the layer falls back to FP32, so what the engine reports is what runs."""
+@dataclass
+class Candidates:
+    """What enumeration found for a layer: the tactics that run it as it stands, each refused one's reason, and
+    `fp32_only` when none computes in the layer's precision but some would in float32."""
+    ok: list
+    reasons: dict
+    fp32_only: bool = False
+
+
+def enumerate_candidates(node, ctx, config, device, log=G_LOGGER, said=None) -> Candidates:
+    """The tactics that can run `node` as it stands (precision, format, fused params, the LayerContext `ctx`:
+    shapes and storage types, workspace), after tactic_sources. Pure: reads the node, changes nothing (the
+    precision and layout passes time variants through it)."""
     limit = config.get_memory_pool_limit(MemoryPoolType.WORKSPACE)
     pool = _named(node, config, device, log, said if said is not None else set())
     op = node_op(node)
-    reasons = {t.name: unsupported_reason(t, op, shapes, workspace_limit=limit) for t in pool}
-    ok = [t for t in pool if reasons[t.name] is None]
-    if not ok and node.precision != "float32":
+    reasons = {t.name: unsupported_reason(t, op, ctx, workspace_limit=limit) for t in pool}
+    found = Candidates([t for t in pool if reasons[t.name] is None], reasons)
+    if not found.ok and node.precision != "float32":
         fp32 = node_op(node)
         fp32.precision = "float32"
-        fallback = {t.name: unsupported_reason(t, fp32, shapes, workspace_limit=limit) for t in pool}
+        fallback = {t.name: unsupported_reason(t, fp32, ctx, workspace_limit=limit) for t in pool}
         if any(r is None for r in fallback.values()):
-            wanted = node.precision
-            asked = node.meta.get("precision_constraint") == wanted
-            msg = (f"layer '{node.name}' ({node.kind}) asks for {wanted}, but no {node.kind} tactic on device "
-                   f"'{device}' computes in it (they offer {sorted(precisions_for(node.kind, device))})")
-            if asked and config.get_flag(BuilderFlag.OBEY_PRECISION_CONSTRAINTS):
-                raise BuildError(msg + "; OBEY_PRECISION_CONSTRAINTS forbids running it in another precision: "
-                                       "drop the constraint or the flag")
-            (log.warning if asked else log.verbose)(msg + "; it runs in float32")
-            node.precision = "float32"
-            node.meta["precision_fallback"] = wanted
-            reasons = fallback
-            ok = [t for t in pool if reasons[t.name] is None]
+            found = Candidates([t for t in pool if fallback[t.name] is None], fallback, fp32_only=True)
+    return found
+
+
+def candidates(node, shapes, config, device, log=G_LOGGER, said=None):
+    """The tactics tactic selection chooses among (enumerate_candidates). A precision no tactic computes in is a
+    warning naming the layer (an error under OBEY_PRECISION_CONSTRAINTS) and the layer falls back to FP32, so
+    what the engine reports is what runs."""
+    found = enumerate_candidates(node, shapes, config, device, log, said)
+    ok, reasons = found.ok, found.reasons
+    if found.fp32_only:
+        wanted = node.precision
+        asked = node.meta.get("precision_constraint") == wanted
+        msg = (f"layer '{node.name}' ({node.kind}) asks for {wanted}, but no {node.kind} tactic on device "
+               f"'{device}' computes in it (they offer {sorted(precisions_for(node.kind, device))})")
+        if asked and config.get_flag(BuilderFlag.OBEY_PRECISION_CONSTRAINTS):
+            raise BuildError(msg + "; OBEY_PRECISION_CONSTRAINTS forbids running it in another precision: "
+                                   "drop the constraint or the flag")
+        (log.warning if asked else log.verbose)(msg + "; it runs in float32")
+        node.precision = "float32"
+        node.meta["precision_fallback"] = wanted
     pinned = node.meta.get("tactics_allowed")   # a pass restricted this layer (it says why in the verbose log)
     if pinned and any(t.name in pinned for t in ok):
         ok = [t for t in ok if t.name in pinned]

@@ -20,6 +20,7 @@ from backends.engine.builder.config import TimingCache
 from backends.engine.engine_graph import Node
 from native.device import get_device
 from native.precision import as_precision
+from native.tactics import LayerContext
 
 # a choice within this fraction of the fastest counts as tied (tactic_selection.TIE_MARGIN, same reason); ties go
 # to the option listed first (the reduced precision: the FP16 flag permits it; NHWC: the device prefers it)
@@ -108,24 +109,26 @@ class Probe:
     def best(self, node, inputs) -> Measured | None:
         """The best tactic for `node` as it stands (precision, kind, params) on `inputs`; None when no tactic can
         run it exactly so (a precision no tactic computes in falls back in tactic selection: not this variant)."""
-        from backends.engine.builder.tactic_selection import candidates, fastest, measure
-        from native.errors import BuildError
+        from backends.engine.builder.tactic_selection import enumerate_candidates, fastest, measure
         want = node.precision
-        shapes = [list(np.shape(a)) if hasattr(a, "shape") else None for a in inputs]
-        try:
-            cands = candidates(node, shapes, self.config, self.device, log=_Quiet(), said=self.said)
-        except BuildError as e:
-            self.why = str(e)[:300]
-            return None
+        ctx = LayerContext.of(inputs)
+        shapes = list(ctx)
+        try:      # pure: enumeration reads the variant and changes nothing
+            found = enumerate_candidates(node, ctx, self.config, self.device, log=_Quiet(), said=self.said)
         except Exception as e:    # a tactic's supports() failing on these inputs: not a candidate, said why
             self.why = f"{type(e).__name__}: {str(e)[:300]}"
             self.logger.verbose(f"timing {node.kind} '{node.name}' in {want}: {self.why}; skipped")
-            node.precision = want
             return None
-        if node.precision != want:
-            node.precision = want
+        if found.fp32_only:
             self.why = f"no tactic computes in {want}"
             return None
+        if not found.ok:
+            self.why = "; ".join(f"{k}: {v}" for k, v in found.reasons.items())[:300] or "no tactics registered"
+            return None
+        cands = found.ok
+        pinned = node.meta.get("tactics_allowed")
+        if pinned and any(t.name in pinned for t in cands):
+            cands = [t for t in cands if t.name in pinned]
         cands = self._selected(node, inputs, cands)
         before = self.cache.misses
         timings = measure(node, cands, inputs, self.config, self.device, self.cache)

@@ -3,9 +3,9 @@ residual add, FP16/BF16/FP8 operands, and whole engines choosing among cuBLASLt 
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from native.tactics import TacticRefusal
-from onnx import TensorProto, helper, numpy_helper
 
 pytestmark = pytest.mark.cuda
 

@@ -7,9 +7,9 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from native.tactics import TacticRefusal
-from onnx import TensorProto, helper, numpy_helper
 
 pytestmark = pytest.mark.cuda
 

@@ -5,9 +5,9 @@ Runtime. Skipped without a GPU (the `cuda` marker)."""
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from native.tactics import TacticRefusal
-from onnx import TensorProto, helper, numpy_helper
 
 pytestmark = pytest.mark.cuda
 
