@@ -8,14 +8,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backends.engine.builder.algorithm_selector import algorithm, algorithm_context, checked_selection
+from backends.engine.builder.algorithm_selector import (algorithm, algorithm_context,
+    checked_selection)
 from backends.engine.builder.config import BuilderFlag, MemoryPoolType, TimingCache
 from backends.engine.builder.tactic_sources import allowed, normalise
 from backends.engine.runtime.executor import node_op
 from native.device import get_device
 from native.errors import BuildError, UsageError
 from native.logger import G_LOGGER
-from native.tactics import LayerContext, TacticRefusal, all_tactic_names, precisions_for, tactics_for, unsupported_reason
+from native.tactics import (LayerContext, TacticRefusal, all_tactic_names, precisions_for,
+    tactics_for, unsupported_reason)
 
 
 def _key(node, inputs, device):
@@ -60,12 +62,15 @@ def time_candidates(node, candidates, inputs, iterations, device=None, prep=None
 
 
 def _recorded_context(graph, node):
-    """The LayerContext the graph's tensor info gives a layer that the timing run did not reach (None: nothing
-    recorded): the shapes passes recorded on the node and each input's storage type."""
+    """The LayerContext the graph's tensor info gives a layer that the timing run did not reach (a subgraph body, a
+    failed run): the shapes recorded on the node, else none (an empty context: shape checks see nothing), and each
+    input's type as the model declares it, so a float-only kernel is not handed integers."""
     shapes = node.meta.get("input_shapes")
     info = graph.tensor_info
     dtypes = [info[i].dtype if i in info else None for i in node.inputs]
-    return None if shapes is None else LayerContext(shapes, dtypes)
+    if shapes is None and not any(dtypes):
+        return None
+    return LayerContext(shapes or [], dtypes)
 
 
 def _workspace(dev, tactic, op, inputs):

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, same_float, suffix, weight
+from native.cuda.tactics.common import (FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array,
+    same_float, suffix, weight)
 from native.cuda.tactics.geometry import SRC
 from native.cuda.tactics.pointwise import binary
 from native.tactics import Tactic, TacticRefusal, register_tactic
@@ -17,6 +18,7 @@ from native.tactics import Tactic, TacticRefusal, register_tactic
 class GpuScale(Tactic):
     kind, name, device = "Scale", "nvrtc-pointwise", "cuda"
     precisions = FLOAT_PRECISIONS
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
     writes_outputs = True
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
@@ -55,6 +57,7 @@ class GpuScale(Tactic):
 class GpuLRN(Tactic):
     kind, name, device = "LRN", "channel-window", "cuda"
     precisions = FLOAT_PRECISIONS
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
     writes_outputs = True
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):

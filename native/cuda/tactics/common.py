@@ -8,6 +8,7 @@ from native.cuda.array import GpuArray, to_device
 from native.tactics import TacticRefusal
 
 FLOAT_PRECISIONS = ("float32", "float16", "bfloat16")
+FLOAT_STORAGE = frozenset(FLOAT_PRECISIONS)   # what float kernels read (Tactic.input_dtypes)
 _SUFFIX = {"float32": "", "float16": "_h", "bfloat16": "_b"}     # kernel-name suffix per float storage type
 
 

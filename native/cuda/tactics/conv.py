@@ -9,7 +9,8 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, storage, weight
+from native.cuda.tactics.common import (FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array,
+    storage, weight)
 from native.cuda.tactics.gemm import handle
 from native.cuda.tactics.pointwise import SRC, _ACT, activate, binary
 from native.cuda.tactics.tensor import cast
@@ -64,6 +65,7 @@ class Im2colCublasConv(Tactic):
     honours = {"post_ops"}
     writes_outputs = True
     precisions = FLOAT_PRECISIONS
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
 
     def supports(self, op, input_shapes):
         w = op.weights.get("kernel")

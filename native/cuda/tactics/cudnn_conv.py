@@ -15,7 +15,8 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.diagnostics import captured_stderr, summary
 from native.cuda.driver import CudaError, context
-from native.cuda.tactics.common import on_device, out_array, same_float, storage, weight
+from native.cuda.tactics.common import (FLOAT_STORAGE, on_device, out_array, same_float, storage,
+    weight)
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 PLANS = 4                       # tactics per layer: the first PLANS execution plans of heuristics mode A
@@ -145,6 +146,7 @@ def _graph(key, *args):
 class _CudnnConv(Tactic):
     device = "cuda"
     precisions = ("float32", "float16", "bfloat16")
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
     honours = {"post_ops"}
     writes_outputs = True   # outputs through out_array: the engine's arena views
     index = 0

@@ -10,7 +10,8 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, same_float, suffix, weight
+from native.cuda.tactics.common import (FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array,
+    same_float, suffix, weight)
 from native.cuda.tactics.geometry import SRC
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
@@ -37,6 +38,7 @@ class CublasDeconv(Tactic):
     kind, name, device = "Deconvolution", "cublas-col2im", "cuda"
     honours = {"post_ops"}
     precisions = FLOAT_PRECISIONS
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
     writes_outputs = True
 
     def supports(self, op, input_shapes):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, same_float
+from native.cuda.tactics.common import FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, same_float
 from native.cuda.tactics.tensor import transpose
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
@@ -48,6 +48,7 @@ def parse(equation: str, ranks) -> tuple[list, str]:
 class CublasEinsum(Tactic):
     kind, name, device = "Einsum", "cublas-transpose", "cuda"
     precisions = FLOAT_PRECISIONS
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         from native.cuda.tactics.gemm import matmul

@@ -9,7 +9,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
-from native.cuda.tactics.common import on_device, out_array, storage, suffix, weight
+from native.cuda.tactics.common import FLOAT_STORAGE, on_device, out_array, storage, suffix, weight
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 _HANDLE = {}
@@ -96,6 +96,7 @@ class CublasMatMul(Tactic):
     honours = {"post_ops"}
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = ("float32", "float16", "bfloat16")
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
 
     def supports(self, op, input_shapes):
         from native.cuda.tactics.pointwise import _ACT
@@ -134,6 +135,7 @@ class CublasAttention(Tactic):
     kind, name, device = "Attention", "cublas-softmax", "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = ("float32", "float16", "bfloat16")
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
 
     def supports(self, op, input_shapes):
         if op.params.get("mask_kind", "add") not in ("add", "none"):

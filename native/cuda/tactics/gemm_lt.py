@@ -16,7 +16,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
-from native.cuda.tactics.common import on_device, out_array, weight
+from native.cuda.tactics.common import FLOAT_STORAGE, on_device, out_array, weight
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 ALGOS = 4                          # heuristic results kept per problem: tactics cublaslt-algo-0..3
@@ -212,6 +212,7 @@ class _CublasLtMatMul(Tactic):
     honours = {"post_ops"}
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = ("float32", "float16", "bfloat16", "fp8")
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
     index = 0
 
     def supports(self, op, input_shapes):

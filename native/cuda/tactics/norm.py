@@ -6,7 +6,8 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, ptr, same_float, suffix
+from native.cuda.tactics.common import (FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array, ptr,
+    same_float, suffix)
 from native.cuda.tactics.pointwise import _ACT, activate
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
@@ -20,6 +21,7 @@ class GpuLayerNorm(Tactic):
     kind, name, device = "Normalization", "row-kernel", "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
 
     def supports(self, op, input_shapes):
         if op.params.get("mode", "LAYER") != "LAYER":
@@ -65,6 +67,7 @@ class _GpuPool(Tactic):
     device = "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
     honours = {"post_ops"}
     nhwc = False
 
@@ -178,6 +181,7 @@ class GpuReduce(Tactic):
     kind, name, device = "Reduce", "axes-kernel", "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
     precisions = FLOAT_PRECISIONS
+    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
 
     def supports(self, op, input_shapes):
         if op.params.get("op") not in _REDUCE_MODES:
