@@ -36,9 +36,13 @@ class CudaDevice(Device):
         import native.cuda.tactics.rnn  # noqa: F401
         import native.cuda.tactics.signal  # noqa: F401
         import native.cuda.tactics.norm  # noqa: F401
+        import native.cuda.tactics.pooling  # noqa: F401
         import native.cuda.tactics.pointwise  # noqa: F401
         import native.cuda.tactics.tensor  # noqa: F401
-        import native.cuda.tactics.index  # noqa: F401
+        import native.cuda.tactics.index  # noqa: F401  (after tensor.py: its Gather is the untimed default)
+        import native.cuda.tactics.reduce  # noqa: F401
+        import native.cuda.tactics.elementwise  # noqa: F401  (after pointwise.py and tensor.py, as above)
+        import native.cuda.tactics.plugins  # noqa: F401
         import native.cuda.tactics.geometry  # noqa: F401
         import native.cuda.tactics.resize  # noqa: F401
         import native.cuda.tactics.deconv  # noqa: F401
