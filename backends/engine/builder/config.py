@@ -121,6 +121,7 @@ class BuilderConfig(DeviceTypeMixin):
         self.device = "cpu"           # resolved to a native Device (the property below)
         self.default_device_type = DeviceType.GPU
         self.tactic_sources: set | None = None   # tactic names allowed; None means all
+        self.prefer_nhwc: bool | None = None     # an order to the layout pass (None: the device decides)
         self.builder_optimization_level = 3
         # per-layer constraints by name, applied after lowering (builder/precision_spec.py): [(pattern, value)]
         self.layer_precisions: list = []

@@ -96,8 +96,8 @@ def _check_known(graph, patterns, what):
 
 def apply_precision_spec(graph, config) -> int:
     """Set precision / output-type constraints on the lowered graph's nodes; returns how many nodes got one."""
-    precisions = getattr(config, "layer_precisions", None) or []
-    out_types = getattr(config, "layer_output_types", None) or []
+    precisions = config.layer_precisions
+    out_types = config.layer_output_types
     _check_known(graph, [p for p, _ in precisions], "--layer-precisions")
     _check_known(graph, [p for p, _ in out_types], "--layer-output-types")
     touched = set()

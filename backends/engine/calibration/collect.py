@@ -116,7 +116,7 @@ def calibrate(graph, config, logger, stage: str):
         logger.info(f"INT8: {len(scales)} scales read from {source}; no calibration run")
         config.calibration_report = {"source": "cache", "tensors": len(scales), "batches": 0}
         return scales
-    profile = getattr(config, "calibration_profile", None) or (config.profiles[0] if config.profiles else None)
+    profile = config.calibration_profile or (config.profiles[0] if config.profiles else None)
     batches = read_batches(cal, graph, profile)
     logger.info(f"INT8 calibration ({algorithm}, {stage.replace('_', ' ')}): {len(batches)} batches")
     scales = collect_scales(graph, batches, algorithm, config.device.calibrates_on or config.device,

@@ -152,7 +152,7 @@ def process_qdq(graph, config, logger) -> dict:
     qscale: dict = {}
     fused = dropped = 0
     out_names = set(graph.output_names)
-    emulation = getattr(config, "qdq_emulation", None)
+    emulation = config.qdq_emulation
     keep_fp32 = set()
     if emulation == "onnxruntime-x86":
         from backends.engine.builder.passes.qdq_onnxruntime import onnxruntime_x86_fp32_groups

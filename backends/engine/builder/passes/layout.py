@@ -32,7 +32,7 @@ AGNOSTIC = {"Activation", "ElementWise", "Pointwise", "Unary"}
 
 
 def prefers_nhwc(config) -> bool:
-    explicit = getattr(config, "prefer_nhwc", None)
+    explicit = config.prefer_nhwc
     if explicit is not None:
         return bool(explicit)
     return config.device.prefers_nhwc
@@ -115,7 +115,9 @@ def _agnostic_eligible(view, n, from_nchw_transpose):
 
 
 def run_layout(graph, config, logger, ctx=None) -> int:
-    timed = ctx is not None and getattr(config, "prefer_nhwc", None) is None and chooses_by_timing(config)
+    if "nhwc" not in config.device.formats:     # the device has no channels-last tactics to convert to
+        return 0
+    timed = ctx is not None and config.prefer_nhwc is None and chooses_by_timing(config)
     if not timed and not prefers_nhwc(config):
         return 0
     before = count_transposes(graph)

@@ -233,14 +233,14 @@ def _probe(graph, ctx, enabled, logger):
 def assign_precision(graph, config, logger, ctx=None) -> int:
     """Set node.precision and storage types, insert Reformat layers; returns how many reformats were inserted.
     `ctx` (the pass context) lets a device that chooses by timing measure the options."""
-    if getattr(config, "uses_dla", lambda: False)():
+    if config.uses_dla():
         # a DLA build: the DLA pass (passes/dla.py) gives DLA layers their precision and reformats; the layers
         # left on the host run in FP32
         for node in graph.nodes:
             node.precision = "float32"
         return 0
     device = _device(config)
-    enabled = enabled_precisions(config)
+    enabled = enabled_precisions(config) & device.precisions   # what the flags allow and the device can run
     mode = constraint_mode(config)
     tf32 = config.get_flag(BuilderFlag.TF32)
     dtypes = tensor_dtypes(graph)

@@ -42,7 +42,7 @@ FOLD_MAX_BYTES = 1 << 24  # constants this pass creates stay small (shape tensor
 
 def fixed_input_shapes(graph: Graph, config) -> dict | None:
     """{input name: shape} when every tensor input's shape is fixed by the profiles (or the model), else None."""
-    profiles = list(getattr(config, "profiles", None) or [])
+    profiles = list(config.profiles)
     shapes = {}
     for t in graph.inputs:
         if t.kind != "tensor":
