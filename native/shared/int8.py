@@ -1,5 +1,10 @@
-"""INT8 parameters both devices compute the same way."""
+"""INT8 parameters both devices compute the same way: the layer's INT8 params, per-channel weight scales, the
+quantized weights and int32 bias, and which post-ops fold into the int32 accumulator as biases."""
 from __future__ import annotations
+
+import numpy as np
+
+from native import numerics
 
 
 def leading_biases(op):
@@ -9,3 +14,31 @@ def leading_biases(op):
     while n < len(post) and post[n]["op"] == "bias" and post[n].get("axis", -1) in (-1,):
         n += 1
     return post[:n], post[n:]
+
+
+def int8_params(op) -> dict:
+    return op.params.get("int8") or {}
+
+
+def weight_scales(w, axis=0):
+    """Per-channel symmetric scales along `axis`: max|w| / 127 (channels that are all zero get scale 1)."""
+    w = np.asarray(w, np.float32)
+    other = tuple(i for i in range(w.ndim) if i != axis % w.ndim)
+    amax = np.max(np.abs(w), axis=other) if w.size else np.zeros(w.shape[axis], np.float32)
+    return np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+
+
+def quantize_weights(w, scale, axis, narrow, rounding="half_even"):
+    """(w_q int8, s_w float32): the model's per-channel scale where given (explicit), else max|w|/127 (implicit)."""
+    s = weight_scales(w, axis) if scale is None else np.asarray(scale, np.float32).reshape(-1)
+    if s.size == 1 and np.shape(w)[axis] != 1:
+        s = np.full(np.shape(w)[axis], s.reshape(()), np.float32)
+    return numerics.quantize(w, s, axis=axis, rounding=rounding, narrow=narrow), s
+
+
+def quantize_bias(bias, s_x, s_w):
+    """bias / (s_x * s_w) rounded (half to even) into int32, as INT8 kernels add it to the accumulator."""
+    if bias is None:
+        return None
+    b = np.asarray(bias, np.float64) / (np.float64(np.float32(s_x)) * np.asarray(s_w, np.float64))
+    return np.clip(np.rint(b), -2**31, 2**31 - 1).astype(np.int32)

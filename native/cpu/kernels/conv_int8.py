@@ -37,6 +37,7 @@ from native import numerics
 from native.cpu.kernels.conv import geometry, pad_input, tap_slices
 from native.cpu.kernels.fused import apply_post_ops
 from native.errors import ExecutionError
+from native.shared.int8 import int8_params, quantize_bias, quantize_weights, weight_scales  # noqa: F401
 from native.tactics import Tactic, register_tactic
 
 FLOAT32_EXACT_K = 1 << 10    # K * 2**14 <= 2**24
@@ -49,34 +50,6 @@ def exact_int_gemm(a_q, b_q, k):
         raise ExecutionError(f"INT8 GEMM over {k} products could overflow an int32 accumulator (limit {INT32_MAX_K})")
     work = np.float32 if k <= FLOAT32_EXACT_K else np.float64
     return np.matmul(a_q.astype(work), b_q.astype(work)).astype(np.int64)
-
-
-def int8_params(op) -> dict:
-    return op.params.get("int8") or {}
-
-
-def weight_scales(w, axis=0):
-    """Per-channel symmetric scales along `axis`: max|w| / 127 (channels that are all zero get scale 1)."""
-    w = np.asarray(w, np.float32)
-    other = tuple(i for i in range(w.ndim) if i != axis % w.ndim)
-    amax = np.max(np.abs(w), axis=other) if w.size else np.zeros(w.shape[axis], np.float32)
-    return np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
-
-
-def quantize_weights(w, scale, axis, narrow, rounding="half_even"):
-    """(w_q int8, s_w float32): the model's per-channel scale where given (explicit), else max|w|/127 (implicit)."""
-    s = weight_scales(w, axis) if scale is None else np.asarray(scale, np.float32).reshape(-1)
-    if s.size == 1 and np.shape(w)[axis] != 1:
-        s = np.full(np.shape(w)[axis], s.reshape(()), np.float32)
-    return numerics.quantize(w, s, axis=axis, rounding=rounding, narrow=narrow), s
-
-
-def quantize_bias(bias, s_x, s_w):
-    """bias / (s_x * s_w) rounded (half to even) into int32, as INT8 kernels add it to the accumulator."""
-    if bias is None:
-        return None
-    b = np.asarray(bias, np.float64) / (np.float64(np.float32(s_x)) * np.asarray(s_w, np.float64))
-    return np.clip(np.rint(b), -2**31, 2**31 - 1).astype(np.int32)
 
 
 def epilogue_is_relu_only(op):

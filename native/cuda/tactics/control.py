@@ -9,6 +9,7 @@ import numpy as np
 from native.cuda.array import GpuArray, to_device, to_host
 from native.cuda.driver import context
 from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.shared.loop import run_loop
 
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")
 
@@ -52,6 +53,5 @@ class GpuLoop(Tactic):
     precisions = ANY
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cpu.kernels.control import run_loop
         outs = run_loop(op, inputs, flag=_flag, stack=_stack)
         return [to_device(v) if isinstance(v, np.ndarray) else v for v in outs]

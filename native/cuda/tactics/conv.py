@@ -15,10 +15,10 @@ from native.cuda.tactics.gemm import handle
 from native.cuda.tactics.pointwise import SRC, _ACT, activate, binary
 from native.cuda.tactics.tensor import cast
 from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.shared.conv_geometry import geometry
 
 
 def _geometry(op, x_shape, k_shape):
-    from native.cpu.kernels.conv.geometry import geometry
     return geometry(op.params, x_shape, list(k_shape[2:]))
 
 

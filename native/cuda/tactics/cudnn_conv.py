@@ -18,6 +18,7 @@ from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import (FLOAT_STORAGE, on_device, out_array, same_float, storage,
     weight)
 from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.shared.conv_geometry import geometry
 
 PLANS = 4                       # tactics per layer: the first PLANS execution plans of heuristics mode A
 _ACTS = {"RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh", "GELU_ERF": "gelu", "SILU": "swish",
@@ -198,7 +199,6 @@ class _CudnnConv(Tactic):
             oh = (h + pre[0] + post[0] - (kh - 1) * dil[0] - 1) // strides[0] + 1
             ow = (w + pre[1] + post[1] - (kw - 1) * dil[1] - 1) // strides[1] + 1
             return (strides, dil, pre, post), (oh, ow)
-        from native.cpu.kernels.conv.geometry import geometry
         strides, dil, pre, post, out = geometry(p, x_shape, list(k_shape[2:]))
         return (list(strides), list(dil), list(pre), list(post)), tuple(out)
 

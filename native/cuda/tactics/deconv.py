@@ -14,6 +14,7 @@ from native.cuda.tactics.common import (FLOAT_PRECISIONS, FLOAT_STORAGE, on_devi
     same_float, suffix, weight)
 from native.cuda.tactics.geometry import SRC
 from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.shared.conv_geometry import deconv_geometry
 
 _PACKED: dict = {}   # (id(kernel), groups, dtype) -> (kernel, device [g, Mg*taps, Cg] matrix)
 
@@ -60,7 +61,6 @@ class CublasDeconv(Tactic):
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cpu.kernels.conv.deconv import deconv_geometry
         from native.cuda.tactics.conv import epilogue
         from native.cuda.tactics.gemm import matmul
         if op.params.get("col2im"):

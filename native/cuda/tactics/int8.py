@@ -16,6 +16,8 @@ from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, weight
 from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.shared.int8 import int8_params, leading_biases
+from native.shared.conv_geometry import geometry
 
 SRC = "int8.cu"
 _ROUNDING = {"half_even": 0, "half_up": 1, "half_away": 2, "half_away_from_zero": 2}
@@ -42,14 +44,12 @@ def quantize(x: GpuArray, scale: float, rounding: int) -> GpuArray:
 
 def _requantizes(op, post_ops) -> bool:
     """finish_int8's choice: an INT8 output behind a ReLU-only (or empty) epilogue is requantized from int32."""
-    from native.cpu.kernels.conv_int8 import int8_params
     relu_only = all(st["op"] == "activation" and st["type"] == "RELU" for st in post_ops) and len(post_ops) <= 1
     return int8_params(op).get("output_scale") is not None and relu_only
 
 
 def finish_scale(op, post_ops, s_w) -> np.ndarray:
     """Per output channel: s_x * s_w (dequantize), divided by s_y when requantizing; float32 as on the CPU."""
-    from native.cpu.kernels.conv_int8 import int8_params
     p = int8_params(op)
     combined = np.float32(p["input_scale"]) * np.asarray(s_w, np.float32)
     return (combined / np.float32(p["output_scale"]) if _requantizes(op, post_ops) else combined).astype(np.float32)
@@ -59,7 +59,6 @@ def finish(acc: GpuArray, out: GpuArray, out_offset: int, rs: int, cs: int, op, 
            rounding: int):
     """acc [rows, channels] int32 -> out (float32) at out_offset + r*rs + c*cs, as finish_int8 does on the CPU.
     Returns whether the float32 epilogue (post_ops) and requantization still have to run on `out`."""
-    from native.cpu.kernels.conv_int8 import int8_params
     s_y = int8_params(op).get("output_scale")
     requant = _requantizes(op, post_ops)
     rows, cols = acc.shape
@@ -73,7 +72,6 @@ def finish(acc: GpuArray, out: GpuArray, out_offset: int, rs: int, cs: int, op, 
 
 def after(y: GpuArray, op, post_ops, inputs, rounding: int):
     """The float32 epilogue, then fake quantization to the output scale when the output is INT8."""
-    from native.cpu.kernels.conv_int8 import int8_params
     from native.cuda.tactics.conv import epilogue
     if post_ops:
         epilogue(y, op, inputs, post_ops)
@@ -128,15 +126,12 @@ class GpuInt8MatMul(_Int8Gemm):
         return None
 
     def prepare(self, op):
-        from native.shared.int8 import leading_biases
         w = self.cpu_tactic().prepare(op)
         w["b_qt"] = np.ascontiguousarray(w["b_q"].T)      # [N, K]: cuBLASLt's TN form
         w["finish_scale"] = finish_scale(op, leading_biases(op)[1], w["b_scale"])
         return w
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cpu.kernels.conv_int8 import int8_params
-        from native.shared.int8 import leading_biases
         from native.cuda.tactics.gemm_lt import gemm
         if "b_qt" not in op.weights:
             op = dataclasses.replace(op, weights=self.prepare(op))
@@ -185,8 +180,6 @@ class GpuInt8Conv(_Int8Gemm):
         return w
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cpu.kernels.conv.geometry import geometry
-        from native.cpu.kernels.conv_int8 import int8_params
         from native.cuda.tactics.gemm_lt import gemm
         if "kernel_rows" not in op.weights:
             op = dataclasses.replace(op, weights=self.prepare(op))

@@ -1,7 +1,7 @@
 """Resize on the GPU (kernels/geometry.cu): nearest, linear and cubic, every coordinate transformation mode,
 antialiasing, exclude_outside, tf_crop_and_resize's extrapolation, keep_aspect_ratio_policy.
 
-The per-axis source indices and filter weights come from the CPU kernel's own functions (native/cpu/kernels/
+The per-axis source indices and filter weights come from the functions the CPU kernel uses too (native/shared/
 resize.py), built once per (params, shape, scales/sizes/roi) and kept on the device; one kernel launch then
 gathers (nearest: the input's bits, any element type) or sums the taps axis by axis in float64 without FMA
 (linear / cubic: FP32, FP16 and BF16 storage), which is the CPU's float64 arithmetic rounded once. GridSample
@@ -18,6 +18,7 @@ from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, s
 from native.cuda.tactics.geometry import SRC, _bits, host_value
 from native.cuda.tactics.tensor import contiguous_strides
 from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.shared.resize import axis_plan, interp_taps, nearest_index, source_coords
 
 MAX_LEVELS = 4           # resized axes one launch handles (the kernel's tap odometer)
 _TABLES: dict = {}        # key -> (levels, idx, w, bad, out_shape): device tap tables, built once per signature
@@ -32,7 +33,6 @@ def _vals(v, what):
 def plan(p, shape, roi, scales, sizes):
     """(levels, out_shape): per resized axis in the CPU's order (axis, out_len, idx [out, T], w [out, T] or None,
     bad [out] or None), built with the CPU kernel's coordinate functions."""
-    from native.shared.resize import axis_plan, interp_taps, nearest_index, source_coords
     mode = p.get("mode", "NEAREST").lower()
     ctm = p.get("coordinate_transformation", "half_pixel")
     x = SimpleNamespace(shape=tuple(shape), ndim=len(shape))

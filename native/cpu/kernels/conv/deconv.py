@@ -7,29 +7,8 @@ import numpy as np
 
 from native.cpu.kernels.conv.weights import kernel_and_bias
 from native.cpu.kernels.fused import apply_post_ops
+from native.shared.conv_geometry import deconv_geometry  # noqa: F401  (the math both devices use)
 from native.tactics import Tactic, register_tactic
-
-
-def deconv_geometry(params, in_sizes, kernel):
-    nd = len(in_sizes)
-    strides = list(params.get("strides") or [1] * nd)
-    dil = list(params.get("dilations") or [1] * nd)
-    opad = list(params.get("output_padding") or [0] * nd)
-    full = [strides[i] * (in_sizes[i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 for i in range(nd)]
-    out_shape = params.get("output_shape")
-    auto_pad = params.get("auto_pad") or "NOTSET"
-    if out_shape is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        out_shape = [in_sizes[i] * strides[i] for i in range(nd)]
-    if out_shape is not None:
-        out_shape = list(out_shape)[-nd:]
-        pre = []
-        for i in range(nd):
-            total = full[i] - out_shape[i]
-            pre.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
-        return strides, dil, pre, out_shape
-    pre = list(params.get("pre_padding") or [0] * nd)
-    post = list(params.get("post_padding") or [0] * nd)
-    return strides, dil, pre, [full[i] - pre[i] - post[i] for i in range(nd)]
 
 
 def scatter_taps(cols, ks, strides, dil, pre, out, in_sizes):
