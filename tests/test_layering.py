@@ -17,7 +17,7 @@ ENGINE_BASE = ("backends.engine.engine_graph", "backends.engine.params", "backen
                "backends.engine.dtypes")
 # a ratchet: the counts measured when the layering test landed; lower them as cycles are cut, never raise them
 MAX_CYCLES = 8
-MAX_FUNCTION_LEVEL = 460
+MAX_FUNCTION_LEVEL = 446
 
 
 @pytest.fixture(scope="module")
