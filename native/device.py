@@ -11,6 +11,7 @@ register its tactics (native/tactics.py). `get_device(name)` imports `native.<na
 from __future__ import annotations
 
 import importlib
+import os
 import platform
 import time
 
@@ -226,7 +227,9 @@ def get_device(name) -> Device:
             if e.name not in (f"native.{name}",):
                 raise
     if name not in _DEVICES:
-        known = sorted(set(_DEVICES) | {"cpu"})
+        here = os.path.dirname(os.path.abspath(__file__))
+        known = sorted(set(_DEVICES) | {d for d in os.listdir(here)
+                                        if os.path.exists(os.path.join(here, d, "device.py"))})
         raise UsageError(f"device '{name}' is not available in this installation (registered devices: "
                          f"{', '.join(known)}); a device registers itself from its package native/<name>/")
     dev = _DEVICES[name]()

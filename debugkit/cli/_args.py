@@ -13,7 +13,10 @@ from native.errors import UsageError
 
 def device_arg(text):
     """--device NAME: the Device, resolved once here (an unknown name is a usage error naming the known ones)."""
-    return get_device(text)
+    try:
+        return get_device(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 def parse_dims(text: str, *, what="--input-shapes", symbolic=False) -> tuple:
     """One shape in either spelling: "[1,3,224,224]" or "1x3x224x224" ("[]" is a scalar).
