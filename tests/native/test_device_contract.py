@@ -114,7 +114,9 @@ def test_cudnn_diagnostics_are_captured_and_summarised_in_one_line(capfd):
 def test_cli_device_is_resolved_once_and_an_unknown_one_is_a_usage_error(capsys):
     from debugkit.cli.main import main
     model = os.path.join(ROOT, "examples", "example.onnx")
-    assert main(["run", model, "--engine", "--device", "tpu"]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["run", model, "--engine", "--device", "tpu"])
+    assert e.value.code == 2
     err = capsys.readouterr().err
     assert "argument --device: device 'tpu' is not available" in err and "cpu, cuda, dla" in err
     assert "Traceback" not in err
