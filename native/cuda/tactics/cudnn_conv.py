@@ -111,6 +111,10 @@ class ConvGraph:
         self.workspace = {}
         self.key = key
 
+    def unbuilt(self, index: int) -> bool:
+        """Whether plan(index) still has plans to build (the first run of this tactic on this graph)."""
+        return len(self.good) <= index and self.tried < self.count
+
     def plan(self, index: int):
         """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TacticRefusal when there is none."""
         while len(self.good) <= index and self.tried < self.count:
@@ -202,6 +206,21 @@ class _CudnnConv(Tactic):
         strides, dil, pre, post, out = geometry(p, x_shape, list(k_shape[2:]))
         return (list(strides), list(dil), list(pre), list(post)), tuple(out)
 
+    def _build(self, op, key, args):
+        """Build the layer's cuDNN graph and this tactic's plan, once, with what cuDNN prints on stderr meanwhile
+        captured and summarised in one verbose line (diagnostics.py); the executions after it capture nothing."""
+        said = []
+        try:
+            with captured_stderr(said):
+                try:
+                    g = _graph(key, *args)
+                except Exception as e:
+                    raise TacticRefusal(f"cuDNN has no engine for this convolution graph: {e}") from e
+                g.plan(self.index)     # TacticRefusal when cuDNN has no plan of this index
+        finally:
+            if said:
+                _report(op.name, self.name, said)
+
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = on_device(inputs[0])
         if "cudnn_kernel" not in op.weights:
@@ -249,25 +268,19 @@ class _CudnnConv(Tactic):
                 steps.append(("act", st["type"], st.get("alpha", 0.0) or 0.0, st.get("beta", 0.0) or 0.0))
         key = (tuple(x_nchw), tuple(w_nchw), dtype.name, tuple(map(tuple, geo)), tuple(steps), self.nhwc,
                op.math == "tf32")
-        said = []      # what cuDNN prints while it builds the graph and its plans: summarised, not shown raw
+        y = out_array(outputs, 0, y_shape, dtype)
+        if y.size == 0:
+            return [y]
+        g = _GRAPHS.get(key)
+        if g is None or g.unbuilt(self.index):
+            self._build(op, key, (x_nchw, w_nchw, y_nchw, dtype, geo, steps, self.nhwc, op.math == "tf32"))
+            g = _GRAPHS[key]
         try:
-            with captured_stderr(said):
-                try:
-                    g = _graph(key, x_nchw, w_nchw, y_nchw, dtype, geo, steps, self.nhwc, op.math == "tf32")
-                except Exception as e:
-                    raise TacticRefusal(f"cuDNN has no engine for this convolution graph: {e}") from e
-                y = out_array(outputs, 0, y_shape, dtype)
-                if y.size == 0:
-                    return [y]
-                try:
-                    g.execute(self.index, x, w, extras, y)
-                except TacticRefusal:
-                    raise
-                except Exception as e:
-                    raise CudaError(f"cuDNN plan {self.index} failed: {e}") from e
-        finally:
-            if said:
-                _report(op.name, self.name, said)
+            g.execute(self.index, x, w, extras, y)
+        except TacticRefusal:
+            raise
+        except Exception as e:
+            raise CudaError(f"cuDNN plan {self.index} failed: {e}") from e
         if tail:
             from native.cuda.tactics.conv import epilogue
             epilogue(y, op, inputs, tail)
