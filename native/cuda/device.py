@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 
 from native.cuda.array import GpuArray, to_device, to_host
+from native.cuda.availability import available
 from native.device import Device
 from native.errors import ExecutionError, UsageError
 from native.tactics import TacticRefusal
@@ -21,7 +22,6 @@ class CudaDevice(Device):
     has_timeline = True
 
     def available(self) -> bool:
-        from native.cuda import available
         return available()
 
     def load_tactics(self):

@@ -6,6 +6,7 @@ import numpy as np
 from native import numerics
 from native.cuda.array import GpuArray, to_device
 from native.tactics import TacticRefusal
+from native.cuda.nvrtc import grid_for, kernel, launch
 
 FLOAT_PRECISIONS = ("float32", "float16", "bfloat16")
 FLOAT_STORAGE = frozenset(FLOAT_PRECISIONS)   # what float kernels read (Tactic.input_dtypes)
@@ -56,7 +57,6 @@ def as_storage(xs, op):
         if x is not None and np.dtype(x.dtype) != dtype:
             if np.dtype(x.dtype).name not in _SUFFIX:
                 raise TacticRefusal(f"GPU float kernels store float32, float16 or bfloat16, got {np.dtype(x.dtype).name}")
-            from native.cuda.tactics.tensor import cast
             x = cast(x, dtype)
         out.append(x)
     return out
@@ -101,3 +101,58 @@ def out_array(outputs, i, shape, dtype) -> GpuArray:
 
 def ptr(x) -> np.uint64:
     return np.uint64(0 if x is None else x.ptr)
+
+
+# storage casts, broadcast strides and shape values: what the kernels of several families need ---------------
+
+CAST_SRC = "tensor.cu"
+_CAST_CODE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+MAX_VALUES = 64            # a value input longer than this is not a shape: its layer runs on the host
+
+
+def cast(x: GpuArray, to, outputs=None) -> GpuArray:
+    """x stored as `to` (float32 / float16 / bfloat16, round to nearest even); x itself when it already is."""
+    to = np.dtype(to)
+    if x.dtype == to:
+        return x
+    if x.dtype.name not in _CAST_CODE or to.name not in _CAST_CODE:
+        raise TacticRefusal(f"cast {x.dtype} -> {to} runs on the host")
+    out = out_array(outputs, 0, x.shape, to)
+    if x.size:
+        launch(kernel(CAST_SRC, f"cast_{_CAST_CODE[x.dtype.name]}_{_CAST_CODE[to.name]}"), grid_for(x.size), (256, 1, 1),
+               [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size)])
+    return out
+
+
+def bcast_strides(out_shape, shape) -> list:
+    """Element strides of a contiguous `shape` read at `out_shape`'s indices (0 along broadcast dims)."""
+    rank = len(out_shape)
+    shape = (1,) * (rank - len(shape)) + tuple(shape)
+    out, stride = [0] * rank, 1
+    for d in range(rank - 1, -1, -1):
+        out[d] = 0 if shape[d] == 1 else stride
+        stride *= shape[d]
+    return out
+
+
+def _capturing() -> bool:
+    from native.cuda.driver import _cu, check, context
+    cu = _cu()
+    status = check(cu.cuStreamIsCapturing(context().stream), "cuStreamIsCapturing")
+    return status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
+def host_value(x, what: str):
+    """The value of a small input as a numpy array: numpy passes; a device constant (Constant layers upload their
+    weights once, common.weight) is looked up by address; another device value is downloaded, except during
+    graph capture (TacticRefusal: the host twin runs the layer)."""
+    if x is None or not isinstance(x, GpuArray):
+        return None if x is None else np.asarray(x)
+    host = uploaded_from(x)
+    if host is not None:
+        return host
+    if x.size > MAX_VALUES:
+        raise TacticRefusal(f"{what} with {x.size} values is not a shape; the host tactic runs it")
+    if _capturing():
+        raise TacticRefusal(f"{what} computed on the device cannot be read while a CUDA graph is captured")
+    return x.get()

@@ -8,8 +8,8 @@ import numpy as np
 
 from native.cuda.array import GpuArray, to_device, to_host
 from native.cuda.driver import context
-from native.tactics import Tactic, TacticRefusal, register_tactic
 from native.shared.loop import run_loop
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")
 

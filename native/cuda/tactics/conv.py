@@ -7,54 +7,18 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.array import GpuArray
-from native.cuda.driver import CudaError
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import (FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array,
-    storage, weight)
+from native.cuda.tactics.common import FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array, weight
+from native.cuda.tactics.epilogue import _stored_weight, epilogue  # noqa: F401  (callers import it from here)
 from native.cuda.tactics.gemm import handle
-from native.cuda.tactics.pointwise import SRC, _ACT, activate, binary
+from native.cuda.tactics.pointwise import SRC, _ACT, binary
 from native.cuda.tactics.tensor import cast
-from native.tactics import Tactic, TacticRefusal, register_tactic
 from native.shared.conv_geometry import geometry
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 
 def _geometry(op, x_shape, k_shape):
     return geometry(op.params, x_shape, list(k_shape[2:]))
-
-
-def epilogue(y: GpuArray, op, inputs, steps=None):
-    """Apply `steps` (default: params['post_ops']) in order, in place on y, in y's type. Bias weights hold the
-    values the layer's precision stores (rounded to FP16 / BF16 for a reduced layer, as the CPU rounds them);
-    a residual in another storage type is converted to y's."""
-    for step in op.params.get("post_ops") or () if steps is None else steps:
-        if step["op"] == "bias":
-            b = _stored_weight(op.weights[step["weight"]], op, y.dtype)
-            shape = [1] * y.ndim
-            shape[step.get("axis", 1)] = -1
-            binary("ew_sum", y, b.reshape(tuple(b.size if d == -1 else d for d in shape)), y)
-        elif step["op"] == "add":
-            binary("ew_sum", y, cast(on_device(inputs[step["input"]]), y.dtype), y)
-        elif step["op"] == "activation":
-            activate(y, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
-        else:
-            raise CudaError(f"post-op {step['op']!r} has no GPU implementation")
-    return y
-
-
-_STORED: dict = {}
-
-
-def _stored_weight(host, op, dtype) -> GpuArray:
-    """A float weight on the device in `dtype`, holding the values the layer's storage type holds (converted once
-    per process, kept beside its host array as common.weight does)."""
-    w = weight(host, storage(op))
-    if w.dtype == np.dtype(dtype):
-        return w
-    key = (id(host), w.dtype.name, np.dtype(dtype).name)
-    hit = _STORED.get(key)
-    if hit is None or hit[0] is not host:
-        hit = _STORED[key] = (host, cast(w, dtype))
-    return hit[1]
 
 
 @register_tactic

@@ -16,9 +16,10 @@ from native.cuda.array import GpuArray
 from native.cuda.diagnostics import captured_stderr, summary
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import (FLOAT_STORAGE, on_device, out_array, same_float, storage,
-    weight)
-from native.tactics import Tactic, TacticRefusal, register_tactic
+                                        weight)
+from native.cuda.tactics.epilogue import epilogue
 from native.shared.conv_geometry import geometry
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 PLANS = 4                       # tactics per layer: the first PLANS execution plans of heuristics mode A
 _ACTS = {"RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh", "GELU_ERF": "gelu", "SILU": "swish",
@@ -282,7 +283,6 @@ class _CudnnConv(Tactic):
         except Exception as e:
             raise CudaError(f"cuDNN plan {self.index} failed: {e}") from e
         if tail:
-            from native.cuda.tactics.conv import epilogue
             epilogue(y, op, inputs, tail)
         return [y]
 

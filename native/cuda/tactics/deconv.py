@@ -12,9 +12,10 @@ from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import (FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array,
     same_float, suffix, weight)
+from native.cuda.tactics.epilogue import epilogue
 from native.cuda.tactics.geometry import SRC
-from native.tactics import Tactic, TacticRefusal, register_tactic
 from native.shared.conv_geometry import deconv_geometry
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 _PACKED: dict = {}   # (id(kernel), groups, dtype) -> (kernel, device [g, Mg*taps, Cg] matrix)
 
@@ -61,7 +62,6 @@ class CublasDeconv(Tactic):
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cuda.tactics.conv import epilogue
         from native.cuda.tactics.gemm import matmul
         if op.params.get("col2im"):
             raise TacticRefusal("ONNX Col2Im runs on the host")

@@ -10,6 +10,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import FLOAT_STORAGE, on_device, out_array, storage, suffix, weight
+from native.cuda.tactics.epilogue import epilogue
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 _HANDLE = {}
@@ -121,7 +122,6 @@ class CublasMatMul(Tactic):
         b = weight(op.weights["b"], a.dtype) if "b" in op.weights else on_device(inputs[1])
         if a.ndim < 2 or b.ndim < 2:
             raise TacticRefusal("vector operands run on the host")
-        from native.cuda.tactics.conv import epilogue
         y = matmul(a, b, bool(op.params.get("transpose_a")), bool(op.params.get("transpose_b")),
                    tf32=(op.math == "tf32"), outputs=outputs)
         return [epilogue(y, op, inputs)]

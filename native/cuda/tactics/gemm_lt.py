@@ -17,6 +17,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import FLOAT_STORAGE, on_device, out_array, weight
+from native.cuda.tactics.epilogue import epilogue
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 ALGOS = 4                          # heuristic results kept per problem: tactics cublaslt-algo-0..3
@@ -244,7 +245,6 @@ class _CublasLtMatMul(Tactic):
         return out
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cuda.tactics.conv import epilogue
         a = on_device(inputs[0])
         if a.ndim < 2:
             raise TacticRefusal("vector operands run on another tactic")

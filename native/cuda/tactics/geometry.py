@@ -11,37 +11,13 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, out_array, uploaded_from
+from native.cuda.tactics.common import bcast_strides, host_value, on_device, out_array  # noqa: F401  (host_value: resize.py, signal.py)
 from native.cuda.tactics.tensor import contiguous_strides, strided_copy
 from native.errors import ExecutionError
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "geometry.cu"
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")   # what data movement declares (any element type)
-MAX_VALUES = 64            # a value input longer than this is not a shape: its layer runs on the host
-
-
-def _capturing() -> bool:
-    from native.cuda.driver import _cu, check, context
-    cu = _cu()
-    status = check(cu.cuStreamIsCapturing(context().stream), "cuStreamIsCapturing")
-    return status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
-
-
-def host_value(x, what: str):
-    """The value of a small input as a numpy array: numpy passes; a device constant (Constant layers upload their
-    weights once, common.weight) is looked up by address; another device value is downloaded, except during
-    graph capture (TacticRefusal: the host twin runs the layer)."""
-    if x is None or not isinstance(x, GpuArray):
-        return None if x is None else np.asarray(x)
-    host = uploaded_from(x)
-    if host is not None:
-        return host
-    if x.size > MAX_VALUES:
-        raise TacticRefusal(f"{what} with {x.size} values is not a shape; the host tactic runs it")
-    if _capturing():
-        raise TacticRefusal(f"{what} computed on the device cannot be read while a CUDA graph is captured")
-    return x.get()
 
 
 def _ints(v) -> list:
@@ -91,7 +67,6 @@ class GpuExpand(Tactic):
     writes_outputs = True
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cuda.tactics.pointwise import bcast_strides
         x = on_device(inputs[0])
         shape = np.broadcast_shapes(x.shape, tuple(_ints(host_value(inputs[1], "Expand shape"))))
         out = out_array(outputs, 0, shape, x.dtype)

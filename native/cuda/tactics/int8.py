@@ -15,9 +15,10 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, weight
-from native.tactics import Tactic, TacticRefusal, register_tactic
-from native.shared.int8 import int8_params, leading_biases
+from native.cuda.tactics.epilogue import epilogue
 from native.shared.conv_geometry import geometry
+from native.shared.int8 import int8_params, leading_biases
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "int8.cu"
 _ROUNDING = {"half_even": 0, "half_up": 1, "half_away": 2, "half_away_from_zero": 2}
@@ -72,7 +73,6 @@ def finish(acc: GpuArray, out: GpuArray, out_offset: int, rs: int, cs: int, op, 
 
 def after(y: GpuArray, op, post_ops, inputs, rounding: int):
     """The float32 epilogue, then fake quantization to the output scale when the output is INT8."""
-    from native.cuda.tactics.conv import epilogue
     if post_ops:
         epilogue(y, op, inputs, post_ops)
     s_y = int8_params(op).get("output_scale")

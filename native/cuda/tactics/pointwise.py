@@ -10,6 +10,7 @@ from native.cuda.nvrtc import grid_for, kernel, kernel_from_source, launch, sour
 from native.cuda.tactics.common import (FLOAT_PRECISIONS, as_storage, on_device, out_array, same_float, storage, suffix,
                                         weight)
 from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.cuda.tactics.common import bcast_strides
 
 SRC = "pointwise.cu"
 _BINARY = {"SUM": "ew_sum", "SUB": "ew_sub", "PROD": "ew_prod", "DIV": "ew_div", "MAX": "ew_max", "MIN": "ew_min",
@@ -31,17 +32,6 @@ def broadcast_params(out_shape, a_shape, b_shape) -> np.ndarray:
         s[which:which + rank] = bcast_strides(out_shape, shape)
     s[2:2 + rank] = out_shape
     return s
-
-
-def bcast_strides(out_shape, shape) -> list:
-    """Element strides of a contiguous `shape` read at `out_shape`'s indices (0 along broadcast dims)."""
-    rank = len(out_shape)
-    shape = (1,) * (rank - len(shape)) + tuple(shape)
-    out, stride = [0] * rank, 1
-    for d in range(rank - 1, -1, -1):
-        out[d] = 0 if shape[d] == 1 else stride
-        stride *= shape[d]
-    return out
 
 
 def binary(name: str, a: GpuArray, b: GpuArray, out: GpuArray):

@@ -17,8 +17,8 @@ from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import FLOAT_PRECISIONS, on_device, out_array, suffix
 from native.cuda.tactics.geometry import SRC, _bits, host_value
 from native.cuda.tactics.tensor import contiguous_strides
-from native.tactics import Tactic, TacticRefusal, register_tactic
 from native.shared.resize import axis_plan, interp_taps, nearest_index, source_coords
+from native.tactics import Tactic, TacticRefusal, register_tactic
 
 MAX_LEVELS = 4           # resized axes one launch handles (the kernel's tap odometer)
 _TABLES: dict = {}        # key -> (levels, idx, w, bad, out_shape): device tap tables, built once per signature

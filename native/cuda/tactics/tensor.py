@@ -10,6 +10,7 @@ from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, weight
 from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.cuda.tactics.common import bcast_strides, cast, host_value  # noqa: F401  (cast: callers import it from here too)
 
 SRC = "tensor.cu"
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")
@@ -147,7 +148,6 @@ class GpuSplit(Tactic):
         axis = _axis(op, x.ndim)
         sizes = op.params.get("split")
         if len(inputs) > 1 and inputs[1] is not None:
-            from native.cuda.tactics.geometry import host_value
             sizes = [int(v) for v in host_value(inputs[1], "split sizes").reshape(-1)]
         if sizes is None:
             n = int(op.params.get("num_outputs") or 1)
@@ -204,7 +204,6 @@ class GpuSlice(Tactic):
         params = dict(op.params)
         for i, k in enumerate(("starts", "ends", "axes", "steps"), 1):
             if len(inputs) > i and inputs[i] is not None:
-                from native.cuda.tactics.geometry import host_value
                 params[k] = [int(v) for v in host_value(inputs[i], f"slice {k}").reshape(-1)]
         if params.get("starts") is None or params.get("ends") is None:
             raise TacticRefusal("slice bounds unknown: the host tactic reports it")
@@ -254,20 +253,6 @@ class GpuReformat(Tactic):
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         return [cast(on_device(inputs[0]), numerics.storage_numpy_dtype(op.params["to"]), outputs)]
-
-
-def cast(x: GpuArray, to, outputs=None) -> GpuArray:
-    """x stored as `to` (float32 / float16 / bfloat16, round to nearest even); x itself when it already is."""
-    to = np.dtype(to)
-    if x.dtype == to:
-        return x
-    if x.dtype.name not in _FLOATS or to.name not in _FLOATS:
-        raise TacticRefusal(f"cast {x.dtype} -> {to} runs on the host")
-    out = out_array(outputs, 0, x.shape, to)
-    if x.size:
-        launch(kernel(SRC, f"cast_{_CODE[x.dtype.name]}_{_CODE[to.name]}"), grid_for(x.size), (256, 1, 1),
-               [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size)])
-    return out
 
 
 @_gpu
@@ -346,7 +331,6 @@ class GpuSelect(Tactic):
 def select(c: GpuArray, a: GpuArray, b: GpuArray, outputs, src: str) -> GpuArray:
     """where(c, a, b) with broadcasting, by the `select_<itemsize>` kernel of kernels/<src> (its Select struct:
     rank, size, dims[8] and the element strides of c, a and b, 0 where broadcast)."""
-    from native.cuda.tactics.pointwise import bcast_strides
     shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
     if len(shape) > 8:
         raise TacticRefusal("rank above 8")
