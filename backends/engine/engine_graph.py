@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from backends.engine.params import check_params
 from native.errors import GraphError
 from native.tactics import Op, tactics_for, unsupported_reason
 
@@ -414,7 +415,6 @@ class Graph:
     def lint(self, outer: set | None = None, *, where: str = "", device: str = "cpu") -> "Graph":
         """Check the invariants (module docstring); raise GraphError naming every problem. `outer`: tensor names a
         subgraph may read from its enclosing graph. Returns self."""
-        from backends.engine.params import check_params
         problems = []
         defined = set(self.input_names) | set(outer or ())
         seen_out = {}

@@ -16,7 +16,8 @@ import numpy as np
 
 from backends.engine.engine_graph import Graph, Node, TensorInfo
 from backends.engine.plan_schema import check_header
-from native.errors import PlanError
+from native.device import get_device
+from native.errors import PlanError, UsageError
 
 MAGIC = b"DKPLAN\r\n"
 FORMAT_VERSION = 1
@@ -76,7 +77,6 @@ def _graph_to_json(graph: Graph, blob: _BlobWriter) -> dict:
 def serialize_plan(graph: Graph, config, parts: bool = False):
     """The plan's bytes; `parts`: the list of buffers that make them up, in order (no joined copy: what a caller
     writing the plan to a file wants, see `write_plan_parts`)."""
-    from native.device import get_device
     blob = _BlobWriter()
     header = {"producer": {"name": "debugkit", "version": producer_version()},
               "device": get_device(config.device).fingerprint(),
@@ -122,7 +122,6 @@ def write_plan_parts(parts, path) -> int:
         if os.path.exists(tmp):
             os.remove(tmp)
         if isinstance(e, OSError):
-            from native.errors import UsageError
             raise UsageError(f"cannot write the plan to {path}: {e.strerror or e}") from None
         raise
     return size

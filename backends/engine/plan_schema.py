@@ -17,7 +17,10 @@ import math
 
 from backends.engine.params import params_schema
 from backends.engine.schema import Any, Bool, Int, Lazy, List, Map, Null, Num, Obj, OneOf, Opt, Schema, Str  # noqa: F401
+from native.device import registered_devices
 from native.errors import PlanError
+from native.limits import default_limits
+from native.tactics import registered_kinds, tactics_for
 
 MAX_DEPTH = 32          # subgraph nesting
 MAX_RANK = 32
@@ -166,7 +169,6 @@ def _check_geometry(node, where, errors):
         # output_shape): bound what the padding can ask for
         extents = [a + b + max(c, 1) for a, b, c in zip(p.get("pre_padding") or [], p.get("post_padding") or [],
                                                         p.get("kernel_shape") or p.get("window") or [])]
-        from native.limits import default_limits
         if any(v > MAX_SPATIAL for v in extents) or math.prod(extents or [0]) > default_limits().max_elements:
             errors.append((f"{where}.params", f"padding and kernel extents {extents} exceed the limit "
                                               f"({MAX_SPATIAL} per axis) for a layer without recorded shapes"))
@@ -205,7 +207,6 @@ def _check_geometry(node, where, errors):
 
 
 def _check_recorded_sizes(node, where, errors):
-    from native.limits import default_limits
     limit = default_limits().max_elements
     for j, shape in enumerate((node.get("meta") or {}).get("output_shapes") or []):
         if shape and all(v >= 0 for v in shape) and math.prod(shape) > limit:
@@ -215,8 +216,6 @@ def _check_recorded_sizes(node, where, errors):
 def _tactic_ids(kind, device) -> set:
     """Ids of `kind`'s tactics on the plan's device, the CPU and every registered device (a DLA loadable's body
     runs DLA tactics inside a CPU plan)."""
-    from native.device import registered_devices
-    from native.tactics import tactics_for
     ids = set()
     for d in dict.fromkeys([device, "cpu", *registered_devices()]):
         try:
@@ -272,7 +271,6 @@ def header_errors(header, blob_len: int) -> list[tuple[str, str]]:
     HEADER.check(header, "", errors)
     if errors:
         return errors
-    from native.tactics import registered_kinds
     device = header["device"].get("device", "cpu")
     kinds = set(registered_kinds("cpu"))
     _check_names(header["graph"], "graph", set(), blob_len, kinds, device, 0, errors)
