@@ -244,3 +244,74 @@ def test_deconv_batchnorm_folds_into_kernel(group):
     fused, plain = build(m), build(m, fusion=False)
     np.testing.assert_allclose(run(fused, feeds)[0], run(plain, feeds)[0], rtol=1e-5, atol=1e-5)
     assert kinds(fused) == ["Deconvolution"] and "Normalization" in kinds(plain)
+
+
+def reference_conv1d(x, w, b, stride, pre, post, dil, groups):
+    """Direct float64 1-D convolution (test-only)."""
+    y = reference_conv(np.pad(x, [(0, 0), (0, 0), (pre, post)])[:, :, None, :], w[:, :, None, :], b, 1, 0, 1, groups)
+    # reference_conv takes one stride/dilation for both dims: subsample and dilate here instead
+    if stride == 1 and dil == 1:
+        return y[:, :, 0]
+    n, c, length = x.shape
+    k = w.shape[2]
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pre, post)])
+    lo = (length + pre + post - dil * (k - 1) - 1) // stride + 1
+    m, mg, cg = w.shape[0], w.shape[0] // groups, w.shape[1]
+    out = np.zeros((n, m, lo))
+    for o in range(lo):
+        patch = xp[:, :, o * stride:o * stride + dil * (k - 1) + 1:dil]
+        for g in range(groups):
+            out[:, g * mg:(g + 1) * mg, o] = patch[:, g * cg:(g + 1) * cg].reshape(n, -1) @ \
+                w[g * mg:(g + 1) * mg].reshape(mg, -1).T
+    return out + b.reshape(1, -1, 1)
+
+
+@pytest.mark.parametrize("c,m,length,k,stride,pre,post,dil,groups", [
+    (1, 16, 640, 64, 32, 0, 0, 1, 1), (4, 6, 50, 5, 2, 2, 1, 1, 2), (3, 5, 31, 3, 1, 1, 1, 2, 1), (2, 4, 9, 1, 1, 0, 0, 1, 1)])
+def test_1d_conv_tactics_match_reference(c, m, length, k, stride, pre, post, dil, groups):
+    """im2col-gemm (all taps gathered in one strided copy) and conv1d-gemm (the 2-D banded driver at height 1, writing
+    into the planned buffer) on [N, C, L] convolutions with a fused ReLU."""
+    x = RNG.standard_normal((2, c, length)).astype(np.float32)
+    w = RNG.standard_normal((m, c // groups, k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    params = {"num_output_maps": m, "kernel_shape": [k], "strides": [stride], "pre_padding": [pre],
+              "post_padding": [post], "dilations": [dil], "groups": groups,
+              "post_ops": [{"op": "activation", "type": "RELU"}]}
+    want = np.maximum(reference_conv1d(x, w, b, stride, pre, post, dil, groups), 0)
+    for name in ("im2col-gemm", "conv1d-gemm"):
+        t = next(t for t in tactics_for("Convolution") if t.name == name)
+        op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+        assert t.supports(op, [list(x.shape)]) is None, name
+        op.weights = t.prepare(op)
+        dst = np.full(want.shape, np.nan, np.float32)
+        got = t.run(op, [x], [dst])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3, err_msg=name)
+        if name == "conv1d-gemm":
+            assert np.shares_memory(got, dst)
+
+
+def test_im2col_gather_is_the_per_tap_gather_bit_for_bit():
+    """The N-d path's one strided copy builds exactly the column matrix the per-tap loop built: same GEMM operands,
+    the same floats out (FP32 results of this tactic did not change)."""
+    import itertools
+    from native.cpu.kernels.conv.epilogue import finish
+    from native.cpu.kernels.conv.geometry import geometry, pad_input, tap_slices
+    from native.cpu.kernels.conv.weights import gemm_weights
+    x = RNG.standard_normal((2, 3, 6, 7, 5)).astype(np.float32)
+    w = RNG.standard_normal((4, 3, 3, 2, 2)).astype(np.float32)
+    b = RNG.standard_normal(4).astype(np.float32)
+    params = {"num_output_maps": 4, "kernel_shape": [3, 2, 2], "strides": [1, 2, 1], "pre_padding": [1, 0, 1],
+              "post_padding": [1, 1, 0], "dilations": [1, 1, 2], "groups": 1}
+    t = next(t for t in tactics_for("Convolution") if t.name == "im2col-gemm")
+    op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+    op.weights = t.prepare(op)
+    got = t.run(op, [x])[0]
+    ks = [3, 2, 2]
+    strides, dil, pre, post, out = geometry(params, x.shape, ks)
+    xp = pad_input(x, pre, post)
+    cols = np.empty((2, 3, 12) + tuple(out), np.float32)
+    for i, taps in enumerate(itertools.product(*[range(k) for k in ks])):
+        cols[:, :, i] = xp[(slice(None), slice(None)) + tap_slices(taps, dil, strides, out)]
+    wm = gemm_weights(op, None, 1, np.float32)
+    y = np.matmul(wm, cols.reshape(2, 1, 36, -1)).reshape((2, 4) + tuple(out))
+    np.testing.assert_array_equal(got, finish(op, y, b, [x], np.dtype(np.float32))[0])

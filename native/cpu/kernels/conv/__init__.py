@@ -5,6 +5,7 @@ Convolution tactics the builder times against each other (registration order bre
   pointwise_1x1.py  1x1-gemm      pointwise convolution as a direct GEMM on the (strided) input
   depthwise.py      depthwise     groups == channels == outputs: per-tap multiply-accumulate, no GEMM
   depthwise_cl.py   depthwise-cl  the same channels-last between two reformats (many channels, small maps)
+  conv1d_gemm.py    conv1d-gemm   1-D convolutions as 2-D ones of height 1 through the banded GEMM driver
   shifted_gemm.py   shifted-gemm  stride 1: kh*kw GEMMs over shifted windows of the flattened input
   winograd.py       winograd-f2x3, winograd-f4x3   3x3 stride 1: Winograd minimal filtering (other rounding)
   sliding_window.py sliding-window  kh GEMMs of K = C*kw, one per kernel row (any stride; row partial sums)
@@ -17,7 +18,7 @@ packing kernel/bias), epilogue.py (bias, fused post-ops, merged shortcut), gemm2
 GEMM driver of im2col-gemm and 1x1-gemm), tuning.py (cache blocks and parallel thresholds).
 """
 from native.cpu.kernels.conv import im2col_gemm, pointwise_1x1, depthwise, shifted_gemm, winograd, deconv  # noqa: F401
-from native.cpu.kernels.conv import sliding_window, nhwc_gemm, fft, depthwise_cl  # noqa: F401,E402
+from native.cpu.kernels.conv import sliding_window, nhwc_gemm, fft, depthwise_cl, conv1d_gemm  # noqa: F401,E402
 # (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
 from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401

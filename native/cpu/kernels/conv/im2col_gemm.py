@@ -42,9 +42,18 @@ class Im2colGemm(Tactic):
         xp = pad_input(x, pre, post)
         n, c = x.shape[:2]
         ntaps = int(np.prod(ks))
-        cols = np.empty((n, c, ntaps) + tuple(out), dtype=dtype)
-        for t, taps in enumerate(itertools.product(*[range(k) for k in ks])):
-            cols[:, :, t] = xp[(slice(None), slice(None)) + tap_slices(taps, dil, strides, out)]
+        if isinstance(xp, np.ndarray) and xp.ndim == 2 + len(ks):
+            # every tap at once: one strided copy of [N, C, *kernel, *out] (tap order as itertools.product)
+            st = xp.strides
+            view = np.lib.stride_tricks.as_strided(
+                xp, (n, c) + tuple(ks) + tuple(out),
+                st[:2] + tuple(st[2 + i] * dil[i] for i in range(len(ks)))
+                + tuple(st[2 + i] * strides[i] for i in range(len(ks))), writeable=False)
+            cols = np.ascontiguousarray(view, dtype=dtype).reshape((n, c, ntaps) + tuple(out))
+        else:
+            cols = np.empty((n, c, ntaps) + tuple(out), dtype=dtype)
+            for t, taps in enumerate(itertools.product(*[range(k) for k in ks])):
+                cols[:, :, t] = xp[(slice(None), slice(None)) + tap_slices(taps, dil, strides, out)]
         wm = gemm_weights(op, w, g, dtype)                         # [g, Mg, Cg*taps]
         p = int(np.prod(out))
         cols = cols.reshape(n, g, (c // g) * ntaps, p)
