@@ -8,6 +8,7 @@ and source ONNX nodes; weights are referenced by offset. Loading never runs code
 """
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import zlib
@@ -25,7 +26,9 @@ _HEAD = struct.Struct("<8sIIQQII")
 ALIGN = 64
 
 
+@functools.lru_cache(maxsize=1)
 def producer_version():
+    """The installed debugkit's version (read once: the metadata lookup costs milliseconds per plan)."""
     try:
         from importlib.metadata import version
         return version("debugkit")

@@ -215,12 +215,23 @@ class LayerAloneProbe(ReduceProbe):
         self.low, self.extra_flags = low, tuple(extra_flags)
         self.calib = None if calib is None else {**calib, "cache": None}   # its own tensors: calibrated afresh
 
+    def timing_cache(self):
+        """One TimingCache for every layer-alone build in this process (per worker, by its key): the repeated
+        blocks of a model (the same kind, params and shapes) are timed and packed once."""
+        from debugkit.debug.executor import WorkerCache
+
+        def make():
+            from backends.engine.builder import TimingCache
+            return TimingCache()
+        return WorkerCache.get(("alone-timing", os.path.abspath(self.workdir), self.low), make)
+
     def __call__(self, label) -> float:
         from backends.runners import EngineRunner
         from native.errors import DebugkitError
         model, feeds, expected = self.subgraphs().build([label])
         try:
-            config = make_config(self.low, "fp32", (), self.extra_flags, calib=self.calib, feeds=feeds)
+            config = make_config(self.low, "fp32", (), self.extra_flags, calib=self.calib, feeds=feeds,
+                                 timing_cache=None if self.calib else self.timing_cache())
             with EngineRunner(model, config=config) as r:
                 out = r.infer(feeds)
         except DebugkitError:
