@@ -134,7 +134,16 @@ def first_divergence(model, results: dict, split=None, source="output", referenc
     first = make(failing[0])
     if first.born_here:
         _judge(first, results, order, producer, split)
-    first.born_elsewhere = [d for d in (make(t) for t in failing[1:]) if d.born_here][:10]
+    # other sites where an error is born (inputs agree), judged by the same criterion: an accumulating error that
+    # crosses the tolerance again downstream is not another birth. At most 3 are reported, 10 examined.
+    for t in failing[1:11]:
+        d = make(t)
+        if d.born_here:
+            _judge(d, results, order, producer, split)
+            if d.born_here:
+                first.born_elsewhere.append(d)
+                if len(first.born_elsewhere) == 3:
+                    break
     return first
 
 

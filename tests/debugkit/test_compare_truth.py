@@ -253,6 +253,16 @@ def test_born_or_accumulating(split, levels, born):
         assert "debug precision" in d.headline() and d.accumulation["layers"] == 4
 
 
+def test_other_birth_sites_are_judged_by_the_same_criterion():
+    m = _chain_model(6)
+    levels = [0.0, 3.0, 0.01, 2.0, 1.5, 2.5]     # t1 fails (clean input), t3 fails (clean input t2), t5 fails (t4 noisy)
+    results = {f"t{i}": _res(f"t{i}", lv <= 1, lv) for i, lv in enumerate(levels)}
+    results["t4"] = _res("t4", True, 0.9)
+    d = first_divergence(m, results)
+    assert d.tensor == "t1" and d.born_here
+    assert [x.tensor for x in d.born_elsewhere] == ["t3"]    # t5: inputs carry 0.9x, grows < 4x: not a birth
+
+
 def _mm_chain(path, n, bad=None):
     """x -> n x (MatMul + residual Add); layer `bad` has weights x2^-20 (FP16 subnormals) and two x2^10 after it."""
     rng = np.random.default_rng(0)
@@ -280,6 +290,7 @@ def test_accumulating_fp16_error_is_not_called_born_there(cli, tmp_path):
     head = next(l for l in out.splitlines() if l.startswith(">>> "))
     assert code == 1 and head.startswith(">>> error accumulates from node 'mm0' through node 'mm")
     assert "no single layer explains it" in head and "born there" not in head
+    assert "another error is born" not in out      # the same accumulation crossing the tolerance again downstream
 
 
 def test_a_planted_fp16_layer_is_born_there_although_its_inputs_carry_noise(cli, tmp_path):
