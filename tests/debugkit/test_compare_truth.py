@@ -337,3 +337,24 @@ def test_no_check_shapes_and_name_fallback_in_a_run(cli, chain, tmp_path):
     code, out, err = cli(*args, "--no-check-shapes")
     assert code == 0, out + err
     assert "comparing engine-runner's 'y' with onnxrt-runner[g.h5]'s 'y:0' (matched by substring" in err
+
+
+def test_cli_per_output_error_quantile(cli, tmp_path):
+    """--check-error-stat quantile with a per-output --error-quantile: the median passes where p99 fails."""
+    rng = np.random.default_rng(0)
+    ref = rng.uniform(1, 2, (1, 100)).astype(np.float32)
+    ours = ref.copy()
+    ours[0, :10] += 1.0                              # 10% of the elements are far off
+    path = _save(tmp_path / "id.onnx", [helper.make_node("Identity", ["x"], ["y"], name="i")], [("x", [1, 100])],
+                 [("y", [1, 100])])
+    from debugkit.data_file import DataWriter
+    for name, value in (("ref.h5", ref), ("ours.h5", ours)):
+        w = DataWriter(str(tmp_path / name), "outputs", {})
+        w.write_many("onnxrt-runner" if name == "ref.h5" else "engine-runner", 0, {"y": value}, None)
+        w.close()
+    base = ("run", path, "--load-outputs", tmp_path / "ours.h5", tmp_path / "ref.h5", "--allow-mismatched-inputs",
+            "--check-error-stat", "quantile")
+    code, out, _ = cli(*base)
+    assert code == 1 and "quantile 0.99 error" in out
+    code, out, err = cli(*base, "--error-quantile", "y:0.5")
+    assert code == 0, out + err
