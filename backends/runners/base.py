@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from native.device_arrays import shape_and_dtype
 from native.errors import FeedError, UsageError
 
 
@@ -86,10 +87,10 @@ class Runner:
         if missing:
             raise FeedError(f"missing feed(s) for input(s) {missing}")
         for name, m in meta.items():
-            v = np.asarray(feeds[name])
+            shape, _ = shape_and_dtype(feeds[name])   # a GPU tensor's shape is read from its interface, not copied
             if m.shape is not None:
-                if v.ndim != len(m.shape) or any(isinstance(d, int) and d >= 0 and d != s for d, s in zip(m.shape, v.shape)):
-                    raise FeedError(f"input '{name}' has shape {list(v.shape)}, which does not fit the model's "
+                if len(shape) != len(m.shape) or any(isinstance(d, int) and d >= 0 and d != s for d, s in zip(m.shape, shape)):
+                    raise FeedError(f"input '{name}' has shape {list(shape)}, which does not fit the model's "
                                     f"shape {list(m.shape)}")
 
     def _require_active(self, what):

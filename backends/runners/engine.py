@@ -8,6 +8,7 @@ import numpy as np
 from backends.runners.base import Runner, TensorMeta
 from backends.runners.model import load_onnx, markable_onnx_tensors, onnx_input_metadata
 from native.device import get_device
+from native.device_arrays import is_device_array, shape_and_dtype
 from native.errors import UsageError
 
 PLAN_MAGIC = b"DKPLAN\r\n"
@@ -31,13 +32,16 @@ class EngineRunner(Runner):
     `infer` with that feed's shapes (the feed also drives tactic timing).
     flags: BuilderFlag values ("fp16", "tf32", ...); config: a ready BuilderConfig (flags given too are set on it).
     calibrator: an INT8 calibrator (e.g. backends.engine.Calibrator(batches)) for flags=("int8",).
+    On the cuda device `infer` takes GPU tensors (torch, cupy) as feeds without a host copy, and with
+    device_outputs=True returns device arrays (`torch.as_tensor(out, device="cuda")` wraps them, no copy).
     """
 
     prefix = "engine-runner"
 
     def __init__(self, model, shapes=None, flags=(), config=None, name=None, device=None, save_plan=None,
-                 calibrator=None, profile=False):
+                 calibrator=None, profile=False, device_outputs=False):
         super().__init__(name)
+        self.device_outputs = device_outputs   # cuda: infer returns device arrays (no device-to-host copy)
         self.calibrator = calibrator
         self.model_source = model
         self.shapes = dict(shapes or {})
@@ -150,11 +154,12 @@ class EngineRunner(Runner):
 
     def _infer(self, feeds, taps):
         if self.engine is None:
-            self.shapes.update({k: tuple(np.shape(v)) for k, v in feeds.items()})
-            self._build(timing_feeds=feeds)
-        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+            self.shapes.update({k: tuple(shape_and_dtype(v)[0]) for k, v in feeds.items()})
+            on_device = any(is_device_array(v) for v in feeds.values())
+            self._build(timing_feeds=None if on_device else feeds)   # GPU tensors: the builder makes its own
+        feeds = {k: v if is_device_array(v) else np.asarray(v) for k, v in feeds.items()}
         self.context.profiler = self.profiler
-        return self.context.execute(feeds, taps=taps)
+        return self.context.execute(feeds, taps=taps, device_outputs=self.device_outputs)
 
 
 def _is_range(v):

@@ -161,7 +161,7 @@ def run(args) -> int:
             times, _ = B.interleaved(contenders, args.iterations, args.duration, after=collect)
             wall = None
         result.update(_figures(times["engine"], result["batch"], wall))
-        result.update(_transfers(device_times, engine))
+        result.update(_transfers(device_times, engine, feeds))
         if ort is not None:
             o = _figures(times["onnxrt"], result["batch"], None)
             o["median_ratio_engine_over_onnxrt"] = result["latency_ms"]["median"] / o["latency_ms"]["median"]
@@ -231,14 +231,19 @@ def _figures(times, batch, wall) -> dict:
     return out
 
 
-def _transfers(device_times, engine) -> dict:
-    """Host-to-device, compute and device-to-host times as the device measured them, or why there are none."""
+def _transfers(device_times, engine, feeds) -> dict:
+    """Host-to-device, compute and device-to-host times as the device measured them (and the upload's bandwidth
+    over the feeds' bytes), or why there are none."""
     from debugkit import benchmark as B
     if device_times:
         out = {}
         for key in ("h2d_ms", "compute_ms", "d2h_ms"):
             vals = [t[key] / 1e3 for t in device_times if t.get(key) is not None]
             out[key] = B.latency_stats(vals) if vals else None
+        nbytes = sum(int(getattr(v, "nbytes", 0) or 0) for v in feeds.values())
+        median = out["h2d_ms"]["median"] if out["h2d_ms"] else None
+        out["h2d_bytes"] = nbytes
+        out["h2d_gb_per_s"] = nbytes / (median * 1e6) if median else None
         out["transfers_note"] = f"measured by the {engine.device} device on its own clock, per execute"
         return out
     why = (f"not applicable: the {engine.device} device computes in host memory (no copies)"
@@ -303,6 +308,9 @@ def _print(r, args):
         for key, label in (("h2d_ms", "host-to-device"), ("compute_ms", "compute"), ("d2h_ms", "device-to-host")):
             if r.get(key):
                 print(f"{label} ms: {_stat_line(r[key])}", file=out)
+        if r.get("h2d_gb_per_s"):
+            print(f"host-to-device bandwidth: {r['h2d_gb_per_s']:.1f} GB/s ({r['h2d_bytes'] / 1e6:.1f} MB of inputs "
+                  f"per inference, median)", file=out)
     if "compare" in r:
         o = r["compare"]["onnxrt"]
         print(f"onnxrt (same run, interleaved) latency ms: {_stat_line(o['latency_ms'])}", file=out)

@@ -9,7 +9,7 @@ from native.cuda.driver import context
 
 class GpuArray:
     """Device memory owned by this object (freed to the stream-ordered pool when it dies), or a view of another
-    GpuArray's memory (`base`). Shapes and dtypes follow numpy's conventions."""
+    GpuArray's (or another library's device tensor's) memory (`base`, kept alive by the view). Shapes and dtypes follow numpy's conventions."""
 
     __slots__ = ("ptr", "shape", "dtype", "base", "_owns", "__weakref__")
 
@@ -42,7 +42,7 @@ class GpuArray:
             known = int(np.prod([d for d in shape if d != -1], dtype=np.int64)) or 1
             shape = tuple(self.size // known if d == -1 else d for d in shape)
         assert int(np.prod(shape, dtype=np.int64)) == self.size, f"cannot reshape {self.shape} to {shape}"
-        return GpuArray(shape, self.dtype, self.ptr, base=self.base or self)
+        return GpuArray(shape, self.dtype, self.ptr, base=self if self.base is None else self.base)
 
     @classmethod
     def from_host(cls, host) -> "GpuArray":
@@ -58,8 +58,41 @@ class GpuArray:
         a = self.get()
         return a if dtype is None else a.astype(dtype)
 
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """CUDA Array Interface v3: torch.as_tensor(x, device="cuda") or cupy.asarray(x) wrap this memory without
+        a copy. No stream is named: the engine synchronizes before it hands device outputs out."""
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": None, "stream": None}
+
+    @classmethod
+    def wrap(cls, obj) -> "GpuArray":
+        """A view of another library's device tensor (torch, cupy: anything with `__cuda_array_interface__`), kept
+        alive by the view; no copy. Waits for the producer's stream when the interface names one. Non-contiguous
+        tensors are refused (make them contiguous first: the engine reads dense C-order buffers)."""
+        cai = obj.__cuda_array_interface__
+        shape, dtype = tuple(int(d) for d in cai["shape"]), np.dtype(cai["typestr"])
+        strides = cai.get("strides")
+        if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize) and int(np.prod(shape)) > 1:
+            from native.errors import FeedError
+            raise FeedError(f"a device tensor of shape {list(shape)} with strides {list(strides)} is not "
+                            f"C-contiguous; pass tensor.contiguous()")
+        stream = cai.get("stream")
+        if stream is not None and int(cai.get("version", 0)) >= 3:
+            _driver.check(_driver._cu().cuStreamSynchronize(int(stream)), "cuStreamSynchronize(producer stream)")
+        ptr = int(cai["data"][0])
+        return cls(shape, dtype, ptr, base=obj)
+
     def __repr__(self):
         return f"GpuArray(shape={self.shape}, dtype={self.dtype.name}, ptr=0x{self.ptr:x})"
+
+
+def _c_strides(shape, itemsize) -> tuple:
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(strides))
 
 
 def _c_order(x) -> np.ndarray:
@@ -74,9 +107,12 @@ def to_host(x):
 
 
 def to_device(x):
-    """GpuArray for a numeric numpy array; other values (None, strings, sequences) unchanged."""
+    """GpuArray for a numeric numpy array or another library's device tensor (a view, no copy); other values
+    (None, strings, sequences) unchanged."""
     if isinstance(x, GpuArray) or x is None:
         return x
+    if hasattr(x, "__cuda_array_interface__"):
+        return GpuArray.wrap(x)
     if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "biuf" or (
             isinstance(x, np.ndarray) and x.dtype.name in ("bfloat16", "float8_e4m3fn")):
         return GpuArray.from_host(x)

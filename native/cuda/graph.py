@@ -14,6 +14,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.driver import CudaError, _cu, check, context
+from native.device_arrays import is_device_array, shape_and_dtype
 
 
 class CapturedGraph:
@@ -23,9 +24,9 @@ class CapturedGraph:
         ctx = context()
         self.inputs = {}
         for k, v in host_feeds.items():
-            v = np.asarray(v)
-            buf = GpuArray(v.shape, v.dtype)
-            ctx.upload(buf.ptr, v)
+            shape, dtype = shape_and_dtype(v)
+            buf = GpuArray(shape, dtype)
+            _fill(ctx, buf, v)
             self.inputs[k] = buf
         ctx.synchronize()
         check(cu.cuStreamBeginCapture(ctx.stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
@@ -55,13 +56,14 @@ class CapturedGraph:
         flags = cu.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
         self.graph = graph
         self.exec = check(cu.cuGraphInstantiate(graph, int(flags)), "cuGraphInstantiate")
-        self.key = tuple((k, tuple(np.shape(v)), np.asarray(v).dtype.str) for k, v in sorted(host_feeds.items()))
+        self.key = feeds_key(host_feeds)
 
     def launch(self, host_feeds: dict, timeline=None) -> dict:
-        """Upload the feeds into the static input buffers and launch; returns the (device) outputs."""
+        """Copy the feeds (host arrays or GPU tensors) into the static input buffers and launch; returns the
+        (device) outputs."""
         ctx = context()
         for k, v in host_feeds.items():
-            ctx.upload(self.inputs[k].ptr, np.asarray(v))
+            _fill(ctx, self.inputs[k], v)
         if timeline is not None:
             timeline.mark("h2d")
         check(_cu().cuGraphLaunch(self.exec, ctx.stream), "cuGraphLaunch")
@@ -74,3 +76,22 @@ class CapturedGraph:
             cu.cuGraphDestroy(self.graph)
         except Exception:
             pass
+
+
+def feeds_key(feeds: dict) -> tuple:
+    """What a captured graph is specific to: every feed's name, shape and dtype."""
+    return tuple((k, *_meta(v)) for k, v in sorted(feeds.items()))
+
+
+def _meta(v):
+    shape, dtype = shape_and_dtype(v)
+    return tuple(shape), dtype.str
+
+
+def _fill(ctx, buf: GpuArray, v):
+    """Copy one feed into a device buffer: from the host through the pinned stage, from a GPU tensor directly."""
+    if is_device_array(v):
+        src = v if isinstance(v, GpuArray) else GpuArray.wrap(v)
+        ctx.upload_from_device(buf.ptr, src.ptr, buf.nbytes)
+    else:
+        ctx.upload(buf.ptr, np.asarray(v))

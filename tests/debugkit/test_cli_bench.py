@@ -122,7 +122,7 @@ def test_device_timings_are_reported_apart_when_the_context_has_them(tmp_path, m
     from backends.engine.runtime import runtime
     real = runtime.ExecutionContext.execute
 
-    def execute(self, feeds, taps=()):
+    def execute(self, feeds, taps=(), device_outputs=False):
         out = real(self, feeds, taps)
         self.timings = {"h2d_ms": 1.0, "compute_ms": 2.0, "d2h_ms": 0.5}
         return out

@@ -18,6 +18,7 @@ from backends.engine.runtime.arena import ArenaCache
 from backends.engine.runtime.executor import GraphExecutor
 from native.config import settings, tune_process_default
 from native.device import device_for_plan
+from native.device_arrays import is_device_array, shape_and_dtype
 from native.errors import DebugkitError, FeedError, InputFileError, PlanError, ShapeError, UsageError
 from native.logger import G_LOGGER
 
@@ -194,16 +195,25 @@ class ExecutionContext:
             if want is None:    # not a tensor input (sequence, optional): passed as given
                 out[info.name] = v
                 continue
-            if type(v) is not np.ndarray:
+            if type(v) is np.ndarray:
+                shape, dtype = v.shape, v.dtype
+            elif is_device_array(v):   # a GPU tensor (torch, cupy): checked from its interface, never copied here
+                if self.engine._device.host_memory:
+                    raise FeedError(f"input '{info.name}' is a GPU tensor, but this engine runs on "
+                                    f"'{self.engine._device.name}' (host memory): pass a host array "
+                                    f"(e.g. tensor.cpu().numpy()) or build for --device cuda")
+                shape, dtype = shape_and_dtype(v)
+            else:
                 v = np.asarray(v)
-            if want is not True and v.dtype != want and v.dtype.name != info.dtype and not (
-                    info.dtype == "object" and v.dtype.kind in "OUS"):
-                raise FeedError(f"input '{info.name}' expects dtype {info.dtype}, got {v.dtype.name}; cast the feed "
+                shape, dtype = v.shape, v.dtype
+            if want is not True and dtype != want and dtype.name != info.dtype and not (
+                    info.dtype == "object" and dtype.kind in "OUS"):
+                raise FeedError(f"input '{info.name}' expects dtype {info.dtype}, got {dtype.name}; cast the feed "
                                 f"(e.g. array.astype(np.{info.dtype}))")
             key = (info.name, self.active_profile)
-            if checked.get(key) != v.shape:   # a shape already accepted at this profile is not checked again
-                self._check_shape(info, v.shape)
-                checked[key] = v.shape
+            if checked.get(key) != shape:   # a shape already accepted at this profile is not checked again
+                self._check_shape(info, shape)
+                checked[key] = shape
             out[info.name] = v
         return out
 
@@ -233,11 +243,14 @@ class ExecutionContext:
             self.__dict__["_dtypes_cache"] = cached
         return cached
 
-    def execute(self, feeds: dict, taps=()) -> dict:
+    def execute(self, feeds: dict, taps=(), device_outputs: bool = False) -> dict:
         """Run the engine; returns {output name: array} plus any tapped intermediate tensors.
 
-        On a device with its own memory (CUDA) `self.timings` then holds the last execution's host-to-device,
-        compute and device-to-host times in ms, measured apart on the device's clock."""
+        On a device with its own memory (CUDA) feeds may be GPU tensors (torch, cupy: `__cuda_array_interface__`),
+        used in place with no host copy, and `device_outputs=True` returns the results as device arrays of their
+        own memory (wrap them with `torch.as_tensor(x, device="cuda")`) instead of copying them to the host.
+        `self.timings` then holds the last execution's host-to-device, compute and device-to-host times in ms,
+        measured apart on the device's clock."""
         feeds = self._check_feeds(feeds)
         if taps:
             aliases = self.engine.graph.aliases
@@ -268,14 +281,14 @@ class ExecutionContext:
                 if r in env:
                     result[t] = env[r]
             return result
-        out = dev.copy_to_host
+        out = dev.duplicate if device_outputs else dev.copy_to_host
         result = {name: out(env[name]) for name in outputs}
         for t, r in resolved.items():
             if r in env:
                 result[t] = out(env[r])
         if timeline is not None:
             timeline.mark("d2h")
-            self.timings = timeline.durations()
+            self.timings = timeline.durations()   # waits for the last event: device outputs are ready to share
         return result
 
     # CUDA graphs (trtexec --useCudaGraph) ----------------------------------------------------------------
@@ -293,7 +306,7 @@ class ExecutionContext:
 
     def _graph_launch(self, feeds, timeline):
         dev = self.engine._device
-        key = tuple((k, tuple(np.shape(v)), np.asarray(v).dtype.str) for k, v in sorted(feeds.items()))
+        key = tuple((k, tuple(shape_and_dtype(v)[0]), shape_and_dtype(v)[1].str) for k, v in sorted(feeds.items()))
         graph = getattr(self, "_graph", None)
         if graph is None or graph.key != key:
             self._graph = None
