@@ -39,7 +39,7 @@ def check(result, what="CUDA call"):
 
 # Uploads above this size are split into chunks that copier threads stage while earlier chunks are in flight.
 UPLOAD_CHUNK_BYTES = 4 << 20
-COPY_THREADS = max(1, min(4, (os.cpu_count() or 2) // 2))
+COPY_THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 class Context:

@@ -33,7 +33,7 @@ def test_torch_cuda_tensors_in_and_device_arrays_out_without_host_copies(tmp_pat
     from backends.runners import EngineRunner
     path = tmp_path / "convnet.onnx"
     onnx.save(_convnet(), path)
-    xs = [np.random.default_rng(i).standard_normal((2, 16, 32, 32)).astype(np.float32) for i in range(2)]
+    xs = [np.random.default_rng(i).standard_normal((4, 16, 32, 32)).astype(np.float32) for i in range(2)]
     with EngineRunner(str(path), device="cuda", shapes={"x": xs[0].shape}) as r:
         want = [r.infer({"x": x})["y"] for x in xs]
         ctx = r.context
@@ -58,7 +58,7 @@ def test_runner_infer_takes_torch_feeds_and_refuses_non_contiguous_ones(tmp_path
     from native.errors import FeedError
     path = tmp_path / "convnet.onnx"
     onnx.save(_convnet(), path)
-    x = np.random.default_rng(3).standard_normal((2, 16, 32, 32)).astype(np.float32)
+    x = np.random.default_rng(3).standard_normal((4, 16, 32, 32)).astype(np.float32)
     with EngineRunner(str(path), device="cuda", shapes={"x": x.shape}, device_outputs=True) as r:
         got = r.infer({"x": torch.from_numpy(x).cuda()})["y"]
         ref = r.context.execute({"x": x})["y"]
