@@ -349,9 +349,8 @@ def test_cli_per_output_error_quantile(cli, tmp_path):
                  [("y", [1, 100])])
     from debugkit.data_file import DataWriter
     for name, value in (("ref.h5", ref), ("ours.h5", ours)):
-        w = DataWriter(str(tmp_path / name), "outputs", {})
-        w.write_many("onnxrt-runner" if name == "ref.h5" else "engine-runner", 0, {"y": value}, None)
-        w.close()
+        with DataWriter(str(tmp_path / name), "outputs", {}) as w:   # a writer left by its block is a whole file
+            w.write_many("onnxrt-runner" if name == "ref.h5" else "engine-runner", 0, {"y": value}, None)
     base = ("run", path, "--load-outputs", tmp_path / "ours.h5", tmp_path / "ref.h5", "--allow-mismatched-inputs",
             "--check-error-stat", "quantile")
     code, out, _ = cli(*base)
