@@ -22,6 +22,11 @@ from native.errors import DebugkitError, InputFileError, ModelError, ParseError
 from native.logger import G_LOGGER
 
 
+# the newest ai.onnx opset and IR version whose changes the importers implement (onnx 1.23.2's)
+MAX_OPSET = 28
+MAX_IR_VERSION = 14
+
+
 @dataclass
 class ParserError:
     node: str
@@ -205,6 +210,23 @@ def _bind(ctx, onnx_name, tensor, node_layers):
     tensor.kind = kind
 
 
+def changed_after_max_opset(domain: str, op_type: str, opset: int) -> str | None:
+    """Why a node of an ai.onnx opset newer than MAX_OPSET cannot import (None when it can): the installed onnx
+    says its op was defined or redefined after MAX_OPSET. Ops it does not know go on to the importers and plugins
+    (whose error names op and opset too); where the installed onnx predates the opset, ops import with their
+    MAX_OPSET meaning (the parser warns once)."""
+    if domain or opset <= MAX_OPSET:
+        return None
+    try:
+        since = onnx.defs.get_schema(op_type, opset, "").since_version
+    except Exception:
+        return None
+    if since <= MAX_OPSET:
+        return None
+    return (f"unsupported op '{op_type}' of ai.onnx opset {opset}: its opset-{since} definition is newer than the "
+            f"newest we implement (opset {MAX_OPSET})")
+
+
 def import_graph(ctx: ImportContext, graph: onnx.GraphProto, subgraph=False) -> list:
     network = ctx.network
     errors: list[ParserError] = []
@@ -251,6 +273,10 @@ def import_graph(ctx: ImportContext, graph: onnx.GraphProto, subgraph=False) -> 
             continue
         domain = node.domain if node.domain not in ("ai.onnx",) else ""
         opset = ctx.opsets.get(domain, ctx.opset)
+        newer = changed_after_max_opset(domain, node.op_type, opset)
+        if newer:
+            errors.append(ParserError(label, node.op_type, newer, index))
+            continue
         importer = find_importer(domain, node.op_type, opset)
         if importer is None:
             from native.plugins import find_plugin
@@ -345,8 +371,13 @@ class OnnxParser:
         for imp in proto.opset_import:
             opsets["" if imp.domain in ("", "ai.onnx") else imp.domain] = imp.version
         opsets.setdefault("", 1)
-        if not 1 <= opsets[""] <= 26:
-            self.errors.append(ParserError("<model>", "opset", f"ai.onnx opset {opsets['']} is outside the supported range 1..26"))
+        if proto.ir_version > MAX_IR_VERSION:
+            self.logger.warning(f"IR version {proto.ir_version} is newer than the newest we read ({MAX_IR_VERSION}): "
+                                f"parsing it as IR {MAX_IR_VERSION}")
+        if opsets[""] > MAX_OPSET:
+            self.logger.warning(f"ai.onnx opset {opsets['']} is newer than the newest we implement ({MAX_OPSET}): "
+                                f"ops that did not change after opset {MAX_OPSET} import as usual, the others are "
+                                f"reported by name")
         types = {}
         try:
             skel = weights_detached(proto)   # inference reads no weight values: a copy without their bytes

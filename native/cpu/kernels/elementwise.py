@@ -40,10 +40,8 @@ def _pow(a, b):
 
 def _mod(a, b):
     """ONNX Mod with fmod=0: the result takes the divisor's sign (Python %)."""
-    if a.dtype.kind in "iu":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.mod(a, b)
-    return np.mod(a, b)
+    with np.errstate(divide="ignore", invalid="ignore"):   # x % 0 and inf % y are NaN (opset 28 states it)
+        return np.mod(a, b)
 
 
 def _fmod(a, b):

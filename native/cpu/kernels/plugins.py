@@ -37,5 +37,5 @@ class PluginTactic(Tactic):
 
 
 from native.cpu.kernels import (  # noqa: E402,F401  (registers the built-in plugins)
-    plugins_attention, plugins_detection, plugins_image, plugins_misc, plugins_ml, plugins_random, plugins_signal,
-    plugins_text)
+    plugins_attention, plugins_detection, plugins_image, plugins_misc, plugins_ml, plugins_random, plugins_recurrent,
+    plugins_signal, plugins_text)

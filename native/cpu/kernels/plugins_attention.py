@@ -1,4 +1,4 @@
-"""Built-in plugins for transformer ops: Attention (opset 23/24), RotaryEmbedding (23), TensorScatter (24)."""
+"""Built-in plugins for transformer ops: Attention (opsets 23-25), RotaryEmbedding (23), TensorScatter (24)."""
 import numpy as np
 
 from native.plugins import Plugin, register_plugin
@@ -12,9 +12,14 @@ def _split_heads(x, heads):
 
 @register_plugin
 class AttentionPlugin(Plugin):
-    """Scaled dot-product attention with masks (bool or additive, short last dim padded with -inf), causal
-    (query i sees keys up to past_len + i), grouped-query heads, softcap, past/present KV concat and
-    nonpad_kv_seqlen. float16/bfloat16 compute in float32 (softmax_precision is not needed beyond that)."""
+    """Scaled dot-product attention (opsets 23-25): masks (bool or additive, short last dim padded with -inf),
+    grouped-query heads, past/present KV concat, nonpad_kv_seqlen, softcap, and opset 25's left/right windows.
+
+    As onnx 1.23's definition states it: a query at absolute position p = offset + i (offset: the past length, or
+    nonpad_kv_seqlen - S_q per batch for an external cache) attends key j when j <= p (is_causal), p - left <= j
+    and j <= p + right (windows >= 0), j < nonpad_kv_seqlen and the bool mask allows it; softcap applies to the
+    logits before the mask is added; a query row with no key left is a zero row (not NaN). qk_matmul_output_mode:
+    0 QK, 1 after softcap, 2 plus the mask, 3 the probabilities. float16/bfloat16 compute in float32."""
 
     name = "Attention"
 
@@ -42,29 +47,48 @@ class AttentionPlugin(Plugin):
         scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else float(scale)
         scores = (qf @ np.swapaxes(kf, -1, -2)) * work(scale)
         qk0 = scores
+        softcap = float(fields.get("softcap", 0.0) or 0.0)
+        if softcap > 0:
+            scores = softcap * np.tanh(scores / softcap)
+        qk1 = scores
+        batch = scores.shape[0]
         lq, lk = scores.shape[-2:]
-        bias = np.zeros((lq, lk), work)
+        if nonpad is not None:
+            nonpad = np.asarray(nonpad).reshape(-1).astype(np.int64)
+            offset = nonpad - lq                                   # external cache: per batch
+        else:
+            offset = np.full(batch, past_len, np.int64)
+        pos = offset[:, None, None] + np.arange(lq)[None, :, None]   # (B, lq, 1): each query's absolute position
+        j = np.arange(lk)[None, None, :]
+        allowed = np.ones((batch, lq, lk), bool)
         if int(fields.get("is_causal", 0)):
-            bias = np.where(np.tril(np.ones((lq, lk), bool), k=past_len), bias, -np.inf).astype(work)
+            allowed &= j <= pos
+        left, right = int(fields.get("left_window_size", -1)), int(fields.get("right_window_size", -1))
+        if left >= 0:
+            allowed &= j >= pos - left
+        if right >= 0:
+            allowed &= j <= pos + right
+        if nonpad is not None:
+            allowed &= j < nonpad[:, None, None]
+        allowed = allowed[:, None]                                  # (B, 1, lq, lk)
+        bias = np.zeros((1, 1, lq, lk), work)
         if mask is not None:
             if mask.shape[-1] < lk:
                 pad = [(0, 0)] * (mask.ndim - 1) + [(0, lk - mask.shape[-1])]
                 mask = np.pad(mask, pad, constant_values=False if mask.dtype == bool else -np.inf)
-            mask = np.where(mask, 0, -np.inf).astype(work) if mask.dtype == bool else mask.astype(work)
-            bias = bias + mask
-        if nonpad is not None:
-            valid = np.arange(lk)[None, :] < np.asarray(nonpad).reshape(-1, 1)  # (B, lk)
-            bias = bias + np.where(valid, 0, -np.inf).astype(work)[:, None, None, :]
-        scores = scores + bias
-        qk1 = scores
-        softcap = float(fields.get("softcap", 0.0) or 0.0)
-        if softcap > 0:
-            scores = softcap * np.tanh(scores / softcap)
+            if mask.dtype == bool:
+                allowed = allowed & mask
+            else:
+                bias = bias + mask.astype(work)
+        with np.errstate(invalid="ignore"):
+            scores = np.where(allowed, scores + bias, -np.inf).astype(work)
         qk2 = scores
-        with np.errstate(invalid="ignore", divide="ignore"):  # fully masked rows give NaN, as in the spec
+        with np.errstate(invalid="ignore", divide="ignore"):
             m = np.max(scores, axis=-1, keepdims=True)
-            e = np.exp(scores - np.where(np.isfinite(m), m, 0))
-            probs = e / np.sum(e, axis=-1, keepdims=True)
+            live = np.isfinite(m) | (m > 0)                        # a row with some key left
+            e = np.where(live, np.exp(scores - np.where(np.isfinite(m), m, 0)), 0)
+            total = np.sum(e, axis=-1, keepdims=True)
+            probs = np.where(total > 0, e / np.where(total > 0, total, 1), 0).astype(work)   # fully masked: zeros
         y = probs @ vf
         if three_d:
             b, h, s, d = y.shape

@@ -297,6 +297,11 @@ def range_(op, inputs):
         raise ExecutionError(f"Range '{op.name}': start {start}, limit {limit}, delta {delta} give no finite length")
     n = max(int(count), 0)
     check_size(op, [n], start.dtype.itemsize)
+    # opset 27: float16/bfloat16 compute in the stash type, float32 (TensorProto code 1) unless the model says so
+    if start.dtype.itemsize == 2 and start.dtype.kind == "f" or start.dtype.name == "bfloat16":
+        if int(op.params.get("stash_type", 1)) == 1:
+            work = np.float32
+            return [(work(start) + np.arange(n, dtype=work) * work(delta)).astype(start.dtype)]
     return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
 
 

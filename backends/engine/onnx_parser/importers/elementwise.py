@@ -262,6 +262,25 @@ class Swish(OpImporter):
         return _out(ctx.add_layer("Activation", inputs[:1], params))
 
 
+@onnx_op("SwiGLU", 28)
+class SwiGLU(OpImporter):
+    """Swish(A, alpha) * B (opset 28): the Swish activation of the gate, then a product; A and B have one shape
+    (no broadcasting)."""
+
+    def convert(self, ctx, node, inputs, attrs):
+        a, b = inputs[0], inputs[1]
+        if a is None or b is None:
+            raise ParseError("SwiGLU needs both inputs, A (the gate) and B")
+        if a.shape is not None and b.shape is not None and (len(a.shape) != len(b.shape) or any(
+                x >= 0 and y >= 0 and x != y for x, y in zip(a.shape, b.shape))):
+            raise ParseError(f"SwiGLU's inputs must have one shape (no broadcasting): A {list(a.shape)}, "
+                             f"B {list(b.shape)}")
+        alpha = float(attrs.get("alpha", 1.0))
+        params = {"type": "SILU"} if alpha == 1.0 else {"type": "SWISH", "alpha": alpha}
+        gate = ctx.add_layer("Activation", [a], params).outputs[0]
+        return _out(ctx.add_layer("ElementWise", [gate, b], {"op": "PROD"}))
+
+
 @onnx_op("PRelu")
 class PRelu(OpImporter):
     """Activation PRELU with the (broadcast) slope as input 1."""

@@ -402,8 +402,12 @@ class Size(OpImporter):
 
 @onnx_op("Range", 11)
 class Range(OpImporter):
+    """Opset 27's stash_type (float16/bfloat16: the type of the arithmetic, float32 by default) rides along only
+    when the model sets another one."""
+
     def convert(self, ctx, node, inputs, attrs):
-        return ctx.add_layer("Range", inputs[:3]).outputs
+        stash = int(attrs.get("stash_type", 1))
+        return ctx.add_layer("Range", inputs[:3], {"stash_type": stash} if stash != 1 else None).outputs
 
 
 @onnx_op("TopK")
@@ -465,14 +469,19 @@ class DepthToSpace(OpImporter):
 
 @onnx_op("SpaceToDepth")
 class SpaceToDepth(OpImporter):
-    """Shuffle: reshape to 6-D, transpose, reshape back. Needs static C, H, W."""
+    """Shuffle: reshape to 6-D, transpose (DCR, or CRD from opset 28), reshape back. Needs static C, H, W."""
 
     def convert(self, ctx, node, inputs, attrs):
         x, b = inputs[0], int(attrs["blocksize"])
         if x.shape is None or len(x.shape) != 4 or any(d < 0 for d in x.shape[1:]):
             raise ParseError("SpaceToDepth needs a 4-D input with static C, H, W")
         _, c, h, w = x.shape
-        y = _shuffle(ctx, x, reshape_dims=[0, c, h // b, b, w // b, b], second_transpose=[0, 3, 5, 1, 2, 4],
+        mode = attrs.get("mode", "DCR")   # opset 28; earlier opsets: DCR
+        if mode not in ("DCR", "CRD"):
+            raise ParseError(f"SpaceToDepth mode must be DCR or CRD, got {mode!r}")
+        # DCR: the block's row, column, then the channel vary slowest to fastest in the output depth; CRD: channel first
+        perm = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
+        y = _shuffle(ctx, x, reshape_dims=[0, c, h // b, b, w // b, b], second_transpose=perm,
                      zero_is_placeholder=True)
         return [_shuffle(ctx, y, reshape_dims=[0, c * b * b, h // b, w // b], zero_is_placeholder=True)]
 
