@@ -1,4 +1,11 @@
-"""The ONNX backend node test cases shipped in the installed onnx wheel, loaded as (model, inputs, outputs)."""
+"""The ONNX backend node test cases of the installed onnx release, loaded as (model, inputs, outputs).
+
+Releases up to 1.21 ship the cases' files in the wheel (onnx/backend/test/data/node). Newer wheels ship only the
+case definitions (onnx/backend/test/case/node); their files are generated once from those definitions into a
+cache folder ($DEBUGKIT_ONNX_CASES, default ~/.cache/debugkit/onnx-<version>-node), the same files onnx's own
+`backend-test-tools generate-data` writes. Expected failures: expected_failures.txt for every release, plus
+expected_failures-<release>.txt for the cases of one release (the newest listed release not newer than the installed
+one)."""
 from __future__ import annotations
 
 import glob
@@ -15,8 +22,73 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA_DIR = None    # run_conformance.py --data DIR: the cases from another onnx installation
 
 
+def _shipped_dir():
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+
+
 def data_dir():
-    return DATA_DIR or os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    if DATA_DIR:
+        return DATA_DIR
+    shipped = _shipped_dir()
+    if glob.glob(os.path.join(shipped, "test_*")):
+        return shipped
+    return generated_dir()
+
+
+def generated_dir():
+    """The installed release's node cases, written from its case definitions on first use."""
+    root = os.environ.get("DEBUGKIT_ONNX_CASES") or os.path.join(os.path.expanduser("~"), ".cache", "debugkit")
+    out = os.path.join(root, f"onnx-{onnx.__version__}-node")
+    if not os.path.exists(os.path.join(out, ".complete")):
+        _generate(out)
+    return out
+
+
+def _write_value(path, value, type_proto, name):
+    which = type_proto.WhichOneof("value")
+    if isinstance(value, onnx.TensorProto):
+        proto = value
+    elif which == "sequence_type":
+        proto = numpy_helper.from_list(value, name)
+    elif which == "optional_type":
+        proto = numpy_helper.from_optional(value, name)
+    elif which == "map_type":
+        proto = numpy_helper.from_dict(value, name)
+    else:
+        proto = numpy_helper.from_array(np.asarray(value), name)
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
+
+
+def _generate(out):
+    import shutil
+    import tempfile
+
+    from onnx.backend.test.case import node as node_cases
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(out) + ".", dir=os.path.dirname(out))
+    try:
+        for case in node_cases.collect_testcases():
+            d = os.path.join(tmp, case.name)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "model.onnx"), "wb") as f:
+                f.write(case.model.SerializeToString())
+            graph = case.model.graph
+            for i, (inputs, outputs) in enumerate(case.data_sets):
+                ds = os.path.join(d, f"test_data_set_{i}")
+                os.makedirs(ds, exist_ok=True)
+                for j, v in enumerate(inputs):
+                    _write_value(os.path.join(ds, f"input_{j}.pb"), v, graph.input[j].type, graph.input[j].name)
+                for j, v in enumerate(outputs):
+                    _write_value(os.path.join(ds, f"output_{j}.pb"), v, graph.output[j].type, graph.output[j].name)
+        open(os.path.join(tmp, ".complete"), "w").close()
+        if os.path.exists(out):   # another process finished first
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def case_names():
@@ -65,11 +137,34 @@ def op_of(name):
         return "?"
 
 
-def expected_failures() -> dict:
-    """name pattern (regex) -> reason, from expected_failures.txt (`pattern  # reason`)."""
+def _version_key(v: str):
+    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]", v)[:3])
+
+
+def release_failures_file(version: str | None = None):
+    """expected_failures-<release>.txt for the installed onnx: that release's, else one of the same minor release
+    (1.23.1 takes 1.23.2's: patch releases share their cases), else the newest listed older one (the oldest listed
+    when it predates them all); None when there is none."""
+    version = version or onnx.__version__
+    listed = sorted(((_version_key(m.group(1)), p) for p in glob.glob(os.path.join(HERE, "expected_failures-*.txt"))
+                     if (m := re.search(r"expected_failures-(.+)\.txt$", p))), key=lambda kv: kv[0])
+    if not listed:
+        return None
+    key = _version_key(version)
+    same = [p for k, p in listed if k == key] or [p for k, p in listed if k[:2] == key[:2]]
+    if same:
+        return same[-1]
+    older = [p for k, p in listed if k <= key]
+    return older[-1] if older else listed[0][1]
+
+
+def expected_failures(version: str | None = None) -> dict:
+    """name pattern (regex) -> reason, from expected_failures.txt and the installed release's file
+    (`pattern  # reason`)."""
     out = {}
-    path = os.path.join(HERE, "expected_failures.txt")
-    if os.path.exists(path):
+    for path in (os.path.join(HERE, "expected_failures.txt"), release_failures_file(version)):
+        if not path or not os.path.exists(path):
+            continue
         for line in open(path):
             line = line.strip()
             if not line or line.startswith("#"):
