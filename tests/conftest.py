@@ -8,6 +8,18 @@ import pytest
 os.environ.setdefault("DEBUGKIT_LINT", "1")
 
 
+def pytest_configure(config):
+    """Models made with onnx.helper.make_model get the IR version their opsets need and an opset the installed
+    onnxruntime reads, whatever the installed releases (tests/onnx_compat.py); undone at the end of the run."""
+    from tests import onnx_compat
+    onnx_compat.install()
+
+
+def pytest_unconfigure(config):
+    from tests import onnx_compat
+    onnx_compat.uninstall()
+
+
 def _cuda_available():
     try:
         from native.cuda import available
