@@ -16,8 +16,13 @@ from native.logger import G_LOGGER
 
 
 class BackendRep(_OnnxBackendRep):
-    def __init__(self, model, device="CPU"):
+    """`tactic_heuristic` (default True): tactics picked by the builder's heuristic, not by timing, so a case's
+    result does not depend on which tactic won a timing race on a loaded machine (a bfloat16 case can differ by a
+    rounding between tactics)."""
+
+    def __init__(self, model, device="CPU", tactic_heuristic=True):
         self.model = model
+        self.tactic_heuristic = tactic_heuristic
         self.device = "cpu" if str(device).upper().startswith("CPU") else str(device).lower()
         self.network, _ = parse_onnx(model)
         self.input_names = [t.name for t in self.network.inputs]
@@ -36,6 +41,9 @@ class BackendRep(_OnnxBackendRep):
             config = BuilderConfig()
             config.device = self.device
             config.avg_timing_iterations = 1
+            if self.tactic_heuristic:
+                from backends.engine.builder import BuilderFlag
+                config.set_flag(BuilderFlag.ENABLE_TACTIC_HEURISTIC)
             profile = profile_from_shapes(self.network, shapes)
             if profile is not None:
                 config.add_optimization_profile(profile)
@@ -68,7 +76,7 @@ class Backend(_OnnxBackend):
     def prepare(cls, model, device="CPU", **kwargs):
         if not isinstance(model, onnx.ModelProto):
             model = onnx.load(model)
-        return BackendRep(model, device)
+        return BackendRep(model, device, tactic_heuristic=kwargs.get("tactic_heuristic", True))
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", **kwargs):
