@@ -88,7 +88,8 @@ def test_initializer_data_must_match_its_dims():
     w.dims[:] = [1000]
     m = _model([h.make_node("Add", ["x", "w"], ["y"], name="add")], [("x", [4])], inits=[w])
     assert "tensor 'w' dims [1000] need 4000 bytes of data, it holds 16" in _only(m)
-    w2 = h.make_tensor("w", T.FLOAT, [3], [1.0, 2.0])
+    w2 = h.make_tensor("w", T.FLOAT, [2], [1.0, 2.0])
+    w2.dims[:] = [3]      # written by hand: onnx >= 1.23's make_tensor refuses the mismatch itself
     m = _model([h.make_node("Add", ["x", "w"], ["y"], name="add")], [("x", [3])], inits=[w2])
     assert "need 3 values in float_data, it holds 2" in _only(m)
 
