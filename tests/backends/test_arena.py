@@ -38,7 +38,12 @@ def block_model(batch=2, dynamic=False):
 
 
 def _engine():
-    return Runtime().deserialize_engine(build_plan_from_onnx(block_model().SerializeToString()))
+    """Fixed tactics (--tactic-sources), not timing: the spies below watch named tactic classes, and a timing race
+    on a loaded machine can pick another MatMul tactic."""
+    from backends.engine import BuilderConfig
+    config = BuilderConfig()
+    config.tactic_sources = {"1x1-gemm", "blas"}
+    return Runtime().deserialize_engine(build_plan_from_onnx(block_model().SerializeToString(), config=config))
 
 
 @pytest.fixture(scope="module")
