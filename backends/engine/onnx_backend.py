@@ -9,7 +9,7 @@ import onnx
 from onnx.backend.base import Backend as _OnnxBackend
 from onnx.backend.base import BackendRep as _OnnxBackendRep
 
-from backends.engine.builder import Builder, BuilderConfig
+from backends.engine.builder import Builder, BuilderConfig, BuilderFlag
 from backends.engine.build import parse_onnx, profile_from_shapes
 from backends.engine.runtime import Runtime
 from native.logger import G_LOGGER
@@ -42,7 +42,6 @@ class BackendRep(_OnnxBackendRep):
             config.device = self.device
             config.avg_timing_iterations = 1
             if self.tactic_heuristic:
-                from backends.engine.builder import BuilderFlag
                 config.set_flag(BuilderFlag.ENABLE_TACTIC_HEURISTIC)
             profile = profile_from_shapes(self.network, shapes)
             if profile is not None:
