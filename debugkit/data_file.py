@@ -6,18 +6,20 @@ Layout (format "debugkit-data/1"):
     /<runner>/                outputs files: attrs runner, build_config (JSON), model_sha256, layerwise
     /<runner>/iteration_<i>/<tensor>   one dataset per output or intermediate tensor; group attrs: inputs_hash
 Tensor names are stored escaped ("/" → "%2F") with the real name in the dataset's `name` attribute.
-Writers flush after every iteration, so nothing is held in memory across iterations.
+Writers flush after every iteration, so nothing is held in memory across iterations. Files are written whole
+(a temporary file renamed at the end, `complete` written last); loaded files are checked first (data_structure.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 
 import numpy as np
 
 from native.errors import DataFileError, InputFileError
+from debugkit.data_structure import check_structure, isolated, iteration_index, read_all_headers
+from native.files.signals import signals_deferred
 
 FORMAT = "debugkit-data/1"
 
@@ -65,20 +67,123 @@ def _h5():
     return h5py
 
 
+class _WriteGuard:
+    """The file object HDF5 writes through (h5py's fileobj driver). The first OSError (a full disk, a quota, a
+    file-size limit) is kept and every later write is dropped, so HDF5 never sees a failed write: its own error
+    path after one (reference-count errors, a crash at exit) is never taken. The owner checks `error` before
+    committing and discards the file when it is set."""
+
+    def __init__(self, path):
+        self.f = open(path, "r+b")
+        self.error: OSError | None = None
+
+    def write(self, data):
+        n = memoryview(data).nbytes
+        if self.error is None:
+            try:
+                self.f.write(data)
+                return n
+            except OSError as e:
+                self.error = e
+        self.f.seek(n, 1)
+        return n
+
+    def readinto(self, buf):
+        return self.f.readinto(buf)
+
+    def read(self, n=-1):
+        return self.f.read(n)
+
+    def seek(self, pos, whence=0):
+        return self.f.seek(pos, whence)
+
+    def tell(self):
+        return self.f.tell()
+
+    def truncate(self, size=None):
+        if self.error is None:
+            try:
+                return self.f.truncate(size)
+            except OSError as e:
+                self.error = e
+        return size
+
+    def flush(self):
+        if self.error is None:
+            try:
+                self.f.flush()
+            except OSError as e:
+                self.error = e
+
+    def close(self):
+        try:
+            self.f.close()
+        except OSError as e:
+            self.error = self.error or e
+
+
+def _h5_boundary(fn):
+    """A DataWriter method whose HDF5 errors drop the temporary file and surface as one line."""
+    def wrapped(self, *a, **kw):
+        if self.f is None:
+            raise DataFileError(f"data file {self.path} is already closed")
+        try:
+            with signals_deferred():   # a Ctrl-C inside HDF5's write callback would be lost there
+                out = fn(self, *a, **kw)
+        except BaseException as e:
+            self._fail(e)
+        if self.guard.error is not None:   # the disk filled up: stop now, not after the last iteration
+            self._fail(self.guard.error)
+        return out
+    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
+    return wrapped
+
+
 class DataWriter:
-    """Writes one HDF5 data file incrementally. `kind` is "inputs" or "outputs"."""
+    """Writes one HDF5 data file incrementally. `kind` is "inputs" or "outputs".
+
+    The file is written to a temporary file beside `path` (native/files): `commit()` marks it complete (the
+    `complete` attribute, written last) and renames it onto `path`; `close()` without `commit()` (an error, Ctrl-C)
+    removes it, so an existing file at `path` survives any failure byte for byte. Used as a context manager it
+    commits when the block ends normally. HDF5 errors are caught here (the h5py boundary): a full disk is one
+    OutputFileError line."""
 
     def __init__(self, path: str, kind: str, provenance: dict | None = None):
+        from native.files import PendingOutput
         self.path, self.kind = path, kind
+        self.f = None
+        self.pending = PendingOutput(path, f"data file ({kind})")
+        self.guard = _WriteGuard(self.pending.tmp)
         try:
-            self.f = _h5().File(path, "w")
-        except OSError as e:
-            raise InputFileError(f"cannot write data file {path}: {e}") from None
-        self.f.attrs["format"] = FORMAT
-        self.f.attrs["kind"] = kind
-        self.f.attrs["versions"] = json.dumps(package_versions())
-        for k, v in (provenance or {}).items():
-            self.f.attrs[k] = v if isinstance(v, str) else json.dumps(v)
+            with signals_deferred():
+                self.f = _h5().File(self.guard, "w")
+                self.f.attrs["format"] = FORMAT
+                self.f.attrs["kind"] = kind
+                self.f.attrs["complete"] = False
+                self.f.attrs["versions"] = json.dumps(package_versions())
+                for k, v in (provenance or {}).items():
+                    self.f.attrs[k] = v if isinstance(v, str) else json.dumps(v)
+        except BaseException as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException):
+        """Drop the temporary file and re-raise `e` (an OSError from h5py as one OutputFileError line)."""
+        f, self.f = self.f, None
+        if f is not None:
+            try:
+                with signals_deferred():
+                    f.close()
+            except Exception:   # the file is discarded anyway
+                pass
+        self.guard.close()
+        self.pending.abort()
+        if self.guard.error is not None:
+            raise self.pending.error(self.guard.error) from None
+        if isinstance(e, OSError):
+            raise self.pending.error(e) from None
+        if isinstance(e, RuntimeError) and not isinstance(e, RecursionError):
+            raise self.pending.error(OSError(None, str(e).splitlines()[0] if str(e) else "HDF5 error")) from None
+        raise e
 
     def _group(self, runner, iteration, ihash=None):
         base = self.f if runner is None else self.f.require_group(escape(runner))
@@ -89,21 +194,25 @@ class DataWriter:
             g.attrs["inputs_hash"] = ihash
         return g
 
+    @_h5_boundary
     def set_runner_attrs(self, runner: str, attrs: dict):
         g = self.f.require_group(escape(runner))
         g.attrs["runner"] = runner
         for k, v in attrs.items():
             g.attrs[k] = v if isinstance(v, str) else json.dumps(v)
 
+    @_h5_boundary
     def write_inputs(self, iteration: int, feeds: dict):
         g = self._group(None, iteration, inputs_hash(feeds))
         for name, v in feeds.items():
             self._dataset(g, name, v)
         self.f.flush()
 
+    @_h5_boundary
     def write(self, runner: str, iteration: int, name: str, value, ihash: str | None = None):
         self._dataset(self._group(runner, iteration, ihash), name, value)
 
+    @_h5_boundary
     def write_many(self, runner: str, iteration: int, values: dict, ihash: str | None = None):
         g = self._group(runner, iteration, ihash)
         for name, v in values.items():
@@ -129,49 +238,119 @@ class DataWriter:
                 ds = group.create_dataset(key, data=v)
         ds.attrs["name"] = name
 
+    def commit(self):
+        """Mark the file complete, close it and put it in place of `path` (whole or not at all)."""
+        if self.f is None:
+            return
+        try:
+            with signals_deferred():
+                self.f.attrs["complete"] = True
+                self.f.close()
+                self.f = None
+            self.guard.flush()
+            if self.guard.error is not None:
+                raise self.guard.error
+        except BaseException as e:
+            self._fail(e)
+        self.guard.close()
+        self.pending.commit()
+
     def close(self):
+        """Discard the file unless `commit()` ran: the old file at `path`, if any, stays as it was."""
         if self.f is not None:
-            self.f.close()
+            try:
+                with signals_deferred():
+                    self.f.close()
+            except Exception:
+                pass
             self.f = None
+        self.guard.close()
+        self.pending.abort()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
+        if exc_type is None:
+            self.commit()
         self.close()
+
+
+def _h5_read_boundary(fn):
+    """A DataFile method whose HDF5 errors (a corrupt attribute, object header or chunk) are DataFileError."""
+    def wrapped(self, *a, **kw):
+        try:
+            return fn(self, *a, **kw)
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise DataFileError(f"{self.path} is a corrupt HDF5 data file ({type(e).__name__} in {fn.__name__}: "
+                                f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
+    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
+    return wrapped
+
+
+def _open_checked(path, expect_kind, structure=True):
+    """(h5py.File, kind) of a debugkit data file after the format, `complete` and kind checks (and with `structure`
+    check_structure); DataFileError naming the file otherwise."""
+    try:
+        f = _h5().File(path, "r")
+    except (OSError, RuntimeError, ValueError):
+        raise DataFileError(f"{path} is not a debugkit HDF5 data file (unreadable or corrupt)") from None
+    try:
+        fmt = _attr(f.attrs.get("format"))
+        if fmt != FORMAT:
+            raise DataFileError(f"{path} is an HDF5 file but not a debugkit data file (format {fmt!r}, "
+                                f"expected {FORMAT!r})")
+        if _attr(f.attrs.get("complete")) in (False, 0, "False"):
+            raise DataFileError(f"{path} was written incompletely (the run that wrote it stopped before the "
+                                f"end); write it again")
+        kind = str(_attr(f.attrs.get("kind")))
+        if kind not in ("inputs", "outputs"):
+            raise DataFileError(f"{path}: attribute 'kind' is {kind!r}, expected 'inputs' or 'outputs'")
+        if expect_kind and kind != expect_kind:
+            raise DataFileError(f"{path} holds {kind}, not {expect_kind}")
+        if structure:
+            check_structure(f, path, kind)
+    except DataFileError:
+        f.close()
+        raise
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+        f.close()
+        raise DataFileError(f"{path} is a corrupt HDF5 data file ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
+    return f, kind
+
+
+def _validate(path, expect_kind):
+    """Every check, and a first read of every object header and attribute (run in a child: `isolated`)."""
+    f, _ = _open_checked(path, expect_kind)
+    try:
+        read_all_headers(f)
+    finally:
+        f.close()
 
 
 class DataFile:
     """Reads a data file lazily; every bad file raises DataFileError/InputFileError naming the path."""
 
     def __init__(self, path: str, expect_kind: str | None = None):
+        from native.files import check_side_file
         self.path = path
-        if not os.path.exists(path):
-            raise InputFileError(f"data file not found: {path}")
-        h5py = _h5()
-        try:
-            self.f = h5py.File(path, "r")
-        except OSError:
-            raise DataFileError(f"{path} is not a debugkit HDF5 data file (unreadable or corrupt)") from None
-        fmt = self.f.attrs.get("format")
-        if fmt != FORMAT:
-            self.f.close()
-            raise DataFileError(f"{path} is an HDF5 file but not a debugkit data file (format {fmt!r}, "
-                                f"expected {FORMAT!r})")
-        self.kind = str(self.f.attrs.get("kind"))
-        if expect_kind and self.kind != expect_kind:
-            self.f.close()
-            raise DataFileError(f"{path} holds {self.kind}, not {expect_kind}")
+        check_side_file(path, "data file")
+        isolated(_validate, path, path, expect_kind)   # first read in a child: HDF5 may hang or crash on it
+        self.f, self.kind = _open_checked(path, expect_kind, structure=False)
 
     @property
+    @_h5_read_boundary
     def attrs(self) -> dict:
         return {k: _attr(v) for k, v in self.f.attrs.items()}
 
+    @_h5_read_boundary
     def runners(self) -> list[str]:
         if self.kind != "outputs":
             return []
         return [str(self.f[k].attrs.get("runner", _unescape(k))) for k in self.f.keys()]
 
+    @_h5_read_boundary
     def runner_attrs(self, runner: str) -> dict:
         return {k: _attr(v) for k, v in self._runner_group(runner).attrs.items()}
 
@@ -183,11 +362,12 @@ class DataFile:
             raise DataFileError(f"{self.path} has no results for runner '{runner}'; it has {self.runners()}")
         return self.f[key]
 
+    @_h5_read_boundary
     def iterations(self, runner: str | None = None) -> list[int]:
         g = self._runner_group(runner if self.kind == "outputs" else None) if (runner or self.kind != "outputs") \
             else self._runner_group(self.runners()[0])
-        its = [int(k.split("_", 1)[1]) for k in g.keys() if k.startswith("iteration_")]
-        return sorted(its)
+        its = [iteration_index(k) for k in g.keys()]
+        return sorted(i for i in its if i is not None)
 
     def _iter_group(self, runner, iteration):
         g = self._runner_group(runner)
@@ -196,9 +376,11 @@ class DataFile:
             raise DataFileError(f"{self.path} has no iteration {iteration}" + (f" for runner '{runner}'" if runner else ""))
         return g[key]
 
+    @_h5_read_boundary
     def inputs_hash(self, iteration: int, runner: str | None = None):
         return _attr(self._iter_group(runner, iteration).attrs.get("inputs_hash"))
 
+    @_h5_read_boundary
     def tensor_names(self, iteration: int, runner: str | None = None) -> list[str]:
         g = self._iter_group(runner, iteration)
         return [str(g[k].attrs.get("name", _unescape(k))) for k in g.keys()]
@@ -208,17 +390,25 @@ class DataFile:
         key = escape(name)
         if key not in g:
             raise DataFileError(f"{self.path} has no tensor '{name}' in iteration {iteration}")
-        ds = g[key]
-        kind = ds.attrs.get("kind")
-        if kind == "none":
-            return None
-        if kind == "sequence":
-            return []
-        if ds.dtype.kind == "O":
-            return np.array([x.decode() if isinstance(x, bytes) else x for x in ds[()].ravel()],
-                            dtype=object).reshape(ds.shape)
-        return ds[()]
+        try:
+            ds = g[key]
+            if not isinstance(ds, _h5().Dataset):
+                raise DataFileError(f"{self.path}: tensor '{name}' of iteration {iteration} is not a dataset")
+            kind = _attr(ds.attrs.get("kind"))
+            if kind == "none":
+                return None
+            if kind == "sequence":
+                return []
+            if ds.dtype.kind == "O":
+                raw = np.asarray(ds[()], dtype=object)   # a scalar dataset reads as one bytes object
+                return np.array([x.decode() if isinstance(x, bytes) else x for x in raw.ravel()],
+                                dtype=object).reshape(ds.shape)
+            return ds[()]
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise DataFileError(f"{self.path}: tensor '{name}' of iteration {iteration} cannot be read "
+                                f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
 
+    @_h5_read_boundary
     def read_iteration(self, iteration: int, runner: str | None = None) -> dict:
         return {n: self.read(iteration, n, runner) for n in self.tensor_names(iteration, runner)}
 
@@ -290,11 +480,11 @@ class PolygraphyJsonFile:
     the same interface as DataFile. Polygraphy keeps no model or inputs hash, so those are None."""
 
     def __init__(self, path: str, expect_kind: str | None = None):
+        from native.files import read_side_text
         self.path = path
         try:
-            with open(path) as f:
-                raw = json.load(f)
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raw = json.loads(read_side_text(path, "JSON data file"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise DataFileError(f"{path} is neither a debugkit HDF5 data file nor a readable Polygraphy JSON file "
                                 f"({type(e).__name__}: {str(e)[:120]})") from None
         if isinstance(raw, dict) and raw.get("polygraphy_class") == "RunResults":
@@ -378,10 +568,13 @@ class PolygraphyJsonFile:
 
 def open_data_file(path: str, expect_kind: str | None = None):
     """A debugkit HDF5 data file or a Polygraphy JSON one, told apart by content (not by extension)."""
-    if not os.path.exists(path):
-        raise InputFileError(f"data file not found: {path}")
-    with open(path, "rb") as f:
-        head = f.read(8)
+    from native.files import check_side_file
+    check_side_file(path, "data file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise InputFileError(f"cannot read data file {path}: {e.strerror or e}") from None
     if head.lstrip()[:1] in (b"{", b"["):
         return PolygraphyJsonFile(path, expect_kind)
     return DataFile(path, expect_kind)

@@ -35,6 +35,11 @@ class DataLoader:
         self.logger = logger or G_LOGGER
         self._warned = set()
 
+    @property
+    def defaulted_inputs(self) -> list[str]:
+        """Inputs whose dynamic dims were set to 1 because --input-shapes did not give them."""
+        return sorted(self._warned)
+
     def check_names(self, metadata):
         """Raise for option names that are not model inputs (a typo should not silently do nothing)."""
         for what, names in (("--input-shapes", self.shapes), ("--val-range", self.val_ranges)):

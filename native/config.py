@@ -9,7 +9,10 @@ Every other module asks `settings()` instead of reading os.environ, so the knobs
     DEBUGKIT_CHECK_FINGERPRINT=0  load plans whose device fingerprint differs (Runtime(check_fingerprint=False),
                                 the CLI's --ignore-fingerprint)
     DEBUGKIT_LINT=1             run Graph.lint() after every builder pass (the test suite sets it)
-    DEBUGKIT_MAX_TENSOR_BYTES=N largest tensor an untrusted ONNX model may declare (onnx_parser/validate.py)
+    DEBUGKIT_MAX_TENSOR_BYTES=N largest tensor an untrusted ONNX model may declare (onnx_parser/validate.py), an
+                                HDF5 dataset may hold, a kernel may allocate; sizes like 1e9, 512M, 2G (garbage
+                                is an error, never ignored)
+    DEBUGKIT_MAX_DATA_FILE_BYTES=N  largest data file --load-inputs/--load-outputs open (default 64G)
     DEBUGKIT_DUMP_PASSES=DIR    write the builder's graph before and after every pass into DIR
     DEBUGKIT_CORPUS=DIR         the real-model corpus (tests/corpus, tools/corpus_run.py)
     DEBUGKIT_MODEL_CACHE=DIR    where fetched corpus models are kept
@@ -78,6 +81,15 @@ def reload() -> Settings:
     return s
 
 
+def check_environment() -> Settings:
+    """Read every DEBUGKIT_* variable now (the CLI does this first): a malformed value is a UsageError at the
+    start of a command, never a surprise mid-run and never silently ignored."""
+    s = reload()
+    max_tensor_bytes()
+    max_data_file_bytes()
+    return s
+
+
 def settings() -> Settings:
     s = _SETTINGS.get("s")
     return s if s is not None else reload()
@@ -88,13 +100,42 @@ def threads() -> int | None:
     return _int("DEBUGKIT_THREADS")
 
 
-def max_tensor_bytes() -> int | None:
-    """DEBUGKIT_MAX_TENSOR_BYTES (read live; accepts 1e9), None when unset or unreadable."""
-    v = os.environ.get("DEBUGKIT_MAX_TENSOR_BYTES")
-    try:
-        return int(float(v)) if v else None
-    except ValueError:
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "b": 1}
+
+
+def parse_bytes(text: str, name: str = "value") -> int:
+    """'2G' / '2GiB' -> 2*2**30, '2GB' -> 2*10**9, '1e9' / '1000000' -> bytes; UsageError for anything else
+    (garbage, zero, negative, NaN): a size setting is never silently ignored."""
+    import math
+    import re
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text or "")
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise UsageError(f"{name}={text!r}: expected a size in bytes such as 1000000, 1e9, 512M or 2G "
+                         f"(K/M/G/T are powers of 1024; KB/MB/GB/TB powers of 1000)")
+    value = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(value) or value < 1:
+        raise UsageError(f"{name}={text!r}: a size must be at least 1 byte")
+    return int(value)
+
+
+def _bytes_env(name) -> int | None:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
         return None
+    return parse_bytes(v, f"environment variable {name}")
+
+
+def max_tensor_bytes() -> int | None:
+    """DEBUGKIT_MAX_TENSOR_BYTES (read live; 1e9, 512M, 2G), None when unset; UsageError when unreadable."""
+    return _bytes_env("DEBUGKIT_MAX_TENSOR_BYTES")
+
+
+def max_data_file_bytes() -> int | None:
+    """DEBUGKIT_MAX_DATA_FILE_BYTES (read live): the largest data file --load-inputs/--load-outputs open."""
+    return _bytes_env("DEBUGKIT_MAX_DATA_FILE_BYTES")
 
 
 def corpus_dir() -> str | None:
@@ -109,7 +150,7 @@ def model_cache_dir() -> str | None:
 
 def no_fetch() -> bool:
     """DEBUGKIT_NO_FETCH (read live): never download a corpus model that is not cached."""
-    return bool(os.environ.get("DEBUGKIT_NO_FETCH"))
+    return bool(_flag("DEBUGKIT_NO_FETCH", False))
 
 
 def malloc_tune() -> bool:

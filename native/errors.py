@@ -63,3 +63,8 @@ class CalibrationError(DebugkitError):
 
 class GraphError(BuildError):
     """The builder's graph broke an invariant (Graph.lint) or a mutation would break one; names pass and tensor."""
+
+
+class OutputFileError(DebugkitError):
+    """An output could not be written (disk full, permission, a target that cannot take this format, another
+    process writing it, or a path the same command reads); the message says the old file is unchanged."""

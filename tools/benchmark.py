@@ -391,7 +391,8 @@ def _main(argv=None):
         if ort:
             results[a.model]["ort"] = ort["latency_ms"]
     if a.json:
-        json.dump(results, open(a.json, "w"), indent=1)
+        from native.files import write_json
+        write_json(a.json, results, indent=1)
     return 0
 
 

@@ -108,7 +108,8 @@ def main(argv=None):
         print(f"  {name}: " + (f"{q[len(q) // 2]:.3f} (rounds: {', '.join(f'{x:.3f}' for x in q)})" if q
                                 else "no complete round"))
     if a.json:
-        json.dump(rows, open(a.json, "w"), indent=1)
+        from native.files import write_json
+        write_json(a.json, rows, indent=1)
     return 0
 
 

@@ -143,10 +143,12 @@ def main(argv=None):
                f"outputs match the original (1e-5) on {ok}")
     print("\n" + "\n".join(lines) + "\n\n" + summary)
     if args.markdown:
-        with open(args.markdown, "w") as f:
+        from native.files import output_file
+        with output_file(args.markdown, "w") as f:
             f.write("\n".join(lines) + "\n\n" + summary + "\n")
     if args.json:
-        json.dump(rows, open(args.json, "w"), indent=1)
+        from native.files import write_json
+        write_json(args.json, rows, indent=1)
     return 0 if le == len(rows) and ok == len(rows) else 1
 
 

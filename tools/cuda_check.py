@@ -64,7 +64,8 @@ def main():
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
+        from native.files import output_file
+        with output_file(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     return 0 if all(r["match"] for r in rows) else 1
 

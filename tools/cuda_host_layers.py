@@ -48,7 +48,8 @@ def main():
             rows[e["name"]] = {"error": f"{type(ex).__name__}: {str(ex)[:200]}"}
         print(e["name"], json.dumps(rows[e["name"]]), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
+        from native.files import output_file
+        with output_file(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     return 0
 

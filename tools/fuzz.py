@@ -1,6 +1,6 @@
-"""Fuzz the ONNX front door and the plan loader for N minutes; exit 1 if anything escaped.
+"""Fuzz the ONNX front door, the plan loader and data files for N minutes; exit 1 if anything escaped.
 
-    python tools/fuzz.py --minutes 20 --target onnx-bytes|onnx-structure|plan-bytes|plan-structure
+    python tools/fuzz.py --minutes 20 --target onnx-bytes|onnx-structure|plan-bytes|plan-structure|hdf5-structure
                          [--seed 0] [--start 0] [--save DIR] [--case-limit 10] [--memory-mb 4096]
 
 Every case runs in a worker process under RLIMIT_AS (tests/fuzz/fuzzer.py), so crashes, hangs and runaway
@@ -11,6 +11,8 @@ file:line), 'crash' (the worker died: signal), 'hang', 'slow'. The summary's fir
 the slowest case by CPU and by wall. --save writes each finding's input to DIR (turn it into a regression case
 under tests/fuzz/cases/). Cases are a pure function of (target, seed, index): `--start I --iterations 1` replays
 case I.
+hdf5-structure: mutated HDF5 data files (links, external links and storage, virtual datasets, huge declared shapes,
+strings, attributes, byte flips) through `run --load-inputs` / `--load-outputs` (tests/fuzz/hdf5_cases.py).
 """
 import argparse
 import os

@@ -156,7 +156,8 @@ def _ort_quantize(src, dst_dir, tag, calib, method, preprocess):
         elif preprocess and os.path.exists(pre + ".note"):
             note = open(pre + ".note").read()
         if preprocess and note and not os.path.exists(pre + ".note") and pre != src:
-            with open(pre + ".note", "w") as f:
+            from native.files import output_file
+            with output_file(pre + ".note", "w") as f:
                 f.write(note)
         return _quantize(pre, dst_dir, tag, calib, method), note
     finally:
@@ -336,7 +337,8 @@ def write_doc(path, text):
         doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
     else:
         doc = doc.rstrip("\n") + "\n\n" + block + "\n"
-    with open(path, "w") as f:
+    from native.files import output_file
+    with output_file(path, "w") as f:
         f.write(doc)
 
 
@@ -388,7 +390,8 @@ def main(argv=None):
         else:
             rows.append(new)
         if args.json:   # after every model: a long run that stops still leaves its finished rows
-            with open(args.json, "w") as f:
+            from native.files import output_file
+            with output_file(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
     for spec in args.note:
         model, _, text = spec.partition(":")

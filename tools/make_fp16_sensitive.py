@@ -115,7 +115,8 @@ def main(argv=None):
     must = sorted(x for v in answer.values() for x in v["must_stay_fp32"])
     print(json.dumps({"planted": answer, "must_stay_fp32": must, "fp32_max_abs_change": diff}, indent=1))
     if a.answer:
-        with open(a.answer, "w") as f:
+        from native.files import output_file
+        with output_file(a.answer, "w") as f:
             json.dump({"must_stay_fp32": must, "planted": answer}, f, indent=1)
     return 0
 

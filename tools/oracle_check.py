@@ -80,7 +80,8 @@ def main(argv=None):
                 print(f"{res['model']:32s} {r['output'][:24]:24s} non-float: {'identical' if r['exact'] else 'DIFFER'}",
                       flush=True)
     if a.json:
-        with open(a.json, "w") as f:
+        from native.files import output_file
+        with output_file(a.json, "w") as f:
             json.dump(results, f, indent=1)
     bad = [r["model"] for r in results if not r["passed"]]
     print(f"{len(results) - len(bad)}/{len(results)} models: ORT within float32 tolerance of the fp64 oracle"

@@ -240,7 +240,8 @@ def main(argv=None):
                                           **(d or {"node": "?", "op": "?", "tensor": "?"})})
     text = table(results, args.threshold)
     if args.json:
-        with open(args.json, "w") as f:
+        from native.files import output_file
+        with output_file(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)
     if args.doc:
         with open(args.doc) as f:
@@ -249,7 +250,8 @@ def main(argv=None):
             raise SystemExit(f"{args.doc} has no {BEGIN} ... {END} section")
         head, rest = doc.split(BEGIN, 1)
         _, tail = rest.split(END, 1)
-        with open(args.doc, "w") as f:
+        from native.files import output_file
+        with output_file(args.doc, "w") as f:
             f.write(head + BEGIN + "\n" + text + "\n" + END + tail)
     else:
         print(text)

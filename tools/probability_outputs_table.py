@@ -144,7 +144,8 @@ def main(argv=None):
         print(f"{name}: {time.perf_counter() - t0:.1f} s {json.dumps({k: v for k, v in results[name].items() if not k.endswith('_layers')})}",
               file=sys.stderr, flush=True)
         if args.json:
-            with open(args.json, "w") as f:
+            from native.files import output_file
+            with output_file(args.json, "w") as f:
                 json.dump(results, f, indent=1)
     order = [e["name"] for e in load_manifest(args.corpus)]
     results = {k: results[k] for k in sorted(results, key=lambda k: order.index(k) if k in order else len(order))}
@@ -156,7 +157,8 @@ def main(argv=None):
             raise SystemExit(f"{args.doc} has no {BEGIN} ... {END} section")
         head, rest = doc.split(BEGIN, 1)
         _, tail = rest.split(END, 1)
-        with open(args.doc, "w") as f:
+        from native.files import output_file
+        with output_file(args.doc, "w") as f:
             f.write(head + BEGIN + "\n" + text + "\n" + END + tail)
     else:
         print(text)

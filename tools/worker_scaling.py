@@ -130,7 +130,8 @@ def main(argv=None) -> int:
           f"DEBUGKIT_THREADS={args.threads or os.environ.get('DEBUGKIT_THREADS') or 'default (all cores)'}, "
           f"workers single-threaded")
     if args.json:
-        with open(args.json, "w") as f:
+        from native.files import output_file
+        with output_file(args.json, "w") as f:
             json.dump({"model": model, "expected": expected, "rows": rows}, f, indent=1)
     return 0 if agree else 1
 

@@ -18,7 +18,8 @@ import numpy as np
 from backends.engine.engine_graph import Graph, Node, TensorInfo
 from backends.engine.plan_schema import check_header
 from native.device import get_device
-from native.errors import PlanError, UsageError
+from native.errors import PlanError
+from native.files import write_bytes
 
 MAGIC = b"DKPLAN\r\n"
 FORMAT_VERSION = 1
@@ -113,21 +114,7 @@ def plan_parts(header: dict, body) -> list:
 
 def write_plan_parts(parts, path) -> int:
     """Write a plan given as parts to `path` (whole or not at all: a temporary file renamed); returns its size."""
-    import os
-    tmp = f"{path}.tmp"
-    size = 0
-    try:
-        with open(tmp, "wb") as f:
-            for part in parts:
-                size += f.write(part)
-        os.replace(tmp, path)
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        if isinstance(e, OSError):
-            raise UsageError(f"cannot write the plan to {path}: {e.strerror or e}") from None
-        raise
-    return size
+    return write_bytes(path, parts, "plan")
 
 
 def _json_default(o):

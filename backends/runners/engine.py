@@ -92,8 +92,8 @@ class EngineRunner(Runner):
                                     ranges=ranges, device=self.device, timing_feeds=timing_feeds, config=config)
         self.build_seconds = time.perf_counter() - t0
         if self.save_plan:
-            with open(self.save_plan, "wb") as f:
-                f.write(plan)
+            from native.files import write_bytes
+            write_bytes(self.save_plan, plan, "--save-engine plan")
         self._load_plan(plan)
         if on_tty():
             print(f"building {self.name} … done ({len(self.engine.graph.nodes)} layers, {self.build_seconds:.2f} s)",

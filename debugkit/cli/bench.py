@@ -8,7 +8,6 @@ times ONNX Runtime on the same feed in the same run, interleaved with ours.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -182,12 +181,12 @@ def run(args) -> int:
         runner.deactivate()
     _print(result, args)
     if args.dump_profile and "profile" in result:
-        with open(args.dump_profile, "w") as f:
-            json.dump(result["profile"], f, indent=1)
+        from native.files import write_json
+        write_json(args.dump_profile, result["profile"], "--dump-profile", indent=1)
         print(f"wrote the per-layer profile to {args.dump_profile}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        from native.files import write_json
+        write_json(args.json, result, "--json", indent=1)
         print(f"wrote {args.json}")
     return 0
 

@@ -1,7 +1,6 @@
 """Check models: `check lint` finds what is wrong with an ONNX model, naming the node every time."""
 from __future__ import annotations
 
-import json
 
 from debugkit.cli import _args
 from native.logger import G_LOGGER
@@ -39,8 +38,8 @@ def run(args) -> int:
         else:
             G_LOGGER.info(text)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report.to_json(), f, indent=2)
+        from native.files import write_json
+        write_json(args.json, report.to_json(), "--json", indent=2)
         G_LOGGER.info(f"Saved lint report to {args.json}")
     n_err = len(report.errors)
     if n_err:

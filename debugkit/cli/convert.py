@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from debugkit.cli import _args
@@ -52,16 +53,17 @@ def run(args) -> int:
     ranges = _parse_profiles(args.profile)
     _args.check_input_names(shapes, meta, "--input-shapes")
     _args.check_input_names(ranges, meta, "--profile")
+    human = sys.stderr if args.output in ("-", "/dev/stdout") else sys.stdout   # stdout may carry the plan
     for m in meta.values():
         if m.is_dynamic() and m.name not in shapes and m.name not in ranges:
             shapes[m.name] = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
             print(f"input '{m.name}' has dynamic shape {list(m.shape)}; building for {list(shapes[m.name])} "
-                  f"(set it with --input-shapes or --profile)")
+                  f"(set it with --input-shapes or --profile)", file=human)
     t0 = time.perf_counter()
     plan = build_plan_from_onnx(model, shapes=shapes, ranges=ranges, device=args.device,
                                 config=_args.build_config_from_args(args), parts=True)
     seconds = time.perf_counter() - t0
     from backends.engine.plan import write_plan_parts
     size = write_plan_parts(plan, args.output)   # part by part: no joined copy of the weights
-    print(f"wrote {args.output} ({size / 2**20:.2f} MiB; built in {seconds:.2f} s)")
+    print(f"wrote {args.output} ({size / 2**20:.2f} MiB; built in {seconds:.2f} s)", file=human)
     return 0

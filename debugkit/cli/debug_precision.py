@@ -10,7 +10,6 @@ with the candidate's layer precisions, e.g. `--check debugkit run {model} --engi
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -19,7 +18,9 @@ import time
 
 from debugkit.cli import _args, _search_args
 from native.errors import InputFileError, UsageError
+from native.files import write_json, write_text
 from native.logger import G_LOGGER
+
 
 
 def register(subparsers):
@@ -171,20 +172,20 @@ def run(args) -> int:
         result["final_check"] = {"passed": final.get("hit"), "outputs": final.get("outputs")}
     stem = _stem(args.output)
     if rows:
-        with open(stem + "_sensitivity.json", "w") as f:
-            json.dump([{k: (None if isinstance(v, float) and math.isinf(v) and k == "full" else v)
-                        for k, v in r.items()} for r in rows], f, indent=1, default=str)
-        with open(stem + "_sensitivity.svg", "w") as f:
-            f.write(error_svg(rows, answer, title=f"{os.path.basename(args.model)}: per-layer {args.low} error"))
+        write_json(stem + "_sensitivity.json", [{k: (None if isinstance(v, float) and math.isinf(v) and k == "full"
+                                                     else v) for k, v in r.items()} for r in rows],
+                   "sensitivity table", indent=1, default=str)
+        write_text(stem + "_sensitivity.svg",
+                   error_svg(rows, answer, title=f"{os.path.basename(args.model)}: per-layer {args.low} error"),
+                   "sensitivity chart")
         result["sensitivity"] = stem + "_sensitivity.json"
     result["probe_log"] = log_path
     result["report"] = stem + ".html"
-    with open(args.output, "w") as f:
-        json.dump(result, f, indent=1, default=str)
-    with open(stem + ".html", "w") as f:
-        f.write(search_html(f"debug precision {os.path.basename(args.model)} --{args.low}",
-                            {k: v for k, v in result.items() if k not in ("layer_precisions", "final_check")},
-                            rows, answer, log.records))
+    write_json(args.output, result, "-o", indent=1, default=str)
+    write_text(stem + ".html", search_html(f"debug precision {os.path.basename(args.model)} --{args.low}",
+                                           {k: v for k, v in result.items()
+                                            if k not in ("layer_precisions", "final_check")},
+                                           rows, answer, log.records), "report")
     what = f"prefix of {extra['prefix_count']} layer(s) ({args.direction})" if extra else f"{len(answer)} layer(s)"
     print(f"{what} of {len(layers)} must run in {args.higher}; {prober.probes} probe(s) "
           f"(+{prober.replayed} replayed), {seconds:.1f} s, {rate:.2f} probes/s"

@@ -82,13 +82,13 @@ def run(args) -> int:
     print(f"nodes: {', '.join(found)}")
     from debugkit.debug.report_html import search_html
     report = os.path.splitext(args.output)[0] + ".html"
-    with open(report, "w") as f:
-        f.write(search_html(f"debug reduce {os.path.basename(args.model)}",
+    from native.files import write_text
+    write_text(report, search_html(f"debug reduce {os.path.basename(args.model)}",
                             {"nodes searched": len(items), "nodes kept": len(found), "probes": prober.probes,
                              **{f"inside {b['label']}": b["summary"] for b in bodies},
                              "replayed": prober.replayed, "mode": args.mode, "check": meta["check"],
                              "probe log": args.log, "seconds": round(time.perf_counter() - t0, 1)},
-                            chosen=found, probes=log.records))
+                            chosen=found, probes=log.records), "report")
     print(f"wrote {args.output}" + (f" and its inputs {inputs_path}" if inputs_path else "") + f", {report}")
     for b in bodies:
         _report_body(b, prov_out)

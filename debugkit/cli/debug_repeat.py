@@ -99,10 +99,11 @@ def run(args) -> int:
     if args.art_dir:
         from debugkit.debug.report_html import search_html
         os.makedirs(args.art_dir, exist_ok=True)
-        with open(os.path.join(args.art_dir, "report.html"), "w") as f:
-            f.write(search_html(f"debug repeat {os.path.basename(args.model)}",
-                                {"runs": len(records), "failed": bad, "check": meta["check"], "probe log": args.log},
-                                probes=records))
+        from native.files import write_text
+        write_text(os.path.join(args.art_dir, "report.html"),
+                   search_html(f"debug repeat {os.path.basename(args.model)}",
+                               {"runs": len(records), "failed": bad, "check": meta["check"], "probe log": args.log},
+                               probes=records), "report")
     culprits = tactic_culprits(records)
     for layer, t in sorted(culprits.items()):
         print(f"layer {layer}: tactic {t['good']} in every passing build, {t['bad']} in every failing one")

@@ -7,7 +7,6 @@ apply to the layers the build makes), so what this prints is what a DLA build do
 from __future__ import annotations
 
 import collections
-import json
 import os
 
 from debugkit.cli import _args
@@ -69,8 +68,8 @@ def run(args) -> int:
                         shapes=_args.parse_shape_list(args.input_shapes), save_dir=args.save_subgraphs)
     print_report(report, args.path)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        from native.files import write_json
+        write_json(args.json, report, "--json", indent=1)
         G_LOGGER.info(f"wrote {args.json}")
     return 0
 
@@ -156,8 +155,8 @@ def _save_subgraphs(model, graph, loadables, host_runs, save_dir) -> list:
         except Exception as e:   # a boundary the fusion renamed: say so, keep the others
             G_LOGGER.warning(f"could not extract {kind} subgraph {i} ({e})")
             return
-        import onnx
-        onnx.save(sub, path)
+        from debugkit.surgeon.external_data import save_model
+        save_model(sub, path, what="subgraph")
         written.append(path)
 
     for i, ld in enumerate(loadables):

@@ -9,6 +9,7 @@ Each subtool module defines `register(subparsers)` (adds its parser, whose help 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -135,10 +136,43 @@ def _silence_stdout():
         pass
 
 
+class _Terminated(SystemExit):
+    """SIGTERM/SIGHUP while a command runs: unwinds like Ctrl-C, so half-written outputs are removed."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(128 + signum)
+
+
+@contextlib.contextmanager
+def _termination_as_exit():
+    """For the command's duration, SIGTERM and SIGHUP raise (exit 128+N after cleanup) instead of killing the
+    process where it stands; the previous handlers come back afterwards."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
+            saved[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+
+
 def main(argv=None) -> int:
     from native import config
     from native.errors import DebugkitError
-    config.cli_defaults()   # process tuning on for the CLI's engines (DEBUGKIT_TUNE_PROCESS=0 turns it off)
+    try:
+        config.check_environment()
+        config.cli_defaults()   # process tuning on for the CLI's engines (DEBUGKIT_TUNE_PROCESS=0 turns it off)
+    except DebugkitError as e:   # a malformed DEBUGKIT_* variable: before any work, one line
+        print(f"debugkit: error: {e}", file=sys.stderr)
+        return 2
     argv = sys.argv[1:] if argv is None else argv
     from debugkit.cli.tactic_args import join_signed_sources
     argv = join_signed_sources(argv)   # --tactic-sources -NAME: a value, not an option
@@ -149,9 +183,11 @@ def main(argv=None) -> int:
         return 2
     verbose = getattr(args, "verbose", 0)
     from debugkit.cli._args import apply_common_args, echo_to_log_file, reset_common_args
+    from debugkit.cli.file_claims import claim
     try:
-        apply_common_args(args)
-        return int(args.func(args) or 0)
+        with claim(args), _termination_as_exit():   # outputs checked and locked before any work (the log too)
+            apply_common_args(args)
+            return int(args.func(args) or 0)
     except DebugkitError as e:
         if verbose:
             raise

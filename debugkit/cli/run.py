@@ -6,7 +6,7 @@ import os
 import sys
 
 from debugkit.cli import _args
-from native.errors import UsageError
+from native.errors import ExecutionError, UsageError
 from native.logger import G_LOGGER
 
 
@@ -258,7 +258,10 @@ def _run(args) -> int:
                                     model=model, scale_tol=args.layer_scale_tol,
                                     allow_mismatched_inputs=args.allow_mismatched_inputs,
                                     check_shapes=args.check_shapes, postprocess=postprocess)
-            summary = comparator.run(sources, reference, feeds_iter, writer=writer, input_writer=input_writer)
+            try:
+                summary = comparator.run(sources, reference, feeds_iter, writer=writer, input_writer=input_writer)
+            except ExecutionError as e:
+                raise _with_shape_hint(e, loader) from None
         if writer is not None:
             for r in live:
                 attrs = {"model_sha256": sha}
@@ -273,6 +276,9 @@ def _run(args) -> int:
             first = next(iter(_data_loader(args, metadata)), None)
             if first is not None:
                 oracle_text = truth_report(model, live, coerce_feeds(first, metadata), layerwise)
+        for w in (input_writer, writer):   # whole files replace the targets only now, after every step passed
+            if w is not None:
+                w.commit()
     finally:
         for w in (writer, input_writer):
             if w is not None:
@@ -304,6 +310,17 @@ def _run(args) -> int:
     if args.json == "-":
         _write_json(args.json, run_json(summary, timing, provenance))
     return summary.exit_code
+
+
+def _with_shape_hint(e, loader):
+    """A layer that failed on inputs whose dynamic dims defaulted to 1: say so, and point at --input-shapes (a
+    dim of 1 can make an empty tensor further on, e.g. a text model's sequence length)."""
+    names = getattr(loader, "defaulted_inputs", None)
+    if not names:
+        return e
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return ExecutionError(f"{first}; the dynamic dims of input(s) {names} were set to 1 (no --input-shapes): give "
+                          f"the real shapes with --input-shapes {names[0]}:[...]")
 
 
 def _warm_up(live, feeds_iter, n):
@@ -386,12 +403,8 @@ def _write_json(dest, doc):
     if dest == "-":
         print(text)
         return
-    try:
-        with open(dest, "w") as f:
-            f.write(text + "\n")
-    except OSError as e:
-        from native.errors import InputFileError
-        raise InputFileError(f"cannot write --json {dest}: {e.strerror}") from None
+    from native.files import write_text
+    write_text(dest, text + "\n", "--json")
 
 
 def _reference(sources):

@@ -1,7 +1,6 @@
 """Modify ONNX models: sanitize (fold constants with our kernels, clean up, sort, reshape), extract, insert."""
 from __future__ import annotations
 
-import json
 
 from debugkit.cli import _args
 from native.errors import UsageError
@@ -141,11 +140,12 @@ def _sanitize(model, args) -> int:
                       f"removed, {len(report.failures)} left unfolded by errors, {report.passes} passes, "
                       f"{report.seconds:.2f} s")
         if args.report:
-            with open(args.report, "w") as f:
-                json.dump({"nodes_before": report.nodes_before, "nodes_after": report.nodes_after,
-                           "folded": report.folded, "noops_removed": report.noops_removed,
-                           "dead_removed": report.dead_removed,
-                           "passes": report.passes, "seconds": round(report.seconds, 4),
-                           "failures": report.failures, "too_large": report.too_large}, f, indent=2)
+            from native.files import write_json
+            write_json(args.report, {"nodes_before": report.nodes_before, "nodes_after": report.nodes_after,
+                                     "folded": report.folded, "noops_removed": report.noops_removed,
+                                     "dead_removed": report.dead_removed,
+                                     "passes": report.passes, "seconds": round(report.seconds, 4),
+                                     "failures": report.failures, "too_large": report.too_large},
+                       "--report", indent=2)
     _save(model, args)
     return 0

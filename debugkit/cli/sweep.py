@@ -127,10 +127,9 @@ def run(args) -> int:
     bar.close()
     summary = {"task": args.task, "task_args": task_args, "models": len(results),
                "seconds": round(time.perf_counter() - t0, 1), "results": results}
-    with open(os.path.join(args.output_dir, "sweep.json"), "w") as f:
-        json.dump(summary, f, indent=1, default=str)
-    with open(os.path.join(args.output_dir, "sweep.html"), "w") as f:
-        f.write(_html(summary))
+    from native.files import write_json, write_text
+    write_json(os.path.join(args.output_dir, "sweep.json"), summary, "sweep summary", indent=1, default=str)
+    write_text(os.path.join(args.output_dir, "sweep.html"), _html(summary), "sweep report")
     for line in _table(summary):
         print(line)
     print(f"wrote {os.path.join(args.output_dir, 'sweep.json')} and sweep.html")

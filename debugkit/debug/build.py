@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import time
 
+from native.files import write_bytes
 from native import config
 from native.logger import G_LOGGER
 from native.progress import progress
@@ -49,8 +50,7 @@ class BuildLoop:
                 plan_path = None
                 if plan is not None:
                     plan_path = os.path.join(self.dir, "current.plan")
-                    with open(plan_path, "wb") as f:
-                        f.write(plan)
+                    write_bytes(plan_path, plan, "plan")
                 passed, detail = self.check(graph, plan_path, replay)
                 pile = "good" if passed else "bad"
                 name = f"iter{i:03d}"

@@ -11,6 +11,7 @@ import json
 import os
 
 from native.errors import UsageError
+from native.files import append_text, read_side_text, write_text
 
 
 class ProbeLogError(UsageError):
@@ -41,14 +42,15 @@ class ProbeLog:
             raise ProbeLogError(f"--resume: probe log {self.path} does not exist (run without --resume to start one)")
         elif self.path:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            with open(self.path, "w") as f:
-                f.write(json.dumps({"meta": self.meta}, sort_keys=True) + "\n")
+            write_text(self.path, json.dumps({"meta": self.meta}, sort_keys=True) + "\n", "probe log")
 
     def _load(self, keys):
+        raw = read_side_text(self.path, "probe log").splitlines()
+        if raw and not raw[-1].endswith("}"):
+            raw = raw[:-1]   # a line cut short by a crash or a full disk: that probe is simply run again
         try:
-            with open(self.path) as f:
-                lines = [json.loads(line) for line in f if line.strip()]
-        except (OSError, ValueError) as e:
+            lines = [json.loads(line) for line in raw if line.strip()]
+        except (ValueError, RecursionError) as e:
             raise ProbeLogError(f"probe log {self.path} is not a debugkit probe log ({e})") from None
         if not lines or "meta" not in lines[0]:
             raise ProbeLogError(f"probe log {self.path} has no meta line; it is not a debugkit probe log")
@@ -74,8 +76,7 @@ class ProbeLog:
         self.records.append(rec)
         self._index[_key(artifact)] = rec
         if self.path:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+            append_text(self.path, json.dumps(rec, sort_keys=True, default=str) + "\n", "probe log")
         return rec
 
     def __len__(self):

@@ -162,7 +162,8 @@ def finish(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def save_with_inputs(model, feeds, path, provenance=None) -> str | None:
     """Write the model and, when it has fed inputs, their values as an HDF5 inputs file beside it."""
-    onnx.save(model, path)
+    from debugkit.surgeon.external_data import save_model
+    save_model(model, path, what="reduced model")
     if not feeds:
         return None
     from debugkit.data_file import DataWriter

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 import time
 
@@ -236,10 +235,8 @@ def write_report(report: dict, path, replay_path=None):
     slim = {k: v for k, v in report.items() if k not in ("bad_tactics", "good_tactics", "fixed_tactics")}
     if replay_path:
         slim["fixed_replay"] = os.path.abspath(replay_path)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(slim, f, indent=1, default=str)
-    os.replace(tmp, path)
+    from native.files import write_json
+    write_json(path, slim, "report", indent=1, default=str)
     return slim
 
 

@@ -5,7 +5,8 @@ import os
 
 import onnx
 
-from native.errors import InputFileError, ModelError
+from native.errors import InputFileError, ModelError, OutputFileError
+from native.files import resolve_output, write_bytes
 from native.logger import G_LOGGER
 
 PROTO_LIMIT = 2**31 - 2**20  # protobuf's 2 GB limit, with room for the graph itself
@@ -42,22 +43,59 @@ def _all_tensors(model):
     yield from onnx.external_data_helper._get_all_tensors(model)
 
 
-def save_model(model, path, external_data=None, size_threshold=1024, all_in_one_file=True):
-    """Save `model`; weights go to an external file `external_data` (a name next to `path`) when given, or
-    automatically (`<name>.data`) when the model would not fit protobuf's 2 GB limit."""
+def save_model(model, path, external_data=None, size_threshold=1024, all_in_one_file=True, what="ONNX model"):
+    """Save `model` by the output rules of native/files (whole files or nothing; old files intact on failure);
+    weights go to an external file `external_data` (a name next to `path`) when given, or automatically
+    (`<name>.data`) when the model would not fit protobuf's 2 GB limit."""
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)   # surgeon -o makes its folder
     if external_data is None and model.ByteSize() > PROTO_LIMIT:
         external_data = os.path.basename(path) + ".data"
-        G_LOGGER.warning(f"model is over 2 GB: saving its weights to {os.path.join(folder, external_data)}")
-    if external_data:
-        location = os.path.relpath(os.path.abspath(os.path.join(folder, external_data)), folder)
-        target = os.path.join(folder, location)
-        if os.path.exists(target):
-            os.remove(target)  # onnx appends to an existing data file
-        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=all_in_one_file,
-                        location=location, size_threshold=size_threshold)
-    else:
-        onnx.save_model(model, path)
+        G_LOGGER.warning(f"model is over 2 GB: saving its weights to {external_data} beside {path}")
+    if not external_data:
+        write_bytes(path, model.SerializeToString(), what)
+        return path
+    folder = os.path.dirname(os.path.abspath(path))
+    resolve_output(path, what, streamable=False)
+    location = os.path.relpath(os.path.abspath(os.path.join(folder, external_data)), folder)
+    if location.startswith(os.pardir):
+        raise OutputFileError(f"--external-data {external_data} must be a name inside the folder of {path}")
+    _save_with_external_data(model, path, folder, location, size_threshold, all_in_one_file)
     return path
+
+
+def _save_with_external_data(model, path, folder, location, size_threshold, all_in_one_file):
+    """onnx.save_model into a temporary folder beside `path`, then each file renamed into place (weights first,
+    the model last): a failure leaves the old model and weights as they were."""
+    import shutil
+    import tempfile
+    try:
+        tmpdir = tempfile.mkdtemp(prefix=".debugkit-save-", dir=folder)
+    except OSError as e:
+        raise OutputFileError(f"could not write {path}: {e.strerror or e}; {path} is unchanged") from None
+    try:
+        tmp_model = os.path.join(tmpdir, os.path.basename(path))
+        os.makedirs(os.path.dirname(os.path.join(tmpdir, location)), exist_ok=True)
+        try:
+            onnx.save_model(model, tmp_model, save_as_external_data=True, all_tensors_to_one_file=all_in_one_file,
+                            location=location, size_threshold=size_threshold)
+            made = [os.path.relpath(os.path.join(r, f), tmpdir) for r, _, fs in os.walk(tmpdir) for f in fs]
+            for rel in sorted(made, key=lambda r: r == os.path.basename(path)):
+                src = os.path.join(tmpdir, rel)
+                _fsync(src)
+                dest = os.path.realpath(path) if rel == os.path.basename(path) else os.path.join(folder, rel)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                os.replace(src, dest)
+        except OSError as e:
+            from native.files.output import _full_disk_error
+            raise _full_disk_error(path, e, os.path.exists(path)) from None
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _fsync(p):
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

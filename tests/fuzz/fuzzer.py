@@ -32,7 +32,7 @@ import time
 import traceback
 import zlib
 
-TARGETS = ("onnx-bytes", "onnx-structure", "plan-bytes", "plan-structure")
+TARGETS = ("onnx-bytes", "onnx-structure", "plan-bytes", "plan-structure", "hdf5-structure")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 INTERESTING_INTS = [0, 1, -1, 2, -2, 3, 7, 64, 255, 256, 1023, 2 ** 15, 2 ** 16, 2 ** 31 - 1, -2 ** 31, 2 ** 32,
@@ -327,6 +327,9 @@ class CaseMaker:
 
     def make(self, index: int) -> bytes:
         rng = random.Random(f"{self.target}/{self.seed}/{index}")
+        if self.target == "hdf5-structure":
+            from tests.fuzz.hdf5_cases import make_case
+            return make_case(rng)
         if self.target == "onnx-bytes":
             return _mutate_bytes(rng.choice(self.models).SerializeToString(), rng)
         if self.target == "onnx-structure":
@@ -357,6 +360,9 @@ def run_case(target: str, data: bytes, messages=False):
         while time.process_time() < end:
             pass
         return "ok", ""
+    if target == "hdf5-structure":
+        from tests.fuzz.hdf5_cases import run_case as run_hdf5_case
+        return run_hdf5_case(data, messages)
     try:
         if target.startswith("onnx"):
             from backends.engine.build import build_plan_from_onnx
@@ -604,7 +610,7 @@ def fuzz(target: str, *, seed=0, iterations=None, seconds=None, case_limit=10.0,
             report.add(index, result)
             if save_dir and (result.outcome in ("bug", "crash", "hang") or result.cpu > case_limit):
                 os.makedirs(save_dir, exist_ok=True)
-                ext = "onnx" if target.startswith("onnx") else "plan"
+                ext = {"onnx": "onnx", "plan": "plan", "hdf5": "h5"}[target.split("-")[0]]
                 with open(os.path.join(save_dir, f"{target}-s{seed}-{index}.{ext}"), "wb") as f:
                     f.write(data)
             index += 1

@@ -8,7 +8,8 @@ import pytest
 from tests.fuzz.fuzzer import TARGETS, CaseMaker, Worker, fuzz
 
 # cases per target: ~10 s of the CI budget in all on a loaded 2-core machine
-SHORT_RUN = {"onnx-bytes": 300, "onnx-structure": 150, "plan-bytes": 300, "plan-structure": 200}
+SHORT_RUN = {"onnx-bytes": 300, "onnx-structure": 150, "plan-bytes": 300, "plan-structure": 200,
+             "hdf5-structure": 30}
 
 
 @pytest.mark.parametrize("target", TARGETS)

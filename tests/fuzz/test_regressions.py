@@ -15,7 +15,7 @@ from onnx import numpy_helper
 from tests.fuzz.fuzzer import Worker
 
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
-FILES = sorted(f for f in os.listdir(CASES) if f.endswith((".onnx", ".plan")))
+FILES = sorted(f for f in os.listdir(CASES) if f.endswith((".onnx", ".plan", ".h5")))
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import json
-import os
 
 from native.errors import UsageError
 from native.precision import Precision
@@ -50,13 +48,8 @@ def _pairs(spec, what):
 
 
 def _from_json(path, what):
-    if not os.path.exists(path):
-        raise UsageError(f"{what}: file not found: {path}")
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{what}: {path} is not a JSON file ({e})") from None
+    from native.files import read_side_json
+    data = read_side_json(path, f"{what} file", limit=64 << 20, error=UsageError)
     if isinstance(data, dict) and isinstance(data.get("layer_precisions"), dict):
         data = data["layer_precisions"]
     if not isinstance(data, dict) or not all(isinstance(v, (str, list)) for v in data.values()):

@@ -152,7 +152,10 @@ class PrepCache:
         """The cache stored at `path` (empty when there is none). Arrays are read-only views of the mapped file."""
         cache = cls()
         cache.path = path
-        if not os.path.exists(path) or os.path.getsize(path) == 0:
+        if not os.path.lexists(path):
+            return cache
+        from native.files import check_side_file
+        if check_side_file(path, "timing cache preparations") == 0:
             return cache
         try:
             with open(path, "rb") as f:
@@ -212,13 +215,8 @@ class PrepCache:
             index[k] = {"names": e["names"], "arrays": refs}
         head = json.dumps(index, sort_keys=True).encode()
         pre = _HEAD.pack(MAGIC, VERSION, len(head))
-        tmp = f"{path}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(pre)
-            f.write(head)
-            f.write(b"\0" * ((-(len(pre) + len(head))) % ALIGN))
-            for p in parts:
-                f.write(p)
-        os.replace(tmp, path)
+        from native.files import write_bytes
+        write_bytes(path, [pre, head, b"\0" * ((-(len(pre) + len(head))) % ALIGN), *parts],
+                    "timing cache preparations", streamable=False)
         self.added = set()
         self.path = path

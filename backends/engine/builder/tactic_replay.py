@@ -21,7 +21,8 @@ import json
 import os
 
 from backends.engine.builder.config import AlgorithmSelector
-from native.errors import BuildError, InputFileError
+from native.errors import BuildError
+from native.files import read_side_json, write_json
 
 FORMAT = "debugkit-tactic-replay"
 VERSION = 1
@@ -50,21 +51,12 @@ def replay_document(contexts, choices, device="cpu") -> dict:
 
 
 def save_replay(doc: dict, path):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_json(path, doc, "tactic replay file", indent=1, sort_keys=True)
 
 
 def load_replay(path) -> dict:
-    """Read and validate a replay file; ReplayError / InputFileError naming what is wrong."""
-    if not os.path.exists(path):
-        raise InputFileError(f"tactic replay file not found: {path}")
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ReplayError(f"{path} is not a tactic replay file: {e}") from None
+    """Read and validate a replay file; ReplayError / InputFileError (native.files) naming what is wrong."""
+    doc = read_side_json(path, "tactic replay file", error=ReplayError)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("layers"), dict):
         raise ReplayError(f"{path} is not a tactic replay file (no '{FORMAT}' format tag); write one with "
                           f"--save-tactics")

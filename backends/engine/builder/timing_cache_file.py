@@ -10,10 +10,12 @@ with the reason.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from backends.engine.builder.config import TimingCache
 from native.errors import PlanError
+from native.files import read_side_file, write_json
 
 FORMAT = "debugkit-timing-cache-file"
 VERSION = 1
@@ -35,12 +37,12 @@ def cache_header(config) -> dict:
 
 def load_timing_cache(path, config, ignore_mismatch=False) -> TimingCache:
     """The cache stored at `path` (an empty one if the file does not exist yet)."""
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return TimingCache()
+    text = read_side_file(path, "timing cache")
     try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read().decode())
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+        doc = json.loads(text.decode())
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise TimingCacheError(f"timing cache {path} is corrupt ({type(e).__name__}: {str(e)[:120]}); delete it "
                                f"or pass another --timing-cache file") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), dict):
@@ -58,8 +60,12 @@ def load_timing_cache(path, config, ignore_mismatch=False) -> TimingCache:
                                f"timings would pick tactics for the wrong machine. Delete it, use another file, "
                                f"or pass --ignore-timing-cache-mismatch")
     for key, timings in doc["entries"].items():
-        if not isinstance(timings, dict) or not all(isinstance(v, (int, float)) for v in timings.values()):
+        if not isinstance(timings, dict):
             raise TimingCacheError(f"timing cache {path} is corrupt: entry {key[:16]} is not a timing table")
+        for tactic, v in timings.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise TimingCacheError(f"timing cache {path} is corrupt: entry {key[:16]}, tactic {tactic}: "
+                                       f"timing {v!r} is not a finite number >= 0; delete the file to measure again")
     cache = TimingCache(doc["entries"])
     if not diff:   # preparations (packed / transformed weights) made under this header: F.prep beside F
         from backends.engine.builder.prep_cache import PrepCache
@@ -74,9 +80,6 @@ def prep_path(path) -> str:
 
 def save_timing_cache(cache: TimingCache, path, config):
     doc = {"format": FORMAT, "version": VERSION, "header": cache_header(config), "entries": cache.entries}
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, sort_keys=True)
-    os.replace(tmp, path)
+    write_json(path, doc, "timing cache", streamable=False, sort_keys=True)
     if getattr(cache, "prepared", None) is not None:
         cache.prepared.save(prep_path(path))

@@ -56,8 +56,8 @@ def read_cache(data: bytes, source: str = "calibration cache") -> tuple[str, dic
             raise CalibrationError(f"{source} line {no}: expected 'tensor_name: <8 hex digits of a float32 scale>', "
                                    f"got {line[:120]!r}")
         scale = hex_to_float(value)
-        if not (scale >= 0 and scale < float("inf")):
-            raise CalibrationError(f"{source} line {no}: scale of tensor '{name}' is {scale}, not a finite "
-                                   f"non-negative number")
+        if not (scale > 0 and scale < float("inf")):
+            raise CalibrationError(f"{source} line {no}: scale of tensor '{name}' is {scale}; a scale must be "
+                                   f"finite and > 0 (a tensor that is always zero has no entry)")
         scales[name] = scale
     return algorithm, scales

@@ -124,17 +124,15 @@ class Calibrator(IInt8Calibrator):
         return self.percentile / 100.0
 
     def read_calibration_cache(self):
-        if self.cache and os.path.isfile(self.cache):
-            with open(self.cache, "rb") as f:
-                return f.read()
+        if self.cache and os.path.lexists(self.cache):
+            from native.files import read_side_file
+            return read_side_file(self.cache, "calibration cache")
         return None
 
     def write_calibration_cache(self, cache: bytes):
         if self.cache:
-            tmp = self.cache + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(cache)
-            os.replace(tmp, self.cache)   # never a half-written cache
+            from native.files import write_bytes
+            write_bytes(self.cache, cache, "calibration cache")   # never a half-written cache
 
 
 def algorithm_of(calibrator) -> str:

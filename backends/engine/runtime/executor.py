@@ -12,7 +12,7 @@ import dataclasses
 import time
 
 from backends.engine.engine_graph import node_format, node_op  # noqa: F401  (node_op: callers import it from here)
-from backends.engine.runtime import arena
+from backends.engine.runtime import arena, empty_batch
 from backends.engine.runtime.compiled import CompiledPlan
 from native.device import get_device
 from native.errors import BuildError, DebugkitError, ExecutionError
@@ -115,7 +115,8 @@ class GraphExecutor:
     def bound_calls(self) -> list:
         """Per step (fn, full) from Device.bind; bound once, again if a debug tool swapped the steps' tactics."""
         if self._bound is not self.steps:
-            self._calls, self._bound = [self.device.bind(t, op) for _, t, op, _ in self.steps], self.steps
+            self._calls = [empty_batch.guard(node.kind, self.device.bind(t, op)) for node, t, op, _ in self.steps]
+            self._bound = self.steps
         return self._calls
 
     def compiled(self, keep: frozenset, memory=None, sig=None) -> CompiledPlan:
@@ -194,7 +195,7 @@ class GraphExecutor:
             fn, full = calls[i]
             if tactics is not None and node.name in tactics:
                 tactic = tactics[node.name]
-                fn, full = dev.bind(tactic, op)
+                fn, full = empty_batch.guard(node.kind, dev.bind(tactic, op))
             try:
                 args = [env[n] if n is not None else None for n in node.inputs]
                 if on_error is not None:

@@ -148,6 +148,8 @@ def softmax(op, inputs):
         x = np.asarray(x)
     axis = int(p.get("axis", -1)) % max(x.ndim, 1)
     log, hard = bool(p.get("log")), bool(p.get("hard"))
+    if x.size == 0:   # nothing to normalise (e.g. a (1, 8, 0, 0) attention map): numpy's max refuses empty axes
+        return [np.empty(x.shape, x.dtype if x.dtype.kind == "f" else np.float32)]
     if p.get("flatten") and x.ndim:
         lead = int(np.prod(x.shape[:axis], dtype=np.int64))
         y = _softmax_last(x.reshape(lead, -1), 1, log, hard)

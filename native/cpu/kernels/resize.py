@@ -102,6 +102,8 @@ def _grid_sample(x, grid, p):
     spatial = x.shape[2:]
     nd = len(spatial)
     out_sp = grid.shape[1:-1]
+    if x.size == 0 or grid.size == 0:   # an empty batch or grid: nothing to sample
+        return np.zeros((n, c) + tuple(out_sp), x.dtype)
     coords = []
     for d in range(nd):                      # grid's last dim lists x (width) first
         g = grid[..., nd - 1 - d].astype(np.float64)

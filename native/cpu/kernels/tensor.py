@@ -31,10 +31,25 @@ def shuffle(op, inputs):
     if dims is not None:
         if p.get("zero_is_placeholder", True) and 0 in dims:
             dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+        if x.size == 0 and -1 in dims:
+            dims = _infer_empty(x.shape, dims)
         x = x.reshape(dims)
     if p.get("second_transpose") is not None:
         x = np.transpose(x, p["second_transpose"])
     return [x]
+
+
+def _infer_empty(shape, dims):
+    """The -1 of a reshape of an empty tensor, which numpy cannot infer: the size it would have if every 0 dim
+    were 1 (Flatten of (0, 4, 2) to [0, -1] is (0, 8)), else 0 when that does not give an empty shape (a reshape
+    of (0, 4) to [-1, 2, 2] is (0, 2, 2); Flatten axis 0 of (0, 4) is (1, 0))."""
+    known = int(np.prod([max(d, 1) for d in dims if d != -1]))
+    whole = int(np.prod([max(d, 1) for d in shape]))
+    guess = whole // known if known and whole % known == 0 else 0
+    out = [guess if d == -1 else d for d in dims]
+    if int(np.prod(out)) != 0:
+        out = [0 if d == -1 else d for d in dims]
+    return out
 
 
 def _clamp(v, lo, hi):
