@@ -83,7 +83,7 @@ def scan(root: str):
         while stack:
             node, parents = stack.pop()
             for child in ast.iter_child_nodes(node):
-                if isinstance(child, (ast.Import, ast.ImportFrom)) and not _under_type_checking(parents):
+                if isinstance(child, (ast.Import, ast.ImportFrom)) and not _under_type_checking(parents + [node]):
                     inner = any(isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
                                 for p in parents + [node])
                     line = lines[child.lineno - 1] if child.lineno <= len(lines) else ""

@@ -9,4 +9,4 @@ from backends.engine.layers.nn import *  # noqa: F401,F403
 from backends.engine.layers.tensor import *  # noqa: F401,F403
 from backends.engine.layers.control import *  # noqa: F401,F403
 from backends.engine.layers.fused import *  # noqa: F401,F403
-from backends.engine.network import LAYER_KINDS, Layer  # noqa: F401
+from backends.engine.layers.base import LAYER_KINDS, Layer  # noqa: F401

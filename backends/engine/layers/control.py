@@ -1,5 +1,5 @@
 """Control flow: if-conditionals and loops, with subnetworks in `layer.subgraphs`."""
-from backends.engine.network import Layer
+from backends.engine.layers.base import Layer
 
 __all__ = ["IfConditionalLayer", "LoopLayer", "ScanLayer"]
 

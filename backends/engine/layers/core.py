@@ -1,5 +1,5 @@
 """Constants, identity, casts, shapes and plugins."""
-from backends.engine.network import Layer
+from backends.engine.layers.base import Layer
 
 __all__ = ["ConstantLayer", "IdentityLayer", "CastLayer", "ShapeLayer", "PluginLayer", "AssertionLayer"]
 

@@ -1,5 +1,5 @@
 """Layers the builder's fusion passes create (never the parser)."""
-from backends.engine.network import Layer
+from backends.engine.layers.base import Layer
 
 __all__ = ["PointwiseLayer", "AttentionLayer", "ConvolutionNHWCLayer", "PoolingNHWCLayer"]
 

@@ -1,5 +1,5 @@
 """Pointwise math, reductions, softmax, matrix multiply, einsum."""
-from backends.engine.network import Layer
+from backends.engine.layers.base import Layer
 
 __all__ = ["ActivationLayer", "ElementWiseLayer", "UnaryLayer", "SelectLayer", "ReduceLayer", "SoftmaxLayer",
            "MatrixMultiplyLayer", "EinsumLayer", "CumulativeLayer", "ArgReduceLayer"]

@@ -1,5 +1,5 @@
 """Convolution, deconvolution, pooling, normalization, resize, recurrent, quantization."""
-from backends.engine.network import Layer
+from backends.engine.layers.base import Layer
 
 __all__ = ["ConvolutionLayer", "DeconvolutionLayer", "PoolingLayer", "NormalizationLayer", "ResizeLayer",
            "RNNLayer", "QuantizeLayer", "DequantizeLayer", "LRNLayer", "ScaleLayer"]

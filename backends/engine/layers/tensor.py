@@ -1,5 +1,5 @@
 """Data movement: shuffle, slice, concat, gather, scatter, padding, fill, topk, nonzero, onehot, tile, ..."""
-from backends.engine.network import Layer
+from backends.engine.layers.base import Layer
 
 __all__ = ["ShuffleLayer", "SliceLayer", "ConcatenationLayer", "GatherLayer", "ScatterLayer", "PaddingLayer",
            "FillLayer", "TopKLayer", "NonZeroLayer", "OneHotLayer", "TileLayer", "ExpandLayer", "SplitLayer",

@@ -2,7 +2,7 @@
 outer-scope tensors by name, which the executor supplies from the enclosing scope at run time."""
 from __future__ import annotations
 
-from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.importers.registry import OpImporter, onnx_op
 from native.errors import ParseError
 
 

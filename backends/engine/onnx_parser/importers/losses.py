@@ -4,7 +4,7 @@ Both import onto the built-in loss plugins in native/cpu/kernels/losses.py (see 
 rather than a chain of Softmax/Gather/Reduce layers). The importers fill in the schema defaults explicitly so the
 kernel reads plain fields: `reduction` ('mean' unless given) and `ignore_index` (None when absent).
 """
-from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.importers.registry import OpImporter, onnx_op
 from backends.engine.onnx_parser.importers.plugins import import_as_plugin
 from native.errors import ParseError
 

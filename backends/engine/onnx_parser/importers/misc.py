@@ -4,7 +4,7 @@ Each one fills plugin fields that the kernel can read without knowing ONNX: dtyp
 opset-dependent defaults become explicit fields.
 """
 from backends.engine.dtypes import DataType
-from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.importers.registry import OpImporter, onnx_op
 from backends.engine.onnx_parser.importers.plugins import import_as_plugin
 from native.errors import ParseError
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.importers.registry import OpImporter, onnx_op
 from backends.engine.onnx_parser.validate import conv_geometry_problem
 from native.errors import ParseError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.importers.registry import OpImporter, onnx_op
 from backends.engine.onnx_parser.importers.nn import conv_params
 from native.errors import ParseError
 

@@ -4,7 +4,7 @@ Axes given as an attribute (or as a constant input) become the `axes` param; axe
 """
 import numpy as np
 
-from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.importers.registry import OpImporter, onnx_op
 from native.errors import ParseError
 
 

@@ -3,7 +3,7 @@ run time, an empty optional is None. SequenceMap is a Sequence layer with op MAP
 from __future__ import annotations
 
 from backends.engine.dtypes import DataType
-from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.importers.registry import OpImporter, onnx_op
 
 
 def _seq(ctx, op, inputs, params=None, subgraphs=None, n=1):

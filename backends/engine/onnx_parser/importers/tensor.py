@@ -16,7 +16,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from backends.engine.dtypes import DataType
-from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.importers.registry import OpImporter, onnx_op
 from native.errors import ParseError
 
 

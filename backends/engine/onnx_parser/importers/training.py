@@ -3,7 +3,7 @@
 Each imports onto its built-in plugin in native/cpu/kernels/training.py with every attribute default made
 explicit, so the kernel never needs the ONNX schema.
 """
-from backends.engine.onnx_parser.importers import OpImporter, onnx_op
+from backends.engine.onnx_parser.importers.registry import OpImporter, onnx_op
 from backends.engine.onnx_parser.importers.plugins import import_as_plugin
 from native.errors import ParseError
 
