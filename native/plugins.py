@@ -16,6 +16,8 @@ where that name is not registered fails with a PlanError naming the plugin.
 """
 from __future__ import annotations
 
+from native.tactics import tactics_for
+
 _PLUGINS: dict[str, object] = {}
 
 
@@ -76,4 +78,4 @@ def _load_builtin():
     global _loaded
     if not _loaded:
         _loaded = True
-        import native.cpu.kernels.plugins  # noqa: F401
+        tactics_for("Plugin", "cpu")   # the CPU device's kernels register the built-in plugins as they load
