@@ -48,8 +48,8 @@ class Device:
     def __str__(self):
         return self.name
 
-    def __repr__(self):
-        return f"<Device {self.name}>"
+    def __repr__(self):   # as the name's repr: messages and generated code that showed the name keep working
+        return repr(self.name)
 
     def __reduce__(self):   # a worker process unpickles the same registered instance (get_device), not a copy
         return (get_device, (self.name,))
