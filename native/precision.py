@@ -24,6 +24,7 @@ class Precision(str, enum.Enum):
 
     __str__ = str.__str__          # messages and f-strings show the value ("float16"), as plans store it
     __format__ = str.__format__
+    __repr__ = str.__repr__        # 'float16': reprs of configs and generated code read as when it was a string
 
     @classmethod
     def parse(cls, text, what: str = "precision") -> "Precision":
