@@ -77,3 +77,50 @@ def throughput(count: int, wall_s: float, batch: int | None) -> dict:
     ips = count / wall_s if wall_s > 0 else None
     return {"inferences_per_s": ips, "samples_per_s": (ips * batch if ips is not None and batch else None),
             "batch": batch}
+
+
+# ONNX Runtime as the benchmarks' peer: one session factory, so `debugkit bench --compare onnxrt` and the corpus
+# driver (tools/benchmark.py) time the same ONNX Runtime, and both print what it was.
+
+def onnxrt_settings(threads: int | None = None) -> dict:
+    """The session settings the benchmarks use: every CPU this process may run on for intra-op work (as our
+    engine's kernel pool), one inter-op thread, sequential execution, ORT's defaults otherwise (spinning on, memory
+    arena on, all graph optimisations)."""
+    if threads is None:
+        try:
+            import os
+            threads = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            import os
+            threads = os.cpu_count() or 1
+    return {"intra_op_threads": int(threads), "inter_op_threads": 1, "execution_mode": "sequential",
+            "spinning": True, "memory_arena": True, "graph_optimization": "all",
+            "providers": ["CPUExecutionProvider"]}
+
+
+def onnxrt_session(model, settings: dict | None = None):
+    """An onnxruntime.InferenceSession for `model` (a path, bytes or ModelProto) with `settings` (default
+    onnxrt_settings())."""
+    import onnxruntime as ort
+    s = settings or onnxrt_settings()
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.intra_op_num_threads = s["intra_op_threads"]
+    opts.inter_op_num_threads = s["inter_op_threads"]
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.enable_cpu_mem_arena = s["memory_arena"]
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if s["spinning"] else "0")
+    if hasattr(model, "SerializeToString"):
+        model = model.SerializeToString()
+    try:
+        return ort.InferenceSession(model, opts, providers=list(s["providers"]))
+    except Exception as e:
+        from native.errors import ModelError
+        raise ModelError(f"ONNX Runtime cannot load the model: {str(e).splitlines()[0][:300]}") from None
+
+
+def onnxrt_settings_line(s: dict) -> str:
+    return (f"onnxrt settings: {s['intra_op_threads']} intra-op thread(s), {s['inter_op_threads']} inter-op, "
+            f"{s['execution_mode']}, spinning {'on' if s['spinning'] else 'off'}, memory arena "
+            f"{'on' if s['memory_arena'] else 'off'}, graph optimization {s['graph_optimization']}")

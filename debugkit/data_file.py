@@ -403,7 +403,7 @@ class DataFile:
                 raw = np.asarray(ds[()], dtype=object)   # a scalar dataset reads as one bytes object
                 return np.array([x.decode() if isinstance(x, bytes) else x for x in raw.ravel()],
                                 dtype=object).reshape(ds.shape)
-            return ds[()]
+            return np.asarray(ds[()])   # a 0-d dataset reads as a numpy scalar: keep it an array
         except (OSError, RuntimeError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise DataFileError(f"{self.path}: tensor '{name}' of iteration {iteration} cannot be read "
                                 f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None

@@ -17,6 +17,11 @@ from native.logger import G_LOGGER
 
 DEFAULT_SEED = 1
 DEFAULT_RANGE = (0.0, 1.0)
+# debugkit: one generator per (seed, iteration, input name), so adding an input changes no other input's values.
+# polygraphy: the values Polygraphy's default data loader makes (numpy RandomState(seed + iteration), inputs in model
+# order; floats random_sample * (hi - lo) + lo, ints randint over [lo, hi]), so a golden written here is
+# reproduced by `polygraphy run` with the same --seed and --val-range.
+GENERATORS = ("debugkit", "polygraphy")
 
 
 class DataLoader:
@@ -26,7 +31,11 @@ class DataLoader:
     bools are random. shapes: {name: shape} for dynamic dims (unset dynamic dims become 1, with a warning).
     """
 
-    def __init__(self, seed=DEFAULT_SEED, iterations=1, val_ranges=None, shapes=None, logger=None):
+    def __init__(self, seed=DEFAULT_SEED, iterations=1, val_ranges=None, shapes=None, logger=None,
+                 generator="debugkit"):
+        if generator not in GENERATORS:
+            raise UsageError(f"unknown data generator '{generator}'; choose from {list(GENERATORS)}")
+        self.generator = generator
         self.seed = int(seed)
         self.iterations = int(iterations)
         self.val_ranges = dict(val_ranges or {})
@@ -99,7 +108,24 @@ class DataLoader:
             raise UsageError("DataLoader.input_metadata must be set before iterating")
         self.check_names(self.input_metadata)
         for it in range(self.iterations):
-            yield {name: self.generate(meta, it) for name, meta in self.input_metadata.items()}
+            if self.generator == "polygraphy":
+                rng = np.random.RandomState(self.seed + it)
+                yield {name: self._like_polygraphy(rng, meta) for name, meta in self.input_metadata.items()}
+            else:
+                yield {name: self.generate(meta, it) for name, meta in self.input_metadata.items()}
+
+    def _like_polygraphy(self, rng, meta) -> np.ndarray:
+        """The next input from Polygraphy's sequence (one RandomState per iteration, inputs in order)."""
+        shape = self.shape_for(meta)
+        dtype = np.dtype(meta.dtype)
+        lo, hi = self.range_for(meta.name)
+        if dtype.kind in "iub":
+            cast = bool if dtype.kind == "b" else int
+            return np.array(rng.randint(low=cast(lo), high=cast(hi) + 1, size=shape, dtype=dtype))
+        if dtype.kind == "f":
+            return np.array((rng.random_sample(size=shape) * (hi - lo) + lo).astype(dtype))
+        raise FeedError(f"cannot generate data for input '{meta.name}' of dtype {dtype.name}; supply it with "
+                        f"--data-loader-script or --load-inputs")
 
 
 class ScriptDataLoader:

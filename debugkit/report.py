@@ -154,6 +154,10 @@ def render(summary, verbose=False, stream=None) -> str:
                 if d.result is not None and d.result.min_atol is not None:
                     out.append(f"    minimum tolerance that would pass there: atol={d.result.min_atol:.4g} OR "
                                f"rtol={fmt_rel(d.result.min_rtol, '.4g')}")
+                if len(d.region) > 1:
+                    out.append(f"    hint: {len(d.region)} ONNX nodes were fused into the layer that makes this "
+                               f"tensor, so only its output is observable; rerun with --disable-fusion to compare "
+                               f"each node's output and pin the node")
                 for other in d.born_elsewhere[:3]:
                     out.append(f"    another error is born at '{other.tensor}' (node '{other.node}', {other.op_type})")
             else:

@@ -3,12 +3,19 @@
 `progress(...)` gives a tqdm bar on stderr when stderr is a terminal, and a silent stand-in with the same small
 interface otherwise (pipes, CI logs, `-q`), so callers never branch on where their output goes. `set_quiet(True)`
 (the CLI's -q) silences every bar in the process; `set_quiet(False)` undoes it.
+
+`status(message)` is a line about one piece of long work ("building engine-runner … done"): shown on a terminal,
+but inside `search_scope()` (a debug search, whose one bar says how far it is) it goes to the log at INFO instead,
+so a search of 200 builds draws one bar, not 400 lines. `SearchBar` is that one bar: its total is the search's
+bound in probes, revised as phases end (`first_total` and `max_total` keep it honest).
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 
 _QUIET = False
+_SEARCHES = 0
 
 
 def set_quiet(quiet: bool = True) -> None:
@@ -70,7 +77,7 @@ class _Silent:
         return False
 
 
-def progress(iterable=None, *, total=None, desc="", unit="it"):
+def progress(iterable=None, *, total=None, desc="", unit="it", outer=False):
     """A progress bar over `iterable` (or driven by `.update(n)`), usable as iterable and context manager.
 
     Drawn with tqdm on a terminal; silent when stderr is not a TTY or after `set_quiet(True)`. The bar disappears
@@ -81,7 +88,69 @@ def progress(iterable=None, *, total=None, desc="", unit="it"):
             total = len(iterable)
         except TypeError:
             total = None
-    if not enabled():
+    if not enabled() or (_SEARCHES and not outer):   # a search draws one bar: builds inside it draw none
         return _Silent(iterable, total=total, desc=desc, unit=unit)
     from tqdm.auto import tqdm
     return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False, file=sys.stderr, dynamic_ncols=True)
+
+
+@contextlib.contextmanager
+def search_scope():
+    """Within the block, `status` lines go to the log (INFO) instead of the terminal."""
+    global _SEARCHES
+    _SEARCHES += 1
+    try:
+        yield
+    finally:
+        _SEARCHES -= 1
+
+
+def in_search() -> bool:
+    return _SEARCHES > 0
+
+
+def status(message: str) -> None:
+    """A progress line about long work: on the terminal (outside a search); inside a search to the log at INFO
+    (-v, --log-file); elsewhere (a pipe) to the log at VERBOSE."""
+    from native.logger import G_LOGGER
+    if enabled() and not _SEARCHES:
+        print(message, file=sys.stderr, flush=True)
+    elif _SEARCHES:
+        G_LOGGER.info(message)
+    else:
+        G_LOGGER.verbose(message)
+
+
+class SearchBar:
+    """One bar for a whole search: `total` is its bound (every build and probe it can still make, counted in
+    probes), set with `plan(total)` and lowered or raised with `revise(total)` when a phase ends; `step()` per probe.
+    `first_total` and `max_total` record how honest the first bound was."""
+
+    def __init__(self, desc: str, total: int = 0, unit: str = "probe"):
+        self.first_total = self.max_total = None
+        self.n = 0
+        self.bar = progress(total=total or None, desc=desc, unit=unit, outer=True)
+        if total:
+            self.plan(total)
+
+    def plan(self, total: int) -> None:
+        total = max(int(total), self.n)
+        if self.first_total is None:
+            self.first_total = total
+        self.max_total = max(self.max_total or 0, total)
+        self.bar.total = total
+        if hasattr(self.bar, "refresh"):
+            self.bar.refresh()
+
+    revise = plan
+
+    def step(self, n: int = 1, postfix: str | None = None) -> None:
+        self.n += n
+        if self.bar.total is not None and self.n > self.bar.total:   # a bound is a bound: never show n > total
+            self.plan(self.n)
+        if postfix is not None:
+            self.bar.set_postfix_str(postfix, refresh=False)
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,21 +1,20 @@
-"""trtexec-like benchmark: build an engine from ONNX, time inference, compare with ONNX Runtime in the same run.
+"""The corpus benchmark: `debugkit bench` (the trtexec-like tool) over the corpus, one row per model.
 
-    python tools/benchmark.py MODEL.onnx [--shapes x:1x3x224x224 ...] [--iterations 20] [--warmup 3]
-                              [--no-fusion] [--nhwc] [--compare-onnxrt]
-    python tools/benchmark.py MODEL.plan | MODEL.onnx --load-engine MODEL.plan [--compare-onnxrt]
     python tools/benchmark.py --all-corpus [--models a,b] [--fusion-off] [--iterations 20]
                               (exported models from DEBUGKIT_CORPUS, shipped ones from the model cache)
+    python tools/benchmark.py MODEL.onnx [...]      the same as `debugkit bench MODEL.onnx [...]` (flags translated:
+                                                    --shapes -> --input-shapes, --compare-onnxrt -> --compare onnxrt,
+                                                    --no-fusion -> --disable-fusion, --nhwc -> --prefer-nhwc)
 
-Contenders (ours, ours with fusion off, ONNX Runtime) are timed in interleaved rounds so that a noisy shared machine
-skews them alike. Reports latency min / median / mean / p90 / p99 (ms), throughput (qps), build time, and with --compare-onnxrt the
-ONNX Runtime (CPU provider) median and the ratio ours / ORT. --all-corpus times every model of the corpus manifest
-(tests/corpus/models.json) that is available here against ONNX Runtime in the same process and ends with one table
-(model, ours ms, ORT ms, ours/ORT) and the median ratio; a model that is not available or fails is listed with the
-reason. --fusion-off also builds with fusion off and prints the fusion-on / fusion-off latency ratio: the ratio of
-the interleaved medians, and then (ONNX Runtime idle) the median of call-by-call ratios from 2x--iterations
-alternating ABBA pairs with a bootstrap 95% interval, so a few-percent difference can be told from this shared
-machine's noise. Feeds are random (seeded) from --shapes, the
-corpus list, or the model.
+--all-corpus times every model of the corpus manifest (tests/corpus/models.json) that is available here: our engine
+and ONNX Runtime in interleaved rounds (debugkit.benchmark.interleaved, as `bench --compare onnxrt` times them), ONNX
+Runtime opened by the same factory with the same settings (debugkit.benchmark.onnxrt_session: intra-op threads = the
+CPUs this process may use, one inter-op thread, spinning and arena on; printed), so the two tools give one ONNX
+Runtime number. It ends with one table (model, ours ms, ORT ms, ours/ORT) and the median ratio; a model that is not
+available or fails is listed with the reason. --fusion-off also builds with fusion off and prints the fusion-on /
+fusion-off latency ratio: the ratio of the interleaved medians, and then (ONNX Runtime idle) the median of
+call-by-call ratios from 2x--iterations alternating ABBA pairs with a bootstrap 95% interval, so a few-percent
+difference can be told from this shared machine's noise. Feeds are random (seeded) from the corpus list.
 """
 from __future__ import annotations
 
@@ -75,24 +74,14 @@ def model_feed_spec(path, shapes):
 
 
 def interleaved(fns: dict, iterations, warmup, block=5) -> dict:
-    """Time several contenders in alternating blocks (A×5, B×5, C×5, then B, C, A, ...), so slow drifts of a shared
-    machine hit every contender alike and the ratios stay meaningful. The first call after each switch is not timed
-    and the order rotates each round: ONNX Runtime's worker threads keep spinning after a run and would otherwise
-    slow whoever always runs next."""
+    """`warmup` untimed calls of each contender, then debugkit.benchmark.interleaved (the loop `debugkit bench
+    --compare onnxrt` uses: alternating blocks, the order rotating each round, the first call after a switch untimed,
+    because ONNX Runtime's worker threads keep spinning after a run and would slow whoever always ran next)."""
+    from debugkit import benchmark as B
     for _ in range(warmup):
         for fn in fns.values():
             fn()
-    times = {k: [] for k in fns}
-    rounds = max(1, -(-iterations // block))
-    order = list(fns.items())
-    for r in range(rounds):
-        # rotate who goes first, so nobody always runs right after ONNX Runtime's still-spinning threads
-        for k, fn in order[r % len(order):] + order[:r % len(order)]:
-            fn()
-            for _ in range(block):
-                t0 = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t0)
+    times, _ = B.interleaved(fns, iterations, 0.0, block=block)
     return times
 
 
@@ -171,8 +160,9 @@ def build_engine(path, feeds, fusion=True, nhwc=None, same_tactics_as=None):
 
 
 def ort_session(path, feeds):
-    import onnxruntime as ort
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    """ONNX Runtime as `debugkit bench --compare onnxrt` opens it (same factory, same settings)."""
+    from debugkit import benchmark as B
+    sess = B.onnxrt_session(path)
     f = {i.name: feeds[i.name] for i in sess.get_inputs()}
     return sess, f
 
@@ -288,6 +278,27 @@ def parse_shapes(items):
     return {k: list(v) for k, v in parse_shape_list(items, what="--shapes").items()}
 
 
+def _as_bench(a) -> int:
+    """One model: `debugkit bench` with this tool's older flag spellings translated (one benchmark, one set of
+    numbers). --warmup N (calls) has no bench equivalent: bench warms up for --warm-up MS (default 200)."""
+    from debugkit.cli.main import main as cli
+    argv = ["bench", a.model, "--iterations", str(a.iterations), "--duration", "0"]
+    for flag, on in (("--disable-fusion", a.no_fusion), ("--prefer-nhwc", a.nhwc),
+                     ("--separate-profile-run", a.profile)):
+        if on:
+            argv.append(flag)
+    if a.compare_onnxrt:
+        argv += ["--compare", "onnxrt"]
+    if a.load_engine:
+        argv += ["--load-engine", a.load_engine]
+    if a.shapes:
+        argv += ["--input-shapes", *a.shapes]
+    if a.json:
+        argv += ["--json", a.json]
+    print("benchmark.py MODEL is `debugkit " + " ".join(argv) + "`", flush=True)
+    return cli(argv)
+
+
 def main(argv=None):
     from native.errors import DebugkitError
     try:
@@ -331,6 +342,9 @@ def _main(argv=None):
         unknown = [m for m in only if m not in entries]
         if unknown:
             ap.error(f"unknown --models {unknown}; choose from {corpus_names()}")
+        from debugkit import benchmark as B
+        print(B.onnxrt_settings_line(B.onnxrt_settings()), flush=True)
+        results["onnxrt_settings"] = B.onnxrt_settings()
         table = []
         for name in only or corpus_names():
             e = entries[name]
@@ -359,37 +373,7 @@ def _main(argv=None):
     else:
         if not a.model:
             ap.error("give MODEL or --all-corpus")
-        from backends.runners.engine import is_plan
-        from native.errors import InputFileError, UsageError
-        for p in (a.model, a.load_engine):
-            if p and not os.path.isfile(p):
-                raise InputFileError(f"file not found: {p}")
-        plan_path = a.load_engine or (a.model if is_plan(a.model) else None)
-        onnx_path = None if is_plan(a.model) else a.model
-        plan = None
-        if plan_path:
-            if a.no_fusion or a.nhwc:
-                raise UsageError("--no-fusion/--nhwc are build options; a saved plan is timed as it was built")
-            if a.compare_onnxrt and not onnx_path:
-                raise UsageError(f"--compare-onnxrt with a plan needs its ONNX model: benchmark.py MODEL.onnx "
-                                 f"--load-engine {plan_path} --compare-onnxrt")
-            plan = load_plan_engine(plan_path)
-            if onnx_path:   # the plan must have been built from this model
-                from backends.runners import load_onnx
-                from debugkit.cli.run import check_plan_source
-                check_plan_source(plan[1], load_onnx(onnx_path), plan_path, onnx_path)
-            feeds = make_feeds(plan_feed_spec(plan[1], parse_shapes(a.shapes)))
-        else:
-            feeds = make_feeds(model_feed_spec(a.model, parse_shapes(a.shapes)))
-        r = bench_all(onnx_path, feeds, a.iterations, a.warmup, with_ort=a.compare_onnxrt, with_off=False,
-                      fusion=not a.no_fusion, nhwc=a.nhwc or None, plan=plan, profile=a.profile)
-        ours, ort = r["ours"], r.get("ort")
-        report(os.path.basename(a.model), ours, ort)
-        if ours.get("profile") is not None:
-            print(ours["profile"].table(top=15))
-        results[a.model] = {"ours": ours["latency_ms"], "build_s": ours["build_s"]}
-        if ort:
-            results[a.model]["ort"] = ort["latency_ms"]
+        return _as_bench(a)
     if a.json:
         from native.files import write_json
         write_json(a.json, results, indent=1)

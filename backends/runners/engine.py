@@ -78,16 +78,14 @@ class EngineRunner(Runner):
         from backends.engine.builder import BuilderConfig
         ranges = {k: v for k, v in self.shapes.items() if _is_range(v)}
         shapes = {k: v for k, v in self.shapes.items() if not _is_range(v)}
-        import sys
         import time
 
-        from native.progress import enabled as on_tty
+        from native.progress import status
         config = self.config or BuilderConfig()
         if self.calibrator is not None:
             config.int8_calibrator = self.calibrator
         t0 = time.perf_counter()
-        if on_tty():
-            print(f"building {self.name} …", file=sys.stderr, flush=True)
+        status(f"building {self.name} …")
         plan = build_plan_from_onnx(self.onnx_model, shapes=shapes, flags=self.flags,
                                     ranges=ranges, device=self.device, timing_feeds=timing_feeds, config=config)
         self.build_seconds = time.perf_counter() - t0
@@ -95,9 +93,7 @@ class EngineRunner(Runner):
             from native.files import write_bytes
             write_bytes(self.save_plan, plan, "--save-engine plan")
         self._load_plan(plan)
-        if on_tty():
-            print(f"building {self.name} … done ({len(self.engine.graph.nodes)} layers, {self.build_seconds:.2f} s)",
-                  file=sys.stderr, flush=True)
+        status(f"building {self.name} … done ({len(self.engine.graph.nodes)} layers, {self.build_seconds:.2f} s)")
 
     def _load_plan(self, plan):
         from backends.engine.runtime import Runtime

@@ -201,6 +201,7 @@ def apply_common_args(args):
             from native.errors import InputFileError
             raise InputFileError(f"cannot open --log-file {log_file}: {e.strerror}") from None
         G_LOGGER.stream = _Tee(f)
+        G_LOGGER.file = f   # the file also gets INFO (build lines, numpy warnings) below the terminal's level
     if q:
         progress.set_quiet(True)
 
@@ -221,6 +222,7 @@ def reset_common_args():
         level, formatter, stream, colour, quiet = _saved.pop()
         if isinstance(G_LOGGER.stream, _Tee):
             G_LOGGER.stream.f.close()
+        G_LOGGER.file = None
         G_LOGGER.min_severity, G_LOGGER.formatter, G_LOGGER.stream = level, formatter, stream
         report.set_colour(colour)
         progress.set_quiet(quiet)
@@ -245,10 +247,15 @@ def data_loader(args, metadata, iterations=None):
     if n < 0:
         raise UsageError("--iterations must be >= 0")
     dl = DataLoader(getattr(args, "seed", 1), n, parse_ranges(getattr(args, "val_range", []) or []),
-                    parse_shape_list(getattr(args, "input_shapes", []) or []))
+                    parse_shape_list(getattr(args, "input_shapes", []) or []), generator=data_generator(args))
     dl.input_metadata = metadata
     dl.check_names(metadata)
     return dl
+
+
+def data_generator(args) -> str:
+    """--data-generator (default debugkit; run makes it polygraphy for a .json --save-outputs/--save-inputs)."""
+    return getattr(args, "data_generator", None) or "debugkit"
 
 
 def first_feed(args, metadata) -> dict:
@@ -267,6 +274,10 @@ def add_data_loader_args(parser):
     g.add_argument("--input-shapes", nargs="+", default=[], metavar="NAME:[D0,D1,...]",
                    help="shapes for inputs with dynamic dims (dynamic dims default to 1)")
     g.add_argument("--iterations", type=int, default=1, help="number of generated feeds (default 1)")
+    g.add_argument("--data-generator", choices=["debugkit", "polygraphy"], default=None,
+                   help="how inputs are generated from --seed: debugkit (one stream per input) or polygraphy (the "
+                        "values Polygraphy's default data loader makes); default debugkit, polygraphy when "
+                        "--save-outputs/--save-inputs is a .json file")
     g.add_argument("--data-loader-script", metavar="FILE.py[:FUNC]",
                    help="a Python function that returns or yields {input: array} dicts (FUNC defaults to load_data)")
     g.add_argument("--load-inputs", metavar="FILE.h5|FILE.json",

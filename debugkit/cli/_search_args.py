@@ -34,16 +34,27 @@ def generated_feeds(args, model) -> dict:
 
 
 class Progress:
-    """A progress bar over probes ("probe n of at most m, best so far"): tqdm on a terminal, silent otherwise."""
+    """The search's one progress bar ("probe n of at most m, best so far"): tqdm on a terminal, silent otherwise.
+
+    `total` is the search's bound; `plan(total)` revises it when a phase ends and `step()` counts work that is not a
+    probe (a base build, a ranking run). While it is open, per-build lines go to the log (native.progress.status)."""
 
     def __init__(self, total, desc):
-        self.bar, self.best = None, None
-        try:
-            from native.progress import progress
-            self.bar = progress(total=total, desc=desc, unit="probe")
-            self.bar.__enter__()
-        except Exception:
-            self.bar = None
+        from native.progress import SearchBar, search_scope
+        self.best = None
+        self._scope = search_scope()
+        self._scope.__enter__()
+        self.bar = SearchBar(desc, total)
+
+    def plan(self, total):
+        self.bar.plan(total)
+
+    def step(self, n=1):
+        self.bar.step(n)
+
+    @property
+    def done(self):
+        return self.bar.n
 
     def __call__(self, rec, n):
         res = rec.get("result")
@@ -51,13 +62,10 @@ class Progress:
         art = rec.get("artifact")
         if hit and isinstance(art, list) and (self.best is None or len(art) < self.best):
             self.best = len(art)
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix_str(f"best so far: {self.best}" if self.best is not None else "no hit yet")
+        self.bar.step(1, f"best so far: {self.best}" if self.best is not None else "no hit yet")
 
     def close(self):
-        if self.bar is not None:
-            try:
-                self.bar.__exit__(None, None, None)
-            except Exception:
-                pass
+        if self._scope is not None:
+            self.bar.close()
+            self._scope.__exit__(None, None, None)
+            self._scope = None

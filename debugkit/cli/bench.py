@@ -51,6 +51,8 @@ def register(subparsers):
     d.add_argument("--data-loader-script", metavar="FILE.py[:FUNC]",
                    help="take the first feed of a Python function that returns or yields {input: array} dicts")
     _args.add_build_args(p)
+    p.add_argument("--prefer-nhwc", action="store_true",
+                   help="build with the NHWC layout pass on (the layout experiment of tools/benchmark.py --nhwc)")
     p.set_defaults(device=None)   # a plan runs on the device it names unless --device says otherwise
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     _args.add_common_args(p, default="info")
@@ -100,14 +102,16 @@ def _is_plan(path):
 def run(args) -> int:
     _args.apply_common_args(args)
     _check_args(args)
-    from backends.runners import EngineRunner, OnnxrtRunner, load_onnx
+    from backends.runners import EngineRunner, load_onnx
     from debugkit import benchmark as B
 
     plan_only = _is_plan(args.model)
     model = None if plan_only else load_onnx(args.model)
     source = args.load_engine or args.model
-    runner = EngineRunner(source, config=_args.build_config_from_args(args), device=args.device or "cpu",
-                          save_plan=args.save_engine)
+    config = _args.build_config_from_args(args)
+    if args.prefer_nhwc:
+        config.prefer_nhwc = True
+    runner = EngineRunner(source, config=config, device=args.device or "cpu", save_plan=args.save_engine)
     ort = None
     try:
         runner.activate()
@@ -141,9 +145,10 @@ def run(args) -> int:
                 device_times.append(dict(t))
         contenders = {"engine": lambda: ctx.execute(feeds)}
         if args.compare == "onnxrt":
-            ort = OnnxrtRunner(model).activate()
-            ort_feeds = {k: v for k, v in feeds.items()}
-            contenders["onnxrt"] = lambda: ort.session.run(None, ort_feeds)
+            result["onnxrt_settings"] = B.onnxrt_settings()
+            ort = B.onnxrt_session(model, result["onnxrt_settings"])
+            ort_feeds = {i.name: feeds[i.name] for i in ort.get_inputs()}
+            contenders["onnxrt"] = lambda: ort.run(None, ort_feeds)
         profile_during = args.dump_profile and not args.separate_profile_run
         profiler = _profiler(ctx) if profile_during else None
         G_LOGGER.info(f"warming up for {args.warm_up:g} ms")
@@ -176,8 +181,7 @@ def run(args) -> int:
             result["profile"] = _profile(profiler, engine, separate=bool(args.separate_profile_run),
                                          median_latency=result["latency_ms"]["median"])
     finally:
-        if ort is not None:
-            ort.deactivate()
+        ort = None
         runner.deactivate()
     _print(result, args)
     if args.dump_profile and "profile" in result:
@@ -312,6 +316,8 @@ def _print(r, args):
                   f"per inference, median)", file=out)
     if "compare" in r:
         o = r["compare"]["onnxrt"]
+        from debugkit.benchmark import onnxrt_settings_line
+        print(onnxrt_settings_line(r["onnxrt_settings"]), file=out)
         print(f"onnxrt (same run, interleaved) latency ms: {_stat_line(o['latency_ms'])}", file=out)
         print(f"onnxrt throughput: {_fmt(o['throughput']['inferences_per_s'])} inferences/s; engine/onnxrt median "
               f"latency {o['median_ratio_engine_over_onnxrt']:.2f}x", file=out)

@@ -76,7 +76,7 @@ def run(args) -> int:
     from debugkit.debug.probe_log import ProbeLog
     from debugkit.debug.reduce import Subgraphs, capture_values
     from debugkit.debug.report_html import error_svg, search_html
-    from debugkit.debug.strategies import Prober, bisect_prefix, greedy, linear
+    from debugkit.debug.strategies import Prober, bisect_prefix, greedy, linear, one_minimal_bound
     from native.errors import DebugkitError
 
     _search_args.apply_common(args)
@@ -125,11 +125,13 @@ def run(args) -> int:
                                 extra_flags=_extra_flags(args), calib=calib, device=args.device)
     t0 = time.perf_counter()
     bound = P.build_bound(len(layers))
-    bar = _search_args.Progress(bound, f"precision ({args.mode})")
+    workers = 1 if args.ray else max(1, args.workers or 1)
+    bar = _search_args.Progress(_work_bound(args.mode, len(layers), workers), f"precision ({args.mode})")
     workdir = tempfile.mkdtemp(prefix="debugkit_precision_")
     rows, answer, extra = [], [], {}
-    low_values = _base_run(P, probe_fn, args)
     try:
+        low_values = _base_run(P, probe_fn, args)
+        bar.step()
         with make_executor(args.workers, args.ray) as ex:
             prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
             base, top = prober.many([[], layers])
@@ -142,8 +144,9 @@ def run(args) -> int:
                     f"({rec.get('reason', '') if isinstance(rec, dict) else ''}); loosen the tolerances or check "
                     f"the reference")
             elif args.mode == "minimal":
-                rows = _ranking(P, sub, layers, low_values, args, ex, workdir, calib)
+                rows = _ranking(P, sub, layers, low_values, args, ex, workdir, calib, bar)
                 kept = greedy([r["layer"] for r in rows], prober)
+                bar.plan(bar.done + one_minimal_bound(len(kept), prober.workers))   # now the exact bound
                 G_LOGGER.info(f"greedy: the {len(kept)} most sensitive layers pass; minimising")
                 answer = P.one_minimal(kept, prober)
                 answer.sort(key=layers.index)
@@ -166,7 +169,9 @@ def run(args) -> int:
               "precision": args.low, "higher": args.higher, "reference": args.reference,
               "model": os.path.abspath(args.model), "model_sha256": meta["model_sha256"],
               "seconds": round(seconds, 1), "workers": getattr(ex, "workers", 1),
-              "base_builds": 1, "layer_runs": len(rows), "tactics_replayed": probe_fn.replay is not None, **extra}
+              "base_builds": 1, "layer_runs": len(rows),
+              "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},
+              "tactics_replayed": probe_fn.replay is not None, **extra}
     final = prober.known(answer)[1] if prober.known(answer)[0] else None
     if isinstance(final, dict):
         result["final_check"] = {"passed": final.get("hit"), "outputs": final.get("outputs")}
@@ -188,7 +193,8 @@ def run(args) -> int:
                                            rows, answer, log.records), "report")
     what = f"prefix of {extra['prefix_count']} layer(s) ({args.direction})" if extra else f"{len(answer)} layer(s)"
     print(f"{what} of {len(layers)} must run in {args.higher}; {prober.probes} probe(s) "
-          f"(+{prober.replayed} replayed), {seconds:.1f} s, {rate:.2f} probes/s"
+          f"(+{prober.replayed} replayed) and {bar.done - prober.probes} other build(s), of at most "
+          f"{bar.bar.max_total}, {seconds:.1f} s, {rate:.2f} probes/s"
           + (f"; per probe (median) build {costs['probe_build_s_median']:.2f} s, run "
              f"{costs['probe_run_s_median'] * 1e3:.1f} ms" if costs else ""))
     for n in answer[:50]:
@@ -233,7 +239,22 @@ def _base_run(P, probe_fn, args):
     return low_values
 
 
-def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None):
+def _work_bound(mode: str, n_layers: int, workers: int, answer_guess: int = 8) -> int:
+    """The most builds the search makes, for its progress bar: the base layerwise build, the probes of the empty
+    and the full set, then per mode: minimal = one run per layer alone + greedy + drop-one minimisation of up to
+    `answer_guess` layers (revised to the real count once greedy has answered); bisect = the bisection; linear =
+    one probe per prefix."""
+    from debugkit.debug import strategies as S
+    if mode == "minimal":
+        rest = n_layers + S.greedy_bound(n_layers, workers) + S.one_minimal_bound(answer_guess, workers)
+    elif mode == "bisect":
+        rest = S.bisect_bound(n_layers, workers)
+    else:
+        rest = n_layers + 1
+    return 1 + 2 + rest
+
+
+def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None, bar=None):
     """The layerwise low-precision values + one run per layer alone (independent: on the executor)."""
     G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
     # a layer alone is its subgraph's output: without the flag, the FP32 rule for probability outputs would keep every
@@ -241,5 +262,5 @@ def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None):
     alone_fn = P.LayerAloneProbe(workdir, args.low, ("reduced_probability_outputs",), subgraphs=sub, calib=calib)
     if type(ex).__name__ != "InlineExecutor":
         alone_fn.save_state(sub)
-    alone = dict(zip(layers, ex.map(alone_fn, layers)))
+    alone = dict(zip(layers, ex.map(alone_fn, layers, on_done=(lambda _: bar.step()) if bar else None)))
     return P.sensitivity(sub, layers, low_values, alone)

@@ -76,21 +76,23 @@ def run(args) -> int:
     done = {r["artifact"]: r for r in log.records}
     t0 = time.perf_counter()
     bar = _search_args.Progress(count, "repeat")
-    with make_executor(args.workers, args.ray) as ex:
-        i = 0
-        while i < count:
-            batch = [k for k in range(i, min(count, i + max(1, ex.workers))) if k not in done]
-            for k, res in zip(batch, ex.map(probe_fn, batch) if len(batch) > 1 else map(probe_fn, batch)):
-                rec = log.record(k, res)
-                done[k] = rec
-                bar(rec, k)
-                G_LOGGER.info(f"iteration {k}: {'FAILED' if res['fails'] else 'passed'}"
-                              f"{' (' + res['reason'] + ')' if res.get('reason') else ''}")
-            i += max(1, ex.workers)
-            hits = [done[k]["result"]["fails"] for k in range(min(i, count)) if k in done]
-            if (until == "bad" and any(hits)) or (until == "good" and not all(hits)):
-                break
-    bar.close()
+    try:
+        with make_executor(args.workers, args.ray) as ex:
+            i = 0
+            while i < count:
+                batch = [k for k in range(i, min(count, i + max(1, ex.workers))) if k not in done]
+                for k, res in zip(batch, ex.map(probe_fn, batch) if len(batch) > 1 else map(probe_fn, batch)):
+                    rec = log.record(k, res)
+                    done[k] = rec
+                    bar(rec, k)
+                    G_LOGGER.info(f"iteration {k}: {'FAILED' if res['fails'] else 'passed'}"
+                                  f"{' (' + res['reason'] + ')' if res.get('reason') else ''}")
+                i += max(1, ex.workers)
+                hits = [done[k]["result"]["fails"] for k in range(min(i, count)) if k in done]
+                if (until == "bad" and any(hits)) or (until == "good" and not all(hits)):
+                    break
+    finally:
+        bar.close()
     records = [done[k] for k in sorted(done)]
     bad = sum(1 for r in records if r["result"]["fails"])
     print(f"{len(records)} run(s): {len(records) - bad} passed, {bad} failed ({time.perf_counter() - t0:.1f} s)")

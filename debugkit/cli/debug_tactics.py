@@ -45,7 +45,9 @@ def run(args) -> int:
             "sources": args.tactic_sources, "modules": sorted(os.path.abspath(m) for m in args.tactics_module)}
     search = TacticSearch(TacticBuilds(args.model, make_config, feeds[0]), check, bad=bad, good=good,
                           log_path=args.log, resume=args.resume, meta=meta)
-    report = search.run()
+    from native.progress import search_scope
+    with search_scope():   # the builds and probes say what they do in the log (-v), not one line each
+        report = search.run()
     make_config.save()
     save_fixed_replay(report, args.output)
     if args.report:

@@ -176,8 +176,10 @@ def _data(args) -> int:
                 print(f"  iteration {it}: {len(names)} tensor(s), inputs_hash {_short_hash(f.inputs_hash(it, runner))}")
                 for n in names:
                     v = f.read(it, n, runner)
-                    if isinstance(v, np.ndarray):
-                        line = f"    {n} [dtype={v.dtype.name}, shape={list(v.shape)}]"
+                    if isinstance(v, (np.ndarray, np.generic)):
+                        v = np.asarray(v)
+                        shape = "scalar" if v.ndim == 0 else f"shape={list(v.shape)}"
+                        line = f"    {n} [dtype={v.dtype.name}, {shape}]"
                         if v.size and v.dtype.kind in "fiub":
                             vf = v.astype(np.float64)
                             line += f" | mean={vf.mean():.4g} min={vf.min():.4g} max={vf.max():.4g}"

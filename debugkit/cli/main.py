@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 
-SUBTOOLS = ["run", "inspect", "convert", "surgeon", "check", "debug", "bench", "sweep"]  # missing modules are skipped
+SUBTOOLS = ["run", "inspect", "convert", "surgeon", "check", "debug", "bench", "sweep", "template"]  # missing modules are skipped
 
 
 # package prefix -> the layer named in "internal error in <layer>" (longest prefix wins)
@@ -68,12 +68,19 @@ class _Parser(argparse.ArgumentParser):
         return ns
 
     def suggest(self, extras) -> str:
-        """'; did you mean --atol?' for flags that look like one of this parser's."""
+        """'; did you mean --atol?' for flags that look like one of this parser's; a Polygraphy flag without a
+        counterpart here is explained instead (a look-alike of ours may mean something else)."""
         import difflib
+
+        from debugkit.cli.polygraphy_flags import explain
         known = [o for a in self._actions for o in a.option_strings]
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
         hints = []
         for x in extras:
-            if x.startswith("-"):
+            why = explain(command, x, _root_parser(self)) if x.startswith("-") else None
+            if why:
+                hints.append(why)
+            elif x.startswith("-"):
                 close = difflib.get_close_matches(x.split("=", 1)[0], known, n=1, cutoff=0.6)
                 if close:
                     hints.append(f"did you mean {close[0]} (for {x})?")
@@ -81,6 +88,13 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         """Short usage of this (sub)command, the error, and where the full list of options is."""
+        import re
+        m = re.match(r"argument ([-\w]+)", message)
+        if m and " " in self.prog:   # a Polygraphy spelling that is ours with another meaning (debug reduce --mode)
+            from debugkit.cli.polygraphy_flags import entry
+            e = entry(self.prog.split(" ", 1)[1], m.group(1))
+            if e is not None and e.kind == "na":
+                message += f" ({m.group(1)} differs from Polygraphy's: {e.reason})"
         positionals = " ".join(a.metavar or a.dest for a in self._actions
                                if not a.option_strings and a.help != argparse.SUPPRESS
                                and not isinstance(a, argparse._SubParsersAction))
@@ -89,6 +103,13 @@ class _Parser(argparse.ArgumentParser):
               + f"   ('{self.prog} -h' lists every option)", file=sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+_ROOT = []   # the top-level parser, for explaining Polygraphy flags against the command's own options
+
+
+def _root_parser(parser):
+    return _ROOT[-1] if _ROOT else None
 
 
 def register_modules(subs, prefix: str, names):
@@ -111,6 +132,7 @@ def build_parser():
     subs = parser.add_subparsers(dest="subtool", metavar="SUBTOOL", parser_class=_Parser)
     register_modules(subs, "debugkit.cli.", SUBTOOLS)
     _common_args_everywhere(parser)
+    _ROOT[:] = [parser]
     return parser
 
 
@@ -164,6 +186,24 @@ def _termination_as_exit():
             signal.signal(sig, old)
 
 
+@contextlib.contextmanager
+def _numpy_warnings_summarised(args):
+    """numpy's overflow/invalid-value warnings go to the log, each attributed to the layer running; the terminal gets
+    one summary line when the command ends (or the error)."""
+    from native.logger import G_LOGGER, tally_warnings
+
+    def current_layer():
+        from backends.engine.runtime.executor import current_layer
+        return current_layer()
+    with tally_warnings(current_layer) as tally:
+        try:
+            yield tally
+        finally:
+            line = tally.summary(see=getattr(args, "log_file", None) or "-v or --log-file")
+            if line:
+                G_LOGGER.warning(line)
+
+
 def main(argv=None) -> int:
     from native import config
     from native.errors import DebugkitError
@@ -177,7 +217,10 @@ def main(argv=None) -> int:
     from debugkit.cli.tactic_args import join_signed_sources
     argv = join_signed_sources(argv)   # --tactic-sources -NAME: a value, not an option
     parser = build_parser()
+    from debugkit.cli.polygraphy_flags import translate
+    argv = translate(argv, parser)   # Polygraphy's spellings (--trt, --onnx-outputs mark all, ...) become ours
     args = parser.parse_args(argv)
+    args._dk_argv = list(argv)   # the command as given (run --gen-script quotes it)
     if not getattr(args, "subtool", None):
         parser.print_help()
         return 2
@@ -187,7 +230,8 @@ def main(argv=None) -> int:
     try:
         with claim(args), _termination_as_exit():   # outputs checked and locked before any work (the log too)
             apply_common_args(args)
-            return int(args.func(args) or 0)
+            with _numpy_warnings_summarised(args):
+                return int(args.func(args) or 0)
     except DebugkitError as e:
         if verbose:
             raise

@@ -66,6 +66,11 @@ def register(subparsers):
     lw.add_argument("--mark-all", action="store_true",
                     help="compare every ONNX tensor observable at engine layer boundaries; names the first divergence")
     lw.add_argument("--mark", nargs="+", metavar="NAME|PATTERN", help="compare only these tensors (fnmatch patterns)")
+    c.add_argument("--exclude-outputs", nargs="+", default=[], metavar="NAME|PATTERN",
+                   help="leave these outputs and tensors (names or fnmatch patterns) out of every comparison "
+                        "(Polygraphy: --onnx-exclude-outputs / --trt-exclude-outputs)")
+    c.add_argument("--fail-fast", action="store_true",
+                   help="stop after the first iteration with a failed comparison")
     lw.add_argument("--layer-scale-tol", type=float, default=None, metavar="FRACTION",
                     help="intermediate tensors: atol is at least FRACTION x max|reference| (default by dtype: "
                          "fp32 1e-5, fp16 1e-3), so float rounding in large-valued layers is not called a "
@@ -75,6 +80,13 @@ def register(subparsers):
     io.add_argument("--save-outputs", metavar="FILE.h5", help="outputs (and layerwise tensors) of every runner")
     io.add_argument("--load-outputs", nargs="+", default=[], metavar="FILE.h5|FILE.json",
                     help="saved outputs to compare against (they become the reference); ours or Polygraphy's")
+    io.add_argument("--gen-script", metavar="FILE.py",
+                    help="write a Python script that does what this command does, with debugkit's API, instead of "
+                         "running it (as Polygraphy's --gen-script)")
+    io.add_argument("--report", metavar="FILE.html",
+                    help="also write the report as one self-contained HTML page: per-layer error chart along the "
+                         "network with the first divergence marked (with --mark-all/--mark), error histograms per "
+                         "output, the table")
     io.add_argument("--json", metavar="FILE|-",
                     help="write the verdict as JSON (passed, exit_code, outputs, layerwise, timing, provenance); "
                          "'-' for stdout (the report then goes to stderr)")
@@ -144,18 +156,29 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    import warnings
-
     from backends.runners import EngineRunner, OnnxrtRunner, load_onnx, model_sha256
     from backends.runners.engine import is_plan
     from backends.runners.model import markable_onnx_tensors, onnx_input_metadata
     from debugkit.compare.comparator import Comparator, LiveSource, LoadedSource
-    from debugkit.data_file import DataWriter, open_data_file, package_versions
+    from debugkit.data_file import open_data_file, package_versions
+    from debugkit.data_json import data_writer
     from debugkit.data_loader import coerce_feeds
     from debugkit.report import render, run_json
 
     _args.apply_common_args(args)
+    _polygraphy_data_for_json(args)
+    if args.gen_script:
+        from debugkit.cli import run_script
+        if not os.path.exists(args.model):
+            from native.errors import InputFileError
+            raise InputFileError(f"model file not found: {args.model}")
+        run_script.write(args, args.gen_script)
+        print(f"wrote {args.gen_script} (run it: python {args.gen_script})")
+        return 0
     runners = list(dict.fromkeys(args.runners or []))
+    if args.report and not os.path.isdir(os.path.dirname(os.path.abspath(args.report))):
+        raise UsageError(f"--report {args.report}: folder {os.path.dirname(os.path.abspath(args.report))} does "
+                         f"not exist")
     if not runners and not args.load_outputs:
         raise UsageError("choose at least one runner (--engine, --onnxrt) or give --load-outputs")
     if args.warm_up is not None and args.warm_up < 0:
@@ -204,7 +227,7 @@ def _run(args) -> int:
     postprocess = parse_postprocess(args.postprocess)
     writer = input_writer = None
     timing = {}
-    caught = []
+    caught = None
     try:
         for path in args.load_outputs:
             f = open_data_file(path, expect_kind="outputs")
@@ -221,8 +244,9 @@ def _run(args) -> int:
                                  f"Polygraphy saved with it (--save-inputs) via --load-inputs, or outputs computed "
                                  f"from other data will differ")
             loaded.extend(LoadedSource(f, r) for r in f.runners())
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", RuntimeWarning)
+        from backends.engine.runtime.executor import current_layer
+        from native.logger import tally_warnings
+        with tally_warnings(current_layer) as caught:   # each logged with its layer; one line at the end
             for r in live:
                 r.activate()
             for r in live:
@@ -236,6 +260,10 @@ def _run(args) -> int:
                     known |= set(markable_onnx_tensors(model))
             for src in loaded:
                 known |= set(src.output_names)
+            import fnmatch
+            stray = [p for p in args.exclude_outputs if not any(k == p or fnmatch.fnmatchcase(k, p) for k in known)]
+            if stray:
+                raise UsageError(f"--exclude-outputs {' '.join(stray)} matches no output or tensor of the model")
             unknown = sorted(n for n in tol.names() | set(postprocess) if n and n not in known)
             if unknown:
                 raise UsageError(f"--atol/--rtol/--check-error-stat/--error-quantile/--index-tolerance/--postprocess "
@@ -247,9 +275,9 @@ def _run(args) -> int:
             feeds_iter = _warm_up(live, feeds_iter, warm_up)
 
             if args.save_inputs:
-                input_writer = DataWriter(args.save_inputs, "inputs", provenance)
+                input_writer = data_writer(args.save_inputs, "inputs", provenance)
             if args.save_outputs:
-                writer = DataWriter(args.save_outputs, "outputs", provenance)
+                writer = data_writer(args.save_outputs, "outputs", provenance)
 
             sources = [LiveSource(r) for r in live] + loaded
             reference = _reference(sources)
@@ -257,7 +285,8 @@ def _run(args) -> int:
                                     extra_funcs=_extra_funcs(args, tol), validate=args.validate, layerwise=layerwise,
                                     model=model, scale_tol=args.layer_scale_tol,
                                     allow_mismatched_inputs=args.allow_mismatched_inputs,
-                                    check_shapes=args.check_shapes, postprocess=postprocess)
+                                    check_shapes=args.check_shapes, postprocess=postprocess,
+                                    exclude=args.exclude_outputs, fail_fast=args.fail_fast)
             try:
                 summary = comparator.run(sources, reference, feeds_iter, writer=writer, input_writer=input_writer)
             except ExecutionError as e:
@@ -304,6 +333,12 @@ def _run(args) -> int:
     if args.json and args.json != "-":
         _write_json(args.json, run_json(summary, timing, provenance))
         print(f"saved the verdict as JSON to {args.json}", file=human)
+    if args.report:
+        from debugkit.data_json import write_text_atomically
+        from debugkit.report_html import run_html
+        write_text_atomically(args.report, run_html(summary, f"debugkit run {os.path.basename(args.model)}",
+                                                    provenance))
+        print(f"wrote the HTML report to {args.report}", file=human)
     if oracle_text:
         print(oracle_text, file=human)
     print(render(summary, verbose=args.verbose >= 2, stream=human), file=human)   # the verdict: the last line
@@ -378,23 +413,18 @@ _NUMPY_WORDS = {"invalid value": "invalid operations (they produce NaN)", "divid
                 "overflow": "overflows (Inf)", "underflow": "underflows"}
 
 
-def _report_numpy_warnings(caught):
-    """numpy's RuntimeWarnings from the kernels, once, in our words (they would otherwise leak to the terminal
-    one by one with a source line of ours)."""
-    import re
-    import warnings
-    seen = {}
-    for w in caught or []:
-        if issubclass(w.category, RuntimeWarning):
-            m = re.match(r"(invalid value|divide by zero|overflow|underflow) encountered in (\w+)", str(w.message))
-            key = (_NUMPY_WORDS[m.group(1)], m.group(2)) if m else (str(w.message), "")
-            seen[key] = seen.get(key, 0) + 1
-        else:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    if seen:
-        what = "; ".join(f"{kind} in {op}" if op else kind for (kind, op) in seen)
-        G_LOGGER.warning(f"numpy reported floating-point problems while running: {what}. Outputs may hold NaN/Inf; "
-                         f"--validate --mark-all names the first layer that produced one")
+def _report_numpy_warnings(tally):
+    """numpy's RuntimeWarnings from the kernels, once, in our words (each one is in the log at -v / --log-file,
+    with the layer that raised it)."""
+    if not tally:
+        return
+    if tally.count:
+        what = "; ".join(f"{_NUMPY_WORDS.get(kind, kind)} in {op}" if op else _NUMPY_WORDS.get(kind, kind)
+                         for (kind, op) in tally.sites)
+        where = f" in {len(tally.layers)} layer(s)" if tally.layers else ""
+        G_LOGGER.warning(f"numpy reported floating-point problems while running{where}: {what}. Outputs may hold "
+                         f"NaN/Inf; --validate --mark-all names the first layer that produced one (each warning is "
+                         f"in the log: -v or --log-file)")
 
 
 def _write_json(dest, doc):
@@ -405,6 +435,17 @@ def _write_json(dest, doc):
         return
     from native.files import write_text
     write_text(dest, text + "\n", "--json")
+
+
+def _polygraphy_data_for_json(args):
+    """A .json --save-outputs/--save-inputs is for Polygraphy: unless --data-generator says otherwise, generate the
+    inputs as Polygraphy does, so `polygraphy run --load-outputs FILE.json` with the same seed feeds the same data."""
+    from debugkit.data_json import is_json_path
+    if getattr(args, "data_generator", None) is None and (is_json_path(args.save_outputs)
+                                                          or is_json_path(args.save_inputs)):
+        G_LOGGER.info("saving Polygraphy JSON: inputs are generated as Polygraphy generates them "
+                      "(--data-generator polygraphy)")
+        args.data_generator = "polygraphy"
 
 
 def _reference(sources):

@@ -118,13 +118,15 @@ def run(args) -> int:
     t0 = time.perf_counter()
     bar = _search_args.Progress(len(jobs), f"sweep {args.task}")
     results = []
-    with make_executor(args.workers, args.ray) as ex:
-        for start in range(0, len(jobs), max(1, ex.workers)):
-            batch = jobs[start:start + max(1, ex.workers)]
-            for r in ex.map(fn, batch) if len(batch) > 1 or ex.workers > 1 else [fn(batch[0])]:
-                results.append(r)
-                bar({"result": r["status"]}, len(results))
-    bar.close()
+    try:
+        with make_executor(args.workers, args.ray) as ex:
+            for start in range(0, len(jobs), max(1, ex.workers)):
+                batch = jobs[start:start + max(1, ex.workers)]
+                for r in ex.map(fn, batch) if len(batch) > 1 or ex.workers > 1 else [fn(batch[0])]:
+                    results.append(r)
+                    bar({"result": r["status"]}, len(results))
+    finally:
+        bar.close()
     summary = {"task": args.task, "task_args": task_args, "models": len(results),
                "seconds": round(time.perf_counter() - t0, 1), "results": results}
     from native.files import write_json, write_text

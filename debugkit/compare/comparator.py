@@ -141,13 +141,20 @@ def select_tensors(candidates: list, patterns) -> list:
     return out
 
 
+def excluded(name: str, patterns) -> bool:
+    """Whether --exclude-outputs (names or fnmatch patterns) leaves `name` out of the comparison."""
+    return any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns or ())
+
+
 class Comparator:
     """compare_funcs: extra {name: fn(name, actual, expected) -> OutputResult} run on the outputs besides simple."""
 
     def __init__(self, tolerances: Tolerances | None = None, nan_equal=False, inf_equal=True, extra_funcs=None,
                  validate=False, layerwise=None, model=None, chunk_bytes=256 << 20, logger=None, scale_tol=None,
-                 allow_mismatched_inputs=False, check_shapes=True, postprocess=None):
+                 allow_mismatched_inputs=False, check_shapes=True, postprocess=None, exclude=(), fail_fast=False):
         self.tolerances = tolerances or Tolerances()
+        self.exclude = list(exclude or ())   # outputs and tensors left out of every comparison (names or patterns)
+        self.fail_fast = fail_fast           # stop after the first iteration with a failed comparison
         self.nan_equal, self.inf_equal = nan_equal, inf_equal
         self.extra_funcs = dict(extra_funcs or {})
         self.validate = validate
@@ -171,6 +178,8 @@ class Comparator:
     def _compare_outputs(self, pr, source_name, ref_name, out, ref_out, summary):
         """Pair `out` with `ref_out` (exact names, then Polygraphy's fallbacks), postprocess, and compare."""
         for name, rname, how in pair_outputs(out, ref_out):
+            if excluded(name, self.exclude) or excluded(rname, self.exclude):
+                continue
             if how != "exact":
                 pr.paired[name] = (rname, how)
                 msg = (f"output names differ: comparing {source_name}'s '{name}' with {ref_name}'s '{rname}' "
@@ -225,7 +234,8 @@ class Comparator:
             for s in others:
                 pr = PairResult(s.name, reference.name, it)
                 fallback = self._compare_outputs(pr, s.name, reference.name, outs[s.name], ref_out, summary)
-                missing = [n for n in ref_out if n not in outs[s.name] and n not in fallback]
+                missing = [n for n in ref_out if n not in outs[s.name] and n not in fallback
+                           and not excluded(n, self.exclude)]
                 if self.model is not None:   # a golden may hold marked intermediates too: only outputs are missed
                     missing = [n for n in missing if n in {o.name for o in self.model.graph.output}]
                 if not pr.outputs:
@@ -238,6 +248,10 @@ class Comparator:
             if self.layerwise:
                 self._layerwise(sources, reference, others, pairs, feeds, it, ihash, writer, summary)
             summary.pairs.extend(pairs)
+            if self.fail_fast and not all(p.passed for p in pairs):
+                summary.warnings.append(f"stopped after iteration {it}, the first with a failed comparison "
+                                        f"(--fail-fast)")
+                break
         return summary
 
     def _check_provenance(self, sources, it, ihash, summary):
@@ -287,7 +301,8 @@ class Comparator:
         for s in sources:
             obs = set(s.observable(it))
             common = obs if common is None else common & obs
-        tensors = select_tensors(self._order(common or []), self.layerwise)
+        tensors = [t for t in select_tensors(self._order(common or []), self.layerwise)
+                   if not excluded(t, self.exclude)]
         for pr in pairs:
             pr.layerwise = True
         if not tensors:

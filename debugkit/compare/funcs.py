@@ -50,6 +50,8 @@ class OutputResult:
     rel_stats: dict = field(default_factory=dict)   # relative error over nonzero-reference elements, + zero_ref
     metrics: dict = field(default_factory=dict)  # l2, cosine, psnr, snr, mismatches, check, level...
     histogram: list = field(default_factory=list)
+    hist_counts: list = field(default_factory=list)   # |a - e| histogram for reports (10 bins from 0 to max)
+    hist_edges: list = field(default_factory=list)
     nonfinite: NonFiniteCounts | None = None    # NaN/Inf on each side and where they disagree (simple only)
     compared: int = 0                 # elements compared with finite values on both sides
     atol_rule: str = ""               # how the atol was chosen ("1e-05 x max|reference| 2.3" for the default)
@@ -347,6 +349,11 @@ def compare_simple(name, actual, expected, tolerances: Tolerances | None = None,
                                f"(ours<-reference: {moves}): a sorted output (detections, top-k) whose near-tied "
                                f"entries swapped? if its sort key (the scores) matches, check this one with "
                                f"--check-error-stat NAME:quantile")
+    compared = absdiff if hist else None   # the compared (finite on both sides) elements
+    if hist and compared.size:
+        top = float(compared.max())
+        counts, edges = np.histogram(compared, bins=10, range=(0.0, top if top > 0 else 1.0))
+        res.hist_counts, res.hist_edges = counts.tolist(), edges.tolist()
     if hist and not res.passed:
         res.histogram = histogram(absdiff)
     return res

@@ -16,7 +16,7 @@ import time
 from native.files import write_bytes
 from native import config
 from native.logger import G_LOGGER
-from native.progress import progress
+from native.progress import progress, search_scope
 
 
 class BuildLoop:
@@ -41,7 +41,7 @@ class BuildLoop:
         for sub in ("good", "bad"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
         limit = int(self.until) if str(self.until).isdigit() else max_iterations
-        with progress(total=limit, desc="debug build", unit="build") as bar:
+        with search_scope(), progress(total=limit, desc="debug build", unit="build", outer=True) as bar:
             for i in range(limit):
                 t0 = time.perf_counter()
                 graph, doc, plan = self.build(i)

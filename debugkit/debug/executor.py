@@ -19,8 +19,14 @@ class InlineExecutor:
     workers = 1
     name = "inline"
 
-    def map(self, fn, items):
-        return [fn(x) for x in items]
+    def map(self, fn, items, on_done=None):
+        """[fn(x) for x in items]; on_done(result) after each one (progress bars)."""
+        out = []
+        for x in items:
+            out.append(fn(x))
+            if on_done is not None:
+                on_done(out[-1])
+        return out
 
     def close(self):
         pass
@@ -67,9 +73,17 @@ class LocalExecutor(InlineExecutor):
         while len(seen) < self.workers and time.monotonic() < end:
             seen |= set(self._pool.map(_ready, [0.05] * self.workers))
 
-    def map(self, fn, items):
+    def map(self, fn, items, on_done=None):
         items = list(items)
-        return list(self._get_pool().map(fn, items)) if items else []
+        if not items:
+            return []
+        futures = [self._get_pool().submit(fn, x) for x in items]
+        out = []
+        for f in futures:   # in order: the caller's answer never depends on which worker finished first
+            out.append(f.result())
+            if on_done is not None:
+                on_done(out[-1])
+        return out
 
     def close(self):
         if self._pool is not None:
@@ -111,9 +125,14 @@ class RayExecutor(InlineExecutor):
         self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._remote = ray.remote(_ray_call)
 
-    def map(self, fn, items):
+    def map(self, fn, items, on_done=None):
         ref = self._ray.put(fn)
-        return self._ray.get([self._remote.remote(ref, x) for x in items])
+        out = []
+        for r in [self._remote.remote(ref, x) for x in items]:
+            out.append(self._ray.get(r))
+            if on_done is not None:
+                on_done(out[-1])
+        return out
 
 
 def _ray_call(fn, x):

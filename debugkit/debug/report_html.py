@@ -7,40 +7,18 @@ import html
 import json
 import math
 
+from debugkit.charts import BLUE, ORANGE, RED, layer_bars_svg
+
 
 def error_svg(rows, chosen=(), title="per-layer error (log scale)", width=900, height=260) -> str:
-    """Bars in topological order: the larger of 'alone' and 'added' error per layer; chosen layers in red."""
+    """Bars in topological order: the larger of 'alone' and 'added' error per layer; chosen layers in red, non-finite
+    ones orange (drawn by debugkit.charts, as run's report is)."""
     rows = sorted(rows, key=lambda r: r["order"])
     chosen = set(chosen)
-    n = max(len(rows), 1)
-    left, bottom, top = 50, 30, 20
-    plot_h = height - bottom - top
-    bar_w = max(1.0, (width - left - 10) / n)
-
-    def y_of(v):
-        if v is None or v <= 0:
-            return 0.0
-        if math.isinf(v):
-            return 1.0
-        return min(1.0, max(0.0, (math.log10(v) + 8) / 10))   # 1e-8 .. 1e2
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             f'font-size="10">', f'<text x="{left}" y="12">{html.escape(title)}</text>']
-    for exp in range(-8, 3, 2):
-        y = top + plot_h * (1 - (exp + 8) / 10)
-        parts.append(f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
-                     f'<text x="5" y="{y + 3:.1f}">1e{exp}</text>')
-    for i, r in enumerate(rows):
-        v = r.get("score")
-        h = plot_h * y_of(v)
-        x = left + i * bar_w
-        colour = "#d62728" if r["layer"] in chosen else ("#ff7f0e" if v is not None and math.isinf(v) else "#1f77b4")
-        label = f'{r["layer"]}: alone {r.get("alone")}, added {r.get("added")}'
-        parts.append(f'<rect x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{max(bar_w - 0.5, 0.5):.1f}" '
-                     f'height="{h:.1f}" fill="{colour}"><title>{html.escape(label)}</title></rect>')
-    parts.append(f'<text x="{left}" y="{height - 8}">layers in topological order ({len(rows)}); red: chosen, '
-                 f'orange: non-finite</text></svg>')
-    return "\n".join(parts)
+    bars = [(r["layer"], r.get("score"), RED if r["layer"] in chosen else (
+        ORANGE if r.get("score") is not None and math.isinf(r["score"]) else BLUE)) for r in rows]
+    return layer_bars_svg(bars, title=title, y_label="error (larger of alone / added)", width=width, height=height,
+                          legend=f"layers in topological order ({len(rows)}); red: chosen, orange: non-finite")
 
 
 def search_html(title: str, summary: dict, rows=(), chosen=(), probes=()) -> str:

@@ -16,6 +16,7 @@ property wins, exactly as a one-worker search would have picked it.
 from __future__ import annotations
 
 import json
+import math
 import time
 
 from debugkit.debug.executor import InlineExecutor
@@ -228,3 +229,32 @@ def greedy(ranked, fails, *, log=None, executor=None) -> list:
     lo = sizes[hit - 1] if hit > 0 else 0
     k = _bisect(lo, hi, lambda sizes: probe.many([ranked[:s] for s in sizes]), probe.workers)
     return ranked[:k]
+
+
+# Bounds: the most probes each strategy can make, so a progress bar's total is a promise, not a guess.
+
+def _log(n: int, base: int = 2) -> int:
+    return max(0, math.ceil(math.log(max(n, 1), base) - 1e-9))
+
+
+def bisect_bound(n: int, workers: int = 1) -> int:
+    """Probes `bisect_prefix` makes over n+1 candidates: w points per round, (w+1)-fold shrink per round."""
+    return workers * (_log(n + 1, workers + 1) + 1)
+
+
+def greedy_bound(n: int, workers: int = 1) -> int:
+    """Probes `greedy` makes over n ranked items (the full list is known): the gallop 1, 2, 4, ... < n, rounded up
+    to whole batches, then the bisection inside the last doubling."""
+    gallop = _log(n)
+    return workers * math.ceil(gallop / workers) + bisect_bound(max(1, n // 2), workers)
+
+
+def one_minimal_bound(k: int, workers: int = 1, limit: int = 8) -> int:
+    """Probes `one_minimal` makes on k items: each probe (one worker) drops an item or proves it needed; over
+    `limit` items it is ddmin's bound."""
+    return k * workers if k <= limit else ddmin_bound(k)
+
+
+def ddmin_bound(k: int) -> int:
+    """Zeller's worst case for ddmin on k items (k² + 3k), plus the final empty-set probe."""
+    return k * k + 3 * k + 1

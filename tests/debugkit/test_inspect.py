@@ -65,3 +65,14 @@ def test_inspect_data_reads_polygraphy_json(cli):
     path = os.path.join(ROOT, "tests", "debugkit", "data", "polygraphy", "outputs.json")
     code, out, _ = cli("inspect", "data", path)
     assert code == 0 and "y [dtype=float32, shape=[3, 4]]" in out and "(not recorded)" in out
+
+
+def test_inspect_data_labels_0d_tensors_as_scalars(cli, tmp_path):
+    import numpy as np
+    from debugkit.data_file import DataWriter
+    path = tmp_path / "d.h5"
+    with DataWriter(str(path), "outputs") as w:
+        w.write_many("r", 0, {"loss": np.float32(2.5), "v": np.zeros(3, np.float32), "seq": [np.zeros(1)]})
+    code, out, _ = cli("inspect", "data", path)
+    assert code == 0
+    assert "loss [dtype=float32, scalar] | mean=2.5" in out and "seq [sequence]" in out, out

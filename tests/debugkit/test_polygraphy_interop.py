@@ -92,3 +92,66 @@ def test_older_npz_and_latin1_arrays_decode(tmp_path):
     f = open_data_file(str(p), "inputs")
     np.testing.assert_array_equal(f.read(0, "a"), arr)
     np.testing.assert_array_equal(f.read(0, "b"), arr)
+
+
+# --- the other way: we write Polygraphy's JSON ----------------------------------------------------------------------
+
+def test_polygraphy_generator_reproduces_polygraphys_inputs():
+    """--data-generator polygraphy makes the very inputs Polygraphy 0.53.6 generated for the fixture (seed 1)."""
+    from backends.runners import load_onnx
+    from backends.runners.model import onnx_input_metadata
+    from debugkit.data_loader import DataLoader
+    dl = DataLoader(1, 1, shapes={"x": (3, 4)}, generator="polygraphy")
+    dl.input_metadata = onnx_input_metadata(load_onnx(MODEL))
+    [feeds] = list(dl)
+    np.testing.assert_array_equal(feeds["x"], open_data_file(INPUTS, "inputs").read(0, "x"))
+
+
+def test_polygraphy_golden_passes_without_its_inputs_with_polygraphys_generator(cli):
+    code, out, err = cli("run", MODEL, "--onnxrt", "--load-outputs", OUTPUTS, "--input-shapes", "x:[3,4]",
+                         "--data-generator", "polygraphy")
+    assert code == 0 and "PASSED" in out, out + err
+
+
+def test_save_outputs_json_is_polygraphys_run_results(cli, tmp_path):
+    g, gi = tmp_path / "g.json", tmp_path / "gi.json"
+    code, out, err = cli("run", MODEL, "--onnxrt", "--engine", "--input-shapes", "x:[3,4]", "--save-outputs", g,
+                         "--save-inputs", gi)
+    assert code == 0, out + err
+    doc, ref = json.loads(g.read_text()), json.load(open(OUTPUTS))
+    assert doc["polygraphy_class"] == ref["polygraphy_class"] == "RunResults"
+    assert sorted(r for r, _ in doc["lst"]) == ["engine-runner", "onnxrt-runner"]
+    [it] = dict(doc["lst"])["onnxrt-runner"]
+    [ref_it] = ref["lst"][0][1]
+    assert set(it) == set(ref_it) and it["polygraphy_class"] == "IterationResult"
+    assert it["outputs"]["y"]["polygraphy_class"] == ref_it["outputs"]["y"]["polygraphy_class"] == "LazyArray"
+    # Polygraphy's data loader made these inputs (the JSON default), so its golden and ours agree bit for bit
+    np.testing.assert_array_equal(open_data_file(str(g), "outputs").read(0, "y", "onnxrt-runner"),
+                                  open_data_file(OUTPUTS, "outputs").read(0, "y", ref["lst"][0][0]))
+    assert json.loads(gi.read_text())[0]["x"] == json.load(open(INPUTS))[0]["x"]
+    # and we read back what we wrote
+    code, out, err = cli("run", MODEL, "--engine", "--load-outputs", g, "--load-inputs", gi)
+    assert code == 0, out + err
+
+
+def test_a_failed_run_leaves_no_json(cli, tmp_path):
+    g = tmp_path / "g.json"
+    code, _, err = cli("run", MODEL, "--onnxrt", "--input-shapes", "x:[3,4]", "--save-outputs", g,
+                       "--load-inputs", tmp_path / "missing.h5")
+    assert code == 2 and not g.exists()
+
+
+def _polygraphy():
+    import shutil
+    return os.environ.get("DEBUGKIT_POLYGRAPHY") or shutil.which("polygraphy")
+
+
+@pytest.mark.skipif(not _polygraphy(), reason="polygraphy is not installed (set DEBUGKIT_POLYGRAPHY=path/to/polygraphy)")
+def test_polygraphy_reads_what_we_write(cli, tmp_path):
+    import subprocess
+    g = tmp_path / "g.json"
+    code, out, err = cli("run", MODEL, "--onnxrt", "--input-shapes", "x:[3,4]", "--save-outputs", g)
+    assert code == 0, out + err
+    p = subprocess.run([_polygraphy(), "run", MODEL, "--onnxrt", "--input-shapes", "x:[3,4]", "--load-outputs",
+                        str(g)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "PASSED" in p.stdout + p.stderr, p.stdout + p.stderr

@@ -286,3 +286,18 @@ class _Unavailable:
 
 def _bind(executor, env):
     return lambda inputs: executor.run_list(inputs, parent_env=env)
+
+
+def current_layer():
+    """The layer (a graph node) being executed by the innermost `GraphExecutor.run` on this thread's stack, or None.
+
+    For attributing things that happen inside kernels (numpy's overflow warnings) to a layer without any cost on
+    the execution path: it walks the stack only when asked."""
+    import sys
+    code = GraphExecutor.run.__code__
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            return frame.f_locals.get("node")
+        frame = frame.f_back
+    return None
