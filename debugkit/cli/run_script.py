@@ -36,9 +36,31 @@ def unsupported(args, parser) -> list[str]:
     return sorted(set(out))
 
 
+def _plain(v):
+    """A Python literal for `v`: numpy scalars as numbers, containers element-wise, a resolved object (a Device)
+    by its name."""
+    import numpy as np
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, dict):
+        return {_plain(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_plain(x) for x in v)
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return getattr(v, "name", str(v))
+
+
+def _literal(v) -> str:
+    import ast
+    text = repr(_plain(v))
+    ast.literal_eval(text)   # the script must hold values, not objects
+    return text
+
+
 def script(args, argv_text: str) -> str:
     from debugkit.cli import _args
-    r = repr
+    r = _literal
     runners = list(dict.fromkeys(args.runners or []))
     flags = _args.build_flags(args)
     lines = [
@@ -152,5 +174,6 @@ def write(args, path: str) -> None:
     argv = getattr(args, "_dk_argv", None) or sys.argv[1:]
     text = script(args, "debugkit " + " ".join(shlex.quote(str(a)) for a in argv))
     from debugkit.data_json import write_text_atomically
+    compile(text, path, "exec")   # a script that does not parse is a bug here, not the user's problem
     write_text_atomically(path, text)
     os.chmod(path, 0o755)

@@ -12,7 +12,8 @@ EXAMPLE = os.path.join(ROOT, "examples", "example.onnx")   # overflows FP16 in i
 def _script(path):
     p = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=ROOT))
-    return p.returncode, p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr
+    assert p.stdout.strip(), f"the script printed nothing; stderr:\n{p.stderr}\n--- script:\n{open(path).read()}"
+    return p.returncode, p.stdout.strip().splitlines()[-1]
 
 
 def test_gen_script_reproduces_the_run(cli, tmp_path, chain):
