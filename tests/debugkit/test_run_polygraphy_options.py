@@ -10,8 +10,9 @@ EXAMPLE = os.path.join(ROOT, "examples", "example.onnx")   # overflows FP16 in i
 
 
 def _script(path):
-    p = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PYTHONPATH=ROOT))
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+    env["PYTHONPATH"] = ROOT   # a clean environment: what earlier tests left in os.environ does not leak in
+    p = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, env=env)
     assert p.stdout.strip(), f"the script printed nothing; stderr:\n{p.stderr}\n--- script:\n{open(path).read()}"
     return p.returncode, p.stdout.strip().splitlines()[-1]
 
