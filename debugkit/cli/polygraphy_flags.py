@@ -5,7 +5,7 @@ as an alias of ours (rewritten before parsing), or explained ("not applicable, b
 `--onnx-outputs mark all` → `--mark-all`, `-p float16` → `--higher fp16`, ...); `explain(command, flag)` is the one
 line the parser prints for a Polygraphy flag that has no counterpart, instead of a did-you-mean that would send the
 user to a flag with another meaning. docs/migrating-from-polygraphy.md is rendered from this table
-(`python -m debugkit.cli.polygraphy_flags`), and tests walk it against Polygraphy 0.53.6's own list of flags.
+(`python tools/polygraphy_flags_table.py`), and tests walk it against Polygraphy 0.53.6's own list of flags.
 """
 from __future__ import annotations
 
@@ -443,13 +443,3 @@ def markdown(polygraphy_flags: dict, parser) -> str:
     lines = ["| polygraphy | flag | debugkit |", "|---|---|---|"]
     lines += [f"| {c} | {f} | {w} |" for c, f, w in rows]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":   # print the table for docs/migrating-from-polygraphy.md
-    import json
-    import os
-    import sys
-    from debugkit.cli.main import build_parser
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(root, "tests", "debugkit", "data", "polygraphy", "flags-0.53.6.json")) as f:
-        sys.stdout.write(markdown(json.load(f)["commands"], build_parser()) + "\n")

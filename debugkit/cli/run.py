@@ -172,7 +172,7 @@ def _run(args) -> int:
         if not os.path.exists(args.model):
             from native.errors import InputFileError
             raise InputFileError(f"model file not found: {args.model}")
-        run_script.write(args, args.gen_script)
+        run_script.write(args, args.gen_script, tolerances_from_args(args))
         print(f"wrote {args.gen_script} (run it: python {args.gen_script})")
         return 0
     runners = list(dict.fromkeys(args.runners or []))

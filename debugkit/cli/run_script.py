@@ -58,7 +58,8 @@ def _literal(v) -> str:
     return text
 
 
-def script(args, argv_text: str) -> str:
+def script(args, argv_text: str, tolerances) -> str:
+    """The script's text; `tolerances` is run's Tolerances for these options."""
     from debugkit.cli import _args
     r = _literal
     runners = list(dict.fromkeys(args.runners or []))
@@ -115,8 +116,7 @@ def script(args, argv_text: str) -> str:
                      f"val_ranges={r(_args.parse_ranges(args.val_range))}, "
                      f"shapes={r(_args.parse_shape_list(args.input_shapes))}, "
                      f"generator={r(_args.data_generator(args))})")
-    from debugkit.cli.run import tolerances_from_args
-    t = tolerances_from_args(args)
+    t = tolerances
     tol = (f"funcs.Tolerances({r(t.atol)}, {r(t.rtol)}, {r(t.stat)}, {r(t.quantiles)}, "
            f"{r(getattr(t, 'index_tolerance', None))})")
     lines += ["", "# the comparison (run's comparison options)",
@@ -162,7 +162,7 @@ def script(args, argv_text: str) -> str:
     return "\n".join(lines)
 
 
-def write(args, path: str) -> None:
+def write(args, path: str, tolerances) -> None:
     """Check the options, then write the script (executable) to `path`."""
     bad = unsupported(args, getattr(args, "_dk_parser", None))
     if bad:
@@ -172,7 +172,7 @@ def write(args, path: str) -> None:
     import shlex
     import sys
     argv = getattr(args, "_dk_argv", None) or sys.argv[1:]
-    text = script(args, "debugkit " + " ".join(shlex.quote(str(a)) for a in argv))
+    text = script(args, "debugkit " + " ".join(shlex.quote(str(a)) for a in argv), tolerances)
     from debugkit.data_json import write_text_atomically
     compile(text, path, "exec")   # a script that does not parse is a bug here, not the user's problem
     write_text_atomically(path, text)
