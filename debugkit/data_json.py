@@ -8,7 +8,7 @@ What `polygraphy run --load-outputs / --load-inputs` reads (Polygraphy 0.53's fo
 - inputs: a JSON list with one {name: array} per iteration;
 - an array: {"array": base64 of the bytes numpy.save writes, "polygraphy_class": "ndarray"}.
 JSON holds no provenance (model hash, inputs hash, config): our HDF5 files do, so they stay the default. A file is
-written whole at close, to a temporary file beside the target that then replaces it: an interrupted run leaves the old
+written whole by commit() (the run succeeded), through the one output module: an interrupted run leaves the old
 file (or none), never half a file.
 """
 from __future__ import annotations
@@ -17,12 +17,10 @@ import base64
 import io
 import json
 import os
-import sys
-import tempfile
 
 import numpy as np
 
-from native.errors import DataFileError, InputFileError
+from native.errors import InputFileError
 from native.logger import G_LOGGER
 
 
@@ -90,16 +88,20 @@ class PolygraphyJsonWriter:
                                   "polygraphy_class": "IterationResult"} for outs in its]])
         return {"lst": lst, "polygraphy_class": "RunResults"}
 
-    def close(self):
+    def commit(self):
+        """Write the file whole (the run succeeded); until then the old file stays as it was."""
         if self.closed:
             return
         self.closed = True
-        if sys.exc_info()[0] is not None:   # closed while an error propagates: keep the old file, write nothing
-            return
         if self.skipped:
             G_LOGGER.warning(f"{self.path}: Polygraphy's JSON holds arrays only; left out {sorted(self.skipped)} "
                              f"(sequences, optional outputs or object arrays; an .h5 file keeps them)")
-        write_text_atomically(self.path, json.dumps(self.document(), indent=1))
+        write_text_atomically(self.path, json.dumps(self.document(), indent=1), "--save-outputs"
+                              if self.kind == "outputs" else "--save-inputs")
+
+    def close(self):
+        """Without commit() (the run failed) nothing is written."""
+        self.closed = True
 
     def __enter__(self):
         return self
@@ -108,23 +110,11 @@ class PolygraphyJsonWriter:
         self.close()
 
 
-def write_text_atomically(path: str, text: str) -> None:
-    """Write `text` to a temporary file beside `path` (through a symlink: beside its target), fsync, rename."""
-    target = os.path.realpath(path)
-    folder = os.path.dirname(target) or "."
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise DataFileError(f"cannot write {path}: {e.strerror or e}") from None
+def write_text_atomically(path: str, text: str, what: str = "output") -> None:
+    """Write `text` through the one output module (native.files: temporary file beside the target, fsync, rename;
+    symlinks written through; never onto an input)."""
+    from native.files import write_text
+    write_text(path, text, what)
 
 
 def data_writer(path: str, kind: str, provenance: dict | None = None):
