@@ -111,9 +111,8 @@ def run(args) -> int:
     if not layers:
         raise P.PrecisionSearchError(f"{args.model} has no layers that compute float values")
     log_path = args.log.replace("<output>", _stem(args.output))
-    meta = {"search": "precision", "model_sha256": model_sha256(args.model), "low": args.low, "higher": args.higher,
-            "mode": args.mode, "direction": args.direction, "reference": args.reference, "seed": args.seed,
-            "compare": " ".join(command.argv) if command else repr(options)}
+    from debugkit.debug.fingerprint import search_fingerprint
+    meta = search_fingerprint("precision", args, args.model, feeds)
     log = ProbeLog(log_path, meta, resume=args.resume)
     calib = None
     if args.low == "int8":   # calibrated once by the base build (or read from --calibration-cache), then shared
@@ -167,7 +166,7 @@ def run(args) -> int:
               "probes_per_second": round(rate, 3), **costs,
               "replayed": prober.replayed, "builds_bound": bound, "layers": len(layers), "mode": args.mode,
               "precision": args.low, "higher": args.higher, "reference": args.reference,
-              "model": os.path.abspath(args.model), "model_sha256": meta["model_sha256"],
+              "model": os.path.abspath(args.model), "model_sha256": meta["model (sha256)"],
               "seconds": round(seconds, 1), "workers": getattr(ex, "workers", 1),
               "base_builds": 1, "layer_runs": len(rows),
               "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},

@@ -53,9 +53,9 @@ def run(args) -> int:
     check = command_check_from_args(args) or CompareOptions.from_args(args)
     model = load_onnx(args.model)
     feeds = _search_args.generated_feeds(args, model)
-    meta = {"search": "reduce", "model_sha256": model_sha256(args.model), "mode": args.mode,
-            "check": " ".join(check.argv) if hasattr(check, "argv") else repr(check),
-            "flags": _args.build_flags(args), "seed": args.seed}
+    from debugkit.debug.fingerprint import search_fingerprint
+    meta = search_fingerprint("reduce", args, args.model, feeds,
+                              check=" ".join(check.argv) if hasattr(check, "argv") else repr(check))
     log = ProbeLog(args.log, meta, resume=args.resume)
     t0 = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="debugkit_reduce_")
@@ -74,7 +74,7 @@ def run(args) -> int:
     items = sub.items
     model_out, feeds_out, _ = sub.build(found)
     finish(model_out)
-    prov = {"model_path": os.path.abspath(args.model), "model_sha256": meta["model_sha256"]}
+    prov = {"model_path": os.path.abspath(args.model), "model_sha256": meta["model (sha256)"]}
     inputs_path = save_with_inputs(model_out, feeds_out, args.output, prov)
     prov_out = dict(prov, output=args.output)
     print(f"reduced {len(items)} nodes to {len(found)} in {prober.probes} probes "
@@ -161,7 +161,8 @@ def _descend(sub, found, check, args, ex, workdir, depth=0):
             model, feeds = iters.iteration_model(i)
             safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in label)
             log_path = f"{os.path.splitext(args.log)[0]}_{safe}_body.jsonl"
-            meta = {"search": "reduce-body", "loop": label, "iteration": i, "mode": args.mode,
+            from debugkit.debug.fingerprint import options_record
+            meta = {**options_record(args), "search": "reduce-body", "loop": label, "iteration": i,
                     "check": " ".join(check.argv) if hasattr(check, "argv") else repr(check)}
             log = ProbeLog(log_path, meta, resume=args.resume and os.path.exists(log_path))
             body_dir = os.path.join(workdir, f"body{depth}_{safe}_{i}")

@@ -70,8 +70,10 @@ def run(args) -> int:
                                _args.build_flags(args), args.art_dir)
     else:
         probe_fn = RepeatProbe(check, args.model, art_dir=args.art_dir, artifacts=args.artifacts)
-    meta = {"search": "repeat", "model_sha256": model_sha256(args.model),
-            "check": " ".join(check.argv) if check else "in-process", "flags": _args.build_flags(args)}
+    from debugkit.debug.fingerprint import search_fingerprint
+    meta = search_fingerprint("repeat", args, args.model, feeds if check is None else None,
+                              exclude=("until", "max_iterations"),
+                              check=" ".join(check.argv) if check else "in-process")
     log = ProbeLog(args.log, meta, resume=args.resume)
     done = {r["artifact"]: r for r in log.records}
     t0 = time.perf_counter()

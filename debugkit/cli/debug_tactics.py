@@ -39,10 +39,8 @@ def run(args) -> int:
     make_config = common.config_factory(args)
     feeds = common.feeds_from_args(args, args.model)
     check = OutputCheck(feeds, onnxrt_outputs(args.model, feeds), common.tolerances_from_args(args), args.device)
-    meta = {"model": model_hash(args.model), "search": "debug tactics",
-            "bad": args.bad_tactics and os.path.abspath(args.bad_tactics),
-            "good": args.good_tactics and os.path.abspath(args.good_tactics),
-            "sources": args.tactic_sources, "modules": sorted(os.path.abspath(m) for m in args.tactics_module)}
+    from debugkit.debug.fingerprint import search_fingerprint
+    meta = search_fingerprint("debug tactics", args, args.model, feeds)
     search = TacticSearch(TacticBuilds(args.model, make_config, feeds[0]), check, bad=bad, good=good,
                           log_path=args.log, resume=args.resume, meta=meta)
     from native.progress import search_scope

@@ -166,6 +166,13 @@ class TacticSearch:
         self.probes = 0
         self.records = []
 
+    def _recorded(self, name, given):
+        """The tactic assignment given for an end point, else the one a resumed log recorded for it, else None."""
+        if given is not None or self.log is None:
+            return given
+        rec = self.log.lookup(f"{name} tactics")
+        return rec["result"] if rec is not None else None
+
     def _checked(self, artifact, graph_fn):
         rec = self.log.lookup(artifact) if self.log is not None else None
         if rec is not None:
@@ -189,8 +196,13 @@ class TacticSearch:
 
     def run(self) -> dict:
         t0 = time.perf_counter()
-        bad_graph, bad_doc = self.builds.build(self.bad_doc)
-        good_graph, good_doc = self.builds.build(self.good_doc, reference=self.good_doc is None)
+        # a resumed search rebuilds the end points it recorded (a timed build may pick other tactics this time)
+        bad_in, good_in = self._recorded("bad", self.bad_doc), self._recorded("good", self.good_doc)
+        bad_graph, bad_doc = self.builds.build(bad_in)
+        good_graph, good_doc = self.builds.build(good_in, reference=good_in is None)
+        for name, given, doc in (("bad", bad_in, bad_doc), ("good", good_in, good_doc)):
+            if given is None and self.log is not None:
+                self.log.record(f"{name} tactics", doc)
         build_s = time.perf_counter() - t0
         bad_t, good_t = tactic_choices(bad_doc), tactic_choices(good_doc)
         differing = [n.name for n in good_graph.nodes if bad_t.get(n.name) != good_t.get(n.name)]

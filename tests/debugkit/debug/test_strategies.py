@@ -123,6 +123,32 @@ def test_resume_refuses_a_log_of_another_model(tmp_path):
         ProbeLog(tmp_path / "junk.jsonl", {"model": "abc"}, resume=True)
 
 
+def test_resume_names_every_differing_key_with_both_full_values(tmp_path):
+    path = tmp_path / "p.jsonl"
+    long = "x" * 40
+    ProbeLog(path, {"model": "abc", "--atol": long + "1", "--old": 1})
+    with pytest.raises(ProbeLogError) as e:
+        ProbeLog(path, {"model": "abc", "--atol": long + "2", "--new": [1, 2]}, resume=True)
+    msg = str(e.value)
+    assert f'--atol: the log has "{long}1", this search has "{long}2"' in msg
+    assert "--old: the log has 1, this search has (not recorded)" in msg
+    assert "--new: the log has (not recorded), this search has [1, 2]" in msg
+
+
+def test_a_torn_last_line_is_dropped_and_the_log_repaired(tmp_path):
+    path = tmp_path / "p.jsonl"
+    log = ProbeLog(path, {"model": "abc"})
+    log.record([1], True)
+    log.record([2], False)
+    text = path.read_text()
+    path.write_text(text[:-7])   # the last record cut mid-line
+    again = ProbeLog(path, {"model": "abc"}, resume=True)
+    assert again.lookup([1])["result"] is True and again.lookup([2]) is None
+    again.record([2], False)
+    assert path.read_text() == text   # whole lines again
+    assert len(ProbeLog(path, {"model": "abc"}, resume=True)) == 2
+
+
 def test_local_executor_gives_the_same_answers_as_inline():
     with LocalExecutor(2) as ex:
         assert ex.map(AtLeast(3), [1, 2, 3, 4]) == [False, False, True, True]
