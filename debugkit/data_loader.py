@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 
-from native.errors import FeedError, InputFileError, ShapeError, UsageError
+from native.errors import FeedError, InputFileError, ShapeError, UsageError, user_code_exit
 from native.logger import G_LOGGER
 
 DEFAULT_SEED = 1
@@ -143,6 +143,8 @@ class ScriptDataLoader:
         module = importlib.util.module_from_spec(module_spec)
         try:
             module_spec.loader.exec_module(module)
+        except (SystemExit, KeyboardInterrupt) as e:
+            raise user_code_exit(f"--data-loader-script {path} (at import)", e) from None
         except Exception as e:
             raise InputFileError(f"data loader script {path} failed to import: {type(e).__name__}: {e}") from None
         if not callable(getattr(module, func, None)):
@@ -152,10 +154,25 @@ class ScriptDataLoader:
         self.input_metadata = None
 
     def __iter__(self):
-        result = self.func()
-        if isinstance(result, dict):
-            result = [result]
-        for feeds in result:
+        """The function's feeds; sys.exit() / KeyboardInterrupt inside it name the script (UserCodeExit)."""
+        try:
+            result = self.func()
+            if isinstance(result, dict):
+                result = [result]
+            it = iter(result)
+        except (SystemExit, KeyboardInterrupt) as e:
+            raise user_code_exit(f"--data-loader-script {self.spec}", e) from None
+        except Exception as e:
+            raise FeedError(f"--data-loader-script {self.spec} failed: {type(e).__name__}: {e}") from None
+        while True:
+            try:
+                feeds = next(it)
+            except StopIteration:
+                return
+            except (SystemExit, KeyboardInterrupt) as e:
+                raise user_code_exit(f"--data-loader-script {self.spec}", e) from None
+            except Exception as e:
+                raise FeedError(f"--data-loader-script {self.spec} failed: {type(e).__name__}: {e}") from None
             if not isinstance(feeds, dict):
                 raise FeedError(f"data loader {self.spec} yielded {type(feeds).__name__}, expected a dict "
                                 f"{{input name: array}}")

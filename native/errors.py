@@ -68,3 +68,17 @@ class GraphError(BuildError):
 class OutputFileError(DebugkitError):
     """An output could not be written (disk full, permission, a target that cannot take this format, another
     process writing it, or a path the same command reads); the message says the old file is unchanged."""
+class UserCodeExit(BaseException):
+    """User code (a --tactics-module, a --data-loader-script) raised SystemExit or KeyboardInterrupt. debugkit
+    stops, as that code asked, but says whose code it was (the CLI exits 2 naming the file): never a silent exit 0.
+    A BaseException, like the exception it replaces, so no `except Exception` on the way (a tactic skipped during
+    timing, a pass that tolerates failures) swallows it."""
+
+
+def user_code_exit(what: str, exc: BaseException) -> UserCodeExit:
+    """The UserCodeExit for `exc` (SystemExit / KeyboardInterrupt) raised inside `what` (e.g. "--tactics-module F")."""
+    if isinstance(exc, SystemExit):
+        how = f"called sys.exit({exc.code!r})" if exc.code is not None else "called sys.exit()"
+    else:
+        how = f"raised {type(exc).__name__}"
+    return UserCodeExit(f"{what} {how}; user code cannot end debugkit (fix or remove that call)")

@@ -3,15 +3,19 @@
 `load_tactics_module(path)` imports the file once (a second call returns the same tactics) and remembers which
 tactics it registered, so `unload_tactics_module(path)` can take them out again: loading is a process-wide side
 effect, explicit and reversible. `builtin_tactic(t)` tells the shipped tactics from user ones.
+
+User code cannot end the process: `sys.exit()` or a KeyboardInterrupt at import or inside a user tactic's
+run/supports/workspace_size/prepare becomes a `UserCodeExit` naming the module file (the CLI exits 2).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
 
 from native import tactics as _tactics
-from native.errors import InputFileError, UsageError
+from native.errors import InputFileError, UsageError, user_code_exit
 
 _LOADED: dict[str, list] = {}   # absolute path -> tactics it registered
 _USER_IDS: set = set()
@@ -38,15 +42,44 @@ def load_tactics_module(path) -> list:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except BaseException as e:
         sys.modules.pop(name, None)
         for key, bucket in _tactics._REGISTRY.items():  # take back what it registered before failing
             bucket[:] = [t for t in bucket if id(t) in before]
+        if isinstance(e, (SystemExit, KeyboardInterrupt)):
+            raise user_code_exit(f"--tactics-module {path} (at import)", e) from None
+        if not isinstance(e, Exception):
+            raise
         raise UsageError(f"--tactics-module {path} failed to import: {type(e).__name__}: {e}") from None
     added = [t for i, t in _all().items() if i not in before]
+    for t in added:
+        _guard(type(t), path)
     _LOADED[path] = added
     _USER_IDS.update(id(t) for t in added)
     return list(added)
+
+
+_GUARDED = ("run", "_short_run", "supports", "workspace_size", "prepare")
+
+
+def _guard(cls, path):
+    """Wrap the user tactic class's entry points so SystemExit / KeyboardInterrupt inside them name the module."""
+    for attr in _GUARDED:
+        fn = getattr(cls, attr, None)
+        if fn is None or getattr(fn, "_user_guard", False):
+            continue
+
+        def make(fn, attr):
+            @functools.wraps(fn)
+            def guarded(*a, **kw):
+                try:
+                    return fn(*a, **kw)
+                except (SystemExit, KeyboardInterrupt) as e:
+                    raise user_code_exit(f"--tactics-module {path} (tactic {cls.__name__}.{attr.lstrip('_')})",
+                                         e) from None
+            guarded._user_guard = True
+            return guarded
+        setattr(cls, attr, make(fn, attr))
 
 
 def unload_tactics_module(path):

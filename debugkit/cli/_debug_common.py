@@ -31,18 +31,14 @@ def feeds_from_args(args, model_path) -> list:
     """The feed dicts run would generate or load for this model."""
     from backends.runners import load_onnx
     from backends.runners.model import onnx_input_metadata
-    from debugkit.data_loader import DataLoader, SavedDataLoader, coerce_feeds
+    from debugkit.data_loader import coerce_feeds
     meta = onnx_input_metadata(load_onnx(model_path))
-    if getattr(args, "load_inputs", None):
-        loader = SavedDataLoader(args.load_inputs)
-    else:
-        if args.iterations < 1:
-            raise UsageError("--iterations must be >= 1 for a debug search")
-        loader = DataLoader(args.seed, args.iterations, _args.parse_ranges(args.val_range),
-                            _args.parse_shape_list(args.input_shapes))
-        loader.input_metadata = meta
-        loader.check_names(meta)
-    return [coerce_feeds(f, meta) for f in loader]
+    if not (getattr(args, "load_inputs", None) or getattr(args, "data_loader_script", None)) and args.iterations < 1:
+        raise UsageError("--iterations must be >= 1 for a debug search")
+    feeds = [coerce_feeds(f, meta) for f in _args.data_loader(args, meta)]
+    if not feeds:
+        raise UsageError("the data loader produced no feed: nothing to check a build with")
+    return feeds
 
 
 def tolerances_from_args(args):

@@ -206,7 +206,7 @@ def _numpy_warnings_summarised(args):
 
 def main(argv=None) -> int:
     from native import config
-    from native.errors import DebugkitError
+    from native.errors import DebugkitError, UserCodeExit
     try:
         config.check_environment()
         config.cli_defaults()   # process tuning on for the CLI's engines (DEBUGKIT_TUNE_PROCESS=0 turns it off)
@@ -238,6 +238,10 @@ def main(argv=None) -> int:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"debugkit {args.subtool}: error: {first}", file=sys.stderr)
         echo_to_log_file(f"debugkit {args.subtool}: error: {first}")
+        return 2
+    except UserCodeExit as e:   # sys.exit / KeyboardInterrupt inside a tactics module or loader script
+        print(f"debugkit {args.subtool}: error: {e}", file=sys.stderr)
+        echo_to_log_file(f"debugkit {args.subtool}: error: {e}")
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
