@@ -231,7 +231,7 @@ class DataWriter:
             v = np.asarray(value)
             if v.dtype == object or v.dtype.kind in "US":
                 ds = group.create_dataset(key, data=v.astype(str).astype(object), dtype=_h5().string_dtype())
-            elif v.dtype.kind == "V" or v.dtype.name == "bfloat16":
+            elif v.dtype.kind == "V" or v.dtype.name.startswith(("bfloat16", "float8", "float4")):
                 ds = group.create_dataset(key, data=v.astype(np.float32))
                 ds.attrs["dtype"] = v.dtype.name
             else:
@@ -403,6 +403,12 @@ class DataFile:
                 raw = np.asarray(ds[()], dtype=object)   # a scalar dataset reads as one bytes object
                 return np.array([x.decode() if isinstance(x, bytes) else x for x in raw.ravel()],
                                 dtype=object).reshape(ds.shape)
+            stored_as = _attr(ds.attrs.get("dtype"))   # ml_dtypes' types (int4, float8, bfloat16) stored as float32
+            if stored_as:
+                import ml_dtypes
+                want = getattr(ml_dtypes, str(stored_as), None)
+                if want is not None:
+                    return np.asarray(ds[()]).astype(want)
             return np.asarray(ds[()])   # a 0-d dataset reads as a numpy scalar: keep it an array
         except (OSError, RuntimeError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise DataFileError(f"{self.path}: tensor '{name}' of iteration {iteration} cannot be read "

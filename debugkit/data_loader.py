@@ -24,6 +24,33 @@ DEFAULT_RANGE = (0.0, 1.0)
 GENERATORS = ("debugkit", "polygraphy")
 
 
+def numeric_kind(dtype):
+    """(kind, info) of a dtype, seeing through ml_dtypes' types (whose numpy kind is 'V'): kind is 'b', 'i', 'u',
+    'f', 'c' or '' (strings, objects), info its iinfo/finfo (None for bool/complex/other)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return dtype.kind, np.iinfo(dtype)
+    if dtype.kind == "f" and dtype.name in ("float16", "float32", "float64", "longdouble"):
+        return "f", np.finfo(dtype)
+    if dtype.kind in "bc":
+        return dtype.kind, None
+    if dtype.kind in "fV":
+        try:
+            import ml_dtypes
+        except ImportError:
+            return "", None
+        try:
+            info = ml_dtypes.iinfo(dtype)
+            return ("i" if int(info.min) < 0 else "u"), info
+        except (ValueError, TypeError):
+            pass
+        try:
+            return "f", ml_dtypes.finfo(dtype)
+        except (ValueError, TypeError):
+            pass
+    return "", None
+
+
 class DataLoader:
     """Generates `iterations` feed dicts for the given input metadata ({name: TensorMeta}).
 
@@ -85,18 +112,26 @@ class DataLoader:
         return lo, hi
 
     def generate(self, meta, iteration) -> np.ndarray:
+        """Values of the input's own dtype (ml_dtypes' int4/uint4/float4/float8/bfloat16 too, complex as well): a
+        value range wider than the type is clipped to it, never wrapped or fed as another type."""
         shape = self.shape_for(meta)
         rng = np.random.default_rng([self.seed, iteration, zlib.crc32(meta.name.encode())])
         dtype = np.dtype(meta.dtype)
         lo, hi = self.range_for(meta.name)
-        if dtype.kind == "b":
+        kind, info = numeric_kind(dtype)
+        if kind == "b":
             return rng.integers(0, 2, shape).astype(bool)
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            lo, hi = max(int(np.ceil(lo)), info.min), min(int(np.floor(hi)), info.max)
+        if kind in "iu":
+            lo, hi = max(int(np.ceil(lo)), int(info.min)), min(int(np.floor(hi)), int(info.max))
+            if lo > hi:
+                raise UsageError(f"value range for '{meta.name}' holds no {dtype.name} value "
+                                 f"({dtype.name} spans [{int(info.min)}, {int(info.max)}])")
             return rng.integers(lo, hi, shape, endpoint=True).astype(dtype)
-        if dtype.kind == "f":
-            return rng.uniform(lo, hi, shape).astype(dtype)
+        if kind == "f":
+            top = float(info.max)
+            return np.clip(rng.uniform(lo, hi, shape), -top, top).astype(dtype)
+        if kind == "c":
+            return (rng.uniform(lo, hi, shape) + 1j * rng.uniform(lo, hi, shape)).astype(dtype)
         raise FeedError(f"cannot generate data for input '{meta.name}' of dtype {dtype.name}; supply it with "
                         f"--data-loader-script or --load-inputs")
 

@@ -69,7 +69,7 @@ def _graph_to_json(graph: Graph, blob: _BlobWriter) -> dict:
                       "subgraphs": {k: _graph_to_json(g, blob) for k, g in n.subgraphs.items()},
                       "source_nodes": n.source_nodes, "precision": n.precision, "tactic_id": n.tactic_id,
                       "tactic_name": n.tactic_name,
-                      "meta": {k: v for k, v in n.meta.items() if k in ("input_shapes", "output_shapes", "timings_ms",
+                      "meta": {k: v for k, v in n.meta.items() if k in ("input_shapes", "output_shapes", "output_dtypes", "timings_ms",
                                                                       "fused_patterns", "layout", "folded_from",
                                                                       "output_types", "math", "precision_ms",
                                                                       "layout_ms")}})

@@ -98,6 +98,13 @@ class EngineRunner(Runner):
     def _load_plan(self, plan):
         from backends.engine.runtime import Runtime
         self.engine = Runtime().deserialize_engine(plan)   # the plan names its device
+        have = getattr(self.engine.device, "name", self.engine.device)
+        want = getattr(self.device, "name", self.device)
+        if want is not None and have != want:
+            what = self.model_source if isinstance(self.model_source, (str, os.PathLike)) else "the plan"
+            raise UsageError(f"{what} was built for device '{have}', but device '{want}' was asked for (--device "
+                             f"{want}); a plan runs where it was built: rebuild it with --device {want}, or drop "
+                             f"--device")
         self.context = self.engine.create_execution_context()
 
     # queries -----------------------------------------------------------------------------------------
@@ -111,8 +118,7 @@ class EngineRunner(Runner):
                 (t.dim_names.get(i) or -1) if d < 0 else d for i, d in enumerate(t.shape))
             if profile is not None and profile.get_shape(t.name) is not None:
                 shape = tuple(profile.get_shape(t.name)[1])   # a plan's profile fixes the shape to generate
-            meta[t.name] = TensorMeta(t.name, np.dtype(t.dtype or "float32") if t.dtype not in ("object", "bfloat16")
-                                      else np.dtype(object if t.dtype == "object" else np.float32), shape)
+            meta[t.name] = TensorMeta(t.name, _numpy_dtype(t.dtype), shape)
         return meta
 
     @property
@@ -160,3 +166,16 @@ class EngineRunner(Runner):
 
 def _is_range(v):
     return isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, (list, tuple)) for x in v)
+
+
+def _numpy_dtype(name) -> np.dtype:
+    """The numpy dtype of an engine tensor type name: what the input is fed as (bfloat16/float8 through ml_dtypes)."""
+    if not name:
+        return np.dtype(np.float32)
+    if name == "object":
+        return np.dtype(object)
+    from backends.engine.dtypes import DataType
+    try:
+        return DataType(name).numpy
+    except ValueError:
+        return np.dtype(name)

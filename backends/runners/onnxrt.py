@@ -32,6 +32,7 @@ class OnnxrtRunner(Runner):
         self.session = None
         self._outputs = []
         self._marked = []
+        self._declared, self._declared_out = {}, {}
 
     def _activate(self):
         import onnxruntime as ort
@@ -51,6 +52,9 @@ class OnnxrtRunner(Runner):
                     model.graph.output.append(onnx.ValueInfoProto(name=t))
                     present.add(t)
         self._marked = list(dict.fromkeys(marked))
+        from backends.runners.model import onnx_input_metadata
+        self._declared = onnx_input_metadata(model)   # the model's own input types (int4, float8, ... included)
+        self._declared_out = _declared_outputs(model)
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         try:
@@ -66,7 +70,9 @@ class OnnxrtRunner(Runner):
         meta = {}
         for i in self.session.get_inputs():
             shape = None if i.shape is None else tuple(d if isinstance(d, int) else (d or -1) for d in i.shape)
-            meta[i.name] = TensorMeta(i.name, np.dtype(_ORT_TYPES.get(i.type, np.float32)), shape)
+            declared = getattr(self, "_declared", {}).get(i.name)
+            dtype = _ORT_TYPES.get(i.type) or (declared.dtype if declared is not None else np.float32)
+            meta[i.name] = TensorMeta(i.name, np.dtype(dtype), shape)
         return meta
 
     def output_names(self):
@@ -80,9 +86,55 @@ class OnnxrtRunner(Runner):
         if missing:
             raise UsageError(f"{self.name}: tensor(s) {missing[:5]} were not marked; pass mark=[...] or mark='all'")
         names = list(self._outputs) + [t for t in taps if t not in self._outputs]
+        ort_feeds = {k: _ort_feed(k, np.asarray(v)) for k, v in feeds.items()}
         try:
-            values = self.session.run(names, {k: np.asarray(v) for k, v in feeds.items()})
+            values = self.session.run(names, ort_feeds)
         except Exception as e:
             from native.errors import ExecutionError
             raise ExecutionError(f"ONNX Runtime failed: {str(e).splitlines()[0][:300]}") from None
-        return dict(zip(names, values))
+        out = {}
+        for name, v in zip(names, values):   # float8 outputs come back as their bytes: their own dtype again
+            want = self._declared_out.get(name)
+            if want is not None and isinstance(v, np.ndarray) and v.dtype != want and v.dtype.kind == "u" \
+                    and v.dtype.itemsize == want.itemsize and want.kind == "V":
+                v = v.view(want)
+            out[name] = v
+        return out
+
+
+_SUBBYTE = ("int4", "uint4", "float4_e2m1fn", "int2", "uint2")
+
+
+def _ort_feed(name, a):
+    """A feed ONNX Runtime's Python API takes: ml_dtypes' bfloat16/float8 arrays as an OrtValue of their ONNX type
+    (numpy arrays of them are not accepted); sub-byte types (stored two per byte) are refused, naming the input."""
+    if a.dtype.kind != "V" and a.dtype.name != "float8_e5m2":
+        return a
+    from native.errors import FeedError
+    if a.dtype.name in _SUBBYTE:
+        raise FeedError(f"input '{name}' is {a.dtype.name}: ONNX Runtime's Python API cannot take {a.dtype.name} "
+                        f"feeds (packed two per byte), so it cannot be the reference for this input")
+    import onnxruntime as ort
+    from onnx import helper
+    try:
+        onnx_type = helper.np_dtype_to_tensor_dtype(a.dtype)
+    except Exception:
+        raise FeedError(f"input '{name}' has dtype {a.dtype.name}, which has no ONNX type") from None
+    raw = np.ascontiguousarray(a).view(np.uint8 if a.dtype.itemsize == 1 else np.uint16)
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type)
+
+
+def _declared_outputs(model) -> dict:
+    """{output: numpy dtype} of the model's declared outputs whose type numpy only knows through ml_dtypes."""
+    from onnx import helper
+    out = {}
+    for vi in model.graph.output:
+        et = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if et:
+            try:
+                dt = np.dtype(helper.tensor_dtype_to_np_dtype(et))
+            except Exception:
+                continue
+            if dt.kind == "V":
+                out[vi.name] = dt
+    return out

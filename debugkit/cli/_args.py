@@ -308,7 +308,8 @@ def add_build_args(parser):
                    help="let the layers that compute Sigmoid/Softmax/Exp network outputs run in FP16/BF16 too (by "
                         "default they run in FP32: FP16 stores small probabilities as subnormals; docs/PRECISION.md)")
     g.add_argument("--disable-fusion", action="store_true", help="keep every layer as parsed")
-    g.add_argument("--device", default="cpu", type=device_arg, metavar="{cpu,cuda,dla}", help="device to build for")
+    g.add_argument("--device", default="cpu", type=device_arg, metavar="{cpu,cuda,dla}", action=_GivenDevice,
+                   help="device to build for (default cpu); with a loaded plan, where it must have been built")
     g.add_argument("--ignore-fingerprint", action=_IgnoreFingerprint, nargs=0,
                    help="load a plan built on another machine (its recorded device fingerprint differs); safe for "
                         "CPU plans moved between machines of one architecture family")
@@ -319,6 +320,19 @@ def add_build_args(parser):
     from debugkit.cli.inspect_capability import add_dla_args   # the emulated DLA (docs/DLA.md)
     add_dla_args(parser.add_argument_group("DLA"))
     return g
+
+
+class _GivenDevice(argparse.Action):
+    """--device, remembering that it was given (a loaded plan's device must then match it)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, "_device_given", True)
+
+
+def device_given(args):
+    """--device when the command line gave it, else None (build for the CPU; a loaded plan runs where built)."""
+    return args.device if getattr(args, "_device_given", False) else None
 
 
 class _IgnoreFingerprint(argparse.Action):

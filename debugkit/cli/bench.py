@@ -111,15 +111,13 @@ def run(args) -> int:
     config = _args.build_config_from_args(args)
     if args.prefer_nhwc:
         config.prefer_nhwc = True
-    runner = EngineRunner(source, config=config, device=args.device or "cpu", save_plan=args.save_engine)
+    runner = EngineRunner(source, config=config, device=args.device, save_plan=args.save_engine)
     ort = None
     try:
         runner.activate()
         if args.load_engine:
             from debugkit.cli.run import check_plan_source
             check_plan_source(runner.engine, model, args.load_engine, args.model)
-        if args.device and runner.engine is not None and runner.engine.device is not get_device(args.device):
-            G_LOGGER.warning(f"the plan was built for '{runner.engine.device}'; running it on '{args.device}'")
         feeds = _feeds(args, runner)
         runner.infer(feeds)   # builds here when the model has dynamic shapes (the feed fixes them)
         ctx, engine = runner.context, runner.engine

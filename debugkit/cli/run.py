@@ -210,7 +210,7 @@ def _run(args) -> int:
     for kind in runners:
         if kind == "engine":
             r = EngineRunner(args.load_engine or args.model, config=_args.build_config_from_args(args),
-                             device=args.device, save_plan=args.save_engine, profile=args.profile)
+                             device=_args.device_given(args), save_plan=args.save_engine, profile=args.profile)
             if args.load_engine:
                 r.onnx_model = model      # the plan's tensors keep their ONNX names; layerwise walks this graph
             live.append(r)

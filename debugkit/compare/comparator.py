@@ -233,6 +233,9 @@ class Comparator:
             pairs = []
             for s in others:
                 pr = PairResult(s.name, reference.name, it)
+                for name, v in outs[s.name].items():   # strings against numbers: bad input, not a disagreement
+                    if name in ref_out:
+                        _check_comparable(name, s, v, reference, ref_out[name])
                 fallback = self._compare_outputs(pr, s.name, reference.name, outs[s.name], ref_out, summary)
                 missing = [n for n in ref_out if n not in outs[s.name] and n not in fallback
                            and not excluded(n, self.exclude)]
@@ -371,6 +374,20 @@ class Comparator:
             return split_error(self.model, tensor, nodes, boundary, values(source, names), values(reference, names),
                                compare)
         return split
+
+
+def _check_comparable(name, source, value, reference, expected):
+    """A loaded file holding strings where the other side is numeric (or the reverse) is bad input, not a
+    disagreement: raise DataFileError naming the file and the output."""
+    kinds = [np.asarray(x).dtype.kind if not hasattr(x, "dtype") else np.dtype(x.dtype).kind for x in (value, expected)]
+    text = [k in "USO" for k in kinds]
+    if text[0] == text[1]:
+        return
+    bad, other = (source, reference) if text[0] else (reference, source)
+    bad_value = value if text[0] else expected
+    where = getattr(getattr(bad, "file", None), "path", None) or bad.name
+    raise DataFileError(f"{where}: output '{name}' holds {np.asarray(bad_value).dtype} (text), but {other.name}'s is "
+                        f"numeric; this file is not outputs of this model (a golden of strings cannot be compared)")
 
 
 def _names(d, limit=6):

@@ -62,7 +62,7 @@ def _jsonable(value):
     try:
         return json.loads(json.dumps(value, sort_keys=True))
     except (TypeError, ValueError):
-        return repr(value)
+        return str(value)   # a Device (--device) is its name
 
 
 def _files_named(value) -> list:

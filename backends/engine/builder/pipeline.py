@@ -145,6 +145,8 @@ def timing_run(graph, ctx):
                                      for i in node.inputs if i is not None]
         node.meta["output_shapes"] = [list(np.shape(env[o])) if o in env and isinstance(env[o], np.ndarray)
                                       else None for o in node.outputs]
+        node.meta["output_dtypes"] = [env[o].dtype.name if o in env and isinstance(env[o], np.ndarray)
+                                      else None for o in node.outputs]
     return PassResult(0)
 
 

@@ -18,6 +18,7 @@ from native.device import get_device
 from native.errors import BuildError, DebugkitError, ExecutionError
 from native.limits import check_size, default_limits
 from native.logger import G_LOGGER
+from native.tactic_modules import builtin_tactic
 from native.tactics import tactic_by_id, tactics_for, unsupported_reason
 
 
@@ -80,6 +81,41 @@ class GraphExecutor:
         self.outer = graph.outer_references()
         self.keep_all = keep_all
         self._last_use = self._compute_last_use()
+
+    def _static_shapes(self, feeds) -> bool:
+        """Whether these feeds have the shapes the build's timing run used (then every recorded shape is exact)."""
+        first = self.steps[0][0].meta.get("input_shapes") if self.steps else None
+        for t in self.graph.inputs:
+            v = feeds.get(t.name)
+            if v is not None and (t.shape is None or any(d < 0 for d in t.shape) or
+                                  list(getattr(v, "shape", ())) != list(t.shape)):
+                return False
+        return first is not None
+
+    def _check_outputs(self, node, tactic, outs, static):
+        """Raise ExecutionError naming the tactic and the layer when a (user) tactic's outputs do not have the
+        layer's declared count, dtype or shape (the rank always, every dim when the feeds have the built shapes):
+        caught here, not blamed on the next layer that reads them."""
+        where = f"tactic '{tactic.name}' of layer '{node.name}' ({node.kind}, ONNX nodes {list(node.source_nodes)})"
+        if outs is None or len(outs) != len(node.outputs):
+            raise ExecutionError(f"{where} returned {0 if outs is None else len(outs)} output(s); the layer has "
+                                 f"{len(node.outputs)}")
+        if node_format(node) != "linear":
+            return
+        shapes = node.meta.get("output_shapes") or [None] * len(outs)
+        dtypes = node.meta.get("output_dtypes") or [None] * len(outs)
+        for name, value, declared, want in zip(node.outputs, outs, shapes, dtypes):
+            got_dtype = getattr(getattr(value, "dtype", None), "name", None)
+            if want and got_dtype and got_dtype != want:
+                raise ExecutionError(f"{where} returned '{name}' as {got_dtype}; the layer declares {want}")
+            shape = getattr(value, "shape", None)
+            if declared is None or shape is None:
+                continue
+            shape = list(shape)
+            wrong = len(shape) != len(declared) or (static and any(d >= 0 and d != s for d, s in zip(declared, shape)))
+            if wrong:
+                raise ExecutionError(f"{where} returned '{name}' of shape {shape}; the layer declares shape "
+                                     f"{declared}")
 
     def _tactic(self, node):
         name = self.device.name
@@ -180,6 +216,7 @@ class GraphExecutor:
                 dies = cache[key] = self.free_plan(keep)
         workspace = dev.allocate(self.workspace_bytes) if self.workspace_bytes else None
         calls = self.bound_calls()
+        static = self._static_shapes(feeds)
         plan = rec = planned = None
         if memory is not None and not self.keep_all and on_error is None and tactics is None:
             sig = memory.signature(feeds)
@@ -232,6 +269,8 @@ class GraphExecutor:
                 for value in outs:   # a backstop for sizes no kernel checked: stop before the next layer reads it
                     if getattr(value, "nbytes", 0) > max_bytes:
                         check_size(op, value.shape, value.itemsize)
+                if not builtin_tactic(tactic):   # a user tactic's outputs must be what the layer declares
+                    self._check_outputs(node, tactic, outs, static)
             except Exception as e:  # a kernel failing on real data is reported with the layer's ONNX origin
                 if on_error is not None:
                     on_error(node, e)
