@@ -112,13 +112,18 @@ class EngineRunner(Runner):
         if self.engine is None:
             return onnx_input_metadata(self.onnx_model)
         meta = {}
+        # a type the engine has no DataType for (int4, uint4, float4e2m1, float8e5m2, complex) is declared by the
+        # ONNX model: the feed is generated in it, and the kernels compute on those values
+        onnx_meta = onnx_input_metadata(self.onnx_model) if self.onnx_model is not None else {}
         profile = self.engine.profiles[self.context.active_profile] if self.engine.profiles else None
         for t in self.engine.graph.inputs:
             shape = None if t.shape is None else tuple(
                 (t.dim_names.get(i) or -1) if d < 0 else d for i, d in enumerate(t.shape))
             if profile is not None and profile.get_shape(t.name) is not None:
                 shape = tuple(profile.get_shape(t.name)[1])   # a plan's profile fixes the shape to generate
-            meta[t.name] = TensorMeta(t.name, _numpy_dtype(t.dtype), shape)
+            declared = onnx_meta.get(t.name)
+            dtype = _numpy_dtype(t.dtype) if t.dtype or declared is None else declared.dtype   # int4, float8e5m2..
+            meta[t.name] = TensorMeta(t.name, dtype, shape)
         return meta
 
     @property

@@ -1,5 +1,5 @@
 """Inputs are what the model declares: sub-byte/float8/complex inputs are generated in their own dtype and fed as
-such, or refused (exit 2) naming the input and its type, never fed as float32; a loaded plan's device must match
+such, or refused (exit 2) naming the input and its type (ONNX Runtime cannot take int4), never fed as float32; a loaded plan's device must match
 --device; a golden file of strings is bad input (exit 2), not a disagreement."""
 import json
 
@@ -41,23 +41,32 @@ def test_complex_inputs_are_generated_complex():
     assert v.dtype == np.complex64 and np.all(v.imag != 0)
 
 
-@pytest.mark.parametrize("elem,name", [(TensorProto.INT4, "int4"), (TensorProto.UINT4, "uint4"),
-                                       (TensorProto.FLOAT8E5M2, "float8e5m2")])
-def test_inputs_the_engine_cannot_hold_are_refused_naming_input_and_type(tmp_path, capsys, elem, name):
+@pytest.mark.parametrize("elem,dtype", [(TensorProto.INT4, ml_dtypes.int4), (TensorProto.UINT4, ml_dtypes.uint4),
+                                        (TensorProto.FLOAT4E2M1, ml_dtypes.float4_e2m1fn)])
+def test_sub_byte_inputs_reach_the_engine_in_their_own_type(tmp_path, elem, dtype):
+    """The engine declares the model's type for inputs it has no DataType for, so the data loader generates values of
+    that type (an int4 input gets integers in [-8, 7], not 16.8) and the Cast computes on exactly them."""
+    from backends.runners import EngineRunner
     model = _cast_model(tmp_path / "m.onnx", elem)
-    rc = main(["run", model, "--engine", "--onnxrt", "--val-range", "[0,20]"])
-    err = capsys.readouterr().err
-    assert rc == 2 and f"graph input 'x' has type {name}" in err, err
+    with EngineRunner(model) as r:
+        meta = r.input_metadata()
+        assert meta["x"].dtype == np.dtype(dtype)
+        dl = DataLoader(1, 1, {"": (0.0, 20.0)})
+        dl.input_metadata = meta
+        feeds = next(iter(dl))
+        assert feeds["x"].dtype == np.dtype(dtype)
+        y = r.infer(feeds)["y"]
+    assert np.array_equal(y, feeds["x"].astype(np.float32))
 
 
-def test_int4_is_refused_by_onnxruntime_alone_too(tmp_path, capsys):
+def test_int4_cannot_be_fed_to_onnxruntime_and_says_so(tmp_path, capsys):
     model = _cast_model(tmp_path / "m.onnx", TensorProto.INT4)
-    rc = main(["run", model, "--onnxrt", "--val-range", "[0,20]"])
+    rc = main(["run", model, "--engine", "--onnxrt", "--val-range", "[0,20]"])
     err = capsys.readouterr().err
     assert rc == 2 and "input 'x' is int4" in err, err
 
 
-@pytest.mark.parametrize("elem", [TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN])
+@pytest.mark.parametrize("elem", [TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2])
 def test_bfloat16_and_float8_inputs_are_fed_in_their_own_type(tmp_path, capsys, elem):
     """Both runners get the same bfloat16/float8 values (ONNX Runtime through an OrtValue of that type), so the
     Cast to float32 agrees exactly; fed as float32 the values would not even be representable."""
@@ -69,7 +78,7 @@ def test_bfloat16_and_float8_inputs_are_fed_in_their_own_type(tmp_path, capsys, 
     from debugkit.data_file import open_data_file
     with open_data_file(str(tmp_path / "i.h5")) as f:
         x = f.read_iteration(0)["x"]
-    assert x.dtype == np.dtype(ml_dtypes.bfloat16 if elem == TensorProto.BFLOAT16 else ml_dtypes.float8_e4m3fn)
+    assert x.dtype == np.dtype(helper.tensor_dtype_to_np_dtype(elem))
 
 
 def test_a_plan_for_another_device_is_an_error_naming_both(tmp_path, capsys):

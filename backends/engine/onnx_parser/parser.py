@@ -100,18 +100,6 @@ def _value_info_type(vi):
     return dtype, tuple(shape), names, "tensor"
 
 
-def _unsupported_input_type(vi, dtype) -> str | None:
-    """Why the engine cannot take this graph input's declared type (int4, uint4, float4e2m1, float8e5m2, complex,
-    ...: no DataType holds it, and feeding it as float32 would compute on other values), or None."""
-    t = vi.type
-    if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.elem_type or dtype is not None:
-        return None
-    name = onnx.TensorProto.DataType.Name(t.tensor_type.elem_type).lower()
-    return (f"graph input '{vi.name}' has type {name}, which the engine cannot hold (its input types: "
-            f"float32/16, bfloat16, float8e4m3fn, int8-64, uint8-64, bool, string); feed it through a Cast in the "
-            f"model, or compare it with ONNX Runtime alone")
-
-
 def attributes(node) -> dict:
     out = {}
     for a in node.attribute:
@@ -270,9 +258,6 @@ def import_graph(ctx: ImportContext, graph: onnx.GraphProto, subgraph=False) -> 
         if vi.name in init_names:
             continue
         dtype, shape, dim_names, kind = _value_info_type(vi)
-        bad = _unsupported_input_type(vi, dtype)
-        if bad:
-            errors.append(ParserError(vi.name, "graph input", bad, -1))
         t = network.add_input(vi.name, dtype, shape)
         t.dim_names = dict(dim_names)
         t.kind = kind
