@@ -42,6 +42,13 @@ def feeds_from_args(args, model_path) -> list:
 
 
 def tolerances_from_args(args):
+    """run's tolerances, or for a reduced-precision build given no comparison options the scale-free default
+    (debugkit.debug.checks.ReducedPrecisionCheck), announced on stdout."""
+    from debugkit.debug.checks import reduced_precision_default
+    criterion = reduced_precision_default(args)
+    if criterion is not None:
+        print(f"check: {criterion.describe()}", flush=True)
+        return criterion
     from debugkit.cli.run import tolerances_from_args
     return tolerances_from_args(args)
 

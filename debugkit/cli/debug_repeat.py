@@ -66,7 +66,11 @@ def run(args) -> int:
         except DebugkitError as e:
             raise ReferenceFailedError(f"the reference (ONNX Runtime) fails on {args.model}: "
                                        f"{str(e).splitlines()[0]}") from None
-        probe_fn = RepeatProbe(CompareOptions.from_args(args), os.path.abspath(args.model), feeds, expected,
+        from debugkit.debug.checks import reduced_precision_default
+        criterion = reduced_precision_default(args)
+        if criterion is not None:
+            print(f"check: {criterion.describe()}", flush=True)
+        probe_fn = RepeatProbe(criterion or CompareOptions.from_args(args), os.path.abspath(args.model), feeds, expected,
                                _args.build_flags(args), args.art_dir)
     else:
         probe_fn = RepeatProbe(check, args.model, art_dir=args.art_dir, artifacts=args.artifacts)

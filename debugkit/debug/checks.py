@@ -8,6 +8,7 @@ codes, or when `--fail-regex` matches its output).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -134,6 +135,101 @@ class CompareOptions:
                     reasons.append(f"{name}: {c.reason or c.func}")
             report[name] = entry
         return {"fails": bool(reasons), "reason": "; ".join(reasons)[:300], "outputs": report}
+
+
+# The default check of a reduced-precision search, per precision: (largest relative L2 error, smallest cosine) of
+# each output against the FP32 reference. An engine built entirely in that precision meets it on a healthy model
+# (FP16 ResNet/BERT/ViT outputs: relative L2 1e-3..4e-3; see docs/debug.md), a layer that overflows or loses its
+# signal does not; no NaN/Inf may appear where the reference is finite.
+REDUCED_PRECISION_CHECK = {"fp16": (1e-2, 0.9999), "bf16": (5e-2, 0.998), "int8": (0.15, 0.99), "fp8": (0.15, 0.99)}
+
+
+@dataclass
+class ReducedPrecisionCheck:
+    """The default check of `debug precision` (and of reduced-precision `debug build`/`repeat`): every output's
+    relative L2 error ||a - ref|| / ||ref|| <= rel_l2 and cosine similarity >= cosine, no new NaN/Inf; scale-free, so
+    one criterion fits logits, embeddings and images alike."""
+
+    low: str = "fp16"
+    rel_l2: float = 1e-2
+    cosine: float = 0.9999
+
+    @classmethod
+    def for_precision(cls, low: str):
+        rel, cos = REDUCED_PRECISION_CHECK[low]
+        return cls(low, rel, cos)
+
+    def describe(self) -> str:
+        return (f"every output's relative L2 error <= {self.rel_l2:g} and cosine >= {self.cosine:g} against the "
+                f"FP32 reference, no new NaN/Inf (the --{self.low} default; --atol/--rtol/--check-error-stat/"
+                f"--compare choose run's comparison instead)")
+
+    def judge(self, actual: dict, expected: dict) -> dict:
+        """{"fails", "reason", "outputs": {name: {"passed", "rel_l2", "cosine", "max_abs", "nonfinite"}}}."""
+        report, reasons = {}, []
+        for name, e in expected.items():
+            if name not in actual:
+                reasons.append(f"{name}: missing")
+                report[name] = {"passed": False}
+                continue
+            entry = reduced_metrics(actual[name], e)
+            ok = entry.get("nonfinite", 0) == 0 and entry["rel_l2"] <= self.rel_l2 and entry["cosine"] >= self.cosine
+            entry["passed"] = bool(ok)
+            if not ok:
+                if entry.get("nonfinite"):
+                    reasons.append(f"{name}: {entry['nonfinite']} NaN/Inf where the reference is finite")
+                else:
+                    reasons.append(f"{name}: relative L2 {entry['rel_l2']:.4g} (<= {self.rel_l2:g}), cosine "
+                                   f"{entry['cosine']:.6f} (>= {self.cosine:g})")
+            report[name] = entry
+        return {"fails": bool(reasons), "reason": "; ".join(reasons)[:300], "outputs": report}
+
+    def margin(self, outputs: dict) -> float:
+        """The largest fraction of the allowed error any output uses (1.0: exactly at the limit)."""
+        worst = 0.0
+        for entry in (outputs or {}).values():
+            rel, cos = entry.get("rel_l2"), entry.get("cosine")
+            if rel is None or cos is None:
+                continue
+            worst = max(worst, rel / self.rel_l2 if self.rel_l2 else math.inf,
+                        (1 - cos) / (1 - self.cosine) if self.cosine < 1 else 0.0)
+        return worst
+
+
+def reduced_metrics(a, e) -> dict:
+    """relative L2 error, cosine, max abs error and the count of NaN/Inf in `a` where `e` is finite."""
+    a, e = np.asarray(a), np.asarray(e)
+    if a.shape != e.shape or a.dtype.kind not in "fiub" or e.dtype.kind not in "fiub":
+        ok = a.shape == e.shape and bool(np.all(a == e))
+        return {"rel_l2": 0.0 if ok else math.inf, "cosine": 1.0 if ok else 0.0, "max_abs": None}
+    a, e = a.astype(np.float64), e.astype(np.float64)
+    fin = np.isfinite(e)
+    bad = int(np.count_nonzero(~np.isfinite(a) & fin))
+    a, e = np.where(fin, a, 0.0), np.where(fin, e, 0.0)
+    if bad:
+        return {"rel_l2": math.inf, "cosine": 0.0, "max_abs": math.inf, "nonfinite": bad}
+    d = a - e
+    ne, na = float(np.linalg.norm(e)), float(np.linalg.norm(a))
+    nd = float(np.linalg.norm(d))
+    rel = 0.0 if nd == 0 else (nd / ne if ne else math.inf)
+    cos = 1.0 if na == ne == 0 else (float(a.ravel() @ e.ravel()) / (na * ne) if na and ne else 0.0)
+    return {"rel_l2": rel, "cosine": cos, "max_abs": float(np.max(np.abs(d))) if d.size else 0.0, "nonfinite": 0}
+
+
+def reduced_precision_default(args):
+    """The ReducedPrecisionCheck for a build with reduced precision on (the loosest of those enabled) when the
+    command line chose no comparison of its own, else None (run's comparison applies)."""
+    if comparison_given(args):
+        return None
+    enabled = [p for p in REDUCED_PRECISION_CHECK if getattr(args, p, False)]
+    if not enabled:
+        return None
+    return ReducedPrecisionCheck.for_precision(max(enabled, key=lambda p: REDUCED_PRECISION_CHECK[p][0]))
+
+
+def comparison_given(args) -> bool:
+    """Whether the command line chose run's comparison (any tolerance, error statistic or extra compare)."""
+    return any(getattr(args, k, None) for k in ("atol", "rtol", "check_error_stat", "compare"))
 
 
 def _max_abs(a, e):

@@ -216,3 +216,56 @@ def test_probes_share_one_parse_and_one_timing_cache(planted, monkeypatch):
     assert first["build_s"] > 0 and first["run_s"] > 0 and set(second) >= {"build_s", "run_s"}
     import pickle
     assert pickle.loads(pickle.dumps(probe))._network is None   # workers parse their own
+
+
+def test_without_tolerance_options_the_scale_free_default_finds_the_planted_layers(tmp_path, planted, capsys):
+    """No --atol/--rtol: the search judges by relative L2 and cosine against FP32 (an all-FP16 engine of a healthy
+    model meets it), says so in its first line, and returns exactly the planted set."""
+    model, must = planted
+    out = tmp_path / "prec.json"
+    rc = main(["debug", "precision", model, "--fp16", "-o", str(out)])
+    stdout = capsys.readouterr().out
+    assert rc == 0, stdout
+    first = stdout.splitlines()[0]
+    assert first.startswith("debug precision --fp16: check: every output's relative L2 error <= 0.01 and cosine")
+    res = json.loads(out.read_text())
+    assert sorted(res["layer_precisions"]) == must and res["check"] in first
+    assert res["probes"] <= 2 * 2 * np.log2(res["layers"]) + 6
+    assert res["final_check"]["outputs"]["y"]["rel_l2"] <= 1e-2
+
+
+def test_the_default_criterion_is_met_by_a_healthy_all_fp16_engine_and_not_by_an_overflow():
+    from debugkit.debug.checks import ReducedPrecisionCheck
+    check = ReducedPrecisionCheck.for_precision("fp16")
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((4, 1000)).astype(np.float32) * 5
+    fp16 = ref.astype(np.float16).astype(np.float32)          # rounding every value: rel L2 ~ 3e-4
+    assert not check.judge({"y": fp16}, {"y": ref})["fails"]
+    broken = fp16.copy()
+    broken[0, 3] = np.inf
+    res = check.judge({"y": broken}, {"y": ref})
+    assert res["fails"] and "1 NaN/Inf where the reference is finite" in res["reason"]
+    noisy = ref + rng.standard_normal(ref.shape).astype(np.float32) * 0.5   # 10% noise
+    assert check.judge({"y": noisy}, {"y": ref})["fails"]
+    # a reference of a different scale changes nothing: the check is relative
+    assert not check.judge({"y": fp16 * 1e4}, {"y": ref * 1e4})["fails"]
+    # margin: the fraction of the allowed error used
+    out = check.judge({"y": ref + ref * 0.006}, {"y": ref})["outputs"]
+    assert 0.55 < check.margin(out) < 0.65
+
+
+def test_a_barely_passing_all_fp32_probe_is_warned_about(capsys):
+    from debugkit.cli.debug_precision import _warn_if_barely
+    from debugkit.debug.checks import ReducedPrecisionCheck
+    from native.logger import G_LOGGER, Severity
+    check = ReducedPrecisionCheck.for_precision("fp16")
+    args = type("A", (), {"higher": "fp32"})()
+    level = G_LOGGER.min_severity
+    G_LOGGER.min_severity = Severity.WARNING
+    try:
+        _warn_if_barely({"hit": True, "outputs": {"y": {"rel_l2": 8e-3, "cosine": 0.99999}}}, check, args, 12)
+        assert "barely passes with all 12 layers in fp32 (it uses 80%" in capsys.readouterr().err
+        _warn_if_barely({"hit": True, "outputs": {"y": {"rel_l2": 1e-4, "cosine": 1.0}}}, check, args, 12)
+        assert "barely" not in capsys.readouterr().err
+    finally:
+        G_LOGGER.min_severity = level
