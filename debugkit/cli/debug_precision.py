@@ -77,7 +77,7 @@ def run(args) -> int:
     from debugkit.debug.probe_log import ProbeLog
     from debugkit.debug.reduce import Subgraphs, capture_values
     from debugkit.debug.report_html import error_svg, search_html
-    from debugkit.debug.strategies import Prober, bisect_prefix, greedy, linear, one_minimal_bound
+    from debugkit.debug.strategies import Prober, bisect_prefix, linear, peel
     from native.errors import DebugkitError
 
     _search_args.apply_common(args)
@@ -147,10 +147,7 @@ def run(args) -> int:
                     f"the reference")
             elif args.mode == "minimal":
                 rows = _ranking(P, sub, layers, low_values, args, ex, workdir, calib, bar)
-                kept = greedy([r["layer"] for r in rows], prober)
-                bar.plan(bar.done + one_minimal_bound(len(kept), prober.workers))   # now the exact bound
-                G_LOGGER.info(f"greedy: the {len(kept)} most sensitive layers pass; minimising")
-                answer = P.one_minimal(kept, prober)
+                answer = peel([r["layer"] for r in rows], prober)
                 answer.sort(key=layers.index)
             else:
                 order = layers if args.direction == "forward" else layers[::-1]
@@ -268,12 +265,12 @@ def _base_run(P, probe_fn, args):
 
 def _work_bound(mode: str, n_layers: int, workers: int, answer_guess: int = 8) -> int:
     """The most builds the search makes, for its progress bar: the base layerwise build, the probes of the empty
-    and the full set, then per mode: minimal = one run per layer alone + greedy + drop-one minimisation of up to
-    `answer_guess` layers (revised to the real count once greedy has answered); bisect = the bisection; linear =
+    and the full set, then per mode: minimal = one run per layer alone + peeling up to `answer_guess`
+    needed layers off the ranking; bisect = the bisection; linear =
     one probe per prefix."""
     from debugkit.debug import strategies as S
     if mode == "minimal":
-        rest = n_layers + S.greedy_bound(n_layers, workers) + S.one_minimal_bound(answer_guess, workers)
+        rest = n_layers + S.peel_bound(n_layers, answer_guess, workers)
     elif mode == "bisect":
         rest = S.bisect_bound(n_layers, workers)
     else:

@@ -12,6 +12,9 @@ property wins, exactly as a one-worker search would have picked it.
 - `linear(n, fails)`: the first k in start..n with fails(k), scanning in order (no monotonicity assumed).
 - `greedy(ranked, fails)`: the shortest prefix of a ranked list that shows the property (galloping 1, 2, 4, ...
   then bisection), the usual first step before `ddmin`.
+- `peel(ranked, fails)`: the needed items of a ranked list one at a time (the shortest passing prefix ends in a
+  needed item; keep it and bisect again in what lies before it): d·log2(n) probes for d needed items, 1-minimal for
+  a monotone property, and always a set that shows the property.
 """
 from __future__ import annotations
 
@@ -258,3 +261,38 @@ def one_minimal_bound(k: int, workers: int = 1, limit: int = 8) -> int:
 def ddmin_bound(k: int) -> int:
     """Zeller's worst case for ddmin on k items (k² + 3k), plus the final empty-set probe."""
     return k * k + 3 * k + 1
+
+
+def peel_bound(n: int, answer_guess: int = 8, workers: int = 1) -> int:
+    """Probes `peel` makes over n ranked items for an answer of up to `answer_guess` items: greedy's first round,
+    then per further item the kept-alone probe and a bisection."""
+    return greedy_bound(n, workers) + max(0, answer_guess - 1) * (1 + bisect_bound(n, workers)) + 1
+
+
+def peel(ranked, fails, *, log=None, executor=None) -> list:
+    """The items of `ranked` (most suspect first) that are needed for `fails` (assumed for the whole list, and false
+    for the empty one), found one per round: the shortest prefix P[:k] that, with the items kept so far, shows the
+    property ends in a needed item P[k-1]; keep it and look again in P[:k-1]. Round one gallops (1, 2, 4, ...) then
+    bisects, as `greedy` does; each later round first asks whether the kept items pass alone (then the search ends),
+    else bisects over 1..k-1.
+
+    For a monotone property with a unique minimal set S (here: "these layers in higher precision pass"), the answer is
+    S, in about |S|·log2(n) probes, 1-minimal: each kept item x was needed with a superset of the others. For any
+    property the answer shows it (the last round proved so). Returned in the order found (last needed first).
+    """
+    probe = _prober(fails, log, executor)
+    ranked = list(ranked)
+    if not ranked:
+        return []
+    probe.seed(ranked, True) if not probe.known(ranked)[0] else None
+    k = len(greedy(ranked, probe))
+    kept = [ranked[k - 1]]
+    hi = k - 1                      # kept + ranked[:hi] shows the property (by the round that found the last item)
+    while hi > 0:
+        if probe(kept):   # the kept items alone: one probe that usually ends the search
+            break
+        j = _bisect(0, hi, lambda js: probe.many([kept + ranked[:j] for j in js]), probe.workers)
+        kept.append(ranked[j - 1])
+        hi = j - 1
+    return kept
+

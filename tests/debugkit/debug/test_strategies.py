@@ -198,3 +198,30 @@ def test_ray_executor_matches_inline():
         assert sorted(ddmin(list(range(30)), Contains([2, 17]), executor=ex)) == [2, 17]
     finally:
         ray.shutdown()
+
+
+@pytest.mark.parametrize("culprits", [[0, 1, 2, 3], [3, 4, 9, 10], [60], [5, 70, 71, 199]])
+def test_peel_finds_exactly_the_needed_items_in_about_d_log_n_probes(culprits):
+    """A ranked list with the needed items near the top among decoys (ties of a ranking), or deep in it."""
+    from debugkit.debug.strategies import peel
+    ranked = list(range(200))
+    f = Contains(culprits)
+    probe = Prober(f)
+    found = peel(ranked, probe)
+    assert sorted(found) == sorted(culprits)
+    d, n = len(culprits), len(ranked)
+    assert f.calls <= 2 * d * math.log2(n) + 2, f.calls
+    if max(culprits) < 16:   # well ranked: far fewer
+        assert f.calls <= d * math.log2(max(culprits) + 2) + 6, f.calls
+
+
+def test_peel_always_returns_a_passing_set_even_for_a_non_monotone_property():
+    from debugkit.debug.strategies import peel
+    calls = []
+
+    def odd(subset):   # passes for sets holding 7 and an odd count of items: not monotone
+        calls.append(subset)
+        return 7 in subset and len(subset) % 2 == 1
+    ranked = list(range(32))
+    found = peel(ranked, Prober(odd))
+    assert odd(found)
