@@ -96,3 +96,15 @@ def test_two_faulty_tactics_of_one_kind_each_keep_to_their_layer(model, monkeypa
     assert sorted((g["layer"], g["tactic"]) for g in r["guilty"]) == \
         [("conv1 + relu1", "faulty-conv"), ("conv4 + relu4", "faulty-conv-rows")]
     assert r["probes"] <= 2 * math.log2(r["differing_layers"]) + 4 and r["fixed_replay_passes"]
+
+
+def test_debug_build_in_fp16_judges_by_the_reduced_precision_default(model, capsys):
+    """--fp16 without comparison options: the scale-free default (relative L2 / cosine) judges the build, named in the
+    first line, so a healthy FP16 build is good; run's FP32-grade atol would have called it bad."""
+    assert main(["debug", "build", model, "--fp16", "--until", "1", "--artifacts-dir", "A", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("check: every output's relative L2 error <= 0.01")
+    assert "1 good, 0 bad" in out
+    assert main(["debug", "build", model, "--fp16", "--until", "1", "--artifacts-dir", "B", "--atol", "1e-7",
+                 "--rtol", "0", "-q"]) == 0
+    assert "0 good, 1 bad" in capsys.readouterr().out
