@@ -6,8 +6,8 @@ reference with run's comparison options. `hit` means the check passes.
 
 Modes:
 - `minimal` (default): rank layers by sensitivity from one layerwise low-precision run plus one run per layer alone
-  (see `sensitivity`), take the shortest passing prefix of the ranking (`greedy`), then `ddmin` it to a 1-minimal
-  set — typically 2·log2(k) + c probes for an answer of k layers.
+  (see `sensitivity`), then `peel` the needed layers off the ranking one per round (the shortest passing prefix ends
+  in a needed layer) — about k·log2(L) probes for an answer of k layers, 1-minimal for a monotone check.
 - `bisect` / `linear` (Polygraphy-compatible): the smallest prefix (or suffix, `direction="reverse"`) of the layers
   in topological order that must be in higher precision — a count, found by bisection or a linear scan.
 """
@@ -294,31 +294,6 @@ def sensitivity(sub: Subgraphs, layers, low_values: dict, alone: dict) -> list:
         rows.append({"layer": lab, "order": i, "alone": a, "added": added, "full": full, "score": max(a, added)})
     rows.sort(key=lambda r: (-r["score"], r["order"]))
     return rows
-
-
-def one_minimal(items, hit, *, limit=8):
-    """Drop-one minimisation for a short candidate list: ask whether each item (least suspect first, in batches of
-    the prober's workers) can go; remove the first that can and go on until none can. When the list is already
-    1-minimal this costs len(items) probes instead of ddmin's ~2·len(items)+2. An item that had to stay stays needed
-    in any smaller set (the property is monotone: more layers in higher precision never hurt), so it is not asked
-    again. Lists longer than `limit` go to ddmin."""
-    from debugkit.debug.strategies import ddmin
-    items = list(items)
-    if len(items) > limit:
-        return ddmin(items, hit)
-    needed = set()
-    while True:
-        todo = [y for y in reversed(items) if y not in needed]
-        if not todo:
-            return items
-        batch = todo[:hit.workers]
-        results = hit.many([[x for x in items if x != y] for y in batch])
-        first = next((i for i, ok in enumerate(results) if ok), None)
-        for i, (y, ok) in enumerate(zip(batch, results)):
-            if not ok:
-                needed.add(y)
-        if first is not None:
-            items.remove(batch[first])
 
 
 def probe_costs(history) -> dict:
