@@ -31,3 +31,26 @@ def test_run_mark_all_on_the_gpu_names_the_overflowing_node(cli):
     code, out, _ = cli("run", example, "--engine", "--onnxrt", "--fp16", "--device", "cuda",
                        "--layer-precisions", "reduce:fp32")
     assert code == 0, out
+
+
+def test_debug_precision_on_the_gpu_with_the_default_check(tmp_path, planted, capsys):  # noqa: F811
+    """No tolerance options: the relative-L2/cosine default admits the GPU's all-FP16 engine minus the planted set."""
+    model, must = planted
+    out = tmp_path / "prec.json"
+    rc = main(["debug", "precision", model, "--fp16", "--device", "cuda", "-o", str(out)])
+    stdout = capsys.readouterr().out
+    assert rc == 0, stdout
+    assert "check: every output's relative L2 error <= 0.01" in stdout.splitlines()[0]
+    assert sorted(json.loads(out.read_text())["layer_precisions"]) == must
+
+
+def test_a_cpu_plan_with_device_cuda_is_an_error_and_a_cuda_plan_runs(tmp_path, planted, capsys):  # noqa: F811
+    model, _ = planted
+    cpu_plan, gpu_plan = str(tmp_path / "cpu.plan"), str(tmp_path / "gpu.plan")
+    assert main(["convert", model, "-o", cpu_plan]) == 0
+    assert main(["convert", model, "-o", gpu_plan, "--device", "cuda"]) == 0
+    capsys.readouterr()
+    assert main(["run", model, "--engine", "--load-engine", cpu_plan, "--onnxrt", "--device", "cuda"]) == 2
+    assert "built for device 'cpu', but device 'cuda' was asked for" in capsys.readouterr().err
+    assert main(["run", model, "--engine", "--load-engine", gpu_plan, "--onnxrt", "--device", "cuda"]) == 0
+    assert main(["run", model, "--engine", "--load-engine", gpu_plan, "--onnxrt"]) == 0   # runs where built
