@@ -200,7 +200,8 @@ def verdict_line(summary, stream=None) -> str:
     passed = sum(p.passed for p in summary.pairs)
     verdict = "PASSED" if summary.passed else "FAILED"
     rate = f"{100.0 * passed / npairs:.1f}%" if npairs else "n/a"
-    what = f"{passed}/{npairs} comparisons passed ({rate})" if npairs else "nothing compared (one source)"
+    what = f"{passed}/{npairs} comparisons passed ({rate})" if npairs else \
+        "nothing compared (one source)" if summary.iterations else "nothing compared (no input)"
     extra = ""
     if summary.validation or summary.first_nonfinite:
         extra += f" | {len(summary.validation) + len(summary.first_nonfinite)} NaN/Inf finding(s)"

@@ -232,25 +232,9 @@ apply_verbosity = apply_common_args   # older name
 
 
 def data_loader(args, metadata, iterations=None):
-    """The inputs run's data options describe: saved inputs (--load-inputs), a loader script (--data-loader-script),
-    or seeded random data (`iterations` feeds, default --iterations) shaped and ranged by --input-shapes and
-    --val-range. One place for run, bench, calibration and the debug searches."""
-    from debugkit.data_loader import DataLoader, SavedDataLoader, ScriptDataLoader
-    load, script = getattr(args, "load_inputs", None), getattr(args, "data_loader_script", None)
-    if load and script:
-        raise UsageError("use either --load-inputs or --data-loader-script, not both")
-    if load:
-        return SavedDataLoader(load)
-    if script:
-        return ScriptDataLoader(script)
-    n = getattr(args, "iterations", 1) if iterations is None else iterations
-    if n < 0:
-        raise UsageError("--iterations must be >= 0")
-    dl = DataLoader(getattr(args, "seed", 1), n, parse_ranges(getattr(args, "val_range", []) or []),
-                    parse_shape_list(getattr(args, "input_shapes", []) or []), generator=data_generator(args))
-    dl.input_metadata = metadata
-    dl.check_names(metadata)
-    return dl
+    """The inputs the data options describe (debugkit/options.py DataOptions.loader)."""
+    from debugkit.options import DataOptions
+    return DataOptions.from_args(args).loader(metadata, iterations)
 
 
 def data_generator(args) -> str:
@@ -260,74 +244,21 @@ def data_generator(args) -> str:
 
 def first_feed(args, metadata) -> dict:
     """The first feed of data_loader(args), coerced to the inputs' dtypes."""
-    from debugkit.data_loader import coerce_feeds
-    for feeds in data_loader(args, metadata, iterations=1):
-        return coerce_feeds(feeds, metadata)
-    raise UsageError("the data loader produced no feed")
+    from debugkit.options import DataOptions
+    return DataOptions.from_args(args).first_feed(metadata)
 
 
 def add_data_loader_args(parser):
-    g = parser.add_argument_group("data loader")
-    g.add_argument("--seed", type=int, default=1, help="seed for generated inputs (default 1)")
-    g.add_argument("--val-range", nargs="+", default=[], metavar="[LO,HI]|NAME:[LO,HI]",
-                   help="value range of generated inputs, for all inputs or per input (default [0,1])")
-    g.add_argument("--input-shapes", nargs="+", default=[], metavar="NAME:[D0,D1,...]",
-                   help="shapes for inputs with dynamic dims (dynamic dims default to 1)")
-    g.add_argument("--iterations", type=int, default=1, help="number of generated feeds (default 1)")
-    g.add_argument("--data-generator", choices=["debugkit", "polygraphy"], default=None,
-                   help="how inputs are generated from --seed: debugkit (one stream per input) or polygraphy (the "
-                        "values Polygraphy's default data loader makes); default debugkit, polygraphy when "
-                        "--save-outputs/--save-inputs is a .json file")
-    g.add_argument("--data-loader-script", metavar="FILE.py[:FUNC]",
-                   help="a Python function that returns or yields {input: array} dicts (FUNC defaults to load_data)")
-    g.add_argument("--load-inputs", metavar="FILE.h5|FILE.json",
-                   help="inputs saved by --save-inputs (ours, HDF5, or Polygraphy's JSON)")
-    return g
+    """The data group, declared once in debugkit/options.py."""
+    from debugkit.options import add_groups
+    return add_groups(parser, "data")
 
 
 def add_build_args(parser):
-    g = parser.add_argument_group("engine build")
-    g.add_argument("--fp16", action="store_true", help="allow FP16 layers (default: FP32 only)")
-    g.add_argument("--bf16", action="store_true", help="allow BF16 layers")
-    g.add_argument("--int8", action="store_true", help="allow INT8 layers")
-    g.add_argument("--fp8", action="store_true", help="allow FP8 (E4M3) conv/matmul, FP16 for the other layers")
-    g.add_argument("--tf32", dest="tf32", action="store_true", default=False,
-                   help="round conv/matmul operands to TF32 as tensor cores do (off by default, as in Polygraphy, "
-                        "so that an FP32 build compares as FP32)")
-    g.add_argument("--no-tf32", dest="tf32", action="store_false", help="FP32 conv/matmul without TF32 (default)")
-    g.add_argument("--precision-constraints", choices=["none", "prefer", "obey"], default=None,
-                   help="how layer precision constraints bind: obey (an impossible one is an error), prefer (a "
-                        "warning), none (honoured only where not slower); default prefer when --layer-precisions "
-                        "or --layer-output-types is given, else none")
-    g.add_argument("--layer-precisions", nargs="+", default=[], metavar="NAME:PREC[,...]|FILE.json",
-                   help="per-layer compute precision, e.g. '*:fp16,/conv1/Conv:fp32' (layer or ONNX node names, "
-                        "wildcards; left to right, later wins; fp32|fp16|bf16|int8|fp8), or a JSON file")
-    g.add_argument("--layer-output-types", nargs="+", default=[], metavar="NAME:TYPE[+TYPE][,...]|FILE.json",
-                   help="per-layer output storage types, e.g. '*:fp16,head:fp32' ('+' separates outputs)")
-    g.add_argument("--reduced-probability-outputs", action="store_true",
-                   help="let the layers that compute Sigmoid/Softmax/Exp network outputs run in FP16/BF16 too (by "
-                        "default they run in FP32: FP16 stores small probabilities as subnormals; docs/PRECISION.md)")
-    g.add_argument("--disable-fusion", action="store_true", help="keep every layer as parsed")
-    g.add_argument("--device", default="cpu", type=device_arg, metavar="{cpu,cuda,dla}", action=_GivenDevice,
-                   help="device to build for (default cpu); with a loaded plan, where it must have been built")
-    g.add_argument("--ignore-fingerprint", action=_IgnoreFingerprint, nargs=0,
-                   help="load a plan built on another machine (its recorded device fingerprint differs); safe for "
-                        "CPU plans moved between machines of one architecture family")
-    from debugkit.cli.calibration_args import add_calibration_args
-    add_calibration_args(parser)
-    from debugkit.cli.tactic_args import add_tactic_args
-    add_tactic_args(parser)
-    from debugkit.cli.inspect_capability import add_dla_args   # the emulated DLA (docs/DLA.md)
-    add_dla_args(parser.add_argument_group("DLA"))
-    return g
-
-
-class _GivenDevice(argparse.Action):
-    """--device, remembering that it was given (a loaded plan's device must then match it)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        setattr(namespace, "_device_given", True)
+    """The build group (precision, layer precisions, calibration, tactics, timing cache, DLA, device, shape
+    profiles), declared once in debugkit/options.py."""
+    from debugkit.options import add_groups
+    return add_groups(parser, "build")
 
 
 def device_given(args):
@@ -335,39 +266,18 @@ def device_given(args):
     return args.device if getattr(args, "_device_given", False) else None
 
 
-class _IgnoreFingerprint(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
-        from native.config import settings
-        settings().check_fingerprint = False
-        setattr(namespace, "ignore_fingerprint", True)
+def add_compare_args(parser):
+    """The comparison group, declared once in debugkit/options.py."""
+    from debugkit.options import add_groups
+    return add_groups(parser, "compare")
 
 
 def build_flags(args) -> list[str]:
-    flags = []
-    for name in ("fp16", "bf16", "int8", "fp8", "tf32", "reduced_probability_outputs"):
-        if getattr(args, name, False):
-            flags.append(name)
-    if args.disable_fusion:
-        flags.append("disable_fusion")
-    return flags
+    from debugkit.options import BuildOptions
+    return BuildOptions.from_args(args).flags()
 
 
 def build_config_from_args(args):
-    from backends.engine.builder import BuilderConfig, BuilderFlag
-    from backends.engine.builder.precision_spec import parse_layer_output_types, parse_layer_precisions
-    config = BuilderConfig()
-    for f in build_flags(args):
-        config.set_flag(BuilderFlag(f))
-    config.layer_precisions = parse_layer_precisions(getattr(args, "layer_precisions", None))
-    config.layer_output_types = parse_layer_output_types(getattr(args, "layer_output_types", None))
-    mode = getattr(args, "precision_constraints", None)
-    if mode is None and (config.layer_precisions or config.layer_output_types):
-        mode = "prefer"
-    if mode == "prefer":
-        config.set_flag(BuilderFlag.PREFER_PRECISION_CONSTRAINTS)
-    elif mode == "obey":
-        config.set_flag(BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-    from debugkit.cli.tactic_args import apply_tactic_args
-    from debugkit.cli.inspect_capability import apply_dla_args
-    from debugkit.cli.calibration_args import apply_calibration_args
-    return apply_calibration_args(args, apply_dla_args(apply_tactic_args(args, config), args))
+    """The BuilderConfig every command builds with: Options.from_args(args).builder_config()."""
+    from debugkit.options import Options
+    return Options.from_args(args).builder_config()

@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import os
 
-from debugkit.cli import _args
 from native.errors import InputFileError, UsageError
 
 
 def add_check_args(parser):
-    _args.add_data_loader_args(parser)
-    _args.add_build_args(parser)
-    c = parser.add_argument_group("comparison (as in run; the reference is ONNX Runtime)")
-    c.add_argument("--atol", nargs="+", default=[], metavar="[NAME:]VALUE", help="absolute tolerance")
-    c.add_argument("--rtol", nargs="+", default=[], metavar="[NAME:]VALUE", help="relative tolerance")
-    c.add_argument("--check-error-stat", nargs="+", default=[], metavar="[NAME:]STAT",
-                   help="elemwise (default), max, mean, median or quantile")
-    c.add_argument("--error-quantile", nargs="+", default=[], metavar="[NAME:]Q",
-                   help="quantile for --check-error-stat quantile (default 0.99)")
-    _args.add_common_args(parser)
+    """The data, build and comparison groups (debugkit/options.py) and the logging options."""
+    from debugkit.options import add_groups
+    add_groups(parser, "data", "build", "compare", "logging")
+
+
+def options(args, command):
+    from debugkit.options import Options
+    return Options.from_args(args, command)
 
 
 def check_model(path):
@@ -28,17 +25,14 @@ def check_model(path):
 
 
 def feeds_from_args(args, model_path) -> list:
-    """The feed dicts run would generate or load for this model."""
+    """The feed dicts run would generate or load for this model (at least one)."""
     from backends.runners import load_onnx
     from backends.runners.model import onnx_input_metadata
-    from debugkit.data_loader import coerce_feeds
-    meta = onnx_input_metadata(load_onnx(model_path))
-    if not (getattr(args, "load_inputs", None) or getattr(args, "data_loader_script", None)) and args.iterations < 1:
+    from debugkit.options import DataOptions
+    data = DataOptions.from_args(args)
+    if not data.load_inputs and not data.data_loader_script and data.iterations < 1:
         raise UsageError("--iterations must be >= 1 for a debug search")
-    feeds = [coerce_feeds(f, meta) for f in _args.data_loader(args, meta)]
-    if not feeds:
-        raise UsageError("the data loader produced no feed: nothing to check a build with")
-    return feeds
+    return data.feeds(onnx_input_metadata(load_onnx(model_path)))
 
 
 def tolerances_from_args(args):
@@ -58,29 +52,34 @@ def config_factory(args):
     cache; a reference config drops --tactic-sources. `save()` writes the cache back to --timing-cache."""
     from backends.engine.builder import TimingCache
     from backends.engine.builder.timing_cache_file import save_timing_cache
-    first = _args.build_config_from_args(args)
+    opts = options(args, getattr(args, "subtool", ""))
+    model_path = getattr(args, "model", None)
+    first = opts.build.builder_config(data=opts.data, model_path=model_path, fingerprint=opts.fingerprint())
     cache = first.timing_cache if first.timing_cache is not None else TimingCache()
     sources = first.tactic_sources
+    per_build = opts.build.replace(load_tactics=None, save_tactics=None, timing_cache=None)
 
     def make_config(reference=False):
-        config = _args.build_config_from_args(argparse_copy(args, load_tactics=None, save_tactics=None,
-                                                            timing_cache=None))
+        config = per_build.builder_config(data=opts.data, model_path=model_path, fingerprint=opts.fingerprint())
         config.timing_cache = cache
         config.tactic_sources = None if reference else sources
         config.algorithm_selector = None
         return config
 
     def save():
-        if getattr(args, "timing_cache", None):
-            save_timing_cache(cache, args.timing_cache, first)
+        if opts.build.timing_cache:
+            save_timing_cache(cache, opts.build.timing_cache, first)
 
     make_config.save = save
     make_config.cache = cache
     return make_config
 
 
-def argparse_copy(args, **changes):
-    import argparse
-    d = dict(vars(args))
-    d.update(changes)
-    return argparse.Namespace(**d)
+def refuse_replay_options(opts, command, instead):
+    """A build option this search cannot honour is refused (exit 2), never dropped: --load-tactics/--save-tactics
+    name one tactic assignment, and the search makes its own."""
+    given = [f for f, v in (("--load-tactics", opts.build.load_tactics), ("--save-tactics", opts.build.save_tactics))
+             if v]
+    if given:
+        raise UsageError(f"{command} makes its own tactic assignments, so {' and '.join(given)} cannot apply; "
+                         f"{instead}")

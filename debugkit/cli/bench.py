@@ -37,24 +37,16 @@ def register(subparsers):
     pr.add_argument("--dump-profile", metavar="FILE.json",
                     help="write the per-layer profile as JSON (profiled during the timing run unless "
                          "--separate-profile-run)")
-    e = p.add_argument_group("engine files")
-    e.add_argument("--save-engine", metavar="FILE.plan", help="save the plan built from MODEL")
-    e.add_argument("--load-engine", metavar="FILE.plan",
+    p.add_argument("--load-engine", metavar="FILE.plan",
                    help="benchmark this plan; MODEL is the ONNX model it was built from (for --compare onnxrt)")
-    d = p.add_argument_group("inputs")
-    d.add_argument("--input-shapes", nargs="+", default=[], metavar="NAME:[D0,D1,...]",
-                   help="shapes for inputs with dynamic dims (dynamic dims default to 1)")
-    d.add_argument("--seed", type=int, default=1, help="seed for the generated feed (default 1)")
-    d.add_argument("--val-range", nargs="+", default=[], metavar="[LO,HI]|NAME:[LO,HI]",
-                   help="value range of the generated feed (default [0,1])")
-    d.add_argument("--load-inputs", metavar="FILE.h5|FILE.json", help="take the feed saved by run --save-inputs")
-    d.add_argument("--data-loader-script", metavar="FILE.py[:FUNC]",
-                   help="take the first feed of a Python function that returns or yields {input: array} dicts")
-    _args.add_build_args(p)
+    from debugkit import options
+    # the data group makes the one feed (bench's --iterations, above, counts timed inferences as trtexec's does);
+    # a plan runs on the device it names unless --device says otherwise
+    options.add_groups(p, "data", "build", defaults={"device": None})
     p.add_argument("--prefer-nhwc", action="store_true",
                    help="build with the NHWC layout pass on (the layout experiment of tools/benchmark.py --nhwc)")
-    p.set_defaults(device=None)   # a plan runs on the device it names unless --device says otherwise
-    p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    options.add_outputs(p, "save_engine", "json", save_engine={"help": "save the plan built from MODEL"},
+                        json={"metavar": "FILE", "help": "write every figure as JSON"})
     _args.add_common_args(p, default="info")
     p.set_defaults(func=run)
 
@@ -108,10 +100,13 @@ def run(args) -> int:
     plan_only = _is_plan(args.model)
     model = None if plan_only else load_onnx(args.model)
     source = args.load_engine or args.model
-    config = _args.build_config_from_args(args)
+    from debugkit.options import Options
+    opts = Options.from_args(args, "bench")
+    config = opts.builder_config()
     if args.prefer_nhwc:
         config.prefer_nhwc = True
-    runner = EngineRunner(source, config=config, device=args.device, save_plan=args.save_engine)
+    runner = EngineRunner(source, config=config, device=args.device, save_plan=args.save_engine,
+                          shapes=opts.build.shape_ranges())
     ort = None
     try:
         runner.activate()
@@ -131,7 +126,7 @@ def run(args) -> int:
         result = {"model": os.path.abspath(args.model), "plan": os.path.abspath(args.load_engine or args.model)
                   if (args.load_engine or plan_only) else None, "saved_engine": args.save_engine,
                   "device": engine.device.name, "build_seconds": runner.build_seconds,
-                  "precision_flags": _args.build_flags(args), "layers": len(engine.graph.nodes),
+                  "precision_flags": opts.build.flags(), "options_fingerprint": opts.fingerprint(), "layers": len(engine.graph.nodes),
                   "inputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in feeds.items()},
                   "batch": _batch(feeds, engine), "cuda_graph": bool(args.use_cuda_graph),
                   "iterations_min": args.iterations, "duration_min_s": args.duration, "machine": _machine()}

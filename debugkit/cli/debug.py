@@ -1,8 +1,10 @@
 """Debug searches: `debug build | tactics | precision | reduce | repeat` find what makes a check fail.
 
-Each search lives in `debugkit.cli.debug_<name>` with `register(subparsers)` and a `run(args) -> int` set as the
-parser's `func`; a search whose module is not present is simply not offered.
+Every search takes run's build, data and comparison options (docs/run.md) and judges with run's comparison; exit
+codes follow run's rule (0 pass, 1 failed or nothing compared, 2 bad input, 3 internal error).
 """
+# Each search lives in `debugkit.cli.debug_<name>` with `register(subparsers)` and a `run(args) -> int` set as the
+# parser's `func`; a search whose module is not present is simply not offered.
 from __future__ import annotations
 
 SEARCHES = ["build", "tactics", "precision", "reduce", "repeat"]

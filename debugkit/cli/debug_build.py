@@ -1,4 +1,4 @@
-"""debug build: rebuild the engine repeatedly, check each build, and sort the tactic replays into good/ and bad/.
+"""Rebuild the engine repeatedly, check each build, and sort the tactic replays into good/ and bad/.
 
 The check is an in-process comparison against ONNX Runtime (--compare-onnxrt, the default) or a command
 (--check CMD, exit 0 = good; {plan} and {tactics} in CMD become the artifact paths). Then
@@ -20,8 +20,9 @@ def register(subparsers):
     chk.add_argument("--check", metavar="CMD", help="a command that checks {plan}; exit status 0 means good")
     chk.add_argument("--compare-onnxrt", action="store_true",
                      help="compare against ONNX Runtime in process (the default)")
-    p.add_argument("--artifacts-dir", default="debug_build_artifacts", metavar="DIR",
-                   help="where good/ and bad/ go (default debug_build_artifacts)")
+    from debugkit import options
+    options.add_outputs(p, "artifacts_dir", artifacts_dir={
+        "default": "debug_build_artifacts", "help": "where good/ and bad/ go (default debug_build_artifacts)"})
     p.add_argument("--save-plans", action="store_true", help="keep every build's plan beside its replay file")
     common.add_check_args(p)
     p.set_defaults(func=run)
@@ -29,9 +30,13 @@ def register(subparsers):
 
 def run(args) -> int:
     from debugkit.cli import _args
-    from debugkit.debug.build import BuildLoop, command_check
-    from debugkit.debug.tactics import OutputCheck, TacticBuilds, onnxrt_outputs
+    from debugkit.debug.build import BuildLoop, GraphCheck, command_check
+    from debugkit.debug.checks import CompareOptions
+    from debugkit.debug.tactics import TacticBuilds, onnxrt_outputs
+    from debugkit.verdict import Verdict, combine
     _args.apply_common_args(args)
+    opts = common.options(args, "debug build")
+    common.refuse_replay_options(opts, "debug build", f"each build's replay file goes to {args.artifacts_dir}")
     common.check_model(args.model)
     until = str(args.until)
     if until not in ("good", "bad") and not (until.isdigit() and int(until) > 0):
@@ -40,7 +45,8 @@ def run(args) -> int:
     make_config = common.config_factory(args)
     if not args.timing_cache:
         make_config.cache.entries.clear()
-    builds = TacticBuilds(args.model, lambda unrestricted: _fresh(make_config, args), feeds[0])
+    builds = TacticBuilds(args.model, lambda unrestricted: _fresh(make_config, args), feeds[0],
+                          opts.build.shape_ranges())
     need_plan = bool(args.check) or args.save_plans
 
     def build(i):
@@ -54,10 +60,18 @@ def run(args) -> int:
     if args.check:
         check = command_check(args.check)
     else:
-        compare = OutputCheck(feeds, onnxrt_outputs(args.model, feeds), common.tolerances_from_args(args), args.device)
+        from debugkit.debug.checks import reduced_precision_default
+        criterion = reduced_precision_default(args)   # a reduced-precision build given no comparison: the default
+        if criterion is not None:
+            from debugkit.debug.tactics import OutputCheck
+            print(f"check: {criterion.describe()}", flush=True)
+            compare = OutputCheck(feeds, onnxrt_outputs(args.model, feeds), criterion, args.device)
 
-        def check(graph, plan_path, replay_path):
-            return compare(graph)
+            def check(graph, plan_path, replay_path):
+                return compare(graph)
+        else:
+            check = GraphCheck(feeds, onnxrt_outputs(args.model, feeds), CompareOptions.from_options(opts.compare),
+                               args.device)
     loop = BuildLoop(build, check, args.artifacts_dir, until, args.save_plans)
     results = loop.run(args.max_iterations)
     make_config.save()
@@ -66,9 +80,12 @@ def run(args) -> int:
     print(f"{len(results)} build(s): {good} good, {bad} bad -> {args.artifacts_dir}/good, {args.artifacts_dir}/bad")
     if good and bad:
         print(f"next: debugkit inspect diff-tactics --good {args.artifacts_dir}/good --bad {args.artifacts_dir}/bad")
-    reached = (until == "good" and results[-1]["result"] == "good") or \
-              (until == "bad" and results[-1]["result"] == "bad") or until.isdigit()
-    return 0 if reached else 1
+    verdict = combine([Verdict.from_json(r["verdict"]) if "verdict" in r else
+                       Verdict.from_exit_code(0 if r["result"] == "good" else 1, r["detail"]) for r in results],
+                      "debug build", label=lambda i: f"build {results[i]['iteration']}")
+    verdict.fingerprint = opts.fingerprint()
+    print(verdict.headline())
+    return verdict.exit_code   # one rule for debug build and repeat: 0 only when every build passed (docs/run.md)
 
 
 def _fresh(make_config, args):

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import time
 
-from debugkit.cli import _args, _search_args
+from debugkit.cli import _search_args
 from native.errors import InputFileError, UsageError
 from native.files import write_json, write_text
 from native.logger import G_LOGGER
@@ -26,11 +26,8 @@ from native.logger import G_LOGGER
 def register(subparsers):
     p = subparsers.add_parser("precision", help=__doc__.splitlines()[0], description=__doc__)
     p.add_argument("model", help="the ONNX model")
-    low = p.add_argument_group("precision")
-    ex = low.add_mutually_exclusive_group(required=True)
-    for name in ("fp16", "int8", "fp8", "bf16"):
-        ex.add_argument(f"--{name}", dest="low", action="store_const", const=name,
-                        help=f"search with {name.upper()} enabled")
+    low = p.add_argument_group("precision (the low precision is the build group's --fp16, --int8, --fp8 or --bf16: "
+                               "exactly one)")
     low.add_argument("--higher", choices=["fp32", "fp16"], default="fp32",
                      help="the precision kept layers run in (default fp32; fp16 under --int8/--fp8)")
     low.add_argument("--mode", choices=["minimal", "bisect", "linear"], default="minimal",
@@ -42,17 +39,9 @@ def register(subparsers):
     low.add_argument("--reference", choices=["onnxrt", "fp64"], default=None,
                      help="what the engine is compared with: ONNX Runtime in FP32 (default when installed) or the "
                           "fp64 oracle (the default without ONNX Runtime)")
-    low.add_argument("--reduced-probability-outputs", action="store_true",
-                     help="search without the FP32 rule for Sigmoid/Softmax/Exp outputs (docs/PRECISION.md); by "
-                          "default the probed engines build as `run --fp16` does")
-    p.add_argument("-o", "--output", default="precision.json", help="the answer (default precision.json)")
-    p.add_argument("--device", default="cpu", type=_args.device_arg, metavar="{cpu,cuda,dla}",
-                   help="device the probed engines are built for and run on (default cpu)")
-    _args.add_data_loader_args(p)
-    from debugkit.cli.calibration_args import add_calibration_args
-    add_calibration_args(p)
-    from debugkit.debug.checks import add_compare_args
-    add_compare_args(p)
+    from debugkit import options
+    options.add_outputs(p, "output", output={"default": "precision.json", "help": "the answer (default precision.json)"})
+    options.add_groups(p, "data", "build", "compare")
     _search_args.add_search_args(p, "<output>_probes.jsonl")
     _search_args.add_common(p)
     from debugkit.debug.checks import add_check_args
@@ -81,6 +70,13 @@ def run(args) -> int:
     from native.errors import DebugkitError
 
     _search_args.apply_common(args)
+    from debugkit.options import Options
+    opts = Options.from_args(args, "debug precision")
+    lows = opts.build.precisions()
+    if len(lows) != 1:
+        raise UsageError("debug precision searches one low precision: give exactly one of --fp16, --int8, --fp8, "
+                         f"--bf16 (got {', '.join('--' + x for x in lows) or 'none'})")
+    args.low = lows[0]
     if not os.path.exists(args.model):
         raise InputFileError(f"model file not found: {args.model}")
     if args.higher == "fp16" and args.low == "fp16":
@@ -123,7 +119,7 @@ def run(args) -> int:
         if not args.calibration_cache and os.path.exists(calib["cache"]) and not args.resume:
             os.remove(calib["cache"])   # a stale cache of an earlier search would silently fix the scales
     probe_fn = P.PrecisionProbe(args.model, feeds, reference, command or options, args.low, args.higher,
-                                extra_flags=_extra_flags(args), calib=calib, device=args.device)
+                                extra_flags=_extra_flags(args), calib=calib, device=args.device, build=opts.build)
     t0 = time.perf_counter()
     bound = P.build_bound(len(layers))
     workers = 1 if args.ray else max(1, args.workers or 1)
@@ -146,7 +142,7 @@ def run(args) -> int:
                     f"({rec.get('reason', '') if isinstance(rec, dict) else ''}); loosen the tolerances or check "
                     f"the reference")
             elif args.mode == "minimal":
-                rows = _ranking(P, sub, layers, low_values, args, ex, workdir, calib, bar)
+                rows = _ranking(P, sub, layers, low_values, args, ex, workdir, calib, bar, opts.build)
                 answer = peel([r["layer"] for r in rows], prober)
                 answer.sort(key=layers.index)
             else:
@@ -171,7 +167,8 @@ def run(args) -> int:
               "seconds": round(seconds, 1), "workers": getattr(ex, "workers", 1),
               "base_builds": 1, "layer_runs": len(rows),
               "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},
-              "tactics_replayed": probe_fn.replay is not None, **extra}
+              "tactics_replayed": probe_fn.replay is not None,
+              "options_fingerprint": opts.fingerprint(), **extra}
     final = prober.known(answer)[1] if prober.known(answer)[0] else None
     if isinstance(final, dict):
         result["final_check"] = {"passed": final.get("hit"), "outputs": final.get("outputs")}
@@ -278,12 +275,13 @@ def _work_bound(mode: str, n_layers: int, workers: int, answer_guess: int = 8) -
     return 1 + 2 + rest
 
 
-def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None, bar=None):
+def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None, bar=None, build=None):
     """The layerwise low-precision values + one run per layer alone (independent: on the executor)."""
     G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
     # a layer alone is its subgraph's output: without the flag, the FP32 rule for probability outputs would keep every
     # Sigmoid/Softmax FP32 there and rank it error-free
-    alone_fn = P.LayerAloneProbe(workdir, args.low, ("reduced_probability_outputs",), subgraphs=sub, calib=calib)
+    alone_fn = P.LayerAloneProbe(workdir, args.low, ("reduced_probability_outputs",), subgraphs=sub, calib=calib,
+                                 build=build)
     if type(ex).__name__ != "InlineExecutor":
         alone_fn.save_state(sub)
     alone = dict(zip(layers, ex.map(alone_fn, layers, on_done=(lambda _: bar.step()) if bar else None)))

@@ -11,15 +11,17 @@ import shutil
 import tempfile
 import time
 
-from debugkit.cli import _args, _search_args
-from native.errors import InputFileError
+from debugkit.cli import _search_args
+from native.errors import InputFileError, UsageError
 from native.logger import G_LOGGER
 
 
 def register(subparsers):
     p = subparsers.add_parser("reduce", help=__doc__.splitlines()[0], description=__doc__)
     p.add_argument("model", help="the failing ONNX model")
-    p.add_argument("-o", "--output", default="reduced.onnx", help="the minimal failing model (default reduced.onnx)")
+    from debugkit import options
+    options.add_outputs(p, "output", output={"default": "reduced.onnx",
+                                             "help": "the minimal failing model (default reduced.onnx)"})
     p.add_argument("--min-good", metavar="FILE.onnx", help="also write the largest passing subgraph seen")
     p.add_argument("--no-inline-if", action="store_true",
                    help="keep If nodes whole (default: each If is replaced by the branch it took on the captured "
@@ -30,10 +32,8 @@ def register(subparsers):
     p.add_argument("--mode", choices=["graph-input", "fold"], default="graph-input",
                    help="cut float tensors become graph inputs fed with captured values (default) or constants "
                         "holding them; integer/bool tensors are always folded")
-    _args.add_data_loader_args(p)
-    _args.add_build_args(p)
-    from debugkit.debug.checks import add_check_args, add_compare_args
-    add_compare_args(p)
+    options.add_groups(p, "data", "build", "compare")
+    from debugkit.debug.checks import add_check_args
     _search_args.add_search_args(p, "reduce_probes.jsonl")
     _search_args.add_common(p)
     add_check_args(p)
@@ -48,9 +48,17 @@ def run(args) -> int:
     from debugkit.debug.reduce import ReductionError, finish, save_with_inputs
 
     _search_args.apply_common(args)
+    from debugkit.cli._debug_common import refuse_replay_options
+    from debugkit.options import Options
+    opts = Options.from_args(args, "debug reduce")
+    args._dk_build = opts.build
+    refuse_replay_options(opts, "debug reduce", "a replay file names the whole model's layers, not a subgraph's")
+    if opts.build.calibration_cache:
+        raise UsageError("debug reduce calibrates each subgraph on the values captured at its inputs, so "
+                         "--calibration-cache (the whole model's scales) cannot apply; drop it")
     if not os.path.exists(args.model):
         raise InputFileError(f"model file not found: {args.model}")
-    check = command_check_from_args(args) or CompareOptions.from_args(args)
+    check = command_check_from_args(args) or CompareOptions.from_options(opts.compare)
     model = load_onnx(args.model)
     feeds = _search_args.generated_feeds(args, model)
     from debugkit.debug.fingerprint import search_fingerprint
@@ -125,7 +133,7 @@ def _search(model, feeds, check, args, ex, log, workdir, what="the model"):
     items = sub.items
     bar = _search_args.Progress(None, "reduce")
     try:
-        probe_fn = ReduceProbe(workdir, args.mode, check, _args.build_flags(args), subgraphs=sub)
+        probe_fn = ReduceProbe(workdir, args.mode, check, (), subgraphs=sub, build=args._dk_build)
         if type(ex) is not InlineExecutor:
             probe_fn.save_state(sub)
         prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)

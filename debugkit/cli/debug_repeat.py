@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from debugkit.cli import _args, _search_args
+from debugkit.cli import _search_args
 from native.errors import InputFileError, UsageError
 from native.logger import G_LOGGER
 
@@ -22,13 +22,13 @@ def register(subparsers):
                    help="N iterations (default 10), or stop at the first passing (good) / failing (bad) run "
                         "(at most --max-iterations)")
     p.add_argument("--max-iterations", type=int, default=100)
-    p.add_argument("--art-dir", default="repeat_artifacts", help="where good/ and bad/ go (default repeat_artifacts)")
     p.add_argument("--artifacts", nargs="+", default=[], metavar="FILE",
                    help="files the --check command writes, moved into good/ or bad/ after each run")
-    _args.add_data_loader_args(p)
-    _args.add_build_args(p)
-    from debugkit.debug.checks import add_check_args, add_compare_args
-    add_compare_args(p)
+    from debugkit import options
+    options.add_outputs(p, "artifacts_dir", artifacts_dir={
+        "default": "repeat_artifacts", "help": "where good/ and bad/ go (default repeat_artifacts)"})
+    options.add_groups(p, "data", "build", "compare")
+    from debugkit.debug.checks import add_check_args
     _search_args.add_search_args(p, "repeat_probes.jsonl")
     _search_args.add_common(p)
     add_check_args(p)
@@ -44,6 +44,10 @@ def run(args) -> int:
     from native.errors import DebugkitError
 
     _search_args.apply_common(args)
+    from debugkit.options import Options
+    from debugkit.verdict import Verdict, combine
+    opts = Options.from_args(args, "debug repeat")
+    args.art_dir = args.artifacts_dir
     if not os.path.exists(args.model):
         raise InputFileError(f"model file not found: {args.model}")
     until = args.until
@@ -70,8 +74,8 @@ def run(args) -> int:
         criterion = reduced_precision_default(args)
         if criterion is not None:
             print(f"check: {criterion.describe()}", flush=True)
-        probe_fn = RepeatProbe(criterion or CompareOptions.from_args(args), os.path.abspath(args.model), feeds, expected,
-                               _args.build_flags(args), args.art_dir)
+        probe_fn = RepeatProbe(criterion or CompareOptions.from_options(opts.compare), os.path.abspath(args.model),
+                               feeds, expected, opts.build, args.art_dir, data=opts.data)
     else:
         probe_fn = RepeatProbe(check, args.model, art_dir=args.art_dir, artifacts=args.artifacts)
     from debugkit.debug.fingerprint import search_fingerprint
@@ -115,6 +119,9 @@ def run(args) -> int:
     culprits = tactic_culprits(records)
     for layer, t in sorted(culprits.items()):
         print(f"layer {layer}: tactic {t['good']} in every passing build, {t['bad']} in every failing one")
-    if until == "good":
-        return 0 if bad < len(records) else 1
-    return 1 if bad else 0
+    verdict = combine([Verdict.from_json(r["result"]["verdict"]) if "verdict" in r["result"] else
+                       Verdict.from_exit_code(1 if r["result"]["fails"] else 0, r["result"].get("reason", ""))
+                       for r in records], "debug repeat", label=lambda i: f"run {records[i]['artifact']}")
+    verdict.fingerprint = opts.fingerprint()
+    print(verdict.headline())
+    return verdict.exit_code   # one rule for debug build and repeat: 0 only when every run passed (docs/run.md)

@@ -23,6 +23,7 @@ OUTPUTS = {
 OUTPUT_DIRS = {"art_dir": "--art-dir", "artifacts_dir": "--artifacts-dir", "output_dir": "-o",
                "save_subgraphs": "--save-subgraphs"}
 UPDATES = {"timing_cache": "--timing-cache", "calibration_cache": "--calibration-cache", "log": "--log"}
+FOLDER_OUTPUT_COMMANDS = {"sweep"}   # their -o names a folder (options.py declares -o once for every command)
 APPENDS = {"log_file": "--log-file"}   # appended to, by any number of runs: never an input, not locked
 INPUTS = {"model": "model", "models": "model", "path": "input", "load_inputs": "--load-inputs",
           "load_outputs": "--load-outputs", "load_tactics": "--load-tactics", "load_engine": "--load-engine",
@@ -63,6 +64,9 @@ def claimed_files(args) -> dict:
                 continue
             ins.append((role, _script_path(p) if dest == "data_loader_script" else p))
     for dest, (flag, streamable) in OUTPUTS.items():
+        if dest == "output" and ns.get("subtool") in FOLDER_OUTPUT_COMMANDS:
+            dirs += [(flag, p) for p in _values(ns.get(dest))]
+            continue
         for p in _values(ns.get(dest)):
             if not (dest == "json" and p == "-"):   # data files stream only as Polygraphy JSON (HDF5 seeks)
                 outs.append((flag, p, streamable or str(p).endswith(".json")))

@@ -10,7 +10,7 @@ import collections
 import os
 
 from debugkit.cli import _args
-from native.errors import InputFileError, UsageError
+from native.errors import InputFileError
 from native.logger import G_LOGGER
 
 
@@ -19,52 +19,23 @@ def register(subs):
                         description=__doc__)
     c.add_argument("path", help="ONNX model")
     c.add_argument("--dla", action="store_true", required=True, help="check against the DLA (seed 000 rules)")
-    c.add_argument("--profile", default="orin", choices=["orin", "xavier"], help="DLA profile (default orin)")
+    c.add_argument("--dla-profile", default="orin", choices=["orin", "xavier"], help="DLA profile (default orin)")
     c.add_argument("--input-shapes", nargs="+", default=[], metavar="NAME:[D0,D1,...]",
                    help="static shapes for dynamic inputs (the DLA has no dynamic dims; unset dynamic dims are 1)")
     c.add_argument("--json", metavar="FILE", help="write the per-layer verdicts and loadables as JSON")
     c.add_argument("-o", "--save-subgraphs", metavar="DIR",
                    help="write supported_<i>.onnx / unsupported_<i>.onnx for each DLA / host subgraph")
+    from debugkit.options import add_aliases
+    add_aliases(c, "inspect capability")   # --profile: the old spelling of --dla-profile
     _args.add_common_args(c)
     c.set_defaults(func=run)
-
-
-def add_dla_args(group):
-    """--use-dla-core, --allow-gpu-fallback, --layer-device-types, --dla-profile on run / convert."""
-    group.add_argument("--use-dla-core", type=int, metavar="N",
-                       help="run every layer the emulated DLA supports on DLA core N (FP16/INT8 only)")
-    group.add_argument("--allow-gpu-fallback", action="store_true",
-                       help="layers the DLA cannot run stay on the host device (else the build fails naming them)")
-    group.add_argument("--layer-device-types", nargs="+", default=[], metavar="NAME:dla|gpu[,...]",
-                       help="device type per layer (engine layer or ONNX node name)")
-    group.add_argument("--dla-profile", default="orin", choices=["orin", "xavier"], help="DLA profile")
-
-
-def apply_dla_args(config, args):
-    from backends.engine.builder.config import BuilderFlag, DeviceType
-    specs = [s for item in getattr(args, "layer_device_types", None) or [] for s in item.split(",") if s]
-    core = getattr(args, "use_dla_core", None)
-    if core is None and not specs:
-        return config
-    config.dla_profile = getattr(args, "dla_profile", "orin")
-    if core is not None:
-        config.default_device_type = DeviceType.DLA
-        config.dla_core = core
-    for spec in specs:
-        name, sep, dev = spec.rpartition(":")
-        if not sep or dev.lower() not in ("dla", "gpu"):
-            raise UsageError(f"--layer-device-types takes NAME:dla or NAME:gpu, got '{spec}'")
-        config.set_device_type(name, DeviceType.DLA if dev.lower() == "dla" else DeviceType.GPU)
-    if getattr(args, "allow_gpu_fallback", False):
-        config.set_flag(BuilderFlag.GPU_FALLBACK)
-    return config
 
 
 def run(args) -> int:
     _args.apply_common_args(args)
     if not os.path.exists(args.path):
         raise InputFileError(f"file not found: {args.path}")
-    report = capability(args.path, profile=args.profile,
+    report = capability(args.path, profile=args.dla_profile,
                         shapes=_args.parse_shape_list(args.input_shapes), save_dir=args.save_subgraphs)
     print_report(report, args.path)
     if args.json:

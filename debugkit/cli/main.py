@@ -225,6 +225,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     verbose = getattr(args, "verbose", 0)
+    command = " ".join(x for x in (args.subtool, getattr(args, "debug_cmd", None)) if x)   # "debug precision"
     from debugkit.cli._args import apply_common_args, echo_to_log_file, reset_common_args
     from debugkit.cli.file_claims import claim
     try:
@@ -236,8 +237,8 @@ def main(argv=None) -> int:
         if verbose:
             raise
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"debugkit {args.subtool}: error: {first}", file=sys.stderr)
-        echo_to_log_file(f"debugkit {args.subtool}: error: {first}")
+        print(f"debugkit {command}: error: {first}", file=sys.stderr)
+        echo_to_log_file(f"debugkit {command}: error: {first}")
         return 2
     except UserCodeExit as e:   # sys.exit / KeyboardInterrupt inside a tactics module or loader script
         print(f"debugkit {args.subtool}: error: {e}", file=sys.stderr)
@@ -254,7 +255,7 @@ def main(argv=None) -> int:
         if verbose:
             traceback.print_exc()
         first = (str(e).splitlines() or [""])[0][:300]
-        print(f"debugkit {args.subtool}: internal error in {layer} ({site}: {type(e).__name__}: {first}); this is a "
+        print(f"debugkit {command}: internal error in {layer} ({site}: {type(e).__name__}: {first}); this is a "
               f"bug in debugkit" + ("" if verbose else ": rerun with -v for the traceback and report it"),
               file=sys.stderr)
         return 3

@@ -1,7 +1,6 @@
 """Run a model on our engine and/or ONNX Runtime, compare outputs (and every layer), and say where they part."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -19,10 +18,9 @@ def register(subparsers):
     r.add_argument("--reference", choices=["fp64"], default=None,
                    help="fp64: also run the fp64 oracle (our engine in float64, fusion off) on the first feed and "
                         "say per output (and per layer with --mark-all) which side is closer to it")
-    _args.add_data_loader_args(p)
-    _args.add_build_args(p)
-    p.add_argument("--save-engine", metavar="FILE.plan", help="save the built plan")
-    p.add_argument("--profile", action="store_true",
+    from debugkit import options
+    options.add_groups(p, "data", "build", "compare")
+    p.add_argument("--profile-layers", dest="profile_layers", action="store_true",
                    help="per-layer time of our engine over the inferences (TensorRT's IProfiler)")
     p.add_argument("--load-engine", metavar="FILE.plan",
                    help="run this saved plan as the engine; MODEL is the ONNX model it was built from (checked), "
@@ -30,113 +28,47 @@ def register(subparsers):
     p.add_argument("--warm-up", type=int, default=None, metavar="N",
                    help="untimed inferences per runner before the timed ones (default 1; 0: the timing is cold and "
                         "says so)")
-    c = p.add_argument_group("comparison")
-    c.add_argument("--atol", nargs="+", default=[], metavar="[NAME:]VALUE",
-                   help="absolute tolerance, global or per output (default by dtype: fp32 1e-4)")
-    c.add_argument("--rtol", nargs="+", default=[], metavar="[NAME:]VALUE",
-                   help="relative tolerance, global or per output (default by dtype: fp32 1e-3)")
-    c.add_argument("--check-error-stat", nargs="+", default=[], metavar="[NAME:]STAT",
-                   help="elemwise (default), max, mean, median or quantile")
-    c.add_argument("--error-quantile", nargs="+", default=[], metavar="[NAME:]Q",
-                   help="quantile for --check-error-stat quantile, global or per output (default 0.99)")
-    c.add_argument("--compare", nargs="+", default=[], choices=["simple", "indices", "l2", "cosine", "psnr", "snr"],
-                   help="extra checks on the outputs besides simple (all must pass)")
-    c.add_argument("--index-tolerance", nargs="+", default=[], metavar="[NAME:]N",
-                   help="for --compare indices: how many positions an index may move, global or per output (the "
-                        "output's last N entries are not checked; default 0)")
-    c.add_argument("--postprocess", nargs="+", default=[], metavar="[NAME:]top-K[,axis=A]|[NAME:]argmax",
-                   help="applied to both sides' outputs before comparing (Polygraphy's spelling), e.g. top-5, "
-                        "logits:top-1,axis=1, argmax; with --compare indices the indices are checked with "
-                        "--index-tolerance instead of exactly")
-    c.add_argument("--no-check-shapes", dest="check_shapes", action="store_false", default=True,
-                   help="compare outputs whose shapes differ but whose element counts match (a (1, 4) output with "
-                        "a (4,) one), reshaped to the reference's shape")
-    c.add_argument("--l2-threshold", type=float, default=1e-2, action=_Given, help="for --compare l2 (default 1e-2)")
-    c.add_argument("--cosine-threshold", type=float, default=0.999, action=_Given,
-                   help="for --compare cosine (default 0.999)")
-    c.add_argument("--psnr-threshold", type=float, default=30.0, action=_Given, help="for --compare psnr (default 30)")
-    c.add_argument("--snr-threshold", type=float, default=20.0, action=_Given, help="for --compare snr (default 20)")
-    c.add_argument("--allow-nan", action="store_true", help="NaNs in the same place on both sides compare equal")
-    c.add_argument("--strict-inf", action="store_true", help="matching infinities compare unequal (default: equal)")
-    c.add_argument("--validate", action="store_true",
-                   help="fail on NaN/Inf in any output; with --mark-all, name the first tensor and node that made one")
-    c.add_argument("--allow-mismatched-inputs", action="store_true",
+    p.add_argument("--allow-mismatched-inputs", action="store_true",
                    help="compare with saved outputs although they came from other inputs (otherwise that fails)")
     lw = p.add_argument_group("layerwise")
     lw.add_argument("--mark-all", action="store_true",
                     help="compare every ONNX tensor observable at engine layer boundaries; names the first divergence")
     lw.add_argument("--mark", nargs="+", metavar="NAME|PATTERN", help="compare only these tensors (fnmatch patterns)")
-    c.add_argument("--exclude-outputs", nargs="+", default=[], metavar="NAME|PATTERN",
+    p.add_argument("--exclude-outputs", nargs="+", default=[], metavar="NAME|PATTERN",
                    help="leave these outputs and tensors (names or fnmatch patterns) out of every comparison "
                         "(Polygraphy: --onnx-exclude-outputs / --trt-exclude-outputs)")
-    c.add_argument("--fail-fast", action="store_true",
+    p.add_argument("--fail-fast", action="store_true",
                    help="stop after the first iteration with a failed comparison")
     lw.add_argument("--layer-scale-tol", type=float, default=None, metavar="FRACTION",
                     help="intermediate tensors: atol is at least FRACTION x max|reference| (default by dtype: "
                          "fp32 1e-5, fp16 1e-3), so float rounding in large-valued layers is not called a "
                          "divergence; 0 turns it off")
-    io = p.add_argument_group("data files (ours: HDF5; Polygraphy's JSON is read too)")
-    io.add_argument("--save-inputs", metavar="FILE.h5")
-    io.add_argument("--save-outputs", metavar="FILE.h5", help="outputs (and layerwise tensors) of every runner")
-    io.add_argument("--load-outputs", nargs="+", default=[], metavar="FILE.h5|FILE.json",
-                    help="saved outputs to compare against (they become the reference); ours or Polygraphy's")
-    io.add_argument("--gen-script", metavar="FILE.py",
-                    help="write a Python script that does what this command does, with debugkit's API, instead of "
-                         "running it (as Polygraphy's --gen-script)")
-    io.add_argument("--report", metavar="FILE.html",
-                    help="also write the report as one self-contained HTML page: per-layer error chart along the "
-                         "network with the first divergence marked (with --mark-all/--mark), error histograms per "
-                         "output, the table")
-    io.add_argument("--json", metavar="FILE|-",
-                    help="write the verdict as JSON (passed, exit_code, outputs, layerwise, timing, provenance); "
-                         "'-' for stdout (the report then goes to stderr)")
+    p.add_argument("--load-outputs", nargs="+", default=[], metavar="FILE.h5|FILE.json",
+                   help="saved outputs to compare against (they become the reference); ours or Polygraphy's")
+    p.add_argument("--gen-script", metavar="FILE.py",
+                   help="write a Python script that does what this command does, with debugkit's API, instead of "
+                        "running it (as Polygraphy's --gen-script)")
+    p.add_argument("--report", metavar="FILE.html",
+                   help="also write the report as one self-contained HTML page: per-layer error chart along the "
+                        "network with the first divergence marked (with --mark-all/--mark), error histograms per "
+                        "output, the table")
+    options.add_outputs(p, "save_engine", "save_inputs", "save_outputs", "json", json={
+        "help": "write the verdict as JSON (status, exit_code, reasons, compared, outputs, layerwise, timing, "
+                "provenance, fingerprint); '-' for stdout (the report then goes to stderr)"})
+    options.add_aliases(p, "run")
     _args.add_common_args(p)
     p.set_defaults(func=run)
 
 
-class _Given(argparse.Action):
-    """store, and remember that the option was given (for the unused-option warning)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        given = set(getattr(namespace, "_given", None) or ())
-        given.add(self.dest)
-        setattr(namespace, "_given", given)
-
-
-# option -> the --compare check it configures (Polygraphy warns about such an option when its check is not selected)
-_OPTION_OF_CHECK = {"index_tolerance": "indices", "l2_threshold": "l2", "cosine_threshold": "cosine",
-                    "psnr_threshold": "psnr", "snr_threshold": "snr"}
-
-
-def _warn_unused_options(args):
-    given = set(getattr(args, "_given", None) or ()) | ({"index_tolerance"} if args.index_tolerance else set())
-    for dest, check in _OPTION_OF_CHECK.items():
-        if dest in given and check not in (args.compare or []):
-            G_LOGGER.warning(f"--{dest.replace('_', '-')} is only used by --compare {check}, which is not selected "
-                             f"(--compare {' '.join(args.compare) if args.compare else 'is not given'}): it is ignored")
-
-
-def _extra_funcs(args, tol):
-    from debugkit.compare import funcs
-    return funcs.make_checks(args.compare, index_tolerance=tol.index_tolerance, l2_threshold=args.l2_threshold,
-                             cosine_threshold=args.cosine_threshold, psnr_threshold=args.psnr_threshold,
-                             snr_threshold=args.snr_threshold, check_shapes=args.check_shapes)
-
-
 def tolerances_from_args(args):
-    """The Tolerances of run's comparison options (per-output name:value everywhere, as in Polygraphy)."""
-    from debugkit.compare.funcs import Tolerances
-    quantiles = _args.parse_per_output(getattr(args, "error_quantile", []) or [], "--error-quantile")
-    quantiles.setdefault("", 0.99)
-    itol = _args.parse_per_output(getattr(args, "index_tolerance", []) or [], "--index-tolerance", int)
-    return Tolerances(_args.parse_per_output(args.atol, "--atol"), _args.parse_per_output(args.rtol, "--rtol"),
-                      _args.parse_per_output(args.check_error_stat, "--check-error-stat", str), quantiles, itol)
+    """The Tolerances of the comparison options (debugkit/options.py CompareOptions.tolerances)."""
+    from debugkit.options import CompareOptions
+    return CompareOptions.from_args(args).tolerances()
 
 
-def _data_loader(args, metadata):
+def _data_loader(opts, metadata):
     from debugkit.data_loader import DataLoader
-    dl = _args.data_loader(args, metadata)
+    dl = opts.data.loader(metadata)
     if isinstance(dl, DataLoader):
         for meta in metadata.values():   # shape problems surface before anything is built
             dl.shape_for(meta)
@@ -150,8 +82,10 @@ def run(args) -> int:
         return _run(args)
     except DebugkitError as e:
         if getattr(args, "json", None):   # CI reads the file even when the run could not start
-            _write_json(args.json, {"passed": False, "exit_code": 2, "error": f"{type(e).__name__}: {e}",
-                                    "outputs": [], "layerwise": None, "timing": {}, "provenance": {}})
+            from debugkit.verdict import Verdict
+            v = Verdict("run", error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            _write_json(args.json, dict(v.to_json(), error=v.error, outputs=[], layerwise=None, timing={},
+                                        provenance={}))
         raise
 
 
@@ -163,7 +97,8 @@ def _run(args) -> int:
     from debugkit.data_file import open_data_file, package_versions
     from debugkit.data_json import data_writer
     from debugkit.data_loader import coerce_feeds
-    from debugkit.report import render, run_json
+    from debugkit.options import Options
+    from debugkit.report import render
 
     _args.apply_common_args(args)
     _polygraphy_data_for_json(args)
@@ -175,6 +110,7 @@ def _run(args) -> int:
         run_script.write(args, args.gen_script, tolerances_from_args(args))
         print(f"wrote {args.gen_script} (run it: python {args.gen_script})")
         return 0
+    opts = Options.from_args(args, "run")
     runners = list(dict.fromkeys(args.runners or []))
     if args.report and not os.path.isdir(os.path.dirname(os.path.abspath(args.report))):
         raise UsageError(f"--report {args.report}: folder {os.path.dirname(os.path.abspath(args.report))} does "
@@ -209,8 +145,9 @@ def _run(args) -> int:
     live = []
     for kind in runners:
         if kind == "engine":
-            r = EngineRunner(args.load_engine or args.model, config=_args.build_config_from_args(args),
-                             device=_args.device_given(args), save_plan=args.save_engine, profile=args.profile)
+            r = EngineRunner(args.load_engine or args.model, config=opts.builder_config(),
+                             device=_args.device_given(args), save_plan=args.save_engine,
+                             profile=args.profile_layers, shapes=opts.build.shape_ranges())
             if args.load_engine:
                 r.onnx_model = model      # the plan's tensors keep their ONNX names; layerwise walks this graph
             live.append(r)
@@ -221,10 +158,10 @@ def _run(args) -> int:
     provenance = {"model_path": os.path.abspath(args.model), "model_sha256": sha,
                   "command": " ".join(["debugkit"] + sys.argv[1:]), "versions": package_versions(),
                   "loaded_outputs": [], "loaded_inputs": args.load_inputs}
-    tol = tolerances_from_args(args)
-    _warn_unused_options(args)
-    from debugkit.compare.postprocess import parse_postprocess
-    postprocess = parse_postprocess(args.postprocess)
+    provenance["options_fingerprint"] = opts.fingerprint()
+    tol = opts.compare.tolerances()
+    opts.compare.warn_unused()
+    postprocess = opts.compare.postprocessing()
     writer = input_writer = None
     timing = {}
     caught = None
@@ -269,7 +206,7 @@ def _run(args) -> int:
                 raise UsageError(f"--atol/--rtol/--check-error-stat/--error-quantile/--index-tolerance/--postprocess "
                                  f"name unknown output(s) {unknown}; outputs are "
                                  f"{sorted(o.name for o in model.graph.output) if model is not None else sorted(known)}")
-            loader = _data_loader(args, metadata)
+            loader = _data_loader(opts, metadata)
             feeds_iter = (coerce_feeds(f, metadata) for f in loader)
             warm_up = 1 if args.warm_up is None else args.warm_up
             feeds_iter = _warm_up(live, feeds_iter, warm_up)
@@ -282,7 +219,8 @@ def _run(args) -> int:
             sources = [LiveSource(r) for r in live] + loaded
             reference = _reference(sources)
             comparator = Comparator(tol, nan_equal=args.allow_nan, inf_equal=not args.strict_inf,
-                                    extra_funcs=_extra_funcs(args, tol), validate=args.validate, layerwise=layerwise,
+                                    extra_funcs=opts.compare.extra_funcs(tol), validate=args.validate,
+                                    layerwise=layerwise,
                                     model=model, scale_tol=args.layer_scale_tol,
                                     allow_mismatched_inputs=args.allow_mismatched_inputs,
                                     check_shapes=args.check_shapes, postprocess=postprocess,
@@ -302,7 +240,7 @@ def _run(args) -> int:
         oracle_text = None
         if args.reference == "fp64" and model is not None and live:
             from debugkit.debug.oracle import truth_report
-            first = next(iter(_data_loader(args, metadata)), None)
+            first = next(iter(_data_loader(opts, metadata)), None)
             if first is not None:
                 oracle_text = truth_report(model, live, coerce_feeds(first, metadata), layerwise)
         for w in (input_writer, writer):   # whole files replace the targets only now, after every step passed
@@ -317,6 +255,7 @@ def _run(args) -> int:
         for f in files:
             f.close()
         _report_numpy_warnings(caught)
+    verdict = _verdict(summary, opts, sources)
     human = sys.stderr if args.json == "-" else sys.stdout   # with --json - stdout is the JSON alone
     for w in summary.warnings:
         print(f"WARNING: {w}", file=sys.stderr)
@@ -331,7 +270,7 @@ def _run(args) -> int:
     if args.save_inputs:
         print(f"saved inputs to {args.save_inputs}", file=human)
     if args.json and args.json != "-":
-        _write_json(args.json, run_json(summary, timing, provenance))
+        _write_json(args.json, _json(verdict, summary, timing, provenance))
         print(f"saved the verdict as JSON to {args.json}", file=human)
     if args.report:
         from debugkit.data_json import write_text_atomically
@@ -343,8 +282,33 @@ def _run(args) -> int:
         print(oracle_text, file=human)
     print(render(summary, verbose=args.verbose >= 2, stream=human), file=human)   # the verdict: the last line
     if args.json == "-":
-        _write_json(args.json, run_json(summary, timing, provenance))
-    return summary.exit_code
+        _write_json(args.json, _json(verdict, summary, timing, provenance))
+    return verdict.exit_code
+
+
+def _verdict(summary, opts, sources):
+    """The run's verdict (debugkit/verdict.py). A run that compared nothing fails, and the report says why: its
+    reason joins the summary's problems, so the terminal's last line, --json and the exit code agree. A loader
+    script or saved-inputs file that yields no feed is bad input (exit 2)."""
+    from debugkit.verdict import from_summary
+    v = from_summary(summary, command="run", fingerprint=opts.fingerprint(), comparing=len(sources) > 1)
+    if summary.iterations == 0 and (opts.data.load_inputs or opts.data.data_loader_script):
+        v.error = f"{opts.data.describe_source()} yielded no feed: nothing was run or compared"
+    why = v.nothing_compared()
+    if (why and not v.disagreements or v.error) and (v.error or why) not in summary.problems:
+        summary.problems.append(v.error or why)   # the run's own failure line says so (a disagreement says more)
+    return v
+
+
+def _json(verdict, summary, timing, provenance) -> dict:
+    """run's --json: the verdict's fields first (status, passed, exit code, reasons, counts, fingerprint), then the
+    report's document."""
+    from debugkit.report import run_json
+    doc = verdict.to_json()
+    if verdict.error:
+        doc["error"] = verdict.error
+    doc.update({k: v for k, v in run_json(summary, timing, provenance).items() if k not in doc})
+    return doc
 
 
 def _with_shape_hint(e, loader):

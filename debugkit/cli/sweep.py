@@ -26,7 +26,10 @@ def register(subparsers):
     p.add_argument("models", nargs="*", help="ONNX models")
     p.add_argument("--models-file", metavar="FILE", help="more models: one path per line, or a JSON list")
     p.add_argument("--task", choices=TASKS, default="run")
-    p.add_argument("-o", "--output-dir", default="sweep", help="where results go (default ./sweep)")
+    from debugkit import options
+    options.add_outputs(p, "output", output={"default": "sweep", "metavar": "DIR",
+                                             "help": "where results go (default ./sweep)"})
+    options.add_aliases(p, "sweep")   # --output-dir: the older spelling of -o
     p.add_argument("--workers", type=int, default=1, metavar="N", help="models evaluated in parallel processes")
     p.add_argument("--ray", metavar="ADDRESS|auto", default=None, help="run the jobs on a Ray cluster")
     p.add_argument("--task-args", default="", metavar="'OPTIONS'",
@@ -81,30 +84,49 @@ class SweepJob:
             try:
                 rc = main(argv)
             except SystemExit as e:   # argparse errors
-                rc = int(e.code or 0)
+                rc = e.code if isinstance(e.code, int) else 2
         res = {"model": name, "path": job["path"], "rc": rc, "seconds": round(time.perf_counter() - t0, 1),
                "dir": d, "error": err.getvalue().strip().splitlines()[-1][:300] if rc not in (0, 1) and
                err.getvalue().strip() else None}
         with open(os.path.join(d, "log.txt"), "w") as f:
             f.write(out.getvalue() + err.getvalue())
-        res.update(_task_summary(self.task, d))
+        res.update(_task_summary(self.task, d, rc, res["error"]))
+        if res["error"] is None and rc != 0 and res.get("reasons"):   # a failed model says why in its row too
+            res["error"] = res["reasons"][0][:300]
         return res
 
 
-def _task_summary(task, d) -> dict:
+def _task_summary(task, d, rc, error) -> dict:
+    """The row's status comes from the task's verdict (debugkit/verdict.py): run's --json document when it agrees
+    with the exit code, else the exit code alone. A non-zero exit is never PASSED."""
+    from debugkit.verdict import Verdict
+    doc = None
+    path = os.path.join(d, "run.json" if task == "run" else "precision.json")
     try:
-        if task == "run":
-            data = json.load(open(os.path.join(d, "run.json")))
-            outs = data.get("outputs", [])
-            worst = max((o["max_abs"] for o in outs if o.get("max_abs") is not None), default=None)
-            failed = [o["name"] for o in outs if o.get("status") == "FAILED"]
-            return {"status": "PASSED" if not failed else "FAILED", "max_abs": worst, "failed_outputs": failed}
-        data = json.load(open(os.path.join(d, "precision.json")))
-        return {"status": "FOUND", "kept": len(data["layer_precisions"]), "layers": data["layers"],
-                "probes": data["probes"], "report": data.get("report"),
-                "kept_layers": list(data["layer_precisions"])[:20]}
-    except (OSError, ValueError, KeyError):
-        return {"status": "ERROR"}
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        pass
+    if task == "run":
+        if isinstance(doc, dict) and doc.get("exit_code") == rc:
+            verdict = Verdict.from_json(doc)
+        else:
+            verdict = Verdict.from_exit_code(rc, error or "", "run")
+        outs = doc.get("outputs", []) if isinstance(doc, dict) else []
+        worst = max((o["max_abs"] for o in outs if o.get("max_abs") is not None), default=None)
+        return {"status": verdict.status, "exit_code": verdict.exit_code, "reasons": verdict.reasons(),
+                "max_abs": worst, "failed_outputs": [o["name"] for o in outs if o.get("status") == "FAILED"],
+                "verdict": verdict.to_json()}
+    verdict = Verdict.from_exit_code(rc, error or "", "debug precision")
+    row = {"status": "FOUND" if rc == 0 and isinstance(doc, dict) else verdict.status, "exit_code": rc,
+           "reasons": verdict.reasons(), "verdict": verdict.to_json()}
+    if rc == 0 and isinstance(doc, dict):
+        try:
+            row.update(kept=len(doc["layer_precisions"]), layers=doc["layers"], probes=doc["probes"],
+                       report=doc.get("report"), kept_layers=list(doc["layer_precisions"])[:20])
+        except (KeyError, TypeError):
+            row["status"] = "ERROR"
+    return row
 
 
 def run(args) -> int:
@@ -113,6 +135,7 @@ def run(args) -> int:
     jobs = _models(args)
     import shlex
     task_args = shlex.split(args.task_args)
+    args.output_dir = args.output
     os.makedirs(args.output_dir, exist_ok=True)
     fn = SweepJob(args.task, task_args, os.path.abspath(args.output_dir))
     t0 = time.perf_counter()
@@ -135,14 +158,24 @@ def run(args) -> int:
     for line in _table(summary):
         print(line)
     print(f"wrote {os.path.join(args.output_dir, 'sweep.json')} and sweep.html")
-    return 0 if all(r["rc"] == 0 for r in results) else 1
+    return sweep_verdict(results).exit_code
+
+
+def sweep_verdict(results):
+    """The sweep's verdict: it passes when every model's task passed; a model that failed, could not be read or
+    crashed is a finding of the sweep (exit 1), not bad input to it (the sweep's own bad input raised earlier)."""
+    from debugkit.verdict import Verdict, combine
+    parts = [Verdict.from_json(r["verdict"]) for r in results]
+    v = combine([Verdict("sweep", p.reasons(), p.compared, p.nonfinite, comparing=p.comparing) if not p.passed else p
+                 for p in parts], "sweep", label=lambda i: f"{results[i]['model']} ({parts[i].status})")
+    return v
 
 
 def _columns(task):
     if task == "run":
-        return [("model", "model"), ("status", "status"), ("max_abs", "max abs"), ("seconds", "s"), ("error", "error")]
+        return [("model", "model"), ("status", "status"), ("max_abs", "max abs"), ("seconds", "s"), ("error", "why")]
     return [("model", "model"), ("status", "status"), ("kept", "kept"), ("layers", "of layers"),
-            ("probes", "probes"), ("seconds", "s"), ("error", "error")]
+            ("probes", "probes"), ("seconds", "s"), ("error", "why")]
 
 
 def _fmt(v):
@@ -151,9 +184,13 @@ def _fmt(v):
     return "" if v is None else str(v)
 
 
+def _cell(text, width=100):
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def _table(summary):
     cols = _columns(summary["task"])
-    rows = [[_fmt(r.get(k)) for k, _ in cols] for r in summary["results"]]
+    rows = [[_cell(_fmt(r.get(k))) for k, _ in cols] for r in summary["results"]]
     widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, (_, h) in enumerate(cols)]
     lines = ["  ".join(h.ljust(w) for (_, h), w in zip(cols, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]

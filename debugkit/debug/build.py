@@ -20,7 +20,8 @@ from native.progress import progress, search_scope
 
 
 class BuildLoop:
-    """build(i) -> (graph, replay doc, plan bytes or None); check(graph, plan_path, replay_path) -> (passed, detail)."""
+    """build(i) -> (graph, replay doc, plan bytes or None); check(graph, plan_path, replay_path) -> (passed, detail)
+    or (passed, detail, verdict JSON); each result keeps its build's verdict (debugkit/verdict.py)."""
 
     def __init__(self, build, check, artifacts_dir, until="bad", save_plans=False):
         self.build, self.check = build, check
@@ -51,7 +52,9 @@ class BuildLoop:
                 if plan is not None:
                     plan_path = os.path.join(self.dir, "current.plan")
                     write_bytes(plan_path, plan, "plan")
-                passed, detail = self.check(graph, plan_path, replay)
+                checked = self.check(graph, plan_path, replay)
+                passed, detail = checked[0], checked[1]
+                verdict = checked[2] if len(checked) > 2 else None
                 pile = "good" if passed else "bad"
                 name = f"iter{i:03d}"
                 os.replace(replay, os.path.join(self.dir, pile, f"{name}_tactics.json"))
@@ -61,7 +64,8 @@ class BuildLoop:
                     else:
                         os.remove(plan_path)
                 self.results.append({"iteration": i, "result": pile, "detail": detail,
-                                     "seconds": round(time.perf_counter() - t0, 3)})
+                                     "seconds": round(time.perf_counter() - t0, 3),
+                                     **({"verdict": verdict} if verdict is not None else {})})
                 G_LOGGER.info(f"build {i}: {pile.upper()} ({detail})")
                 bar.update(1)
                 bar.set_postfix_str(f"good {sum(r['result'] == 'good' for r in self.results)} "
@@ -69,6 +73,37 @@ class BuildLoop:
                 if self._done(passed, i):
                     break
         return self.results
+
+
+class GraphCheck:
+    """Our comparison in process, as `run` judges (the comparison group's CompareOptions.judge): the engine graph
+    on every feed against the reference outputs; (passed, detail, verdict JSON) with one verdict over the feeds."""
+
+    def __init__(self, feeds_list, reference_outputs, options, device="cpu"):
+        self.feeds_list, self.reference, self.options, self.device = feeds_list, reference_outputs, options, device
+
+    def __call__(self, graph, plan_path=None, replay_path=None):
+        from backends.engine.runtime.executor import GraphExecutor
+        from debugkit.verdict import Verdict, combine
+        from native.errors import DebugkitError
+        verdicts = []
+        try:
+            ex = GraphExecutor(graph, self.device)
+            for feeds, ref in zip(self.feeds_list, self.reference):
+                env = ex.run(dict(feeds))
+                out = {}
+                for name in ref:
+                    v = env.get(graph.aliases.get(name, name), env.get(name))
+                    if v is not None:
+                        out[name] = v
+                verdicts.append(Verdict.from_json(self.options.judge(out, ref)["verdict"]))
+        except DebugkitError as e:
+            why = f"error: {str(e).splitlines()[0][:200]}"
+            return False, why, Verdict("check", [why], comparing=False).to_json()
+        v = combine(verdicts, "check", label=lambda i: f"input {i}")
+        detail = "; ".join(v.reasons())[:200] if not v.passed else \
+            f"{v.compared.comparisons} comparison(s) passed"
+        return v.passed, detail, v.to_json()
 
 
 def command_check(cmd: str):
@@ -79,5 +114,8 @@ def command_check(cmd: str):
         r = subprocess.run(argv, env=config.child_env(plan=plan_path, tactics=replay_path), capture_output=True,
                            text=True)
         tail = (r.stdout + r.stderr).strip().splitlines()[-1:] or [""]
-        return r.returncode == 0, f"exit {r.returncode}: {tail[0][:120]}"
+        from debugkit.verdict import Verdict
+        detail = f"exit {r.returncode}: {tail[0][:120]}"   # any failing exit: this build is bad (a disagreement)
+        return r.returncode == 0, detail, Verdict.from_exit_code(0 if r.returncode == 0 else 1, detail,
+                                                                 "check").to_json()
     return check

@@ -95,25 +95,32 @@ class CompareOptions:
 
     @classmethod
     def from_args(cls, args):
-        from debugkit.cli.run import tolerances_from_args
-        tol = tolerances_from_args(args)
+        from debugkit import options
+        return cls.from_options(options.CompareOptions.from_args(args))
+
+    @classmethod
+    def from_options(cls, o):
+        """From the comparison group (debugkit/options.py CompareOptions), tolerances parsed per output."""
+        tol = o.tolerances()
         return cls(atol=tol.atol, rtol=tol.rtol, check_error_stat=tol.stat, error_quantile=tol.quantiles,
-                   compare=tuple(args.compare or ()),
-                   cosine_threshold=args.cosine_threshold, l2_threshold=args.l2_threshold,
-                   psnr_threshold=args.psnr_threshold, snr_threshold=args.snr_threshold,
-                   index_tolerance=tol.index_tolerance, validate=args.validate, allow_nan=args.allow_nan,
-                   strict_inf=args.strict_inf, check_shapes=getattr(args, "check_shapes", True))
+                   compare=tuple(o.compare or ()), cosine_threshold=o.cosine_threshold, l2_threshold=o.l2_threshold,
+                   psnr_threshold=o.psnr_threshold, snr_threshold=o.snr_threshold,
+                   index_tolerance=tol.index_tolerance, validate=o.validate, allow_nan=o.allow_nan,
+                   strict_inf=o.strict_inf, check_shapes=o.check_shapes)
 
     def judge(self, actual: dict, expected: dict) -> dict:
-        """{"fails", "reason", "outputs": {name: {"passed", "max_abs", "cosine", ...}}} for these outputs."""
+        """{"fails", "disagrees", "reason", "outputs": {name: {"passed", "max_abs", "cosine", ...}}, "verdict":
+        Verdict.to_json()} for these outputs. As everywhere (debugkit/verdict.py), passing needs at least one finite
+        comparison; "disagrees" is whether any value disagreed (a search reproducing a failure wants that)."""
         from debugkit.compare import funcs
+        from debugkit.verdict import Compared, Verdict, _finite_pairs, nonfinite_entry
         tol = funcs.Tolerances(self.atol, self.rtol, self.check_error_stat, self.error_quantile,
                                self.index_tolerance)
         extra = funcs.make_checks(self.compare, index_tolerance=tol.index_tolerance,
                                   l2_threshold=self.l2_threshold, cosine_threshold=self.cosine_threshold,
                                   psnr_threshold=self.psnr_threshold, snr_threshold=self.snr_threshold,
                                   check_shapes=self.check_shapes)
-        report, reasons = {}, []
+        report, reasons, simples = {}, [], []
         for name, e in expected.items():
             if name not in actual:
                 reasons.append(f"{name}: missing")
@@ -122,6 +129,7 @@ class CompareOptions:
             a = actual[name]
             checks = [funcs.compare_simple(name, a, e, tol, nan_equal=self.allow_nan, inf_equal=not self.strict_inf,
                                            hist=False, check_shapes=self.check_shapes)]
+            simples.append(checks[0])
             checks += [fn(name, a, e) for fn in extra.values()]
             entry = {"passed": all(c.passed for c in checks), "max_abs": _max_abs(a, e),
                      "cosine": _cosine(a, e)}
@@ -134,7 +142,14 @@ class CompareOptions:
                 if not c.passed:
                     reasons.append(f"{name}: {c.reason or c.func}")
             report[name] = entry
-        return {"fails": bool(reasons), "reason": "; ".join(reasons)[:300], "outputs": report}
+        disagrees = bool(reasons)
+        verdict = Verdict("check", list(reasons), Compared(
+            outputs=len(simples), iterations=1, inputs=1 if simples else 0, comparisons=len(simples),
+            finite=sum(_finite_pairs(r) > 0 for r in simples)),
+            [x for x in (nonfinite_entry(r) for r in simples) if x])
+        reasons = verdict.reasons()
+        return {"fails": not verdict.passed, "disagrees": disagrees, "reason": "; ".join(reasons)[:300],
+                "outputs": report, "verdict": verdict.to_json()}
 
 
 # The default check of a reduced-precision search, per precision: (largest relative L2 error, smallest cosine) of
@@ -272,25 +287,9 @@ def argparse_remainder():
 
 
 def add_compare_args(parser):
-    """run's comparison options, same spellings and defaults."""
-    c = parser.add_argument_group("comparison (as in run)")
-    c.add_argument("--atol", nargs="+", default=[], metavar="[NAME:]VALUE")
-    c.add_argument("--rtol", nargs="+", default=[], metavar="[NAME:]VALUE")
-    c.add_argument("--check-error-stat", nargs="+", default=[], metavar="[NAME:]STAT")
-    c.add_argument("--error-quantile", nargs="+", default=[], metavar="[NAME:]Q")
-    c.add_argument("--compare", nargs="+", default=[], choices=["simple", "indices", "l2", "cosine", "psnr", "snr"],
-                   help="extra checks on the outputs besides simple (all must pass)")
-    c.add_argument("--index-tolerance", nargs="+", default=[], metavar="[NAME:]N")
-    c.add_argument("--no-check-shapes", dest="check_shapes", action="store_false", default=True,
-                   help="compare outputs whose element counts match although their shapes differ")
-    c.add_argument("--l2-threshold", type=float, default=1e-2)
-    c.add_argument("--cosine-threshold", type=float, default=0.999)
-    c.add_argument("--psnr-threshold", type=float, default=30.0)
-    c.add_argument("--snr-threshold", type=float, default=20.0)
-    c.add_argument("--allow-nan", action="store_true")
-    c.add_argument("--strict-inf", action="store_true")
-    c.add_argument("--validate", action="store_true", help="fail on NaN/Inf in any output")
-    return c
+    """run's comparison options: the comparison group of debugkit/options.py."""
+    from debugkit.options import add_groups
+    return add_groups(parser, "compare")
 
 
 def command_check_from_args(args):

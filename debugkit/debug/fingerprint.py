@@ -18,7 +18,7 @@ import numpy as np
 
 # options that never change a probe's answer: where things are written, logging, parallelism, resuming itself
 NOT_ANSWERS = {"workers", "ray", "log", "resume", "verbose", "quiet", "log_file", "no_color", "output", "report",
-               "func", "art_dir", "artifacts", "artifacts_dir", "save_tactics", "save_inputs", "save_outputs",
+               "json", "func", "art_dir", "artifacts", "artifacts_dir", "save_tactics", "save_inputs", "save_outputs",
                "ignore_fingerprint", "tool", "subtool", "debug_tool", "command"}
 # files a search itself writes as it goes: their path is part of the question, their changing content is not
 WRITTEN_BY_SEARCH = {"timing_cache", "calibration_cache"}

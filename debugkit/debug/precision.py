@@ -38,23 +38,27 @@ def _have_layer_precisions():
 
 
 def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, recorder=None, calib=None,
-                feeds=None, timing_cache=None):
+                feeds=None, timing_cache=None, base=None):
     """A BuilderConfig with the low precision enabled and `layers` obeying `higher`; `replay` (a tactic replay
     document) keeps the recorded tactic of every layer whose signature did not change, so a probe measures
     precision and not a different tactic; `recorder` records this build's choices; `timing_cache` (a TimingCache
     shared by a search's builds) keeps every layer variant's timings and packed weights, so a probe times and
-    prepares only layer variants no earlier build of the search met."""
+    prepares only layer variants no earlier build of the search met. `base` (BuildOptions): the command's build
+    options (tactics modules, tactic sources, DLA, device, timing cache file, the user's own layer precisions, ...),
+    applied first; the search's precision flags, constraints and calibration are added to them."""
     from backends.engine.builder import BuilderConfig, BuilderFlag
+    from backends.engine.builder.algorithm_selector import SelectorChain
     if not _have_layer_precisions():
         raise PrecisionSearchError("this build of debugkit has no per-layer precision constraints "
                                    "(--layer-precisions); debug precision needs them")
     from backends.engine.builder.precision_spec import parse_layer_precisions
-    config = BuilderConfig()
+    config = BuilderConfig() if base is None else base.replace(
+        **{p: False for p in PRECISION_FLAGS}).builder_config()
     for f in PRECISION_FLAGS[low] + tuple(extra_flags):
         config.set_flag(BuilderFlag(f))
     if higher == "fp16" and low in ("int8", "fp8"):
         config.set_flag(BuilderFlag("fp16"))
-    config.layer_precisions = parse_layer_precisions([(n, higher) for n in layers])
+    config.layer_precisions = list(config.layer_precisions) + parse_layer_precisions([(n, higher) for n in layers])
     if layers:   # prefer, not obey: a layer with no implementation in `higher` (a CPU plugin) runs in what it has
         config.set_flag(BuilderFlag.PREFER_PRECISION_CONSTRAINTS)
     if low == "int8" and calib is not None:
@@ -62,11 +66,14 @@ def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, r
         config.int8_calibrator = Calibrator([feeds], algorithm=calib.get("algorithm", "entropy2"),
                                             cache=calib.get("cache"), percentile=calib.get("percentile", 99.99))
     if timing_cache is not None:
+        if config.timing_cache is not None:   # --timing-cache FILE: its timings seed the search's shared cache
+            for k, v in config.timing_cache.entries.items():
+                timing_cache.entries.setdefault(k, v)
         config.timing_cache = timing_cache
-    if recorder is not None:
-        config.algorithm_selector = recorder
-    elif replay is not None:
-        config.algorithm_selector = _precision_replayer(replay)
+    mine = recorder if recorder is not None else _precision_replayer(replay) if replay is not None else None
+    if mine is not None:
+        config.algorithm_selector = mine if config.algorithm_selector is None else \
+            SelectorChain([mine, config.algorithm_selector])
     return config
 
 
@@ -107,9 +114,10 @@ class PrecisionProbe:
     """hit(layers) = the check passes with `layers` in higher precision. Picklable; the model loads once per worker."""
 
     def __init__(self, model_path, feeds, reference, options, low="fp16", higher="fp32", extra_flags=(), calib=None,
-                 device="cpu"):
+                 device="cpu", build=None):
         self.model_path, self.feeds, self.reference = os.path.abspath(model_path), feeds, reference
         self.device = device
+        self.build = build   # the command's BuildOptions (debugkit/options.py), the base of every probe's config
         self.options, self.low, self.higher, self.extra_flags = options, low, higher, tuple(extra_flags)
         self.calib = calib
         self.replay = None   # tactic replay document of the base low-precision build (set by the search)
@@ -144,11 +152,13 @@ class PrecisionProbe:
 
         from backends.runners import EngineRunner
         config = make_config(self.low, self.higher, layers, self.extra_flags, self.replay, recorder, self.calib,
-                             self.feeds, timing_cache=self.timing_cache())
+                             self.feeds, timing_cache=self.timing_cache(), base=self.build)
         shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
+        # --shape-profiles: a range instead of the feed's shape
+        ranges = {k: v for k, v in self.build.shape_ranges().items() if k in shapes} if self.build else {}
         if taps is None and self.calib is None:   # a probe: build from the parsed model, run the outputs
-            return self._probe_outputs(config, shapes)
-        with EngineRunner(self.model_path, shapes=shapes, config=config, device=self.device) as r:
+            return self._probe_outputs(config, shapes, ranges)
+        with EngineRunner(self.model_path, shapes={**shapes, **ranges}, config=config, device=self.device) as r:
             if taps == "all":
                 taps = r.observable_tensors()
             t0 = time.perf_counter()
@@ -157,7 +167,7 @@ class PrecisionProbe:
                               "run_s": round(time.perf_counter() - t0, 4)}
             return out
 
-    def _probe_outputs(self, config, shapes) -> dict:
+    def _probe_outputs(self, config, shapes, ranges=None) -> dict:
         import time
 
         from backends.engine import Runtime
@@ -166,7 +176,7 @@ class PrecisionProbe:
         t0 = time.perf_counter()
         net = self.network()
         config.device = self.device
-        profile = profile_from_shapes(net, shapes)
+        profile = profile_from_shapes(net, shapes, ranges)
         if profile is not None:
             config.add_optimization_profile(profile)
         plan = Builder().build_serialized_network(net, config)
@@ -210,9 +220,12 @@ class PrecisionProbe:
 class LayerAloneProbe(ReduceProbe):
     """The error one layer adds when it alone runs in low precision: its single-node subgraph, fed FP32 values."""
 
-    def __init__(self, workdir, low, extra_flags=(), subgraphs=None, calib=None):
+    def __init__(self, workdir, low, extra_flags=(), subgraphs=None, calib=None, build=None):
         super().__init__(workdir, "graph-input", None, PRECISION_FLAGS[low] + tuple(extra_flags), subgraphs)
         self.low, self.extra_flags = low, tuple(extra_flags)
+        # the command's build options, without its layer precisions (they name layers of the whole model)
+        self.build = None if build is None else build.replace(layer_precisions=(), layer_output_types=(),
+                                                              load_tactics=None, save_tactics=None)
         self.calib = None if calib is None else {**calib, "cache": None}   # its own tensors: calibrated afresh
 
     def timing_cache(self):
@@ -231,7 +244,7 @@ class LayerAloneProbe(ReduceProbe):
         model, feeds, expected = self.subgraphs().build([label])
         try:
             config = make_config(self.low, "fp32", (), self.extra_flags, calib=self.calib, feeds=feeds,
-                                 timing_cache=None if self.calib else self.timing_cache())
+                                 timing_cache=None if self.calib else self.timing_cache(), base=self.build)
             with EngineRunner(model, config=config) as r:
                 out = r.infer(feeds)
         except DebugkitError:

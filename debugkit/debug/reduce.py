@@ -180,8 +180,9 @@ class ReduceProbe:
     ONNX Runtime run). The subgraph maker is loaded once per worker from `workdir` (model.onnx + values.npz).
     """
 
-    def __init__(self, workdir: str, mode: str, check, flags=(), subgraphs: Subgraphs | None = None):
+    def __init__(self, workdir: str, mode: str, check, flags=(), subgraphs: Subgraphs | None = None, build=None):
         self.workdir, self.mode, self.check, self.flags = workdir, mode, check, tuple(flags)
+        self.build = build   # the command's BuildOptions (debugkit/options.py): every subgraph builds with them
         if subgraphs is not None:
             from debugkit.debug.executor import WorkerCache
             WorkerCache._store[self._cache_key()] = subgraphs
@@ -225,20 +226,46 @@ class ReduceProbe:
                 for p in (path, inputs):
                     if p and os.path.exists(p):
                         os.remove(p)
-        return engine_vs_expected(model, feeds, expected, self.check, self.flags)
+        return engine_vs_expected(model, feeds, expected, self.check, self.flags, getattr(self, "build", None))
 
 
-def engine_vs_expected(model, feeds, expected, options, flags=()) -> dict:
-    """In-process check: our engine's outputs vs `expected`; an engine that cannot build counts as not failing."""
+def subgraph_config(build, model, feeds):
+    """The command's build options for a subgraph: layer precision / output type specs kept for the nodes it has
+    (a spec naming a node the subgraph lacks would be an error), INT8 calibrated on the subgraph's own feeds."""
+    import fnmatch
+    config = build.replace(int8=False).builder_config()
+    if build.int8:
+        from backends.engine import Calibrator
+        from backends.engine.builder import BuilderFlag
+        config.set_flag(BuilderFlag.INT8)
+        config.int8_calibrator = Calibrator([feeds], algorithm=build.calibration_algorithm,
+                                            percentile=build.calibration_percentile)
+    names = [n.name for n in model.graph.node]
+
+    def here(pattern):
+        return pattern == "*" or any(fnmatch.fnmatchcase(n, pattern) for n in names)
+    config.layer_precisions = [(p, v) for p, v in config.layer_precisions if here(p)]
+    config.layer_output_types = [(p, v) for p, v in config.layer_output_types if here(p)]
+    return config
+
+
+def engine_vs_expected(model, feeds, expected, options, flags=(), build=None) -> dict:
+    """In-process check: our engine's outputs vs `expected`; an engine that cannot build counts as not failing, and
+    so does a comparison that saw nothing finite (it reproduces no disagreement)."""
     from backends.runners import EngineRunner
     from native.errors import DebugkitError
     try:
-        with EngineRunner(model, flags=flags) as r:
+        config = subgraph_config(build, model, feeds) if build is not None else None
+        ranges = {k: v for k, v in build.shape_ranges().items() if k in feeds} if build is not None else {}
+        with EngineRunner(model, flags=flags, config=config, device=(build.device if build else None) or "cpu",
+                          shapes=ranges) as r:
             out = r.infer(feeds)
     except DebugkitError as e:
         return {"fails": False, "reason": f"engine error (not counted as failing): {str(e).splitlines()[0][:200]}"}
     res = options.judge(out, expected)
     res.pop("outputs", None)
+    if "disagrees" in res:
+        res["fails"] = res["disagrees"]
     return res
 
 

@@ -13,35 +13,50 @@ import shutil
 
 
 class RepeatProbe:
-    """One iteration; picklable. check: CommandCheck or CompareOptions (then model/feeds/expected are used)."""
+    """One iteration; picklable. check: CommandCheck or CompareOptions (then model/feeds/expected are used).
+    build/data: the command's BuildOptions and DataOptions (debugkit/options.py): every iteration builds with all of
+    them (tactics modules, tactic sources, layer precisions, calibration, timing cache, ...), as `run` does."""
 
-    def __init__(self, check, model_path=None, feeds=None, expected=None, flags=(), art_dir=None, artifacts=()):
+    def __init__(self, check, model_path=None, feeds=None, expected=None, build=None, art_dir=None, artifacts=(),
+                 data=None):
         self.check, self.model_path, self.feeds, self.expected = check, model_path, feeds, expected
-        self.flags, self.art_dir, self.artifacts = tuple(flags), art_dir, list(artifacts)
+        self.build, self.data = build, data
+        self.art_dir, self.artifacts = art_dir, list(artifacts)
 
     def __call__(self, iteration: int) -> dict:
         from debugkit.debug.checks import CommandCheck
         if isinstance(self.check, CommandCheck):
+            from debugkit.verdict import Verdict
             res = self.check(self.model_path)
             res["artifacts"] = self._sort(iteration, res["fails"], self.artifacts)
+            # the command's failing outcome (exit code, --fail-code, --fail-regex) makes this run bad: a disagreement
+            res["verdict"] = Verdict.from_exit_code(1 if res["fails"] else 0, res.get("reason", ""), "check").to_json()
             return res
         return self._in_process(iteration)
 
     def _in_process(self, iteration):
         import tempfile
         from backends.runners import EngineRunner
+        from debugkit.options import BuildOptions
+        from debugkit.verdict import Verdict
         from native.errors import DebugkitError
         fd, plan = tempfile.mkstemp(suffix=".plan")
         os.close(fd)
+        build = self.build or BuildOptions()
         try:
-            with EngineRunner(self.model_path, flags=self.flags, save_plan=plan) as r:
+            config = build.builder_config(data=self.data, model_path=self.model_path)
+            with EngineRunner(self.model_path, config=config, device=build.device or "cpu", save_plan=plan,
+                              shapes=build.shape_ranges()) as r:
                 out = r.infer(self.feeds)
                 tactics = {n.fused_name: n.tactic_name or str(n.tactic_id) for n in r.engine.graph.nodes
                            if n.tactic_id is not None}
             res = self.check.judge(out, self.expected)
             res.pop("outputs", None)
         except DebugkitError as e:
-            res, tactics = {"fails": True, "reason": f"error: {str(e).splitlines()[0][:200]}"}, {}
+            # the build or the inference failed: this build is bad (a disagreement with the reference, exit 1)
+            why = f"error: {str(e).splitlines()[0][:200]}"
+            res, tactics = {"fails": True, "reason": why,
+                            "verdict": Verdict("check", [why], comparing=False).to_json()}, {}
         res["tactics"] = tactics
         res["artifacts"] = self._sort(iteration, res["fails"], [plan], rename=f"engine_{iteration}.plan")
         if os.path.exists(plan):

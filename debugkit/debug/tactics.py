@@ -56,10 +56,11 @@ def model_hash(path) -> str:
 class TacticBuilds:
     """Builds engine graphs of one model under one base config, with a recorded tactic assignment each."""
 
-    def __init__(self, model_path, make_config, feeds: dict):
+    def __init__(self, model_path, make_config, feeds: dict, ranges=None):
         self.model_path = model_path
         self.make_config = make_config   # (unrestricted: bool) -> BuilderConfig (no --tactic-sources); one timing cache
         self.feeds = feeds
+        self.ranges = dict(ranges or {})   # --shape-profiles: {input: (min, opt, max)}
 
     def build(self, replay: dict | None = None, reference=False):
         """(engine graph, replay document) for a build restricted to `replay` (or to reference tactics)."""
@@ -74,7 +75,7 @@ class TacticBuilds:
         config.algorithm_selector = SelectorChain(chain)
         network, _ = parse_onnx(self.model_path)
         if not config.profiles:
-            profile = profile_from_shapes(network, {k: np.shape(v) for k, v in self.feeds.items()})
+            profile = profile_from_shapes(network, {k: np.shape(v) for k, v in self.feeds.items()}, self.ranges)
             if profile is not None:
                 config.add_optimization_profile(profile)
         graph = Builder().build_graph(network, config, timing_feeds=self.feeds)
@@ -186,7 +187,7 @@ class TacticSearch:
             return rec["result"] == "fail"
         t0 = time.perf_counter()
         try:
-            passed, detail = self.check(graph_fn())
+            passed, detail = self.check(graph_fn())[:2]
         except DebugkitError as e:
             passed, detail = False, f"{type(e).__name__}: {e}"
         result = "pass" if passed else "fail"
@@ -232,7 +233,7 @@ class TacticSearch:
         for name in culprits:
             fixed["layers"][name] = good_doc["layers"][name]
         fixed_graph, _ = self.builds.build(fixed)   # a real build from the replay it writes, checked once more
-        fixed_passes, fixed_detail = self.check(fixed_graph)
+        fixed_passes, fixed_detail = self.check(fixed_graph)[:2]
         G_LOGGER.info(f"a build from the fixed replay {'passes' if fixed_passes else 'FAILS'} ({fixed_detail})")
         return {"guilty": guilty, "probes": probes, "end_point_checks": end_points,
                 "differing_layers": len(differing), "fixed_replay_passes": bool(fixed_passes), "probe_budget": round(2 * np.log2(max(len(differing), 1)) + 4, 2),

@@ -118,7 +118,7 @@ def test_shape_syntax_details():
 def test_surgeon_and_convert_take_both_spellings(tmp_path, cli):
     from debugkit.surgeon.shapes import parse_shape_spec
     assert parse_shape_spec(["x:1x4", "y:[N,16]"]) == {"x": [1, 4], "y": ["N", 16]}
-    from debugkit.cli.convert import _parse_profiles
+    from debugkit.options import parse_profiles as _parse_profiles
     assert _parse_profiles(["x:1x4:2x4:8x4"]) == _parse_profiles(["x:[1,4]:[2,4]:[8,4]"]) == \
         {"x": ((1, 4), (2, 4), (8, 4))}
 

@@ -102,7 +102,10 @@ def test_validate_flags_nan(cli, tmp_path):
     onnx.save(m, p)
     code, out, _ = cli("run", p, "--engine", "--onnxrt", "--val-range", "[-1,-0.5]")
     assert code == 1 and "NaN(s) on both sides" in out
-    assert cli("run", p, "--engine", "--onnxrt", "--val-range", "[-1,-0.5]", "--allow-nan")[0] == 0
+    # NaN == NaN everywhere: allowed, but nothing finite was compared, so the run cannot pass (debugkit/verdict.py)
+    code, out, _ = cli("run", p, "--engine", "--onnxrt", "--val-range", "[-1,-0.5]", "--allow-nan")
+    assert code == 1 and "nothing compared: none of the 1 comparison(s) saw a finite pair" in out
+    assert cli("run", p, "--engine", "--onnxrt", "--val-range", "[-1,1]", "--allow-nan")[0] == 0
     code, out, _ = cli("run", p, "--onnxrt", "--val-range", "[-1,-0.5]", "--validate")
     assert code == 1 and "VALIDATION FAILED" in out
 

@@ -295,3 +295,20 @@ def test_convert_streams_into_a_fifo_and_leaves_it_a_fifo(cli, chain, tmp_path):
     assert code == 0, err
     assert got and got[0][:6] == b"DKPLAN"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_sweep_output_is_a_folder_claim(tmp_path):
+    """sweep's -o (declared once, as every command's -o) names a folder: an existing folder is claimed as one, a
+    file there is refused."""
+    import argparse
+
+    from debugkit.cli.file_claims import claim
+    from native.errors import OutputFileError
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    with claim(argparse.Namespace(subtool="sweep", output=str(folder))) as files:
+        assert files["dirs"] == [("-o", str(folder))] and files["outputs"] == []
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OutputFileError, match="not a directory"):
+        with claim(argparse.Namespace(subtool="sweep", output=str(tmp_path / "f"))):
+            pass

@@ -23,7 +23,7 @@ def _debug_tactics(model, sources, *extra):
     """The failing build picks its tactics by the heuristic, not by timing: which layers differ from the reference
     build (and so the probe budget) would otherwise depend on which tactic won a timing race on a loaded machine."""
     return main(["debug", "tactics", model, "--tactics-module", FAULTY, "--tactic-sources", sources,
-                 "--tactic-heuristic", "--report", "R.json", "-q", *extra])
+                 "--tactic-heuristic", "--json", "R.json", "-q", *extra])
 
 
 def test_one_faulty_tactic_is_found_within_budget(model, monkeypatch):
@@ -78,7 +78,9 @@ def test_given_replay_files_and_bad_inputs(model, monkeypatch, capsys):
 def test_debug_build_until_bad_and_diff_tactics(model, monkeypatch, capsys):
     monkeypatch.setenv("DEBUGKIT_FAULTY", "flaky-conv:cin=24")
     monkeypatch.setenv("DEBUGKIT_FAULTY_SEED", "5")
-    assert main(["debug", "build", model, "--tactics-module", FAULTY, "--until", "bad", "--artifacts-dir", "A", "--timing-cache", "tc.json", "-q"]) == 0
+    # it stops at the first bad build, and a bad build is a failing verdict: exit 1 (docs/run.md, "Exit codes")
+    assert main(["debug", "build", model, "--tactics-module", FAULTY, "--until", "bad", "--artifacts-dir", "A",
+                 "--timing-cache", "tc.json", "-q"]) == 1
     good, bad = sorted(os.listdir("A/good")), sorted(os.listdir("A/bad"))
     assert len(bad) == 1 and good, (good, bad)
     assert json.load(open(f"A/bad/{bad[0]}"))["layers"]["conv2 + relu2"]["tactic"] == "flaky-conv"
@@ -106,5 +108,5 @@ def test_debug_build_in_fp16_judges_by_the_reduced_precision_default(model, caps
     assert out.splitlines()[0].startswith("check: every output's relative L2 error <= 0.01")
     assert "1 good, 0 bad" in out
     assert main(["debug", "build", model, "--fp16", "--until", "1", "--artifacts-dir", "B", "--atol", "1e-7",
-                 "--rtol", "0", "-q"]) == 0
+                 "--rtol", "0", "-q"]) == 1   # issue 21's exit rule: 0 only when every build passed
     assert "0 good, 1 bad" in capsys.readouterr().out

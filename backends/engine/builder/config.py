@@ -127,6 +127,9 @@ class BuilderConfig(DeviceTypeMixin):
         self.layer_precisions: list = []
         self.layer_output_types: list = []
         self._qdq_emulation = None
+        # the hash of the command-line options this config was made from (debugkit/options.py), recorded in the plan
+        # so a plan says which options built it; None for configs made through the API
+        self.options_fingerprint: str | None = None
 
     @property
     def device(self) -> Device:
@@ -221,4 +224,5 @@ class BuilderConfig(DeviceTypeMixin):
                 "tactic_sources": sorted(self.tactic_sources) if self.tactic_sources is not None else None,
                 "layer_precisions": [list(p) for p in self.layer_precisions],
                 "layer_output_types": [[k, list(v)] for k, v in self.layer_output_types],
-                **({"dla": self.device_types_json()} if self.uses_dla() else {})}
+                **({"dla": self.device_types_json()} if self.uses_dla() else {}),
+                **({"options_fingerprint": self.options_fingerprint} if self.options_fingerprint else {})}

@@ -22,7 +22,7 @@ def test_sweep_run_over_models_writes_one_table(tmp_path, capsys):
     summary = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     by = {r["model"]: r for r in summary["results"]}
     assert by["good"]["status"] == "PASSED" and by["good"]["rc"] == 0 and by["good"]["max_abs"] < 1e-5
-    assert by["bad"]["rc"] == 2 and "NoSuchOp" in by["bad"]["error"]
+    assert by["bad"]["rc"] == 2 and "NoSuchOp" in by["bad"]["error"] and by["bad"]["status"] == "ERROR"
     assert "<td>good</td><td>PASSED</td>" in (tmp_path / "sw" / "sweep.html").read_text()
     assert "good" in out and "PASSED" in out
 
