@@ -138,7 +138,12 @@ def test_zero_size_input_matches_onnxruntime(name):
     spec, shape, inits = CASES[name]
     m = _model(spec, shape, inits, static=name in STATIC)
     x = np.zeros(shape, np.float32)
-    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    if name == "TopK" and tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 32):
+        # ONNX Runtime before 1.32 aborts the process on a zero-row TopK (seen with 1.30.0): the ONNX definition's
+        # empty outputs stand in for its answer
+        ref = [np.zeros((0, 2), np.float32), np.zeros((0, 2), np.int64)]
+    else:
+        ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     plan = build_plan_from_onnx(m.SerializeToString(), shapes={"x": shape})
     out = Runtime().deserialize_engine(plan).create_execution_context().execute({"x": x})
     for o, want in zip(spec.get("outputs", ["y"]), ref):
