@@ -49,6 +49,7 @@ def check_structure(f, path, kind):
             count += 1
             if count > MAX_OBJECTS:
                 raise DataFileError(f"{path} holds more than {MAX_OBJECTS} HDF5 objects; not a debugkit data file")
+            _require_utf8(key, f"an object name under {prefix or '/'}", path)
             where = f"{prefix}/{key}"
             obj = _member(group, key, where, path)
             _check_text_attrs(obj, where, path)
@@ -83,6 +84,16 @@ def _check_text_attrs(obj, where, path):
                     raise DataFileError(f"{path}: attribute '{key}' of {where} is not UTF-8 text") from None
             if not isinstance(v, str):
                 raise DataFileError(f"{path}: attribute '{key}' of {where} is {type(v).__name__}, not text")
+            _require_utf8(v, f"attribute '{key}' of {where}", path)
+
+
+def _require_utf8(text: str, what: str, path):
+    """h5py hands invalid UTF-8 over as str with surrogate escapes, which fail later when encoded again (a name
+    looked up, a report written): refuse them here, as bad input."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataFileError(f"{path}: {what} is not valid UTF-8 text; not a debugkit data file") from None
 
 
 def _member(group, key, where, path):
