@@ -72,6 +72,7 @@ def _graph_to_json(graph: Graph, blob: _BlobWriter) -> dict:
                       "meta": {k: v for k, v in n.meta.items() if k in ("input_shapes", "output_shapes", "output_dtypes", "timings_ms",
                                                                       "fused_patterns", "layout", "folded_from",
                                                                       "output_types", "math", "precision_ms",
+                                                                      "int8_note",
                                                                       "layout_ms")}})
     return {"name": graph.name, "inputs": [t.to_json() for t in graph.inputs],
             "outputs": [t.to_json() for t in graph.outputs], "aliases": graph.aliases, "nodes": nodes,

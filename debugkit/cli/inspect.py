@@ -86,6 +86,7 @@ def _model(args) -> int:
             types = [t for t in (layer.get("OutputTypes") or []) if t]
             stored = f" out={'+'.join(types)}" if types and set(types) != {layer["Precision"]} else ""
             math = f" math={layer['Math']}" if layer.get("Math") else ""
+            math += f" ({layer['Int8']})" if layer.get("Int8") else ""
             print(f"  Layer {i} | {layer['Fused']} [{layer['LayerType']}] tactic={layer['TacticName']} "
                   f"precision={layer['Precision']}{math}{stored}{shapes}{timing}")
         return 0

@@ -339,3 +339,56 @@ def test_a_constraint_without_flags_is_honoured_where_timing_does_not_beat_it(ti
     timed_cpu({(None, "Reformat", None): 0.0, (None, None, "float16"): 0.25})
     conv2 = _named(_constrained(), "conv2")
     assert conv2.precision == "float16" and set(conv2.meta["precision_ms"]) == {"float16", "float32"}
+
+
+def _int8_build(m, *flags, ranges=8.0):
+    """An implicit INT8 build of `m`: every tensor's dynamic range +-ranges (no calibration)."""
+    net, _ = parse_onnx(m)
+    for t in net.tensors.values():
+        t.set_dynamic_range(-ranges, ranges)
+    cfg = BuilderConfig()
+    for f in (BuilderFlag.INT8,) + flags:
+        cfg.set_flag(f)
+    cfg.prefer_nhwc = False
+    return Builder().build_graph(net, cfg)
+
+
+def test_int8_is_a_permission_a_slower_int8_layer_runs_fp16(timed_cpu):
+    """INT8 + FP16: conv2's INT8 tactics are slower than its FP16 ones (reformats included): it runs FP16 and says
+    why; conv1 and conv3, where INT8 is fastest, stay INT8."""
+    timed_cpu({("conv2", None, "int8"): 5.0, (None, None, "int8"): 0.1, (None, "Reformat", None): 0.01,
+               (None, None, "float16"): 0.5})
+    m = _convs()
+    g = _int8_build(m, BuilderFlag.FP16)
+    conv1, conv2, conv3 = (_named(g, f"conv{i}") for i in (1, 2, 3))
+    assert (conv1.precision, conv2.precision, conv3.precision) == ("int8", "float16", "int8")
+    assert "int8" not in conv2.params and conv2.meta["int8_note"].startswith("not INT8: float16 is faster")
+    assert conv2.meta["precision_ms"]["int8"] >= 5.0 and conv2.meta["precision_ms"]["float16"] < 1.0
+    assert conv1.meta["int8_note"].startswith("INT8 in")
+    # the values: conv2 in FP16 on conv1's INT8 output, close to the all-FP32 engine
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    ref = run(build(m), {"x": x})[0]
+    got = run(g, {"x": x})[0]
+    assert np.corrcoef(got.ravel(), ref.ravel())[0, 1] > 0.99
+
+
+def test_int8_reformat_costs_keep_an_fp16_chain_fp16(timed_cpu):
+    """INT8 a little faster than FP16 per layer, but the FP16->FP32 reformat at its input costs more than it saves:
+    behind an FP16 conv1 (its INT8 is slow), conv2 runs FP16; conv3 feeds the FP32 network output, where FP16
+    would pay the reformat instead: INT8."""
+    timed_cpu({("conv1", None, "int8"): 5.0, (None, None, "int8"): 0.9, (None, "Reformat", None): 0.5,
+               (None, None, "float16"): 1.0}, default=3.0)
+    g = _int8_build(_convs(), BuilderFlag.FP16)
+    assert [_named(g, f"conv{i}").precision for i in (1, 2, 3)] == ["float16", "float16", "int8"]
+    assert _named(g, "conv2").meta["precision_ms"]["int8"] == pytest.approx(0.9 + 0.5)
+    assert _named(g, "conv3").meta["precision_ms"]["float16"] == pytest.approx(1.0 + 0.5)
+
+
+def test_int8_alone_is_timed_against_fp32_and_ties_go_to_int8(timed_cpu):
+    timed_cpu({(None, None, "int8"): 1.02, (None, "Reformat", None): 0.0}, default=1.0)
+    g = _int8_build(_convs())
+    assert {_named(g, f"conv{i}").precision for i in (1, 2, 3)} == {"int8"}
+    timed_cpu({(None, None, "int8"): 2.0}, default=1.0)
+    g = _int8_build(_convs())
+    assert {_named(g, f"conv{i}").precision for i in (1, 2, 3)} == {"float32"}
+    assert all("int8" not in _named(g, f"conv{i}").params for i in (1, 2, 3))

@@ -79,3 +79,25 @@ def test_convert_qdq_emulation_onnxruntime_x86_keeps_fp32_groups_and_bad_value_i
     with pytest.raises(SystemExit) as e:   # argparse: exit code 2, naming the choices
         cli("convert", model, "-o", tmp_path / "r.plan", "--int8", "--qdq-emulation", "onnxruntime-arm")
     assert e.value.code == 2 and "onnxruntime-x86" in capsys.readouterr().err
+
+
+def test_inspect_says_how_each_layer_runs_int8(cli, tmp_path):
+    """`inspect --show layers` on an INT8 plan: which layers run INT8 with INT8 or FP32 outputs, and for a layer
+    that does not, why (here a precision constraint)."""
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_model()[0], model)
+    code, out, err = cli("convert", model, "-o", tmp_path / "a.plan", "--int8", "--data-loader-script",
+                         _script(tmp_path, "good.py", GOOD))
+    assert code == 0, err
+    code, out, err = cli("inspect", "model", tmp_path / "a.plan", "--show", "layers")
+    assert code == 0, err
+    lines = [l for l in out.splitlines() if "[Convolution" in l]
+    assert "precision=int8" in lines[0] and "(INT8 in, INT8 out)" in lines[0]
+    assert "precision=int8" in lines[1] and "(INT8 in, FP32 out)" in lines[1]     # before the FP32 output
+    code, out, err = cli("convert", model, "-o", tmp_path / "b.plan", "--int8", "--data-loader-script",
+                         _script(tmp_path, "good.py", GOOD), "--layer-precisions", "conv2:fp32",
+                         "--precision-constraints", "obey")
+    assert code == 0, err
+    code, out, err = cli("inspect", "model", tmp_path / "b.plan", "--show", "layers")
+    line = next(l for l in out.splitlines() if "conv2" in l and "[Convolution" in l)
+    assert "precision=float32" in line and "(not INT8: precision constraint float32)" in line

@@ -76,6 +76,22 @@ def pick_precision(costs: dict):
                 (ms <= best * (1 + HIGHER_PRECISION_MARGIN) or ms - best < HIGHER_PRECISION_MIN_MS))
 
 
+def pick_int8(costs: dict):
+    """{"int8": (host, ms), float precisions...}: INT8 when it is no slower than the fastest float option (within
+    TIE_MARGIN), else the float precision pick_precision takes; None when nothing ran."""
+    live = {k: v for k, v in costs.items() if v is not None}
+    floats = {k: v for k, v in live.items() if k != "int8"}
+    if "int8" not in live:
+        return pick_precision(floats)
+    if not floats:
+        return "int8"
+    host, best = min(floats.values())
+    h8, ms8 = live["int8"]
+    if h8 < host or (h8 == host and ms8 <= best * (1 + TIE_MARGIN)):
+        return "int8"
+    return pick_precision(floats)
+
+
 def pick(options: dict):
     """The key of the fastest option ({key: (host, ms)}, in preference order), near-ties to the earlier one."""
     live = {k: v for k, v in options.items() if v is not None}

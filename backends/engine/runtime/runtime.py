@@ -370,6 +370,8 @@ class EngineInspector:
                 "Timings_ms": n.meta.get("timings_ms"), "OutputMemory": self._memory.get(n.name),
                 # what the builder timed to choose the layer's precision / layout (devices that choose by timing)
                 "PrecisionTimings_ms": n.meta.get("precision_ms"), "LayoutTimings_ms": n.meta.get("layout_ms"),
+                # INT8 builds: why a layer INT8 could run in does not (or how it does)
+                "Int8": n.meta.get("int8_note"),
                 "Params": n.params}
 
     @property

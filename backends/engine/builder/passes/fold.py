@@ -86,7 +86,9 @@ def absorb_constant_weights(graph: Graph, config=None) -> int:
     count = 0
     for node in graph.nodes:
         slots = _WEIGHT_SLOTS.get(node.kind)
-        if slots is None or node.params.get("integer") or node.params.get("post_ops") \
+        # fused steps that read an input by its index (a residual add) would lose it; a bias reads weights
+        reads_inputs = any("input" in step for step in node.params.get("post_ops") or ())
+        if slots is None or node.params.get("integer") or reads_inputs \
                 or any(s in node.weights for s in slots) or len(node.inputs) > len(slots) + 1:
             continue
         extra = node.inputs[1:]

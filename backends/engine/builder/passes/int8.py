@@ -298,10 +298,12 @@ def assign_implicit(graph, config, scales, logger) -> int:
         constraint = n.meta.get("precision_constraint")
         if constraint not in (None, "int8"):
             logger.verbose(f"layer '{n.name}' stays {constraint}: precision constraint")
+            n.meta["int8_note"] = f"not INT8: precision constraint {constraint}"
             continue
         s_x = scales.get(n.inputs[0])
         if s_x is None:
             missing.append((n, n.inputs[0]))
+            n.meta["int8_note"] = f"not INT8: no scale for its input '{n.inputs[0]}'"
             continue
         s_y = None if id(n) in smoothed and n.meta.get("output_types", {}).get(0) != "int8" \
             else scales.get(n.outputs[0])
@@ -340,13 +342,18 @@ def _make_int8(n, s_x, s_y, rounding, narrow, logger) -> bool:
         else:
             logger.verbose(f"layer '{n.name}': weights changed by fusion since Q/DQ; re-quantized per channel")
     op = node_op(n)
-    if not any(unsupported_reason(t, op, None) is None for t in tactics_for(n.kind)):
+    reasons = [unsupported_reason(t, op, None) for t in tactics_for(n.kind)]
+    if None not in reasons:
         n.precision, n.weights = before[0], before[2]
         params = dict(n.params)
         params.pop("int8", None)
         n.params = params
-        logger.verbose(f"layer '{n.name}' stays FP32: no INT8 tactic implements it as fused")
+        why = "; ".join(f"{t.name}: {r}" for t, r in zip(tactics_for(n.kind), reasons)
+                        if "int8" in (t.precisions or ())) or "no INT8 tactic is registered"
+        n.meta["int8_note"] = f"not INT8: no INT8 tactic implements it as fused ({why})"
+        logger.verbose(f"layer '{n.name}' stays FP32: no INT8 tactic implements it as fused ({why})")
         return False
+    n.meta["int8_note"] = "INT8 in, " + ("INT8 out" if s_y is not None else "FP32 out")
     return True
 
 

@@ -27,7 +27,7 @@ TF32 is not a storage type: with the TF32 flag, FP32 conv/matmul layers round th
 from __future__ import annotations
 
 from backends.engine.builder.config import BuilderFlag
-from backends.engine.builder.timed_choice import pick_precision, variant
+from backends.engine.builder.timed_choice import pick_int8, pick_precision, variant
 from backends.engine.engine_graph import Node
 from native.errors import BuildError
 from native.precision import LADDER, STORAGE, Precision, as_precision
@@ -155,8 +155,8 @@ def fixed_reads(graph, device, enabled, dtypes) -> dict:
     for c in graph.nodes:
         if c.kind == "Constant" or c.meta.get("precision_constraint") is not None:
             continue
-        if c.precision != "int8" and candidate_precisions(device, _implemented(c, device.name), enabled) != \
-                ["float32"]:
+        if (c.precision != "int8" or int8_is_permission(c)) and \
+                candidate_precisions(device, _implemented(c, device.name), enabled) != ["float32"]:
             continue
         for i in data_inputs(c, device):
             if _is_float32(dtypes.get(c.inputs[i])):
@@ -176,6 +176,8 @@ def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf
     for p in options:
         want = STORAGE_OF[p]
         v = variant(node, precision=p)
+        if p != "int8" and "int8" in node.params:      # the INT8 layer's float alternative
+            v.params = {k: val for k, val in node.params.items() if k != "int8"}
         v.meta.pop("math", None)
         if p == "float32" and tf32 and node.kind in TF32_KINDS:
             v.meta["math"] = "tf32"
@@ -202,13 +204,50 @@ def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf
         costs[p] = (m.host, m.ms + reformat)
         said[p] = f"{p} {m.ms:.3f} ms ({m.tactic}{', host layer' if m.host else ''})" + \
             (f" + {reformat:.3f} ms reformats" if reformat else "")
-    choice = pick_precision(costs)
+    choice = pick_int8(costs) if "int8" in costs else pick_precision(costs)
     if choice is None:
         probe.untimed.append(f"{_describe(node)}: no tactic ran it in {'/'.join(options)} ({probe.why or 'see -v'})")
         return None
     node.meta["precision_ms"] = {p: round(c[1], 4) for p, c in costs.items()}
     logger.verbose(f"{_describe(node)}: timed {'; '.join(said.values())} -> {choice}")
     return choice
+
+
+def int8_is_permission(node) -> bool:
+    """An INT8 layer the timing may move to a float precision: implicit quantization (calibration or dynamic
+    ranges), no INT8 constraint. Explicit Q/DQ layers run INT8 as the model's Q/DQ say (TensorRT's rule)."""
+    p = node.params.get("int8") or {}
+    return bool(p.get("narrow_weights")) and node.meta.get("precision_constraint") is None
+
+
+def _int8_by_timing(node, probe, have, dtypes, device, declared, tf32, logger, fixed, made, enabled):
+    """For an implicit INT8 layer on a device that chooses by timing: "int8", or the float precision that is
+    faster counting the Reformat layers at its edges (the INT8 flag permits INT8, it does not order it); the
+    layer's INT8 parameters go when it leaves INT8, and meta["int8_note"] says why. None: not timed."""
+    if probe is None or node.kind not in TIMED_KINDS or not int8_is_permission(node):
+        return None
+    floats = candidate_precisions(device, _implemented(node, device.name), enabled)
+    from backends.engine.builder.timed_choice import replay_entry
+    entry = replay_entry(getattr(probe.config, "algorithm_selector", None), node.name)
+    if entry is not None and entry.get("precision") in ["int8"] + floats:
+        timed = entry["precision"]
+    else:
+        try:
+            timed = choose_by_timing(node, ["int8"] + floats, probe, have, dtypes, device, declared, tf32, logger,
+                                     fixed, made)
+        except Exception as e:
+            logger.warning(f"precision: timing {_describe(node)} in INT8 failed ({type(e).__name__}: "
+                           f"{str(e)[:300]}); it stays INT8")
+            return None
+    if timed is None or timed == "int8":
+        return timed
+    ms = node.meta.get("precision_ms") or {}
+    why = f"{timed} is faster" + (f" ({ms[timed]:.3f} ms vs INT8 {ms['int8']:.3f} ms, reformats included)"
+                                  if timed in ms and "int8" in ms else " (replay file)")
+    node.meta["int8_note"] = f"not INT8: {why}"
+    node.params = {k: v for k, v in node.params.items() if k != "int8"}
+    logger.verbose(f"{_describe(node)} runs {timed}, not INT8: {why}")
+    return timed
 
 
 def _reformat_node(src, dst, from_type, to_type) -> Node:
@@ -220,7 +259,7 @@ def _reformat_node(src, dst, from_type, to_type) -> Node:
 def _probe(graph, ctx, enabled, logger):
     """A Probe (builder/timed_choice.py) when this build chooses precisions by timing, else None."""
     from backends.engine.builder.timed_choice import Probe, chooses_by_timing
-    if ctx is None or not (enabled - {"int8"}) or not chooses_by_timing(ctx.config):
+    if ctx is None or not enabled or not chooses_by_timing(ctx.config):
         return None
     try:
         return Probe(graph, ctx)
@@ -257,19 +296,22 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
     for node in nodes:
         node.meta.pop("math", None)
         node.meta.pop("precision_ms", None)
+        timed = None
         if node.precision == "int8":  # chosen by passes/int8.py, which knows the scales
-            _stored(node, have, dtypes)
-            continue
+            timed = _int8_by_timing(node, probe, have, dtypes, device, declared, tf32, logger, fixed, made, enabled)
+            if timed in (None, "int8"):
+                _stored(node, have, dtypes)
+                continue
+            timed_layers += 1
         float_io = any(_is_float32(dtypes.get(node.inputs[i])) for i in data_inputs(node, device)) or any(
             _is_float32(dtypes.get(o)) for o in node.outputs)
         if node.kind == "Constant" or not float_io:
             node.precision = "float32"
             continue
         implemented = _implemented(node, device.name)
-        timed = None
         options = candidate_precisions(device, implemented, enabled)
         # a constraint is timed too without PREFER/OBEY: it is then honoured only where it is not slower
-        if probe is not None and len(options) > 1 and node.kind in TIMED_KINDS \
+        if timed is None and probe is not None and len(options) > 1 and node.kind in TIMED_KINDS \
                 and (node.meta.get("precision_constraint") is None or mode == "none") \
                 and id(node) not in probabilities:   # the rule decides those: nothing to time
             from backends.engine.builder.timed_choice import replay_entry
