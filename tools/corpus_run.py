@@ -1,7 +1,8 @@
 """Run `debugkit run M --engine --onnxrt` on every public corpus model with the manifest's feeds, save the outputs,
-then reload and re-compare them; print one row per model (exit codes, seconds).
+then reload and re-compare them; print one row per model (exit codes, seconds, what reached stderr, warnings and
+tactic refusals printed at default verbosity).
 
-    python tools/corpus_run.py [--models NAME ...] [--workdir DIR] [--device cuda] [--fp16]
+    python tools/corpus_run.py [--models NAME ...] [--workdir DIR] [--device cuda] [--fp16] [--json FILE]
 
 --fp16 builds FP16 engines and passes a model when every output's cosine against ONNX Runtime FP32 is >= 0.999
 (the elementwise check is opened up; cosine gates). --no-reload skips the reload-and-compare half.
@@ -16,6 +17,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from native.files.output import write_json  # noqa: E402
 from tests.corpus.corpus import CorpusUnavailable, find_path, manifest  # noqa: E402
 
 
@@ -44,6 +46,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--no-reload", action="store_true")
+    ap.add_argument("--json", help="also write the rows as JSON")
     args = ap.parse_args()
     extra = ["--device", args.device] + (["--fp16", "--compare", "cosine", "--atol", "1e30", "--rtol", "1e30"]
                                          if args.fp16 else [])
@@ -70,12 +73,22 @@ def main():
         t2 = time.time()
         ok = first.returncode == 0 and again.returncode == 0
         bad += not ok
-        rows.append((entry["name"], first.returncode, again.returncode, t1 - t0, t2 - t1))
+        both = [first, again]
+        stderr_lines = sum(len(p.stderr.splitlines()) for p in both)
+        text = "".join(p.stdout + p.stderr for p in both).splitlines()
+        warnings = sum(line.lstrip().startswith("[W]") for line in text)
+        refusals = sum(("refus" in line.lower() or " instead" in line) for line in text)
+        rows.append((entry["name"], first.returncode, again.returncode, t1 - t0, t2 - t1, stderr_lines, warnings,
+                     refusals))
         if not ok:
             print(f"--- {entry['name']} failed:\n{first.stdout[-1500:]}{first.stderr[-1500:]}{again.stderr[-800:]}")
-    print(f"{'model':36s} {'run':>4s} {'reload':>6s} {'run s':>7s} {'reload s':>8s}")
-    for name, a, b, ta, tb in rows:
-        print(f"{name:36s} {a:4d} {b:6d} {ta:7.1f} {tb:8.1f}")
+    print(f"{'model':36s} {'run':>4s} {'reload':>6s} {'run s':>7s} {'reload s':>8s} {'stderr':>6s} {'[W]':>4s} "
+          f"{'refusals':>8s}")
+    for name, a, b, ta, tb, err, warn, ref in rows:
+        print(f"{name:36s} {a:4d} {b:6d} {ta:7.1f} {tb:8.1f} {err:6d} {warn:4d} {ref:8d}")
+    if args.json:
+        keys = ("model", "run_rc", "reload_rc", "run_s", "reload_s", "stderr_lines", "warnings", "refusals")
+        write_json(args.json, [dict(zip(keys, r)) for r in rows], what="corpus rows", indent=1)
     print(f"{len(rows) - bad} of {len(rows)} models exit 0 on run and on reload")
     return 1 if bad else 0
 
