@@ -129,12 +129,15 @@ def enumerate_candidates(node, ctx, config, device, log=G_LOGGER, said=None) -> 
     limit = config.get_memory_pool_limit(MemoryPoolType.WORKSPACE)
     pool = _named(node, config, device, log, said if said is not None else set())
     op = node_op(node)
-    reasons = {t.name: unsupported_reason(t, op, ctx, workspace_limit=limit) for t in pool}
+    refused = node.meta.get("refused_at_build") or {}   # candidates that refused the build's runs (executor.py)
+    reasons = {t.name: f"refused its inputs in the build's run ({refused[t.name]})" if t.name in refused else
+               unsupported_reason(t, op, ctx, workspace_limit=limit) for t in pool}
     found = Candidates([t for t in pool if reasons[t.name] is None], reasons)
     if not found.ok and node.precision != "float32":
         fp32 = node_op(node)
         fp32.precision = "float32"
-        fallback = {t.name: unsupported_reason(t, fp32, ctx, workspace_limit=limit) for t in pool}
+        fallback = {t.name: reasons[t.name] if t.name in refused else
+                    unsupported_reason(t, fp32, ctx, workspace_limit=limit) for t in pool}
         if any(r is None for r in fallback.values()):
             found = Candidates([t for t in pool if fallback[t.name] is None], fallback, fp32_only=True)
     return found
@@ -248,6 +251,7 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None):
         else:
             chosen = cands[0]
         node.tactic_id, node.tactic_name = chosen.id, chosen.name
+        node.meta.pop("refused_at_build", None)   # build-time evidence only: not part of the plan
         ws = int(chosen.workspace_size(node_op(node), shapes) or 0)
         if ws:
             node.meta["workspace_bytes"] = ws

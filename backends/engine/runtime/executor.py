@@ -19,7 +19,7 @@ from native.errors import BuildError, DebugkitError, ExecutionError
 from native.limits import check_size, default_limits
 from native.logger import G_LOGGER
 from native.tactic_modules import builtin_tactic
-from native.tactics import tactic_by_id, tactics_for, unsupported_reason
+from native.tactics import LayerContext, TacticRefusal, tactic_by_id, tactics_for, unsupported_reason
 
 
 def default_tactic(node, device="cpu"):
@@ -47,8 +47,16 @@ class Skipped(Exception):
         return self.args[0]
 
 
+def _refusal(e) -> bool:
+    """Whether `e` is a tactic refusing its inputs (raised bare, or wrapped by the device's bind)."""
+    return isinstance(e, TacticRefusal) or isinstance(e.__cause__, TacticRefusal)
+
+
 class GraphExecutor:
-    """Executes one Graph on one device. `keep_all` returns every tensor (the builder's timing run)."""
+    """Executes one Graph on one device. `keep_all` returns every tensor (the builder's runs: timing, precision,
+    layout, calibration). In those runs a layer whose tactic is not chosen yet runs the first candidate that accepts
+    its real inputs (shapes, dtypes, which inputs are given) — the build decides with what the runtime will see, so a
+    candidate that refuses is passed over here, and tactic selection then drops it (tactic_selection.py)."""
 
     def __init__(self, graph, device="cpu", keep_all: bool = False, lazy_tactics: bool = False):
         self.graph = graph
@@ -116,6 +124,28 @@ class GraphExecutor:
             if wrong:
                 raise ExecutionError(f"{where} returned '{name}' of shape {shape}; the layer declares shape "
                                      f"{declared}")
+
+    def _first_accepting(self, node, tactic, op, args, workspace, stream):
+        """(outputs, tactic) of the first candidate of an unchosen layer that accepts `args`: the default tactic if
+        it does, else the next registered candidate whose supports() takes these inputs and that does not refuse
+        them when run. When every candidate refuses, the default tactic's refusal is raised."""
+        ctx = LayerContext.of(args)
+        others = [t for t in tactics_for(node.kind, self.device) if t is not tactic]
+        accepting = [t for t in [tactic] + others if unsupported_reason(t, op, ctx) is None] or [tactic]
+        first = None
+        for t in accepting:
+            fn, full = empty_batch.guard(node.kind, self.device.bind(t, op))
+            try:
+                return (fn(op, args, None, workspace, stream) if full else fn(op, args)), t
+            except Exception as e:
+                if not _refusal(e):
+                    raise
+                G_LOGGER.verbose(f"layer '{node.name}': tactic {t.name} refuses these inputs ({e}); the build "
+                                 f"tries the next candidate")
+                # tactic selection reads this: a candidate that refused the build's run is no candidate
+                node.meta.setdefault("refused_at_build", {})[t.name] = str(e.__cause__ or e)[:200]
+                first = first or e
+        raise first
 
     def _tactic(self, node):
         name = self.device.name
@@ -256,7 +286,9 @@ class GraphExecutor:
                                      f"allocates its outputs")
                     planned = buffers = None   # off the plan: nothing already in the arena is overwritten
             try:
-                if profiler is None:
+                if self.keep_all and node.tactic_id is None:   # the builder's runs: a candidate that accepts these
+                    outs, tactic = self._first_accepting(node, tactic, op, args, workspace, stream)
+                elif profiler is None:
                     outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)
                 else:
                     t0 = time.perf_counter()

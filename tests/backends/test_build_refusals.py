@@ -1,0 +1,76 @@
+"""Build decides, runtime obeys: a candidate that refuses the inputs the build's own run hands it (TacticRefusal,
+the run-time-only refusal) is passed over in that run and is no candidate for tactic selection, so the plan never
+records a tactic that refuses what the runtime will give it — with timing and in heuristic mode alike."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from backends.engine import BuilderConfig
+from backends.engine.build import parse_onnx
+from backends.engine.builder import Builder
+from backends.engine.runtime.executor import GraphExecutor
+from native import tactics as registry
+from native.tactics import Tactic, TacticRefusal, tactics_for
+
+
+class RefusesNegatives(Tactic):
+    """Claims every Activation at build (supports() sees nothing wrong) but refuses inputs holding a negative value:
+    a property only the values show, as a GPU kernel's data-dependent limit would be."""
+    kind, name, device = "Activation", "refuses-negatives", "cpu"
+    runs = 0
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        RefusesNegatives.runs += 1
+        if (inputs[0] < 0).any():
+            raise TacticRefusal("negative inputs need the other kernel")
+        return [np.maximum(inputs[0], 0)]
+
+
+@pytest.fixture
+def refusing_first():
+    """RefusesNegatives registered as the FIRST Activation tactic on the CPU (the default an untimed build takes)."""
+    bucket = registry._REGISTRY.setdefault(("cpu", "Activation"), [])
+    tactic = RefusesNegatives()
+    bucket.insert(0, tactic)
+    RefusesNegatives.runs = 0
+    try:
+        yield tactic
+    finally:
+        bucket.remove(tactic)
+
+
+def relu_model(path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("heuristic", [False, True])
+def test_a_candidate_refusing_the_builds_run_is_not_chosen(tmp_path, refusing_first, heuristic):
+    assert tactics_for("Activation", "cpu")[0] is refusing_first
+    relu_model(str(tmp_path / "m.onnx"))
+    net, _ = parse_onnx(str(tmp_path / "m.onnx"))
+    config = BuilderConfig()
+    if heuristic:
+        config.set_flag("enable_tactic_heuristic")
+    feeds = {"x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)}
+    graph = Builder().build_graph(net, config, timing_feeds=feeds)
+    node = next(n for n in graph.nodes if n.kind == "Activation")
+    assert RefusesNegatives.runs >= 1                    # the build's run tried it first ...
+    assert node.tactic_name != "refuses-negatives"       # ... and the plan records another tactic
+    assert "refused_at_build" not in node.meta           # build-time evidence stays out of the plan
+    out = GraphExecutor(graph, "cpu").run(feeds)
+    np.testing.assert_array_equal(out[graph.output_names[0]], np.maximum(feeds["x"], 0))
+
+
+def test_a_candidate_that_accepts_the_builds_inputs_stays_the_default(tmp_path, refusing_first):
+    relu_model(str(tmp_path / "m.onnx"))
+    net, _ = parse_onnx(str(tmp_path / "m.onnx"))
+    config = BuilderConfig()
+    config.set_flag("enable_tactic_heuristic")
+    feeds = {"x": np.linspace(0, 1, 16, dtype=np.float32).reshape(2, 8)}    # nothing to refuse
+    graph = Builder().build_graph(net, config, timing_feeds=feeds)
+    node = next(n for n in graph.nodes if n.kind == "Activation")
+    assert node.tactic_name == "refuses-negatives"
