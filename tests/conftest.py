@@ -1,4 +1,5 @@
-"""Shared test setup: the `cuda` marker skips without a GPU; conformance prints pass counts per op."""
+"""Shared test setup: the `cuda` marker skips without a GPU; conformance prints pass counts per op; child processes
+the tests left running are killed when the session ends."""
 import collections
 import os
 
@@ -54,7 +55,7 @@ def pytest_runtest_logreport(report):
     _OP_RESULTS[op][outcome] += 1
 
 
-def pytest_terminal_summary(terminalreporter):
+def _conformance_summary(terminalreporter):
     if not _OP_RESULTS:
         return
     tr = terminalreporter
@@ -66,3 +67,23 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"{op:32s} passed {c['passed']:4d}  failed {c['failed']:4d}  xfailed {c['xfailed']:4d}")
     tr.write_line(f"conformance total: {total['passed']} passed, {total['failed']} failed, "
                   f"{total['xfailed']} expected failures (of {sum(total.values())} cases)")
+
+
+_LEFT_RUNNING = []
+
+
+@pytest.hookimpl(trylast=True)   # after the session's fixtures are torn down (they may own children)
+def pytest_sessionfinish(session):
+    """No test's child outlives the run: processes this one started (directly or below) that are still alive now
+    are killed, with their process groups, and listed in the summary (a test that left one has a bug)."""
+    from tests import children
+    _LEFT_RUNNING.extend(children.kill_descendants(os.getpid()))
+
+
+def pytest_terminal_summary(terminalreporter):
+    _conformance_summary(terminalreporter)
+    if _LEFT_RUNNING:
+        tr = terminalreporter
+        tr.section("child processes left running by tests (killed)", yellow=True)
+        for pid, command in _LEFT_RUNNING:
+            tr.write_line(f"pid {pid}: {command}")

@@ -82,10 +82,12 @@ def _generate(out):
                 for j, v in enumerate(outputs):
                     _write_value(os.path.join(ds, f"output_{j}.pb"), v, graph.output[j].type, graph.output[j].name)
         open(os.path.join(tmp, ".complete"), "w").close()
-        if os.path.exists(out):   # another process finished first
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)   # atomic: a suite running beside this one sees all of the cases or none
+        except OSError:
+            if not os.path.exists(os.path.join(out, ".complete")):
+                raise
+            shutil.rmtree(tmp)     # another process finished first (a folder is not replaced when not empty)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,10 +1,9 @@
 """The fuzzer in CI: a short seeded run per target (every case in a worker process under RLIMIT_AS and a time
 limit) must find no crash, no hang, no exception outside DebugkitError and no case over 10 s. At length:
 `python tools/fuzz.py --minutes 20 --target T`."""
-import time
-
 import pytest
 
+from tests.children import HANG_GUARD_S
 from tests.fuzz.fuzzer import TARGETS, CaseMaker, Worker, fuzz
 
 # cases per target: ~10 s of the CI budget in all on a loaded 2-core machine
@@ -36,9 +35,9 @@ def test_cases_are_a_function_of_target_seed_and_index():
 def test_a_crashing_case_is_counted_not_fatal():
     w = Worker("selftest-crash", memory_mb=2048, max_tensor_mb=16)
     try:
-        outcome, detail, *_ = w.run(b"", hard_limit=30)
+        outcome, detail, *_ = w.run(b"", hard_limit=HANG_GUARD_S)
         assert outcome == "crash" and "signal 11" in detail
-        outcome, *_ = w.run(b"", hard_limit=30)  # the worker was replaced and answers again
+        outcome, *_ = w.run(b"", hard_limit=HANG_GUARD_S)  # the worker was replaced and answers again
         assert outcome == "crash"
     finally:
         w.close()
@@ -55,10 +54,8 @@ def test_a_runaway_allocation_is_contained():
                          [h.make_tensor_value_info("x", T.FLOAT, [1024, 1024, 1024])],
                          [h.make_tensor_value_info("y", T.FLOAT, None)])
         data = h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
-        t0 = time.perf_counter()
-        outcome, detail, *_ = w.run(data, hard_limit=60)
-        assert outcome in ("rejected", "not-run", "bug"), (outcome, detail)
-        assert time.perf_counter() - t0 < 60
+        outcome, detail, *_ = w.run(data, hard_limit=HANG_GUARD_S)
+        assert outcome in ("rejected", "not-run", "bug"), (outcome, detail)   # not 'crash', not 'hang'
         assert onnx  # the 4 GiB input never materialised in this process
     finally:
         w.close()
@@ -68,25 +65,30 @@ def test_a_blocked_case_is_a_hang_at_the_wall_limit():
     """A case that sleeps uses no CPU: the wall limit ends it, on time (it is polled, not waited out)."""
     w = Worker("selftest-sleep", memory_mb=2048, max_tensor_mb=16, cpu_limit=30)
     try:
-        t0 = time.perf_counter()
         r = w.run(b"3600", hard_limit=2)
         assert r.outcome == "hang" and "no answer after" in r.detail, r
-        assert 2 <= r.wall < 5 and time.perf_counter() - t0 < 5 + 30  # + restarting the worker
+        assert 2 <= r.wall < 5, r   # the poll fires on time; restarting the worker (imports) is not timed here
         assert r.cpu < 1, r   # it slept: its CPU time is read from /proc before the kill
-        assert w.run(b"0", hard_limit=30).outcome == "ok"   # replaced, answers again
+        assert w.run(b"0", hard_limit=HANG_GUARD_S).outcome == "ok"   # replaced, answers again
     finally:
         w.close()
 
 
 def test_a_spinning_case_is_stopped_by_the_cpu_backstop():
-    """RLIMIT_CPU, set per case relative to the worker's CPU time so far, kills a runaway case (SIGXCPU)."""
+    """RLIMIT_CPU, set per case relative to the worker's CPU time so far, kills a runaway case (SIGXCPU). The
+    proof is in CPU seconds (the dead worker's, from the rusage of reaped children): a loaded machine stretches the
+    wall time of 1-2 CPU seconds without limit, so the wall limit here is only a hang guard."""
+    import resource
     w = Worker("selftest-spin", memory_mb=2048, max_tensor_mb=16, cpu_limit=1)
     try:
-        first = w.run(b"0.1", hard_limit=60)  # under the limit, and it counts toward the worker's total
+        first = w.run(b"0.1", hard_limit=HANG_GUARD_S)  # under the limit, and it counts toward the worker's total
         assert first.outcome == "ok" and 0.05 < first.cpu < 1, first
-        r = w.run(b"3600", hard_limit=60)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        r = w.run(b"3600", hard_limit=HANG_GUARD_S)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         assert r.outcome == "hang" and "SIGXCPU" in r.detail, r
-        assert r.wall < 20, r   # 1-2 s of CPU, however loaded the machine
+        spent = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        assert 1 <= spent < 10, spent   # the whole worker: its start, 0.1 s, then about 1-2 s of spinning
     finally:
         w.close()
 

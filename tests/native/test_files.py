@@ -12,6 +12,7 @@ import pytest
 from native.errors import InputFileError, OutputFileError
 from native.files import (OutputLocks, PendingOutput, check_side_file, output_file, read_side_file,
                           refuse_overwriting_inputs, resolve_output, write_bytes, write_json, write_text)
+from tests.children import HANG_GUARD_S, TERMINAL_SIGNALS, child, wait_for_line
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OLD = b"old content \x00\x01\x02" * 100
@@ -142,28 +143,29 @@ def test_full_disk_is_one_line_and_the_old_file_survives(tmp_path):
     _only(tmp_path, "out.bin")
 
 
-_SLOW_WRITER = textwrap.dedent("""
-    import sys, time
+_SLOW_WRITER = TERMINAL_SIGNALS + "\n" + textwrap.dedent("""
+    import os, sys, time
     sys.path.insert(0, {repo!r})
     from native.files import output_file
     with output_file(sys.argv[1], "wb") as f:
         f.write(b"partial")
         f.flush()
-        print("writing", flush=True)
-        time.sleep(60)
+        os.write(int(os.environ["TEST_READY_FD"]), b"writing\\n")
+        time.sleep(3600)
 """)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT])
 def test_ctrl_c_in_another_process_leaves_the_old_file(tmp_path, sig):
+    """The child says when it is mid-write; Ctrl-C must end it there (it would sleep an hour otherwise)."""
     p = _old(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW_WRITER.format(repo=REPO), str(p)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "writing"
-    assert len(os.listdir(tmp_path)) == 2          # the temporary file exists while writing
-    proc.send_signal(sig)
-    proc.wait(30)
-    assert proc.returncode != 0
+    with child([sys.executable, "-c", _SLOW_WRITER.format(repo=REPO), str(p)], ready=True,
+               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        wait_for_line(proc, "writing")
+        assert len(os.listdir(tmp_path)) == 2          # the temporary file exists while writing
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == -sig and "KeyboardInterrupt" in err, (proc.returncode, err)
     assert p.read_bytes() == OLD
     _only(tmp_path, "out.bin")
 
@@ -180,28 +182,23 @@ def test_output_that_is_an_input_is_refused(tmp_path):
 
 
 _HOLDER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     sys.path.insert(0, {repo!r})
     from native.files import OutputLocks
     with OutputLocks([("-o", sys.argv[1])]):
-        print("locked", flush=True)
-        time.sleep(60)
+        os.write(int(os.environ["TEST_READY_FD"]), b"locked\\n")
+        time.sleep(3600)
 """)
 
 
 def test_a_second_writer_of_the_same_file_is_refused(tmp_path):
     out = tmp_path / "precision.json"
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER.format(repo=REPO), str(out)], stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
+    with child([sys.executable, "-c", _HOLDER.format(repo=REPO), str(out)], ready=True) as proc:
+        wait_for_line(proc, "locked")
         with pytest.raises(OutputFileError, match=rf"being written by another debugkit run \(pid {proc.pid}\)"):
             OutputLocks([("-o", str(out))]).acquire()
         with OutputLocks([("-o", str(tmp_path / "other.json"))]):
             pass
-    finally:
-        proc.kill()
-        proc.wait()
     with OutputLocks([("-o", str(out))]):   # free again once the holder is gone
         pass
 
@@ -230,7 +227,16 @@ def test_side_files_must_be_regular_and_within_their_limit(tmp_path):
     assert read_side_file(tmp_path / "ok", "timing cache") == b"abc"
 
 
-def test_signals_are_held_during_a_c_callback_and_delivered_after():
+@pytest.fixture
+def terminal_sigint():
+    """SIGINT raises KeyboardInterrupt for the test, as in a process started from a terminal, whatever the suite was
+    started with (in the background it inherits SIGINT ignored: tests/children.py); restored afterwards."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_signals_are_held_during_a_c_callback_and_delivered_after(terminal_sigint):
     from native.files.signals import signals_deferred
     reached_end = False
     with pytest.raises(KeyboardInterrupt):
@@ -241,3 +247,18 @@ def test_signals_are_held_during_a_c_callback_and_delivered_after():
             reached_end = True
     assert reached_end
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_ignored_signal_stays_ignored_while_held():
+    """A process told to ignore SIGINT (started with `&` by a script, nohup) keeps ignoring it inside the block."""
+    from native.files.signals import signals_deferred
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with signals_deferred():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -52,7 +52,7 @@ def test_cli_minus_plus_and_plain(model, tmp_path, capsys):
     assert main(["convert", model, "-o", str(tmp_path / "a.plan"), "--tactic-sources", "-im2col-gemm,-winograd-f2x3",
                  "--save-tactics", t]) == 0
     doc = json.load(open(t))
-    conv = [e["tactic"] for e in doc["layers"].values() if e["tactic"] in {x.name for x in tactics_for("Convolution")}]
+    conv = [e["tactic"] for e in doc["layers"].values() if e["kind"] == "Convolution"]
     assert len(conv) == 7 and not {"im2col-gemm", "winograd-f2x3"} & set(conv)
     assert main(["convert", model, "-o", str(tmp_path / "b.plan"), "--tactic-sources=shifted-gemm,+winograd-f2x3",
                  "--save-tactics", t]) == 0

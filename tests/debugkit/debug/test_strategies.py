@@ -157,24 +157,32 @@ def test_local_executor_gives_the_same_answers_as_inline():
 
 
 class Pinned:
-    """A probe that reports where and how it ran: pid, start/end times, kernel pool size, BLAS threads."""
+    """A probe that reports where and how it ran: pid, kernel pool size, BLAS threads, and which probes it saw
+    running beside it. Each probe writes its item into `folder` and waits (a hang guard of 120 s) until `expect`
+    probes have: a rendezvous, so "at once" is proven by the probes meeting, not by comparing clocks that a loaded
+    machine skews (a worker that starts its probe late would not overlap a fixed sleep)."""
 
-    def __call__(self, _):
+    def __init__(self, folder, expect):
+        self.folder, self.expect = str(folder), expect
+
+    def __call__(self, item):
         import os
         import time
         from native.cpu.threads import blas_threads, pool_size
-        t0 = time.time()
-        time.sleep(0.6)
-        return os.getpid(), t0, time.time(), pool_size(), blas_threads()
+        open(os.path.join(self.folder, f"{item}.started"), "w").close()
+        end = time.monotonic() + 120
+        while len(os.listdir(self.folder)) < self.expect and time.monotonic() < end:
+            time.sleep(0.01)
+        return os.getpid(), sorted(os.listdir(self.folder)), pool_size(), blas_threads()
 
 
-def test_local_executor_runs_probes_at_once_on_single_threaded_workers():
+def test_local_executor_runs_probes_at_once_on_single_threaded_workers(tmp_path):
     import os
     before = {k: os.environ.get(k) for k in ("DEBUGKIT_THREADS", "OPENBLAS_NUM_THREADS")}
     with LocalExecutor(2) as ex:
-        (pa, sa, ea, pool_a, blas_a), (pb, sb, eb, pool_b, blas_b) = ex.map(Pinned(), [0, 1])
+        (pa, seen_a, pool_a, blas_a), (pb, seen_b, pool_b, blas_b) = ex.map(Pinned(tmp_path, 2), [0, 1])
     assert pa != pb and pa != os.getpid()
-    assert max(sa, sb) < min(ea, eb)                      # the two probes overlapped in time
+    assert seen_a == seen_b == ["0.started", "1.started"]   # each probe saw the other running: they ran at once
     assert pool_a == pool_b == 1                          # our kernel pool off in each worker
     assert blas_a in (1, None) and blas_b in (1, None)    # BLAS single-threaded (None: no OpenBLAS to ask)
     assert {k: os.environ.get(k) for k in before} == before   # the parent's environment is restored
