@@ -262,3 +262,21 @@ def test_int8_gemm_with_bias_survives_the_plan_file():
 def test_int8_rounding_is_a_device_parameter():
     from backends.engine.builder.passes.int8 import int8_rounding
     assert int8_rounding("cpu") == "half_even" and int8_rounding("dla") == "half_away"
+
+
+def test_resnet_downsample_block_runs_every_convolution_in_int8():
+    """The CPU merges a ResNet projection shortcut into the block's last convolution (fusion_shortcut.py); a merged
+    GEMM reads two tensors of different scales and has no INT8 kernel, so an INT8 build keeps them apart and both
+    run INT8, as on the GPU and in TensorRT."""
+    from tools.make_resnet50 import resnet50
+    model = resnet50(size=16, blocks=(1, 1))
+    net, _ = parse_onnx(model)
+    for t in net.tensors.values():
+        t.set_dynamic_range(-4.0, 4.0)
+    cfg = BuilderConfig()
+    cfg.set_flag(BuilderFlag.INT8)
+    g = Builder().build_graph(net, cfg)
+    convs = [n for n in g.nodes if n.kind.startswith("Convolution")]
+    assert len(convs) == sum(n.op_type == "Conv" for n in model.graph.node) == 9
+    assert {n.precision for n in convs} == {"int8"}, {n.name: n.meta.get("int8_note") for n in convs}
+    assert not any(n.params.get("side") for n in convs)

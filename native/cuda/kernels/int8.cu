@@ -42,6 +42,44 @@ extern "C" __global__ void im2col_rows_i8(signed char* cols, const signed char* 
     }
 }
 
+// the same rows for a whole batch: cols[(b * oh * ow + p), k] from image b of x (N images of C*H*W)
+extern "C" __global__ void im2col_rows_batch_i8(signed char* cols, const signed char* x, long long N, long long C,
+                                                long long H, long long W, long long kh, long long kw, long long sh,
+                                                long long sw, long long ph, long long pw, long long dh,
+                                                long long dw, long long oh, long long ow, long long Kp) {
+    long long K = C * kh * kw, P = oh * ow;
+    GRID_LOOP(N * P * Kp) {
+        long long k = i % Kp, q = i / Kp;
+        long long p = q % P, b = q / P;
+        signed char v = 0;
+        if (k < K) {
+            long long j = k % kw, t = k / kw, r = t % kh, c = t / kh;
+            long long y = (p / ow) * sh - ph + r * dh, xx = (p % ow) * sw - pw + j * dw;
+            if (y >= 0 && y < H && xx >= 0 && xx < W) v = x[((b * C + c) * H + y) * W + xx];
+        }
+        cols[i] = v;
+    }
+}
+
+// int8_finish for a channel-major accumulator acc[c, b * P + p] (channels x all pixels of the batch) into NCHW
+// out[(b * M + c) * P + p]: reads and writes run along p
+extern "C" __global__ void int8_finish_cm(float* out, const int* acc, const int* bias, const float* scale,
+                                          long long M, long long NP, long long P, float s_y, int mode, int relu,
+                                          int rounding) {
+    GRID_LOOP(M * NP) {
+        long long p = i % P, t = i / P;
+        long long c = t % M, b = t / M;
+        int a = acc[c * NP + b * P + p] + (bias ? bias[c] : 0);
+        float v = (float)a * scale[c];
+        if (mode == 1) {
+            signed char q = saturate_i8(round_mode(v, rounding), 0);
+            if (relu && q < 0) q = 0;
+            v = (float)q * s_y;
+        }
+        out[i] = v;
+    }
+}
+
 // an int32 accumulator acc[r, c] (row-major, `cols` columns = channels) into float32 out[r * rs + c * cs]:
 // mode 0: (acc + bias[c]) * scale[c]; mode 1 (requantize, ReLU-only epilogue): q = sat(round((acc + bias[c]) *
 // scale[c])), ReLU'd when relu, times s_y

@@ -71,6 +71,18 @@ def finish(acc: GpuArray, out: GpuArray, out_offset: int, rs: int, cs: int, op, 
     return not requant
 
 
+def finish_cm(acc: GpuArray, out: GpuArray, P: int, op, post_ops, scale, bias_q, rounding: int):
+    """finish() for a channel-major accumulator acc[M, N*P] of a whole batch into NCHW `out` [N, M, P]."""
+    s_y = int8_params(op).get("output_scale")
+    requant = _requantizes(op, post_ops)
+    M, NP = acc.shape
+    launch(kernel(SRC, "int8_finish_cm"), grid_for(M * NP), (256, 1, 1),
+           [np.uint64(out.ptr), np.uint64(acc.ptr), np.uint64(0 if bias_q is None else weight(bias_q).ptr),
+            np.uint64(weight(scale).ptr), np.int64(M), np.int64(NP), np.int64(P), np.float32(s_y or 0.0),
+            np.int32(1 if requant else 0), np.int32(1 if post_ops else 0), np.int32(rounding)])
+    return not requant
+
+
 def after(y: GpuArray, op, post_ops, inputs, rounding: int):
     """The float32 epilogue, then fake quantization to the output scale when the output is INT8."""
     if post_ops:
@@ -80,6 +92,10 @@ def after(y: GpuArray, op, post_ops, inputs, rounding: int):
         launch(kernel(SRC, "fake_quant_i8"), grid_for(y.size), (256, 1, 1),
                [np.uint64(y.ptr), np.int64(y.size), np.float32(s_y), np.int32(rounding)])
     return y
+
+
+# the batched convolution's im2col rows (bytes) at most; larger batches run image by image
+BATCHED_COLS_BYTES = 1 << 30
 
 
 def _pad16(k: int) -> int:
@@ -151,7 +167,9 @@ class GpuInt8MatMul(_Int8Gemm):
 
 @register_tactic
 class GpuInt8Conv(_Int8Gemm):
-    """INT8 2-D convolution (groups 1, NCHW): quantize, im2col rows, INT8 GEMM per image, dequantize to NCHW."""
+    """INT8 2-D convolution (groups 1, NCHW): quantize, im2col rows of the whole batch, one INT8 GEMM (the weights
+    as cuBLASLt's A: channel-major int32 accumulators), dequantize to NCHW; image by image where N*P is not a
+    multiple of 4 or the rows would pass BATCHED_COLS_BYTES."""
 
     kind, name = "Convolution", "im2col-cublaslt-int8"
 
@@ -199,9 +217,21 @@ class GpuInt8Conv(_Int8Gemm):
         if y.size == 0:
             return [y]
         x_q = quantize(x, p["input_scale"], rounding)
-        cols = GpuArray((P, Kp), np.int8)
         w_dev = weight(rows_w)
         post_ops = list(op.params.get("post_ops") or ())
+        if (n * P) % 4 == 0 and n * P * Kp <= BATCHED_COLS_BYTES:
+            # the whole batch as one GEMM, channel-major: acc[M, N*P] = W[M, Kp] @ cols[N*P, Kp]^T
+            cols = GpuArray((n * P, Kp), np.int8)
+            launch(kernel(SRC, "im2col_rows_batch_i8"), grid_for(n * P * Kp), (256, 1, 1),
+                   [np.uint64(cols.ptr), np.uint64(x_q.ptr), np.int64(n), np.int64(c), np.int64(h), np.int64(wd),
+                    np.int64(kh), np.int64(kw), np.int64(strides[0]), np.int64(strides[1]), np.int64(pre[0]),
+                    np.int64(pre[1]), np.int64(dil[0]), np.int64(dil[1]), np.int64(oh), np.int64(ow),
+                    np.int64(Kp)])
+            acc = gemm(w_dev, cols, 0, transpose_b=True)                  # [M, N*P] int32
+            if finish_cm(acc, y, P, op, post_ops, op.weights["finish_scale"], op.weights.get("bias_q"), rounding):
+                after(y, op, post_ops, inputs, rounding)
+            return [y]
+        cols = GpuArray((P, Kp), np.int8)
         rest = False
         for i in range(n):
             launch(kernel(SRC, "im2col_rows_i8"), grid_for(P * Kp), (256, 1, 1),

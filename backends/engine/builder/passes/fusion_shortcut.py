@@ -39,6 +39,11 @@ def _plain_pointwise(node):
 def merge_shortcut_convs(graph, config, logger) -> int:
     if not config.device.merges_shortcut_convs:
         return 0       # the device fuses the residual add itself (CUDA: cuDNN's epilogue), keeping layouts simple
+    if "int8" in config.enabled_precisions():
+        # the INT8 pass (later) quantizes each convolution with its own input's scale; a merged GEMM has two
+        # inputs of different scales and no INT8 kernel, so both would stay FP32 where TensorRT runs them INT8
+        logger.verbose("fusion: shortcut convolutions not merged in an INT8 build (each runs INT8 by itself)")
+        return 0
     view, count = View(graph), 0
     for main in list(graph.nodes):
         p = main.params
