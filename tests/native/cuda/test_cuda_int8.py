@@ -112,3 +112,17 @@ def test_calibrated_int8_engine_on_gpu_matches_cpu_int8_engine_bit_for_bit(tmp_p
     assert "r1" in got and "r1" in want, (sorted(got), sorted(want))
     np.testing.assert_array_equal(got["r1"], want["r1"])
     np.testing.assert_array_equal(got["y"], want["y"])
+
+
+@pytest.mark.parametrize("form", ["gemm", "matmul_add"])
+def test_qdq_linear_with_bias_on_gpu_matches_cpu_bit_for_bit(form):
+    """A Q/DQ nn.Linear with a bias is one INT8 layer on both devices (cuBLASLt IMMA on the GPU), equal bit for bit."""
+    from backends.runners import EngineRunner
+    from tests.backends.test_int8_qdq import _qdq_linear
+    model, shape = _qdq_linear(form)
+    x = (np.random.default_rng(12).standard_normal(shape) * 1.5).astype(np.float32)
+    with EngineRunner(model, flags=("int8",), device="cuda") as gpu, EngineRunner(model, flags=("int8",)) as cpu:
+        got, want = gpu.infer({"x": x})["y"], cpu.infer({"x": x})["y"]
+        fc = [(n.precision, n.tactic_name) for n in gpu.engine.graph.nodes if n.kind == "MatrixMultiply"]
+    assert fc == [("int8", "cublaslt-int8")], fc
+    np.testing.assert_array_equal(got, want)

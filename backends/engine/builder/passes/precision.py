@@ -429,7 +429,24 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
         graph.insert_after(prod, _reformat_node(internal, out.name, have, want))
         inserted += 1
     _log_summary(graph, enabled, inserted, logger)
+    _log_int8(graph, logger)
     return inserted
+
+
+def _log_int8(graph, logger):
+    """INT8 builds: how many Conv/Gemm layers run INT8, and why the first few others do not (all of them: -v)."""
+    noted = [n for n in graph.nodes if n.meta.get("int8_note")]
+    if not noted:
+        return
+    int8 = sum(n.precision == "int8" for n in noted)
+    others = [n for n in noted if n.precision != "int8"]
+    logger.info(f"INT8: {int8} of {len(noted)} convolution/GEMM layers run INT8"
+                + (f"; {len(others)} {'does' if len(others) == 1 else 'do'} not: " + "; ".join(f"'{n.name}' runs {n.precision} "
+                                                         f"({n.meta['int8_note'][len('not INT8: '):]})"
+                                                         for n in others[:3])
+                   + (" ..." if len(others) > 3 else "") if others else ""))
+    for n in others[3:]:
+        logger.verbose(f"INT8: '{n.name}' runs {n.precision} ({n.meta['int8_note']})")
 
 
 def _stored(node, have, dtypes):
