@@ -62,19 +62,25 @@ extern "C" __global__ void im2col_rows_batch_i8(signed char* cols, const signed 
 }
 
 // int8_finish for a channel-major accumulator acc[c, b * P + p] (channels x all pixels of the batch) into NCHW
-// out[(b * M + c) * P + p]: reads and writes run along p
+// out[(b * M + c) * P + p]: reads and writes run along p. mode 0 and 1 as int8_finish; mode 2 (a residual add
+// [+ ReLU] epilogue, fused): v = (acc + bias[c]) * scale[c] + res[i] (two float32 roundings, as the separate
+// kernels: no FMA), ReLU'd when relu (NaN kept, as act_relu), then fake-quantized to s_y when s_y > 0
 extern "C" __global__ void int8_finish_cm(float* out, const int* acc, const int* bias, const float* scale,
                                           long long M, long long NP, long long P, float s_y, int mode, int relu,
-                                          int rounding) {
+                                          int rounding, const float* res) {
     GRID_LOOP(M * NP) {
         long long p = i % P, t = i / P;
         long long c = t % M, b = t / M;
         int a = acc[c * NP + b * P + p] + (bias ? bias[c] : 0);
-        float v = (float)a * scale[c];
+        float v = __fmul_rn((float)a, scale[c]);
         if (mode == 1) {
             signed char q = saturate_i8(round_mode(v, rounding), 0);
             if (relu && q < 0) q = 0;
             v = (float)q * s_y;
+        } else if (mode == 2) {
+            v = __fadd_rn(v, res[i]);
+            if (relu) v = (v > 0.f || v != v) ? v : 0.f;
+            if (s_y > 0.f) v = (float)saturate_i8(round_mode(__fdiv_rn(v, s_y), rounding), 0) * s_y;
         }
         out[i] = v;
     }

@@ -71,16 +71,31 @@ def finish(acc: GpuArray, out: GpuArray, out_offset: int, rs: int, cs: int, op, 
     return not requant
 
 
-def finish_cm(acc: GpuArray, out: GpuArray, P: int, op, post_ops, scale, bias_q, rounding: int):
-    """finish() for a channel-major accumulator acc[M, N*P] of a whole batch into NCHW `out` [N, M, P]."""
+def _fused_residual(post_ops, inputs, out):
+    """The residual (a float32 array of the output's shape) when post_ops are [add] or [add, RELU], else None:
+    then finish_cm runs the whole epilogue and the requantization in its own pass."""
+    if not post_ops or post_ops[0]["op"] != "add" or len(post_ops) > 2 or (len(post_ops) == 2 and (
+            post_ops[1]["op"] != "activation" or post_ops[1]["type"] != "RELU")):
+        return None
+    r = on_device(inputs[post_ops[0]["input"]])
+    return r if r.dtype == np.float32 and tuple(r.shape) == tuple(out.shape) else None
+
+
+def finish_cm(acc: GpuArray, out: GpuArray, P: int, op, post_ops, scale, bias_q, rounding: int, inputs=()):
+    """finish() for a channel-major accumulator acc[M, N*P] of a whole batch into NCHW `out` [N, M, P]; a residual
+    add [+ ReLU] epilogue and the requantization after it are fused in (the same float32 operations as `after`)."""
     s_y = int8_params(op).get("output_scale")
     requant = _requantizes(op, post_ops)
+    res = None if requant else _fused_residual(post_ops, inputs, out)
     M, NP = acc.shape
+    mode = 1 if requant else 2 if res is not None else 0
+    relu = bool(post_ops) if mode == 1 else len(post_ops) == 2 if mode == 2 else False
     launch(kernel(SRC, "int8_finish_cm"), grid_for(M * NP), (256, 1, 1),
            [np.uint64(out.ptr), np.uint64(acc.ptr), np.uint64(0 if bias_q is None else weight(bias_q).ptr),
             np.uint64(weight(scale).ptr), np.int64(M), np.int64(NP), np.int64(P), np.float32(s_y or 0.0),
-            np.int32(1 if requant else 0), np.int32(1 if post_ops else 0), np.int32(rounding)])
-    return not requant
+            np.int32(mode), np.int32(1 if relu else 0), np.int32(rounding),
+            np.uint64(0 if res is None else res.ptr)])
+    return mode == 0
 
 
 def after(y: GpuArray, op, post_ops, inputs, rounding: int):
@@ -228,7 +243,8 @@ class GpuInt8Conv(_Int8Gemm):
                     np.int64(pre[1]), np.int64(dil[0]), np.int64(dil[1]), np.int64(oh), np.int64(ow),
                     np.int64(Kp)])
             acc = gemm(w_dev, cols, 0, transpose_b=True)                  # [M, N*P] int32
-            if finish_cm(acc, y, P, op, post_ops, op.weights["finish_scale"], op.weights.get("bias_q"), rounding):
+            if finish_cm(acc, y, P, op, post_ops, op.weights["finish_scale"], op.weights.get("bias_q"), rounding,
+                         inputs):
                 after(y, op, post_ops, inputs, rounding)
             return [y]
         cols = GpuArray((P, Kp), np.int8)

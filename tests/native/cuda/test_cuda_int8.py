@@ -126,3 +126,35 @@ def test_qdq_linear_with_bias_on_gpu_matches_cpu_bit_for_bit(form):
         fc = [(n.precision, n.tactic_name) for n in gpu.engine.graph.nodes if n.kind == "MatrixMultiply"]
     assert fc == [("int8", "cublaslt-int8")], fc
     np.testing.assert_array_equal(got, want)
+
+
+def test_int8_residual_block_on_gpu_matches_cpu_bit_for_bit(tmp_path):
+    """conv1 + ReLU -> conv2 + residual(r1) + ReLU (requantized INT8 output: the fused finish kernel's residual
+    mode) -> conv3 -> y: the GPU equals the CPU bit for bit, taps included."""
+    from backends.engine import Calibrator
+    from backends.runners import EngineRunner
+    rng = np.random.default_rng(5)
+    w = {f"w{i}": (rng.standard_normal(s) * 0.15).astype(np.float32)
+         for i, s in ((1, (16, 8, 3, 3)), (2, (16, 16, 3, 3)), (3, (8, 16, 1, 1)))}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r1"], ["a2"], name="add2"),
+             helper.make_node("Relu", ["a2"], ["r2"], name="relu2"),
+             helper.make_node("Conv", ["r2", "w3"], ["y"], name="conv3")]
+    g = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 10, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in w.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    batches = [{"x": rng.standard_normal((2, 8, 10, 10)).astype(np.float32)} for _ in range(3)]
+    x = rng.standard_normal((2, 8, 10, 10)).astype(np.float32)
+    cache = tmp_path / "calib.cache"
+    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as cpu, \
+            EngineRunner(model, flags=("int8", "enable_tactic_heuristic"), device="cuda",
+                         calibrator=Calibrator(batches, cache=cache)) as gpu:
+        got, want = gpu.infer({"x": x}, taps=["r1", "r2"]), cpu.infer({"x": x}, taps=["r1", "r2"])
+        conv2 = next(n for n in gpu.engine.graph.nodes if "conv2" in n.name)
+    assert conv2.precision == "int8" and [s["op"] for s in conv2.params["post_ops"]] == ["add", "activation"]
+    assert conv2.params["int8"]["output_scale"] is not None
+    for name in ("r1", "r2", "y"):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
