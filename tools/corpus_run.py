@@ -80,6 +80,10 @@ def main():
         refusals = sum(("refus" in line.lower() or " instead" in line) for line in text)
         rows.append((entry["name"], first.returncode, again.returncode, t1 - t0, t2 - t1, stderr_lines, warnings,
                      refusals))
+        noted = [line for p in both for line in p.stderr.splitlines()] + \
+            [line for line in text if line.lstrip().startswith("[W]")]
+        if ok and noted:   # a passing model's warnings and stderr are what the user sees too
+            print(f"--- {entry['name']} passed, printing:\n" + "\n".join(dict.fromkeys(x[:400] for x in noted)))
         if not ok:
             print(f"--- {entry['name']} failed:\n{first.stdout[-1500:]}{first.stderr[-1500:]}{again.stderr[-800:]}")
     print(f"{'model':36s} {'run':>4s} {'reload':>6s} {'run s':>7s} {'reload s':>8s} {'stderr':>6s} {'[W]':>4s} "

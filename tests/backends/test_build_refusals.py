@@ -74,3 +74,34 @@ def test_a_candidate_that_accepts_the_builds_inputs_stays_the_default(tmp_path, 
     graph = Builder().build_graph(net, config, timing_feeds=feeds)
     node = next(n for n in graph.nodes if n.kind == "Activation")
     assert node.tactic_name == "refuses-negatives"
+
+
+def test_the_builds_run_takes_a_float32_tactic_for_a_layer_asked_a_precision_none_computes(tmp_path):
+    """A layer the precision pass put in FP16 whose kind has only FP32 tactics (an RNN on the CPU) runs its FP32
+    tactic in the build's runs, as tactic selection will choose, instead of failing the run ("no implementation")."""
+    from backends.engine.runtime.executor import default_tactic
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("W", [1, 8, 4]), ("R", [1, 8, 2]))]
+    g = helper.make_graph([helper.make_node("RNN", ["x", "W", "R"], ["y"], name="rnn", hidden_size=2)], "g", [x], [y],
+                          inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    net, _ = parse_onnx(str(tmp_path / "m.onnx"))
+    graph = Builder().build_graph(net, BuilderConfig(), timing_feeds={"x": np.ones((3, 1, 4), np.float32)})
+    node = next(n for n in graph.nodes if n.kind == "RNN")
+    node.tactic_id, node.precision = None, "float16"
+    assert "float16" not in {p for t in tactics_for("RNN", "cpu") for p in t.precisions}
+    assert default_tactic(node, "cpu").name == tactics_for("RNN", "cpu")[0].name
+
+
+def test_the_gpu_stft_declares_the_float32_signal_it_needs():
+    """An FP16 build hands the STFT a float16 signal: supports() says so at build (the host plugin runs it), instead
+    of the GPU tactic refusing at run time (asr_nemo80 / asr_whisper80 --fp16 on an H200, 2026-11-28)."""
+    from native.cuda.tactics.signal import GpuStft
+    from native.tactics import LayerContext, Op, unsupported_reason
+    op = Op("Plugin", "stft", {"plugin_type": "STFT"})
+    assert unsupported_reason(GpuStft(), op, LayerContext([[1, 16000], [1]], ["float16", "int64"])) == \
+        "reads float16 at input 0; its kernels take float32"
+    assert unsupported_reason(GpuStft(), op, LayerContext([[1, 16000], [1]], ["float32", "int64"])) is None

@@ -34,6 +34,12 @@ def default_tactic(node, device="cpu"):
         if why is None:
             return t
         reasons.append(f"{t.name}: {why}")
+    if op.precision != "float32":   # as tactic selection does: no tactic computes the layer's precision, FP32 runs
+        fp32 = node_op(node)
+        fp32.precision = "float32"
+        for t in candidates:
+            if unsupported_reason(t, fp32, shapes) is None:
+                return t
     raise BuildError(f"no {device} implementation for layer '{node.name}' (kind {node.kind}, ONNX nodes "
                      f"{node.source_nodes}){' (' + '; '.join(reasons) + ')' if reasons else ''}; try another device "
                      f"or report the layer kind")

@@ -38,6 +38,8 @@ def basis(frame_len: int, window, onesided: bool) -> GpuArray:
 class GpuStft(Tactic):
     kind, name, device = "Plugin", "dft-gemm", "cuda"
     writes_outputs = True   # outputs through out_array: the engine's arena views
+    input_dtypes = frozenset({"float32"})   # the signal: a float16 one (an FP16 build's input) runs on the host
+    dtype_inputs = (0,)
 
     def supports(self, op, input_shapes):
         if op.params.get("plugin_type") != "STFT":
