@@ -392,3 +392,51 @@ def test_int8_alone_is_timed_against_fp32_and_ties_go_to_int8(timed_cpu):
     g = _int8_build(_convs())
     assert {_named(g, f"conv{i}").precision for i in (1, 2, 3)} == {"float32"}
     assert all("int8" not in _named(g, f"conv{i}").params for i in (1, 2, 3))
+
+
+def test_a_tf32_build_times_its_layout_in_tf32(timed_cpu):
+    """Layout timing runs each convolution in the math it will run with: TF32 NHWC is fast here, strict FP32 NHWC
+    slow, NCHW in between. Timed in strict FP32 (the old way) NCHW would win, and TF32 would then run NCHW."""
+    clock = timed_cpu({})
+    seen = []
+
+    def ms(op, tactic):
+        if op.kind == "ConvolutionNHWC":
+            seen.append(op.math)
+            return 0.1 if op.math == "tf32" else 10.0
+        return 0.01 if op.kind == "Shuffle" else 1.0
+    clock.ms = ms
+    g = build(_convs(n=2), BuilderFlag.TF32)
+    assert "tf32" in seen and "" not in seen and None not in seen
+    assert [n.kind for n in g.nodes if n.kind.startswith("Conv")] == ["ConvolutionNHWC"] * 2
+    assert all(n.meta.get("math") == "tf32" for n in g.nodes if n.kind.startswith("Conv"))
+    assert _named(g, "conv1").meta["layout_ms"] == {"nhwc": pytest.approx(0.22), "nchw": pytest.approx(2.0)}
+    seen.clear()
+    strict = build(_convs(n=2))          # no TF32 flag: strict FP32 is timed, and here it is slower in NHWC
+    assert seen and set(seen) == {""}
+    assert [n.kind for n in strict.nodes if n.kind.startswith("Conv")] == ["Convolution"] * 2
+
+
+class _T:
+    def __init__(self, name, host=False):
+        self.name, self.host_layer = name, host
+
+    def __repr__(self):
+        return self.name
+
+
+def test_probes_time_the_first_plan_of_each_family():
+    """Layout/precision probes time cuDNN's first plan and cuBLASLt's first algorithm, every distinct kernel, and
+    fall back to the other plans, then host layers, only when none of those runs."""
+    from backends.engine.builder import timed_choice as tc
+    cands = [_T(n) for n in ("cudnn-plan-0", "cudnn-plan-1", "cudnn-plan-2", "im2col-cublas", "winograd-f4x3",
+                             "cublaslt-algo-0", "cublaslt-algo-1")] + [_T("host", host=True)]
+
+    class Dev:
+        @staticmethod
+        def preferred(ts):
+            return [t for t in ts if not t.host_layer]
+    groups = [[t.name for t in g] for g in tc._probe_groups(cands, Dev)]
+    assert groups == [["cudnn-plan-0", "im2col-cublas", "winograd-f4x3", "cublaslt-algo-0"],
+                      ["cudnn-plan-1", "cudnn-plan-2", "cublaslt-algo-1"], ["host"]]
+    assert tc.family("cudnn-plan-12") == "cudnn-plan" and tc.family("winograd-f4x3") == "winograd-f4x3"

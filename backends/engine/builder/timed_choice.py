@@ -12,6 +12,7 @@ is chosen, and a rebuild with the timing cache makes the same choices without ti
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,6 +114,7 @@ class Probe:
         self.env = GraphExecutor(graph, ctx.device, keep_all=True).run(opt_feeds(graph, ctx))
         self.said = set()
         self.timed = 0     # variants measured (not answered by the cache)
+        self.candidates = 0   # tactics asked for a time (cached or measured): what bounds a cold build
         self.untimed = []  # layers that could not be timed, and why (the passes warn)
         self.why = ""      # why the last variant did not run
 
@@ -147,9 +149,14 @@ class Probe:
             cands = [t for t in cands if t.name in pinned]
         cands = self._selected(node, inputs, cands)
         before = self.cache.misses
-        timings = measure(node, cands, inputs, self.config, self.device, self.cache)
+        timings, t = {}, None
+        for group in _probe_groups(cands, self.dev):
+            timings = measure(node, group, inputs, self.config, self.device, self.cache)
+            self.candidates += len(group)
+            t = fastest(group, timings, self.device)
+            if t is not None:
+                break
         self.timed += self.cache.misses - before if not self.config.get_flag("disable_timing_cache") else 1
-        t = fastest(cands, timings, self.device)
         if t is None:
             self.why = f"none of {[c.name for c in cands]} ran on inputs {shapes} (-v: each one's error)"
             return None
@@ -198,6 +205,35 @@ class Probe:
         return Node(name=f"Reformat {from_type}->{to_type}", kind="Reformat", inputs=["x"], outputs=["y"],
                     params={"from": from_type, "to": to_type}, precision=as_precision(to_type),
                     meta={"output_types": [to_type]})
+
+
+# Layout and precision choices time one tactic per family: the first plan of cuDNN's heuristic list
+# (`cudnn-plan-0`), cuBLASLt's first algorithm, and every tactic that is a kernel of its own (a name without a
+# numbered `-<i>` suffix). Each cuDNN plan costs a plan build, and which layout or precision wins is decided by the
+# kernel family, not by the fourth plan's few percent; tactic selection then times every candidate of the variant
+# chosen. False: every candidate (the unbounded build).
+FIRST_OF_FAMILY = True
+
+
+def family(name: str) -> str:
+    """A tactic's family: its name without a numbered plan/algorithm suffix (`cudnn-plan-3` -> `cudnn-plan`)."""
+    return re.sub(r"-\d+$", "", name)
+
+
+def _probe_groups(cands, dev):
+    """The candidate lists a probe tries in turn until one runs: the first of each family among the device's
+    preferred tactics, then the other preferred ones, then the rest (host layers on a GPU)."""
+    first = dev.preferred(cands) or list(cands)
+    rest = [c for c in cands if c not in first]
+    if not FIRST_OF_FAMILY:
+        return [first] + ([rest] if rest else [])
+    seen, heads = set(), []
+    for c in first:
+        if family(c.name) not in seen:
+            seen.add(family(c.name))
+            heads.append(c)
+    others = [c for c in first if c not in heads]
+    return [g for g in (heads, others, rest) if g]
 
 
 def _floating(value) -> bool:

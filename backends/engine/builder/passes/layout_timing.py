@@ -157,5 +157,11 @@ def _layer_ms(probe, node, config):
     data = set(P.data_inputs(node, dev))
     inputs = [None if name is None else probe.value_as(probe.env.get(name), want) if i in data else
               probe.env.get(name) for i, name in enumerate(node.inputs)]
-    m = probe.best(variant(node, precision=p), inputs)
+    v = variant(node, precision=p)
+    v.meta.pop("math", None)
+    if P.tf32_math(node.kind, p, config.get_flag(P.BuilderFlag.TF32)):
+        # a TF32 build times its convolutions in TF32, as they will run: strict FP32 favours NCHW kernels that
+        # TF32 tensor cores then run slowly (ResNet-50 TF32 ran 8.5x FP16's time with the NCHW choice)
+        v.meta["math"] = "tf32"
+    m = probe.best(v, inputs)
     return (float("inf"), False) if m is None else (m.ms, m.host)

@@ -44,6 +44,12 @@ TF32_KINDS = ("Convolution", "ConvolutionNHWC", "Deconvolution", "MatrixMultiply
 TIMED_KINDS = TF32_KINDS + ("Attention",)
 FLAG_NAMES = {"float16": "FP16 (--fp16)", "bfloat16": "BF16 (--bf16)", "fp8": "FP8 (--fp8)", "int8": "INT8 (--int8)"}
 
+def tf32_math(kind, precision, tf32) -> str | None:
+    """The math a layer of `kind` computing in `precision` runs with: "tf32" for FP32 conv/matmul layers of a TF32
+    build, else None (exact). Every pass that times a layer asks here, so what is timed is what will run."""
+    return "tf32" if tf32 and precision == "float32" and kind in TF32_KINDS else None
+
+
 def enabled_precisions(config) -> set:
     """The reduced precisions the build's flags enable (BuilderConfig.enabled_precisions, the one answer)."""
     return set(config.enabled_precisions())
@@ -179,7 +185,7 @@ def choose_by_timing(node, options, probe, storage, dtypes, device, declared, tf
         if p != "int8" and "int8" in node.params:      # the INT8 layer's float alternative
             v.params = {k: val for k, val in node.params.items() if k != "int8"}
         v.meta.pop("math", None)
-        if p == "float32" and tf32 and node.kind in TF32_KINDS:
+        if tf32_math(node.kind, p, tf32):
             v.meta["math"] = "tf32"
         inputs, reformat = [], 0.0
         for i, name in enumerate(node.inputs):
@@ -332,7 +338,7 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
         node.precision = choose(node, device, implemented, enabled, mode, logger, timed)
         if id(node) in probabilities:
             node.precision = precision_for(node, node.precision, probabilities[id(node)], logger)
-        if node.precision == "float32" and tf32 and node.kind in TF32_KINDS:
+        if tf32_math(node.kind, node.precision, tf32):
             node.meta["math"] = "tf32"
         _stored(node, have, dtypes)
         want = STORAGE_OF.get(node.precision, "float32")
