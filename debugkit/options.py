@@ -211,7 +211,17 @@ OUTPUTS = {
     "save_inputs": _o("save_inputs", "--save-inputs", metavar="FILE.h5", help="save the inputs fed"),
     "save_outputs": _o("save_outputs", "--save-outputs", metavar="FILE.h5",
                        help="outputs (and layerwise tensors) of every runner"),
+    "timeline": _o("timeline", "--timeline", metavar="FILE.json",
+                   help="write a timeline of executions (layers, copies, host syncs) as a Chrome trace JSON "
+                        "(chrome://tracing, ui.perfetto.dev)"),
 }
+
+# --- bench's throughput options (trtexec's --streams) -------------------------------------------------------------
+BENCH = [
+    _o("streams", "--streams", type=int, default=1, metavar="N",
+       help="N execution contexts in flight at once, each on its own host thread (and stream, on a device that "
+            "has several); throughput is the aggregate of all of them (default 1)"),
+]
 
 # other spellings -> (dest, deprecated?). Polygraphy's spellings that mean the same thing belong here too.
 ALIASES = {
@@ -226,8 +236,8 @@ COMMAND_ALIASES = {
     "sweep": {"--output-dir": ("output", False)},
 }
 
-GROUPS = {"build": BUILD, "data": DATA, "compare": COMPARE}
-GROUP_TITLES = {"build": "engine build", "data": "data loader", "compare": "comparison"}
+GROUPS = {"build": BUILD, "data": DATA, "compare": COMPARE, "bench": BENCH}
+GROUP_TITLES = {"build": "engine build", "data": "data loader", "compare": "comparison", "bench": "throughput"}
 
 
 class _DeprecatedAlias(argparse.Action):

@@ -39,6 +39,7 @@ class Device:
     host_memory = True            # tensors are numpy arrays in host memory (False: the runtime copies in and out)
     supports_graphs = False       # a whole execution can be captured and replayed (capture())
     has_timeline = False          # per-layer device timings of an execution (timeline())
+    concurrent_contexts = True    # several execution contexts may run at once, one per host thread (bench --streams)
     merges_shortcut_convs = True  # fusion_shortcut.py merges a residual's 1x1 conv into its GEMM (a CPU GEMM win)
     int8_rounding = "half_even"   # how FP32 -> INT8 rounds ties (passes/int8.py)
     calibrates_on = None          # the device name INT8 calibration runs on (None: this one)
@@ -108,6 +109,12 @@ class Device:
     def timeline(self):
         """A timeline of one execution's device phases (a device that declares `has_timeline`)."""
         raise UsageError(f"device '{self.name}' keeps no device timeline")
+
+    def trace_clock(self):
+        """The clock a timeline of executions is recorded with (native/trace_clock.py): host marks by default, as
+        a device that computes synchronously runs work exactly when the host does it."""
+        from native.trace_clock import HostTraceClock
+        return HostTraceClock()
 
     def capture(self, run, host_feeds, output_names):
         """A captured whole execution to replay (a device that declares `supports_graphs`)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
+
 from debugkit.cli import _args
 from native.device import get_device
 from native.errors import InputFileError, UsageError
@@ -42,11 +44,14 @@ def register(subparsers):
     from debugkit import options
     # the data group makes the one feed (bench's --iterations, above, counts timed inferences as trtexec's does);
     # a plan runs on the device it names unless --device says otherwise
-    options.add_groups(p, "data", "build", defaults={"device": None})
+    options.add_groups(p, "data", "build", "bench", defaults={"device": None})
     p.add_argument("--prefer-nhwc", action="store_true",
                    help="build with the NHWC layout pass on (the layout experiment of tools/benchmark.py --nhwc)")
-    options.add_outputs(p, "save_engine", "json", save_engine={"help": "save the plan built from MODEL"},
-                        json={"metavar": "FILE", "help": "write every figure as JSON"})
+    options.add_outputs(p, "save_engine", "json", "timeline", save_engine={"help": "save the plan built from MODEL"},
+                        json={"metavar": "FILE", "help": "write every figure as JSON"},
+                        timeline={"help": "after the timing run, trace --iterations inferences (layers, copies, "
+                                          "host syncs; on the host's and the device's clock) and write them as a "
+                                          "Chrome trace JSON (chrome://tracing, ui.perfetto.dev)"})
     _args.add_common_args(p, default="info")
     p.set_defaults(func=run)
 
@@ -54,6 +59,11 @@ def register(subparsers):
 def _check_args(args):
     if args.iterations < 1:
         raise UsageError(f"--iterations must be >= 1, got {args.iterations}")
+    if args.streams < 1:
+        raise UsageError(f"--streams must be >= 1, got {args.streams}")
+    if args.streams > 1 and args.compare:
+        raise UsageError("--streams N with --compare onnxrt: the comparison times one inference at a time; run them "
+                         "apart")
     if args.duration < 0:
         raise UsageError(f"--duration must be >= 0 seconds, got {args.duration}")
     if args.warm_up < 0:
@@ -79,7 +89,7 @@ def _check_args(args):
     if args.compare == "onnxrt" and _is_plan(args.model):
         raise UsageError(f"{args.model} is a plan file; --compare onnxrt needs the ONNX model: bench MODEL.onnx "
                          f"--load-engine {args.model} --compare onnxrt")
-    for opt in ("json", "dump_profile", "save_engine"):   # fail before the work, not after it
+    for opt in ("json", "dump_profile", "save_engine", "timeline"):   # fail before the work, not after it
         path = getattr(args, opt)
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise UsageError(f"--{opt.replace('_', '-')} {path}: directory "
@@ -130,12 +140,19 @@ def run(args) -> int:
                   "inputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in feeds.items()},
                   "batch": _batch(feeds, engine), "cuda_graph": bool(args.use_cuda_graph),
                   "iterations_min": args.iterations, "duration_min_s": args.duration, "machine": _machine()}
-        device_times = []
+        if args.streams > 1 and not engine.device.concurrent_contexts:
+            raise UsageError(f"--streams {args.streams}: the {engine.device} device runs one stream per process, so "
+                             f"contexts cannot be in flight at once on it yet; use --streams 1")
+        result["streams"] = args.streams
+        device_times, host_times = [], []
 
         def collect(name="engine"):
             t = getattr(ctx, "timings", None)
             if name == "engine" and t:
                 device_times.append(dict(t))
+            h = getattr(ctx, "host_timings", None)
+            if name == "engine" and h:
+                host_times.append(dict(h))
         contenders = {"engine": lambda: ctx.execute(feeds)}
         if args.compare == "onnxrt":
             result["onnxrt_settings"] = B.onnxrt_settings()
@@ -151,14 +168,22 @@ def run(args) -> int:
             profiler.runs.clear()
         G_LOGGER.info(f"timing: at least {args.iterations} inferences and {args.duration:g} s"
                       + (" (interleaved with ONNX Runtime)" if ort else ""))
-        if ort is None:
+        if args.streams > 1:
+            times, wall, per = _streams_loop(engine, ctx, feeds, args, device_times, host_times)
+            times = {"engine": times}
+        elif ort is None:
             times, wall = B.timed_loop(contenders["engine"], args.iterations, args.duration, after=collect)
             times = {"engine": times}
         else:
             times, _ = B.interleaved(contenders, args.iterations, args.duration, after=collect)
             wall = None
         result.update(_figures(times["engine"], result["batch"], wall))
+        if args.streams > 1:
+            result["throughput"] = B.throughput(len(times["engine"]), wall, result["batch"])
+            result["throughput"]["per_stream_inferences"] = per
         result.update(_transfers(device_times, engine, feeds))
+        result.update(_busy(host_times, device_times, engine, wall if wall is not None else sum(times["engine"]),
+                            args.streams))
         if ort is not None:
             o = _figures(times["onnxrt"], result["batch"], None)
             o["median_ratio_engine_over_onnxrt"] = result["latency_ms"]["median"] / o["latency_ms"]["median"]
@@ -173,10 +198,22 @@ def run(args) -> int:
             ctx.profiler = None
             result["profile"] = _profile(profiler, engine, separate=bool(args.separate_profile_run),
                                          median_latency=result["latency_ms"]["median"])
+        if args.timeline:
+            trace = _trace(ctx, engine, feeds, max(args.iterations, 1), bool(args.use_cuda_graph))
     finally:
         ort = None
         runner.deactivate()
+    if args.timeline:
+        from backends.engine.runtime.trace import chrome_trace
+        from native.files import write_json
+        rec, result["timeline"] = trace
+        write_json(args.timeline, chrome_trace(rec, engine, {"model": result["model"], "batch": result["batch"],
+                                                             "precision_flags": result["precision_flags"]}),
+                   "--timeline")
     _print(result, args)
+    if args.timeline:
+        print(f"wrote the timeline of {result['timeline']['inferences']} inferences to {args.timeline} (open it in "
+              f"chrome://tracing or ui.perfetto.dev)")
     if args.dump_profile and "profile" in result:
         from native.files import write_json
         write_json(args.dump_profile, result["profile"], "--dump-profile", indent=1)
@@ -248,6 +285,97 @@ def _transfers(device_times, engine, feeds) -> dict:
     return {"h2d_ms": None, "compute_ms": None, "d2h_ms": None, "transfers_note": why}
 
 
+def _streams_loop(engine, ctx, feeds, args, device_times, host_times):
+    """`--streams N`: N execution contexts (the first is `ctx`), each timed in its own host thread for at least
+    --iterations inferences and --duration seconds, all started together. Returns (every inference's seconds,
+    the wall seconds from the start until the last finished, inferences per context)."""
+    import threading
+
+    from debugkit import benchmark as B
+    ctxs = [ctx] + [engine.create_execution_context() for _ in range(args.streams - 1)]
+    for c in ctxs[1:]:
+        c.execute(feeds)             # plans its arena before the clock starts
+        B.warm_up(lambda c=c: c.execute(feeds), args.warm_up)
+    results, errors = [None] * len(ctxs), []
+    lock, start = threading.Lock(), threading.Barrier(len(ctxs))
+
+    def worker(i, c):
+        mine_dev, mine_host = [], []
+
+        def after():
+            if c.timings:
+                mine_dev.append(dict(c.timings))
+            if c.host_timings:
+                mine_host.append(dict(c.host_timings))
+        try:
+            start.wait()
+            results[i] = B.timed_loop(lambda: c.execute(feeds), args.iterations, args.duration, after=after)
+        except BaseException as e:   # noqa: BLE001  (re-raised in the caller's thread)
+            errors.append(e)
+            start.abort()
+        with lock:
+            device_times.extend(mine_dev)
+            host_times.extend(mine_host)
+    import time
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i, c), name=f"debugkit-bench-stream-{i}")
+               for i, c in enumerate(ctxs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return [x for r in results for x in r[0]], wall, [len(r[0]) for r in results]
+
+
+def _busy(host_times, device_times, engine, wall_s, streams) -> dict:
+    """trtexec's enqueue and utilisation figures: the host's time to enqueue each inference's compute, the device's
+    busy time summed over the timed inferences against the wall time they took, and whether the device waited for
+    the host (enqueue-bound)."""
+    from debugkit import benchmark as B
+    enq = [h["enqueue_ms"] / 1e3 for h in host_times if h.get("enqueue_ms") is not None]
+    out = {"enqueue_ms": B.latency_stats(enq) if enq else None}
+    compute = [t["compute_ms"] for t in device_times if t.get("compute_ms") is not None]
+    if compute:
+        busy, clock = sum(compute), f"the {engine.device} device's clock (compute per execute)"
+    elif engine.device.host_memory and enq and streams == 1:   # (threads' host times overlap: no busy figure)
+        busy, clock = sum(enq) * 1e3, f"the host's clock: the {engine.device} device computes as it is enqueued"
+    else:
+        busy, clock = None, None
+    wall_ms = wall_s * 1e3 if wall_s else None
+    out["device_busy"] = None if busy is None or not wall_ms else {
+        "busy_ms_total": busy, "wall_ms_total": wall_ms, "utilization": busy / wall_ms, "clock": clock,
+        "streams": streams}
+    out["enqueue_bound"] = None
+    if compute and enq and not engine.device.host_memory:
+        # the host needs about as long to enqueue as the device to run it: the device waits for the host
+        out["enqueue_bound"] = bool(out["enqueue_ms"]["median"] >= 0.8 * float(np.median(compute)))
+    return out
+
+
+def _trace(ctx, engine, feeds, n, graph):
+    """(recorder, summary): `n` inferences traced with a TraceRecorder (runtime/trace.py)."""
+    from backends.engine.runtime.trace import TraceRecorder
+    rec = TraceRecorder(engine.device)
+    ctx.profiler = rec
+    G_LOGGER.info(f"timeline run: {n} inferences traced" + (" (without the CUDA graph: layers are enqueued one by "
+                                                             "one so each can be marked)" if graph else ""))
+    try:
+        for _ in range(n):
+            ctx.execute(feeds)
+    finally:
+        ctx.profiler = None
+    shares = []
+    for k, inf in enumerate(rec.inferences):
+        span = inf["host"][1] - inf["host"][0]
+        if span > 0:
+            shares.append(rec.layer_seconds(k) / span)
+    return rec, {"inferences": len(rec.inferences), "without_cuda_graph": graph,
+                 "layers_over_execute_median": float(np.median(shares)) if shares else None}
+
+
 def _profiler(ctx):
     from backends.engine.runtime.profiler import LayerProfiler
     ctx.profiler = LayerProfiler()
@@ -307,6 +435,19 @@ def _print(r, args):
         if r.get("h2d_gb_per_s"):
             print(f"host-to-device bandwidth: {r['h2d_gb_per_s']:.1f} GB/s ({r['h2d_bytes'] / 1e6:.1f} MB of inputs "
                   f"per inference, median)", file=out)
+    if r.get("enqueue_ms"):
+        print(f"enqueue ms (host): {_stat_line(r['enqueue_ms'])}", file=out)
+    b = r.get("device_busy")
+    if b:
+        print(f"{r['device']} busy {_fmt(b['busy_ms_total'])} ms of {_fmt(b['wall_ms_total'])} ms wall "
+              f"({100 * b['utilization']:.1f}%" + (f", {b['streams']} streams" if b["streams"] > 1 else "") +
+              f"; {b['clock']})", file=out)
+    if r.get("enqueue_bound"):
+        print("* throughput may be bound by enqueue time rather than device compute: the device waits for the host "
+              "(try --use-cuda-graph)", file=out)
+    if r.get("streams", 1) > 1:
+        print(f"streams: {r['streams']} contexts in flight; inferences per context "
+              f"{r['throughput']['per_stream_inferences']}", file=out)
     if "compare" in r:
         o = r["compare"]["onnxrt"]
         from debugkit.benchmark import onnxrt_settings_line

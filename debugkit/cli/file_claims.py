@@ -18,7 +18,7 @@ OUTPUTS = {
     "output": ("-o", True), "save_engine": ("--save-engine", True), "save_inputs": ("--save-inputs", False),
     "save_outputs": ("--save-outputs", False), "json": ("--json", True), "report": ("--report", True),
     "save_tactics": ("--save-tactics", True), "dump_profile": ("--dump-profile", True),
-    "min_good": ("--min-good", True),
+    "min_good": ("--min-good", True), "timeline": ("--timeline", True),
 }
 OUTPUT_DIRS = {"art_dir": "--art-dir", "artifacts_dir": "--artifacts-dir", "output_dir": "-o",
                "save_subgraphs": "--save-subgraphs"}

@@ -20,6 +20,8 @@ class CudaDevice(Device):
     merges_shortcut_convs = False  # cuDNN fuses the residual add instead (fusion_shortcut.py's merge is CPU GEMM)
     supports_graphs = True
     has_timeline = True
+    # one stream per process (driver.Context): contexts on host threads would share it and its staging buffer
+    concurrent_contexts = False
 
     def available(self) -> bool:
         return available()
@@ -137,6 +139,10 @@ class CudaDevice(Device):
     def timeline(self):
         from native.cuda.driver import Timeline, context
         return Timeline(context())
+
+    def trace_clock(self):
+        from native.cuda.driver import EventTraceClock, context
+        return EventTraceClock(context())
 
     def capture(self, run, host_feeds, output_names):
         from native.cuda.graph import CapturedGraph

@@ -214,6 +214,42 @@ class Timeline:
         return out
 
 
+class EventTraceClock:
+    """A timeline clock on the stream (native/trace_clock.py): each mark records an event; `device_seconds` waits
+    for the last one and places every event on the host's perf_counter scale from the first, which is recorded
+    when the stream is idle (after the previous execution's wait), so the GPU reaches it as the host records it."""
+
+    def __init__(self, ctx: Context):
+        import time
+        self.ctx, self._time = ctx, time.perf_counter
+        self.origin = None
+
+    def mark(self):
+        cu = _cu()
+        ev = check(cu.cuEventCreate(0), "cuEventCreate")
+        check(cu.cuEventRecord(ev, self.ctx.stream), "cuEventRecord")
+        if self.origin is None:
+            self.origin = (ev, self._time())
+        return ev
+
+    def device_seconds(self, marks) -> list:
+        cu = _cu()
+        if not marks:
+            return []
+        check(cu.cuEventSynchronize(marks[-1]), "cuEventSynchronize")
+        ev0, t0 = self.origin
+        out = [t0 + float(check(cu.cuEventElapsedTime(ev0, ev), "cuEventElapsedTime")) / 1e3 for ev in marks]
+        for ev in marks:
+            if ev is not ev0:
+                cu.cuEventDestroy(ev)
+        return out
+
+    def close(self):
+        if self.origin is not None:
+            _cu().cuEventDestroy(self.origin[0])
+            self.origin = None
+
+
 _CTX: Context | None = None
 
 

@@ -170,3 +170,92 @@ def test_plan_and_file_errors_exit_2(tmp_path, model, capsys):
     onnx.save(mlp(depth=2), other)
     assert main(["bench", str(other), "--load-engine", str(plan)]) == 2
     assert "another model" in capsys.readouterr().err
+
+
+def convnet(path, depth=3, channels=16, size=48):
+    """x[1,8,size,size] -> depth x (Conv 3x3 + Relu): layers that take milliseconds, so they dominate an execute."""
+    rng = np.random.default_rng(1)
+    nodes, inits, t, c = [], [], "x", 8
+    for i in range(depth):
+        inits.append(numpy_helper.from_array((rng.standard_normal((channels, c, 3, 3)) / 8).astype(np.float32),
+                                             f"w{i}"))
+        nodes += [helper.make_node("Conv", [t, f"w{i}"], [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        t, c = f"r{i}", channels
+    nodes[-1].output[0] = "y"
+    g = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return str(path)
+
+
+def test_timeline_is_a_chrome_trace_whose_layers_fill_each_execute(tmp_path, capsys):
+    """--timeline writes the Trace Event Format: metadata naming the host and device threads, one 'execute #k'
+    span per traced inference on the host thread, each engine layer inside it on both threads (tactic, precision,
+    ONNX nodes in args), the host's sync; on the CPU the layers are most of each execute."""
+    model = convnet(tmp_path / "cnn.onnx")
+    trace = tmp_path / "trace.json"
+    out = tmp_path / "bench.json"
+    rc = main(["bench", model, "--warm-up", "0", "--json", str(out), "--iterations", "4", "--duration", "0",
+               "--timeline", str(trace)])
+    r = json.loads(out.read_text())
+    assert rc == 0 and "wrote the timeline of 4 inferences" in capsys.readouterr().out
+    doc = json.loads(trace.read_text())
+    ev = doc["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names == {1: "host (enqueue)", 2: "cpu (execution)"}
+    assert all({"name", "ph", "ts", "dur", "pid", "tid", "cat"} <= set(e) for e in ev if e["ph"] == "X")
+    runs = [e for e in ev if e.get("cat") == "inference"]
+    assert [e["name"] for e in runs] == [f"execute #{k}" for k in range(4)] and doc["otherData"]["inferences"] == 4
+    layers = [e for e in ev if e.get("cat") == "layer" and e["tid"] == 2]
+    assert {e["args"]["onnx_nodes"][0] for e in layers} == {"conv0", "conv1", "conv2"}
+    assert all(e["args"]["tactic"] and e["args"]["precision"] == "float32" for e in layers)
+    assert len([e for e in ev if e.get("cat") == "layer" and e["tid"] == 1]) == len(layers) == 3 * 4
+    assert len([e for e in ev if e.get("cat") == "sync"]) == 4
+    for k, run_ in enumerate(runs):
+        mine = [e for e in layers if e["args"]["inference"] == k]
+        assert all(run_["ts"] <= e["ts"] and e["ts"] + e["dur"] <= run_["ts"] + run_["dur"] + 1 for e in mine)
+        assert 0.5 * run_["dur"] <= sum(e["dur"] for e in mine) <= run_["dur"] + 1, (k, run_, mine)
+    assert r["timeline"]["inferences"] == 4 and 0.5 <= r["timeline"]["layers_over_execute_median"] <= 1.0
+
+
+def test_enqueue_time_and_device_busy_are_reported(tmp_path, model):
+    """On the CPU the host enqueues by computing: enqueue time is the compute, the device is busy for the summed
+    enqueue times out of the loop's wall time (never more), and no enqueue-bound verdict is invented."""
+    rc, r = _bench(tmp_path, model, "--iterations", "10", "--duration", "0")
+    assert rc == 0 and _ordered(r["enqueue_ms"])
+    assert r["enqueue_ms"]["max"] <= r["latency_ms"]["max"]
+    b = r["device_busy"]
+    assert 0 < b["busy_ms_total"] <= b["wall_ms_total"] and b["utilization"] == pytest.approx(
+        b["busy_ms_total"] / b["wall_ms_total"]) and b["streams"] == 1
+    assert b["wall_ms_total"] == pytest.approx(r["loop_wall_seconds"] * 1e3)
+    assert r["enqueue_bound"] is None
+
+
+def test_streams_run_contexts_at_once_and_report_the_aggregate(tmp_path, model, capsys):
+    rc, r = _bench(tmp_path, model, "--iterations", "6", "--duration", "0", "--streams", "3")
+    assert rc == 0 and r["streams"] == 3
+    assert r["inferences"] == 18 and r["throughput"]["per_stream_inferences"] == [6, 6, 6]
+    assert r["throughput"]["inferences_per_s"] == pytest.approx(18 / r["loop_wall_seconds"])
+    assert r["device_busy"] is None      # the threads' host times overlap: no busy figure is made up
+    assert "3 contexts in flight" in capsys.readouterr().out
+
+
+def test_streams_on_a_device_that_has_one_stream_is_a_usage_error(tmp_path, model, capsys, monkeypatch):
+    from native.device import get_device
+    monkeypatch.setattr(type(get_device("cpu")), "concurrent_contexts", False)
+    rc, r = _bench(tmp_path, model, "--iterations", "2", "--duration", "0", "--streams", "2")
+    assert rc == 2 and r is None and "one stream per process" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--streams", "0"], "--streams must be >= 1"),
+    (["--streams", "2", "--compare", "onnxrt"], "--streams N with --compare onnxrt"),
+    (["--timeline", "/no/such/dir/t.json"], "does not exist"),
+])
+def test_bad_stream_and_timeline_options_exit_2(tmp_path, model, capsys, extra, message):
+    rc, r = _bench(tmp_path, model, *extra)
+    assert rc == 2 and r is None
+    assert message in capsys.readouterr().err

@@ -140,6 +140,10 @@ class CompiledPlan:
             try:
                 if profiler is None:
                     outs = fn(op, args, bufs, workspace, stream) if full else fn(op, args)
+                elif hasattr(profiler, "begin"):    # a timeline (runtime/trace.py): marks, no synchronisation
+                    tok = profiler.begin(node.name, "layer")
+                    outs = fn(op, args, bufs, workspace, stream) if full else fn(op, args)
+                    profiler.end(tok)
                 else:
                     t0 = clock()
                     outs = fn(op, args, bufs, workspace, stream) if full else fn(op, args)

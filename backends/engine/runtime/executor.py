@@ -296,6 +296,10 @@ class GraphExecutor:
                     outs, tactic = self._first_accepting(node, tactic, op, args, workspace, stream)
                 elif profiler is None:
                     outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)
+                elif hasattr(profiler, "begin"):    # a timeline (runtime/trace.py): marks, no synchronisation
+                    tok = profiler.begin(node.name, "layer")
+                    outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)
+                    profiler.end(tok)
                 else:
                     t0 = time.perf_counter()
                     outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)

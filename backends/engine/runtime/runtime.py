@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 
@@ -144,6 +145,7 @@ class ExecutionContext:
         self.use_arena = True
         self.arenas = ArenaCache()
         self.timings = None    # {"h2d_ms", "compute_ms", "d2h_ms"} of the last execute on a device with own memory
+        self.host_timings = None   # {"enqueue_ms"}: the host's time to enqueue the last execute's compute
         self._checked_shapes = {}   # (input, profile) -> the feed shape last accepted there
 
     @property
@@ -259,20 +261,33 @@ class ExecutionContext:
             resolved = {}
         dev = self.engine._device
         profiler = getattr(self, "profiler", None)
+        trace = profiler if hasattr(profiler, "begin") else None   # a timeline recorder (runtime/trace.py)
         timeline = dev.timeline() if dev.has_timeline else None
+        if profiler is not None and hasattr(profiler, "start_inference"):
+            profiler.start_inference()
+            profiler.tactics = {n.name: n.tactic_name for n in self.engine.graph.nodes}
+        clock = time.perf_counter
         if self._graph_mode and not resolved and profiler is None:
+            enqueued = clock()
             env = self._graph_launch(feeds, timeline)
         else:
             if not dev.host_memory:   # a device with its own memory: feeds in, results out (one copy each)
+                tok = trace.begin("H2D", "copy") if trace is not None else None
                 feeds = {k: dev.copy_to_device(v) for k, v in feeds.items()}
                 timeline.mark("h2d")
-            if profiler is not None and hasattr(profiler, "start_inference"):
-                profiler.start_inference()
-                profiler.tactics = {n.name: n.tactic_name for n in self.engine.graph.nodes}
+                if tok is not None:
+                    trace.end(tok)
             memory = self.arenas if self.use_arena else None
+            enqueued = clock()
             env = self.engine.executor.run(feeds, keep=resolved.values(), profiler=profiler, memory=memory)
+        # the host's time to enqueue the compute (on a synchronous device, the compute itself)
+        self.host_timings = {"enqueue_ms": (clock() - enqueued) * 1e3}
         if timeline is not None:
             timeline.mark("compute")
+        if trace is not None:     # the host's wait for the device, a span of its own on the timeline
+            tok = trace.begin("sync", "sync")
+            dev.synchronize()
+            trace.end(tok)
         outputs = self.__dict__.get("_output_names") or self.__dict__.setdefault(
             "_output_names", self.engine.graph.output_names)
         if dev.host_memory:
@@ -280,15 +295,22 @@ class ExecutionContext:
             for t, r in resolved.items():
                 if r in env:
                     result[t] = env[r]
+            if trace is not None:
+                trace.end_inference()
             return result
+        tok = trace.begin("D2H", "copy") if trace is not None else None
         out = dev.duplicate if device_outputs else dev.copy_to_host
         result = {name: out(env[name]) for name in outputs}
         for t, r in resolved.items():
             if r in env:
                 result[t] = out(env[r])
+        if tok is not None:
+            trace.end(tok)
         if timeline is not None:
             timeline.mark("d2h")
             self.timings = timeline.durations()   # waits for the last event: device outputs are ready to share
+        if trace is not None:
+            trace.end_inference()
         return result
 
     # CUDA graphs (trtexec --useCudaGraph) ----------------------------------------------------------------
