@@ -1,14 +1,20 @@
-"""Side-by-side GPU timing: our CUDA engine vs PyTorch eager on the same architecture, inputs and precision, in
-one process (the peer PERFORMANCE.md reports ratios against).
+"""Side-by-side GPU timing: our CUDA engine vs three PyTorch peers on the same architecture, inputs and precision,
+in one process (the peers PERFORMANCE.md reports ratios against).
 
     python tools/gpu_peer.py --model resnet50 --precision fp16 --batch 1 128 [--cuda-graph] [--json out.json]
-    python tools/gpu_peer.py --model bert --precision fp16 --batch 32 --seq 128 [--torch-compile]
+    python tools/gpu_peer.py --model resnet50 --precision tf32 --batch 128 --cuda-graph
+    python tools/gpu_peer.py --model bert --precision fp16 --batch 32 --seq 128 [--compile-mode max-autotune-no-cudagraphs]
 
 Needs torch (and torchvision for the ResNets) on the GPU machine; models get random weights, nothing is
 downloaded. `bert` is BERT-base (12 layers, hidden 768, 12 heads, FFN 3072, GELU, post-LN) written here in plain
-PyTorch and exported to ONNX. PyTorch runs eager, no_grad, cudnn.benchmark, channels_last for convnets in FP16;
-TF32 off in FP32. Ours: build time (cold, then warm with the timing cache), GPU compute time per inference from
-CUDA events (inputs already uploaded, as PyTorch's are), end-to-end time with copies, throughput.
+PyTorch and exported to ONNX. The peers, all three in every row: PyTorch eager; the same module replayed as a CUDA
+graph (torch.cuda.CUDAGraph, captured once on static inputs); and torch.compile (inductor, --compile-mode, default
+"default"; compile time reported apart; null with the reason printed where compilation fails). All run no_grad,
+cudnn.benchmark, channels_last for convnets in FP16; TF32 on only with --precision tf32 (ours builds with --tf32
+then), strict FP32 otherwise. Ours: build time (cold, then warm with the timing cache), GPU compute time per
+inference from CUDA events (inputs already uploaded, as PyTorch's are), the host's enqueue time, end-to-end time
+with copies, throughput. Timing alternates: rounds of --iterations inferences of each contender in turn, the
+median of the round medians kept, so clock and thermal drift hits all alike and the ratios hold.
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _time(fn, sync, warm=3, iters=20):
+    """Milliseconds per call of fn() over `iters` calls, the device synchronised before and after."""
     for _ in range(warm):
         fn()
     sync()
@@ -33,6 +40,33 @@ def _time(fn, sync, warm=3, iters=20):
         fn()
     sync()
     return (time.perf_counter() - t) / iters * 1e3
+
+
+def cuda_graph_peer(torch, module, inputs):
+    """A callable replaying `module(*inputs)` as a CUDA graph (warmed up on a side stream, captured once)."""
+    static = [t.clone() for t in inputs]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            module(*static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        module(*static)
+    return graph.replay
+
+
+def alternating(contenders: dict, rounds: int, sync) -> dict:
+    """{name: median ms}: `rounds` rounds, each timing every contender in turn (a contender is a function returning
+    its ms for one batch of inferences), the order rotating per round; the median over rounds is kept."""
+    got = {k: [] for k in contenders}
+    names = list(contenders)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            sync()
+            got[name].append(contenders[name]())
+    return {k: float(np.median(v)) if v else None for k, v in got.items()}
 
 
 def bert_base(torch, layers=12, hidden=768, heads=12, ffn=3072, vocab=30522, max_pos=512):
@@ -89,22 +123,27 @@ def bert_base(torch, layers=12, hidden=768, heads=12, ffn=3072, vocab=30522, max
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet50", choices=["resnet50", "resnet18", "bert"])
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "fp16"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16"],
+                    help="fp32: strict FP32 both sides; tf32: our --tf32 build vs PyTorch with TF32 allowed; fp16")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--cuda-graph", action="store_true", help="time our engine with CUDA graphs")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="also print our slowest layers (per-layer synchronized)")
-    ap.add_argument("--torch-compile", action="store_true",
-                    help="also time torch.compile (inductor, default mode) of the peer (compile time is "
-                         "reported apart); recorded as null where compilation fails")
+    ap.add_argument("--compile-mode", default="default",
+                    choices=["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"],
+                    help="torch.compile's mode for the third peer (default: 'default'; max-autotune modes tune "
+                         "kernels for minutes)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (default 5)")
+    ap.add_argument("--torch-compile", action="store_true", help=argparse.SUPPRESS)   # always on now
     ap.add_argument("--layout", choices=["timed", "nhwc", "nchw"], default="timed",
                     help="convolution layout: chosen by timing (the CUDA device's default), or forced")
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    tf32 = args.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     fp16 = args.precision == "fp16"
@@ -116,6 +155,7 @@ def main():
     from backends.engine.builder import BuilderConfig
     from backends.engine.builder.config import BuilderFlag
     from backends.runners import EngineRunner
+    from native.files import write_bytes
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, f"{args.model}.onnx")
@@ -131,10 +171,11 @@ def main():
         import copy
         ref_net = net.cuda()
         peer = copy.deepcopy(net).cuda()
+        channels_last = args.model != "bert" and args.precision in ("fp16", "tf32")   # cuDNN's tensor-core layout
         if fp16:
             peer = peer.half()
-            if args.model != "bert":
-                peer = peer.to(memory_format=torch.channels_last)
+        if channels_last:
+            peer = peer.to(memory_format=torch.channels_last)
         for bs in args.batch:
             rng = np.random.default_rng(0)
             if args.model == "bert":
@@ -146,22 +187,28 @@ def main():
             else:
                 feeds = {"x": rng.standard_normal((bs, 3, 224, 224)).astype(np.float32)}
                 tin = [torch.from_numpy(feeds["x"]).cuda()]
-                peer_in = [tin[0].half().to(memory_format=torch.channels_last)] if fp16 else tin
+                x = tin[0].half() if fp16 else tin[0].clone()
+                peer_in = [x.to(memory_format=torch.channels_last) if channels_last else x]
             with torch.no_grad():
+                if tf32:    # the reference stays strict FP32
+                    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
                 ref = ref_net(*tin).float().cpu().numpy()
-                t_peer = _time(lambda: peer(*peer_in), torch.cuda.synchronize, iters=args.iterations)
-                t_compiled = compile_s = None
-                if args.torch_compile:
-                    try:
-                        compiled = torch.compile(peer)
-                        t0 = time.perf_counter()
-                        compiled(*peer_in)
-                        torch.cuda.synchronize()
-                        compile_s = time.perf_counter() - t0
-                        t_compiled = _time(lambda: compiled(*peer_in), torch.cuda.synchronize,
-                                           iters=args.iterations)
-                    except Exception as e:   # torch.compile where it works: say why not elsewhere
-                        print(f"  torch.compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+                peers = {"torch_eager": lambda: peer(*peer_in)}
+                try:
+                    peers["torch_cuda_graph"] = cuda_graph_peer(torch, peer, peer_in)
+                except Exception as e:
+                    print(f"  CUDA graph capture of the peer failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                compile_s = None
+                try:
+                    compiled = torch.compile(peer, mode=args.compile_mode)
+                    t0 = time.perf_counter()
+                    compiled(*peer_in)
+                    torch.cuda.synchronize()
+                    compile_s = time.perf_counter() - t0
+                    peers["torch_compile"] = lambda: compiled(*peer_in)
+                except Exception as e:   # torch.compile where it works: say why not elsewhere
+                    print(f"  torch.compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             shapes = {k: v.shape for k, v in feeds.items()}
             cache = os.path.join(tmp, f"cache-{bs}.bin")
             builds = []
@@ -170,6 +217,8 @@ def main():
                 config.prefer_nhwc = {"timed": None, "nhwc": True, "nchw": False}[args.layout]
                 if fp16:
                     config.set_flag(BuilderFlag.FP16)
+                if tf32:
+                    config.set_flag(BuilderFlag.TF32)
                 if os.path.exists(cache):
                     with open(cache, "rb") as f:
                         config.set_timing_cache(config.create_timing_cache(f.read()))
@@ -179,8 +228,7 @@ def main():
                 r = EngineRunner(path, shapes=shapes, device="cuda", config=config)
                 r.activate()
                 builds.append(time.perf_counter() - t0)
-                with open(cache, "wb") as f:
-                    f.write(config.get_timing_cache().serialize())
+                write_bytes(cache, config.get_timing_cache().serialize(), "timing cache")
                 if attempt == 0:
                     r.deactivate()
             y = r.infer(feeds)["y"]
@@ -189,12 +237,24 @@ def main():
                 ctx.enable_cuda_graph()
             for _ in range(3):
                 ctx.execute(feeds)
-            compute, total = [], []
-            for _ in range(args.iterations):
-                t = time.perf_counter()
-                ctx.execute(feeds)
-                total.append((time.perf_counter() - t) * 1e3)
-                compute.append(ctx.timings["compute_ms"])
+            compute, total, enqueue = [], [], []
+
+            def ours():
+                got = []
+                for _ in range(args.iterations):
+                    t = time.perf_counter()
+                    ctx.execute(feeds)
+                    total.append((time.perf_counter() - t) * 1e3)
+                    got.append(ctx.timings["compute_ms"])
+                    enqueue.append(ctx.host_timings["enqueue_ms"])
+                compute.extend(got)
+                return float(np.median(got))
+            contenders = {"ours": ours}
+            with torch.no_grad():
+                for name, fn in peers.items():
+                    contenders[name] = lambda fn=fn: _time(fn, torch.cuda.synchronize, warm=1,
+                                                           iters=args.iterations)
+                medians = alternating(contenders, args.rounds, torch.cuda.synchronize)
             nodes = r.engine.graph.nodes
             if args.profile:
                 from backends.engine.runtime.profiler import LayerProfiler
@@ -215,25 +275,50 @@ def main():
             r.deactivate()
             y = np.asarray(y, np.float64)
             cos = float((y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref) + 1e-30))
-            ours = float(np.median(compute))
-            row = {"model": args.model, "precision": args.precision, "batch": bs, "cuda_graph": args.cuda_graph, "layout": args.layout,
-                   "ours_compute_ms": round(ours, 3), "ours_end_to_end_ms": round(float(np.median(total)), 3),
-                   "torch_eager_ms": round(t_peer, 3), "ours_vs_torch": round(ours / t_peer, 3),
-                   "torch_compile_ms": None if t_compiled is None else round(t_compiled, 3),
-                   "ours_vs_torch_compile": None if t_compiled is None else round(ours / t_compiled, 3),
+            ours = medians["ours"]
+
+            def ratio(k):
+                return None if medians.get(k) is None else round(ours / medians[k], 3)
+
+            def ms(k):
+                return None if medians.get(k) is None else round(medians[k], 3)
+            row = {"model": args.model, "precision": args.precision, "batch": bs, "cuda_graph": args.cuda_graph,
+                   "layout": args.layout, "ours_compute_ms": round(ours, 3),
+                   "ours_end_to_end_ms": round(float(np.median(total)), 3),
+                   "ours_enqueue_ms": round(float(np.median(enqueue)), 3),
+                   "torch_eager_ms": ms("torch_eager"), "torch_cuda_graph_ms": ms("torch_cuda_graph"),
+                   "torch_compile_ms": ms("torch_compile"), "torch_compile_mode": args.compile_mode,
+                   "ours_vs_torch_eager": ratio("torch_eager"), "ours_vs_torch_cuda_graph": ratio("torch_cuda_graph"),
+                   "ours_vs_torch_compile": ratio("torch_compile"),
                    "torch_compile_s": None if compile_s is None else round(compile_s, 1),
-                   "ours_samples_per_s": round(bs / ours * 1e3, 1), "torch_samples_per_s": round(bs / t_peer * 1e3, 1),
+                   "ours_samples_per_s": round(bs / ours * 1e3, 1),
                    "cosine_vs_torch_fp32": cos, "max_abs_vs_torch_fp32": float(np.abs(y - ref).max()),
                    "build_cold_s": round(builds[0], 1), "build_warm_s": round(builds[1], 1), "layers": len(nodes),
-                   "host_layer_kinds": host, "gpu": torch.cuda.get_device_name(),
+                   "host_layer_kinds": host, "gpu": torch.cuda.get_device_name(), "rounds": args.rounds,
                    "date": time.strftime("%Y-%m-%d")}
             rows.append(row)
             print(json.dumps(row), flush=True)
+    print(table(rows))
     if args.json:
-        from native.files import output_file
-        with output_file(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        from native.files import write_json
+        write_json(args.json, rows, "--json", indent=1)
     return 0
+
+
+def table(rows) -> str:
+    """The rows as one markdown table: our compute time and every peer's, and ours / peer (< 1: ours faster)."""
+    def f(v):
+        return "n/a" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+    head = ("| model | precision | batch | ours ms | eager ms | CUDA graph ms | torch.compile ms (mode) | "
+            "ours/eager | ours/graph | ours/compile | cosine vs FP32 | build cold/warm s |")
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['precision']} | {r['batch']} | {f(r['ours_compute_ms'])} | "
+                     f"{f(r['torch_eager_ms'])} | {f(r['torch_cuda_graph_ms'])} | {f(r['torch_compile_ms'])} "
+                     f"({r['torch_compile_mode']}) | {f(r['ours_vs_torch_eager'])} | "
+                     f"{f(r['ours_vs_torch_cuda_graph'])} | {f(r['ours_vs_torch_compile'])} | "
+                     f"{r['cosine_vs_torch_fp32']:.6f} | {r['build_cold_s']}/{r['build_warm_s']} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

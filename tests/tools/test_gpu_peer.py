@@ -1,0 +1,32 @@
+"""tools/gpu_peer.py's CPU-visible parts: the alternating timing of contenders and the three-peer table."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from tools.gpu_peer import alternating, table  # noqa: E402
+
+
+def test_alternating_rotates_the_order_and_keeps_the_median_of_rounds():
+    calls, syncs = [], []
+    times = {"ours": iter([5.0, 1.0, 2.0]), "torch_eager": iter([3.0, 30.0, 4.0])}
+
+    def contender(name):
+        def fn():
+            calls.append(name)
+            return next(times[name])
+        return fn
+    got = alternating({k: contender(k) for k in times}, 3, lambda: syncs.append(1))
+    assert got == {"ours": 2.0, "torch_eager": 4.0}
+    assert calls == ["ours", "torch_eager", "torch_eager", "ours", "ours", "torch_eager"] and len(syncs) == 6
+
+
+def test_the_table_has_all_three_peers_and_says_what_is_missing():
+    row = {"model": "resnet50", "precision": "fp16", "batch": 128, "ours_compute_ms": 4.0, "torch_eager_ms": 8.0,
+           "torch_cuda_graph_ms": 7.9, "torch_compile_ms": None, "torch_compile_mode": "default",
+           "ours_vs_torch_eager": 0.5, "ours_vs_torch_cuda_graph": 0.506, "ours_vs_torch_compile": None,
+           "cosine_vs_torch_fp32": 0.99999, "build_cold_s": 30.0, "build_warm_s": 2.0}
+    head, rule, line = table([row]).splitlines()
+    assert "eager ms" in head and "CUDA graph ms" in head and "torch.compile ms (mode)" in head
+    assert line.split("|")[5:9] == [" 8.000 ", " 7.900 ", " n/a (default) ", " 0.500 "]
+    assert "0.506" in line and "30.0/2.0" in line
