@@ -1,0 +1,29 @@
+"""tools/build_times.py: its table and limits verdict, and a bad model name (exit 2, before any build)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from tools.build_times import main, table  # noqa: E402
+
+
+def _build(seconds, cands):
+    return {"seconds": seconds, "candidates_timed": cands, "timed_runs": 4 * cands, "layers": 10, "rc": 0}
+
+
+def test_the_table_names_the_models_that_miss_the_limits():
+    rows = [{"model": "a", "cold": _build(12.0, 50), "warm": _build(2.0, 0)},
+            {"model": "b", "cold": _build(75.0, 400), "warm": _build(3.0, 0)},
+            {"model": "c", "cold": {"error": "exit 1: boom"}, "warm": None},
+            {"model": "d", "unavailable": "not cached"}]
+    text = table(rows, 60, 10)
+    lines = text.splitlines()
+    assert lines[2] == "| a | 12.0 | 2.0 | 50 / 0 | 200 / 0 | 10 | yes |"
+    assert lines[3].startswith("| b | 75.0 | 3.0 | 400 / 0 |") and lines[3].endswith("| NO |")
+    assert "exit 1: boom" in lines[4] and "not available" in lines[5]
+    assert lines[-1] == "limits: cold <= 60 s, warm <= 10 s; missed by ['b', 'c']"
+
+
+def test_an_unknown_model_is_refused(capsys):
+    assert main(["--models", "no-such-model", "--device", "cpu"]) == 2
+    assert "unknown model(s) ['no-such-model']" in capsys.readouterr().err
