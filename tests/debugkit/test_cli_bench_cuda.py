@@ -23,3 +23,26 @@ def test_bench_on_cuda_with_graphs_reports_device_times(tmp_path):
     assert "own clock" in r["transfers_note"]
     shares = [row["percent"] for row in r["profile"]["layers"]] if isinstance(r["profile"], dict) else []
     assert shares and abs(sum(shares) - 100) < 2
+
+
+def test_timeline_on_cuda_places_layers_on_the_stream_and_enqueue_apart(tmp_path):
+    """--timeline on the GPU: device spans from events (no synchronisation between layers), in order and inside
+    each execute; enqueue time and GPU busy reported; --streams > 1 refused (one stream per process)."""
+    path, out, trace = tmp_path / "mlp.onnx", tmp_path / "bench.json", tmp_path / "trace.json"
+    onnx.save(mlp(), path)
+    rc = main(["bench", str(path), "--input-shapes", "x:[64,16]", "--device", "cuda", "--iterations", "5",
+               "--duration", "0", "--warm-up", "0", "--timeline", str(trace), "--json", str(out)])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    assert _ordered(r["enqueue_ms"]) and r["device_busy"]["utilization"] > 0 and r["enqueue_bound"] in (True, False)
+    ev = json.loads(trace.read_text())["traceEvents"]
+    runs = [e for e in ev if e.get("cat") == "inference"]
+    assert len(runs) == 5
+    dev = [e for e in ev if e.get("tid") == 2 and e.get("ph") == "X"]
+    assert {e["name"] for e in dev if e["cat"] == "copy"} == {"H2D", "D2H"}
+    for k, run_ in enumerate(runs):
+        mine = [e for e in dev if e["args"]["inference"] == k]
+        starts = [e["ts"] for e in mine]
+        assert starts == sorted(starts) and mine[0]["name"] == "H2D" and mine[-1]["name"] == "D2H"
+        assert all(run_["ts"] - 50 <= e["ts"] and e["ts"] + e["dur"] <= run_["ts"] + run_["dur"] + 50 for e in mine)
+    assert main(["bench", str(path), "--input-shapes", "x:[64,16]", "--device", "cuda", "--streams", "2"]) == 2

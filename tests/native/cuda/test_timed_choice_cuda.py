@@ -123,3 +123,25 @@ def test_rebuild_with_the_timing_cache_times_nothing_and_chooses_the_same(tmp_pa
     again, _, _, log = _engine_layers(_convnet(), tmp_path, x, cache, reference=False)
     key = lambda ls: [(l["Name"], l["LayerType"], l["Precision"], l["TacticName"]) for l in ls]   # noqa: E731
     assert key(again) == key(first), log
+
+
+def test_tf32_convolutions_run_nhwc_on_cudnn_with_tf32_math(tmp_path):
+    """A --tf32 build times its layout in TF32 (passes/layout_timing.py): the convolutions run on cuDNN with TF32
+    math, and the engine stays close to FP32 (TF32 keeps a 10-bit mantissa)."""
+    from backends.engine.builder import BuilderConfig, BuilderFlag
+    from backends.runners import EngineRunner
+    path = tmp_path / "m.onnx"
+    onnx.save(_convnet(), path)
+    x = np.random.default_rng(5).standard_normal((8, 32, 56, 56)).astype(np.float32)
+    config = BuilderConfig()
+    config.set_flag(BuilderFlag.TF32)
+    with EngineRunner(str(path), device="cuda", config=config) as r:
+        y = r.infer({"x": x})["y"]
+        convs = [n for n in r.engine.graph.nodes if n.kind.startswith("Convolution")]
+    with EngineRunner(str(path), device="cpu") as ref:
+        y_ref = ref.infer({"x": x})["y"]
+    assert convs and all(n.meta.get("math") == "tf32" and n.precision == "float32" for n in convs)
+    assert all((n.tactic_name or "").startswith("cudnn-plan-") for n in convs), [n.tactic_name for n in convs]
+    assert sum(n.kind == "ConvolutionNHWC" for n in convs) >= 2, [(n.name, n.kind, n.meta.get("layout_ms"))
+                                                                  for n in convs]
+    assert _cos(y, y_ref) > 0.99999
