@@ -40,6 +40,7 @@ class Device:
     supports_graphs = False       # a whole execution can be captured and replayed (capture())
     has_timeline = False          # per-layer device timings of an execution (timeline())
     concurrent_contexts = True    # several execution contexts may run at once, one per host thread (bench --streams)
+    concurrent_graphs = False     # captured executions replay at once on streams of their own (new_stream())
     merges_shortcut_convs = True  # fusion_shortcut.py merges a residual's 1x1 conv into its GEMM (a CPU GEMM win)
     int8_rounding = "half_even"   # how FP32 -> INT8 rounds ties (passes/int8.py)
     calibrates_on = None          # the device name INT8 calibration runs on (None: this one)
@@ -127,6 +128,11 @@ class Device:
 
     def synchronize(self, stream=None):
         pass
+
+    def new_stream(self):
+        """A stream of its own for replaying a captured execution beside others (a device that declares
+        `concurrent_graphs`)."""
+        raise UsageError(f"device '{self.name}' has no streams")
 
     def time(self, fn, stream=None) -> float:
         """Milliseconds one call of `fn()` takes on this device (the builder's tactic timing)."""

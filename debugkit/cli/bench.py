@@ -140,9 +140,13 @@ def run(args) -> int:
                   "inputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in feeds.items()},
                   "batch": _batch(feeds, engine), "cuda_graph": bool(args.use_cuda_graph),
                   "iterations_min": args.iterations, "duration_min_s": args.duration, "machine": _machine()}
-        if args.streams > 1 and not engine.device.concurrent_contexts:
-            raise UsageError(f"--streams {args.streams}: the {engine.device} device runs one stream per process, so "
-                             f"contexts cannot be in flight at once on it yet; use --streams 1")
+        dev = engine.device
+        graph_streams = args.streams > 1 and not dev.concurrent_contexts and dev.concurrent_graphs
+        if args.streams > 1 and not dev.concurrent_contexts and not (graph_streams and args.use_cuda_graph):
+            raise UsageError(f"--streams {args.streams}: the {dev} device runs one stream per process, so contexts "
+                             f"cannot be in flight at once on it" + (
+                                 "; with --use-cuda-graph each context's captured execution replays on a stream "
+                                 "of its own" if graph_streams else "; use --streams 1"))
         result["streams"] = args.streams
         device_times, host_times = [], []
 
@@ -168,7 +172,10 @@ def run(args) -> int:
             profiler.runs.clear()
         G_LOGGER.info(f"timing: at least {args.iterations} inferences and {args.duration:g} s"
                       + (" (interleaved with ONNX Runtime)" if ort else ""))
-        if args.streams > 1:
+        if graph_streams:
+            rounds, wall = _streams_graph_loop(engine, ctx, feeds, args)
+            times, per = {"engine": rounds}, [len(rounds)] * args.streams
+        elif args.streams > 1:
             times, wall, per = _streams_loop(engine, ctx, feeds, args, device_times, host_times)
             times = {"engine": times}
         elif ort is None:
@@ -179,9 +186,16 @@ def run(args) -> int:
             wall = None
         result.update(_figures(times["engine"], result["batch"], wall))
         if args.streams > 1:
-            result["throughput"] = B.throughput(len(times["engine"]), wall, result["batch"])
+            result["throughput"] = B.throughput(sum(per), wall, result["batch"])
             result["throughput"]["per_stream_inferences"] = per
+            result["inferences"] = sum(per)
         result.update(_transfers(device_times, engine, feeds))
+        if graph_streams:
+            result["latency_note"] = (f"--streams {args.streams} with --use-cuda-graph: each timed round replays "
+                                      f"every context's captured execution on its own stream and waits for all; "
+                                      f"latency is the round's time")
+            result["transfers_note"] = ("not timed: the replays read the inputs already on the device and leave "
+                                        "the outputs there (trtexec --noDataTransfers)")
         result.update(_busy(host_times, device_times, engine, wall if wall is not None else sum(times["engine"]),
                             args.streams))
         if ort is not None:
@@ -330,6 +344,28 @@ def _streams_loop(engine, ctx, feeds, args, device_times, host_times):
     return [x for r in results for x in r[0]], wall, [len(r[0]) for r in results]
 
 
+def _streams_graph_loop(engine, ctx, feeds, args):
+    """`--streams N --use-cuda-graph` on a device that replays captured executions on streams of their own: N
+    contexts, each captured once; a round launches every context's graph on its stream and waits for all of them.
+    Returns (each timed round's seconds, the loop's wall seconds)."""
+    from debugkit import benchmark as B
+    dev = engine.device
+    ctxs = [ctx] + [engine.create_execution_context() for _ in range(args.streams - 1)]
+    for c in ctxs:
+        if c is not ctx:                 # (bench's context has its graph enabled already)
+            c.enable_cuda_graph()
+        c.execute(feeds)                 # captures (or replays) with this feed in the static inputs
+    streams = [dev.new_stream() for _ in ctxs]
+
+    def round_():
+        for c, s in zip(ctxs, streams):
+            c.replay(s)
+        for s in streams:
+            dev.synchronize(s)
+    B.warm_up(round_, args.warm_up)
+    return B.timed_loop(round_, args.iterations, args.duration)
+
+
 def _busy(host_times, device_times, engine, wall_s, streams) -> dict:
     """trtexec's enqueue and utilisation figures: the host's time to enqueue each inference's compute, the device's
     busy time summed over the timed inferences against the wall time they took, and whether the device waited for
@@ -447,7 +483,8 @@ def _print(r, args):
               "(try --use-cuda-graph)", file=out)
     if r.get("streams", 1) > 1:
         print(f"streams: {r['streams']} contexts in flight; inferences per context "
-              f"{r['throughput']['per_stream_inferences']}", file=out)
+              f"{r['throughput']['per_stream_inferences']}" + (f" ({r['latency_note']})" if r.get("latency_note")
+                                                              else ""), file=out)
     if "compare" in r:
         o = r["compare"]["onnxrt"]
         from debugkit.benchmark import onnxrt_settings_line

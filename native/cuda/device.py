@@ -20,8 +20,10 @@ class CudaDevice(Device):
     merges_shortcut_convs = False  # cuDNN fuses the residual add instead (fusion_shortcut.py's merge is CPU GEMM)
     supports_graphs = True
     has_timeline = True
-    # one stream per process (driver.Context): contexts on host threads would share it and its staging buffer
+    # one stream per process (driver.Context): contexts on host threads would share it and its staging buffer;
+    # captured graphs replay on streams of their own instead (bench --streams N --use-cuda-graph)
     concurrent_contexts = False
+    concurrent_graphs = True
 
     def available(self) -> bool:
         return available()
@@ -102,7 +104,14 @@ class CudaDevice(Device):
 
     def synchronize(self, stream=None):
         from native.cuda.driver import context
-        context().synchronize()
+        if stream is None:
+            context().synchronize()
+        else:
+            context().synchronize_stream(stream)
+
+    def new_stream(self):
+        from native.cuda.driver import context
+        return context().new_stream()
 
     def plan_extras(self) -> dict:
         """The cubins NVRTC compiled in this process for this GPU's architecture: a loaded plan compiles nothing."""

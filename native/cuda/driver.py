@@ -164,6 +164,17 @@ class Context:
         check(_cu().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
         self._pinned_used = 0
 
+    def new_stream(self):
+        """Another non-blocking stream of this context (for replaying captured graphs beside each other); it lives
+        as long as the context."""
+        cu = _cu()
+        s = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
+        self.__dict__.setdefault("_extra_streams", []).append(s)
+        return s
+
+    def synchronize_stream(self, stream):
+        check(_cu().cuStreamSynchronize(stream), "cuStreamSynchronize")
+
     # timing ---------------------------------------------------------------------------------------------------
     def time_ms(self, fn) -> float:
         """Milliseconds between two events recorded around fn() on the stream."""

@@ -69,6 +69,11 @@ class CapturedGraph:
         check(_cu().cuGraphLaunch(self.exec, ctx.stream), "cuGraphLaunch")
         return dict(self.outputs)
 
+    def replay(self, stream):
+        """Launch the graph on `stream` with the inputs its static buffers hold (those of the last launch); the
+        outputs stay on the device. A graph's launches are ordered after its earlier ones, whatever the stream."""
+        check(_cu().cuGraphLaunch(self.exec, stream), "cuGraphLaunch")
+
     def __del__(self):
         try:
             cu = _cu()

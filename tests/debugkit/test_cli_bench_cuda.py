@@ -46,3 +46,18 @@ def test_timeline_on_cuda_places_layers_on_the_stream_and_enqueue_apart(tmp_path
         assert starts == sorted(starts) and mine[0]["name"] == "H2D" and mine[-1]["name"] == "D2H"
         assert all(run_["ts"] - 50 <= e["ts"] and e["ts"] + e["dur"] <= run_["ts"] + run_["dur"] + 50 for e in mine)
     assert main(["bench", str(path), "--input-shapes", "x:[64,16]", "--device", "cuda", "--streams", "2"]) == 2
+
+
+def test_streams_replay_captured_contexts_on_streams_of_their_own(tmp_path):
+    """--streams 3 --use-cuda-graph: three contexts, each graph replayed on its own stream per round; the
+    aggregate throughput counts every context's inferences."""
+    path, out = tmp_path / "mlp.onnx", tmp_path / "bench.json"
+    onnx.save(mlp(), path)
+    rc = main(["bench", str(path), "--input-shapes", "x:[64,16]", "--device", "cuda", "--fp16", "--use-cuda-graph",
+               "--streams", "3", "--iterations", "20", "--duration", "0", "--warm-up", "0", "--json", str(out)])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    per = r["throughput"]["per_stream_inferences"]
+    assert r["streams"] == 3 and per == [per[0]] * 3 and per[0] >= 20 and r["inferences"] == 3 * per[0]
+    assert r["throughput"]["inferences_per_s"] == pytest.approx(3 * per[0] / r["loop_wall_seconds"])
+    assert "round" in r["latency_note"] and "noDataTransfers" in r["transfers_note"]

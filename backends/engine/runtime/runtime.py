@@ -341,6 +341,16 @@ class ExecutionContext:
                 timeline.reset()
         return graph.launch(feeds, timeline)
 
+    def replay(self, stream):
+        """Launch this context's captured execution again on `stream` (a device stream of `new_stream()`), with
+        the inputs of its last execute, results left on the device: several contexts replaying on streams of their
+        own are in flight at once (`bench --streams N --use-cuda-graph`). Needs enable_cuda_graph() and one
+        execute since."""
+        graph = getattr(self, "_graph", None)
+        if not self._graph_mode or graph is None:
+            raise UsageError("replay needs a captured execution: enable_cuda_graph() and one execute first")
+        graph.replay(stream)
+
     execute_v2 = execute
 
     def execute_async_v3(self, feeds, stream=None):
