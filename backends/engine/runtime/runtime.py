@@ -345,7 +345,8 @@ class ExecutionContext:
         """Launch this context's captured execution again on `stream` (a device stream of `new_stream()`), with
         the inputs of its last execute, results left on the device: several contexts replaying on streams of their
         own are in flight at once (`bench --streams N --use-cuda-graph`). Needs enable_cuda_graph() and one
-        execute since."""
+        execute since. For timing: concurrent replays may share per-process workspaces (cuBLASLt's), so their
+        outputs are not to be read."""
         graph = getattr(self, "_graph", None)
         if not self._graph_mode or graph is None:
             raise UsageError("replay needs a captured execution: enable_cuda_graph() and one execute first")
