@@ -1,5 +1,6 @@
 """Shared test setup: the `cuda` marker skips without a GPU; conformance prints pass counts per op; child processes
-the tests left running are killed when the session ends."""
+the tests left running are killed when the session ends; DEBUGKIT_TEST_RANDOM_TACTIC_TIMES=SEED makes every tactic
+timing random (a test that depends on which tactic wins fails then)."""
 import collections
 import os
 
@@ -14,11 +15,39 @@ def pytest_configure(config):
     onnxruntime reads, whatever the installed releases (tests/onnx_compat.py); undone at the end of the run."""
     from tests import onnx_compat
     onnx_compat.install()
+    _random_tactic_times(os.environ.get("DEBUGKIT_TEST_RANDOM_TACTIC_TIMES"))
 
 
 def pytest_unconfigure(config):
     from tests import onnx_compat
     onnx_compat.uninstall()
+    _random_tactic_times(None)
+
+
+_REAL_TIME = []
+
+
+def _random_tactic_times(seed):
+    """DEBUGKIT_TEST_RANDOM_TACTIC_TIMES=SEED: every tactic timing in this process (Device.time) runs the tactic and
+    reports a seeded random time instead of the measured one: the worst a loaded machine can do to a build. A test
+    that passes only when a particular tactic wins the timing fails in this mode; build what you inspect with a
+    fixed tactic choice (heuristic, --tactic-sources, a replay file). Tests whose subject is timing itself carry
+    the `timing` marker and are skipped. Child processes time as usual. None: the real clock again."""
+    import random
+
+    from native.device import Device
+    if seed is None:
+        if _REAL_TIME:
+            Device.time = _REAL_TIME.pop()
+        return
+    rng = random.Random(int(seed))
+
+    def random_time(self, fn, stream=None):
+        fn()
+        self.synchronize(stream)
+        return rng.uniform(0.001, 10.0)
+    _REAL_TIME.append(Device.time)
+    Device.time = random_time
 
 
 def _cuda_available():
@@ -30,6 +59,11 @@ def _cuda_available():
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("DEBUGKIT_TEST_RANDOM_TACTIC_TIMES"):
+        skip = pytest.mark.skip(reason="its subject is tactic timing; timings are random in this run")
+        for item in items:
+            if "timing" in item.keywords:
+                item.add_marker(skip)
     if not any("cuda" in item.keywords for item in items):
         return
     if _cuda_available():

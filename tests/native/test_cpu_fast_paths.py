@@ -88,6 +88,7 @@ def test_threads_init_starts_pool_once():
     assert threads.parallel_for(lambda i: i * i, range(5)) == [0, 1, 4, 9, 16]
 
 
+@pytest.mark.timing
 def test_time_candidates_interleaves_and_skips_failures():
     import time
     from types import SimpleNamespace

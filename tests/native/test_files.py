@@ -86,10 +86,10 @@ def test_fifo_is_streamed_into_or_refused_never_replaced(tmp_path):
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
     got = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
     reader.start()
     write_bytes(fifo, b"streamed")
-    reader.join(5)
+    reader.join(HANG_GUARD_S)   # returns when the reader has it; the guard only ends a hang
     assert got == [b"streamed"]
     with pytest.raises(OutputFileError, match="FIFO.*never replaced"):
         with PendingOutput(fifo, "data file"):

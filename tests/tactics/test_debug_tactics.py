@@ -75,6 +75,7 @@ def test_given_replay_files_and_bad_inputs(model, monkeypatch, capsys):
     assert "recorded for another model" in capsys.readouterr().err
 
 
+@pytest.mark.timing   # debug build finds a tactic that timing picks when it is offered (faulty_tactics.py)
 def test_debug_build_until_bad_and_diff_tactics(model, monkeypatch, capsys):
     monkeypatch.setenv("DEBUGKIT_FAULTY", "flaky-conv:cin=24")
     monkeypatch.setenv("DEBUGKIT_FAULTY_SEED", "5")
