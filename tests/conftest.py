@@ -28,8 +28,9 @@ _REAL_TIME = []
 
 
 def _random_tactic_times(seed):
-    """DEBUGKIT_TEST_RANDOM_TACTIC_TIMES=SEED: every tactic timing in this process (Device.time) runs the tactic and
-    reports a seeded random time instead of the measured one: the worst a loaded machine can do to a build. A test
+    """DEBUGKIT_TEST_RANDOM_TACTIC_TIMES=SEED: every host-clock tactic timing in this process (Device.time: CPU,
+    emulated DLA; the CUDA device times with events and keeps them) runs the tactic and reports a seeded random time
+    instead of the measured one: the worst a loaded machine can do to a build. A test
     that passes only when a particular tactic wins the timing fails in this mode; build what you inspect with a
     fixed tactic choice (heuristic, --tactic-sources, a replay file). Tests whose subject is timing itself carry
     the `timing` marker and are skipped. Child processes time as usual. None: the real clock again."""
