@@ -341,7 +341,7 @@ def test_a_constraint_without_flags_is_honoured_where_timing_does_not_beat_it(ti
     assert conv2.precision == "float16" and set(conv2.meta["precision_ms"]) == {"float16", "float32"}
 
 
-def _int8_build(m, *flags, ranges=8.0):
+def _int8_build(m, *flags, ranges=8.0, nhwc=False):
     """An implicit INT8 build of `m`: every tensor's dynamic range +-ranges (no calibration)."""
     net, _ = parse_onnx(m)
     for t in net.tensors.values():
@@ -349,7 +349,7 @@ def _int8_build(m, *flags, ranges=8.0):
     cfg = BuilderConfig()
     for f in (BuilderFlag.INT8,) + flags:
         cfg.set_flag(f)
-    cfg.prefer_nhwc = False
+    cfg.prefer_nhwc = nhwc
     return Builder().build_graph(net, cfg)
 
 
@@ -382,6 +382,18 @@ def test_int8_reformat_costs_keep_an_fp16_chain_fp16(timed_cpu):
     assert [_named(g, f"conv{i}").precision for i in (1, 2, 3)] == ["float16", "float16", "int8"]
     assert _named(g, "conv2").meta["precision_ms"]["int8"] == pytest.approx(0.9 + 0.5)
     assert _named(g, "conv3").meta["precision_ms"]["float16"] == pytest.approx(1.0 + 0.5)
+
+
+def test_a_layer_leaving_int8_is_decided_before_the_layout_pass(timed_cpu):
+    """INT8 kernels take NCHW; a layer whose INT8 is slower leaves INT8 before the layout pass, so it gets the NHWC
+    layout an FP16 build gives it (here forced) instead of staying NCHW between transposes."""
+    timed_cpu({("conv2", None, "int8"): 5.0, (None, None, "int8"): 0.1, (None, "Reformat", None): 0.01,
+               (None, None, "float16"): 0.5})
+    g = _int8_build(_convs(), BuilderFlag.FP16, nhwc=True)
+    conv1, conv2, conv3 = (_named(g, f"conv{i}") for i in (1, 2, 3))
+    assert [(c.kind, c.precision) for c in (conv1, conv2, conv3)] == \
+        [("Convolution", "int8"), ("ConvolutionNHWC", "float16"), ("Convolution", "int8")]
+    assert conv2.meta["precision_ms"]["int8"] >= 5.0 and "float16" in conv2.meta["precision_ms"]
 
 
 def test_int8_alone_is_timed_against_fp32_and_ties_go_to_int8(timed_cpu):

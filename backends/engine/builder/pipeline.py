@@ -94,7 +94,7 @@ def int8_assignment(graph, ctx):
         from backends.engine.calibration.collect import calibrate
         calibrated = calibrate(graph, ctx.config, ctx.logger, "after_fusion")
     return PassResult(int8_pass.assign_int8(graph, ctx.config, ctx.logger, calibrated,
-                                            ctx.state["network"].dynamic_ranges()) or 0)
+                                            ctx.state["network"].dynamic_ranges(), ctx=ctx) or 0)
 
 
 def layout(graph, ctx):

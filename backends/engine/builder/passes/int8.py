@@ -21,6 +21,7 @@ anything else is an error naming the layer). The pass
 """
 from __future__ import annotations
 
+from backends.engine.builder.passes.precision import time_int8_layers
 import numpy as np
 
 from native.device import get_device
@@ -375,8 +376,10 @@ def _exactly_quantized(w, scale, axis, kind) -> bool:
     return bool(np.all(np.abs(q) <= 128) and np.allclose(q * s, w, rtol=2 ** -22, atol=0))
 
 
-def assign_int8(graph, config, logger, calibrated=None, dynamic_ranges=None) -> int:
-    """The INT8 step of the build, after the float fusions; returns how many layers run in INT8."""
+def assign_int8(graph, config, logger, calibrated=None, dynamic_ranges=None, ctx=None) -> int:
+    """The INT8 step of the build, after the float fusions; returns how many layers run in INT8. With the pass
+    context `ctx`, on a device that chooses by timing, implicit INT8 layers slower than a float precision then
+    leave INT8 (passes/precision.py, time_int8_layers), before the layout pass decides their layout."""
     if has_qdq(graph):
         if config.int8_calibrator is not None:
             logger.info("the network has Q/DQ layers (explicit quantization): the INT8 calibrator is not used")
@@ -384,4 +387,6 @@ def assign_int8(graph, config, logger, calibrated=None, dynamic_ranges=None) -> 
         return sum(n.precision == "int8" for n in graph.nodes)
     count = assign_implicit(graph, config, implicit_scales(graph, calibrated, dynamic_ranges), logger)
     logger.info(f"INT8 (implicit): {count} layers run in INT8")
+    if ctx is not None:
+        count -= time_int8_layers(graph, config, logger, ctx)
     return count

@@ -256,6 +256,42 @@ def _int8_by_timing(node, probe, have, dtypes, device, declared, tf32, logger, f
     return timed
 
 
+def time_int8_layers(graph, config, logger, ctx) -> int:
+    """Before the layout pass, on a device that chooses by timing: each implicit INT8 Conv/Gemm against the enabled
+    float precisions (still NCHW: the layout pass may then make a float layer NHWC, and faster). Storage is
+    predicted as the precision pass would make it (INT8 layers float32, the others the lowest enabled float
+    type), so the Reformat layers at an INT8 chain's edges count. A layer leaving INT8 becomes a float layer like
+    any other (the precision pass times its float precision). Returns how many left INT8."""
+    enabled = enabled_precisions(config) & config.device.precisions
+    candidates = [n for n in graph.nodes if n.precision == "int8" and n.kind in TIMED_KINDS and int8_is_permission(n)]
+    if not candidates:
+        return 0
+    probe = _probe(graph, ctx, enabled, logger)
+    if probe is None:
+        return 0
+    device, dtypes = config.device, tensor_dtypes(graph)
+    floats = [p for p in LADDER if p in enabled and p != "int8"]
+    guess = STORAGE_OF[floats[0]] if floats else "float32"
+    have = {t.name: (t.dtype or "float32") for t in graph.inputs}
+    declared = {t.name: (t.dtype or "float32") for t in graph.outputs}
+    moved, timed_ids = 0, {id(c) for c in candidates}
+    for node in graph.nodes:
+        if node.precision == "int8" and id(node) in timed_ids:
+            timed = _int8_by_timing(node, probe, have, dtypes, device, declared, config.get_flag(BuilderFlag.TF32),
+                                    logger, {}, set(), enabled)
+            if timed not in (None, "int8"):
+                node.precision = "float32"       # a float layer now: the precision pass chooses which
+                node.meta["int8_precision_ms"] = dict(node.meta.pop("precision_ms", None) or {})
+                moved += 1
+        for o in node.outputs:
+            if _is_float32(dtypes.get(o)) and node.kind != "Constant":
+                have[o] = "float32" if node.precision == "int8" else guess
+    if moved:
+        logger.info(f"INT8: {moved} of {len(candidates)} INT8 layers time faster in a float precision and leave INT8 "
+                    f"(before the layout pass; -v: each one's timings)")
+    return moved
+
+
 def _reformat_node(src, dst, from_type, to_type) -> Node:
     return Node(name=f"Reformat {src} {from_type}->{to_type}", kind="Reformat", inputs=[src], outputs=[dst],
                 params={"from": from_type, "to": to_type}, precision=as_precision(to_type),
@@ -336,6 +372,10 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
                     probe = None
                 timed_layers += timed is not None
         node.precision = choose(node, device, implemented, enabled, mode, logger, timed)
+        early = node.meta.pop("int8_precision_ms", None)    # time_int8_layers moved it out of INT8: keep why
+        if early and "int8" in early:
+            node.meta["precision_ms"] = {"int8": early["int8"], **(node.meta.get("precision_ms") or
+                                                                   {k: v for k, v in early.items() if k != "int8"})}
         if id(node) in probabilities:
             node.precision = precision_for(node, node.precision, probabilities[id(node)], logger)
         if tf32_math(node.kind, node.precision, tf32):
