@@ -96,8 +96,10 @@ def test_inspect_says_how_each_layer_runs_int8(cli, tmp_path):
     assert "precision=int8" in lines[1] and "(INT8 in, FP32 out)" in lines[1]     # before the FP32 output
     code, out, err = cli("convert", model, "-o", tmp_path / "b.plan", "--int8", "--data-loader-script",
                          _script(tmp_path, "good.py", GOOD), "--layer-precisions", "conv2:fp32",
-                         "--precision-constraints", "obey")
+                         "--precision-constraints", "obey", "-v")
     assert code == 0, err
+    assert "INT8: 1 of 2 convolution/GEMM layers run INT8; 1 does not: 'conv2' runs float32 (precision " \
+        "constraint float32)" in out + err
     code, out, err = cli("inspect", "model", tmp_path / "b.plan", "--show", "layers")
     line = next(l for l in out.splitlines() if "conv2" in l and "[Convolution" in l)
     assert "precision=float32" in line and "(not INT8: precision constraint float32)" in line
