@@ -209,6 +209,8 @@ def verdict_line(summary, stream=None) -> str:
         extra += " | " + "; ".join(p.split(":")[0] for p in summary.problems)
     if any(p.problems for p in summary.pairs):
         extra += " | " + "; ".join(dict.fromkeys(x.split(":")[0] for p in summary.pairs for x in p.problems))
+    if getattr(summary, "check", ""):
+        extra += f" | check: {summary.check}"
     return (f"{paint(verdict, 'green' if summary.passed else 'red', stream)} | {what} "
             f"over {summary.iterations} iteration(s){extra}")
 
@@ -265,7 +267,8 @@ def run_json(summary, timing: dict, provenance: dict) -> dict:
         first = next((p for p in per_pair if p["first_divergence"] is not None), per_pair[0])
         layerwise = dict(first, pairs=per_pair)
     return {"passed": summary.passed, "exit_code": summary.exit_code, "reasons": summary.reasons(),
-            "iterations": summary.iterations, "outputs": outputs, "layerwise": layerwise,
+            "iterations": summary.iterations, "check": getattr(summary, "check", "") or "simple",
+            "outputs": outputs, "layerwise": layerwise,
             "nonfinite": [{"source": n.source, "iteration": n.iteration, "tensor": n.tensor, "node": n.node,
                            "op_type": n.op_type, "problems": n.problems} for n in summary.first_nonfinite.values()],
             "validation": [{"source": s, "iteration": i, "tensor": t, "problems": p}

@@ -113,6 +113,7 @@ class RunSummary:
     problems: list = field(default_factory=list)     # run-level reasons to fail (e.g. mismatched inputs)
     first_nonfinite: dict = field(default_factory=dict)   # source -> NonFinite (first NaN/Inf tensor, layerwise)
     iterations: int = 0
+    check: str = ""   # the outputs' check where it is not run's atol/rtol (the reduced-precision default), in words
 
     @property
     def passed(self):
@@ -151,8 +152,12 @@ class Comparator:
 
     def __init__(self, tolerances: Tolerances | None = None, nan_equal=False, inf_equal=True, extra_funcs=None,
                  validate=False, layerwise=None, model=None, chunk_bytes=256 << 20, logger=None, scale_tol=None,
-                 allow_mismatched_inputs=False, check_shapes=True, postprocess=None, exclude=(), fail_fast=False):
+                 allow_mismatched_inputs=False, check_shapes=True, postprocess=None, exclude=(), fail_fast=False,
+                 output_check=None):
         self.tolerances = tolerances or Tolerances()
+        # (fn(name, actual, expected) -> OutputResult, description): the model outputs' check in place of simple
+        # (run's reduced-precision default); intermediate tensors (layerwise) keep simple with its noise floor
+        self.output_check = output_check
         self.exclude = list(exclude or ())   # outputs and tensors left out of every comparison (names or patterns)
         self.fail_fast = fail_fast           # stop after the first iteration with a failed comparison
         self.nan_equal, self.inf_equal = nan_equal, inf_equal
@@ -172,6 +177,8 @@ class Comparator:
         self.postprocess = dict(postprocess or {})   # output (or "") -> Postprocess, applied to both sides
 
     def _simple(self, name, a, e):
+        if self.output_check is not None:
+            return self.output_check[0](name, a, e)
         return compare_simple(name, a, e, self.tolerances, self.nan_equal, self.inf_equal,
                               check_shapes=self.check_shapes)
 
@@ -207,7 +214,7 @@ class Comparator:
 
     def run(self, sources: list, reference, feeds_iter, writer=None, input_writer=None, expected_hashes=None):
         """Compare every source against `reference` for each feed dict; returns a RunSummary."""
-        summary = RunSummary()
+        summary = RunSummary(check=self.output_check[1] if self.output_check is not None else "")
         self._mismatch_reported = set()
         others = [s for s in sources if s is not reference and not s.loaded]
         if not others:  # nothing live besides the reference: compare the loaded results with each other

@@ -1,4 +1,5 @@
-"""Compare functions: simple (atol/rtol + error statistic), indices (top-k), L2, cosine, PSNR, SNR.
+"""Compare functions: simple (atol/rtol + error statistic), indices (top-k), L2, cosine, PSNR, SNR, and the
+reduced-precision default (relative L2 + cosine).
 
 Each returns an OutputResult: pass/fail, the error statistics, and for `simple` the smallest atol and rtol that
 would have passed. NaN/Inf policy: matching infinities (same sign, same place) are equal unless inf_equal=False;
@@ -492,6 +493,48 @@ def compare_snr(name, actual, expected, threshold=20.0, check_shapes=True):
         noise = np.sum((a - e) ** 2)
         return np.inf if noise == 0 else 10 * np.log10(max(np.sum(e ** 2), 1e-30) / noise)
     return _metric(name, actual, expected, "snr", snr, _per_output(threshold, name, 20.0), "higher", check_shapes)
+
+
+REDUCED_FUNC = "rel_l2+cosine"
+
+
+def compare_reduced(name, actual, expected, rel_l2=1e-2, cosine=0.9999, nan_equal=False, inf_equal=True,
+                    check_shapes=True) -> OutputResult:
+    """The reduced-precision check (debugkit.debug.checks.ReducedPrecisionCheck, what `debug precision` judges by):
+    relative L2 error ||a - e|| / ||e|| <= rel_l2 and cosine similarity >= cosine over the elements finite on both
+    sides; a NaN/Inf on one side only fails (run's NaN/Inf policy). Scale-free: FP16 rounding of a large-valued
+    output passes where an FP32 atol/rtol would flag every element."""
+    a, e, res = _prepare(name, actual, expected, REDUCED_FUNC, check_shapes)
+    if a is None:
+        return res
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        a64, e64 = np.asarray(a, np.float64), np.asarray(e, np.float64)
+        bad, matched, problems, counts = _nonfinite(a64, e64, nan_equal, inf_equal)
+        ok = ~(bad | matched)
+        a64, e64 = a64[ok], e64[ok]
+        d = a64 - e64
+        nd, ne, na = _norm(d), _norm(e64), _norm(a64)
+        rel = 0.0 if nd == 0 else (nd / ne if ne else float("inf"))
+        if na == 0 and ne == 0:
+            cos = 1.0
+        elif na == 0 or ne == 0:
+            cos = 0.0
+        else:
+            cos = float(np.clip((a64 / na) @ (e64 / ne), -1.0, 1.0))
+    res.nonfinite = counts
+    res.compared = int(a64.size)
+    res.metrics.update({REDUCED_FUNC: rel, "rel_l2": rel, "cosine": cos,
+                        "max_abs": float(np.max(np.abs(d))) if d.size else 0.0,
+                        "threshold": f"rel_l2 <= {rel_l2:g}, cosine >= {cosine:g}"})
+    reasons = list(problems) if bad.any() else []
+    if rel > rel_l2:
+        reasons.append(f"relative L2 error {rel:.4g} > {rel_l2:g}")
+    if cos < cosine:
+        reasons.append(f"cosine {cos:.6f} < {cosine:g}")
+    res.passed = not reasons
+    res.reason = "; ".join(reasons)
+    return res
 
 
 def validate(name, value) -> list[str]:

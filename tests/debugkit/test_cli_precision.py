@@ -9,7 +9,8 @@ EXAMPLE = os.path.join(ROOT, "examples", "example.onnx")
 def test_example_overflows_in_fp16(cli):
     code, out, _ = cli("run", EXAMPLE, "--engine", "--onnxrt", "--fp16")
     assert code == 1
-    assert "y [float32 [1, 1]] | simple | 1 NaN/Inf value(s) on one side only" in out
+    assert "y [float32 [1, 1]] | rel_l2+cosine | 1 NaN/Inf value(s) on one side only" in out
+    assert "check: --fp16 default: relative L2" in out.strip().splitlines()[-1]
 
 
 def test_mark_all_names_the_overflowing_node(cli):

@@ -269,3 +269,45 @@ def test_a_barely_passing_all_fp32_probe_is_warned_about(capsys):
         assert "barely" not in capsys.readouterr().err
     finally:
         G_LOGGER.min_severity = level
+
+
+def test_run_with_reduced_precision_and_no_tolerances_uses_the_search_check(tmp_path, planted, capsys):
+    """run --fp16 given no --atol/--rtol judges by the search's default (relative L2 + cosine) and says so in its
+    verdict line: the set the search found passes, the empty set fails, and an FP32 run keeps atol/rtol."""
+    model, must = planted
+    out = tmp_path / "prec.json"
+    assert main(["debug", "precision", model, "--fp16", "-o", str(out)]) == 0
+    assert sorted(json.loads(out.read_text())["layer_precisions"]) == must
+    capsys.readouterr()
+    js = tmp_path / "run.json"
+    assert main(["run", model, "--engine", "--onnxrt", "--fp16", "--layer-precisions", str(out),
+                 "--json", str(js)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("PASSED") and "check: --fp16 default: relative L2 <= 0.01 and cosine >= 0.9999" in last
+    doc = json.loads(js.read_text())
+    assert doc["check"].startswith("--fp16 default") and doc["outputs"][0]["check"] == "rel_l2+cosine"
+    assert 0 < doc["outputs"][0]["metric"] <= 1e-2        # FP16 rounding is there, and within the check
+    assert main(["run", model, "--engine", "--onnxrt", "--fp16"]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("FAILED") and "check: --fp16 default" in last
+    # a tolerance given: run's own comparison, as before
+    assert main(["run", model, "--engine", "--onnxrt", "--fp16", "--layer-precisions", str(out),
+                 "--atol", "1e-9", "--rtol", "0"]) == 1
+    assert "check:" not in capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(["run", model, "--engine", "--onnxrt"]) == 0
+    assert "check:" not in capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_compare_reduced_judges_relative_l2_cosine_and_nonfinite():
+    from debugkit.compare.funcs import compare_reduced
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(1000).astype(np.float32) * 300
+    fp16 = ref.astype(np.float16).astype(np.float32)
+    r = compare_reduced("y", fp16, ref)
+    assert r.passed and 0 < r.metrics["rel_l2"] < 1e-3 and r.metrics["cosine"] > 0.9999 and r.compared == 1000
+    r = compare_reduced("y", ref * 1.02, ref)                 # 2% off everywhere: relative L2 0.02
+    assert not r.passed and r.metrics["rel_l2"] == pytest.approx(0.02, rel=1e-4) and "relative L2" in r.reason
+    broken = fp16.copy()
+    broken[7] = np.nan
+    r = compare_reduced("y", broken, ref)
+    assert not r.passed and r.nonfinite.mismatched == 1 and r.compared == 999
