@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.array import GpuArray
+from native.cuda.availability import missing
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array, weight
 from native.cuda.tactics.epilogue import _stored_weight, epilogue  # noqa: F401  (callers import it from here)
@@ -32,6 +33,8 @@ class Im2colCublasConv(Tactic):
     input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
 
     def supports(self, op, input_shapes):
+        if missing("cublas"):
+            return missing("cublas")
         w = op.weights.get("kernel")
         if w is None:
             return "kernel given as a tensor runs on the host"

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from native.cuda.array import GpuArray
+from native.cuda.availability import has_library, missing
 from native.cuda.diagnostics import captured_stderr, summary
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import (FLOAT_STORAGE, on_device, out_array, same_float, storage,
@@ -27,14 +28,11 @@ _ACTS = {"RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh", "GELU_ERF": "gelu
 _LOCK = threading.Lock()
 _GRAPHS: dict = {}
 _HANDLE: dict = {}
+_DECIDED: dict = {}             # (graph key, plan index) -> "" (cuDNN runs it) or why not: the build-time answer
 
 
 def available() -> bool:
-    try:
-        import cudnn  # noqa: F401
-        return True
-    except Exception:
-        return False
+    return has_library("cudnn")
 
 
 def handle():
@@ -160,7 +158,7 @@ class _CudnnConv(Tactic):
 
     def supports(self, op, input_shapes):
         if not available():
-            return "cuDNN frontend (nvidia-cudnn-frontend) is not installed"
+            return missing("cudnn")
         w = op.weights.get(self.kernel_key)
         if w is None:
             return "kernel given as a tensor runs on another tactic"
@@ -174,6 +172,22 @@ class _CudnnConv(Tactic):
                 return f"post-op {step['op']} has no cuDNN graph node"
         if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
             return "only 4-D inputs"
+        if input_shapes and input_shapes[0] is not None:
+            # the build decides: cuDNN is asked now (graph built, plan `index` built, cached per signature) whether
+            # it runs this layer as the runtime will hand it over, so a plan never meets a refusal at run time
+            # (at the opt shapes, and at the profile's min and max shapes where the context has them)
+            dtypes = getattr(input_shapes, "dtypes", None)
+            for shapes in (list(input_shapes), getattr(input_shapes, "min_shapes", None),
+                           getattr(input_shapes, "max_shapes", None)):
+                if not shapes or shapes[0] is None:
+                    continue
+                try:
+                    why = self._decide(op, *self._signature(op, list(shapes), dtypes))
+                except TacticRefusal as e:
+                    why = str(e)
+                if why:
+                    return why if shapes is not None and list(shapes) == list(input_shapes) else \
+                        f"{why} (at the profile's input shapes {list(shapes)})"
         return None
 
     def prepare(self, op):
@@ -192,6 +206,16 @@ class _CudnnConv(Tactic):
                 out["cudnn_" + st["weight"]] = np.asarray(op.weights[st["weight"]], np.float32).astype(dtype)
         return out
 
+    def _kernel_shape(self, op):
+        """The prepared kernel's shape (prepare(): [M, C/g, KH, KW] for NCHW, [M, KH, KW, C] for NHWC)."""
+        if "cudnn_kernel" in op.weights:
+            return tuple(op.weights["cudnn_kernel"].shape)
+        w = np.shape(op.weights[self.kernel_key])
+        if self.nhwc:
+            kh, kw = op.params["kernel_spatial"]
+            return (w[-1], kh, kw, int(np.prod(w[:-1])) // (kh * kw))
+        return tuple(w)
+
     def _geometry(self, op, x_shape, k_shape):
         p = op.params
         if self.nhwc:
@@ -207,6 +231,77 @@ class _CudnnConv(Tactic):
         strides, dil, pre, post, out = geometry(p, x_shape, list(k_shape[2:]))
         return (list(strides), list(dil), list(pre), list(post)), tuple(out)
 
+    def _signature(self, op, shapes, dtypes=None):
+        """(graph key, ConvGraph arguments, where each extra operand comes from: ("weight", name) or ("input", i),
+        output shape, tail post-ops run by our kernels) for inputs of these shapes and storage types (None where
+        unknown: the layer's storage). The one description of the cuDNN graph a layer needs: supports() asks
+        cuDNN about it at build time and run() executes it. TacticRefusal when the layer cannot be one."""
+        dtypes = list(dtypes or [])
+        dtype = np.dtype(storage(op))
+        if dtypes and dtypes[0] is not None and np.dtype(dtypes[0]) != dtype:
+            raise TacticRefusal(f"GPU kernel needs one float storage type, got {sorted({dtypes[0], dtype.name})}")
+        x_shape = tuple(shapes[0])
+        k_shape = self._kernel_shape(op)
+        geo, (oh, ow) = self._geometry(op, x_shape, k_shape)
+        if any(v < 0 for v in geo[2] + geo[3]):
+            raise TacticRefusal("negative pads run on another tactic")
+        m = k_shape[0]
+        if self.nhwc:
+            n, h, wd, c = x_shape
+            x_nchw, y_shape, w_nchw = (n, c, h, wd), (n, oh, ow, m), (m, k_shape[3], k_shape[1], k_shape[2])
+        else:
+            x_nchw, y_shape, w_nchw = x_shape, (x_shape[0], m, oh, ow), k_shape
+        y_nchw = (y_shape[0], m, oh, ow)
+        steps, sources = [], []
+        if "bias" in op.weights or "cudnn_bias" in op.weights:
+            steps.append(("bias",))
+            sources.append(("weight", "cudnn_bias"))
+        elif len(shapes) > 2 and shapes[2] is not None:
+            if len(dtypes) > 2 and dtypes[2] is not None and np.dtype(dtypes[2]) != dtype:
+                raise TacticRefusal("bias tensor in another storage type")
+            steps.append(("bias",))
+            sources.append(("input", 2))
+        post = list(op.params.get("post_ops") or ())
+        tail = []      # from the first activation cuDNN cannot fuse on: our kernels, after the graph
+        for i, st in enumerate(post):
+            if st["op"] == "activation" and st["type"] not in _ACTS:
+                post, tail = post[:i], post[i:]
+                break
+        for st in post:
+            if st["op"] == "bias":
+                steps.append(("bias",))
+                sources.append(("weight", "cudnn_" + st["weight"]))
+            elif st["op"] == "add":
+                i = st["input"]
+                r_shape = tuple(shapes[i]) if i < len(shapes) and shapes[i] is not None else tuple(y_shape)
+                r_dtype = np.dtype(dtypes[i]) if i < len(dtypes) and dtypes[i] is not None else dtype
+                if r_dtype != dtype or r_shape != tuple(y_shape):
+                    raise TacticRefusal(f"residual {r_shape}/{r_dtype} does not match the output "
+                                        f"{y_shape}/{dtype}")
+                steps.append(("add",))
+                sources.append(("input", i))
+            else:
+                steps.append(("act", st["type"], st.get("alpha", 0.0) or 0.0, st.get("beta", 0.0) or 0.0))
+        tf32 = op.math == "tf32"
+        key = (tuple(x_nchw), tuple(w_nchw), dtype.name, tuple(map(tuple, geo)), tuple(steps), self.nhwc, tf32)
+        args = (x_nchw, w_nchw, y_nchw, dtype, geo, steps, self.nhwc, tf32)
+        return key, args, sources, y_shape, tail
+
+    def _decide(self, op, key, args, sources, y_shape, tail):
+        """None when cuDNN builds this graph and its plan `index`, else why not (cached per signature and index:
+        the graph is built once, and a refusal is remembered)."""
+        if 0 in y_shape:
+            return None      # nothing to compute: run() returns the empty output
+        known = _DECIDED.get((key, self.index))
+        if known is None:
+            try:
+                self._build(op, key, args)
+                known = ""
+            except TacticRefusal as e:
+                known = str(e)
+            _DECIDED[(key, self.index)] = known
+        return known or None
+
     def _build(self, op, key, args):
         """Build the layer's cuDNN graph and this tactic's plan, once, with what cuDNN prints on stderr meanwhile
         captured and summarised in one verbose line (diagnostics.py); the executions after it capture nothing."""
@@ -215,8 +310,11 @@ class _CudnnConv(Tactic):
             with captured_stderr(said):
                 try:
                     g = _graph(key, *args)
+                except TacticRefusal:
+                    raise
                 except Exception as e:
-                    raise TacticRefusal(f"cuDNN has no engine for this convolution graph: {e}") from e
+                    raise TacticRefusal(f"cuDNN has no engine for this convolution graph: "
+                                        f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
                 g.plan(self.index)     # TacticRefusal when cuDNN has no plan of this index
         finally:
             if said:
@@ -229,52 +327,17 @@ class _CudnnConv(Tactic):
         wh = op.weights["cudnn_kernel"]
         dtype = same_float([x], wh.dtype)
         w = weight(wh)
-        geo, (oh, ow) = self._geometry(op, x.shape, wh.shape)
-        if any(v < 0 for v in geo[2] + geo[3]):
-            raise TacticRefusal("negative pads run on another tactic")
-        m = wh.shape[0]
-        if self.nhwc:
-            n, h, wd, c = x.shape
-            x_nchw, y_shape, w_nchw = (n, c, h, wd), (n, oh, ow, m), (m, wh.shape[3], wh.shape[1], wh.shape[2])
-        else:
-            x_nchw, y_shape, w_nchw = x.shape, (x.shape[0], m, oh, ow), wh.shape
-        y_nchw = (y_shape[0], m, oh, ow)
-        steps, extras = [], []
-        if "cudnn_bias" in op.weights:
-            steps.append(("bias",))
-            extras.append(weight(op.weights["cudnn_bias"]))
-        elif len(inputs) > 2 and inputs[2] is not None:
-            b = on_device(inputs[2])
-            if b.dtype != dtype:
-                raise TacticRefusal("bias tensor in another storage type")
-            steps.append(("bias",))
-            extras.append(b)
-        post = list(op.params.get("post_ops") or ())
-        tail = []      # from the first activation cuDNN cannot fuse on: our kernels, after the graph
-        for i, st in enumerate(post):
-            if st["op"] == "activation" and st["type"] not in _ACTS:
-                post, tail = post[:i], post[i:]
-                break
-        for st in post:
-            if st["op"] == "bias":
-                steps.append(("bias",))
-                extras.append(weight(op.weights["cudnn_" + st["weight"]]))
-            elif st["op"] == "add":
-                r = on_device(inputs[st["input"]])
-                if r.dtype != dtype or tuple(r.shape) != tuple(y_shape):
-                    raise TacticRefusal(f"residual {r.shape}/{r.dtype} does not match the output {y_shape}/{dtype}")
-                steps.append(("add",))
-                extras.append(r)
-            else:
-                steps.append(("act", st["type"], st.get("alpha", 0.0) or 0.0, st.get("beta", 0.0) or 0.0))
-        key = (tuple(x_nchw), tuple(w_nchw), dtype.name, tuple(map(tuple, geo)), tuple(steps), self.nhwc,
-               op.math == "tf32")
+        key, args, sources, y_shape, tail = self._signature(
+            op, [list(a.shape) if a is not None else None for a in inputs],
+            [np.dtype(a.dtype).name if a is not None else None for a in inputs])
+        extras = [weight(op.weights[name]) if where == "weight" else on_device(inputs[name])
+                  for where, name in sources]
         y = out_array(outputs, 0, y_shape, dtype)
         if y.size == 0:
             return [y]
         g = _GRAPHS.get(key)
         if g is None or g.unbuilt(self.index):
-            self._build(op, key, (x_nchw, w_nchw, y_nchw, dtype, geo, steps, self.nhwc, op.math == "tf32"))
+            self._build(op, key, args)
             g = _GRAPHS[key]
         try:
             g.execute(self.index, x, w, extras, y)

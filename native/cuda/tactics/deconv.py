@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.array import GpuArray
+from native.cuda.availability import missing
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import (FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array,
     same_float, suffix, weight)
@@ -44,6 +45,8 @@ class CublasDeconv(Tactic):
     writes_outputs = True
 
     def supports(self, op, input_shapes):
+        if missing("cublas"):
+            return missing("cublas")
         from native.cuda.tactics.pointwise import _ACT
         if op.params.get("col2im"):
             return "ONNX Col2Im runs on the host"

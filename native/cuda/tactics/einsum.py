@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from native.cuda.availability import missing
 from native.cuda.tactics.common import FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, same_float
 from native.cuda.tactics.tensor import transpose
 from native.tactics import Tactic, TacticRefusal, register_tactic
@@ -49,6 +50,9 @@ class CublasEinsum(Tactic):
     kind, name, device = "Einsum", "cublas-transpose", "cuda"
     precisions = FLOAT_PRECISIONS
     input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
+
+    def supports(self, op, input_shapes):
+        return missing("cublas")
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         from native.cuda.tactics.gemm import matmul

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.array import GpuArray
+from native.cuda.availability import missing
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import FLOAT_STORAGE, on_device, out_array, storage, suffix, weight
 from native.cuda.tactics.epilogue import epilogue
@@ -100,6 +101,8 @@ class CublasMatMul(Tactic):
     input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
 
     def supports(self, op, input_shapes):
+        if missing("cublas"):
+            return missing("cublas")
         from native.cuda.tactics.pointwise import _ACT
         for step in op.params.get("post_ops") or ():
             if step["op"] == "activation" and step["type"] not in _ACT:
@@ -138,6 +141,8 @@ class CublasAttention(Tactic):
     input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
 
     def supports(self, op, input_shapes):
+        if missing("cublas"):
+            return missing("cublas")
         if op.params.get("mask_kind", "add") not in ("add", "none"):
             return f"mask kind {op.params.get('mask_kind')} runs on the host"
         if input_shapes and all(s is not None for s in input_shapes[:3]):

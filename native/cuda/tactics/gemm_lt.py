@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.array import GpuArray
+from native.cuda.availability import has_library, missing
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import FLOAT_STORAGE, on_device, out_array, weight
 from native.cuda.tactics.epilogue import epilogue
@@ -36,11 +37,7 @@ def _lt():
 
 
 def available() -> bool:
-    try:
-        _lt()
-        return True
-    except Exception:
-        return False
+    return has_library("cublasLt")
 
 
 def _state():
@@ -217,8 +214,8 @@ class _CublasLtMatMul(Tactic):
     index = 0
 
     def supports(self, op, input_shapes):
-        if not available():
-            return "nvmath-python (cuBLASLt bindings) is not installed"
+        if missing("cublasLt"):
+            return missing("cublasLt")
         from native.cuda.tactics.pointwise import _ACT
         for step in op.params.get("post_ops") or ():
             if step["op"] == "activation" and step["type"] not in _ACT:

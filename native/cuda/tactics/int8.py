@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from native.cuda.array import GpuArray
+from native.cuda.availability import missing
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, weight
 from native.cuda.tactics.epilogue import epilogue
@@ -133,9 +134,8 @@ class _Int8Gemm(Tactic):
         return None
 
     def supports(self, op, input_shapes):
-        from native.cuda.tactics.gemm_lt import available
-        if not available():
-            return "nvmath-python (cuBLASLt bindings) is not installed"
+        if missing("cublasLt"):
+            return missing("cublasLt")
         return self.cpu_tactic().supports(op, input_shapes) or self.gpu_reason(op)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.array import GpuArray
+from native.cuda.availability import missing
 from native.cuda.driver import context
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array
@@ -21,10 +22,9 @@ class GpuLstm(Tactic):
     writes_outputs = True   # outputs through out_array: the engine's arena views
 
     def supports(self, op, input_shapes):
-        from native.cuda.tactics.gemm_lt import available
         p = op.params
-        if not available():
-            return "nvmath-python (cuBLASLt bindings) is not installed"
+        if missing("cublasLt"):
+            return missing("cublasLt")
         if p.get("cell", "LSTM") != "LSTM" or p.get("direction", "forward") != "forward":
             return "only forward LSTMs run on the GPU"
         if p.get("layout", 0) != 0 or p.get("clip") is not None or p.get("input_forget"):

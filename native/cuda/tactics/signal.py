@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cuda.array import GpuArray
+from native.cuda.availability import missing
 from native.cuda.tactics.common import on_device, out_array
 from native.cuda.tactics.geometry import host_value
 from native.tactics import Tactic, TacticRefusal, register_tactic
@@ -44,6 +45,8 @@ class GpuStft(Tactic):
     def supports(self, op, input_shapes):
         if op.params.get("plugin_type") != "STFT":
             return f"plugin {op.params.get('plugin_type')} has no GPU kernel here"
+        if missing("cublasLt"):
+            return missing("cublasLt")
         if input_shapes and input_shapes[0] is not None and not (
                 len(input_shapes[0]) == 2 or (len(input_shapes[0]) == 3 and input_shapes[0][2] == 1)):
             return "complex signals run on the host"

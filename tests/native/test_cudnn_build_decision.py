@@ -1,0 +1,130 @@
+"""The cuDNN convolution tactic decides at build time (supports()), with a fake cuDNN frontend on the CPU: a graph
+cuDNN declines (conv + residual add + sigmoid here) and a plan index past the graph's plans are refusals with
+cuDNN's reason, decided once per signature; what it accepts runs. On the GPU the same decision is made by the real
+frontend (tests/native/cuda/test_cuda_device.py::test_gpu_convolution_with_fused_epilogue_matches_cpu)."""
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from native.tactics import LayerContext, Op, registered_tactics, unsupported_reason
+
+cudnn_conv = pytest.importorskip("native.cuda.tactics.cudnn_conv")
+
+
+def _fake_frontend(declines=("add", "sigmoid"), plans=2):
+    """A cudnn module whose graphs record their ops; check_support() declines a graph holding every op of
+    `declines`, as cuDNN frontend 1.x does for some NCHW epilogues."""
+    built = []
+
+    class Tensor:
+        def __getattr__(self, name):     # set_output, set_data_type, set_dim, set_stride
+            return lambda *a, **k: self
+
+    class Graph:
+        def __init__(self, **kw):
+            self.ops = []
+            built.append(self)
+
+        def tensor(self, **kw):
+            return Tensor()
+
+        def _op(self, name):
+            def op(**kw):
+                self.ops.append(name)
+                return Tensor()
+            return op
+
+        def __getattr__(self, name):     # conv_fprop, bias, add, relu, sigmoid, ...
+            if name in ("validate", "build_operation_graph", "deselect_numeric_notes", "create_execution_plans",
+                        "build_plan_at_index"):
+                return lambda *a, **k: None
+            return self._op(name)
+
+        def check_support(self):
+            if all(d in self.ops for d in declines):
+                raise RuntimeError("[cudnn_frontend] Error: No execution plans support the graph.")
+
+        def get_execution_plan_count(self):
+            return plans
+
+        def get_workspace_size_plan_at_index(self, j):
+            return 0
+
+    ns = types.SimpleNamespace
+    mod = types.ModuleType("cudnn")
+    mod.pygraph = Graph
+    mod.data_type = ns(FLOAT="f", HALF="h", BFLOAT16="b")
+    mod.numerical_note = ns(DOWN_CONVERT_INPUTS=1, TENSOR_CORE=2)
+    mod.heur_mode = ns(A="a", FALLBACK="fb")
+    return mod, built
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    mod, built = _fake_frontend()
+    monkeypatch.setitem(sys.modules, "cudnn", mod)
+    monkeypatch.setattr(cudnn_conv, "available", lambda: True)
+    monkeypatch.setattr(cudnn_conv, "handle", lambda: None)
+    monkeypatch.setattr(cudnn_conv, "_GRAPHS", {})
+    monkeypatch.setattr(cudnn_conv, "_DECIDED", {})
+    return built
+
+
+def _tactic(index, kind="Convolution"):
+    return next(t for t in registered_tactics("cuda") if t.kind == kind and t.name == f"cudnn-plan-{index}")
+
+
+def _conv(post_ops=()):
+    rng = np.random.default_rng(0)
+    return Op("Convolution", "conv2", {"strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 0, 0], "group": 1,
+                                       "post_ops": list(post_ops)},
+              {"kernel": rng.standard_normal((24, 24, 1, 1)).astype(np.float32),
+               "bias": np.zeros(24, np.float32)})
+
+
+RESIDUAL_SIGMOID = [{"op": "add", "input": 1}, {"op": "activation", "type": "SIGMOID"}]
+
+
+def test_a_graph_cudnn_declines_is_refused_at_build_with_its_reason(fake):
+    ctx = LayerContext([[2, 24, 15, 11], [2, 24, 15, 11]], ["float32", "float32"])
+    why = unsupported_reason(_tactic(0), _conv(RESIDUAL_SIGMOID), ctx)
+    assert why is not None and "cuDNN has no engine for this convolution graph" in why
+    assert "No execution plans support the graph" in why
+    assert len(fake) == 1 and fake[0].ops == ["conv_fprop", "bias", "add", "sigmoid"]
+    # decided once per signature and plan: asking again builds nothing
+    assert unsupported_reason(_tactic(0), _conv(RESIDUAL_SIGMOID), ctx) == why and len(fake) == 1
+
+
+def test_what_cudnn_accepts_is_a_candidate_and_plans_past_its_count_are_not(fake):
+    ctx = LayerContext([[2, 24, 15, 11], [2, 24, 15, 11]], ["float32", "float32"])
+    relu = [{"op": "add", "input": 1}, {"op": "activation", "type": "RELU"}]
+    assert unsupported_reason(_tactic(0), _conv(relu), ctx) is None
+    assert unsupported_reason(_tactic(1), _conv(relu), ctx) is None
+    assert len(fake) == 1                      # one graph for the signature, shared by its plans
+    why = unsupported_reason(_tactic(2), _conv(relu), ctx)
+    assert why == "cuDNN has 2 usable execution plan(s) for this convolution"
+
+
+def test_the_profile_shapes_and_the_storage_type_decide_too(fake):
+    # cuDNN declines the graph only at the profile's max shapes: refused, naming those shapes
+    mod, built = _fake_frontend(declines=("conv_fprop",))
+    calls = []
+
+    class OnlySmall(mod.pygraph):
+        def check_support(self):
+            calls.append(1)
+            if len(calls) > 1:
+                raise RuntimeError("not at this size")
+    mod.pygraph = OnlySmall
+    sys.modules["cudnn"] = mod     # (the fixture's monkeypatch restores the module table)
+    ctx = LayerContext([[1, 24, 8, 8]], ["float32"], min_shapes=[[1, 24, 8, 8]], max_shapes=[[8, 24, 64, 64]])
+    why = unsupported_reason(_tactic(0), _conv(), ctx)
+    assert why is not None and "not at this size" in why and "[8, 24, 64, 64]" in why
+    # an FP32 layer handed float16 storage: refused at build, not at run time
+    half = LayerContext([[1, 24, 8, 8]], ["float16"])
+    assert "one float storage type" in unsupported_reason(_tactic(0), _conv(), half)
+    # a residual of another shape than the output
+    bad = LayerContext([[1, 24, 8, 8], [1, 24, 4, 4]], ["float32", "float32"])
+    assert "does not match the output" in unsupported_reason(_tactic(0), _conv([{"op": "add", "input": 1}]), bad)
