@@ -128,3 +128,15 @@ def test_the_profile_shapes_and_the_storage_type_decide_too(fake):
     # a residual of another shape than the output
     bad = LayerContext([[1, 24, 8, 8], [1, 24, 4, 4]], ["float32", "float32"])
     assert "does not match the output" in unsupported_reason(_tactic(0), _conv([{"op": "add", "input": 1}]), bad)
+
+
+def test_release_drops_graphs_decisions_and_handles(fake, monkeypatch):
+    """What the atexit hook does (so nanobind finds no frontend object alive at interpreter exit)."""
+    destroyed = []
+    monkeypatch.setattr(sys.modules["cudnn"], "destroy_handle", destroyed.append, raising=False)
+    monkeypatch.setattr(cudnn_conv, "_HANDLE", {1: "h1"})
+    ctx = LayerContext([[2, 24, 15, 11], [2, 24, 15, 11]], ["float32", "float32"])
+    assert unsupported_reason(_tactic(0), _conv(), ctx) is None
+    assert cudnn_conv._GRAPHS and cudnn_conv._DECIDED
+    cudnn_conv.release()
+    assert not cudnn_conv._GRAPHS and not cudnn_conv._DECIDED and not cudnn_conv._HANDLE and destroyed == ["h1"]

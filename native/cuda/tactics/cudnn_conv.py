@@ -8,6 +8,7 @@ NHWC `ConvolutionNHWC` layers, FP32 (TF32 only when the layer's math says so), F
 I/O, weights and bias; FP32 accumulation and epilogue, rounded once on store: the CPU's BF16 convolution)."""
 from __future__ import annotations
 
+import atexit
 import threading
 
 import numpy as np
@@ -40,10 +41,42 @@ def handle():
     h = _HANDLE.get(id(ctx))
     if h is None:
         import cudnn
+        if not _HANDLE:
+            atexit.register(release)   # process-wide, once: frontend objects go before the interpreter tears down
         h = cudnn.create_handle()
         cudnn.set_stream(handle=h, stream=int(ctx.stream))
         _HANDLE[id(ctx)] = h
     return h
+
+
+def release():
+    """Drop every cuDNN graph, decision and handle this process made, then typing's caches (they keep the
+    frontend's annotated nanobind functions and types alive). Registered with atexit at the first handle: without
+    it the objects outlive the frontend's module at interpreter exit and nanobind prints dozens of "leaked
+    instances / types / functions" lines on stderr. Safe to call any time (the next conv builds afresh)."""
+    import gc
+    with _LOCK:
+        _GRAPHS.clear()
+        _DECIDED.clear()
+        handles = list(_HANDLE.values())
+        _HANDLE.clear()
+    try:
+        import cudnn
+        for h in handles:
+            try:
+                cudnn.destroy_handle(h)
+            except Exception:
+                pass
+    except Exception:
+        pass
+    del handles
+    import typing
+    for cleanup in getattr(typing, "_cleanups", ()):   # typing's lru caches (Python's own atexit-safe API)
+        try:
+            cleanup()
+        except Exception:
+            pass
+    gc.collect()
 
 
 def _cudnn_type(dtype):
