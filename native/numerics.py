@@ -77,6 +77,14 @@ def _to_fp8(x) -> np.ndarray:
     return np.clip(x, -FP8_E4M3_MAX, FP8_E4M3_MAX).astype(_ml_dtypes().float8_e4m3fn)
 
 
+def numpy_dtype(name) -> np.dtype:
+    """numpy dtype for a name, including the ml_dtypes low-precision types (int4, float8_e4m3fn, ...)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return np.dtype(getattr(_ml_dtypes(), name))
+
+
 def storage_numpy_dtype(dtype: str) -> np.dtype:
     """The numpy dtype that stores a tensor of this precision name."""
     if dtype == "float32":

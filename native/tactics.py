@@ -243,6 +243,17 @@ def register_twins(source: str, base: type, prefix: str, *, keep=lambda tactic: 
             register_tactic(type(f"{base.__name__}_{kind}_{t.name}", (base,), attrs))
 
 
+def register_variants(base: type, count: int, name: str, doc: str, **attrs):
+    """Register `count` tactics that differ only by `index` (the i-th plan or algorithm a library offers for the
+    layer, each timed as a tactic of its own): subclasses of `base` named `name.format(i=i)`, documented
+    `doc.format(i=i)`, with `attrs` on each. How cuDNN's execution plans and cuBLASLt's heuristic algorithms are
+    registered (register_twins wraps another device's tactics)."""
+    for i in range(count):
+        cls_name = f"{base.__name__.lstrip('_')}{attrs.get('kind', '')}{i}"
+        register_tactic(type(cls_name, (base,), {**attrs, "name": name.format(i=i), "index": i,
+                                                 "__doc__": doc.format(i=i)}))
+
+
 def tactics_for(kind: str, device: str = "cpu") -> list[Tactic]:
     device = str(device)   # a Device or its name
     _load_kernels(device)

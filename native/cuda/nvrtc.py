@@ -1,7 +1,7 @@
-"""NVRTC: compile the device's `.cu` sources (native/cuda/kernels/, sharing the `.cuh` headers there) and
-generated sources (fused pointwise programs) for this GPU's architecture, load them as modules and launch their
-kernels. Compiled code is cached per (source, architecture) for the process; `cubins()` / `preload()` move the
-compiled code into and out of a plan, so loading a plan compiles nothing."""
+"""NVRTC: compile the device's `.cu` sources (each beside its tactics in native/cuda/tactics/, sharing the `.cuh`
+headers there) and generated sources (fused pointwise programs) for this GPU's architecture, load them as modules
+and launch their kernels. Compiled code is cached per (source, architecture) for the process; `cubins()` /
+`preload()` move the compiled code into and out of a plan, so loading a plan compiles nothing."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +11,7 @@ import numpy as np
 
 from native.cuda.driver import CudaError, _cu, check, context
 
-KERNEL_DIR = os.path.join(os.path.dirname(__file__), "kernels")
+KERNEL_DIR = os.path.join(os.path.dirname(__file__), "tactics")   # each family's .cu beside its .py
 _MODULES: dict = {}
 
 
@@ -51,7 +51,7 @@ def compile_source(source: str, name: str, arch: str) -> bytes:
     return cubin
 
 
-_SOURCES: dict = {}  # kernels/<file> -> (source, sha1): read and hashed once per process, not per launch
+_SOURCES: dict = {}  # tactics/<file> -> (source, sha1): read and hashed once per process, not per launch
 _CUBINS: dict = {}    # (source sha1, arch) -> cubin bytes: compiled here, or preloaded from a plan
 
 
@@ -86,7 +86,7 @@ def module_from_source(src: str, name: str = "generated.cu", key: str | None = N
 
 
 def module(file: str):
-    """The loaded module of kernels/<file>, compiled on first use."""
+    """The loaded module of tactics/<file>, compiled on first use."""
     src, key = _source(file)
     return module_from_source(src, file, key)
 

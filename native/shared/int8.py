@@ -20,6 +20,27 @@ def int8_params(op) -> dict:
     return op.params.get("int8") or {}
 
 
+def gemm_reason(op) -> str | None:
+    """Why an INT8 GEMM (constant right operand) cannot run this layer on any device, or None."""
+    if "input_scale" not in int8_params(op):
+        return "no INT8 input scale (params['int8'])"
+    b = op.weights.get("b", op.weights.get("b_q"))
+    if b is None or b.ndim != 2:
+        return "right operand is not a constant 2-D weight"
+    if op.params.get("transpose_a"):
+        return "transposed left operand"
+    return None
+
+
+def conv_reason(op) -> str | None:
+    """Why an INT8 convolution (constant kernel) cannot run this layer on any device, or None."""
+    if "input_scale" not in int8_params(op):
+        return "no INT8 input scale (params['int8'])"
+    if op.weights.get("kernel", op.weights.get("kernel_q")) is None:
+        return "kernel is not a constant weight"
+    return None
+
+
 def weight_scales(w, axis=0):
     """Per-channel symmetric scales along `axis`: max|w| / 127 (channels that are all zero get scale 1)."""
     w = np.asarray(w, np.float32)

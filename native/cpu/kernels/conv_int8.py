@@ -37,7 +37,7 @@ from native import numerics
 from native.cpu.kernels.conv import geometry, pad_input, tap_slices
 from native.cpu.kernels.fused import apply_post_ops
 from native.errors import ExecutionError
-from native.shared.int8 import int8_params, quantize_bias, quantize_weights, weight_scales  # noqa: F401
+from native.shared.int8 import conv_reason, int8_params, quantize_bias, quantize_weights, weight_scales  # noqa: F401
 from native.tactics import Tactic, register_tactic
 
 FLOAT32_EXACT_K = 1 << 10    # K * 2**14 <= 2**24
@@ -87,11 +87,7 @@ class Int8Im2colGemm(Tactic):
     honours = frozenset({"post_ops"})
 
     def supports(self, op, input_shapes):
-        if "input_scale" not in int8_params(op):
-            return "no INT8 input scale (params['int8'])"
-        if op.weights.get("kernel", op.weights.get("kernel_q")) is None:
-            return "kernel is not a constant weight"
-        return None
+        return conv_reason(op)
 
     def prepare(self, op):
         w = dict(op.weights)

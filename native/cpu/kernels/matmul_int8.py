@@ -13,7 +13,7 @@ import numpy as np
 
 from native import numerics
 from native.cpu.kernels.conv_int8 import exact_int_gemm, finish_int8, int8_params, quantize_bias, quantize_weights
-from native.shared.int8 import leading_biases
+from native.shared.int8 import gemm_reason, leading_biases
 from native.tactics import Tactic, register_tactic
 
 
@@ -24,14 +24,7 @@ class Int8PackedGemm(Tactic):
     honours = frozenset({"post_ops"})
 
     def supports(self, op, input_shapes):
-        if "input_scale" not in int8_params(op):
-            return "no INT8 input scale (params['int8'])"
-        b = op.weights.get("b", op.weights.get("b_q"))
-        if b is None or b.ndim != 2:
-            return "right operand is not a constant 2-D weight"
-        if op.params.get("transpose_a"):
-            return "transposed left operand"
-        return None
+        return gemm_reason(op)
 
     def prepare(self, op):
         w = dict(op.weights)

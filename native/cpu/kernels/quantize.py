@@ -7,16 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from native import numerics
 from native.tactics import simple_tactic
 
 
-def np_dtype(name):
-    """numpy dtype for a name, including the ml_dtypes low-precision types (int4, float8_e4m3fn, ...)."""
-    try:
-        return np.dtype(name)
-    except TypeError:
-        import ml_dtypes
-        return np.dtype(getattr(ml_dtypes, name))
+np_dtype = numerics.numpy_dtype   # (its readers' name for it)
 
 
 def _int_range(dtype):

@@ -1,5 +1,5 @@
 """Per-channel math on the GPU: Scale ((x * scale + shift) ** power, CHANNEL / ELEMENTWISE / UNIFORM, as the
-pointwise kernels' broadcasting binary ops, one rounding per step like the CPU) and LRN (kernels/geometry.cu:
+pointwise kernels' broadcasting binary ops, one rounding per step like the CPU) and LRN (geometry.cu:
 the channel-window sum of squares and the power in float64, the CPU kernel's arithmetic). FP32, FP16 and BF16
 storage."""
 from __future__ import annotations

@@ -10,7 +10,34 @@ from native.cuda.nvrtc import grid_for, kernel, launch
 
 FLOAT_PRECISIONS = ("float32", "float16", "bfloat16")
 FLOAT_STORAGE = frozenset(FLOAT_PRECISIONS)   # what float kernels read (Tactic.input_dtypes)
-_SUFFIX = {"float32": "", "float16": "_h", "bfloat16": "_b"}     # kernel-name suffix per float storage type
+
+# The one table of element types the .cu kernels know: numpy dtype -> (kernel-name code, CUDA C storage type).
+# Kernel names follow one scheme: `<base>_<code>` for a kernel typed by its values (`layernorm_f16`, `cast_f32_bf16`,
+# `icmp_i64`; several codes in operand order), `<base>_<bytes>` for one that only moves bits (`copy_nd_2`,
+# `gather_8`). FP16 and BF16 travel as their 16-bit patterns; the kernels convert through common.cuh's F16/BF16.
+DTYPES = {"float32": ("f32", "float"), "float16": ("f16", "unsigned short"), "bfloat16": ("bf16", "unsigned short"),
+          "float64": ("f64", "double"), "int64": ("i64", "long long"), "int32": ("i32", "int"),
+          "int8": ("i8", "signed char"), "uint8": ("u8", "unsigned char"), "bool": ("b", "unsigned char"),
+          "float8_e4m3fn": ("e4m3", "unsigned char")}
+
+
+def code(dtype, kinds=None) -> str:
+    """The kernel-name code of an element type (DTYPES); TacticRefusal where the kernel family has no variant
+    for it (`kinds`: the dtype names it instantiates; the host runs the others)."""
+    name = _name(dtype)
+    if name not in DTYPES or (kinds is not None and name not in kinds):
+        raise TacticRefusal(f"no GPU kernel for {name} values here")
+    return DTYPES[name][0]
+
+
+def c_type(dtype) -> str:
+    """The CUDA C type that holds one element of `dtype` in a kernel's signature (generated sources)."""
+    return DTYPES[_name(dtype)][1]
+
+
+def _name(dtype) -> str:
+    """A dtype's name ("bfloat16" as a string too: numpy knows it only through ml_dtypes' type)."""
+    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
 
 
 def on_device(x):
@@ -19,11 +46,12 @@ def on_device(x):
 
 
 def suffix(dtype) -> str:
-    """Kernel-name suffix of a float storage type; TacticRefusal for others (the host tactic runs those)."""
+    """Kernel-name suffix (`_<code>`) of a float storage type; TacticRefusal for others (the host tactic runs
+    those)."""
     name = np.dtype(dtype).name
-    if name not in _SUFFIX:
+    if name not in FLOAT_STORAGE:
         raise TacticRefusal(f"GPU float kernels store float32, float16 or bfloat16, got {name}")
-    return _SUFFIX[name]
+    return "_" + DTYPES[name][0]
 
 
 def storage(op) -> np.dtype:
@@ -39,7 +67,7 @@ def same_float(xs, dtype=None):
     kinds = {np.dtype(x.dtype).name for x in xs if x is not None}
     if dtype is not None:
         kinds.add(np.dtype(dtype).name)
-    if len(kinds) != 1 or not kinds <= set(_SUFFIX):
+    if len(kinds) != 1 or not kinds <= FLOAT_STORAGE:
         raise TacticRefusal(f"GPU kernel needs one float storage type, got {sorted(kinds)}")
     return np.dtype(kinds.pop())
 
@@ -49,13 +77,13 @@ def as_storage(xs, op):
     storage type (storage(op)), as the CPU's precision adapter does; other types raise TacticRefusal (a host layer takes
     them)."""
     kinds = {np.dtype(x.dtype).name for x in xs if x is not None}
-    if len(kinds) == 1 and kinds <= set(_SUFFIX):
+    if len(kinds) == 1 and kinds <= FLOAT_STORAGE:
         return list(xs)
     dtype = storage(op)
     out = []
     for x in xs:
         if x is not None and np.dtype(x.dtype) != dtype:
-            if np.dtype(x.dtype).name not in _SUFFIX:
+            if np.dtype(x.dtype).name not in FLOAT_STORAGE:
                 raise TacticRefusal(f"GPU float kernels store float32, float16 or bfloat16, got {np.dtype(x.dtype).name}")
             x = cast(x, dtype)
         out.append(x)
@@ -106,7 +134,6 @@ def ptr(x) -> np.uint64:
 # storage casts, broadcast strides and shape values: what the kernels of several families need ---------------
 
 CAST_SRC = "tensor.cu"
-_CAST_CODE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 MAX_VALUES = 64            # a value input longer than this is not a shape: its layer runs on the host
 
 
@@ -115,11 +142,11 @@ def cast(x: GpuArray, to, outputs=None) -> GpuArray:
     to = np.dtype(to)
     if x.dtype == to:
         return x
-    if x.dtype.name not in _CAST_CODE or to.name not in _CAST_CODE:
+    if x.dtype.name not in FLOAT_STORAGE or to.name not in FLOAT_STORAGE:
         raise TacticRefusal(f"cast {x.dtype} -> {to} runs on the host")
     out = out_array(outputs, 0, x.shape, to)
     if x.size:
-        launch(kernel(CAST_SRC, f"cast_{_CAST_CODE[x.dtype.name]}_{_CAST_CODE[to.name]}"), grid_for(x.size), (256, 1, 1),
+        launch(kernel(CAST_SRC, f"cast_{code(x.dtype)}_{code(to)}"), grid_for(x.size), (256, 1, 1),
                [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size)])
     return out
 

@@ -21,7 +21,7 @@ from native.cuda.tactics.common import (FLOAT_STORAGE, on_device, out_array, sam
                                         weight)
 from native.cuda.tactics.epilogue import epilogue
 from native.shared.conv_geometry import geometry
-from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_variants
 
 PLANS = 4                       # tactics per layer: the first PLANS execution plans of heuristics mode A
 _ACTS = {"RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh", "GELU_ERF": "gelu", "SILU": "swish",
@@ -395,13 +395,7 @@ def _report(layer, tactic, lines):
     G_LOGGER.verbose(f"layer '{layer}': {tactic}: cuDNN said {summary(lines)} while building its graph and plans")
 
 
-def _register():
-    for nhwc, kind, key in ((False, "Convolution", "kernel"), (True, "ConvolutionNHWC", "kernel_hwio")):
-        for i in range(PLANS):
-            attrs = {"kind": kind, "name": f"cudnn-plan-{i}", "index": i, "nhwc": nhwc, "kernel_key": key,
-                     "formats": ("nhwc",) if nhwc else ("linear",),
-                     "__doc__": f"cuDNN graph (conv + fused epilogue), execution plan {i} of heuristics mode A"}
-            register_tactic(type(f"CudnnConv{'NHWC' if nhwc else ''}Plan{i}", (_CudnnConv,), attrs))
-
-
-_register()
+for _nhwc, _kind, _key in ((False, "Convolution", "kernel"), (True, "ConvolutionNHWC", "kernel_hwio")):
+    register_variants(_CudnnConv, PLANS, "cudnn-plan-{i}",
+                      "cuDNN graph (conv + fused epilogue), execution plan {i} of heuristics mode A",
+                      kind=_kind, nhwc=_nhwc, kernel_key=_key, formats=("nhwc",) if _nhwc else ("linear",))

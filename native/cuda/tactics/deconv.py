@@ -1,5 +1,5 @@
 """Transposed convolution (Deconvolution) on the GPU: columns = W^T @ x by cuBLAS (gemm.matmul, FP32 accumulation,
-columns kept in float32), then an NVRTC col2im gather (kernels/geometry.cu) that sums each output's kernel taps
+columns kept in float32), then an NVRTC col2im gather (geometry.cu) that sums each output's kernel taps
 in the CPU's tap order and adds the bias, then the fused epilogue (conv.epilogue). 1-D to 3-D, groups, strides,
 dilations, pads, output_padding / output_shape / auto_pad (the CPU's deconv_geometry); the kernel as packed
 weights (uploaded once) or as a tensor (transposed on the device each run); FP32 (TF32 when the layer's math says

@@ -1,4 +1,4 @@
-"""Integer, boolean and 1-byte elementwise layers on the GPU (kernels/index.cu): ElementWise and Unary over
+"""Integer, boolean and 1-byte elementwise layers on the GPU (index.cu): ElementWise and Unary over
 int32 / int64 / bool (comparisons giving bool, logic, integer arithmetic with numpy's wrap-around and the CPU's
 Div/Mod rules) and float MOD / FMOD / FLOOR_DIV; Select on 1-byte values. Bit-identical to the CPU's
 cpu/kernels/elementwise.py; the float kernels of these kinds are in pointwise.py (registered first)."""

@@ -19,7 +19,7 @@ from native.cuda.availability import has_library, missing
 from native.cuda.driver import CudaError, context
 from native.cuda.tactics.common import FLOAT_STORAGE, on_device, out_array, weight
 from native.cuda.tactics.epilogue import epilogue
-from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.tactics import Tactic, TacticRefusal, register_variants
 
 ALGOS = 4                          # heuristic results kept per problem: tactics cublaslt-algo-0..3
 WORKSPACE = 32 << 20               # cuBLASLt workspace per context (bytes), the preference's limit
@@ -273,11 +273,4 @@ class _CublasLtMatMul(Tactic):
         return [y]
 
 
-def _register():
-    for i in range(ALGOS):
-        register_tactic(type(f"CublasLtMatMul{i}", (_CublasLtMatMul,),
-                             {"name": f"cublaslt-algo-{i}", "index": i,
-                              "__doc__": f"cuBLASLt GEMM + fused epilogue, heuristic algorithm {i}"}))
-
-
-_register()
+register_variants(_CublasLtMatMul, ALGOS, "cublaslt-algo-{i}", "cuBLASLt GEMM + fused epilogue, heuristic algorithm {i}")

@@ -1,4 +1,4 @@
-"""Data movement and generators on the GPU (kernels/geometry.cu, tensor.cu's strided copy): Padding, Expand,
+"""Data movement and generators on the GPU (geometry.cu, tensor.cu's strided copy): Padding, Expand,
 Tile, Identity, Fill and Range, with the CPU kernels' semantics (native/cpu/kernels/tensor.py, core.py).
 
 Their shape-deciding inputs (pads, repeats, the Expand shape, Fill's shape, Range's bounds) are values: a
@@ -11,7 +11,7 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import bcast_strides, host_value, on_device, out_array  # noqa: F401  (host_value: resize.py, signal.py)
+from native.cuda.tactics.common import bcast_strides, code, host_value, on_device, out_array  # noqa: F401  (host_value: resize.py, signal.py)
 from native.cuda.tactics.tensor import contiguous_strides, strided_copy
 from native.errors import ExecutionError
 from native.tactics import Tactic, TacticRefusal, register_tactic
@@ -163,7 +163,7 @@ class GpuPadding(Tactic):
         return [out]
 
 
-_LINSPACE = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64"}
+_LINSPACE = ("float32", "float16", "float64", "int32", "int64")   # the types geometry.cu fills linearly
 
 
 def _fill_dtype(name, default):
@@ -224,7 +224,7 @@ class GpuFill(Tactic):
         elif kind == "LINSPACE":
             if dt.name not in _LINSPACE:
                 raise TacticRefusal(f"LINSPACE of {dt} runs on the host")
-            launch(kernel(SRC, f"linspace_{_LINSPACE[dt.name]}"), grid_for(n), (256, 1, 1),
+            launch(kernel(SRC, f"linspace_{code(dt)}"), grid_for(n), (256, 1, 1),
                    [np.uint64(out.ptr), np.float64(p.get("alpha", 0.0)), np.float64(p.get("beta", 1.0)),
                     np.int64(n)])
         else:
@@ -232,8 +232,7 @@ class GpuFill(Tactic):
         return [out]
 
 
-_RANGE = {"float32": ("f32", np.float32), "float64": ("f64", np.float64), "int32": ("i32", np.int32),
-          "int64": ("i64", np.int64)}
+_RANGE = ("float32", "float64", "int32", "int64")   # the types geometry.cu's range_* make
 
 
 @_gpu
@@ -254,9 +253,9 @@ class GpuRange(Tactic):
             raise ExecutionError(f"Range '{op.name}': start {start}, limit {limit}, delta {delta} give no finite "
                                  f"length")
         n = max(int(count), 0)
-        code, t = _RANGE[start.dtype.name]
+        t = start.dtype.type
         out = out_array(outputs, 0, (n,), start.dtype)
         if n:
-            launch(kernel(SRC, f"range_{code}"), grid_for(n), (256, 1, 1),
+            launch(kernel(SRC, f"range_{code(start.dtype)}"), grid_for(n), (256, 1, 1),
                    [np.uint64(out.ptr), t(start), t(np.asarray(delta).astype(t)), np.int64(n)])
         return [out]

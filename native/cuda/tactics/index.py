@@ -1,4 +1,4 @@
-"""Indexing layers on the GPU (kernels/index.cu): Gather (DEFAULT on any element size and int32 indices, ELEMENT,
+"""Indexing layers on the GPU (index.cu): Gather (DEFAULT on any element size and int32 indices, ELEMENT,
 ND), TopK, NonZero, OneHot, Scatter and Shape, plus what every index.cu tactic shares (IndexKernel, the type codes,
 the launch block); the integer elementwise, reduction and plugin tactics of the same kernels are filed with their
 families (elementwise.py, reduce.py, plugins.py). Each follows the CPU kernel's semantics exactly (ties, NaN
@@ -11,22 +11,21 @@ import numpy as np
 from native.cuda.array import GpuArray, to_host
 from native.cuda.driver import context
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, out_array
+from native.cuda.tactics.common import code as dtype_code, on_device, out_array
 from native.errors import ExecutionError
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "index.cu"
 PRECISIONS = ("float32", "float16", "bfloat16")
-_CODE = {"int64": "i64", "int32": "i32", "bool": "b", "float32": "f32", "float16": "f16"}
+KINDS = ("int64", "int32", "bool", "float32", "float16")   # the element types index.cu instantiates
 BLOCK = (256, 1, 1)
 
 
 def code(x) -> str:
     """index.cu's type code of a tensor; TacticRefusal for types without kernels (a host layer runs those)."""
-    c = _CODE.get(np.dtype(x.dtype).name) if isinstance(x, GpuArray) else None
-    if c is None:
+    if not isinstance(x, GpuArray) or np.dtype(x.dtype).name not in KINDS:
         raise TacticRefusal(f"no index kernel for {getattr(x, 'dtype', type(x).__name__)} values")
-    return c
+    return dtype_code(x.dtype)
 
 
 def _strides(shape) -> list:
@@ -38,7 +37,7 @@ def _strides(shape) -> list:
 
 
 class IndexKernel(Tactic):
-    """A tactic of kernels/index.cu (here and in elementwise.py, reduce.py, plugins.py): CUDA, float storage types
+    """A tactic of index.cu (here and in elementwise.py, reduce.py, plugins.py): CUDA, float storage types
     declared, outputs through out_array (the engine's arena views) unless a class says otherwise."""
 
     device = "cuda"
@@ -271,7 +270,7 @@ class GpuScatter(IndexKernel):
             raise TacticRefusal("Scatter of these types runs on the host")
         ic = "i64" if idx.dtype == np.int64 else "i32"
         red = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}.get(op.params.get("reduction", "none") or "none")
-        c = _CODE.get(data.dtype.name)
+        c = dtype_code(data.dtype) if data.dtype.name in KINDS else None
         if red is None or (red and c not in ("f32", "f16", "i64", "i32")):
             raise TacticRefusal(f"scatter reduction {op.params.get('reduction')} on {data.dtype} runs on the host")
         out = out_array(outputs, 0, data.shape, data.dtype)

@@ -18,7 +18,7 @@ from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, weight
 from native.cuda.tactics.epilogue import epilogue
 from native.shared.conv_geometry import geometry
-from native.shared.int8 import int8_params, leading_biases
+from native.shared.int8 import conv_reason, gemm_reason, int8_params, leading_biases
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "int8.cu"
@@ -119,13 +119,18 @@ def _pad16(k: int) -> int:
 
 
 class _Int8Gemm(Tactic):
-    """What both INT8 tactics share: the CPU INT8 tactic of the kind (`cpu_tactic`) decides what the layer is and
-    prepares its quantized weights; this GPU tactic adds its own limits (`gpu_reason`)."""
+    """What both INT8 tactics share: the INT8 rule of every device (`rule`, native/shared/int8.py) decides what the
+    layer is, the CPU INT8 tactic of the kind (`cpu_tactic`) prepares its quantized weights, and this GPU tactic
+    adds its own limits (`gpu_reason`)."""
 
     device = "cuda"
     precisions = ("int8",)
     honours = frozenset({"post_ops"})
     writes_outputs = True   # outputs through out_array: the engine's arena views
+
+    def rule(self, op) -> str | None:
+        """The INT8 rule every device applies (native/shared/int8.py)."""
+        raise NotImplementedError
 
     def cpu_tactic(self) -> Tactic:
         raise NotImplementedError
@@ -136,7 +141,7 @@ class _Int8Gemm(Tactic):
     def supports(self, op, input_shapes):
         if missing("cublasLt"):
             return missing("cublasLt")
-        return self.cpu_tactic().supports(op, input_shapes) or self.gpu_reason(op)
+        return self.rule(op) or self.gpu_reason(op)
 
 
 @register_tactic
@@ -145,8 +150,11 @@ class GpuInt8MatMul(_Int8Gemm):
 
     kind, name = "MatrixMultiply", "cublaslt-int8"
 
+    def rule(self, op):
+        return gemm_reason(op)
+
     def cpu_tactic(self):
-        from native.cpu.kernels.matmul_int8 import Int8PackedGemm
+        from native.cpu.kernels.matmul_int8 import Int8PackedGemm   # its weight preparation (quantized, packed)
         return Int8PackedGemm()
 
     def gpu_reason(self, op):
@@ -188,8 +196,11 @@ class GpuInt8Conv(_Int8Gemm):
 
     kind, name = "Convolution", "im2col-cublaslt-int8"
 
+    def rule(self, op):
+        return conv_reason(op)
+
     def cpu_tactic(self):
-        from native.cpu.kernels.conv_int8 import Int8Im2colGemm
+        from native.cpu.kernels.conv_int8 import Int8Im2colGemm   # its weight preparation (quantized, packed)
         return Int8Im2colGemm()
 
     def gpu_reason(self, op):

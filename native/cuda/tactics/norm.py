@@ -1,4 +1,4 @@
-"""Normalization on the GPU (kernels/tensor.cu's layernorm): FP32, FP16 and BF16 storage, float32 statistics.
+"""Normalization on the GPU (tensor.cu's layernorm): FP32, FP16 and BF16 storage, float32 statistics.
 Scale and LRN, the CPU's other norm.py kinds, are in channel.py."""
 from __future__ import annotations
 

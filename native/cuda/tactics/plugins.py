@@ -1,4 +1,4 @@
-"""Plugins on the GPU: NonMaxSuppression (kernels/index.cu: score ranking, float64 IoU bitmask, one greedy warp
+"""Plugins on the GPU: NonMaxSuppression (index.cu: score ranking, float64 IoU bitmask, one greedy warp
 per class, one sync for the output size) and the Squeeze / Unsqueeze view plugins. The CPU's twins:
 cpu/kernels/plugins*.py; the STFT plugin is in signal.py."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pointwise tactics on NVRTC kernels (kernels/pointwise.cu): broadcasting binary ops, activations, unary math,
+"""Pointwise tactics on NVRTC kernels (pointwise.cu): broadcasting binary ops, activations, unary math,
 softmax, and fused pointwise programs (the fusion passes' `Pointwise` layers) compiled into one generated kernel
 each. FP32, FP16 and BF16 storage, float32 compute (one rounding per stored output)."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, kernel_from_source, launch, source_key
-from native.cuda.tactics.common import (FLOAT_PRECISIONS, as_storage, on_device, out_array, same_float, storage, suffix,
-                                        weight)
+from native.cuda.tactics.common import (FLOAT_PRECISIONS, as_storage, c_type, on_device, out_array, same_float,
+                                        storage, suffix, weight)
 from native.tactics import Tactic, TacticRefusal, register_tactic
 from native.cuda.tactics.common import bcast_strides
 
@@ -228,8 +228,8 @@ def program_source(program, arg_names) -> str | None:
     params = ", ".join(f"const typename D::T* __restrict__ a{i}" for i in range(k))
     loads = "\n".join(f"        float v_{i} = D::ld(a{i}[o[{i}]]);" for i in range(k))
     call = ", ".join(f"a{i}" for i in range(k))
-    ext_f = ", ".join(f"const float* a{i}" for i in range(k))
-    ext_h = ", ".join(f"const unsigned short* a{i}" for i in range(k))   # float16 and bfloat16 bit patterns
+    ext_f = ", ".join(f"const {c_type('float32')}* a{i}" for i in range(k))
+    ext_h = ", ".join(f"const {c_type('float16')}* a{i}" for i in range(k))   # float16 and bfloat16 bit patterns
     return f"""#include "common.cuh"
 struct Prog {{ long long rank, n; long long dims[8]; long long s[{k}][8]; }};
 template <class D>
@@ -248,9 +248,9 @@ __device__ __forceinline__ void prog_k(typename D::T* __restrict__ out, {params}
         out[i] = D::st(s_{len(program) - 1});
     }}
 }}
-extern "C" __global__ void prog(float* out, {ext_f}, Prog p) {{ prog_k<F32>(out, {call}, p); }}
-extern "C" __global__ void prog_h(unsigned short* out, {ext_h}, Prog p) {{ prog_k<F16>(out, {call}, p); }}
-extern "C" __global__ void prog_b(unsigned short* out, {ext_h}, Prog p) {{ prog_k<BF16>(out, {call}, p); }}
+extern "C" __global__ void prog_f32({c_type("float32")}* out, {ext_f}, Prog p) {{ prog_k<F32>(out, {call}, p); }}
+extern "C" __global__ void prog_f16({c_type("float16")}* out, {ext_h}, Prog p) {{ prog_k<F16>(out, {call}, p); }}
+extern "C" __global__ void prog_bf16({c_type("bfloat16")}* out, {ext_h}, Prog p) {{ prog_k<BF16>(out, {call}, p); }}
 """
 
 

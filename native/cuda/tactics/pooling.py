@@ -1,4 +1,4 @@
-"""Pooling on the GPU (kernels/tensor.cu's pool2d and gpool): max and average, global at any rank >= 3, windows
+"""Pooling on the GPU (tensor.cu's pool2d and gpool): max and average, global at any rank >= 3, windows
 over rank 3 (1-D), 4 (2-D, NCHW and NHWC) and 5 (3-D, separable), with the pooled layer's fused activation.
 FP32, FP16 and BF16 storage, float32 accumulation. The CPU's twin: cpu/kernels/pooling.py."""
 from __future__ import annotations

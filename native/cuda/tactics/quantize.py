@@ -1,4 +1,4 @@
-"""Quantize / Dequantize on the GPU (kernels/quantize.cu): INT8, UINT8 and FP8 E4M3, per tensor or per channel,
+"""Quantize / Dequantize on the GPU (quantize.cu): INT8, UINT8 and FP8 E4M3, per tensor or per channel,
 with the CPU kernels' arithmetic (x / scale in float32, half-to-even rounding, saturation; dequantization in
 float64 rounded once to the output type), so results are bit-identical. Blocked and dynamic quantization, other
 integer widths and BF16 outputs run on the host."""
@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from native import numerics
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, out_array, ptr
+from native.cuda.tactics.common import code, on_device, out_array, ptr
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "quantize.cu"
 PRECISIONS = ("float32", "float16", "bfloat16", "int8", "fp8")
 _QKIND = {"int8": 1, "uint8": 2, "float8_e4m3fn": 3}
-_FLOAT = {"float32": "f32", "float16": "f16"}
+_FLOAT = ("float32", "float16")   # the float types quantize.cu instantiates
 
 
 def _np_dtype(name):
-    from native.cpu.kernels.quantize import np_dtype
-    return np_dtype(name)
+    return numerics.numpy_dtype(name)
 
 
 def _layout(op, x, scale, zp):
@@ -91,7 +91,7 @@ class GpuQuantize(Tactic):
         if x.size:
             p = _params(x.size, channels, inner, _QKIND[zp.dtype.name] if zp is not None else 0,
                         _QKIND[out_dtype.name], int(bool(op.params.get("saturate", True))))
-            launch(kernel(SRC, f"quantize_{_FLOAT[x.dtype.name]}_{_FLOAT[scale.dtype.name]}"), grid_for(x.size),
+            launch(kernel(SRC, f"quantize_{code(x.dtype)}_{code(scale.dtype)}"), grid_for(x.size),
                    (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), np.uint64(scale.ptr), ptr(zp), p])
         return [out]
 
@@ -123,7 +123,7 @@ class GpuDequantize(Tactic):
         if x.size:
             p = _params(x.size, channels, inner, _QKIND[zp.dtype.name] if zp is not None else 0,
                         0 if out_dtype.name == "float32" else 1, 1)
-            launch(kernel(SRC, f"dequantize_{_FLOAT[scale.dtype.name]}"), grid_for(x.size), (256, 1, 1),
+            launch(kernel(SRC, f"dequantize_{code(scale.dtype)}"), grid_for(x.size), (256, 1, 1),
                    [np.uint64(out.ptr), np.uint64(x.ptr), np.int32(_QKIND[x.dtype.name]), np.uint64(scale.ptr),
                     ptr(zp), p])
         return [out]

@@ -1,5 +1,5 @@
-"""Reductions on the GPU: float SUM / AVG / MAX / MIN over adjacent axes (kernels/tensor.cu's gpool), then the
-integer and index reductions (kernels/index.cu). The CPU's twin: cpu/kernels/reduce.py."""
+"""Reductions on the GPU: float SUM / AVG / MAX / MIN over adjacent axes (tensor.cu's gpool), then the
+integer and index reductions (index.cu). The CPU's twin: cpu/kernels/reduce.py."""
 from __future__ import annotations
 
 import numpy as np

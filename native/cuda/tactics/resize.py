@@ -1,4 +1,4 @@
-"""Resize on the GPU (kernels/geometry.cu): nearest, linear and cubic, every coordinate transformation mode,
+"""Resize on the GPU (geometry.cu): nearest, linear and cubic, every coordinate transformation mode,
 antialiasing, exclude_outside, tf_crop_and_resize's extrapolation, keep_aspect_ratio_policy.
 
 The per-axis source indices and filter weights come from the functions the CPU kernel uses too (native/shared/

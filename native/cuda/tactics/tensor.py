@@ -1,4 +1,4 @@
-"""Data movement on the GPU (kernels/tensor.cu): Constant (uploaded once), Shuffle, Slice, Split, Concatenation,
+"""Data movement on the GPU (tensor.cu): Constant (uploaded once), Shuffle, Slice, Split, Concatenation,
 Reformat (storage casts), Gather, Select. Reshapes are views; everything else is one strided-copy launch per
 output, for any element type."""
 from __future__ import annotations
@@ -8,14 +8,14 @@ import numpy as np
 from native import numerics
 from native.cuda.array import GpuArray
 from native.cuda.nvrtc import grid_for, kernel, launch
-from native.cuda.tactics.common import on_device, out_array, weight
+from native.cuda.tactics.common import code, on_device, out_array, weight
 from native.tactics import Tactic, TacticRefusal, register_tactic
 from native.cuda.tactics.common import bcast_strides, cast, host_value  # noqa: F401  (cast: callers import it from here too)
 
 SRC = "tensor.cu"
 ANY = ("float32", "float16", "bfloat16", "fp8", "int8")
 _FLOATS = ("float32", "float16", "bfloat16")     # float storage types of our kernels
-_CODE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "b"}
+_CASTS = ("float32", "float16", "bfloat16", "int64", "int32", "bool")   # the element types tensor.cu casts between
 _COPY = {1: "copy_nd_1", 2: "copy_nd_2", 4: "copy_nd_4", 8: "copy_nd_8", 16: "copy_nd_16"}
 
 
@@ -270,13 +270,13 @@ class GpuCast(Tactic):
             to = numerics.storage_numpy_dtype(to) if to == "bfloat16" else np.dtype(to)   # (ml_dtypes' name)
         except TypeError:
             raise TacticRefusal(f"cast to {op.params.get('to')} runs on the host") from None
-        if not isinstance(x, GpuArray) or x.dtype.name not in _CODE or to.name not in _CODE:
+        if not isinstance(x, GpuArray) or x.dtype.name not in _CASTS or to.name not in _CASTS:
             raise TacticRefusal(f"cast {getattr(x, 'dtype', type(x).__name__)} -> {to} runs on the host")
         if x.dtype == to:
             return [x]
         if x.dtype.name in _FLOATS and to.name in _FLOATS:
             return [cast(x, to, outputs)]
-        name = f"cast_{_CODE[x.dtype.name]}_{_CODE[to.name]}"
+        name = f"cast_{code(x.dtype)}_{code(to)}"
         out = out_array(outputs, 0, x.shape, to)
         if x.size:
             try:
@@ -329,7 +329,7 @@ class GpuSelect(Tactic):
 
 
 def select(c: GpuArray, a: GpuArray, b: GpuArray, outputs, src: str) -> GpuArray:
-    """where(c, a, b) with broadcasting, by the `select_<itemsize>` kernel of kernels/<src> (its Select struct:
+    """where(c, a, b) with broadcasting, by the `select_<itemsize>` kernel of <src> (its Select struct:
     rank, size, dims[8] and the element strides of c, a and b, 0 where broadcast)."""
     shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
     if len(shape) > 8:

@@ -66,7 +66,7 @@ extern "C" __global__ void NAME##SFX##_f(D::T* out, const D::T* a, const D::T* b
 
 #define BINARY(NAME, EXPR)                                                                                    \
 struct op_##NAME { __device__ static __forceinline__ float f(float x, float y) { return (EXPR); } };          \
-BINARY_T(NAME, , F32) BINARY_T(NAME, _h, F16) BINARY_T(NAME, _b, BF16)
+BINARY_T(NAME, _f32, F32) BINARY_T(NAME, _f16, F16) BINARY_T(NAME, _bf16, BF16)
 
 BINARY(ew_sum, x + y)
 BINARY(ew_sub, x - y)
@@ -88,7 +88,7 @@ extern "C" __global__ void NAME##SFX(D::T* out, const D::T* in, long long n, flo
 
 #define UNARY(NAME, EXPR)                                                                                     \
 struct op_##NAME { __device__ static __forceinline__ float f(float x, float alpha, float beta) { return (EXPR); } }; \
-UNARY_T(NAME, , F32) UNARY_T(NAME, _h, F16) UNARY_T(NAME, _b, BF16)
+UNARY_T(NAME, _f32, F32) UNARY_T(NAME, _f16, F16) UNARY_T(NAME, _bf16, BF16)
 
 UNARY(act_relu, (x > 0.f || x != x) ? x : 0.f)
 // e/(1+e) below 0, 1/(1+e) from 0 up (e = expf(-|x|)): small values keep their relative precision, unlike
@@ -221,7 +221,7 @@ extern "C" __global__ void attn_softmax##TS##SFX(D::T* out, const float* in, lon
                                                 float scale, const float* mask, Bcast ms, int nan_to_zero) {    \
     KERNEL<F32, D>(out, in, rows, cols, 0, scale, mask, ms, nan_to_zero); }
 #define SOFTMAX_ENTRIES(KERNEL, SFX) \
-SOFTMAX_T(KERNEL, SFX, , F32) SOFTMAX_T(KERNEL, SFX, _h, F16) SOFTMAX_T(KERNEL, SFX, _b, BF16)
+SOFTMAX_T(KERNEL, SFX, _f32, F32) SOFTMAX_T(KERNEL, SFX, _f16, F16) SOFTMAX_T(KERNEL, SFX, _bf16, BF16)
 
 SOFTMAX_ENTRIES(softmax_warp_k, _w)
 SOFTMAX_ENTRIES(softmax_k, )

@@ -147,9 +147,9 @@ __device__ __forceinline__ void pool_k(typename D::T* __restrict__ out, const ty
         out[b * p.oN + c * p.oC + oy * p.oH + ox * p.oW] = D::st(r);
     }
 }
-extern "C" __global__ void pool2d(float* out, const float* in, Pool p) { pool_k<F32>(out, in, p); }
-extern "C" __global__ void pool2d_h(unsigned short* out, const unsigned short* in, Pool p) { pool_k<F16>(out, in, p); }
-extern "C" __global__ void pool2d_b(unsigned short* out, const unsigned short* in, Pool p) { pool_k<BF16>(out, in, p); }
+extern "C" __global__ void pool2d_f32(float* out, const float* in, Pool p) { pool_k<F32>(out, in, p); }
+extern "C" __global__ void pool2d_f16(unsigned short* out, const unsigned short* in, Pool p) { pool_k<F16>(out, in, p); }
+extern "C" __global__ void pool2d_bf16(unsigned short* out, const unsigned short* in, Pool p) { pool_k<BF16>(out, in, p); }
 
 // global pooling: x viewed as [N, P, C] with strides (sN, sP, sC) -> out [N, C] (contiguous in the caller's layout
 // via oN, oC); one thread per (n, c), float32 accumulation
@@ -173,13 +173,13 @@ __device__ __forceinline__ void gpool_k(typename D::T* __restrict__ out, const t
         out[b * oN + c * oC] = D::st(r);
     }
 }
-extern "C" __global__ void gpool(float* out, const float* in, long long N, long long P, long long C, long long sN,
+extern "C" __global__ void gpool_f32(float* out, const float* in, long long N, long long P, long long C, long long sN,
                                  long long sP, long long sC, long long oN, long long oC, int mode) {
     gpool_k<F32>(out, in, N, P, C, sN, sP, sC, oN, oC, mode); }
-extern "C" __global__ void gpool_h(unsigned short* out, const unsigned short* in, long long N, long long P, long long C,
+extern "C" __global__ void gpool_f16(unsigned short* out, const unsigned short* in, long long N, long long P, long long C,
                                    long long sN, long long sP, long long sC, long long oN, long long oC, int mode) {
     gpool_k<F16>(out, in, N, P, C, sN, sP, sC, oN, oC, mode); }
-extern "C" __global__ void gpool_b(unsigned short* out, const unsigned short* in, long long N, long long P, long long C,
+extern "C" __global__ void gpool_bf16(unsigned short* out, const unsigned short* in, long long N, long long P, long long C,
                                    long long sN, long long sP, long long sC, long long oN, long long oC, int mode) {
     gpool_k<BF16>(out, in, N, P, C, sN, sP, sC, oN, oC, mode); }
 
@@ -226,14 +226,14 @@ __device__ void layernorm_k(typename D::T* __restrict__ out, const typename D::T
         if (inv_out) inv_out[r] = inv;
     }
 }
-extern "C" __global__ void layernorm(float* out, const float* in, const float* g, const float* b, float* mo, float* io,
+extern "C" __global__ void layernorm_f32(float* out, const float* in, const float* g, const float* b, float* mo, float* io,
                                      long long rows, long long cols, float eps) {
     layernorm_k<F32>(out, in, g, b, mo, io, rows, cols, eps); }
-extern "C" __global__ void layernorm_h(unsigned short* out, const unsigned short* in, const unsigned short* g,
+extern "C" __global__ void layernorm_f16(unsigned short* out, const unsigned short* in, const unsigned short* g,
                                        const unsigned short* b, float* mo, float* io, long long rows, long long cols,
                                        float eps) {
     layernorm_k<F16>(out, in, g, b, mo, io, rows, cols, eps); }
-extern "C" __global__ void layernorm_b(unsigned short* out, const unsigned short* in, const unsigned short* g,
+extern "C" __global__ void layernorm_bf16(unsigned short* out, const unsigned short* in, const unsigned short* g,
                                        const unsigned short* b, float* mo, float* io, long long rows, long long cols,
                                        float eps) {
     layernorm_k<BF16>(out, in, g, b, mo, io, rows, cols, eps); }

@@ -173,12 +173,12 @@ __device__ __forceinline__ void resize_interp_k(typename D::T* __restrict__ out,
 #define RESIZE_INTERP(NAME, D, I) \
 extern "C" __global__ void NAME(D::T* out, const D::T* in, const long long* idx, const double* w, \
                                 const unsigned char* bad, ResizeP p) { resize_interp_k<D, I>(out, in, idx, w, bad, p); }
-RESIZE_INTERP(resize_interp, D32, long long)
-RESIZE_INTERP(resize_interp_s, D32, int)
-RESIZE_INTERP(resize_interp_h, D16, long long)
-RESIZE_INTERP(resize_interp_s_h, D16, int)
-RESIZE_INTERP(resize_interp_b, DB16, long long)
-RESIZE_INTERP(resize_interp_s_b, DB16, int)
+RESIZE_INTERP(resize_interp_f32, D32, long long)
+RESIZE_INTERP(resize_interp_s_f32, D32, int)
+RESIZE_INTERP(resize_interp_f16, D16, long long)
+RESIZE_INTERP(resize_interp_s_f16, D16, int)
+RESIZE_INTERP(resize_interp_bf16, DB16, long long)
+RESIZE_INTERP(resize_interp_s_bf16, DB16, int)
 
 // transposed convolution: col2im as a gather ---------------------------------------------------------------------
 // cols [N, M, taps, in...] (float32, from the GEMM) -> y [N, M, out...]: y[o] = sum over taps whose input position
@@ -224,11 +224,11 @@ __device__ __forceinline__ void col2im_k(typename D::T* __restrict__ y, const fl
         y[i] = D::st(bias ? __fadd_rn(acc, D::ld(bias[nm % p.M])) : acc);
     }
 }
-extern "C" __global__ void col2im(float* y, const float* cols, const float* bias, Col2ImP p) {
+extern "C" __global__ void col2im_f32(float* y, const float* cols, const float* bias, Col2ImP p) {
     col2im_k<F32>(y, cols, bias, p); }
-extern "C" __global__ void col2im_h(unsigned short* y, const float* cols, const unsigned short* bias, Col2ImP p) {
+extern "C" __global__ void col2im_f16(unsigned short* y, const float* cols, const unsigned short* bias, Col2ImP p) {
     col2im_k<F16>(y, cols, bias, p); }
-extern "C" __global__ void col2im_b(unsigned short* y, const float* cols, const unsigned short* bias, Col2ImP p) {
+extern "C" __global__ void col2im_bf16(unsigned short* y, const float* cols, const unsigned short* bias, Col2ImP p) {
     col2im_k<BF16>(y, cols, bias, p); }
 
 // LRN across channels: y = x / (k + alpha_n * sum of x^2 over the window) ^ beta (alpha_n = alpha / size), in float64
@@ -249,13 +249,13 @@ __device__ __forceinline__ void lrn_k(typename D::T* __restrict__ y, const typen
         y[i] = D::st(D::ld(x[i]) / den);
     }
 }
-extern "C" __global__ void lrn(float* y, const float* x, long long N, long long C, long long inner, long long before,
+extern "C" __global__ void lrn_f32(float* y, const float* x, long long N, long long C, long long inner, long long before,
                                long long size, double k, double alpha, double beta) {
     lrn_k<D32>(y, x, N, C, inner, before, size, k, alpha, beta); }
-extern "C" __global__ void lrn_h(unsigned short* y, const unsigned short* x, long long N, long long C, long long inner,
+extern "C" __global__ void lrn_f16(unsigned short* y, const unsigned short* x, long long N, long long C, long long inner,
                                  long long before, long long size, double k, double alpha, double beta) {
     lrn_k<D16>(y, x, N, C, inner, before, size, k, alpha, beta); }
-extern "C" __global__ void lrn_b(unsigned short* y, const unsigned short* x, long long N, long long C, long long inner,
+extern "C" __global__ void lrn_bf16(unsigned short* y, const unsigned short* x, long long N, long long C, long long inner,
                                  long long before, long long size, double k, double alpha, double beta) {
     lrn_k<DB16>(y, x, N, C, inner, before, size, k, alpha, beta); }
 
