@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from backends.engine.engine_graph import Graph, Node
+from backends.engine.runtime.executor import GraphExecutor, Skipped
 from native.logger import G_LOGGER
 
 NOT_FOLDABLE = {"Constant", "Assertion", "Loop", "If", "Scan"}
@@ -32,24 +33,28 @@ def fold_constants(graph: Graph, config=None, device="cpu", max_bytes=MAX_FOLD_B
     by Constant layers holding its outputs. The values come from the engine's interpreter (tolerant mode: a layer
     that cannot run, or reads a non-constant, simply stays) on `device`: the pipeline passes the CPU reference
     device (PassContext.reference_device), whatever the engine's target."""
-    from backends.engine.runtime.executor import GraphExecutor
     feeds = {}
     runnable = []
+    known = set()   # tensors whose values are build-time constants: only layers reading nothing else are run
     for node in graph.nodes:
-        if node.kind == "Constant" or _foldable(node):
-            runnable.append(node)
         if node.kind == "Shape" and node.inputs:   # a statically shaped input: known without running anything
             shape = _static_shape(graph, node.inputs[0])
             if shape is not None:
                 s = np.array(shape, dtype=np.int64)
                 start, end = node.params.get("start", 0) or 0, node.params.get("end")
                 feeds[node.outputs[0]] = s[start:end] if end is not None else s[start:]
+                known.add(node.outputs[0])
+        if node.kind == "Constant" or (_foldable(node) and (node.outputs[0] in feeds or
+                                                            all(not i or i in known for i in node.inputs))):
+            runnable.append(node)
+            known.update(node.outputs)
+    if not any(n.kind != "Constant" for n in runnable) and not any(n.subgraphs for n in graph.nodes):
+        return 0      # nothing to fold: no layer to run
 
     def skip(node, error):
         if not isinstance(error, Skipped):
             G_LOGGER.verbose(f"constant folding: left '{node.name}' ({node.kind}) unfolded: {error}")
 
-    from backends.engine.runtime.executor import Skipped
     sub = Graph(name=graph.name, nodes=runnable, tensor_info=graph.tensor_info)
     env = GraphExecutor(sub, device, keep_all=True, lazy_tactics=True).run(dict(feeds), on_error=skip)
     folded = 0
