@@ -16,6 +16,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from native.config import max_tensor_bytes
 from native.errors import ExecutionError
 
 
@@ -44,7 +45,6 @@ def default_limits() -> Limits:
     """The process-wide limits: `set_limits(...)`, else DEBUGKIT_MAX_TENSOR_BYTES, else a quarter of memory."""
     if _LIMITS is not None:
         return _LIMITS
-    from native.config import max_tensor_bytes
     max_bytes = max_tensor_bytes() or physical_memory() // 4
     return Limits(max_bytes=max_bytes, max_elements=max(1, max_bytes))
 

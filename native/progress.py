@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from native.logger import G_LOGGER
 
 _QUIET = False
 _SEARCHES = 0
@@ -112,7 +113,6 @@ def in_search() -> bool:
 def status(message: str) -> None:
     """A progress line about long work: on the terminal (outside a search); inside a search to the log at INFO
     (-v, --log-file); elsewhere (a pipe) to the log at VERBOSE."""
-    from native.logger import G_LOGGER
     if enabled() and not _SEARCHES:
         print(message, file=sys.stderr, flush=True)
     elif _SEARCHES:

@@ -6,6 +6,7 @@ import copy
 from backends.engine.builder import Builder, BuilderConfig, BuilderFlag, OptimizationProfile
 from backends.engine.network import NetworkDefinition
 from backends.engine.onnx_parser import OnnxParser
+from backends.engine.plan import serialize_plan
 from native.device import get_device
 from native.logger import G_LOGGER
 
@@ -67,6 +68,5 @@ def build_plan_from_onnx(model, shapes: dict | None = None, flags=(), ranges=Non
     network.source_model = source_model_record(model)   # the builder carries it into the plan header
     if not parts:
         return Builder(logger or G_LOGGER).build_serialized_network(network, config, timing_feeds=timing_feeds)
-    from backends.engine.plan import serialize_plan
     graph = Builder(logger or G_LOGGER).build_graph(network, config, timing_feeds)
     return serialize_plan(graph, config, parts=True)

@@ -5,11 +5,16 @@ import os
 
 import numpy as np
 
+from backends.engine.build import build_plan_from_onnx
+from backends.engine.builder import BuilderConfig
+from backends.engine.dtypes import DataType
+from backends.engine.runtime import Runtime
 from backends.runners.base import Runner, TensorMeta
 from backends.runners.model import load_onnx, markable_onnx_tensors, onnx_input_metadata
 from native.device import get_device
 from native.device_arrays import is_device_array, shape_and_dtype
 from native.errors import UsageError
+from native.progress import status
 
 PLAN_MAGIC = b"DKPLAN\r\n"
 
@@ -74,13 +79,10 @@ class EngineRunner(Runner):
         self.engine = self.context = None
 
     def _build(self, timing_feeds=None):
-        from backends.engine.build import build_plan_from_onnx
-        from backends.engine.builder import BuilderConfig
         ranges = {k: v for k, v in self.shapes.items() if _is_range(v)}
         shapes = {k: v for k, v in self.shapes.items() if not _is_range(v)}
         import time
 
-        from native.progress import status
         config = self.config or BuilderConfig()
         if self.calibrator is not None:
             config.int8_calibrator = self.calibrator
@@ -96,7 +98,6 @@ class EngineRunner(Runner):
         status(f"building {self.name} … done ({len(self.engine.graph.nodes)} layers, {self.build_seconds:.2f} s)")
 
     def _load_plan(self, plan):
-        from backends.engine.runtime import Runtime
         self.engine = Runtime().deserialize_engine(plan)   # the plan names its device
         have = getattr(self.engine.device, "name", self.engine.device)
         want = getattr(self.device, "name", self.device)
@@ -179,7 +180,6 @@ def _numpy_dtype(name) -> np.dtype:
         return np.dtype(np.float32)
     if name == "object":
         return np.dtype(object)
-    from backends.engine.dtypes import DataType
     try:
         return DataType(name).numpy
     except ValueError:

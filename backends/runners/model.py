@@ -7,6 +7,7 @@ import os
 import onnx
 
 from backends.engine.onnx_parser.parser import load_onnx  # noqa: F401  (one loader, one set of error messages)
+from backends.runners.base import TensorMeta
 
 
 def model_sha256(model) -> str:
@@ -60,7 +61,6 @@ def onnx_input_metadata(model: onnx.ModelProto) -> dict:
     """{name: TensorMeta} for the graph inputs that are not initializers; dynamic dims as their dim_param or -1."""
     import numpy as np
     from onnx import helper
-    from backends.runners.base import TensorMeta
     inits = {i.name for i in model.graph.initializer}
     meta = {}
     for vi in model.graph.input:

@@ -5,8 +5,8 @@ import numpy as np
 import onnx
 
 from backends.runners.base import Runner, TensorMeta
-from backends.runners.model import load_onnx, markable_onnx_tensors
-from native.errors import ModelError, UsageError
+from backends.runners.model import load_onnx, markable_onnx_tensors, onnx_input_metadata
+from native.errors import FeedError, ModelError, UsageError
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
               "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16,
@@ -52,7 +52,6 @@ class OnnxrtRunner(Runner):
                     model.graph.output.append(onnx.ValueInfoProto(name=t))
                     present.add(t)
         self._marked = list(dict.fromkeys(marked))
-        from backends.runners.model import onnx_input_metadata
         self._declared = onnx_input_metadata(model)   # the model's own input types (int4, float8, ... included)
         self._declared_out = _declared_outputs(model)
         opts = ort.SessionOptions()
@@ -110,7 +109,6 @@ def _ort_feed(name, a):
     (numpy arrays of them are not accepted); sub-byte types (stored two per byte) are refused, naming the input."""
     if a.dtype.kind != "V" and a.dtype.name != "float8_e5m2":
         return a
-    from native.errors import FeedError
     if a.dtype.name in _SUBBYTE:
         raise FeedError(f"input '{name}' is {a.dtype.name}: ONNX Runtime's Python API cannot take {a.dtype.name} "
                         f"feeds (packed two per byte), so it cannot be the reference for this input")

@@ -12,8 +12,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from backends.engine.builder import BuilderConfig, BuilderFlag
 from backends.runners.base import Runner, TensorMeta
-from backends.runners.model import load_onnx
+from backends.runners.engine import EngineRunner
+from backends.runners.model import load_onnx, onnx_input_metadata
 
 _F32, _F64 = TensorProto.FLOAT, TensorProto.DOUBLE
 
@@ -87,9 +89,6 @@ class Fp64OracleRunner(Runner):
         self._meta = None
 
     def _activate(self):
-        from backends.engine.builder import BuilderConfig, BuilderFlag
-        from backends.runners.engine import EngineRunner
-        from backends.runners.model import onnx_input_metadata
         original = load_onnx(self.model_source)
         self._meta = onnx_input_metadata(original)
         config = BuilderConfig()

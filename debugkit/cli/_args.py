@@ -231,53 +231,11 @@ def reset_common_args():
 apply_verbosity = apply_common_args   # older name
 
 
-def data_loader(args, metadata, iterations=None):
-    """The inputs the data options describe (debugkit/options.py DataOptions.loader)."""
-    from debugkit.options import DataOptions
-    return DataOptions.from_args(args).loader(metadata, iterations)
-
-
 def data_generator(args) -> str:
     """--data-generator (default debugkit; run makes it polygraphy for a .json --save-outputs/--save-inputs)."""
     return getattr(args, "data_generator", None) or "debugkit"
 
 
-def first_feed(args, metadata) -> dict:
-    """The first feed of data_loader(args), coerced to the inputs' dtypes."""
-    from debugkit.options import DataOptions
-    return DataOptions.from_args(args).first_feed(metadata)
-
-
-def add_data_loader_args(parser):
-    """The data group, declared once in debugkit/options.py."""
-    from debugkit.options import add_groups
-    return add_groups(parser, "data")
-
-
-def add_build_args(parser):
-    """The build group (precision, layer precisions, calibration, tactics, timing cache, DLA, device, shape
-    profiles), declared once in debugkit/options.py."""
-    from debugkit.options import add_groups
-    return add_groups(parser, "build")
-
-
 def device_given(args):
     """--device when the command line gave it, else None (build for the CPU; a loaded plan runs where built)."""
     return args.device if getattr(args, "_device_given", False) else None
-
-
-def add_compare_args(parser):
-    """The comparison group, declared once in debugkit/options.py."""
-    from debugkit.options import add_groups
-    return add_groups(parser, "compare")
-
-
-def build_flags(args) -> list[str]:
-    from debugkit.options import BuildOptions
-    return BuildOptions.from_args(args).flags()
-
-
-def build_config_from_args(args):
-    """The BuilderConfig every command builds with: Options.from_args(args).builder_config()."""
-    from debugkit.options import Options
-    return Options.from_args(args).builder_config()

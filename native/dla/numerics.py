@@ -22,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from native.dla.rules import pool_stages
 from native.numerics import dequantize, quantize, requantize, round_fp16, round_tf32
 
 CONV_KINDS = ("Convolution", "Deconvolution", "MatrixMultiply")
@@ -127,7 +128,6 @@ def activation_dla(x, t, alpha, beta):
 
 def staged_pool(x, kind, axes=(2, 3)):
     """Global MAX / AVERAGE over H, W as the DLA runs it: pools of windows <= 8 in stages, FP16 between them."""
-    from native.dla.rules import pool_stages
     y = np.asarray(x, np.float32)
     for ax in axes:
         for k in pool_stages(y.shape[ax]) or [y.shape[ax]]:

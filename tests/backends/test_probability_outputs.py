@@ -140,10 +140,10 @@ def test_outputs_without_a_tail_function_are_untouched():
 def test_cli_flag(argv, on):
     import argparse
 
-    from debugkit.cli import _args
+    from debugkit.options import Options, add_groups
     p = argparse.ArgumentParser()
-    _args.add_build_args(p)
-    cfg = _args.build_config_from_args(p.parse_args(argv))
+    add_groups(p, "build")
+    cfg = Options.from_args(p.parse_args(argv)).builder_config()
     assert cfg.get_flag(BuilderFlag.REDUCED_PROBABILITY_OUTPUTS) is not on
 
 

@@ -6,42 +6,18 @@ import time
 
 import numpy as np
 
-from backends.engine.builder.config import BuilderConfig, BuilderFlag, OptimizationProfile
+from backends.engine.builder.config import BuilderConfig, BuilderFlag, OptimizationProfile  # noqa: F401
+from backends.engine.builder.feeds import opt_feeds  # noqa: F401  (its callers import it from here too)
 from backends.engine.builder.lower import lower
 from backends.engine.builder.pass_manager import PassContext, PassManager, default_instruments
 from backends.engine.builder.pipeline import pipeline
 from backends.engine.network import NetworkDefinition
+from backends.engine.plan import serialize_plan
+from backends.engine.runtime import Runtime
 from native.config import tune_process_default
+from native.dla.profiles import MAX_BATCH, get_profile
 from native.errors import BuildError
 from native.logger import G_LOGGER
-
-
-def opt_feeds(graph, profile: OptimizationProfile | None, seed=0, feeds=None) -> dict:
-    """Inputs at the profile's opt shapes for the timing run (user feeds win where given)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for t in graph.inputs:
-        if feeds and t.name in feeds:
-            out[t.name] = feeds[t.name]
-            continue
-        shape = None
-        if profile is not None and profile.get_shape(t.name) is not None:
-            shape = profile.get_shape(t.name)[1]
-        elif t.shape is not None and all(d >= 0 for d in t.shape):
-            shape = tuple(t.shape)
-        if shape is None or t.kind != "tensor":
-            raise BuildError(f"input '{t.name}' has dynamic shape {t.shape} but no optimization profile gives its "
-                             f"shapes; add one with profile.set_shape('{t.name}', min, opt, max)")
-        dtype = np.dtype(t.dtype or "float32") if t.dtype != "bfloat16" else np.dtype(__import__("ml_dtypes").bfloat16)
-        if dtype.kind == "f":
-            out[t.name] = rng.uniform(-1, 1, shape).astype(dtype)
-        elif dtype.kind == "b":
-            out[t.name] = np.ones(shape, dtype=bool)
-        elif dtype.kind in "OUS":
-            out[t.name] = np.full(shape, "", dtype=object)
-        else:
-            out[t.name] = np.zeros(shape, dtype=dtype)
-    return out
 
 
 class Builder:
@@ -54,12 +30,10 @@ class Builder:
 
     def get_max_dla_batch_size(self) -> int:
         """The largest DLA batch (product of the index dims but C, H, W) a loadable accepts (seed 000 L143)."""
-        from native.dla.profiles import MAX_BATCH
         return MAX_BATCH
 
     @property
     def num_dla_cores(self) -> int:
-        from native.dla.profiles import get_profile
         return get_profile("orin").num_cores
 
     def create_network(self, flags=0) -> NetworkDefinition:
@@ -102,12 +76,10 @@ class Builder:
         return graph
 
     def build_serialized_network(self, network: NetworkDefinition, config: BuilderConfig, timing_feeds=None) -> bytes:
-        from backends.engine.plan import serialize_plan
         graph = self.build_graph(network, config, timing_feeds)
         return serialize_plan(graph, config)
 
     def build_engine(self, network, config):
-        from backends.engine.runtime import Runtime
         return Runtime(self.logger).deserialize_engine(self.build_serialized_network(network, config))
 
     @staticmethod

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from backends.engine.engine_graph import ACTIVE_PASS
+from native.config import settings
 from native.device import Device, get_device
 from native.errors import BuildError, DebugkitError
 from native.logger import G_LOGGER
@@ -156,7 +157,6 @@ def _named(error, name):
 
 def default_instruments(lint=None):
     """Timing always; verification when `lint` (default: DEBUGKIT_LINT); dumps when DEBUGKIT_DUMP_PASSES is set."""
-    from native.config import settings
     s = settings()
     out = [TimingInstrument()]
     if s.lint if lint is None else lint:

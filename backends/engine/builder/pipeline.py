@@ -7,9 +7,21 @@ from __future__ import annotations
 import numpy as np
 
 from backends.engine.builder.config import BuilderFlag
+from backends.engine.builder.feeds import timing_feeds
 from backends.engine.builder.pass_manager import Pass, PassResult
+from backends.engine.builder.passes import int8 as int8_pass
 from backends.engine.builder.passes.dead import eliminate_dead_layers
+from backends.engine.builder.passes.dla import apply_dla, network_ranges
 from backends.engine.builder.passes.fold import absorb_constant_weights, fold_constants
+from backends.engine.builder.passes.fusion import PASSES, run_fusions
+from backends.engine.builder.passes.layout import run_layout
+from backends.engine.builder.passes.precision import assign_precision
+from backends.engine.builder.passes.shape_fold import fixed_input_shapes, fold_shapes
+from backends.engine.builder.tactic_selection import select_tactics
+from backends.engine.calibration.collect import calibrate
+from backends.engine.engine_graph import TensorInfo, node_format
+from backends.engine.memory_plan import plan_memory, tensor_bytes
+from backends.engine.runtime.executor import GraphExecutor
 from native.errors import BuildError
 
 
@@ -29,7 +41,6 @@ def dead_layers(graph, ctx):
 
 def shape_folding(graph, ctx):
     """Fixed input shapes: Shape layers and the shape arithmetic behind them become constants."""
-    from backends.engine.builder.passes.shape_fold import fixed_input_shapes, fold_shapes
     if fixed_input_shapes(graph, ctx.config) is None:
         return PassResult(0, "input shapes not fixed")
     feeds = opt_feeds(graph, ctx)
@@ -57,7 +68,6 @@ def fusion_pass(label, fn):
 
 def fusion_finish(graph, ctx):
     """Dead layers the fusions left, fusion inside If / Loop / Scan bodies, and the summary line."""
-    from backends.engine.builder.passes.fusion import run_fusions
     total = eliminate_dead_layers(graph, ctx.config)
     for node in graph.nodes:
         for sub in node.subgraphs.values():
@@ -78,49 +88,38 @@ def fusion_start(graph, ctx):
 
 def int8_calibration_before_fusion(graph, ctx):
     """INT8 without Q/DQ: entropy2 / minmax calibrators see the network as parsed."""
-    from backends.engine.builder.passes import int8 as int8_pass
     if int8_pass.has_qdq(graph):
         return PassResult(0, "explicit Q/DQ: no calibration")
-    from backends.engine.calibration.collect import calibrate
     ctx.state["calibrated"] = calibrate(graph, ctx.config, ctx.logger, "before_fusion")
     return PassResult(0)
 
 
 def int8_assignment(graph, ctx):
     """Which layers run in INT8, with which scales (entropy / percentile calibrators see the fused network)."""
-    from backends.engine.builder.passes import int8 as int8_pass
     calibrated = ctx.state.get("calibrated")
     if calibrated is None and not int8_pass.has_qdq(graph):
-        from backends.engine.calibration.collect import calibrate
         calibrated = calibrate(graph, ctx.config, ctx.logger, "after_fusion")
     return PassResult(int8_pass.assign_int8(graph, ctx.config, ctx.logger, calibrated,
                                             ctx.state["network"].dynamic_ranges(), ctx=ctx) or 0)
 
 
 def layout(graph, ctx):
-    from backends.engine.builder.passes.layout import run_layout
     return PassResult(run_layout(graph, ctx.config, ctx.logger, ctx))
 
 
 def precision(graph, ctx):
     """Per-layer compute precision (passes/precision.py); tactic selection then holds it to what tactics offer."""
-    from backends.engine.builder.passes.precision import assign_precision
     return PassResult(assign_precision(graph, ctx.config, ctx.logger, ctx) or 0)
 
 
 # --- analyses the tactic choice needs -------------------------------------------------------------------------
 
-def opt_feeds(graph, ctx):
-    from backends.engine.builder.builder import opt_feeds as feeds_at_opt
-    profile = ctx.config.profiles[0] if ctx.config.profiles else None
-    return feeds_at_opt(graph, profile, feeds=ctx.timing_feeds)
+opt_feeds = timing_feeds   # (the passes' name for it)
 
 
 def timing_run(graph, ctx):
     """Run the graph once at the opt shapes on the target device with the interpreter: every tensor's value
     feeds tactic timing, and its dtype / shape / format become the edge's TensorInfo."""
-    from backends.engine.engine_graph import TensorInfo, node_format
-    from backends.engine.runtime.executor import GraphExecutor
     feeds = opt_feeds(graph, ctx)      # a missing profile is the user's error: raised, not swallowed
     env = None
     try:
@@ -152,7 +151,6 @@ def timing_run(graph, ctx):
 
 def dla_placement(graph, ctx):
     """DLA builds: which layers the DLA takes (its constraints need every tensor's static shape)."""
-    from backends.engine.builder.passes.dla import apply_dla, network_ranges
     env = ctx.state.get("env")
     if env is None:
         raise BuildError("a DLA build needs every tensor's static shape, but the timing run failed (see above)")
@@ -160,7 +158,6 @@ def dla_placement(graph, ctx):
     shapes = {k: list(np.shape(v)) for k, v in env.items() if isinstance(v, np.ndarray)}
     ranges = network_ranges(network)
     if ctx.config.get_flag(BuilderFlag.INT8):   # calibrated scales too: one calibration serves DLA and host layers
-        from backends.engine.builder.passes import int8 as int8_pass
         scales = int8_pass.implicit_scales(graph, ctx.state.get("calibrated"), network.dynamic_ranges())
         ranges = {**{t: (-127.0 * s, 127.0 * s) for t, s in scales.items()}, **ranges}
     plan = apply_dla(graph, ctx.config, shapes, ranges, network, ctx.logger)
@@ -168,13 +165,11 @@ def dla_placement(graph, ctx):
 
 
 def tactic_selection(graph, ctx):
-    from backends.engine.builder.tactic_selection import select_tactics
     select_tactics(graph, ctx.state.get("env"), ctx.config, ctx.device, cache=ctx.state.get("timing_cache"))
     return PassResult(0)
 
 
 def memory_plan(graph, ctx):
-    from backends.engine.memory_plan import plan_memory, tensor_bytes
     env = ctx.state.pop("env", None)
     if env is None:
         return PassResult(0, "no timing run: no sizes")
@@ -186,7 +181,6 @@ def memory_plan(graph, ctx):
 
 
 def _fusions():
-    from backends.engine.builder.passes.fusion import PASSES
     on = _on(BuilderFlag.DISABLE_FUSION)
     return [Pass("fusion", fusion_start, on)] + \
         [Pass(f"fusion: {label}", fusion_pass(label, fn), on) for label, fn in PASSES] + \

@@ -14,6 +14,7 @@ import difflib
 import fnmatch
 
 from native.errors import UsageError
+from native.files import read_side_json
 from native.precision import Precision
 
 def precision_value(text: str, what: str) -> str:
@@ -48,7 +49,6 @@ def _pairs(spec, what):
 
 
 def _from_json(path, what):
-    from native.files import read_side_json
     data = read_side_json(path, f"{what} file", limit=64 << 20, error=UsageError)
     if isinstance(data, dict) and isinstance(data.get("layer_precisions"), dict):
         data = data["layer_precisions"]

@@ -21,6 +21,7 @@ import zlib
 import numpy as np
 
 from native.errors import PlanError
+from native.files import check_side_file, write_bytes
 from native.logger import G_LOGGER
 from native.tactics import Tactic
 
@@ -154,7 +155,6 @@ class PrepCache:
         cache.path = path
         if not os.path.lexists(path):
             return cache
-        from native.files import check_side_file
         if check_side_file(path, "timing cache preparations") == 0:
             return cache
         try:
@@ -215,7 +215,6 @@ class PrepCache:
             index[k] = {"names": e["names"], "arrays": refs}
         head = json.dumps(index, sort_keys=True).encode()
         pre = _HEAD.pack(MAGIC, VERSION, len(head))
-        from native.files import write_bytes
         write_bytes(path, [pre, head, b"\0" * ((-(len(pre) + len(head))) % ALIGN), *parts],
                     "timing cache preparations", streamable=False)
         self.added = set()

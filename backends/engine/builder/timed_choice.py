@@ -17,8 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from backends.engine.builder.algorithm_selector import algorithm, algorithm_context, checked_selection
 from backends.engine.builder.config import TimingCache
+from backends.engine.builder.feeds import timing_feeds
+from backends.engine.builder.tactic_selection import enumerate_candidates, fastest, measure
 from backends.engine.engine_graph import Node
+from backends.engine.runtime.executor import GraphExecutor, default_tactic, node_op
 from native.device import get_device
 from native.precision import as_precision
 from native.tactics import LayerContext
@@ -106,12 +110,10 @@ class Probe:
     """Tensor values of one run of `graph` on the target device, and timing of layer variants on them."""
 
     def __init__(self, graph, ctx):
-        from backends.engine.builder.pipeline import opt_feeds
-        from backends.engine.runtime.executor import GraphExecutor
         self.config, self.device, self.logger = ctx.config, ctx.device, ctx.logger
         self.cache = build_cache(ctx)
         self.dev = get_device(ctx.device)
-        self.env = GraphExecutor(graph, ctx.device, keep_all=True).run(opt_feeds(graph, ctx))
+        self.env = GraphExecutor(graph, ctx.device, keep_all=True).run(timing_feeds(graph, ctx))
         self.said = set()
         self.timed = 0     # variants measured (not answered by the cache)
         self.candidates = 0   # tactics asked for a time (cached or measured): what bounds a cold build
@@ -127,7 +129,6 @@ class Probe:
     def best(self, node, inputs) -> Measured | None:
         """The best tactic for `node` as it stands (precision, kind, params) on `inputs`; None when no tactic can
         run it exactly so (a precision no tactic computes in falls back in tactic selection: not this variant)."""
-        from backends.engine.builder.tactic_selection import enumerate_candidates, fastest, measure
         want = node.precision
         ctx = LayerContext.of(inputs)
         shapes = list(ctx)
@@ -180,7 +181,6 @@ class Probe:
             from native import numerics
             return numerics.to_storage(numerics.from_storage(value), storage)
         node = self._reformat(str(np.dtype(value.dtype)), storage)
-        from backends.engine.runtime.executor import default_tactic, node_op
         return self.dev.run(default_tactic(node, self.device), node_op(node), [value])[0]
 
     def _selected(self, node, inputs, cands):
@@ -190,8 +190,6 @@ class Probe:
         chain = [s for s in chain if not isinstance(getattr(s, "doc", None), dict)]
         if not chain:
             return cands
-        from backends.engine.builder.algorithm_selector import algorithm, algorithm_context, checked_selection
-        from backends.engine.runtime.executor import node_op
         context, op = algorithm_context(node, inputs), node_op(node)
         for s in chain:
             choices = [algorithm(t, op, context) for t in cands]

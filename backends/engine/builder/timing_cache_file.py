@@ -14,6 +14,7 @@ import math
 import os
 
 from backends.engine.builder.config import TimingCache
+from backends.engine.plan import producer_version
 from native.errors import PlanError
 from native.files import read_side_file, write_json
 
@@ -29,7 +30,6 @@ def cache_header(config) -> dict:
     """What the timings depend on besides the layer: the device and the flags that change what kernels compute.
     (Tactic sources and user tactics modules only change which tactics are candidates: an entry lacking a
     candidate's timing is measured again.)"""
-    from backends.engine.plan import producer_version
     fp = config.device.fingerprint()
     flags = sorted(f.value for f in config.flags if f.value in ("fp16", "int8", "tf32", "bf16", "fp8"))
     return {"device": fp, "flags": flags, "producer": producer_version()}

@@ -13,6 +13,7 @@ import numpy as np
 from backends.engine.calibration import cache as cache_format
 from backends.engine.calibration.calibrator import BEFORE_FUSION, algorithm_of, percentile_of
 from backends.engine.calibration.histogram import TensorStats, threshold
+from backends.engine.runtime.executor import GraphExecutor
 from native.errors import CalibrationError, DebugkitError
 
 
@@ -61,7 +62,6 @@ def read_batches(calibrator, graph, profile=None) -> list:
 
 def collect_scales(graph, batches, algorithm, device="cpu", percentile=99.99, logger=None) -> dict:
     """{tensor: scale} for every float tensor the graph computes (and its inputs), over `batches`."""
-    from backends.engine.runtime.executor import GraphExecutor
     executor = GraphExecutor(graph, device, keep_all=True)
     consts = set(executor.consts) | {o for n in graph.nodes if n.kind == "Constant" for o in n.outputs}
     order = [t.name for t in graph.inputs] + [o for n in graph.nodes for o in n.outputs]

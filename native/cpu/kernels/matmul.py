@@ -12,6 +12,7 @@ All compute float16/bfloat16 in float32 (numpy has no half-precision BLAS) and a
 """
 import numpy as np
 
+from native.cpu import threads
 from native.cpu.kernels.fused import apply_post_ops
 from native.tactics import Tactic, register_tactic, simple_tactic
 
@@ -168,12 +169,10 @@ def gemm(a, b, epilogue=None, out=None):
     parts = 1
     if m >= 2 * _BAND_ROWS and a.dtype == b.dtype and a.dtype.kind == "f" and \
             macs >= PARALLEL_MIN_MACS:
-        from native.cpu import threads
         parts = threads.num_threads()
     if parts == 1:
         y = np.dot(a, b) if out is None else np.dot(a, b, out=out)
         return epilogue(y) if epilogue is not None else y
-    from native.cpu import threads
     y = np.empty((m, n), np.result_type(a.dtype, b.dtype)) if out is None else out
 
     def band(r):

@@ -14,98 +14,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backends.engine.builder.config import BuilderFlag, MemoryPoolType
-from backends.engine.builder.device_types import DeviceType, EngineCapability, TensorFormat
+from backends.engine.builder.device_types import (DeviceType, EngineCapability, TensorFormat, dla_precision,  # noqa: F401
+                                                  network_layer_facts, rule_context)
 from backends.engine.engine_graph import Graph, Node, TensorInfo
 from native.dla.formats import INPUT_FORMATS, OUTPUT_FORMATS, TRT_NAMES, packed_bytes, packed_shape
 from native.dla.profiles import MAX_LOADABLES_PER_CORE, get_profile
-from native.dla.rules import LayerFacts, RuleContext, Verdict, check, dla_batch, softmax_mode
+from native.dla.rules import LayerFacts, Verdict, check, dla_batch, softmax_mode
 from native.errors import BuildError
 from native.logger import G_LOGGER
 
 POOLS = {MemoryPoolType.DLA_MANAGED_SRAM: "managed SRAM", MemoryPoolType.DLA_LOCAL_DRAM: "local DRAM",
          MemoryPoolType.DLA_GLOBAL_DRAM: "global DRAM"}
 CONV_KINDS = ("Convolution", "Deconvolution", "MatrixMultiply")
-
-
-def rule_context(config) -> RuleContext:
-    return RuleContext(get_profile(config.dla_profile), fp16=config.get_flag(BuilderFlag.FP16),
-                       int8=config.get_flag(BuilderFlag.INT8), calibrator=config.int8_calibrator)
-
-
-def dla_precision(config, constraint=None) -> str:
-    if constraint in ("float16", "int8", "float32"):
-        return constraint
-    if config.get_flag(BuilderFlag.INT8):
-        return "int8"
-    return "float16" if config.get_flag(BuilderFlag.FP16) else "float32"
-
-
-def _const_of(t):
-    p = getattr(t, "producer", None)
-    return p.weights.get("value") if p is not None and p.kind == "Constant" else None
-
-
-def network_layer_facts(layer, config) -> LayerFacts:
-    """Facts about a NetworkDefinition layer (before fusion) for `config.can_run_on_dla(layer)`."""
-    net = layer.network
-    consumers = [c for c in net.layers if any(t is not None and t in c.inputs for t in layer.outputs)]
-    explicit = config.is_device_type_set(layer) and config.get_device_type(layer) is DeviceType.DLA
-    params = dict(layer.params)
-    if layer.kind in ("Cast", "Identity") and layer.inputs and layer.inputs[0] is not None:
-        prod = layer.inputs[0].producer
-        params["from_comparison"] = prod is not None and prod.kind == "ElementWise" and \
-            prod.params.get("op") in ("EQUAL", "GREATER", "LESS")
-    if layer.kind == "Cast":
-        to = params.get("to")
-        params["to"] = getattr(to, "value", to)
-    prec = layer.precision.value if layer.precision is not None else None
-
-    known = _network_shapes(net, config)
-
-    def shape(t):
-        if t is None:
-            return None
-        if t.shape is not None and all(int(d) >= 0 for d in t.shape) or t.name not in known:
-            return list(t.shape) if t.shape is not None else None
-        return known[t.name]
-
-    facts = LayerFacts(layer.name, layer.kind, params, dict(layer.weights), [shape(t) for t in layer.inputs],
-                       [shape(t) for t in layer.outputs], [_const_of(t) for t in layer.inputs],
-                       dla_precision(config, prec), [getattr(t, "dynamic_range", None) for t in layer.inputs],
-                       [t.dynamic_range for t in layer.outputs], [], any(t.is_network_output for t in layer.outputs),
-                       explicit, prec is not None)
-    facts.consumers = [network_layer_facts_shallow(c, config) for c in consumers]
-    return facts
-
-
-def _network_shapes(net, config) -> dict:
-    """Every tensor's shape, from one run of the network at the profile's opt shapes (cached per network)."""
-    key = (len(net.layers), tuple(tuple(t.shape or ()) for t in net.inputs))
-    cache = net.__dict__.setdefault("_dla_shapes", {})
-    if key not in cache:
-        import numpy as np
-        from backends.engine.builder.builder import opt_feeds
-        from backends.engine.builder.lower import lower
-        from backends.engine.runtime.executor import GraphExecutor
-        g = lower(net)
-        try:
-            env = GraphExecutor(g, "cpu", keep_all=True).run(
-                opt_feeds(g, config.profiles[0] if config.profiles else None))
-            cache[key] = {k: list(np.shape(v)) for k, v in env.items() if isinstance(v, np.ndarray)}
-        except Exception as e:   # shapes stay unknown; the rules then say which shape they needed
-            G_LOGGER.verbose(f"DLA checks: could not run the network for shapes ({e})")
-            cache[key] = {}
-    return cache[key]
-
-
-def network_layer_facts_shallow(layer, config) -> LayerFacts:
-    prec = layer.precision.value if layer.precision is not None else None
-    explicit = config.is_device_type_set(layer) and config.get_device_type(layer) is DeviceType.DLA
-    params = dict(layer.params)
-    if "to" in params:
-        params["to"] = getattr(params["to"], "value", params["to"])
-    return LayerFacts(layer.name, layer.kind, params, precision=dla_precision(config, prec), explicit_dla=explicit,
-                      precision_set=prec is not None)
 
 
 # engine-graph side -----------------------------------------------------------------------------------------------

@@ -24,8 +24,11 @@ from __future__ import annotations
 from backends.engine.builder.passes.precision import time_int8_layers
 import numpy as np
 
+from backends.engine.builder.passes.dead import eliminate_dead_layers
+from backends.engine.runtime.executor import node_op
 from native.device import get_device
 from native.errors import BuildError
+from native.tactics import tactics_for, unsupported_reason
 
 INT8_KINDS = ("Convolution", "MatrixMultiply")
 _WEIGHT_KEY = {"Convolution": ("kernel", "kernel_scale", 0), "MatrixMultiply": ("b", "b_scale", None)}
@@ -205,7 +208,6 @@ def process_qdq(graph, config, logger) -> dict:
             logger.verbose(f"INT8 (explicit Q/DQ): '{n.name}' (average pool between Q/DQ, FP32) keeps the "
                            f"taps-in-order tactic strided-taps")
         _propagate(graph, prod, qscale, n)
-    from backends.engine.builder.passes.dead import eliminate_dead_layers
     removed = eliminate_dead_layers(graph, config)
     logger.info(f"INT8 (explicit Q/DQ): {fused} layers fused into INT8 kernels, {dropped} redundant Q/DQ pairs "
                 f"dropped, {removed} Q/DQ layers removed"
@@ -215,8 +217,6 @@ def process_qdq(graph, config, logger) -> dict:
 
 def _int8_pool(graph, prod, n, qscale, rounding, out_names) -> bool:
     """DQ -> global average pool -> Q/DQ as one INT8 pooling layer (TensorRT's quantizable AveragePool)."""
-    from native.tactics import tactics_for, unsupported_reason
-    from backends.engine.runtime.executor import node_op
     s_x = qscale[n.inputs[0]]
     params = dict(n.params, int8={"input_scale": float(s_x), "output_scale": None, "rounding": rounding})
     probe = node_op(n)
@@ -322,8 +322,6 @@ def assign_implicit(graph, config, scales, logger) -> int:
 
 def _make_int8(n, s_x, s_y, rounding, narrow, logger) -> bool:
     """Put n in INT8 if an INT8 tactic implements it as fused; returns whether it did."""
-    from native.tactics import tactics_for, unsupported_reason
-    from backends.engine.runtime.executor import node_op
     key, scale_key, _ = _WEIGHT_KEY[n.kind]
     before = (n.precision, n.params.get("int8"), dict(n.weights))
     n.precision = "int8"

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 
-from backends.engine.builder.passes import layout
+from backends.engine.builder.passes import nhwc as conversion, precision as P
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.fusion_util import View
-from backends.engine.builder.timed_choice import Probe, pick, replay_entry
+from backends.engine.builder.timed_choice import Probe, pick, replay_entry, variant
 from backends.engine.engine_graph import Node
+from backends.engine.runtime.executor import default_tactic, node_op
 from native.precision import as_precision
 
 HEAVY = ("ConvolutionNHWC", "PoolingNHWC")
@@ -24,10 +25,10 @@ def timed_regions(graph, config, logger, ctx):
     """(names of the layers to leave NCHW, {layer: {"nhwc": ms, "nchw": ms}}) from timing each region the
     conversion would make, or None when the runs that feed the timing fail (the device's preference then holds)."""
     trial, renamed = copy.deepcopy(graph), {}
-    converted = set(layout._convert(trial, set(), renamed))
+    converted = set(conversion.convert(trial, set(), renamed))
     if not converted:
         return set(), {}
-    layout._eliminate_pairs(trial, View(trial))
+    conversion.eliminate_pairs(trial, View(trial))
     eliminate_dead_layers(trial, config)
     regions = _regions(trial, converted)
     skip, chosen, kept, untimed = set(), {}, 0, []
@@ -83,9 +84,8 @@ def _nchw_inputs(graph, heavy, probe, renamed):
     """The inputs of the `heavy` layers as they are before conversion, from the NHWC run: tensors the conversion
     left alone as they are, the ones it made NHWC transposed back on the device; None when one cannot be found. (A
     second run of the network in NCHW is avoided: at the opt shapes its convolutions may run as host layers.)"""
-    from backends.engine.runtime.executor import default_tactic, node_op
     back = Node(name="layout probe NHWC->NCHW", kind="Shuffle", inputs=["x"], outputs=["y"],
-                params={"first_transpose": list(layout.TO_NCHW), "reshape_dims": None, "second_transpose": None,
+                params={"first_transpose": list(conversion.TO_NCHW), "reshape_dims": None, "second_transpose": None,
                         "zero_is_placeholder": True})
     tactic, op, env = default_tactic(back, probe.device), node_op(back), {}
     for n in graph.nodes:
@@ -147,8 +147,6 @@ def _regions(graph, converted):
 
 def _layer_ms(probe, node, config):
     """(ms, host layer) of the node's best tactic in the precision the device's rule gives it (inf: cannot run)."""
-    from backends.engine.builder.passes import precision as P
-    from backends.engine.builder.timed_choice import variant
     dev = probe.dev
     p = node.meta.get("precision_constraint") or dev.choose_precision(
         node.kind, P._implemented(node, dev.name) - {"int8"}, P.enabled_precisions(config) - {"int8"})

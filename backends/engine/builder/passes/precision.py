@@ -27,10 +27,12 @@ TF32 is not a storage type: with the TF32 flag, FP32 conv/matmul layers round th
 from __future__ import annotations
 
 from backends.engine.builder.config import BuilderFlag
-from backends.engine.builder.timed_choice import pick_int8, pick_precision, variant
+from backends.engine.builder.passes.probability_outputs import precision_for, probability_layers
+from backends.engine.builder.timed_choice import Probe, chooses_by_timing, pick_int8, pick_precision, variant
 from backends.engine.engine_graph import Node
 from native.errors import BuildError
 from native.precision import LADDER, STORAGE, Precision, as_precision
+from native.tactics import tactics_for
 
 # what a layer of each precision stores its float outputs as, and expects its float inputs in
 # (INT8 layers read and write float32 arrays holding dequantized values: native/cpu/kernels/conv_int8.py)
@@ -100,7 +102,6 @@ def data_inputs(node, device) -> list:
 
 
 def _implemented(node, device_name) -> set:
-    from native.tactics import tactics_for
     out = set()
     for t in tactics_for(node.kind, device_name):
         out |= set(t.precisions or ("float32",))
@@ -300,7 +301,6 @@ def _reformat_node(src, dst, from_type, to_type) -> Node:
 
 def _probe(graph, ctx, enabled, logger):
     """A Probe (builder/timed_choice.py) when this build chooses precisions by timing, else None."""
-    from backends.engine.builder.timed_choice import Probe, chooses_by_timing
     if ctx is None or not enabled or not chooses_by_timing(ctx.config):
         return None
     try:
@@ -332,7 +332,6 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
     declared = {t.name: (t.dtype or "float32") for t in graph.outputs}
     timed_layers = replayed = 0
     made = set()    # (tensor, storage) conversions step 4 will make, as chosen so far
-    from backends.engine.builder.passes.probability_outputs import precision_for, probability_layers
     probabilities = probability_layers(graph, enabled, config)   # kept FP32 (that module says why)
     # 1. compute precision
     for node in nodes:

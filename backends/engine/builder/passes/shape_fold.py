@@ -21,6 +21,7 @@ import numpy as np
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.fold import NOT_FOLDABLE, RANDOM_FILLS, fold_constants
 from backends.engine.engine_graph import Graph, Node, TensorInfo
+from backends.engine.runtime.executor import GraphExecutor
 from native.logger import G_LOGGER
 
 ALL = object()  # every input is a value input
@@ -107,7 +108,6 @@ def _fold_shapes(graph: Graph, static: set, shapes_of: dict) -> int:
 
 def observed_shapes(graph: Graph, feeds: dict, device="cpu") -> dict | None:
     """{tensor: shape} for every array a run of `graph` on `feeds` produces (None if the run fails)."""
-    from backends.engine.runtime.executor import GraphExecutor
     try:
         with np.errstate(all="ignore"):  # random feeds: fully masked rows and the like are expected
             env = GraphExecutor(graph, device, keep_all=True).run(feeds)
