@@ -30,7 +30,8 @@ def apply_common(args):
 def generated_feeds(args, model) -> dict:
     """The first feed of run's data loader (same seed, ranges, shapes, scripts, saved inputs) for this model."""
     from backends.runners.model import onnx_input_metadata
-    return _args.first_feed(args, onnx_input_metadata(model))
+    from debugkit.options import DataOptions
+    return DataOptions.from_args(args).first_feed(onnx_input_metadata(model))
 
 
 class Progress:

@@ -256,7 +256,8 @@ def _machine() -> dict:
 
 def _feeds(args, runner) -> dict:
     """One feed: loaded (--load-inputs, --data-loader-script) or generated like run's (--seed, --val-range, --input-shapes)."""
-    return _args.first_feed(args, runner.input_metadata())
+    from debugkit.options import DataOptions
+    return DataOptions.from_args(args).first_feed(runner.input_metadata())
 
 
 def _batch(feeds, engine):

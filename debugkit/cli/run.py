@@ -66,27 +66,6 @@ def tolerances_from_args(args):
     return CompareOptions.from_args(args).tolerances()
 
 
-def _reduced_precision_check(args, runners):
-    """(fn, description) of the scale-free check `debug precision` judges by, for an engine built with reduced
-    precision (--fp16/--bf16/--int8/--fp8) when the command line chose no comparison of its own (no --atol, --rtol,
-    --check-error-stat or --compare); else None (run's atol/rtol). An FP32 atol/rtol flags the rounding every
-    healthy FP16 engine has, so the set a precision search found would fail here although it meets the search's
-    check."""
-    if "engine" not in runners:
-        return None
-    from debugkit.compare.funcs import compare_reduced
-    from debugkit.debug.checks import reduced_precision_default
-    criterion = reduced_precision_default(args)
-    if criterion is None:
-        return None
-    nan_equal, inf_equal, shapes = args.allow_nan, not args.strict_inf, args.check_shapes
-
-    def check(name, a, e):
-        return compare_reduced(name, a, e, criterion.rel_l2, criterion.cosine, nan_equal, inf_equal, shapes)
-    return check, (f"--{criterion.low} default: relative L2 <= {criterion.rel_l2:g} and cosine >= "
-                   f"{criterion.cosine:g} per output (--atol/--rtol/--compare choose another)")
-
-
 def _data_loader(opts, metadata):
     from debugkit.data_loader import DataLoader
     dl = opts.data.loader(metadata)
@@ -115,6 +94,7 @@ def _run(args) -> int:
     from backends.runners.engine import is_plan
     from backends.runners.model import markable_onnx_tensors, onnx_input_metadata
     from debugkit.compare.comparator import Comparator, LiveSource, LoadedSource
+    from debugkit.debug.checks import run_output_check
     from debugkit.data_file import open_data_file, package_versions
     from debugkit.data_json import data_writer
     from debugkit.data_loader import coerce_feeds
@@ -240,7 +220,7 @@ def _run(args) -> int:
             sources = [LiveSource(r) for r in live] + loaded
             reference = _reference(sources)
             comparator = Comparator(tol, nan_equal=args.allow_nan, inf_equal=not args.strict_inf,
-                                    output_check=_reduced_precision_check(args, runners),
+                                    output_check=run_output_check(args, runners),
                                     extra_funcs=opts.compare.extra_funcs(tol), validate=args.validate,
                                     layerwise=layerwise,
                                     model=model, scale_tol=args.layer_scale_tol,

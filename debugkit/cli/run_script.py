@@ -72,6 +72,7 @@ def script(args, argv_text: str, tolerances) -> str:
         f"    {argv_text}",
         f"",
         f'Run it with the debugkit repository on PYTHONPATH; it exits as `debugkit run` would (0 pass, 1 fail)."""',
+        "import functools",
         "import sys",
         "",
         "from backends.engine.builder import BuilderConfig, BuilderFlag",
@@ -120,8 +121,16 @@ def script(args, argv_text: str, tolerances) -> str:
     t = tolerances
     tol = (f"funcs.Tolerances({r(t.atol)}, {r(t.rtol)}, {r(t.stat)}, {r(t.quantiles)}, "
            f"{r(getattr(t, 'index_tolerance', None))})")
-    lines += ["", "# the comparison (run's comparison options)",
+    from debugkit.debug.checks import run_output_check
+    check = run_output_check(args, runners)
+    output_check = "None" if check is None else (
+        f"(functools.partial(funcs.compare_reduced, rel_l2={check[0].keywords['rel_l2']!r}, "
+        f"cosine={check[0].keywords['cosine']!r}, nan_equal={args.allow_nan}, inf_equal={not args.strict_inf}, "
+        f"check_shapes={args.check_shapes}),\n                {r(check[1])})")
+    lines += ["", "# the comparison (run's comparison options; a reduced-precision engine given none: the scale-free "
+              "check)",
               f"tolerances = {tol}",
+              f"output_check = {output_check}",
               f"extra_funcs = funcs.make_checks({r(list(args.compare))}, index_tolerance=tolerances.index_tolerance, "
               f"l2_threshold={args.l2_threshold}, cosine_threshold={args.cosine_threshold}, "
               f"psnr_threshold={args.psnr_threshold}, snr_threshold={args.snr_threshold}, "
@@ -132,7 +141,8 @@ def script(args, argv_text: str, tolerances) -> str:
               f"                        allow_mismatched_inputs={args.allow_mismatched_inputs},",
               f"                        check_shapes={args.check_shapes},",
               f"                        postprocess=parse_postprocess({r(list(args.postprocess))}),",
-              f"                        exclude={r(list(args.exclude_outputs))}, fail_fast={args.fail_fast})",
+              f"                        exclude={r(list(args.exclude_outputs))}, fail_fast={args.fail_fast},",
+              "                        output_check=output_check)",
               "", "files = [open_data_file(p, 'outputs') for p in " + r(list(args.load_outputs)) + "]",
               "loaded = [LoadedSource(f, name) for f in files for name in f.runners()]",
               f"writer = data_writer({r(args.save_outputs)}, 'outputs') if {r(args.save_outputs)} else None",

@@ -242,6 +242,25 @@ def reduced_precision_default(args):
     return ReducedPrecisionCheck.for_precision(max(enabled, key=lambda p: REDUCED_PRECISION_CHECK[p][0]))
 
 
+def run_output_check(args, runners):
+    """(fn(name, actual, expected) -> OutputResult, description) of the check `run` judges each model output by
+    for an engine built with reduced precision (--fp16/--bf16/--int8/--fp8) when the command line chose no
+    comparison of its own: this module's scale-free check (compare_reduced), the one the searches use; else None
+    (run's atol/rtol). An FP32 atol/rtol flags the rounding every healthy FP16 engine has, so the set a precision
+    search found would fail `run` although it meets the search's check."""
+    if "engine" not in runners:
+        return None
+    criterion = reduced_precision_default(args)
+    if criterion is None:
+        return None
+    from functools import partial
+    from debugkit.compare.funcs import compare_reduced
+    fn = partial(compare_reduced, rel_l2=criterion.rel_l2, cosine=criterion.cosine, nan_equal=args.allow_nan,
+                 inf_equal=not args.strict_inf, check_shapes=args.check_shapes)
+    return fn, (f"--{criterion.low} default: relative L2 <= {criterion.rel_l2:g} and cosine >= {criterion.cosine:g} "
+                f"per output (--atol/--rtol/--compare choose another)")
+
+
 def comparison_given(args) -> bool:
     """Whether the command line chose run's comparison (any tolerance, error statistic or extra compare)."""
     return any(getattr(args, k, None) for k in ("atol", "rtol", "check_error_stat", "compare"))

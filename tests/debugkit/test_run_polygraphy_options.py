@@ -31,6 +31,19 @@ def test_gen_script_reproduces_the_run(cli, tmp_path, chain):
         assert _script(gen) == (want, verdict)   # the same exit code and the same verdict line
 
 
+def test_gen_script_keeps_the_reduced_precision_check(cli, tmp_path):
+    """--fp16 without tolerances: the script judges by the same relative L2 + cosine check and says so."""
+    for extra, want in ((["--layer-precisions", "reduce:fp32"], 0), ([], 1)):
+        gen = tmp_path / "gen.py"
+        argv = ["run", EXAMPLE, "--engine", "--onnxrt", "--fp16", *extra]
+        code, out, _ = cli(*argv, "--gen-script", gen)
+        assert code == 0 and "funcs.compare_reduced" in gen.read_text()
+        code, out, _ = cli(*argv)
+        verdict = out.strip().splitlines()[-1]
+        assert code == want and "check: --fp16 default" in verdict
+        assert _script(gen) == (want, verdict)
+
+
 def test_gen_script_refuses_what_it_cannot_express(cli, tmp_path, chain):
     code, _, err = cli("run", chain, "--engine", "--profile", "--gen-script", tmp_path / "g.py")
     assert code == 2 and "--gen-script cannot express --profile" in err and not (tmp_path / "g.py").exists()
