@@ -352,6 +352,8 @@ class Comparator:
                 if not s.loaded:
                     writer.set_runner_attrs(s.name, {"layerwise": True})
         for pr, s in zip(pairs, others):
+            if self.output_check is not None:   # a model output has one verdict: its output check's, here too
+                pr.layers.update({t: r for t, r in pr.outputs.items() if t in pr.layers})
             merged = dict(pr.layers)
             merged.update(pr.outputs)
             pr.divergence = first_divergence(self.model, merged, split=self._splitter(s, reference, feeds, it),

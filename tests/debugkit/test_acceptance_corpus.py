@@ -59,7 +59,10 @@ def test_perturbed_weight_is_the_first_divergence(cli, tmp_path, name, node_name
 def test_bert_mini_fp16_error_accumulates(cli):
     """Issue 21, acceptance 5: bert_mini's FP16 error grows over the network; no single layer is born bad (keeping the
     final LayerNorm in FP32 fixes nothing), so the headline describes accumulation and points to debug precision."""
-    code, out, _ = cli("run", model_path(entry("bert_mini")), "--engine", "--onnxrt", "--fp16", "--mark-all")
+    # FP32-grade tolerances (the old rule): FP16's rounding must fail for the analysis to run; without them --fp16
+    # judges by the scale-free check, which this engine meets (relative L2 ~9e-4: docs/run.md)
+    code, out, _ = cli("run", model_path(entry("bert_mini")), "--engine", "--onnxrt", "--fp16", "--mark-all",
+                       "--atol", "1e-4", "--rtol", "1e-3")
     head = next(l for l in out.splitlines() if l.startswith(">>> "))
     assert code == 1
     assert head.startswith(">>> error accumulates from node ") and "no single layer explains it" in head
