@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from backends.engine.builder.config import BuilderFlag
 from backends.engine.builder.passes.probability_outputs import precision_for, probability_layers
-from backends.engine.builder.timed_choice import Probe, chooses_by_timing, pick_int8, pick_precision, variant
+from backends.engine.builder.timed_choice import (Probe, chooses_by_timing, pick_int8, pick_precision, replay_entry,
+                                                  variant)
 from backends.engine.engine_graph import Node
 from native.errors import BuildError
 from native.precision import LADDER, STORAGE, Precision, as_precision
@@ -234,7 +235,6 @@ def _int8_by_timing(node, probe, have, dtypes, device, declared, tf32, logger, f
     if probe is None or node.kind not in TIMED_KINDS or not int8_is_permission(node):
         return None
     floats = candidate_precisions(device, _implemented(node, device.name), enabled)
-    from backends.engine.builder.timed_choice import replay_entry
     entry = replay_entry(getattr(probe.config, "algorithm_selector", None), node.name)
     if entry is not None and entry.get("precision") in ["int8"] + floats:
         timed = entry["precision"]
@@ -355,7 +355,6 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
         if timed is None and probe is not None and len(options) > 1 and node.kind in TIMED_KINDS \
                 and (node.meta.get("precision_constraint") is None or mode == "none") \
                 and id(node) not in probabilities:   # the rule decides those: nothing to time
-            from backends.engine.builder.timed_choice import replay_entry
             entry = replay_entry(config.algorithm_selector, node.name)
             if entry is not None and entry.get("precision") in options:
                 timed = entry["precision"]
