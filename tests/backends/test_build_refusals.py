@@ -96,11 +96,13 @@ def test_the_builds_run_takes_a_float32_tactic_for_a_layer_asked_a_precision_non
     assert default_tactic(node, "cpu").name == tactics_for("RNN", "cpu")[0].name
 
 
-def test_the_gpu_stft_declares_the_float32_signal_it_needs():
+def test_the_gpu_stft_declares_the_float32_signal_it_needs(monkeypatch):
     """An FP16 build hands the STFT a float16 signal: supports() says so at build (the host plugin runs it), instead
     of the GPU tactic refusing at run time (asr_nemo80 / asr_whisper80 --fp16 on an H200, 2026-11-28)."""
+    from native.cuda import availability
     from native.cuda.tactics.signal import GpuStft
     from native.tactics import LayerContext, Op, unsupported_reason
+    monkeypatch.setitem(availability._FOUND, "cublasLt", True)   # its GEMM library, as on the GPU machine
     op = Op("Plugin", "stft", {"plugin_type": "STFT"})
     assert unsupported_reason(GpuStft(), op, LayerContext([[1, 16000], [1]], ["float16", "int64"])) == \
         "reads float16 at input 0; its kernels take float32"
