@@ -13,7 +13,9 @@ deprecated still works and says once which spelling replaced it. Adding an alias
 plus the content of every file those values name (loaded inputs, loader scripts, precision files, replay files,
 timing and calibration caches) and the source of every user module: what plans, probe logs and reports record, and
 what `--resume` compares. `Options.describe()` is the same information as {option: value} for naming what differs.
-`Options.paths()` lists every file the options read, write, or update in place (for the one output-path check).
+`PATH_OPTIONS` declares what a command does with every option that names a file (read, write, update, append, a
+folder); `declared_paths()` and `Options.paths()` list them: the one table of the output == input check
+(debugkit/cli/file_claims.py).
 """
 from __future__ import annotations
 
@@ -204,6 +206,9 @@ OPTION_OF_CHECK = {"index_tolerance": "indices", "l2_threshold": "l2", "cosine_t
 # --- output options: each command picks the ones it writes (and may set its own default/help) -------------------
 OUTPUTS = {
     "output": _o("output", "-o", "--output", metavar="FILE", help="the command's main output"),
+    "gen_script": _o("gen_script", "--gen-script", metavar="FILE.py",
+                     help="write a Python script that does what this command does, with debugkit's API, instead of "
+                          "running it (as Polygraphy's --gen-script)"),
     "artifacts_dir": _o("artifacts_dir", "--artifacts-dir", metavar="DIR", help="where artifacts go"),
     "json": _o("json", "--json", metavar="FILE|-",
                help="write the verdict as JSON; '-' for stdout (the report then goes to stderr)"),
@@ -307,6 +312,13 @@ def add_outputs(parser, *names, **per_name):
     return g
 
 
+def add_option(parser, dest, **overrides):
+    """Add one option of a group (by dest) to a command that takes only that one, e.g. `template data-loader`'s
+    --input-shapes: the same flags, help and parsing as everywhere else."""
+    opt = next(o for g in GROUPS.values() for o in g if o.dest == dest)
+    return _add(parser, opt, existing=set(parser._option_string_actions), overrides=overrides)
+
+
 def add_aliases(parser, command: str | None = None):
     """The aliases of ALIASES (and COMMAND_ALIASES[command]) whose dest this parser has."""
     _add_aliases(parser, command)
@@ -335,6 +347,152 @@ class _IgnoreFingerprint(argparse.Action):
         from native.config import settings
         settings().check_fingerprint = False
         setattr(namespace, "ignore_fingerprint", True)
+
+
+# --- the files options name, and what the command does with them -------------------------------------------------
+@dataclass(frozen=True)
+class PathRole:
+    """What a command does with the path(s) an option names.
+
+    role: "read" (an input), "write" (an output file, replaced whole), "update" (a cache read when it exists and
+    rewritten), "append" (a log any number of runs add to), "write-dir" (a folder the command fills), "read-dir"
+    (a folder it reads from). `flag` names the option in messages; `streamable`: a write that may go to stdout, a
+    device or a FIFO; `side_kind`: the side-file kind (native/files/side_input.py) checked before any work."""
+
+    role: str
+    flag: str
+    streamable: bool = False
+    side_kind: str | None = None
+
+
+def _r(flag, side_kind=None):
+    return PathRole("read", flag, side_kind=side_kind)
+
+
+def _w(flag, streamable=True):
+    return PathRole("write", flag, streamable)
+
+
+# every option (of every command) that names a file or folder, by dest: the one table that the output == input
+# check (debugkit/cli/file_claims.py) and Options.paths() read. An option that names no file is in VALUE_OPTIONS;
+# tests/debugkit/test_file_claims_matrix.py fails for a flag that is in neither.
+PATH_OPTIONS = {
+    "model": _r("model"), "models": _r("model"), "path": _r("input"),
+    "load_inputs": _r("--load-inputs", "data file"), "load_outputs": _r("--load-outputs", "data file"),
+    "load_tactics": _r("--load-tactics", "tactic replay file"), "load_engine": _r("--load-engine"),
+    "data_loader_script": _r("--data-loader-script", "data loader script"), "tactics_module": _r("--tactics-module"),
+    "models_file": _r("--models-file"), "good": _r("--good"), "bad": _r("--bad"), "artifacts": _r("--artifacts"),
+    "good_tactics": _r("--good-tactics"), "bad_tactics": _r("--bad-tactics"),
+    "layer_precisions": _r("--layer-precisions"), "layer_output_types": _r("--layer-output-types"),
+    "external_data_dir": PathRole("read-dir", "--external-data-dir"),
+    "output": _w("-o"), "save_engine": _w("--save-engine"), "save_inputs": _w("--save-inputs", False),
+    "save_outputs": _w("--save-outputs", False), "json": _w("--json"), "report": _w("--report"),
+    "save_tactics": _w("--save-tactics"), "dump_profile": _w("--dump-profile"), "min_good": _w("--min-good"),
+    "gen_script": _w("--gen-script"), "save_external_data": _w("--save-external-data", False),
+    "timeline": _w("--timeline"),
+    "artifacts_dir": PathRole("write-dir", "--artifacts-dir"), "save_subgraphs": PathRole("write-dir",
+                                                                                         "--save-subgraphs"),
+    "timing_cache": PathRole("update", "--timing-cache", side_kind="timing cache"),
+    "calibration_cache": PathRole("update", "--calibration-cache", side_kind="calibration cache"),
+    "log": PathRole("update", "--log"),
+    "log_file": PathRole("append", "--log-file"),
+}
+# a command whose option means another kind of path there
+COMMAND_PATH_OPTIONS = {"sweep": {"output": PathRole("write-dir", "-o")}}
+# the options that name no file (checked by the same test: every option is in exactly one of the two)
+VALUE_OPTIONS = {
+    "fp16", "bf16", "int8", "fp8", "tf32", "precision_constraints", "reduced_probability_outputs", "disable_fusion",
+    "device", "shape_profiles", "calibration_algorithm", "calibration_percentile", "qdq_emulation",
+    "tactic_sources", "ignore_timing_cache_mismatch", "avg_timing_iterations", "workspace", "tactic_heuristic",
+    "use_dla_core", "allow_gpu_fallback", "layer_device_types", "dla_profile", "ignore_fingerprint", "streams",
+    "seed", "val_range", "input_shapes", "iterations", "data_generator",
+    "atol", "rtol", "check_error_stat", "error_quantile", "compare", "index_tolerance", "postprocess",
+    "check_shapes", "l2_threshold", "cosine_threshold", "psnr_threshold", "snr_threshold", "allow_nan",
+    "strict_inf", "validate",
+    # command-specific
+    "attrs", "check", "check_timeout", "direction", "domain", "duration", "exclude_outputs",
+    "external_data_size_threshold", "fail_code", "fail_regex", "fold_size_threshold", "higher", "inputs",
+    "layer_scale_tol", "mark", "max_iterations", "mode", "model_input_shapes", "name", "num_passes", "op", "outputs",
+    "override_input_shapes", "ray", "reference", "show", "task", "task_args", "until", "warm_up", "workers",
+}
+
+
+def script_file(spec):
+    """'loader.py:func' -> 'loader.py' (the file part of a data loader script spec)."""
+    spec = os.fspath(spec)
+    if os.path.exists(spec) or ":" not in spec:
+        return spec
+    return spec.rsplit(":", 1)[0]
+
+
+def _path_values(dest, v):
+    """The paths an option's value names: lists flattened, flags and empty values dropped, a loader script's
+    ':func' cut off, and only the .json entries of the precision specs (the others are NAME:PREC text)."""
+    if v is None or isinstance(v, bool):
+        return []
+    items = [x for x in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(x, (str, os.PathLike)) and x]
+    if dest in ("layer_precisions", "layer_output_types"):
+        items = [x for x in items if str(x).endswith(".json")]
+    if dest == "data_loader_script":
+        items = [script_file(x) for x in items]
+    return items
+
+
+def path_role(dest, command=""):
+    """The PathRole of `dest` in `command` ("sweep", "debug reduce", ...), or None for a value option."""
+    top = (command or "").split(" ")[0]
+    return COMMAND_PATH_OPTIONS.get(command, COMMAND_PATH_OPTIONS.get(top, {})).get(dest) or PATH_OPTIONS.get(dest)
+
+
+def declared_paths(values: dict, command: str = "") -> dict:
+    """{"inputs", "outputs", "dirs", "updates", "appends", "read_dirs"}: (flag, path) pairs (outputs:
+    (flag, path, streamable)) of every option in `values` (dest -> parsed value) by its PathRole, plus the files a
+    command writes beside its main output (`companion_outputs`)."""
+    out = {k: [] for k in ("inputs", "outputs", "dirs", "updates", "appends", "read_dirs")}
+    key = {"read": "inputs", "write": "outputs", "write-dir": "dirs", "update": "updates", "append": "appends",
+           "read-dir": "read_dirs"}
+    for dest, v in values.items():
+        role = path_role(dest, command)
+        if role is None or dest == "save_external_data":   # a name in -o's folder: companion_outputs
+            continue
+        for p in _path_values(dest, v):
+            if dest == "log" and "<output>" in str(p) and isinstance(values.get("output"), str):
+                p = str(p).replace("<output>", os.path.splitext(values["output"])[0])   # debug precision's default
+            if role.role == "write":
+                if dest == "json" and p == "-":
+                    continue   # stdout: nothing on disk to protect
+                out["outputs"].append((role.flag, p, role.streamable or str(p).endswith(".json")))
+            else:
+                out[key[role.role]].append((role.flag, p))
+    out["outputs"] += companion_outputs(values, command)
+    o = values.get("output")
+    if command == "debug precision" and values.get("int8") and not values.get("calibration_cache") and \
+            isinstance(o, str) and o:   # its calibration cache, made beside -o when none is given
+        out["updates"].append(("-o's calibration cache", os.path.splitext(o)[0] + "_calibration.cache"))
+    return out
+
+
+def companion_outputs(values: dict, command: str = "") -> list:
+    """Files a command writes beside its main output: the debug searches' HTML report (-o x.json -> x.html),
+    debug precision's sensitivity table (x_sensitivity.json/.svg), debug reduce's inputs file (-o m.onnx -> m_inputs.h5, --min-good likewise), surgeon's external weights
+    (--save-external-data NAME, a name in -o's folder; empty: <-o>.data)."""
+    out = []
+    top = (command or "").split(" ")[0]
+    o = values.get("output")
+    if top == "debug" and isinstance(o, str) and o and o != "-":
+        out.append(("report", os.path.splitext(o)[0] + ".html", True))
+    if command == "debug precision" and isinstance(o, str) and o and o != "-":
+        out += [("-o's sensitivity table", os.path.splitext(o)[0] + "_sensitivity" + ext, True)
+                for ext in (".json", ".svg")]
+    if command == "debug reduce":
+        for flag, p in (("-o", o), ("--min-good", values.get("min_good"))):
+            if isinstance(p, str) and p and p != "-":
+                out.append((f"{flag}'s inputs file", os.path.splitext(p)[0] + "_inputs.h5", False))
+    ext = values.get("save_external_data")
+    if top == "surgeon" and ext is not None and isinstance(o, str) and o:
+        name = ext or os.path.basename(o) + ".data"
+        out.append(("--save-external-data", os.path.join(os.path.dirname(os.path.abspath(o)), name), False))
+    return out
 
 
 # --- typed values --------------------------------------------------------------------------------------------------
@@ -760,43 +918,14 @@ class Options:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def paths(self) -> dict:
-        """{"inputs": [(option, path)], "outputs": [(option, path)], "updates": [(option, path)]}: files read,
-        files written, and files read and rewritten (timing/calibration caches) — for the one check that no output
-        overwrites an input."""
-        ins, outs, upd = [], [], []
-        if self.model:
-            ins.append(("model", self.model))
-        b, d = self.build, self.data
-        for flag, v in (("--load-inputs", d.load_inputs), ("--load-tactics", b.load_tactics)):
-            if v:
-                ins.append((flag, v))
-        if d.data_loader_script:
-            ins.append(("--data-loader-script", d.data_loader_script.rsplit(":", 1)[0]
-                        if not os.path.exists(d.data_loader_script) else d.data_loader_script))
-        ins += [("--tactics-module", m) for m in b.tactics_module]
-        ins += [("--layer-precisions", p) for p in _spec_files(b.layer_precisions)]
-        ins += [("--layer-output-types", p) for p in _spec_files(b.layer_output_types)]
-        for flag, v in (("--timing-cache", b.timing_cache), ("--calibration-cache", b.calibration_cache)):
-            if v:
-                upd.append((flag, v))
-        if b.save_tactics:
-            outs.append(("--save-tactics", b.save_tactics))
-        for dest, v in self.outputs.items():
-            if v and v != "-":
-                outs.append((OUTPUTS[dest].flags[-1], v))
-        kinds = {"inputs": ins, "outputs": outs, "updates": upd}
-        for k, v in self.extra.items():   # command-specific files: --load-outputs, --load-engine, --dump-profile, ...
-            kind = EXTRA_PATHS.get(k) or ("inputs" if k.startswith("load_") else None)
-            if kind and v and v != "-":
-                for p in (v if isinstance(v, (list, tuple)) else [v]):
-                    kinds[kind].append((f"--{k.replace('_', '-')}", p))
-        return {"inputs": ins, "outputs": outs, "updates": upd}
-
-
-# command-specific options that name files (not in a group): which list of paths() they belong to
-EXTRA_PATHS = {"load_engine": "inputs", "load_outputs": "inputs", "bad_tactics": "inputs", "good_tactics": "inputs",
-               "models_file": "inputs", "dump_profile": "outputs", "min_good": "outputs", "save_subgraphs": "outputs",
-               "log": "updates", "log_file": "updates"}
+        """{"inputs", "outputs", "dirs", "updates", "appends", "read_dirs"}: (option, path) pairs of every file the
+        options name, by the roles PATH_OPTIONS declares (the table the output == input check reads)."""
+        values = {"model": self.model, **self.outputs, **self.extra}
+        for group in (self.build, self.data):
+            values.update({f.name: getattr(group, f.name) for f in dataclasses.fields(group)})
+        files = declared_paths(values, self.command)
+        files["outputs"] = [(flag, p) for flag, p, _ in files["outputs"]]
+        return files
 
 
 def _is_plan(path) -> bool:

@@ -152,6 +152,18 @@ def exit_code(v: Verdict) -> int:
     return 0 if v.passed else 1
 
 
+def search_verdict(command: str, found: bool, answer: str, not_found: str = "", fingerprint: str | None = None) \
+        -> Verdict:
+    """A debug search's answer (debug tactics, precision, reduce) by the same rule: an answer found passes (exit 0),
+    none found is a failure (exit 1, `not_found` the reason); bad input and internal errors never get here (they are
+    exit 2 and 3 as for every command). `answer` (e.g. "2 guilty layer(s)") goes into the details."""
+    v = Verdict(command, comparing=False, compared=Compared(iterations=1, inputs=1), fingerprint=fingerprint,
+                details={"answer": answer})
+    if not found:
+        v.disagreements = [not_found or "no answer found"]
+    return v
+
+
 def combine(verdicts, command: str = "", label=lambda i: f"run {i}") -> Verdict:
     """Many verdicts as one: counts add up; it passes only when every part passed; the first internal error or
     bad input wins (in that order); each failing part's reasons are kept, prefixed by `label(index)`."""

@@ -14,7 +14,6 @@ instead, which preemption does not inflate (the chain runs on the calling thread
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -133,8 +132,8 @@ def main(argv=None):
     for k, label in (("plain", "execute"), ("taps", "execute, every tensor tapped"), ("profiler", "execute, profiler")):
         print(f"{label:24s} {res[k + '_us']:9.2f} {res[k + '_overhead_us']:18.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+        from native.files import write_json
+        write_json(args.json, res, "--json", indent=1)
     return 0
 
 

@@ -107,7 +107,8 @@ def main(argv=None):
         values = r.infer(feeds, taps=targets)
     answer = plant(model, a.layers, values)
     onnx.checker.check_model(model)
-    onnx.save(model, a.output)
+    from debugkit.surgeon.external_data import save_model
+    save_model(model, a.output)
     with OnnxrtRunner(a.model) as r0, OnnxrtRunner(a.output) as r1:
         before, after = r0.infer(feeds), r1.infer(feeds)
     diff = max(float(np.max(np.abs(np.asarray(before[k], np.float64) - np.asarray(after[k], np.float64))))

@@ -11,11 +11,14 @@ last BatchNorm gamma does), so activations keep their scale through the 16 resid
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def resnet50(size: int = 224, seed: int = 0, blocks=(3, 4, 6, 3), classes: int = 1000) -> onnx.ModelProto:
@@ -73,7 +76,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     model = resnet50(a.size, a.seed, a.blocks)
     onnx.checker.check_model(model)
-    onnx.save(model, a.output)
+    from debugkit.surgeon.external_data import save_model
+    save_model(model, a.output)
     print(f"wrote {a.output}: {len(model.graph.node)} nodes, input [1, 3, {a.size}, {a.size}]")
     return 0
 

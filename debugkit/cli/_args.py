@@ -196,7 +196,7 @@ def apply_common_args(args):
     log_file = getattr(args, "log_file", None)
     if log_file:
         try:
-            f = open(log_file, "a")
+            f = open(log_file, "a")   # appended to by design, line by line (docs/hardening.md: not replaced)
         except OSError as e:
             from native.errors import InputFileError
             raise InputFileError(f"cannot open --log-file {log_file}: {e.strerror}") from None

@@ -172,6 +172,10 @@ def run(args) -> int:
     final = prober.known(answer)[1] if prober.known(answer)[0] else None
     if isinstance(final, dict):
         result["final_check"] = {"passed": final.get("hit"), "outputs": final.get("outputs")}
+    from debugkit.verdict import search_verdict
+    verdict = search_verdict("debug precision", True, f"{len(answer)} of {len(layers)} layer(s) in {args.higher}",
+                             fingerprint=result["options_fingerprint"])
+    result["verdict"] = verdict.to_json()
     stem = _stem(args.output)
     if rows:
         write_json(stem + "_sensitivity.json", [{k: (None if isinstance(v, float) and math.isinf(v) and k == "full"
@@ -200,7 +204,7 @@ def run(args) -> int:
         print(f"  ... {len(answer) - 50} more")
     print(f"wrote {args.output} (use: debugkit run {args.model} --engine --onnxrt --{args.low} "
           f"--layer-precisions {args.output}), {stem}.html")
-    return 0
+    return verdict.exit_code
 
 
 def _describe_check(command, options) -> str:

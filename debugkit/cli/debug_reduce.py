@@ -110,7 +110,8 @@ def run(args) -> int:
             print(f"wrote {args.min_good} (largest passing subgraph seen: {len(best)} nodes)")
         else:
             G_LOGGER.warning("--min-good: no probe passed, so there is no passing subgraph to write")
-    return 0
+    from debugkit.verdict import search_verdict
+    return search_verdict("debug reduce", True, f"{len(found)} of {len(items)} node(s) kept").exit_code
 
 
 def _search(model, feeds, check, args, ex, log, workdir, what="the model"):

@@ -63,17 +63,21 @@ def run(args) -> int:
         report = search.run()
     make_config.save()
     save_fixed_replay(report, args.output)
+    from debugkit.verdict import search_verdict
+    verdict = search_verdict("debug tactics", bool(report["guilty"]), f"{len(report['guilty'])} guilty layer(s)",
+                             "no culprit found", fingerprint=opts.fingerprint())
+    report["verdict"] = verdict.to_json()
     if args.json:
         write_report(report, args.json, args.output)
     print(f"{report['differing_layers']} layer(s) differ in tactic; {report['probes']} probe(s) "
           f"(+{report['end_point_checks']} end-point checks), budget 2*log2(L)+4 = {report['probe_budget']}")
     if not report["guilty"]:
         print("no culprit found")
-        return 1
+        return verdict.exit_code
     print(f"guilty ({len(report['guilty'])}):")
     for g in report["guilty"]:
         print(f"  layer '{g['layer']}' [{g['kind']}] tactic {g['tactic']} (reference {g['reference_tactic']})")
         print(f"      ONNX nodes: {', '.join(g['onnx_nodes'])}")
     print(f"wrote {args.output}: the failing build's tactics with the guilty layers on their reference tactics "
           f"(use it with --load-tactics)")
-    return 0
+    return verdict.exit_code

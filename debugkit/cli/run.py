@@ -45,14 +45,11 @@ def register(subparsers):
                          "divergence; 0 turns it off")
     p.add_argument("--load-outputs", nargs="+", default=[], metavar="FILE.h5|FILE.json",
                    help="saved outputs to compare against (they become the reference); ours or Polygraphy's")
-    p.add_argument("--gen-script", metavar="FILE.py",
-                   help="write a Python script that does what this command does, with debugkit's API, instead of "
-                        "running it (as Polygraphy's --gen-script)")
     p.add_argument("--report", metavar="FILE.html",
                    help="also write the report as one self-contained HTML page: per-layer error chart along the "
                         "network with the first divergence marked (with --mark-all/--mark), error histograms per "
                         "output, the table")
-    options.add_outputs(p, "save_engine", "save_inputs", "save_outputs", "json", json={
+    options.add_outputs(p, "save_engine", "save_inputs", "save_outputs", "json", "gen_script", json={
         "help": "write the verdict as JSON (status, exit_code, reasons, compared, outputs, layerwise, timing, "
                 "provenance, fingerprint); '-' for stdout (the report then goes to stderr)"})
     options.add_aliases(p, "run")

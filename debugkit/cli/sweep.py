@@ -117,7 +117,10 @@ def _task_summary(task, d, rc, error) -> dict:
         return {"status": verdict.status, "exit_code": verdict.exit_code, "reasons": verdict.reasons(),
                 "max_abs": worst, "failed_outputs": [o["name"] for o in outs if o.get("status") == "FAILED"],
                 "verdict": verdict.to_json()}
-    verdict = Verdict.from_exit_code(rc, error or "", "debug precision")
+    if isinstance(doc, dict) and isinstance(doc.get("verdict"), dict) and doc["verdict"].get("exit_code") == rc:
+        verdict = Verdict.from_json(doc["verdict"])   # the search's own verdict (debugkit/verdict.py)
+    else:
+        verdict = Verdict.from_exit_code(rc, error or "", "debug precision")
     row = {"status": "FOUND" if rc == 0 and isinstance(doc, dict) else verdict.status, "exit_code": rc,
            "reasons": verdict.reasons(), "verdict": verdict.to_json()}
     if rc == 0 and isinstance(doc, dict):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from debugkit import options
 from debugkit.cli import _args
 from native.errors import InputFileError, UsageError
 
@@ -106,14 +107,14 @@ def register(subparsers):
                         description="Write a --data-loader-script whose load_data() yields feeds for MODEL's inputs "
                                     "(names, shapes, dtypes filled in); it runs as is.")
     d.add_argument("model", help="the ONNX model whose inputs the script feeds")
-    d.add_argument("-o", "--output", default="data_loader.py", help="the script (default data_loader.py)")
-    d.add_argument("--input-shapes", nargs="+", default=[], metavar="NAME:[D0,D1,...]",
-                   help="shapes for inputs with dynamic dims (dynamic dims default to 1)")
+    options.add_outputs(d, "output", output={"default": "data_loader.py",
+                                             "help": "the script (default data_loader.py)"})
+    options.add_option(d, "input_shapes")
     d.set_defaults(func=run_data_loader)
     c = subs.add_parser("check", help="a --check command for the debug searches (engine vs ONNX Runtime)",
                         description="Write a check script: exit 0 when our engine agrees with ONNX Runtime on the "
                                     "model given to it, 1 when not; it runs as is.")
-    c.add_argument("-o", "--output", default="check.py", help="the script (default check.py)")
+    options.add_outputs(c, "output", output={"default": "check.py", "help": "the script (default check.py)"})
     c.set_defaults(func=run_check)
     for q in (d, c):
         q.add_argument("--force", action="store_true", help="overwrite an existing file")

@@ -57,6 +57,7 @@ class BuildLoop:
                 verdict = checked[2] if len(checked) > 2 else None
                 pile = "good" if passed else "bad"
                 name = f"iter{i:03d}"
+                # complete files (written by the output module above) filed into good/ or bad/ by a rename
                 os.replace(replay, os.path.join(self.dir, pile, f"{name}_tactics.json"))
                 if plan_path is not None:
                     if self.save_plans:

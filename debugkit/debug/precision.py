@@ -204,12 +204,12 @@ class PrecisionProbe:
     def _command(self, layers) -> dict:
         """--check CMD: {precisions} is a JSON file with these layers' precisions; the check passing is a hit."""
         import hashlib
-        import json
         import tempfile
         tag = hashlib.sha1("\n".join(sorted(layers)).encode()).hexdigest()[:12]
         path = os.path.join(tempfile.gettempdir(), f"debugkit_precisions_{os.getpid()}_{tag}.json")
-        with open(path, "w") as f:
-            json.dump({"layer_precisions": {n: self.higher for n in layers}}, f)
+        from native.files import write_json
+        write_json(path, {"layer_precisions": {n: self.higher for n in layers}}, "precision file for --check",
+                   streamable=False)
         try:
             res = self.options(self.model_path, None, {"precisions": path})
         finally:

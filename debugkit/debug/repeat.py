@@ -72,7 +72,7 @@ class RepeatProbe:
         for p in paths:
             if os.path.exists(p):
                 target = os.path.join(dest, rename or f"{iteration}_{os.path.basename(p)}")
-                shutil.move(p, target)
+                shutil.move(p, target)   # a complete file (written by the output module) filed, not written
                 moved.append(target)
         return moved
 

@@ -6,6 +6,7 @@
                    concurrent run writing the same file
     side_input.py  read caches, replay files, data files and scripts only when they are regular files within a
                    size limit per kind, checked before reading
+    file_kind.py   what a path that is not a regular file is, in words (both modules' refusals)
 """
 from native.files.claims import OutputLocks, refuse_overwriting_inputs
 from native.files.output import (PendingOutput, append_text, is_stream, output_file, output_path, resolve_output, write_bytes, write_json,

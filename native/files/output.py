@@ -26,6 +26,7 @@ import sys
 import tempfile
 
 from native.errors import OutputFileError
+from native.files.file_kind import kind_name
 
 _FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "no space left on device (disk quota exceeded)",
          errno.EFBIG: "no space left on device (file size limit exceeded)"}
@@ -38,20 +39,6 @@ class Target:
 
     def __init__(self, path: str, kind: str, real: str, existed: bool):
         self.path, self.kind, self.real, self.existed = path, kind, real, existed
-
-
-def _kind_name(mode) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
 
 
 def resolve_output(path, what: str = "output", streamable: bool = True) -> Target:
@@ -75,12 +62,12 @@ def resolve_output(path, what: str = "output", streamable: bool = True) -> Targe
         raise OutputFileError(f"could not write {path}: {e.strerror or e}") from None
     if alias or (st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode))):
         if not streamable:
-            kind = "a stream" if st is None else _kind_name(st.st_mode)
+            kind = "a stream" if st is None else kind_name(st.st_mode)
             raise OutputFileError(f"{what} {path} is {kind}; this format needs a seekable regular file, and "
                                   f"{path} is never replaced by one. Give a file name")
         return Target(path, "stream", path if alias else real, True)
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise OutputFileError(f"{what} {path} is {_kind_name(st.st_mode)}, not a file; give a file name")
+        raise OutputFileError(f"{what} {path} is {kind_name(st.st_mode)}, not a file; give a file name")
     parent = os.path.dirname(real) or "."
     if not os.path.isdir(parent):
         raise OutputFileError(f"could not write {path}: directory {os.path.dirname(path) or '.'} does not exist")

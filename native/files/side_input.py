@@ -14,6 +14,7 @@ import stat
 import sys
 
 from native.errors import InputFileError
+from native.files.file_kind import kind_name
 
 MiB = 1 << 20
 LIMITS = {
@@ -45,20 +46,6 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def _what(mode) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def _open_checked(path, kind, limit):
     """A read-only descriptor of `path` after checking it is a regular file within `limit`; its size."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
@@ -73,7 +60,7 @@ def _open_checked(path, kind, limit):
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputFileError(f"{kind} {path} is {_what(st.st_mode)}; a {kind} must be a regular file")
+            raise InputFileError(f"{kind} {path} is {kind_name(st.st_mode)}; a {kind} must be a regular file")
         if st.st_size > limit:
             raise InputFileError(f"{kind} {path} is {st.st_size} bytes, larger than the {_size(limit)} ({limit} "
                                  f"bytes) a {kind} may be; is it the right file?")

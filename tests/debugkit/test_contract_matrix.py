@@ -465,7 +465,7 @@ def test_options_fingerprint_names_what_differs(tmp_path):
     b = Options.from_args(p.parse_args(["bench", "m.onnx", "--load-engine", "e.plan", "--dump-profile", "prof.json",
                                         "--json", "-", "--log-file", "log.txt"])).paths()
     assert ("--load-engine", "e.plan") in b["inputs"] and ("--dump-profile", "prof.json") in b["outputs"]
-    assert ("--log-file", "log.txt") in b["updates"] and not [x for x in b["outputs"] if x[1] == "-"]
+    assert ("--log-file", "log.txt") in b["appends"] and not [x for x in b["outputs"] if x[1] == "-"]
 
 
 def test_aliases_and_deprecated_spellings(cli, tmp_path, capsys):

@@ -48,6 +48,8 @@ def _no_temp_files(folder):
     ["run", "{m}", "--onnxrt", "--save-inputs", "{o}", "--save-outputs", "{o}"],
     ["run", "{m}", "--engine", "--timing-cache", "{m}"],
     ["convert", "{m}", "-o", "{o}", "--log-file", "{m}"],
+    ["run", "{m}", "--onnxrt", "--gen-script", "{m}"],
+    ["bench", "{m}", "--dump-profile", "{m}"],
 ])
 def test_an_output_onto_an_input_is_exit_2_before_any_work(cli, chain, tmp_path, argv):
     link = tmp_path / "link.onnx"
@@ -289,13 +291,24 @@ def test_a_second_run_writing_the_same_output_is_refused(cli, chain, tmp_path):
         assert not out.exists()
 
 
-def test_convert_streams_the_plan_to_stdout(chain, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "debugkit", "convert", chain, "-o", "-"], capture_output=True,
+@pytest.mark.parametrize("target", ["-", "/dev/stdout"])
+def test_convert_streams_the_plan_to_stdout(chain, tmp_path, target):
+    """-o - and -o /dev/stdout stream the plan, also when stdout is a regular file (`> out.plan`): written in
+    place, never replaced by a rename (as root that once turned /dev/stdout's target into a stale copy)."""
+    r = subprocess.run([sys.executable, "-m", "debugkit", "convert", chain, "-o", target], capture_output=True,
                        timeout=300, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO))
     assert r.returncode == 0, r.stderr
-    assert r.stdout[:6] == b"DKPLAN" and b"wrote -" in r.stderr
+    assert r.stdout[:6] == b"DKPLAN" and f"wrote {target}".encode() in r.stderr, r.stderr
     from backends.engine import Runtime
     Runtime().deserialize_engine(r.stdout)
+    redirected = tmp_path / "out.plan"
+    with open(redirected, "wb") as f:
+        inode = os.fstat(f.fileno()).st_ino
+        r = subprocess.run([sys.executable, "-m", "debugkit", "convert", chain, "-o", target], stdout=f,
+                           stderr=subprocess.PIPE, timeout=300, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 0, r.stderr
+    assert os.stat(redirected).st_ino == inode and _bytes(redirected)[:6] == b"DKPLAN"
+    _no_temp_files(tmp_path)
 
 
 def test_convert_streams_into_a_fifo_and_leaves_it_a_fifo(cli, chain, tmp_path):
@@ -327,3 +340,211 @@ def test_sweep_output_is_a_folder_claim(tmp_path):
     with pytest.raises(OutputFileError, match="not a directory"):
         with claim(argparse.Namespace(subtool="sweep", output=str(tmp_path / "f"))):
             pass
+
+
+def _weighted_model(scale):
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper
+    w = (np.arange(64 * 64, dtype=np.float32).reshape(64, 64) * scale)
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 64])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 64])], [numpy_helper.from_array(w, "w")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, onnx
+
+
+@pytest.mark.parametrize("fail", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_a_model_and_its_external_weights_are_replaced_as_a_pair(tmp_path, monkeypatch, fail):
+    """surgeon/reduce/extract -o with external data: the new weights may already be in place when the model's
+    rename fails (or Ctrl-C arrives); the old model and the old weights both come back byte for byte."""
+    from debugkit.surgeon import external_data
+    from native.errors import OutputFileError
+    out = tmp_path / "m.onnx"
+    old_model, onnx = _weighted_model(1.0)
+    external_data.save_model(old_model, out, external_data="m.onnx.data", size_threshold=0)
+    before = {p: _bytes(tmp_path / p) for p in ("m.onnx", "m.onnx.data")}
+    real_replace = os.replace
+    renamed = []
+
+    def replace(src, dst):
+        if os.fspath(dst) == str(out):   # the model: its weights were renamed just before
+            assert renamed and renamed[-1].endswith("m.onnx.data")
+            raise fail
+        renamed.append(os.fspath(dst))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(external_data.os, "replace", replace)
+    new_model, _ = _weighted_model(2.0)
+    with pytest.raises(OutputFileError if isinstance(fail, OSError) else KeyboardInterrupt) as e:
+        external_data.save_model(new_model, out, external_data="m.onnx.data", size_threshold=0)
+    if isinstance(fail, OSError):
+        assert "no space left on device" in str(e.value) and f"{out} is unchanged" in str(e.value)
+    monkeypatch.setattr(external_data.os, "replace", real_replace)
+    assert {p: _bytes(tmp_path / p) for p in before} == before
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]   # no scratch folder or backup left
+    back = onnx.load(str(out))
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(back.graph.initializer[0]),
+                                  np.arange(64 * 64, dtype=np.float32).reshape(64, 64))
+    external_data.save_model(new_model, out, external_data="m.onnx.data", size_threshold=0)   # and it can succeed
+    back = onnx.load(str(out))
+    assert _bytes(tmp_path / "m.onnx.data") != before["m.onnx.data"]
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(back.graph.initializer[0]),
+                                  np.arange(64 * 64, dtype=np.float32).reshape(64, 64) * 2)
+
+
+def test_full_disk_saving_external_weights_keeps_the_old_pair(tmp_path):
+    """surgeon sanitize --save-external-data on a full disk (RLIMIT_FSIZE below the weights' size): exit 2, one
+    line, and the old model and weights are unchanged."""
+    m, onnx = _weighted_model(1.0)
+    src = tmp_path / "in.onnx"
+    onnx.save(m, str(src))
+    out = tmp_path / "o.onnx"
+    from debugkit.surgeon.external_data import save_model
+    save_model(_weighted_model(3.0)[0], out, external_data="o.onnx.data", size_threshold=0)
+    before = {p: _bytes(tmp_path / p) for p in ("o.onnx", "o.onnx.data")}
+    r = _run_full_disk(["surgeon", "sanitize", src, "-o", out, "--save-external-data", "--external-data-size-threshold",
+                        "0"], 8000, tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = [line for line in r.stderr.strip().splitlines() if line.startswith("debugkit")]
+    assert len(lines) == 1 and "no space left on device" in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert {p: _bytes(tmp_path / p) for p in before} == before
+    assert sorted(os.listdir(tmp_path)) == ["in.onnx", "o.onnx", "o.onnx.data"]
+
+
+def _data_file(tmp_path, kind, name):
+    p = tmp_path / name
+    x = np.ones((2, 4), np.float32)
+    with DataWriter(str(p), kind, {"command": "test"}) as w:
+        if kind == "inputs":
+            w.write_inputs(0, {"x": x})
+        else:
+            w.write_many("onnxrt-runner", 0, {"y": x})
+    return p
+
+
+def _mutate_external_link(f, tmp_path, where):
+    import h5py
+    target = _data_file(tmp_path, "inputs", "elsewhere.h5")   # a valid data file: following the link would load
+    del f[where]
+    f[where] = h5py.ExternalLink(str(target), "/" + where)
+
+
+def _mutate_soft_link(f, tmp_path, where):
+    import h5py
+    data = f[where][()]
+    del f[where]
+    f[where + "_real"] = data
+    f[where] = h5py.SoftLink("/" + where + "_real")
+
+
+def _mutate_virtual(f, tmp_path, where):
+    import h5py
+    target = _data_file(tmp_path, "inputs", "elsewhere.h5")
+    layout = h5py.VirtualLayout(shape=(2, 4), dtype="f4")
+    layout[:] = h5py.VirtualSource(str(target), "iteration_0/x", shape=(2, 4))
+    attrs = dict(f[where].attrs)
+    del f[where]
+    ds = f.create_virtual_dataset(where, layout, fillvalue=0)
+    ds.attrs.update(attrs)
+
+
+def _mutate_external_storage(f, tmp_path, where):
+    attrs = dict(f[where].attrs)
+    del f[where]
+    ds = f.create_dataset(where, shape=(2, 4), dtype="f4", external=[("/dev/zero", 0, 32)])
+    ds.attrs.update(attrs)
+
+
+def _mutate_huge_shape(f, tmp_path, where):
+    attrs = dict(f[where].attrs)
+    del f[where]
+    ds = f.create_dataset(where, shape=(1 << 40, 4), dtype="f4", chunks=(1, 4))   # nothing stored: a tiny file
+    ds.attrs.update(attrs)
+
+
+def _mutate_strings(f, tmp_path, where):
+    attrs = dict(f[where].attrs)
+    del f[where]
+    ds = f.create_dataset(where, data=np.array([b"a"] * 8, dtype="S1").reshape(2, 4))   # fixed-length bytes
+    ds.attrs.update(attrs)
+
+
+def _mutate_incomplete(f, tmp_path, where):
+    f.attrs["complete"] = False
+
+
+HOSTILE = {"external link": (_mutate_external_link, "external link"),
+           "soft link": (_mutate_soft_link, "soft link"),
+           "virtual dataset": (_mutate_virtual, "virtual dataset"),
+           "external storage": (_mutate_external_storage, "external files"),
+           "huge declared shape": (_mutate_huge_shape, "larger than"),
+           "strings": (_mutate_strings, "strings"),
+           "incomplete": (_mutate_incomplete, "incomplete"),
+           "truncated": (None, "")}
+
+
+@pytest.mark.parametrize("flag", ["--load-inputs", "--load-outputs"])
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_data_files_are_exit_2_and_one_line(cli, chain, tmp_path, flag, case):
+    """Issue 22's unbounded-read cases for data files, each through the CLI: an external link (to a valid data file:
+    following it would load), a soft link, a virtual dataset, external raw storage on /dev/zero, a declared shape of
+    16 TiB, string data, a file marked incomplete, and a file cut short (a partial write) are exit 2 with one line
+    naming the file, never exit 3."""
+    import h5py
+    kind, where = ("inputs", "iteration_0/x") if flag == "--load-inputs" else ("outputs", "onnxrt-runner/iteration_0/y")
+    p = _data_file(tmp_path, kind, "data.h5")
+    mutate, phrase = HOSTILE[case]
+    if mutate is None:
+        data = _bytes(p)
+        p.write_bytes(data[:len(data) * 2 // 3])
+    else:
+        with h5py.File(p, "r+") as f:
+            mutate(f, tmp_path, where)
+    code, _, err = cli("run", chain, "--onnxrt", flag, p)
+    lines = err.strip().splitlines()
+    assert code == 2 and lines and str(p) in lines[-1] and phrase in lines[-1], err
+    assert "Traceback" not in err and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("fail,rc", [(KeyboardInterrupt, 130), (OSError(5, "Input/output error"), 2)])
+@pytest.mark.parametrize("what", ["plan", "engine", "model", "golden", "replay", "timing cache"])
+def test_an_interrupted_or_failed_write_keeps_the_old_file(cli, chain, tmp_path, monkeypatch, what, fail, rc):
+    """Ctrl-C or an I/O error at the last moment of writing an output (the temporary file is full, the rename not
+    yet done), for each kind of output the issue names: exit 130 or exit 2 with one line, the old file byte for
+    byte, no temporary file left."""
+    from native.files import output
+    target = tmp_path / {"plan": "m.plan", "engine": "e.plan", "model": "s.onnx", "golden": "g.h5",
+                         "replay": "r.json", "timing cache": "t.cache"}[what]
+    if what == "golden":
+        target, _ = _golden(tmp_path, "g.h5")
+    elif what != "timing cache":
+        target.write_bytes(b"old " + what.encode())
+    argv = {"plan": ["convert", chain, "-o", target],
+            "engine": ["run", chain, "--engine", "--save-engine", target],
+            "model": ["surgeon", "sanitize", chain, "--fold-constants", "-o", target],
+            "golden": ["run", chain, "--onnxrt", "--save-outputs", target],
+            "replay": ["convert", chain, "-o", tmp_path / "x.plan", "--save-tactics", target],
+            "timing cache": ["convert", chain, "-o", tmp_path / "x.plan", "--timing-cache", tmp_path / "new.cache"]}
+    if what == "timing cache":   # an existing cache is read first, so a valid one is made by a first run
+        code, _, err = cli("convert", chain, "-o", tmp_path / "first.plan", "--timing-cache", target)
+        assert code == 0, err
+        argv[what][-1] = target
+        argv[what] += ["--avg-timing-iterations", "2", "--tactic-heuristic"]
+    old = _bytes(target)
+    real = output._fsync_path
+
+    def fsync(tmp):
+        if os.path.basename(tmp).startswith(f".{target.name}."):
+            raise fail() if isinstance(fail, type) else fail
+        return real(tmp)
+
+    monkeypatch.setattr(output, "_fsync_path", fsync)
+    code, _, err = cli(*argv[what])
+    assert code == rc, err
+    if rc == 2:
+        lines = [x for x in err.strip().splitlines() if x.startswith("debugkit")]
+        assert len(lines) == 1 and f"could not write {target}" in lines[0] and "is unchanged" in lines[0], err
+    assert _bytes(target) == old
+    _no_temp_files(tmp_path)

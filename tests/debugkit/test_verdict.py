@@ -1,5 +1,5 @@
 """The one verdict and its one exit-code rule (debugkit/verdict.py)."""
-from debugkit.verdict import Compared, Verdict, combine, exit_code
+from debugkit.verdict import Compared, Verdict, combine, exit_code, search_verdict
 
 
 def _compared(**kw):
@@ -45,3 +45,28 @@ def test_combine_passes_only_when_every_part_passed():
     assert combine([good, Verdict("check", error="unreadable")]).exit_code == 2
     assert Verdict.from_exit_code(0).exit_code == 0 and Verdict.from_exit_code(2, "x").status == "ERROR"
     assert Verdict.from_exit_code(1).status == "FAILED" and Verdict.from_exit_code(3).status == "INTERNAL ERROR"
+
+
+def test_a_search_answer_is_a_verdict():
+    """debug tactics/precision/reduce: an answer found passes (0), none found fails (1) with the reason, and the
+    verdict round-trips through JSON (sweep reads it back from precision.json)."""
+    found = search_verdict("debug tactics", True, "2 guilty layer(s)")
+    assert found.exit_code == 0 and found.status == "PASSED" and found.details == {"answer": "2 guilty layer(s)"}
+    none = search_verdict("debug tactics", False, "0 guilty layer(s)", "no culprit found")
+    assert none.exit_code == 1 and none.reasons() == ["no culprit found"]
+    back = Verdict.from_json(none.to_json())
+    assert back.exit_code == 1 and back.reasons() == ["no culprit found"]
+    assert Verdict.from_json(found.to_json()).exit_code == 0
+
+
+def test_sweep_reads_a_precision_task_verdict_from_its_answer_file(tmp_path):
+    import json
+
+    from debugkit.cli.sweep import _task_summary
+    v = search_verdict("debug precision", True, "3 of 40 layer(s) in fp32")
+    (tmp_path / "precision.json").write_text(json.dumps({"layer_precisions": {"a": "fp32"}, "layers": 40,
+                                                         "probes": 9, "verdict": v.to_json()}))
+    row = _task_summary("precision", str(tmp_path), 0, None)
+    assert row["status"] == "FOUND" and row["verdict"]["details"] == {"answer": "3 of 40 layer(s) in fp32"}
+    row = _task_summary("precision", str(tmp_path), 2, "bad model")   # an exit code the file does not match
+    assert row["status"] == "ERROR" and row["reasons"] == ["bad model"]

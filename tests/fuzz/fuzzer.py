@@ -21,6 +21,7 @@ so every finding can be regenerated; --save keeps the exact bytes.
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import json
 import multiprocessing as mp
@@ -28,6 +29,7 @@ import os
 import random
 import signal
 import sys
+import tempfile
 import time
 import traceback
 import zlib
@@ -589,6 +591,29 @@ def fuzz(target: str, *, seed=0, iterations=None, seconds=None, case_limit=10.0,
          save_dir=None, start=0, log=None) -> Report:
     """Run cases start, start+1, ... until `iterations` or `seconds` is reached; returns the Report. A case is
     slow when its CPU time (in the worker) exceeds `case_limit`."""
+    with _campaign_folder():
+        return _fuzz(target, seed, iterations, seconds, case_limit, memory_mb, max_tensor_mb, save_dir, start, log)
+
+
+@contextlib.contextmanager
+def _campaign_folder():
+    """One temporary folder for the campaign's scratch files, the workers' included (they inherit its name through
+    the environment): removed at the end, so workers killed for a crash or a hang leave nothing in /tmp. The
+    environment variable is restored afterwards."""
+    from tests.fuzz.hdf5_cases import ROOT_ENV
+    old = os.environ.get(ROOT_ENV)
+    with tempfile.TemporaryDirectory(prefix="debugkit-fuzz-") as root:
+        os.environ[ROOT_ENV] = root
+        try:
+            yield root
+        finally:
+            if old is None:
+                os.environ.pop(ROOT_ENV, None)
+            else:
+                os.environ[ROOT_ENV] = old
+
+
+def _fuzz(target, seed, iterations, seconds, case_limit, memory_mb, max_tensor_mb, save_dir, start, log):
     maker = CaseMaker(target, seed)
     if target.startswith("plan"):
         maker.plans  # build the seeds before the clock starts

@@ -8,21 +8,27 @@ says which option reads it ("i" inputs, "o" outputs). A case is run through the 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
 import random
+import shutil
 import tempfile
 
 import numpy as np
 
 _DIR = None
+ROOT_ENV = "DEBUGKIT_FUZZ_TMP"   #: the campaign's temporary folder (fuzzer.fuzz sets it; workers inherit it)
 
 
 def _workdir():
+    """This process's scratch folder: under the campaign's folder where one is set (the campaign removes it, so a
+    worker killed for a crash or hang leaves nothing behind), else the system's; removed at exit either way."""
     global _DIR
-    if _DIR is None:
-        _DIR = tempfile.mkdtemp(prefix="debugkit-fuzz-h5-")
+    if _DIR is None or not os.path.isdir(_DIR):
+        _DIR = tempfile.mkdtemp(prefix="debugkit-fuzz-h5-", dir=os.environ.get(ROOT_ENV) or None)
+        atexit.register(shutil.rmtree, _DIR, True)
     return _DIR
 
 

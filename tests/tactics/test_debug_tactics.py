@@ -35,6 +35,8 @@ def test_one_faulty_tactic_is_found_within_budget(model, monkeypatch):
     # the 7 convolutions differ; other layers may too, as timing picks their fastest tactic (no timing luck here)
     assert r["differing_layers"] >= 7 and r["probes"] <= 2 * math.log2(r["differing_layers"]) + 4
     assert r["fixed_replay_passes"]
+    assert r["verdict"]["status"] == "PASSED" and r["verdict"]["exit_code"] == 0   # the one verdict model
+    assert r["verdict"]["details"]["answer"] == "1 guilty layer(s)"
     fixed = json.load(open("fixed_tactics.json"))
     assert fixed["layers"]["conv3 + relu3"]["tactic"] == "im2col-gemm"
     assert fixed["layers"]["conv1 + relu1"]["tactic"] == "faulty-conv"   # the harmless ones stay

@@ -93,8 +93,9 @@ class DumpInstrument:
 
     def _write(self, name, graph, when):
         safe = "".join(c if c.isalnum() else "_" for c in name)
-        with open(os.path.join(self.directory, f"{self.count:02d}-{safe}-{when}.txt"), "w") as f:
-            f.write(dump_graph(graph))
+        from native.files import write_text
+        write_text(os.path.join(self.directory, f"{self.count:02d}-{safe}-{when}.txt"), dump_graph(graph),
+                   "graph dump (DEBUGKIT_DUMP_PASSES)", streamable=False)
 
     def before(self, name, graph, ctx):
         self.count += 1
