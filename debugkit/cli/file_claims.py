@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from debugkit.options import script_file, declared_paths, path_role
+from debugkit.options import declared_paths, path_role, script_file
 from native.errors import OutputFileError
 from native.files import OutputLocks, check_side_file, refuse_overwriting_inputs, resolve_output
 
