@@ -71,6 +71,11 @@ def test_every_suffixed_kernel_name_is_an_entry_point():
                 re.findall(r"kernel\((\w+|\"\w+\.cu\"), \"(\w+)\" \+ suffix\(", text)]
         uses += [("pointwise.cu", b, ("", "_w")) for b in re.findall(r"launch_softmax\(\"(\w+)\" \+ (?:suffix\(|sfx)",
                                                                        text)]
+        for s, name in re.findall(r"kernel\((\w+|\"\w+\.cu\"), \"(\w+)\"\)", text):   # literal names
+            checked += 1
+            src = local.get(s, s.strip('"'))
+            if name not in entries.get(src, ()):
+                missing.append(f"{os.path.relpath(path, ROOT)}: {name} not in {src}")
         if path.endswith("resize.py"):   # its name is chosen in a conditional expression
             uses += [("geometry.cu", b, ("",)) for b in re.findall(r"\(\"(resize_interp\w*)\" if", text)]
             uses += [("geometry.cu", b, ("",)) for b in re.findall(r"else \"(resize_interp\w*)\"\)", text)]
