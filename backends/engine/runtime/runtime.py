@@ -280,8 +280,11 @@ class ExecutionContext:
             memory = self.arenas if self.use_arena else None
             enqueued = clock()
             env = self.engine.executor.run(feeds, keep=resolved.values(), profiler=profiler, memory=memory)
-        # the host's time to enqueue the compute (on a synchronous device, the compute itself)
-        self.host_timings = {"enqueue_ms": (clock() - enqueued) * 1e3}
+        # the host's time to enqueue the compute (on a synchronous device, the compute itself; with a captured
+        # graph, its launch: the feeds' copies into the graph's inputs are the H2D phase)
+        launched = getattr(self._graph, "launch_seconds", None) if self._graph_mode and profiler is None and \
+            not resolved else None
+        self.host_timings = {"enqueue_ms": (launched if launched is not None else clock() - enqueued) * 1e3}
         if timeline is not None:
             timeline.mark("compute")
         if trace is not None:     # the host's wait for the device, a span of its own on the timeline
