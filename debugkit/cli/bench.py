@@ -4,7 +4,9 @@ Warm-up (untimed, --warm-up MS), then at least --iterations inferences and at le
 time on one execution context with the same feed. Latency is the host wall time of each execute (for a device with
 its own memory it includes the copies, which the device also reports apart); throughput is timed inferences per
 second of their summed time, and samples per second with the batch (dim 0 of the first input). --compare onnxrt
-times ONNX Runtime on the same feed in the same run, interleaved with ours.
+times ONNX Runtime on the same feed in the same run, interleaved with ours. As trtexec reports: the host's enqueue
+time apart from the device's compute, the device's busy time against the wall time, --streams N contexts in flight
+(aggregate throughput) and --timeline FILE, a Chrome trace of layers, copies and host syncs (docs/bench.md).
 """
 from __future__ import annotations
 
