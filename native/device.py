@@ -19,6 +19,7 @@ import numpy as np
 
 from native.errors import PlanError, UsageError
 from native.precision import LADDER, Precision
+from native.trace_clock import HostTraceClock
 
 
 class Device:
@@ -114,7 +115,6 @@ class Device:
     def trace_clock(self):
         """The clock a timeline of executions is recorded with (native/trace_clock.py): host marks by default, as
         a device that computes synchronously runs work exactly when the host does it."""
-        from native.trace_clock import HostTraceClock
         return HostTraceClock()
 
     def capture(self, run, host_feeds, output_names):

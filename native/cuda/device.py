@@ -6,6 +6,7 @@ import platform
 
 from native.cuda.array import GpuArray, to_device, to_host
 from native.cuda.availability import available
+from native.cuda.driver import EventTraceClock, Timeline, context
 from native.device import Device
 from native.errors import ExecutionError, UsageError
 from native.tactics import TacticRefusal
@@ -73,7 +74,6 @@ class CudaDevice(Device):
         """A copy of a device tensor in its own memory (a tap must outlive its arena slot)."""
         if not isinstance(value, GpuArray):
             return super().duplicate(value)
-        from native.cuda.driver import context
         out = GpuArray(value.shape, value.dtype)
         context().copy(out.ptr, value.ptr, value.nbytes)
         return out
@@ -103,14 +103,12 @@ class CudaDevice(Device):
         return run, True
 
     def synchronize(self, stream=None):
-        from native.cuda.driver import context
         if stream is None:
             context().synchronize()
         else:
             context().synchronize_stream(stream)
 
     def new_stream(self):
-        from native.cuda.driver import context
         return context().new_stream()
 
     def plan_extras(self) -> dict:
@@ -118,7 +116,6 @@ class CudaDevice(Device):
         import base64
 
         from native.cuda import nvrtc
-        from native.cuda.driver import context
         arch = context().arch
         mods = nvrtc.cubins(arch)
         return {"cubins": {"arch": arch, "modules": {k: base64.b64encode(v).decode() for k, v in mods.items()}}} \
@@ -146,11 +143,9 @@ class CudaDevice(Device):
         return [t for t in tactics if not t.host_layer]
 
     def timeline(self):
-        from native.cuda.driver import Timeline, context
         return Timeline(context())
 
     def trace_clock(self):
-        from native.cuda.driver import EventTraceClock, context
         return EventTraceClock(context())
 
     def capture(self, run, host_feeds, output_names):
@@ -158,7 +153,6 @@ class CudaDevice(Device):
         return CapturedGraph(run, host_feeds, output_names)
 
     def time(self, fn, stream=None) -> float:
-        from native.cuda.driver import context
         return context().time_ms(fn)
 
     def check_stream(self, stream):
@@ -176,6 +170,5 @@ class CudaDevice(Device):
         return get_device("cpu").fp32_only_reason(kind)
 
     def fingerprint(self) -> dict:
-        from native.cuda.driver import context
         ctx = context()
         return {"device": self.name, "machine": platform.machine(), "arch": ctx.arch, "gpu": ctx.name}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -231,7 +232,6 @@ class EventTraceClock:
     when the stream is idle (after the previous execution's wait), so the GPU reaches it as the host records it."""
 
     def __init__(self, ctx: Context):
-        import time
         self.ctx, self._time = ctx, time.perf_counter
         self.origin = None
 
