@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import re
 
 from native.errors import UsageError
 from native.files import read_side_json
@@ -71,15 +72,34 @@ def parse_layer_output_types(spec) -> list:
     return out
 
 
-def _matches(node, pattern) -> bool:
-    names = [node.name] + list(node.source_nodes)
-    return any(fnmatch.fnmatchcase(n, pattern) for n in names)
+class _Patterns:
+    """Patterns compiled once: literal names in a dict (a search's precision file names every layer, so matching
+    each layer against each pattern with fnmatch was quadratic), wildcards as regexes. `hits(node)` gives the
+    indices of the patterns a node matches, in the order given (later wins): a node matches when its name or one of its ONNX nodes' names does."""
+
+    def __init__(self, patterns):
+        self.literal: dict = {}
+        self.wild = []
+        for i, p in enumerate(patterns):
+            if any(c in p for c in "*?["):
+                self.wild.append((i, re.compile(fnmatch.translate(p)).match))
+            else:
+                self.literal.setdefault(p, []).append(i)
+
+    def hits(self, node) -> list:
+        names = [node.name, *node.source_nodes]
+        found = {i for n in names for i in self.literal.get(n, ())}
+        found.update(i for i, match in self.wild if any(match(n) for n in names))
+        return sorted(found)
 
 
 def _check_known(graph, patterns, what):
     names = sorted({n.name for n in graph.nodes} | {s for n in graph.nodes for s in n.source_nodes})
+    known = set(names)
     for p in patterns:
-        if p == "*" or any(_matches(n, p) for n in graph.nodes):
+        if p == "*" or p in known:
+            continue
+        if any(c in p for c in "*?[") and any(map(re.compile(fnmatch.translate(p)).match, names)):
             continue
         near = difflib.get_close_matches(p, names, n=5, cutoff=0.5)
         hint = f"; did you mean {', '.join(repr(x) for x in near)}?" if near else \
@@ -93,15 +113,16 @@ def apply_precision_spec(graph, config) -> int:
     out_types = config.layer_output_types
     _check_known(graph, [p for p, _ in precisions], "--layer-precisions")
     _check_known(graph, [p for p, _ in out_types], "--layer-output-types")
+    prec_patterns = _Patterns([p for p, _ in precisions])
+    type_patterns = _Patterns([p for p, _ in out_types])
     touched = set()
     for node in graph.nodes:
-        for pattern, value in precisions:
-            if _matches(node, pattern):
-                node.meta["precision_constraint"] = value
-                touched.add(id(node))
-        for pattern, values in out_types:
-            if _matches(node, pattern):
-                types = values if len(values) > 1 else values * max(1, len(node.outputs))
-                node.meta["output_types"] = {i: t for i, t in enumerate(types[:len(node.outputs)])}
-                touched.add(id(node))
+        for i in prec_patterns.hits(node):
+            node.meta["precision_constraint"] = precisions[i][1]
+            touched.add(id(node))
+        for i in type_patterns.hits(node):
+            values = out_types[i][1]
+            types = values if len(values) > 1 else values * max(1, len(node.outputs))
+            node.meta["output_types"] = {i: t for i, t in enumerate(types[:len(node.outputs)])}
+            touched.add(id(node))
     return len(touched)
