@@ -126,8 +126,10 @@ def run(args) -> int:
     bar = _search_args.Progress(_work_bound(args.mode, len(layers), workers), f"precision ({args.mode})")
     workdir = tempfile.mkdtemp(prefix="debugkit_precision_")
     rows, answer, extra = [], [], {}
+    rank_builds, rank_s, base_s = 0, 0.0, 0.0
     try:
         low_values = _base_run(P, probe_fn, args)
+        base_s = time.perf_counter() - t0
         bar.step()
         with make_executor(args.workers, args.ray) as ex:
             prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
@@ -142,7 +144,9 @@ def run(args) -> int:
                     f"({rec.get('reason', '') if isinstance(rec, dict) else ''}); loosen the tolerances or check "
                     f"the reference")
             elif args.mode == "minimal":
-                rows = _ranking(P, sub, layers, low_values, args, ex, workdir, calib, bar, opts.build)
+                t_rank = time.perf_counter()
+                rows, rank_builds = _ranking(P, sub, layers, low_values, args, ex, workdir, calib, bar, opts.build)
+                rank_s = time.perf_counter() - t_rank
                 answer = peel([r["layer"] for r in rows], prober)
                 answer.sort(key=layers.index)
             else:
@@ -165,7 +169,8 @@ def run(args) -> int:
               "check": meta["check"],
               "model": os.path.abspath(args.model), "model_sha256": meta["model (sha256)"],
               "seconds": round(seconds, 1), "workers": getattr(ex, "workers", 1),
-              "base_builds": 1, "layer_runs": len(rows),
+              "base_builds": 1, "layer_runs": len(rows), "ranking_builds": rank_builds,
+              "base_s": round(base_s, 2), "ranking_s": round(rank_s, 2),
               "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},
               "tactics_replayed": probe_fn.replay is not None,
               "options_fingerprint": opts.fingerprint(), **extra}
@@ -194,8 +199,9 @@ def run(args) -> int:
                                            rows, answer, log.records), "report")
     what = f"prefix of {extra['prefix_count']} layer(s) ({args.direction})" if extra else f"{len(answer)} layer(s)"
     print(f"{what} of {len(layers)} must run in {args.higher}; {prober.probes} probe(s) "
-          f"(+{prober.replayed} replayed) and {bar.done - prober.probes} other build(s), of at most "
-          f"{bar.bar.max_total}, {seconds:.1f} s, {rate:.2f} probes/s"
+          f"(+{prober.replayed} replayed) and {1 + rank_builds} other build(s) (base {base_s:.1f} s"
+          + (f"; {len(rows)} layers alone {rank_s:.1f} s" if rows else "")
+          + f"), {seconds:.1f} s, {rate:.2f} probes/s"
           + (f"; per probe (median) build {costs['probe_build_s_median']:.2f} s, run "
              f"{costs['probe_run_s_median'] * 1e3:.1f} ms" if costs else ""))
     for n in answer[:50]:
@@ -288,5 +294,13 @@ def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None, bar=None
                                  build=build)
     if type(ex).__name__ != "InlineExecutor":
         alone_fn.save_state(sub)
-    alone = dict(zip(layers, ex.map(alone_fn, layers, on_done=(lambda _: bar.step()) if bar else None)))
-    return P.sensitivity(sub, layers, low_values, alone)
+    if type(ex).__name__ == "InlineExecutor":   # one engine for every layer alone (LayerAloneProbe.many)
+        alone = dict(zip(layers, alone_fn.many(layers)))
+        builds = alone_fn.builds
+        if bar:
+            for _ in layers:
+                bar.step()
+    else:
+        alone = dict(zip(layers, ex.map(alone_fn, layers, on_done=(lambda _: bar.step()) if bar else None)))
+        builds = len(layers)
+    return P.sensitivity(sub, layers, low_values, alone), builds

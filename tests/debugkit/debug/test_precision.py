@@ -311,3 +311,25 @@ def test_compare_reduced_judges_relative_l2_cosine_and_nonfinite():
     broken[7] = np.nan
     r = compare_reduced("y", broken, ref)
     assert not r.passed and r.nonfinite.mismatched == 1 and r.compared == 999
+
+
+def test_layers_alone_side_by_side_score_as_one_build_per_layer(tmp_path, planted):
+    """The ranking's layer-alone errors from one engine (every single-node subgraph side by side, renamed apart)
+    equal those of one build per layer, bit for bit, at one build instead of one per layer."""
+    from backends.runners import OnnxrtRunner
+    from debugkit.debug import precision as P
+    from debugkit.debug.reduce import Subgraphs
+    model, must = planted
+    proto = onnx.load(model)
+    feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
+    with OnnxrtRunner(proto, mark="all") as r:
+        values = {**feeds, **r.infer(feeds, taps=r.observable_tensors())}
+    sub = Subgraphs(proto, feeds, values)
+    layers = P.candidate_layers(sub)
+    one = P.LayerAloneProbe(str(tmp_path), "fp16", ("reduced_probability_outputs",), subgraphs=sub)
+    apart = [one(lab) for lab in layers]
+    assert one.builds == len(layers)
+    together = P.LayerAloneProbe(str(tmp_path), "fp16", ("reduced_probability_outputs",), subgraphs=sub)
+    assert together.many(layers) == apart and together.builds == 1
+    worst = sorted(layers, key=lambda lab: -apart[layers.index(lab)])[:len(must)]
+    assert sorted(worst) == must and all(np.isinf(apart[layers.index(lab)]) for lab in must)
