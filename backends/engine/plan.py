@@ -83,14 +83,25 @@ def serialize_plan(graph: Graph, config, parts: bool = False):
     """The plan's bytes; `parts`: the list of buffers that make them up, in order (no joined copy: what a caller
     writing the plan to a file wants, see `write_plan_parts`)."""
     blob = _BlobWriter()
-    header = {"producer": {"name": "debugkit", "version": producer_version()},
-              "device": get_device(config.device).fingerprint(),
-              "build_config": config.to_json(), "graph": _graph_to_json(graph, blob)}
-    extras = get_device(config.device).plan_extras()
+    header = plan_header(config)
+    extras = header.pop("device_extras", None)
+    header["graph"] = _graph_to_json(graph, blob)
     if extras:
         header["device_extras"] = extras
     pieces = plan_parts(header, blob.parts)
     return pieces if parts else b"".join(pieces)
+
+
+def plan_header(config) -> dict:
+    """What an engine reads of a plan's header, for an engine made from a built graph in memory
+    (Runtime.engine_from_graph): the producer, the device fingerprint, the build config and the device's extras
+    (the layer table and the weights are the graph itself)."""
+    header = {"producer": {"name": "debugkit", "version": producer_version()},
+              "device": get_device(config.device).fingerprint(), "build_config": config.to_json()}
+    extras = get_device(config.device).plan_extras()
+    if extras:
+        header["device_extras"] = extras
+    return header
 
 
 def pack_plan(header: dict, body) -> bytes:

@@ -179,8 +179,8 @@ class PrecisionProbe:
         profile = profile_from_shapes(net, shapes, ranges)
         if profile is not None:
             config.add_optimization_profile(profile)
-        plan = Builder().build_serialized_network(net, config)
-        context = Runtime().deserialize_engine(plan).create_execution_context()
+        graph = Builder().build_graph(net, config)   # no plan bytes: the engine runs the built graph
+        context = Runtime().engine_from_graph(graph, config).create_execution_context()
         t1 = time.perf_counter()
         out = context.execute({k: np.asarray(v) for k, v in self.feeds.items()})
         self.last_cost = {"build_s": round(t1 - t0, 4), "run_s": round(time.perf_counter() - t1, 4)}

@@ -262,3 +262,32 @@ def test_weights_that_become_constant_by_folding_are_prepacked():
 def numpy_helper_from(array, name):
     from onnx import numpy_helper
     return numpy_helper.from_array(array, name)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_engine_from_graph_runs_as_the_plan_does(fp16):
+    """Runtime.engine_from_graph (a search's probes: no plan bytes) gives the plan's engine bit for bit, with the
+    plan's header fields an engine reads."""
+    from backends.engine import BuilderFlag
+    from backends.engine.plan import serialize_plan
+    model = mlp_model()
+    network = NetworkDefinition()
+    parser = OnnxParser(network)
+    assert parser.parse(model.SerializeToString()), parser.errors
+    config = BuilderConfig()
+    if fp16:
+        config.set_flag(BuilderFlag.FP16)
+    profile = OptimizationProfile()
+    profile.set_shape("x", (1, 8), (4, 8), (16, 8))
+    config.add_optimization_profile(profile)
+    graph = Builder().build_graph(network, config)
+    from_plan = Runtime().deserialize_engine(serialize_plan(graph, config))
+    direct = Runtime().engine_from_graph(graph, config)
+    for shape in ((4, 8), (9, 8)):
+        x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+        a = from_plan.create_execution_context().execute({"x": x})["y"]
+        b = direct.create_execution_context().execute({"x": x})["y"]
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    assert {k: direct.header[k] for k in ("producer", "device", "build_config")} == \
+        {k: from_plan.header[k] for k in ("producer", "device", "build_config")}
+    assert [p.shapes for p in direct.profiles] == [p.shapes for p in from_plan.profiles]
