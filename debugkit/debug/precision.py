@@ -123,11 +123,13 @@ class PrecisionProbe:
         self.replay = None   # tactic replay document of the base low-precision build (set by the search)
         self._cache = None   # the timing cache this process's probes share (not pickled: one per worker)
         self._network = None  # the model parsed once per process (not pickled)
+        self._prefix = {}     # its graph after the passes before fusion, per build setting (Builder.build_graph)
         self.last_cost = {}  # build and run seconds of the last engine_outputs
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_cache"] = state["_network"] = None
+        state["_prefix"] = {}
         return state
 
     def network(self):
@@ -179,7 +181,8 @@ class PrecisionProbe:
         profile = profile_from_shapes(net, shapes, ranges)
         if profile is not None:
             config.add_optimization_profile(profile)
-        graph = Builder().build_graph(net, config)   # no plan bytes: the engine runs the built graph
+        # the passes before fusion run once per search (prefix_memo); no plan bytes: the engine runs the graph
+        graph = Builder().build_graph(net, config, prefix_memo=self._prefix)
         context = Runtime().engine_from_graph(graph, config).create_execution_context()
         t1 = time.perf_counter()
         out = context.execute({k: np.asarray(v) for k, v in self.feeds.items()})

@@ -210,3 +210,39 @@ def test_reformat_rounds_to_nearest_even():
     assert out.dtype == np.float16
     np.testing.assert_array_equal(out.astype(np.float32), numerics.round_fp16(x))
     assert out.tolist()[:2] == [1.0, 1 + 2 ** -9]
+
+
+def test_reused_folded_prefix_builds_what_a_full_build_does():
+    """Builder.build_graph(prefix_memo=...) (a precision search's probes) runs the passes before fusion once and
+    applies each build's precision spec to a copy: the same layers, precisions, tactics and output bits as a full
+    build, for every spec, including one naming a layer that constant folding removes."""
+    from backends.engine.builder.config import AlgorithmSelector
+    from backends.engine.builder.precision_spec import parse_layer_precisions
+
+    class First(AlgorithmSelector):   # a fixed tactic choice: the comparison does not depend on timing
+        def select_algorithms(self, context, choices):
+            return [0]
+    m = conv_model()
+    g = m.graph   # a float layer computed from constants only: folded before fusion
+    g.node.insert(0, helper.make_node("Mul", ["k", "k"], ["k2"], name="kk"))
+    g.node[3].input[1] = "k2"   # 'scale' multiplies by k*k
+    net, _ = parse_onnx(m.SerializeToString())
+    x = np.random.default_rng(3).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    memo = {}
+    for spec in ([], ["conv:fp32"], ["*:fp16,relu:fp32"], ["kk:fp32,scale:fp32"], ["conv:fp32"]):
+        built = []
+        for use_memo in (False, True):
+            cfg = BuilderConfig()
+            cfg.set_flag(BuilderFlag.FP16)
+            cfg.algorithm_selector = First()
+            cfg.layer_precisions = parse_layer_precisions(spec)
+            graph = Builder().build_graph(net, cfg, prefix_memo=memo if use_memo else None)
+            engine = Runtime().engine_from_graph(graph, cfg)
+            y = engine.create_execution_context().execute({"x": x})["y"]
+            built.append(([(n.name, n.kind, n.precision, n.tactic_name) for n in graph.nodes], y.tobytes()))
+        assert built[0] == built[1], spec
+    assert len(memo) == 1
+    with pytest.raises(UsageError, match="no layer or ONNX node is named 'nope'"):
+        cfg = BuilderConfig()
+        cfg.layer_precisions = parse_layer_precisions(["nope:fp32"])
+        Builder().build_graph(net, cfg, prefix_memo=memo)

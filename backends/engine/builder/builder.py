@@ -45,25 +45,37 @@ class Builder:
     def create_optimization_profile(self) -> OptimizationProfile:
         return OptimizationProfile()
 
-    def build_graph(self, network: NetworkDefinition, config: BuilderConfig, timing_feeds=None, instruments=None):
+    def build_graph(self, network: NetworkDefinition, config: BuilderConfig, timing_feeds=None, instruments=None,
+                    prefix_memo: dict | None = None):
         """The optimised, tactic-annotated Graph (what the plan stores): lower, then the passes of
-        builder/pipeline.py under the pass manager (instruments: default_instruments())."""
+        builder/pipeline.py under the pass manager (instruments: default_instruments()).
+
+        prefix_memo: a dict the caller keeps across builds of one network it does not change (a precision search's
+        probes): the graph after the passes before fusion (folding, shape folding, weight absorption), which do
+        not depend on per-layer precisions, is kept there per build setting and copied for the next build, whose
+        precision constraints are then applied to it (see `_folded_prefix`)."""
         t0 = time.perf_counter()
         if tune_process_default(False):   # time tactics under the process settings the engine will run with
             config.device.tune_process()
-        graph = lower(network)
-        self._check_profiles(graph, config)
+        passes = pipeline()
+        ctx = PassContext(config=config, logger=self.logger, timing_feeds=timing_feeds)
+        ctx.state["network"] = network
+        prefix = self._folded_prefix(network, config, passes, ctx, instruments, prefix_memo)
+        if prefix is not None:
+            graph, nodes_in, names, k = prefix
+            passes = passes[k:]
+        else:
+            graph = lower(network)
+            self._check_profiles(graph, config)
+            nodes_in, names = len(graph.nodes), None
         if config.layer_precisions or config.layer_output_types:
             from backends.engine.builder.precision_spec import apply_precision_spec
-            n = apply_precision_spec(graph, config)
+            n = apply_precision_spec(graph, config, known=names)
             self.logger.verbose(f"precision constraints by name: {n} layers constrained")
         if config.get_flag(BuilderFlag.INT8):  # explicit quantization: the Q/DQ weights' scales, before folding
             from backends.engine.builder.passes import int8 as int8_pass   # turns them into float weights
             int8_pass.record_qdq_weights(graph)
-        nodes_in = len(graph.nodes)
-        ctx = PassContext(config=config, logger=self.logger, timing_feeds=timing_feeds)
-        ctx.state["network"] = network
-        PassManager(pipeline(), default_instruments() if instruments is None else instruments).run(graph, ctx)
+        PassManager(passes, default_instruments() if instruments is None else instruments).run(graph, ctx)
         mem = ctx.state.get("memory")
         graph_meta = {"arena_bytes": mem["arena_bytes"], "naive_bytes": mem["naive_bytes"]} if mem else {}
         graph_meta.update({"build_seconds": round(time.perf_counter() - t0, 3), "layers_parsed": nodes_in,
@@ -81,6 +93,32 @@ class Builder:
 
     def build_engine(self, network, config):
         return Runtime(self.logger).deserialize_engine(self.build_serialized_network(network, config))
+
+    def _folded_prefix(self, network, config, passes, ctx, instruments, memo):
+        """(graph copy, layers parsed, names the precision spec may use, passes done) from `memo`, made on first
+        use; None when not asked for or not safe (INT8 and DLA builds: their passes before fusion read
+        precisions). The passes before fusion see no precision constraint here; the spec is applied afterwards to
+        the layers that survived them (a folded layer is a constant either way: the constraint never reached it)."""
+        if memo is None or config.get_flag(BuilderFlag.INT8) or config.uses_dla():
+            return None
+        import json
+
+        from backends.engine.builder.graph_copy import copy_graph
+        k = next(i for i, p in enumerate(passes) if p.name == "fusion")
+        shapes = sorted((n, list(np.shape(v)), str(getattr(v, "dtype", ""))) for n, v in (ctx.timing_feeds or {}).items())
+        cfg = {k2: v for k2, v in config.to_json().items() if k2 not in ("layer_precisions", "layer_output_types")}
+        key = json.dumps([cfg, shapes], sort_keys=True, default=str)
+        hit = memo.get(key)
+        if hit is None:
+            graph = lower(network)
+            self._check_profiles(graph, config)
+            nodes_in = len(graph.nodes)
+            names = {n.name for n in graph.nodes} | {s for n in graph.nodes for s in n.source_nodes}
+            PassManager(passes[:k], default_instruments() if instruments is None else instruments).run(graph, ctx)
+            memo[key] = (copy_graph(graph), nodes_in, names)
+            return graph, nodes_in, names, k
+        ctx.timings["folded prefix (reused)"] = 0.0
+        return copy_graph(hit[0]), hit[1], hit[2], k
 
     @staticmethod
     def _check_profiles(graph, config):

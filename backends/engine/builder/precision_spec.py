@@ -93,8 +93,9 @@ class _Patterns:
         return sorted(found)
 
 
-def _check_known(graph, patterns, what):
-    names = sorted({n.name for n in graph.nodes} | {s for n in graph.nodes for s in n.source_nodes})
+def _check_known(graph, patterns, what, known=None):
+    names = sorted(known if known is not None else
+                   {n.name for n in graph.nodes} | {s for n in graph.nodes for s in n.source_nodes})
     known = set(names)
     for p in patterns:
         if p == "*" or p in known:
@@ -107,16 +108,21 @@ def _check_known(graph, patterns, what):
         raise UsageError(f"{what}: no layer or ONNX node is named {p!r}{hint}")
 
 
-def apply_precision_spec(graph, config) -> int:
-    """Set precision / output-type constraints on the lowered graph's nodes; returns how many nodes got one."""
+def apply_precision_spec(graph, config, known=None) -> int:
+    """Set precision / output-type constraints on the lowered graph's nodes; returns how many nodes got one.
+    known: the lowered graph's layer and ONNX names when `graph` has been folded since (Builder's reused prefix):
+    names are checked against those, and layers that folding turned into constants take no constraint (applied
+    before folding, theirs went with them)."""
     precisions = config.layer_precisions
     out_types = config.layer_output_types
-    _check_known(graph, [p for p, _ in precisions], "--layer-precisions")
-    _check_known(graph, [p for p, _ in out_types], "--layer-output-types")
+    _check_known(graph, [p for p, _ in precisions], "--layer-precisions", known)
+    _check_known(graph, [p for p, _ in out_types], "--layer-output-types", known)
     prec_patterns = _Patterns([p for p, _ in precisions])
     type_patterns = _Patterns([p for p, _ in out_types])
     touched = set()
     for node in graph.nodes:
+        if known is not None and "folded_from" in node.meta:
+            continue
         for i in prec_patterns.hits(node):
             node.meta["precision_constraint"] = precisions[i][1]
             touched.add(id(node))

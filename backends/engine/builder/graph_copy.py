@@ -1,0 +1,22 @@
+"""A copy of a builder Graph that later passes can rewrite without touching the original: nodes, wiring, params,
+meta and tensor facts are copied; weight arrays are shared (passes replace weights, they never write into them)."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from backends.engine.engine_graph import Graph
+
+
+def copy_graph(graph: Graph) -> Graph:
+    nodes = [dataclasses.replace(n, inputs=list(n.inputs), outputs=list(n.outputs), params=copy.deepcopy(n.params),
+                                 weights=dict(n.weights), subgraphs={k: copy_graph(s) for k, s in n.subgraphs.items()},
+                                 source_nodes=list(n.source_nodes), meta=copy.deepcopy(n.meta))
+             for n in graph.nodes]
+    return Graph(name=graph.name, inputs=[_info(t) for t in graph.inputs], outputs=[_info(t) for t in graph.outputs],
+                 nodes=nodes, aliases=dict(graph.aliases),
+                 tensor_info={k: _info(v) for k, v in graph.tensor_info.items()}, meta=copy.deepcopy(graph.meta))
+
+
+def _info(t):
+    return dataclasses.replace(t, shape=None if t.shape is None else list(t.shape), dim_names=dict(t.dim_names))
