@@ -294,3 +294,24 @@ def test_every_conv_tactic_honours_a_merged_shortcut(stride, k, monkeypatch):
             op.weights = t.prepare(op)
             np.testing.assert_allclose(t.run(op, args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"{t.name} prepared")
     assert "im2col-gemm" in seen and (k == 3 or "1x1-gemm" in seen)
+
+
+def test_bypass_keeps_the_view_maps_as_a_full_refresh_would():
+    """View.bypass updates producers / consumers incrementally: the same lists, in graph order, with a reader of
+    the removed tensor that also reads its source (and reads it twice) counted per read."""
+    from backends.engine.builder.passes.fusion_util import View
+    from backends.engine.engine_graph import Graph, Node, TensorInfo
+    nodes = [Node("a", "Activation", ["x"], ["t0"], params={"type": "RELU"}),
+             Node("id", "Identity", ["t0"], ["t1"]),
+             Node("m", "ElementWise", ["t1", "t1"], ["t2"], params={"op": "PROD"}),
+             Node("s", "ElementWise", ["t0", "t1"], ["t3"], params={"op": "SUM"}),
+             Node("u", "ElementWise", ["t2", "t3"], ["y"], params={"op": "SUM"})]
+    g = Graph("g", inputs=[TensorInfo("x", "float32", [2])], outputs=[TensorInfo("y", "float32", [2])], nodes=nodes)
+    view = View(g)
+    assert view.bypass(nodes[1], "t0", "t1")
+    assert [n.name for n in g.nodes] == ["a", "m", "s", "u"]
+    fresh = View(g)
+    assert view.prod == fresh.prod
+    assert {k: [n.name for n in v] for k, v in view.cons.items()} == \
+        {k: [n.name for n in v] for k, v in fresh.cons.items()}
+    assert [n.name for n in view.cons["t0"]] == ["m", "m", "s", "s"]
