@@ -101,8 +101,12 @@ def record(directory, only):
             continue
         feeds = make_feeds(e["feeds"])
         rec = TacticRecorder()
-        engine = _build(path, feeds, rec)
-        values = _run_all(engine, feeds)
+        try:
+            engine = _build(path, feeds, rec)
+            values = _run_all(engine, feeds)
+        except Exception as ex:   # one model this tree cannot build or run should not hide the others
+            print(f"{e['name']}: not recorded ({type(ex).__name__}: {str(ex)[:160]})")
+            continue
         base = os.path.join(directory, e["name"])
         save_replay(rec.document, base + ".replay.json")
         np.savez(base + ".npz", **{f"feed:{k}": v for k, v in feeds.items()},
@@ -153,8 +157,13 @@ def check(directory, only):
         feeds = {k[5:]: data[k] for k in data.files if k.startswith("feed:")}
         old = {k[2:]: data[k] for k in data.files if k.startswith("t:")}
         rep = TacticReplayer(load_replay(base + ".replay.json"), strict=False, source=base + ".replay.json")
-        engine = _build(path, feeds, rep)
-        new = _run_all(engine, feeds)
+        try:
+            engine = _build(path, feeds, rep)
+            new = _run_all(engine, feeds)
+        except Exception as ex:   # a model that no longer builds or runs is a failure, named, not a crash
+            print(f"| {e['name']} | failed: {type(ex).__name__}: {str(ex)[:120]} | | | | | |")
+            violations += 1
+            continue
         layers = _layers(engine)
         replayed = {lay["name"] for lay in layers if lay["name"] in rep.seen and lay["name"] not in rep.stale}
         res = compare_layers(layers, old, new, replayed)
