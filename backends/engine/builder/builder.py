@@ -2,12 +2,14 @@
 tactic selection → memory plan) under the pass manager, then plan bytes."""
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
 
 from backends.engine.builder.config import BuilderConfig, BuilderFlag, OptimizationProfile  # noqa: F401
 from backends.engine.builder.feeds import opt_feeds  # noqa: F401  (its callers import it from here too)
+from backends.engine.builder.graph_copy import copy_graph
 from backends.engine.builder.lower import lower
 from backends.engine.builder.pass_manager import PassContext, PassManager, default_instruments
 from backends.engine.builder.pipeline import pipeline
@@ -101,9 +103,6 @@ class Builder:
         the layers that survived them (a folded layer is a constant either way: the constraint never reached it)."""
         if memo is None or config.get_flag(BuilderFlag.INT8) or config.uses_dla():
             return None
-        import json
-
-        from backends.engine.builder.graph_copy import copy_graph
         k = next(i for i, p in enumerate(passes) if p.name == "fusion")
         shapes = sorted((n, list(np.shape(v)), str(getattr(v, "dtype", ""))) for n, v in (ctx.timing_feeds or {}).items())
         cfg = {k2: v for k2, v in config.to_json().items() if k2 not in ("layer_precisions", "layer_output_types")}

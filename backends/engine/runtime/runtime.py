@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from backends.engine.engine_graph import node_format
-from backends.engine.plan import deserialize_plan
+from backends.engine.plan import deserialize_plan, plan_header
 from backends.engine.profile import OptimizationProfile
 from backends.engine.runtime.arena import ArenaCache
 from backends.engine.runtime.executor import GraphExecutor
@@ -64,7 +64,6 @@ class Runtime:
         for a search that builds many short-lived engines (serializing, checksumming and parsing a plan was ~15% of
         a precision probe on bert_mini). The engine uses the graph itself: build one graph per engine. The same
         layers, tactics and weights run as from the plan, so outputs are identical."""
-        from backends.engine.plan import plan_header
         return Engine(plan_header(config), graph, self.device, self.logger, tune_process=self.tune_process,
                       check_fingerprint=False)
 
