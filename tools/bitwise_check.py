@@ -6,7 +6,7 @@
 `record` builds every available corpus model (tests/corpus/models.json; exported ones from DEBUGKIT_CORPUS, shipped
 ones from the model cache) in FP32 at its corpus feeds, records the tactic of every layer (a tactic replay file),
 runs it once and saves the feeds and every engine tensor (outputs and each layer's outputs, as `--mark-all` taps
-them). `--tree` imports the engine from another checkout (e.g. `git worktree add /tmp/old main~5`), so the old
+them). `--tree` imports the engine from another checkout (e.g. `git worktree add OLD_DIR main~5`), so the old
 code records and this tool compares.
 
 `check` rebuilds each model with the recorded tactics (a non-strict replay: a layer whose tactic is gone, renamed or
