@@ -6,8 +6,10 @@ from debugkit.cli import _args
 
 def add_search_args(parser, default_log: str):
     g = parser.add_argument_group("search")
-    g.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="evaluate independent probes in N local processes (default 1: in this process)")
+    g.add_argument("--workers", type=_workers_arg, default=1, metavar="N|auto",
+                   help="evaluate independent probes in N local processes (default 1: in this process); auto: one "
+                        "per core, or with --device cuda one per visible GPU (each worker owns one GPU). A worker "
+                        "that dies is restarted and its probe run again")
     g.add_argument("--ray", metavar="ADDRESS|auto", default=None,
                    help="evaluate probes as tasks on a Ray cluster (pip install 'debugkit[ray]'); "
                         "auto joins a running cluster or starts a local one")
@@ -16,6 +18,37 @@ def add_search_args(parser, default_log: str):
     g.add_argument("--resume", action="store_true",
                    help="continue the search recorded in --log (refused if the log is of another model/search)")
     return g
+
+
+def _workers_arg(text):
+    import argparse
+
+    from debugkit.debug.executor import parse_workers
+    from native.errors import UsageError
+    try:
+        return parse_workers(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def device_name(args) -> str:
+    """The search's --device as a name ("cpu", "cuda", ...)."""
+    dev = getattr(args, "device", None) or "cpu"
+    return str(getattr(dev, "name", dev))
+
+
+def resolve_workers(args) -> int:
+    """args.workers as a number (auto: one per visible GPU with --device cuda, else one per core)."""
+    from debugkit.debug.executor import auto_workers
+    if args.workers == "auto":
+        args.workers = auto_workers(device_name(args))
+    return args.workers
+
+
+def make_executor(args):
+    """The executor --workers / --ray / --device ask for."""
+    from debugkit.debug.executor import make_executor as make
+    return make(resolve_workers(args) if not args.ray else args.workers, args.ray, device_name(args))
 
 
 def add_common(parser):

@@ -131,7 +131,7 @@ def run(args) -> int:
         low_values = _base_run(P, probe_fn, args)
         base_s = time.perf_counter() - t0
         bar.step()
-        with make_executor(args.workers, args.ray) as ex:
+        with _search_args.make_executor(args) as ex:
             prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
             base, top = prober.many([[], layers])
             _warn_if_barely(prober.known(layers)[1], options, args, len(layers))

@@ -68,7 +68,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="debugkit_reduce_")
     try:
-        with make_executor(args.workers, args.ray) as ex:
+        with _search_args.make_executor(args) as ex:
             sub, found, prober = _search(model, feeds, check, args, ex, log, workdir)
             if sub is None:
                 raise ReductionError(f"the check passes on the whole model ({found} nodes), so there is "

@@ -87,7 +87,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     bar = _search_args.Progress(count, "repeat")
     try:
-        with make_executor(args.workers, args.ray) as ex:
+        with _search_args.make_executor(args) as ex:
             i = 0
             while i < count:
                 batch = [k for k in range(i, min(count, i + max(1, ex.workers))) if k not in done]

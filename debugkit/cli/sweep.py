@@ -30,7 +30,8 @@ def register(subparsers):
     options.add_outputs(p, "output", output={"default": "sweep", "metavar": "DIR",
                                              "help": "where results go (default ./sweep)"})
     options.add_aliases(p, "sweep")   # --output-dir: the older spelling of -o
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="models evaluated in parallel processes")
+    p.add_argument("--workers", type=_search_args._workers_arg, default=1, metavar="N|auto",
+                   help="models evaluated in parallel processes (auto: one per core); a lost worker is replaced")
     p.add_argument("--ray", metavar="ADDRESS|auto", default=None, help="run the jobs on a Ray cluster")
     p.add_argument("--task-args", default="", metavar="'OPTIONS'",
                    help="options for every task, one quoted string (run: '--engine --onnxrt'; precision: '--fp16 "
@@ -145,7 +146,7 @@ def run(args) -> int:
     bar = _search_args.Progress(len(jobs), f"sweep {args.task}")
     results = []
     try:
-        with make_executor(args.workers, args.ray) as ex:
+        with _search_args.make_executor(args) as ex:
             for start in range(0, len(jobs), max(1, ex.workers)):
                 batch = jobs[start:start + max(1, ex.workers)]
                 for r in ex.map(fn, batch) if len(batch) > 1 or ex.workers > 1 else [fn(batch[0])]:

@@ -2,12 +2,19 @@
 
 `executor.map(fn, items)` returns `[fn(x) for x in items]` in order. Process and Ray executors pickle `fn`, so it
 must be a module-level function or an instance of a module-level class (a probe object that loads its model once
-per worker: see `WorkerCache`). `make_executor(workers, ray)` picks one from the CLI's `--workers` / `--ray`.
+per worker: see `WorkerCache`). `fn` crosses to the workers once per search: the local pool sends it to a worker
+only when that worker does not hold it yet, Ray puts it into the object store once (both by content digest).
+`make_executor(workers, ray, device)` picks one from the CLI's `--workers` / `--ray` / `--device`.
+
+`executor.remote` is True where workers may not see this machine's files (Ray): probes then carry the model's bytes
+instead of its path (see `debugkit.debug.shipping`).
 """
 from __future__ import annotations
 
-import multiprocessing
+import hashlib
 import os
+import pickle
+import time
 
 from native import config
 from native.errors import UsageError
@@ -18,6 +25,7 @@ class InlineExecutor:
 
     workers = 1
     name = "inline"
+    remote = False
 
     def map(self, fn, items, on_done=None):
         """[fn(x) for x in items]; on_done(result) after each one (progress bars)."""
@@ -38,95 +46,109 @@ class InlineExecutor:
         self.close()
 
 
+def visible_gpus() -> list:
+    """The GPU ordinals this process may use: CUDA_VISIBLE_DEVICES when set, else every GPU the driver counts."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [x.strip() for x in env.split(",") if x.strip() and x.strip() != "-1"]
+    try:
+        from cuda.bindings import driver   # the cuda extra; asked only for --device cuda
+        if int(driver.cuInit(0)[0]) != 0:
+            return []
+        err, count = driver.cuDeviceGetCount()
+        return [str(i) for i in range(count)] if int(err) == 0 else []
+    except Exception:
+        return []
+
+
+def worker_envs(workers: int, device: str = "cpu", gpus=None) -> list:
+    """The environment of each local worker: one core each, and with --device cuda one GPU each
+    (CUDA_VISIBLE_DEVICES=<its GPU>, round robin when there are more workers than GPUs)."""
+    base = config.single_core_env()
+    if str(device) != "cuda":
+        return [dict(base) for _ in range(workers)]
+    gpus = list(gpus) if gpus is not None else visible_gpus()
+    if not gpus:
+        return [dict(base) for _ in range(workers)]
+    return [{**base, "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(workers)]
+
+
+def auto_workers(device: str = "cpu", gpus=None) -> int:
+    """--workers auto: one per visible GPU with --device cuda, else one per core this process may use."""
+    if str(device) == "cuda":
+        n = len(gpus if gpus is not None else visible_gpus())
+        if n:
+            return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
 class LocalExecutor(InlineExecutor):
-    """A pool of `workers` spawned processes (spawn, not fork: the engine's CPU thread pool does not survive fork).
+    """A pool of `workers` spawned processes that are replaced when they die (`debugkit.debug.pool`).
 
     Each worker runs single-threaded kernels (DEBUGKIT_THREADS=1) so N workers use N cores instead of fighting
-    over them.
+    over them; with device="cuda" each worker owns one GPU (CUDA_VISIBLE_DEVICES).
     """
 
     name = "local"
 
-    def __init__(self, workers: int = 2):
+    def __init__(self, workers: int = 2, device: str = "cpu", retries: int = 2, gpus=None):
         if workers < 1:
             raise UsageError(f"--workers must be >= 1, got {workers}")
+        from debugkit.debug.pool import WorkerPool
         self.workers = workers
-        self._pool = None
+        self.envs = worker_envs(workers, device, gpus)
+        self._pool = WorkerPool(workers, self.envs, retries=retries)
 
-    def _get_pool(self):
-        if self._pool is None:
-            from concurrent.futures import ProcessPoolExecutor
-            # the children inherit it (numpy's BLAS reads it at import); restored when the workers have started
-            with config.environment(config.single_core_env()):
-                self._pool = ProcessPoolExecutor(max_workers=self.workers,
-                                                 mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_init_worker)
-                self._wait_ready()
-        return self._pool
+    @property
+    def restarts(self) -> int:
+        return self._pool.restarts
 
-    def _wait_ready(self, timeout_s: float = 120.0):
-        """Start every worker now, with this environment, and return once each has run its initializer (imports):
-        until then a free worker would take every probe while the others still load, and a batch would not run in
-        parallel. Each round holds every worker busy a moment, so the tasks spread over the started ones."""
-        import time
-        seen, end = set(), time.monotonic() + timeout_s
-        while len(seen) < self.workers and time.monotonic() < end:
-            seen |= set(self._pool.map(_ready, [0.05] * self.workers))
+    def pids(self) -> list:
+        return self._pool.start().pids()
 
     def map(self, fn, items, on_done=None):
-        items = list(items)
-        if not items:
-            return []
-        futures = [self._get_pool().submit(fn, x) for x in items]
-        out = []
-        for f in futures:   # in order: the caller's answer never depends on which worker finished first
-            out.append(f.result())
-            if on_done is not None:
-                on_done(out[-1])
-        return out
+        return self._pool.map(fn, items, on_done)
 
     def close(self):
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self._pool.close()
 
 
-def _init_worker():
-    config.reload()   # the settings of the environment this worker was spawned with (one core)
-    import backends.runners  # noqa: F401  (import the engine once per worker, while the pool starts)
-
-
-def _ready(hold_s):
-    import time
-    time.sleep(hold_s)
-    return os.getpid()
+def _ray_call(fn, x):
+    return fn(x)
 
 
 class RayExecutor(InlineExecutor):
-    """Probes as Ray tasks on the cluster at `address` ("auto" joins a running one or starts a local instance)."""
+    """Probes as Ray tasks on the cluster at `address` ("auto" joins a running one or starts a local instance).
+
+    Each task asks for one CPU, and with device="cuda" one GPU (num_gpus=1): Ray places it on a node with a free
+    GPU and sets its CUDA_VISIBLE_DEVICES. A task whose worker dies is retried by Ray (max_retries)."""
 
     name = "ray"
+    remote = True
 
-    def __init__(self, address: str = "auto", workers: int | None = None):
-        try:
-            import ray
-        except ImportError:
-            raise UsageError("--ray needs Ray: pip install 'debugkit[ray]'") from None
-        self._ray = ray
-        if not ray.is_initialized():
-            try:
-                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                         runtime_env={"env_vars": config.single_core_env()})
-            except ConnectionError:
-                if address != "auto":
-                    raise UsageError(f"--ray {address}: no Ray cluster answers there") from None
-                ray.init(ignore_reinit_error=True, log_to_driver=False, num_cpus=workers,
-                         runtime_env={"env_vars": config.single_core_env()})
-        self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self._remote = ray.remote(_ray_call)
+    def __init__(self, address: str = "auto", workers: int | None = None, device: str = "cpu", retries: int = 3):
+        from debugkit.debug.ray_cluster import connect
+        self._ray = connect(address, num_cpus=workers)
+        ray = self._ray
+        gpu = str(device) == "cuda"
+        res = ray.cluster_resources()
+        self.workers = workers or max(1, int(res.get("GPU" if gpu else "CPU", 1)))
+        self._remote = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=retries)(_ray_call)
+        self._refs: dict = {}   # digest -> ObjectRef: each probe object goes into the object store once
+
+    def put(self, fn):
+        """The ObjectRef of `fn` (put once per distinct content)."""
+        blob = pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+        digest = hashlib.sha1(blob).hexdigest()
+        if digest not in self._refs:
+            self._refs = {digest: self._ray.put(fn)}   # the previous search's probe is released
+        return self._refs[digest]
 
     def map(self, fn, items, on_done=None):
-        ref = self._ray.put(fn)
+        ref = self.put(fn)
         out = []
         for r in [self._remote.remote(ref, x) for x in items]:
             out.append(self._ray.get(r))
@@ -134,9 +156,8 @@ class RayExecutor(InlineExecutor):
                 on_done(out[-1])
         return out
 
-
-def _ray_call(fn, x):
-    return fn(x)
+    def close(self):
+        self._refs = {}
 
 
 class WorkerCache:
@@ -151,12 +172,28 @@ class WorkerCache:
         return cls._store[key]
 
 
-def make_executor(workers: int = 1, ray: str | None = None):
-    """--ray ADDRESS wins; else workers > 1 gives a local process pool; else inline."""
-    if ray:
-        return RayExecutor(ray, workers=workers if workers and workers > 1 else None)
-    if workers and workers > 1:
-        return LocalExecutor(workers)
-    if workers is not None and workers < 1:
+def parse_workers(text):
+    """--workers N|auto."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(text)
+    except ValueError:
+        raise UsageError(f"--workers takes a number or 'auto', got '{text}'") from None
+    if n < 1:
+        raise UsageError(f"--workers must be >= 1, got {n}")
+    return n
+
+
+def make_executor(workers=1, ray: str | None = None, device="cpu"):
+    """--ray ADDRESS wins; else workers > 1 (or auto) gives a local process pool; else inline."""
+    if workers is not None and workers != "auto" and workers < 1:
         raise UsageError(f"--workers must be >= 1, got {workers}")
+    if ray:
+        n = None if workers in (None, "auto") or workers <= 1 else workers
+        return RayExecutor(ray, workers=n, device=device)
+    if workers == "auto":
+        workers = auto_workers(device)
+    if workers and workers > 1:
+        return LocalExecutor(workers, device=device)
     return InlineExecutor()

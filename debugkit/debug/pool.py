@@ -1,0 +1,217 @@
+"""WorkerPool: local worker processes that are replaced when they die, each with its own environment.
+
+One task per worker at a time, so the pool always knows which probe each worker holds: a worker lost mid-probe
+(killed, out of memory, a crash in native code) is restarted with the same environment and its probe runs again, up
+to `retries` times; then `WorkerLostError` names the probe. Each worker gets an environment of its own (one GPU per
+worker: CUDA_VISIBLE_DEVICES), set before it imports anything. A probe function is pickled once per call of `map`
+and sent to a worker only when that worker does not hold it yet (by content digest), so a search's model, inputs and
+reference outputs cross the pipe once per worker, not once per probe.
+"""
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import pickle
+import signal
+import time
+from multiprocessing.connection import wait
+
+from native.errors import DebugkitError
+from native.logger import G_LOGGER
+
+
+class WorkerLostError(DebugkitError):
+    """A probe killed its worker process every time it ran (bounded retries)."""
+
+
+def describe_item(x, limit: int = 120) -> str:
+    """A probe's artifact, short: a list of layers as its size and first names."""
+    if isinstance(x, (list, tuple)):
+        head = ", ".join(map(str, x[:3])) + (", ..." if len(x) > 3 else "")
+        return f"[{head}] ({len(x)} item{'s' if len(x) != 1 else ''})"
+    text = repr(x)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _worker_main(conn, env):
+    """A worker: set its environment, import the engine, then answer ("fn", digest, bytes) / ("call", ...)."""
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's: it stops the workers itself
+    from native import config
+    config.reload()
+    import backends.runners  # noqa: F401  (the engine, once per worker, before the first probe)
+    fns: dict = {}
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg[0] == "stop":
+            return
+        if msg[0] == "fn":
+            _, digest, blob = msg
+            fns = {digest: pickle.loads(blob)}   # one search's probe at a time: the previous one is dropped
+            continue
+        _, digest, index, item = msg
+        try:
+            result = ("ok", index, fns[digest](item))
+        except BaseException as e:   # the probe's own error goes back to the driver, which re-raises it
+            try:
+                pickle.dumps(e)
+                result = ("err", index, e)
+            except Exception:
+                result = ("err", index, RuntimeError(f"{type(e).__name__}: {e}"))
+        conn.send(result)
+
+
+class _Raised:
+    def __init__(self, error):
+        self.error = error
+
+
+class _Worker:
+    def __init__(self, ctx, env: dict, slot: int):
+        self.env, self.slot = dict(env), slot
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, self.env), daemon=True,
+                                   name=f"debugkit-worker-{slot}")
+        self.process.start()
+        child.close()
+        self.ready = False
+        self.digest = None    # the probe function this worker holds
+        self.index = None     # the item it is running
+
+    def stop(self, grace_s: float = 2.0):
+        try:
+            if self.process.is_alive():
+                self.conn.send(("stop",))
+        except (OSError, ValueError):
+            pass
+        self.process.join(grace_s)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self.conn.close()
+
+
+class WorkerPool:
+    """`workers` spawned processes (spawn, not fork: the engine's thread pool does not survive fork); `envs[i]` is
+    worker i's environment on top of this one's (e.g. one core, one GPU)."""
+
+    def __init__(self, workers: int, envs=None, retries: int = 2, ready_timeout_s: float = 300.0):
+        self.size = workers
+        self.envs = list(envs) if envs is not None else [{} for _ in range(workers)]
+        self.retries = retries
+        self.restarts = 0
+        self._ctx = multiprocessing.get_context("spawn")
+        self._workers: list[_Worker] = []
+        self._ready_timeout_s = ready_timeout_s
+
+    def start(self):
+        if not self._workers:
+            self._workers = [_Worker(self._ctx, self.envs[i], i) for i in range(self.size)]
+            self._wait_ready(self._workers)
+        return self
+
+    def _wait_ready(self, workers):
+        """Every worker has imported the engine: until then a free worker would take every probe."""
+        end = time.monotonic() + self._ready_timeout_s
+        for w in workers:
+            while not w.ready:
+                left = end - time.monotonic()
+                if left <= 0 or not wait([w.conn, w.process.sentinel], timeout=left):
+                    raise WorkerLostError(f"local worker {w.slot} did not start within {self._ready_timeout_s:.0f} s")
+                if not w.process.is_alive() and not w.conn.poll():
+                    raise WorkerLostError(f"local worker {w.slot} exited while starting (exit code "
+                                          f"{w.process.exitcode}); run with --workers 1 to see why")
+                msg = w.conn.recv()
+                w.ready = msg[0] == "ready"
+
+    @staticmethod
+    def _send(w: _Worker, digest, blob, i, item) -> bool:
+        try:
+            if w.digest != digest:
+                w.conn.send(("fn", digest, blob))
+                w.digest = digest
+            w.conn.send(("call", digest, i, item))
+        except (OSError, ValueError):
+            return False
+        w.index = i
+        return True
+
+    def _replace(self, w: _Worker) -> _Worker:
+        w.stop(0)
+        new = _Worker(self._ctx, w.env, w.slot)
+        self._workers[self._workers.index(w)] = new
+        self.restarts += 1
+        self._wait_ready([new])
+        return new
+
+    def map(self, fn, items, on_done=None) -> list:
+        """[fn(x) for x in items], in order; on_done(result) for each in order. fn is pickled once."""
+        items = list(items)
+        if not items:
+            return []
+        self.start()
+        blob = pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+        digest = hashlib.sha1(blob).hexdigest()
+        todo = list(range(len(items)))[::-1]     # a stack: pop() gives the lowest index first
+        results: dict = {}
+        attempts = [0] * len(items)
+        emitted = 0
+        try:
+            while emitted < len(items):
+                for w in list(self._workers):
+                    if w.index is None and todo:
+                        i = todo.pop()
+                        if not self._send(w, digest, blob, i, items[i]):   # it died while idle: replace it
+                            w = self._replace(w)
+                            if not self._send(w, digest, blob, i, items[i]):
+                                raise WorkerLostError(f"local worker {w.slot} died as soon as it started")
+                busy = [w for w in self._workers if w.index is not None]
+                ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+                for w in list(busy):
+                    if w.conn in ready or (w.process.sentinel in ready and w.conn.poll()):
+                        try:
+                            kind, i, value = w.conn.recv()
+                        except (EOFError, OSError):
+                            kind = None
+                        if kind is not None:
+                            w.index = None
+                            results[i] = _Raised(value) if kind == "err" else value
+                            continue
+                    if w.process.sentinel in ready or not w.process.is_alive():
+                        i = w.index
+                        attempts[i] += 1
+                        code = w.process.exitcode
+                        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                        if attempts[i] > self.retries:
+                            raise WorkerLostError(
+                                f"a local worker died ({how}) each of the {attempts[i]} times it ran the probe "
+                                f"{describe_item(items[i])}; that probe kills its process (out of memory? a "
+                                f"crash in native code?): run it alone with --workers 1 to see the error")
+                        G_LOGGER.warning(f"local worker {w.slot} (pid {w.process.pid}) died ({how}) during the probe "
+                                         f"{describe_item(items[i])}; restarting it and running that probe again "
+                                         f"(retry {attempts[i]} of {self.retries})")
+                        todo.append(i)
+                        self._replace(w)
+                while emitted < len(items) and emitted in results:
+                    if isinstance(results[emitted], _Raised):   # the first error in order, as a serial run
+                        raise results[emitted].error
+                    if on_done is not None:
+                        on_done(results[emitted])
+                    emitted += 1
+        except BaseException:
+            self.close()    # workers still holding probes of an abandoned map would answer the next one
+            raise
+        return [results[i] for i in range(len(items))]
+
+    def pids(self) -> list:
+        return [w.process.pid for w in self._workers]
+
+    def close(self):
+        for w in self._workers:
+            w.stop()
+        self._workers = []
