@@ -678,9 +678,10 @@ class _SaveTimingCache:
         return []
 
     def report_algorithms(self, contexts, choices):
-        from backends.engine.builder.timing_cache_file import save_timing_cache
+        # merged under a lock: parallel search workers (and other runs) add to one file instead of overwriting
+        from backends.engine.builder.timing_cache_file import merge_timing_cache
         if self.config.timing_cache is not None:
-            save_timing_cache(self.config.timing_cache, self.path, self.config)
+            merge_timing_cache(self.config.timing_cache, self.path, self.config)
 
 
 class _CalibrationBatches:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import tempfile
 import time
+import uuid
 
 from debugkit.cli import _search_args
 from native.errors import InputFileError, UsageError
@@ -124,7 +123,7 @@ def run(args) -> int:
     bound = P.build_bound(len(layers))
     workers = 1 if args.ray else max(1, args.workers or 1)
     bar = _search_args.Progress(_work_bound(args.mode, len(layers), workers), f"precision ({args.mode})")
-    workdir = tempfile.mkdtemp(prefix="debugkit_precision_")
+    search_id = f"precision-{meta['model (sha256)'][:16]}-{uuid.uuid4().hex[:12]}"   # workers' cache key
     rows, answer, extra = [], [], {}
     rank_builds, rank_s, base_s = 0, 0.0, 0.0
     try:
@@ -132,6 +131,8 @@ def run(args) -> int:
         base_s = time.perf_counter() - t0
         bar.step()
         with _search_args.make_executor(args) as ex:
+            if type(ex).__name__ != "InlineExecutor":   # workers get the model's bytes, never a path of ours
+                probe_fn.ship(model)
             prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
             base, top = prober.many([[], layers])
             _warn_if_barely(prober.known(layers)[1], options, args, len(layers))
@@ -145,7 +146,8 @@ def run(args) -> int:
                     f"the reference")
             elif args.mode == "minimal":
                 t_rank = time.perf_counter()
-                rows, rank_builds = _ranking(P, sub, layers, low_values, args, ex, workdir, calib, bar, opts.build)
+                rows, rank_builds = _ranking(P, sub, layers, low_values, args, ex, search_id, calib, bar, opts.build,
+                                             log)
                 rank_s = time.perf_counter() - t_rank
                 answer = peel([r["layer"] for r in rows], prober)
                 answer.sort(key=layers.index)
@@ -158,7 +160,6 @@ def run(args) -> int:
                 extra = {"prefix_count": count, "direction": args.direction}
     finally:
         bar.close()
-        shutil.rmtree(workdir, ignore_errors=True)
     seconds = time.perf_counter() - t0
     costs = P.probe_costs(prober.history)
     rate = prober.probes / seconds if seconds > 0 else 0.0
@@ -196,7 +197,8 @@ def run(args) -> int:
     write_text(stem + ".html", search_html(f"debug precision {os.path.basename(args.model)} --{args.low}",
                                            {k: v for k, v in result.items()
                                             if k not in ("layer_precisions", "final_check")},
-                                           rows, answer, log.records), "report")
+                                           rows, answer, [r for r in log.records if r.get("artifact") != RANKING]),
+               "report")
     what = f"prefix of {extra['prefix_count']} layer(s) ({args.direction})" if extra else f"{len(answer)} layer(s)"
     print(f"{what} of {len(layers)} must run in {args.higher}; {prober.probes} probe(s) "
           f"(+{prober.replayed} replayed) and {1 + rank_builds} other build(s) (base {base_s:.1f} s"
@@ -285,15 +287,26 @@ def _work_bound(mode: str, n_layers: int, workers: int, answer_guess: int = 8) -
     return 1 + 2 + rest
 
 
-def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None, bar=None, build=None):
-    """The layerwise low-precision values + one run per layer alone (independent: on the executor)."""
+RANKING = {"ranking": "layer sensitivity"}   # the probe log's record of the ranking (so --resume skips it)
+
+
+def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=None, build=None, log=None):
+    """The layerwise low-precision values + one run per layer alone (independent: on the executor). Recorded in
+    the probe log, so a resumed search reuses it instead of ranking again. Returns (rows, engines built)."""
+    rec = log.lookup(RANKING) if log is not None else None
+    if rec is not None and isinstance(rec.get("result"), list) and \
+            [r.get("layer") for r in sorted(rec["result"], key=lambda r: r.get("order", 0))] == list(layers):
+        G_LOGGER.info(f"ranking of {len(layers)} layers replayed from the probe log")
+        return [{**r, **{k: math.inf for k in ("alone", "added", "score", "full") if r.get(k) == "inf"}}
+                for r in rec["result"]], 0
     G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
     # a layer alone is its subgraph's output: without the flag, the FP32 rule for probability outputs would keep every
     # Sigmoid/Softmax FP32 there and rank it error-free
-    alone_fn = P.LayerAloneProbe(workdir, args.low, ("reduced_probability_outputs",), subgraphs=sub, calib=calib,
+    alone_fn = P.LayerAloneProbe(search_id, args.low, ("reduced_probability_outputs",), subgraphs=sub, calib=calib,
                                  build=build)
     if type(ex).__name__ != "InlineExecutor":
-        alone_fn.save_state(sub)
+        alone_fn.ship(sub)
+    t0 = time.perf_counter()
     if type(ex).__name__ == "InlineExecutor":   # one engine for every layer alone (LayerAloneProbe.many)
         alone = dict(zip(layers, alone_fn.many(layers)))
         builds = alone_fn.builds
@@ -303,4 +316,8 @@ def _ranking(P, sub, layers, low_values, args, ex, workdir, calib=None, bar=None
     else:
         alone = dict(zip(layers, ex.map(alone_fn, layers, on_done=(lambda _: bar.step()) if bar else None)))
         builds = len(layers)
-    return P.sensitivity(sub, layers, low_values, alone), builds
+    rows = P.sensitivity(sub, layers, low_values, alone)
+    if log is not None:
+        log.record(RANKING, [{k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.items()}
+                             for r in rows], time.perf_counter() - t0)
+    return rows, builds

@@ -7,8 +7,6 @@ and `{inputs}` are replaced by the subgraph's path and its HDF5 inputs file).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 
 from debugkit.cli import _search_args
@@ -66,19 +64,16 @@ def run(args) -> int:
                               check=" ".join(check.argv) if hasattr(check, "argv") else repr(check))
     log = ProbeLog(args.log, meta, resume=args.resume)
     t0 = time.perf_counter()
-    workdir = tempfile.mkdtemp(prefix="debugkit_reduce_")
-    try:
-        with _search_args.make_executor(args) as ex:
-            sub, found, prober = _search(model, feeds, check, args, ex, log, workdir)
-            if sub is None:
-                raise ReductionError(f"the check passes on the whole model ({found} nodes), so there is "
-                                     f"nothing to reduce ({prober})")
-            if not found:
-                raise ReductionError("the check fails even on an empty model (none of the model's nodes): it does "
-                                     "not depend on the model — check the --check command or the comparison options")
-            bodies = [] if args.keep_loops else _descend(sub, found, check, args, ex, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    from debugkit.debug.scratch import search_dir
+    with search_dir("debugkit_reduce_") as workdir, _search_args.make_executor(args) as ex:
+        sub, found, prober = _search(model, feeds, check, args, ex, log, workdir)
+        if sub is None:
+            raise ReductionError(f"the check passes on the whole model ({found} nodes), so there is "
+                                 f"nothing to reduce ({prober})")
+        if not found:
+            raise ReductionError("the check fails even on an empty model (none of the model's nodes): it does "
+                                 "not depend on the model — check the --check command or the comparison options")
+        bodies = [] if args.keep_loops else _descend(sub, found, check, args, ex, workdir)
     items = sub.items
     model_out, feeds_out, _ = sub.build(found)
     finish(model_out)
@@ -136,7 +131,7 @@ def _search(model, feeds, check, args, ex, log, workdir, what="the model"):
     try:
         probe_fn = ReduceProbe(workdir, args.mode, check, (), subgraphs=sub, build=args._dk_build)
         if type(ex) is not InlineExecutor:
-            probe_fn.save_state(sub)
+            probe_fn.ship(sub)
         prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
         if not prober(items):
             rec = prober.known(items)[1]

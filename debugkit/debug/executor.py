@@ -161,15 +161,26 @@ class RayExecutor(InlineExecutor):
 
 
 class WorkerCache:
-    """Per-process cache for probe objects: the model, reference outputs, ... loaded once per worker."""
+    """Per-process cache for probe objects: the model, reference outputs, ... loaded once per worker. It keeps the
+    `limit` entries used last, so a long-lived worker (Ray) that serves search after search does not grow."""
 
     _store: dict = {}
+    limit = 16
 
     @classmethod
     def get(cls, key, make):
-        if key not in cls._store:
-            cls._store[key] = make()
+        if key in cls._store:
+            cls._store[key] = cls._store.pop(key)   # most recently used last
+        else:
+            cls.put(key, make())
         return cls._store[key]
+
+    @classmethod
+    def put(cls, key, value):
+        cls._store.pop(key, None)
+        cls._store[key] = value
+        while len(cls._store) > cls.limit:
+            cls._store.pop(next(iter(cls._store)))
 
 
 def parse_workers(text):

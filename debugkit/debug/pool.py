@@ -66,6 +66,12 @@ def _worker_main(conn, env):
         conn.send(result)
 
 
+def _how(process) -> str:
+    process.join(1)
+    code = process.exitcode
+    return f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+
+
 class _Raised:
     def __init__(self, error):
         self.error = error
@@ -167,6 +173,8 @@ class WorkerPool:
                     if w.index is None and todo:
                         i = todo.pop()
                         if not self._send(w, digest, blob, i, items[i]):   # it died while idle: replace it
+                            G_LOGGER.warning(f"local worker {w.slot} (pid {w.process.pid}) died ("
+                                             f"{_how(w.process)}) between probes; restarting it")
                             w = self._replace(w)
                             if not self._send(w, digest, blob, i, items[i]):
                                 raise WorkerLostError(f"local worker {w.slot} died as soon as it started")
@@ -185,8 +193,7 @@ class WorkerPool:
                     if w.process.sentinel in ready or not w.process.is_alive():
                         i = w.index
                         attempts[i] += 1
-                        code = w.process.exitcode
-                        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                        how = _how(w.process)
                         if attempts[i] > self.retries:
                             raise WorkerLostError(
                                 f"a local worker died ({how}) each of the {attempts[i]} times it ran the probe "

@@ -125,28 +125,57 @@ class PrecisionProbe:
         self._network = None  # the model parsed once per process (not pickled)
         self._prefix = {}     # its graph after the passes before fusion, per build setting (Builder.build_graph)
         self.last_cost = {}  # build and run seconds of the last engine_outputs
+        self.model_bytes = None   # set by ship(): workers get the model itself, not a path on this machine
+        self.model_key = None
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_cache"] = state["_network"] = None
+        state["last_cost"] = {}
         state["_prefix"] = {}
         return state
+
+    def ship(self, model):
+        """Make this probe independent of this machine's files before it goes to workers (local or on other
+        nodes): it carries the model's bytes (external data included) and only the file's name for messages.
+        Workers parse it once per search (WorkerCache, by the model's sha256)."""
+        import hashlib
+        self.model_bytes = model.SerializeToString()
+        self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
+        self.model_path = os.path.basename(self.model_path)
+        return self
+
+    def model_source(self):
+        """What a runner is built from: the model's bytes when shipped, else its path."""
+        return self.model_bytes if self.model_bytes is not None else self.model_path
 
     def network(self):
         """The parsed model, once per process: a build lowers it into a graph of its own and leaves it as it
         is, so every probe builds from the same NetworkDefinition instead of parsing the file again."""
         if self._network is None:
             from backends.engine.build import parse_onnx, source_model_record
-            net, _ = parse_onnx(self.model_path)
-            net.source_model = source_model_record(self.model_path)
-            self._network = net
+
+            def parse():
+                net, _ = parse_onnx(self.model_source())
+                net.source_model = source_model_record(self.model_source())
+                return net
+            if self.model_key is not None:
+                from debugkit.debug.executor import WorkerCache
+                self._network = WorkerCache.get(("network", self.model_key), parse)
+            else:
+                self._network = parse()
         return self._network
 
     def timing_cache(self):
-        """The TimingCache every build of this search in this process shares (timings and packed weights)."""
+        """The TimingCache every build of this search in this process shares (timings and packed weights); a
+        shipped probe's workers keep one per model (it outlives the probe object Ray unpickles per task)."""
         if self._cache is None:
             from backends.engine.builder import TimingCache
-            self._cache = TimingCache()
+            if self.model_key is not None:
+                from debugkit.debug.executor import WorkerCache
+                self._cache = WorkerCache.get(("timing", self.model_key, self.low, self.higher), TimingCache)
+            else:
+                self._cache = TimingCache()
         return self._cache
 
     def engine_outputs(self, layers, taps=None, recorder=None):
@@ -160,7 +189,7 @@ class PrecisionProbe:
         ranges = {k: v for k, v in self.build.shape_ranges().items() if k in shapes} if self.build else {}
         if taps is None and self.calib is None:   # a probe: build from the parsed model, run the outputs
             return self._probe_outputs(config, shapes, ranges)
-        with EngineRunner(self.model_path, shapes={**shapes, **ranges}, config=config, device=self.device) as r:
+        with EngineRunner(self.model_source(), shapes={**shapes, **ranges}, config=config, device=self.device) as r:
             if taps == "all":
                 taps = r.observable_tensors()
             t0 = time.perf_counter()
@@ -214,17 +243,33 @@ class PrecisionProbe:
         write_json(path, {"layer_precisions": {n: self.higher for n in layers}}, "precision file for --check",
                    streamable=False)
         try:
-            res = self.options(self.model_path, None, {"precisions": path})
+            res = self.options(self._model_file(), None, {"precisions": path})
         finally:
             os.remove(path)
         return {"hit": not res["fails"], "reason": res.get("reason", ""), "rc": res.get("rc")}
 
 
+    def _model_file(self) -> str:
+        """A path to the model for an external --check command: the driver's file, or (shipped) a copy written
+        once per worker process into its own temporary directory, removed when the process exits."""
+        if self.model_bytes is None:
+            return self.model_path
+        from debugkit.debug.executor import WorkerCache
+        from debugkit.debug.scratch import process_scratch_dir
+
+        def write():
+            path = os.path.join(process_scratch_dir(), f"{self.model_key[:16]}_{self.model_path}")
+            with open(path, "wb") as f:
+                f.write(self.model_bytes)
+            return path
+        return WorkerCache.get(("model file", self.model_key), write)
+
+
 class LayerAloneProbe(ReduceProbe):
     """The error one layer adds when it alone runs in low precision: its single-node subgraph, fed FP32 values."""
 
-    def __init__(self, workdir, low, extra_flags=(), subgraphs=None, calib=None, build=None):
-        super().__init__(workdir, "graph-input", None, PRECISION_FLAGS[low] + tuple(extra_flags), subgraphs)
+    def __init__(self, key, low, extra_flags=(), subgraphs=None, calib=None, build=None):
+        super().__init__(None, "graph-input", None, PRECISION_FLAGS[low] + tuple(extra_flags), subgraphs, key=key)
         self.low, self.extra_flags = low, tuple(extra_flags)
         # the command's build options, without its layer precisions (they name layers of the whole model)
         self.build = None if build is None else build.replace(layer_precisions=(), layer_output_types=(),
@@ -240,7 +285,7 @@ class LayerAloneProbe(ReduceProbe):
         def make():
             from backends.engine.builder import TimingCache
             return TimingCache()
-        return WorkerCache.get(("alone-timing", os.path.abspath(self.workdir), self.low), make)
+        return WorkerCache.get(("alone-timing", self.key, self.low), make)
 
     def __call__(self, label) -> float:
         from backends.runners import EngineRunner

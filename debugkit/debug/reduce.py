@@ -177,34 +177,51 @@ class ReduceProbe:
     """fails(labels) for `debug reduce`: build the subgraph, run the check on it. Picklable for executors.
 
     check: a CommandCheck, or CompareOptions (in-process: our engine on the subgraph vs the values of the full
-    ONNX Runtime run). The subgraph maker is loaded once per worker from `workdir` (model.onnx + values.npz).
+    ONNX Runtime run). `key` names the search (the subgraph maker's cache key in each worker); `workdir` is where an
+    external check's probe models are written (a directory of this process, or of the worker's own when shipped).
+    `ship(subgraphs)` makes the probe carry the model's bytes and the captured values, so workers on other machines
+    need none of this machine's files: they arrive once per worker (the executor sends a probe object once) and
+    are unpacked once per worker (WorkerCache).
     """
 
-    def __init__(self, workdir: str, mode: str, check, flags=(), subgraphs: Subgraphs | None = None, build=None):
+    def __init__(self, workdir, mode: str, check, flags=(), subgraphs: Subgraphs | None = None, build=None,
+                 key=None):
         self.workdir, self.mode, self.check, self.flags = workdir, mode, check, tuple(flags)
+        self.key = key or (os.path.abspath(workdir) if workdir else None)
         self.build = build   # the command's BuildOptions (debugkit/options.py): every subgraph builds with them
+        self.state = None    # (model bytes, {tensor: array}) when shipped
         if subgraphs is not None:
             from debugkit.debug.executor import WorkerCache
-            WorkerCache._store[self._cache_key()] = subgraphs
+            WorkerCache.put(self._cache_key(), subgraphs)
 
     def _cache_key(self):
-        return ("reduce", os.path.abspath(self.workdir), self.mode)
+        return ("reduce", self.key, self.mode)
 
     def subgraphs(self) -> Subgraphs:
         from debugkit.debug.executor import WorkerCache
         return WorkerCache.get(self._cache_key(), self._load)
 
     def _load(self):
-        model = onnx.load(os.path.join(self.workdir, "model.onnx"))
-        with np.load(os.path.join(self.workdir, "values.npz"), allow_pickle=False) as z:
-            values = {k: z[k] for k in z.files}
+        if self.state is None:
+            raise ReductionError(f"this worker has no state for the search {self.key} (a probe that was not "
+                                 f"shipped reached another process)")
+        blob, values = self.state
+        model = onnx.load_from_string(blob)
         names = [i.name for i in model.graph.input]
         return Subgraphs(model, {k: values[k] for k in names if k in values}, values, self.mode)
 
-    def save_state(self, subgraphs: Subgraphs):
-        """Write what workers load (only needed for process / Ray executors)."""
-        onnx.save(subgraphs.model, os.path.join(self.workdir, "model.onnx"))
-        np.savez(os.path.join(self.workdir, "values.npz"), **subgraphs.values)
+    def ship(self, subgraphs: Subgraphs):
+        """Carry the model and the captured values to the workers (process / Ray executors)."""
+        self.state = (subgraphs.model.SerializeToString(), dict(subgraphs.values))
+        return self
+
+    def probe_dir(self) -> str:
+        """Where an external check's probe model goes: the search's directory when this process has it, else
+        (a worker on another machine) this process's own scratch directory."""
+        if self.workdir and os.path.isdir(self.workdir):
+            return self.workdir
+        from debugkit.debug.scratch import process_scratch_dir
+        return process_scratch_dir()
 
     def __call__(self, labels) -> dict:
         from debugkit.debug.checks import CommandCheck
@@ -218,7 +235,7 @@ class ReduceProbe:
         if isinstance(self.check, CommandCheck):
             import hashlib
             tag = hashlib.sha1("\n".join(sorted(labels)).encode()).hexdigest()[:12]
-            path = os.path.join(self.workdir, f"probe_{tag}.onnx")
+            path = os.path.join(self.probe_dir(), f"probe_{tag}.onnx")
             inputs = save_with_inputs(model, feeds, path)
             try:
                 return self.check(path, inputs)

@@ -83,3 +83,27 @@ def save_timing_cache(cache: TimingCache, path, config):
     write_json(path, doc, "timing cache", streamable=False, sort_keys=True)
     if getattr(cache, "prepared", None) is not None:
         cache.prepared.save(prep_path(path))
+
+
+def merge_timing_cache(cache: TimingCache, path, config):
+    """Save `cache` to `path` keeping the entries other processes wrote there since it was loaded (parallel search
+    workers share one --timing-cache file): under an exclusive lock the file is read again, its entries (same
+    header) join `cache`, and the union is written atomically. A file that cannot be read is replaced."""
+    import fcntl
+    import hashlib
+
+    from native.files.claims import lock_dir
+    key = hashlib.sha256((os.path.realpath(path) + "#merge").encode()).hexdigest()[:32]
+    fd = os.open(os.path.join(lock_dir(), key + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            theirs = load_timing_cache(path, config)
+        except Exception:   # corrupt or another header: ours replaces it, as a plain save would
+            theirs = None
+        if theirs is not None:
+            for k, v in theirs.entries.items():
+                cache.entries.setdefault(k, v)
+        save_timing_cache(cache, path, config)
+    finally:
+        os.close(fd)

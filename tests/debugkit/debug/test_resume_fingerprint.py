@@ -92,8 +92,9 @@ def test_a_changed_loader_script_is_refused_even_under_the_same_path(tmp_path, p
 def test_unchanged_resume_of_a_torn_log_gives_the_uninterrupted_answer(tmp_path, logged, capsys):
     model, must, res, log = logged
     lines = log.splitlines()
-    assert len(lines) > 5
-    torn = "\n".join(lines[:4]) + "\n" + lines[4][: len(lines[4]) // 2]   # killed while writing probe 4
+    assert len(lines) > 6
+    assert json.loads(lines[3])["artifact"] == {"ranking": "layer sensitivity"}   # the ranking, after 2 probes
+    torn = "\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2]   # killed while writing probe 4
     (tmp_path / "log.jsonl").write_text(torn)
     capsys.readouterr()
     rc, again = _search(tmp_path, model, "--resume")

@@ -11,6 +11,7 @@ import pytest
 from debugkit.debug.executor import LocalExecutor, auto_workers, make_executor, parse_workers, worker_envs
 from debugkit.debug.pool import WorkerLostError
 from native.errors import UsageError
+from tests.debugkit.debug.test_precision import planted  # noqa: F401  (the fixture)
 
 
 class DiesOnce:
@@ -156,3 +157,45 @@ def test_ray_address_checks_without_ray():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert answers("127.0.0.1", port) is not None          # nothing listens: refused at once
+
+
+def _workers():
+    """This process's local search workers (not multiprocessing's resource tracker)."""
+    pids = []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/children") as f:
+            for p in f.read().split():
+                try:
+                    with open(f"/proc/{p}/cmdline", "rb") as c:
+                        cmd = c.read()
+                except OSError:
+                    continue
+                if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
+                    pids.append(int(p))
+    return pids
+
+
+def test_kill_9_of_a_local_worker_mid_search_gives_the_same_answer(tmp_path, planted, capsys):
+    """A worker killed (kill -9) while the search runs: restarted, its probe rerun, the planted layers found."""
+    from tests.debugkit.debug.test_precision import _search
+    model, must = planted
+    log, killed = tmp_path / "prec_probes.jsonl", []
+
+    def killer():
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not killed:
+            if log.exists() and len(log.read_text().splitlines()) >= 3:   # the first probes done: ranking runs
+                time.sleep(1.0)
+                kids = _workers()
+                if kids:
+                    os.kill(kids[0], signal.SIGKILL)
+                    killed.append(kids[0])
+            time.sleep(0.05)
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    rc, res = _search(tmp_path, model, "--workers", "2")
+    t.join(5)
+    assert killed, "no worker was killed (the search ended first)"
+    assert rc == 0 and sorted(res["layer_precisions"]) == must and res["workers"] == 2
+    err = capsys.readouterr().err
+    assert f"(pid {killed[0]}) died (signal 9)" in err and "restarting it" in err, err
