@@ -32,7 +32,10 @@ def register(subparsers):
     options.add_aliases(p, "sweep")   # --output-dir: the older spelling of -o
     p.add_argument("--workers", type=_search_args._workers_arg, default=1, metavar="N|auto",
                    help="models evaluated in parallel processes (auto: one per core); a lost worker is replaced")
-    p.add_argument("--ray", metavar="ADDRESS|auto", default=None, help="run the jobs on a Ray cluster")
+    p.add_argument("--ray", metavar="ADDRESS|auto", default=None,
+                   help="run the jobs on a Ray cluster (each job gets the model's bytes; its outputs come back here)")
+    p.add_argument("--resume", action="store_true",
+                   help="skip the models DIR/sweep_log.jsonl has done with the same task and options")
     p.add_argument("--task-args", default="", metavar="'OPTIONS'",
                    help="options for every task, one quoted string (run: '--engine --onnxrt'; precision: '--fp16 "
                         "--atol 1e-2')")
@@ -55,29 +58,73 @@ def _models(args) -> list:
                      if line.strip() and not line.strip().startswith("#")]
     if not jobs:
         raise UsageError("sweep: give at least one model (positional or --models-file)")
+    base = os.path.dirname(os.path.abspath(args.models_file)) if args.models_file else os.getcwd()
+    for j in jobs[len(args.models):]:   # a manifest's relative paths are relative to the manifest
+        if not os.path.isabs(j["path"]) and not os.path.exists(j["path"]):
+            j["path"] = os.path.join(base, j["path"])
     missing = [j["path"] for j in jobs if not os.path.exists(j["path"])]
     if missing:
         raise InputFileError(f"sweep: model file(s) not found: {missing}")
+    seen: dict = {}
+    for j in jobs:   # resolved here, on the driver: workers (on other nodes) never see these paths
+        j["path"] = os.path.abspath(j["path"])
+        stem = os.path.splitext(os.path.basename(j["path"]))[0]
+        seen[stem] = seen.get(stem, 0) + 1
+        j["name"] = stem if seen[stem] == 1 else f"{stem}_{seen[stem]}"
     return jobs
 
 
+def _ship(job) -> dict:
+    """The job with the model's bytes (external data included) instead of a path only this machine has."""
+    from backends.runners import load_onnx
+    return {**job, "model_bytes": load_onnx(job["path"]).SerializeToString()}
+
+
 class SweepJob:
-    """One model's task, run through the CLI entry point in the worker (picklable)."""
+    """One model's task, run through the CLI entry point in the worker (picklable).
+
+    A job with "model_bytes" (Ray: no shared filesystem assumed) runs in the worker's own scratch directory and
+    returns its output files as bytes ("files"), which the driver writes into DIR/<model>/; paths inside text
+    outputs name the driver's directory."""
 
     def __init__(self, task, common_args, out_dir):
         self.task, self.common_args, self.out_dir = task, list(common_args), out_dir
 
     def __call__(self, job) -> dict:
+        name = job.get("name") or os.path.splitext(os.path.basename(job["path"]))[0]
+        final = os.path.join(self.out_dir, name)
+        if job.get("model_bytes") is None:
+            os.makedirs(final, exist_ok=True)
+            return self._run(job["path"], job, final, name)
+        import shutil
+        import tempfile
+
+        from debugkit.debug.scratch import process_scratch_dir
+        work = tempfile.mkdtemp(prefix="sweep_", dir=process_scratch_dir())
+        try:
+            model = os.path.join(work, os.path.basename(job["path"]))
+            with open(model, "wb") as f:
+                f.write(job["model_bytes"])
+            d = os.path.join(work, name)
+            os.makedirs(d)
+            res = self._run(model, job, d, name)
+            res["files"] = _collect(d, {d: final, model: job["path"]})
+            res.update(dir=final, path=job["path"])
+            for k in ("report",):
+                if isinstance(res.get(k), str):
+                    res[k] = res[k].replace(d, final)
+            return res
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _run(self, model, job, d, name) -> dict:
         import contextlib
         import io
         from debugkit.cli.main import main
-        name = os.path.splitext(os.path.basename(job["path"]))[0]
-        d = os.path.join(self.out_dir, name)
-        os.makedirs(d, exist_ok=True)
         if self.task == "run":
-            argv = ["run", job["path"], *self.common_args, *job["args"], "--json", os.path.join(d, "run.json")]
+            argv = ["run", model, *self.common_args, *job["args"], "--json", os.path.join(d, "run.json")]
         else:
-            argv = ["debug", "precision", job["path"], *self.common_args, *job["args"],
+            argv = ["debug", "precision", model, *self.common_args, *job["args"],
                     "-o", os.path.join(d, "precision.json")]
         out, err = io.StringIO(), io.StringIO()
         t0 = time.perf_counter()
@@ -95,6 +142,35 @@ class SweepJob:
         if res["error"] is None and rc != 0 and res.get("reasons"):   # a failed model says why in its row too
             res["error"] = res["reasons"][0][:300]
         return res
+
+
+TEXT_OUTPUTS = (".json", ".jsonl", ".html", ".txt", ".svg")
+
+
+def _collect(d, renames: dict) -> dict:
+    """{relative path: bytes} of every file under d; in text outputs the worker's paths become the driver's."""
+    out = {}
+    for root, _, files in os.walk(d):
+        for fn in files:
+            path = os.path.join(root, fn)
+            with open(path, "rb") as f:
+                data = f.read()
+            if fn.endswith(TEXT_OUTPUTS):
+                for a, b in sorted(renames.items(), key=lambda kv: -len(kv[0])):
+                    data = data.replace(a.encode(), b.encode())
+            out[os.path.relpath(path, d)] = data
+    return out
+
+
+def _land(res) -> dict:
+    """Write a shipped job's files into its directory on the driver; the row without them."""
+    from native.files import write_bytes
+    files = res.pop("files", None)
+    for rel, data in (files or {}).items():
+        target = os.path.join(res["dir"], rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        write_bytes(target, data, "sweep result")
+    return res
 
 
 def _task_summary(task, d, rc, error) -> dict:
@@ -142,18 +218,34 @@ def run(args) -> int:
     args.output_dir = args.output
     os.makedirs(args.output_dir, exist_ok=True)
     fn = SweepJob(args.task, task_args, os.path.abspath(args.output_dir))
+    from debugkit.debug.fingerprint import file_sha256
+    from debugkit.debug.probe_log import ProbeLog
+    log = ProbeLog(os.path.join(args.output_dir, "sweep_log.jsonl"),
+                   {"search": "sweep", "task": args.task, "task_args": task_args}, resume=args.resume)
+    keys = [{"model": j["path"], "sha256": file_sha256(j["path"]), "args": j["args"]} for j in jobs]
+    done = {i: log.lookup(k)["result"] for i, k in enumerate(keys) if log.lookup(k) is not None}
+    if done:
+        print(f"sweep --resume: {len(done)} of {len(jobs)} model(s) already done ({log.path})")
+    todo = [i for i in range(len(jobs)) if i not in done]
     t0 = time.perf_counter()
-    bar = _search_args.Progress(len(jobs), f"sweep {args.task}")
-    results = []
+    bar = _search_args.Progress(len(todo), f"sweep {args.task}")
     try:
         with _search_args.make_executor(args) as ex:
-            for start in range(0, len(jobs), max(1, ex.workers)):
-                batch = jobs[start:start + max(1, ex.workers)]
-                for r in ex.map(fn, batch) if len(batch) > 1 or ex.workers > 1 else [fn(batch[0])]:
-                    results.append(r)
-                    bar({"result": r["status"]}, len(results))
+            ship = getattr(ex, "remote", False)
+
+            def finished(r, it=iter(todo)):
+                i = next(it)
+                done[i] = _land(r)
+                log.record(keys[i], done[i], r.get("seconds", 0.0))
+                bar({"result": r["status"]}, len(done))
+            batch = [_ship(jobs[i]) if ship else jobs[i] for i in todo]
+            if len(batch) == 1 and ex.workers == 1:
+                finished(fn(batch[0]))
+            elif batch:
+                ex.map(fn, batch, on_done=finished)
     finally:
         bar.close()
+    results = [done[i] for i in range(len(jobs))]
     summary = {"task": args.task, "task_args": task_args, "models": len(results),
                "seconds": round(time.perf_counter() - t0, 1), "results": results}
     from native.files import write_json, write_text

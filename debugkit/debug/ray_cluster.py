@@ -116,7 +116,13 @@ def connect(address: str = "auto", num_cpus: int | None = None):
             G_LOGGER.warning(f"--ray auto: the cluster at {addr} ({source}) does not answer ({why}); "
                              f"starting a local Ray instance instead")
         G_LOGGER.info("--ray auto: starting a local Ray instance" + (f" with {num_cpus} CPUs" if num_cpus else ""))
-        failed = _init_bounded(ray, 120.0, address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+        import os
+        stale = os.environ.pop("RAY_ADDRESS", None)   # the dead address must not steer the new instance
+        try:
+            failed = _init_bounded(ray, 120.0, address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+        finally:
+            if stale is not None:
+                os.environ["RAY_ADDRESS"] = stale
         if failed is not None:
             raise UsageError(f"--ray auto: could not start a local Ray instance ({failed})")
         return ray

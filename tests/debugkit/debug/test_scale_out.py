@@ -199,3 +199,85 @@ def test_kill_9_of_a_local_worker_mid_search_gives_the_same_answer(tmp_path, pla
     assert rc == 0 and sorted(res["layer_precisions"]) == must and res["workers"] == 2
     err = capsys.readouterr().err
     assert f"(pid {killed[0]}) died (signal 9)" in err and "restarting it" in err, err
+
+
+def test_resume_does_not_rank_the_layers_again(tmp_path, planted, monkeypatch):
+    from debugkit.debug import precision as P
+    from tests.debugkit.debug.test_precision import _search
+    model, must = planted
+    rc, first = _search(tmp_path, model)
+    assert rc == 0
+
+    def no_ranking(self, label):
+        raise AssertionError("a resumed search ran a layer alone again")
+    monkeypatch.setattr(P.LayerAloneProbe, "__call__", no_ranking)
+    rc, again = _search(tmp_path, model, "--resume")
+    assert rc == 0 and again["probes"] == 0 and again["layer_precisions"] == first["layer_precisions"]
+    ranking = json.loads((tmp_path / "prec_sensitivity.json").read_text())
+    assert sorted(r["layer"] for r in ranking[:len(must)]) == must
+
+
+def test_shipped_probes_name_no_file_of_the_driver(tmp_path, planted):
+    """What goes to workers holds the model's bytes and values, not a path: a worker elsewhere needs no file."""
+    import pickle
+
+    import onnx
+
+    from debugkit.debug import precision as P
+    from debugkit.debug.checks import ReducedPrecisionCheck
+    from debugkit.debug.reduce import Subgraphs, capture_values
+    model_path, must = planted
+    model = onnx.load(model_path)
+    import numpy as np
+    feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
+    values = capture_values(model, feeds)
+    probe = P.PrecisionProbe(model_path, feeds, {"y": values["y"]}, ReducedPrecisionCheck.for_precision("fp16"))
+    alone = P.LayerAloneProbe("search-1", "fp16", subgraphs=Subgraphs(model, feeds, values))
+    alone.ship(Subgraphs(model, feeds, values))
+    blobs = pickle.dumps(probe.ship(model)) + pickle.dumps(alone)
+    assert str(tmp_path).encode() not in blobs
+    os.rename(model_path, model_path + ".moved")         # the driver's file is gone: the probes still answer
+    from debugkit.debug.executor import WorkerCache
+    WorkerCache._store.clear()
+    shipped = pickle.loads(pickle.dumps(probe))
+    assert shipped(must)["hit"] is True and shipped([])["hit"] is False, shipped(must)
+    shipped = pickle.loads(pickle.dumps(alone))
+    assert shipped(must[0]) > 10 * shipped("mm3")
+
+
+def test_a_killed_run_leaves_no_temporary_directory_for_long(tmp_path, monkeypatch):
+    """debug reduce's directory carries its pid: a run killed outright (kill -9) leaves it, the next removes it;
+    a normal run or an error leaves nothing."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from debugkit.debug.scratch import search_dir
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(KeyError):
+        with search_dir("debugkit_reduce_") as d:
+            assert os.path.isdir(d) and f"_pid{os.getpid()}_" in d
+            raise KeyError("boom")
+    assert not os.listdir(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"debugkit_reduce_pid{int(dead.stdout)}_abcd"
+    stale.mkdir()
+    (stale / "model.onnx").write_bytes(b"x")
+    mine = tmp_path / f"debugkit_reduce_pid{os.getpid()}_live"   # a running search's: kept
+    mine.mkdir()
+    with search_dir("debugkit_reduce_"):
+        assert not stale.exists() and mine.exists()
+    assert sorted(os.listdir(tmp_path)) == [mine.name]
+
+
+def test_debug_precision_leaves_nothing_in_the_temporary_directory(tmp_path, planted, monkeypatch):
+    import tempfile
+
+    from tests.debugkit.debug.test_precision import _search
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    model, must = planted
+    rc, res = _search(tmp_path, model, "--workers", "2")
+    assert rc == 0 and sorted(res["layer_precisions"]) == must
+    assert [n for n in os.listdir(scratch) if not n.startswith("debugkit-locks")] == []
