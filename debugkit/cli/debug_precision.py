@@ -174,7 +174,7 @@ def run(args) -> int:
               "base_s": round(base_s, 2), "ranking_s": round(rank_s, 2),
               "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},
               "tactics_replayed": probe_fn.replay is not None,
-              "options_fingerprint": opts.fingerprint(), **extra}
+              "options_fingerprint": opts.fingerprint(), "critical_path": prober.critical_path(), **extra}
     final = prober.known(answer)[1] if prober.known(answer)[0] else None
     if isinstance(final, dict):
         result["final_check"] = {"passed": final.get("hit"), "outputs": final.get("outputs")}
@@ -206,6 +206,10 @@ def run(args) -> int:
           + f"), {seconds:.1f} s, {rate:.2f} probes/s"
           + (f"; per probe (median) build {costs['probe_build_s_median']:.2f} s, run "
              f"{costs['probe_run_s_median'] * 1e3:.1f} ms" if costs else ""))
+    cp = result["critical_path"]
+    if cp["rounds"] and result["workers"] > 1:
+        print(f"{cp['probes']} probe(s) in {cp['rounds']} round(s) on {result['workers']} workers: critical path "
+              f"{cp['critical_path_s']:.1f} s of {cp['probe_s']:.1f} s of probing ({cp['speedup']:.2f}x)")
     for n in answer[:50]:
         print(f"  {n}")
     if len(answer) > 50:

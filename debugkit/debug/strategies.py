@@ -70,6 +70,9 @@ class Prober:
         self.probes = 0          # candidates evaluated by this search (not answered from memo or log)
         self.replayed = 0        # answered from a resumed log
         self.history: list[dict] = []
+        self.rounds = 0          # batches evaluated at once: the search's critical path in probes
+        self.critical_s = 0.0    # sum over rounds of the slowest probe: the wall time of unlimited workers
+        self.probe_s = 0.0       # sum of every probe's seconds: the wall time of one worker
 
     @property
     def workers(self):
@@ -106,6 +109,9 @@ class Prober:
         if todo:
             timed = _Timed(self.fails)
             outs = self.executor.map(timed, todo) if len(todo) > 1 or self.workers > 1 else [timed(todo[0])]
+            self.rounds += 1
+            self.critical_s += max(cost for _, cost in outs)
+            self.probe_s += sum(cost for _, cost in outs)
             for c, (result, cost) in zip(todo, outs):
                 self.memo[self._key(c)] = result
                 self.probes += 1
@@ -119,6 +125,14 @@ class Prober:
 
     def __call__(self, candidate) -> bool:
         return self.many([candidate])[0]
+
+    def critical_path(self) -> dict:
+        """How parallel the search was: its probes, the rounds they ran in (each round's probes at once), the sum of
+        each round's slowest probe (critical path) and of all probes, and their ratio (the speed-up the workers
+        gave over one worker, executor overheads aside)."""
+        return {"probes": self.probes, "rounds": self.rounds, "critical_path_s": round(self.critical_s, 3),
+                "probe_s": round(self.probe_s, 3),
+                "speedup": round(self.probe_s / self.critical_s, 2) if self.critical_s > 0 else None}
 
     def first(self, candidates):
         """Index of the first candidate that shows the property (batches of `workers`), or None."""
@@ -158,16 +172,17 @@ def ddmin(items, fails, *, log=None, executor=None) -> list:
     n = 2
     while len(items) >= 2:
         chunks = _split(items, min(n, len(items)))
-        hit = probe.first(chunks)
-        if hit is not None:
+        comps = [[x for j, c in enumerate(chunks) if j != i for x in c] for i in range(len(chunks))] \
+            if len(chunks) > 2 else []
+        # subsets first, then complements, in one ordered scan: with spare workers a batch that runs past the last
+        # subset evaluates the first complements speculatively (the first hit in this order wins, as serially)
+        hit = probe.first(chunks + comps)
+        if hit is not None and hit < len(chunks):
             items, n = chunks[hit], 2
             continue
-        if len(chunks) > 2:
-            comps = [[x for j, c in enumerate(chunks) if j != i for x in c] for i in range(len(chunks))]
-            hit = probe.first(comps)
-            if hit is not None:
-                items, n = comps[hit], max(len(chunks) - 1, 2)
-                continue
+        if hit is not None:
+            items, n = comps[hit - len(chunks)], max(len(chunks) - 1, 2)
+            continue
         if len(chunks) >= len(items):
             break
         n = min(len(items), 2 * len(chunks))
@@ -289,9 +304,21 @@ def peel(ranked, fails, *, log=None, executor=None) -> list:
     kept = [ranked[k - 1]]
     hi = k - 1                      # kept + ranked[:hi] shows the property (by the round that found the last item)
     while hi > 0:
-        if probe(kept):   # the kept items alone: one probe that usually ends the search
+        bad, good = 0, hi
+        w = probe.workers - 1
+        if w > 0 and hi > 1:   # spare workers: the first bisection points alongside the kept-alone probe
+            points = sorted({max(1, round((i + 1) * hi / (w + 1))) for i in range(w)} - {hi})
+            res = probe.many([kept] + [kept + ranked[:p] for p in points])
+            if res[0]:
+                break
+            for p, r in zip(points, res[1:]):
+                if r:
+                    good = p
+                    break
+                bad = p
+        elif probe(kept):   # the kept items alone: one probe that usually ends the search
             break
-        j = _bisect(0, hi, lambda js: probe.many([kept + ranked[:j] for j in js]), probe.workers)
+        j = _bisect(bad, good, lambda js: probe.many([kept + ranked[:j] for j in js]), probe.workers)
         kept.append(ranked[j - 1])
         hi = j - 1
     return kept

@@ -112,6 +112,8 @@ def test_two_workers_give_the_same_answer(tmp_path, planted):
     model, must = planted
     rc, res = _search(tmp_path, model, "--workers", "2")
     assert rc == 0 and sorted(res["layer_precisions"]) == must and res["workers"] == 2
+    cp = res["critical_path"]
+    assert cp["rounds"] < cp["probes"] and cp["speedup"] > 1.0   # probes ran two at a time
 
 
 def test_ray_gives_the_same_answer(tmp_path, planted):

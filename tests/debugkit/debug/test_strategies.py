@@ -233,3 +233,27 @@ def test_peel_always_returns_a_passing_set_even_for_a_non_monotone_property():
     ranked = list(range(32))
     found = peel(ranked, Prober(odd))
     assert odd(found)
+
+
+class _Wide(InlineExecutor):
+    """An inline executor that says it has `workers` workers: batches are formed as for a pool of that size."""
+
+    def __init__(self, workers):
+        self.workers = workers
+
+
+@pytest.mark.parametrize("search", ["peel", "ddmin"])
+def test_spare_workers_shorten_the_critical_path_with_the_same_answer(search):
+    """Probes known in advance (peel's kept-alone probe and its first bisection points, ddmin's complements after
+    its subsets) run in the same round: fewer rounds with 3 workers than with 1, the same answer."""
+    from debugkit.debug.strategies import Prober, peel
+    items, culprits = list(range(64)), [5, 40, 41, 63]
+    answers, rounds = {}, {}
+    for w in (1, 3):
+        p = Prober(Contains(culprits), executor=_Wide(w))
+        answers[w] = sorted(peel(items, p) if search == "peel" else ddmin(items, p))
+        rounds[w] = p.critical_path()
+        assert rounds[w]["rounds"] <= rounds[w]["probes"]
+    assert answers[1] == answers[3] == culprits
+    assert rounds[1]["rounds"] == rounds[1]["probes"]                    # one worker: every probe is a round
+    assert rounds[3]["rounds"] < 0.75 * rounds[1]["rounds"], rounds
