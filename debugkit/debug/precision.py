@@ -140,6 +140,8 @@ class PrecisionProbe:
         nodes): it carries the model's bytes (external data included) and only the file's name for messages.
         Workers parse it once per search (WorkerCache, by the model's sha256)."""
         import hashlib
+        # the timings the base build measured here go along, so workers time only what it did not meet
+        self.seed_timings = dict(self.timing_cache().entries)
         self.model_bytes = model.SerializeToString()
         self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
         self.model_path = os.path.basename(self.model_path)
@@ -173,7 +175,8 @@ class PrecisionProbe:
             from backends.engine.builder import TimingCache
             if self.model_key is not None:
                 from debugkit.debug.executor import WorkerCache
-                self._cache = WorkerCache.get(("timing", self.model_key, self.low, self.higher), TimingCache)
+                self._cache = WorkerCache.get(("timing", self.model_key, self.low, self.higher),
+                                              lambda: TimingCache(getattr(self, "seed_timings", None)))
             else:
                 self._cache = TimingCache()
         return self._cache
