@@ -69,7 +69,8 @@ def _recorded_address():
 
 
 def _init_bounded(ray, timeout_s: float, **kwargs):
-    """ray.init(**kwargs) in a helper thread, waited for at most timeout_s (Ctrl-C still reaches this thread)."""
+    """ray.init(**kwargs) joining a running cluster, in a helper thread waited for at most timeout_s (Ctrl-C still
+    reaches this thread). Only for joining: a local instance must be started from the main thread."""
     box = {}
 
     def target():
@@ -119,12 +120,14 @@ def connect(address: str = "auto", num_cpus: int | None = None):
         import os
         stale = os.environ.pop("RAY_ADDRESS", None)   # the dead address must not steer the new instance
         try:
-            failed = _init_bounded(ray, 120.0, address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+            # in this (the main) thread: Ray's head processes die with the thread that started them (their parent
+            # death signal follows the thread), so a helper thread would leave a cluster killed a moment later
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise UsageError(f"--ray auto: could not start a local Ray instance ({str(e).splitlines()[0]})") from None
         finally:
             if stale is not None:
                 os.environ["RAY_ADDRESS"] = stale
-        if failed is not None:
-            raise UsageError(f"--ray auto: could not start a local Ray instance ({failed})")
         return ray
     host, port = split_address(address)
     why = answers(host, port)

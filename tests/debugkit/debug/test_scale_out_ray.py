@@ -15,6 +15,10 @@ from tests.debugkit.debug.test_precision import _search, planted  # noqa: F401  
 ray = pytest.importorskip("ray")
 
 
+def _one():
+    return 1
+
+
 def test_ray_auto_after_a_crashed_cluster_starts_a_local_one_quickly(monkeypatch, capsys):
     """RAY_ADDRESS (or the last `ray start`'s address file) names a head that is gone: auto starts a local
     instance instead of waiting minutes for it. Runs first: the module's cluster is not up yet."""
@@ -29,6 +33,9 @@ def test_ray_auto_after_a_crashed_cluster_starts_a_local_one_quickly(monkeypatch
     try:
         assert connect("auto", num_cpus=1).is_initialized()
         took = time.monotonic() - t0
+        # the instance outlives the call that started it (its head processes die with the thread that started them)
+        time.sleep(1)
+        assert ray.get(ray.remote(_one).remote(), timeout=60) == 1
     finally:
         ray.shutdown()
     assert f"the cluster at 127.0.0.1:{port} (RAY_ADDRESS) does not answer" in capsys.readouterr().err
