@@ -175,10 +175,16 @@ def _workers():
     return pids
 
 
-def test_kill_9_of_a_local_worker_mid_search_gives_the_same_answer(tmp_path, planted, capsys):
-    """A worker killed (kill -9) while the search runs: restarted, its probe rerun, the planted layers found."""
+def test_kill_9_of_a_local_worker_mid_search_gives_the_same_answer(tmp_path, planted, capsys, monkeypatch):
+    """A worker killed (kill -9) while the search runs: restarted, its probe rerun, the planted layers found; the
+    search leaves nothing in the temporary directory."""
+    import tempfile
+
     from tests.debugkit.debug.test_precision import _search
     model, must = planted
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     log, killed = tmp_path / "prec_probes.jsonl", []
     others = set(_workers())     # other tests' pools: not this search's
 
@@ -200,6 +206,7 @@ def test_kill_9_of_a_local_worker_mid_search_gives_the_same_answer(tmp_path, pla
     assert rc == 0 and sorted(res["layer_precisions"]) == must and res["workers"] == 2
     err = capsys.readouterr().err
     assert f"(pid {killed[0]}) died (signal 9)" in err and "restarting it" in err, err
+    assert [n for n in os.listdir(scratch) if not n.startswith("debugkit-locks")] == []
 
 
 def test_resume_does_not_rank_the_layers_again(tmp_path, planted, monkeypatch):
@@ -269,16 +276,3 @@ def test_a_killed_run_leaves_no_temporary_directory_for_long(tmp_path, monkeypat
     with search_dir("debugkit_reduce_"):
         assert not stale.exists() and mine.exists()
     assert sorted(os.listdir(tmp_path)) == [mine.name]
-
-
-def test_debug_precision_leaves_nothing_in_the_temporary_directory(tmp_path, planted, monkeypatch):
-    import tempfile
-
-    from tests.debugkit.debug.test_precision import _search
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    model, must = planted
-    rc, res = _search(tmp_path, model, "--workers", "2")
-    assert rc == 0 and sorted(res["layer_precisions"]) == must
-    assert [n for n in os.listdir(scratch) if not n.startswith("debugkit-locks")] == []
