@@ -121,7 +121,7 @@ def run(args) -> int:
                                 extra_flags=_extra_flags(args), calib=calib, device=args.device, build=opts.build)
     t0 = time.perf_counter()
     bound = P.build_bound(len(layers))
-    workers = 1 if args.ray else max(1, args.workers or 1)
+    workers = 1 if args.ray else max(1, _search_args.resolve_workers(args) or 1)
     bar = _search_args.Progress(_work_bound(args.mode, len(layers), workers), f"precision ({args.mode})")
     search_id = f"precision-{meta['model (sha256)'][:16]}-{uuid.uuid4().hex[:12]}"   # workers' cache key
     rows, answer, extra = [], [], {}

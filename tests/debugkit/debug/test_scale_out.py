@@ -276,3 +276,21 @@ def test_a_killed_run_leaves_no_temporary_directory_for_long(tmp_path, monkeypat
     with search_dir("debugkit_reduce_"):
         assert not stale.exists() and mine.exists()
     assert sorted(os.listdir(tmp_path)) == [mine.name]
+
+
+def test_workers_auto_on_the_command_line(monkeypatch):
+    """--workers auto: one per visible GPU with --device cuda, one per core otherwise; a bad value is exit 2."""
+    import argparse
+
+    from debugkit.cli import _search_args
+    from debugkit.cli.main import build_parser
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    args = argparse.Namespace(workers="auto", device="cuda", ray=None)
+    assert _search_args.resolve_workers(args) == 3 and args.workers == 3
+    args = argparse.Namespace(workers="auto", device="cpu", ray=None)
+    assert _search_args.resolve_workers(args) == len(os.sched_getaffinity(0))
+    parsed = build_parser().parse_args(["debug", "precision", "m.onnx", "--fp16", "--workers", "auto"])
+    assert parsed.workers == "auto"
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["debug", "precision", "m.onnx", "--fp16", "--workers", "0"])
+    assert e.value.code == 2
