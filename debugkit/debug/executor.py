@@ -135,6 +135,10 @@ class RayExecutor(InlineExecutor):
         ray = self._ray
         gpu = str(device) == "cuda"
         res = ray.cluster_resources()
+        if gpu and not res.get("GPU"):
+            raise UsageError(f"--ray {address} --device cuda: the Ray cluster has no GPUs (its resources: "
+                             f"{', '.join(f'{k} {v:g}' for k, v in sorted(res.items()) if '.' not in k and ':' not in k)}"
+                             f"); start its nodes with --num-gpus, or search on the CPU")
         self.workers = workers or max(1, int(res.get("GPU" if gpu else "CPU", 1)))
         self._remote = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=retries)(_ray_call)
         self._refs: dict = {}   # digest -> ObjectRef: each probe object goes into the object store once

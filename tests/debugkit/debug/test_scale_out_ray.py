@@ -71,6 +71,13 @@ def test_ray_workers_run_elsewhere(cluster):
     assert all(pid != os.getpid() for _, _, pid in rows)
 
 
+def test_cuda_probes_on_a_cluster_without_gpus_are_refused(cluster):
+    from debugkit.debug.executor import RayExecutor
+    from native.errors import UsageError
+    with pytest.raises(UsageError, match="the Ray cluster has no GPUs"):
+        RayExecutor("auto", device="cuda")
+
+
 def test_precision_on_ray_without_the_drivers_files_gives_the_serial_answer(cluster, tmp_path, planted,  # noqa
                                                                                monkeypatch):
     model, must = planted
