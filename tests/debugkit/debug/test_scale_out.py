@@ -294,3 +294,15 @@ def test_workers_auto_on_the_command_line(monkeypatch):
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(["debug", "precision", "m.onnx", "--fp16", "--workers", "0"])
     assert e.value.code == 2
+
+
+def test_parallel_writers_of_one_timing_cache_file_keep_each_others_timings(tmp_path):
+    """Two workers' caches saved to one --timing-cache file: the second save keeps the first one's entries."""
+    from backends.engine.builder import BuilderConfig, TimingCache
+    from backends.engine.builder.timing_cache_file import load_timing_cache, merge_timing_cache
+    path, config = str(tmp_path / "tc.json"), BuilderConfig()
+    merge_timing_cache(TimingCache({"layer-a": {"t1": 1.0}}), path, config)
+    mine = TimingCache({"layer-b": {"t2": 2.0}})
+    merge_timing_cache(mine, path, config)
+    assert load_timing_cache(path, config).entries == {"layer-a": {"t1": 1.0}, "layer-b": {"t2": 2.0}}
+    assert set(mine.entries) == {"layer-a", "layer-b"}          # the writer also learns the other's timings
