@@ -124,8 +124,9 @@ class SweepJob:
         if self.task == "run":
             argv = ["run", model, *self.common_args, *job["args"], "--json", os.path.join(d, "run.json")]
         else:
+            # the probe log named outright: parallel jobs must not share a placeholder path ("<output>_probes.jsonl")
             argv = ["debug", "precision", model, *self.common_args, *job["args"],
-                    "-o", os.path.join(d, "precision.json")]
+                    "-o", os.path.join(d, "precision.json"), "--log", os.path.join(d, "precision_probes.jsonl")]
         out, err = io.StringIO(), io.StringIO()
         t0 = time.perf_counter()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -72,3 +72,15 @@ def test_sweep_on_two_workers_gives_the_serial_verdicts_and_resumes(tmp_path, ca
     assert rc3 == 1 and "4 of 4 model(s) already done" in capsys.readouterr().out
     again = json.loads((tmp_path / "two" / "sweep.json").read_text())
     assert [(r["model"], r["status"], r["rc"]) for r in again["results"]] == rows["two"]
+
+
+def test_sweep_precision_on_two_workers_runs_both_models(tmp_path):
+    """Two `debug precision` jobs at once (each its own probe log, none refused as 'being written')."""
+    from tests.debugkit.debug.test_precision import mlp
+    onnx.save(mlp(depth=2), tmp_path / "a.onnx")
+    onnx.save(mlp(depth=3), tmp_path / "b.onnx")
+    rc = main(["sweep", str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), "--task", "precision", "--workers", "2",
+               "--task-args", "--fp16 --atol 1e-2", "-o", str(tmp_path / "sw")])
+    rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())["results"]
+    assert [r["status"] for r in rows] == ["FOUND", "FOUND"] and rc == 0, rows
+    assert all((tmp_path / "sw" / m / "precision_probes.jsonl").exists() for m in ("a", "b"))
