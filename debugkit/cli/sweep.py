@@ -96,12 +96,8 @@ class SweepJob:
         if job.get("model_bytes") is None:
             os.makedirs(final, exist_ok=True)
             return self._run(job["path"], job, final, name)
-        import shutil
-        import tempfile
-
-        from debugkit.debug.scratch import process_scratch_dir
-        work = tempfile.mkdtemp(prefix="sweep_", dir=process_scratch_dir())
-        try:
+        from debugkit.debug.scratch import search_dir
+        with search_dir("debugkit_sweep_") as work:   # the worker's own, removed when the job ends
             model = os.path.join(work, os.path.basename(job["path"]))
             with open(model, "wb") as f:
                 f.write(job["model_bytes"])
@@ -114,8 +110,6 @@ class SweepJob:
                 if isinstance(res.get(k), str):
                     res[k] = res[k].replace(d, final)
             return res
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
 
     def _run(self, model, job, d, name) -> dict:
         import contextlib

@@ -87,7 +87,7 @@ def test_precision_on_ray_without_the_drivers_files_gives_the_serial_answer(clus
     assert rc == 0 and sorted(res["layer_precisions"]) == must
     for suffix in (".json", "_sensitivity.json", ".html", "_probes.jsonl"):
         assert (tmp_path / f"prec{suffix}").exists()                     # on the driver
-    assert not [n for n in os.listdir(cluster["tmp"]) if n.startswith("debugkit")]
+    assert not [n for n in os.listdir(cluster["tmp"]) if n.startswith("debugkit_")]
 
 
 def _ray_task_pids():
@@ -139,3 +139,4 @@ def test_sweep_on_ray_resolves_paths_on_the_driver_and_brings_results_back(clust
         assert sorted(os.listdir(tmp_path / "onray" / m)) == sorted(os.listdir(tmp_path / "serial" / m))
     doc = json.loads((tmp_path / "onray" / "good" / "run.json").read_text())
     assert cluster["tmp"] not in json.dumps(doc)
+    assert not [n for n in os.listdir(cluster["tmp"]) if n.startswith(("debugkit_", "sweep_"))]   # jobs cleaned up
