@@ -306,3 +306,14 @@ def test_keep_loops_and_a_fault_no_single_iteration_shows(tmp_path, planted, cap
     out = capsys.readouterr().out
     assert "no single iteration of its body fails on its own (first 3 tried)" in out and "kept whole" in out
     assert not os.path.exists(tmp_path / "red_loop_body.onnx")
+
+
+def test_two_workers_with_a_check_command_give_the_serial_answer(tmp_path, capsys):
+    """The workers get the model and its values in the probe (shipped, no files of the driver's workdir), write
+    each probe's model into the search's directory, and reduce to the same two nodes."""
+    script = tmp_path / "check.py"
+    script.write_text(CHECK)
+    rc = _cli(tmp_path, branchy_model(), "--workers", "2", "--fail-code", "1", "--check", sys.executable, str(script),
+              "{model}", "{inputs}")
+    assert rc == 0, capsys.readouterr().out
+    assert sorted(n.name for n in onnx.load(tmp_path / "red.onnx").graph.node) == ["mul0", "tanh2"]
