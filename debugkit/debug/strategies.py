@@ -280,8 +280,9 @@ def ddmin_bound(k: int) -> int:
 
 def peel_bound(n: int, answer_guess: int = 8, workers: int = 1) -> int:
     """Probes `peel` makes over n ranked items for an answer of up to `answer_guess` items: greedy's first round,
-    then per further item the kept-alone probe and a bisection."""
-    return greedy_bound(n, workers) + max(0, answer_guess - 1) * (1 + bisect_bound(n, workers)) + 1
+    then per further item the kept-alone probe (with spare workers, in one batch with the first bisection points:
+    `workers` probes) and a bisection."""
+    return greedy_bound(n, workers) + max(0, answer_guess - 1) * (workers + bisect_bound(n, workers)) + 1
 
 
 def peel(ranked, fails, *, log=None, executor=None) -> list:

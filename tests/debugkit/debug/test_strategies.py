@@ -254,6 +254,9 @@ def test_spare_workers_shorten_the_critical_path_with_the_same_answer(search):
         answers[w] = sorted(peel(items, p) if search == "peel" else ddmin(items, p))
         rounds[w] = p.critical_path()
         assert rounds[w]["rounds"] <= rounds[w]["probes"]
+        if search == "peel":   # the progress bar's bound holds with the speculative probes too
+            from debugkit.debug.strategies import peel_bound
+            assert p.probes <= peel_bound(len(items), len(culprits), w)
     assert answers[1] == answers[3] == culprits
     assert rounds[1]["rounds"] == rounds[1]["probes"]                    # one worker: every probe is a round
     assert rounds[3]["rounds"] < 0.75 * rounds[1]["rounds"], rounds
