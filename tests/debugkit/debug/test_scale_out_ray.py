@@ -14,6 +14,14 @@ from tests.debugkit.debug.test_precision import _search, planted  # noqa: F401  
 
 ray = pytest.importorskip("ray")
 
+# The callables below are defined in this test module, which a Ray worker cannot import: the workers run in another
+# working directory and the repository's tests/ is not an installed package (a fresh clone installs debugkit, not
+# its tests). Pickle this module's objects by value, as a user's own script's would be.
+from ray import cloudpickle  # noqa: E402
+import sys  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
 
 def _one():
     return 1
