@@ -290,6 +290,50 @@ def test_1d_conv_tactics_match_reference(c, m, length, k, stride, pre, post, dil
             assert np.shares_memory(got, dst)
 
 
+@pytest.mark.parametrize("c,m,length,k,stride,pre,post,dil,groups,post_ops,bias", [
+    (1, 16, 640, 64, 32, 0, 0, 1, 1, ["RELU"], True), (4, 6, 50, 5, 2, 2, 1, 1, 2, ["RELU"], True),
+    (3, 5, 31, 3, 1, 1, 1, 2, 1, [], False), (129, 32, 4, 3, 1, 1, 1, 1, 1, ["SIGMOID"], True),
+    (8, 8, 9, 3, 1, 1, 1, 1, 1, ["SILU"], True), (8, 4, 7, 3, 2, 1, 1, 1, 4, ["SILU"], True)])
+def test_conv1d_small_path_is_conv2d_gemm_bit_for_bit(c, m, length, k, stride, pre, post, dil, groups, post_ops,
+                                                       bias):
+    """conv1d-gemm's small-convolution path (one gather, recipe made once per input shape) gives the floats the
+    banded driver gives (same GEMM operands), on repeated calls, with and without the planned output buffer."""
+    from native.cpu.kernels.conv import conv1d_gemm
+    x = RNG.standard_normal((2, c, length)).astype(np.float32)
+    w = RNG.standard_normal((m, c // groups, k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    params = {"num_output_maps": m, "kernel_shape": [k], "strides": [stride], "pre_padding": [pre],
+              "post_padding": [post], "dilations": [dil], "groups": groups,
+              "post_ops": [{"op": "activation", "type": t} for t in post_ops]}
+    t = next(t for t in tactics_for("Convolution") if t.name == "conv1d-gemm")
+    weights = {"kernel": w, "bias": b} if bias else {"kernel": w}
+    op = Op("Convolution", "c", params, dict(weights))
+    op.weights = t.prepare(op)
+    fast = [t.run(op, [x])[0].copy() for _ in range(2)]
+    assert "_small1d" in op.__dict__
+    dst = np.full(fast[0].shape, np.nan, np.float32)
+    into = t.run(op, [x], [dst])[0]
+    assert np.shares_memory(into, dst)
+    general = Op("Convolution", "c", params, dict(weights))
+    general.weights = t.prepare(general)
+    make = conv1d_gemm._Small1d.make
+    x2 = RNG.standard_normal((1, c, length + 3)).astype(np.float32)   # another shape: a recipe of its own
+    conv1d_gemm._Small1d.make = classmethod(lambda cls, *a: None)
+    try:
+        want = t.run(general, [x])[0]
+        want2 = t.run(general, [x2])[0]
+    finally:
+        conv1d_gemm._Small1d.make = make
+    assert "_small1d" not in general.__dict__
+    for got in fast + [into]:
+        np.testing.assert_array_equal(got, want)
+    ref = reference_conv1d(x, w, b if bias else np.zeros(m, np.float32), stride, pre, post, dil, groups)
+    if post_ops == ["RELU"]:
+        np.testing.assert_allclose(want, np.maximum(ref, 0), rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(t.run(op, [x2])[0], want2)
+    assert op.__dict__["_small1d"].shape == x2.shape
+
+
 def test_im2col_gather_is_the_per_tap_gather_bit_for_bit():
     """The N-d path's one strided copy builds exactly the column matrix the per-tap loop built: same GEMM operands,
     the same floats out (FP32 results of this tactic did not change)."""

@@ -54,6 +54,25 @@ def test_pad_modes_and_negative_pads():
     assert run_kernel("Padding", [x, np.array([-1, 1]), np.array(9)], mode="constant")[0].tolist() == [2, 3, 9]
 
 
+@pytest.mark.parametrize("shape", [(5,), (1, 1, 12), (3, 4, 5), (2, 3, 4, 6), (1,), (2, 1)])
+def test_pad_kernel_gives_np_pads_values(shape):
+    """The Padding kernel's own constant / reflect fill (one buffer, borders filled axis by axis) equals np.pad
+    element for element, corners included, for every width np.pad accepts (wider reflects go to np.pad)."""
+    rng = np.random.default_rng(len(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    for _ in range(60):
+        width = [(int(rng.integers(0, d + 2)), int(rng.integers(0, d + 2))) for d in shape]
+        pads = np.array([b for b, _ in width] + [e for _, e in width])
+        got = run_kernel("Padding", [x, pads, np.array(2.5, np.float32)], mode="constant")[0]
+        np.testing.assert_array_equal(got, np.pad(x, width, mode="constant", constant_values=np.float32(2.5)))
+        try:
+            want = np.pad(x, width, mode="reflect")
+        except ValueError:
+            continue
+        np.testing.assert_array_equal(run_kernel("Padding", [x, pads], mode="reflect")[0], want)
+    assert not np.shares_memory(run_kernel("Padding", [x, np.zeros(2 * len(shape), np.int64)])[0], x)
+
+
 def test_topk_ties_keep_smaller_index():
     v, i = run_kernel("TopK", [np.array([[1, 3, 3, 2]]), np.array([3])], op="MAX", axis=-1)
     assert v.tolist() == [[3, 3, 2]] and i.tolist() == [[1, 2, 3]]

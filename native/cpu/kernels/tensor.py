@@ -9,7 +9,10 @@ from native.tactics import simple_tactic
 
 
 def _ints(v):
-    return [int(a) for a in np.asarray(v).reshape(-1)]
+    a = np.asarray(v).reshape(-1)
+    if a.dtype.kind in "iu":
+        return a.tolist()   # Python ints already, without a numpy scalar per element
+    return [int(x) for x in a]
 
 
 def _arg(inputs, i):
@@ -189,8 +192,40 @@ def padding(op, inputs):
     if mode == "constant":
         v = np.asarray(value).reshape(-1)
         v = v[0] if v.size else 0
-        return [np.pad(x, width, mode="constant", constant_values=np.asarray(v).astype(x.dtype))]
-    return [np.pad(x, width, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
+        return [_pad_axes(x, width, "constant", np.asarray(v).astype(x.dtype))]
+    return [_pad_axes(x, width, {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
+
+
+def _pad_axes(x, width, mode, value=None):
+    """np.pad(x, width, mode) with the same values, without np.pad's per-call overhead (tens of microseconds,
+    which a padded STFT frame of a few hundred samples pays many times over): one output buffer, the interior
+    copied once, then each padded axis in turn fills its borders from what is already in place (as np.pad pads
+    one axis after the other, so corners match). Reflect pads wider than the axis, and edge/wrap, go to np.pad."""
+    if mode != "constant" and (mode != "reflect" or any((b or e) and (b >= d or e >= d)
+                                                         for d, (b, e) in zip(x.shape, width))):
+        return np.pad(x, width, mode=mode)
+    if not any(b or e for b, e in width):
+        return x.copy()
+    shape = tuple(d + b + e for d, (b, e) in zip(x.shape, width))
+    out = np.empty(shape, x.dtype)
+    out[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width))] = x
+    for a, (b, e) in enumerate(width):
+        if not (b or e):
+            continue
+        d = x.shape[a]
+        lead = (slice(None),) * a
+        if mode == "constant":
+            if b:
+                out[lead + (slice(0, b),)] = value
+            if e:
+                out[lead + (slice(b + d, None),)] = value
+        else:   # reflect about the first and last element: out[b - i] = out[b + i], out[b+d-1 + i] = out[b+d-1 - i]
+            if b:
+                out[lead + (slice(0, b),)] = out[lead + (slice(2 * b, b, -1),)]
+            if e:
+                stop = b + d - 2 - e
+                out[lead + (slice(b + d, None),)] = out[lead + (slice(b + d - 2, stop if stop >= 0 else None, -1),)]
+    return out
 
 
 def _dtype(name, default=np.float32):
@@ -412,7 +447,11 @@ class SqueezePlugin(Plugin):
         axes = _ints(inputs[1]) if _arg(inputs, 1) is not None else fields.get("axes")
         if axes is None:
             return [x.reshape([d for d in x.shape if d != 1])]
-        return [np.squeeze(x, axis=tuple(a + x.ndim if a < 0 else a for a in axes))]
+        axes = tuple(a + x.ndim if a < 0 else a for a in axes)
+        shape = x.shape
+        if len(set(axes)) == len(axes) and all(0 <= a < len(shape) and shape[a] == 1 for a in axes):
+            return [x.reshape([d for i, d in enumerate(shape) if i not in axes])]   # np.squeeze's view, cheaper
+        return [np.squeeze(x, axis=axes)]   # its error names the bad axis
 
 
 class UnsqueezePlugin(Plugin):
@@ -422,7 +461,14 @@ class UnsqueezePlugin(Plugin):
     def enqueue(self, inputs, fields):
         x = np.asarray(inputs[0])
         axes = _ints(inputs[1]) if _arg(inputs, 1) is not None else fields.get("axes")
-        return [np.expand_dims(x, tuple(axes))]
+        rank = x.ndim + len(axes)
+        norm = sorted(a + rank if a < 0 else a for a in axes)
+        if len(set(norm)) == len(norm) and all(0 <= a < rank for a in norm):
+            shape = list(x.shape)
+            for a in norm:   # np.expand_dims's view, without its per-call overhead
+                shape.insert(a, 1)
+            return [x.reshape(shape)]
+        return [np.expand_dims(x, tuple(axes))]   # its error names the bad axis
 
 
 class DropoutPlugin(Plugin):
