@@ -56,6 +56,9 @@ def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, r
         **{p: False for p in PRECISION_FLAGS}).builder_config()
     for f in PRECISION_FLAGS[low] + tuple(extra_flags):
         config.set_flag(BuilderFlag(f))
+    # every layer outside `layers` runs in the low precision, even where a GPU build would time a higher one as
+    # faster: the answer is the set that must stay higher, not the set timing happened to leave low
+    config.precision_by_timing = False
     if higher == "fp16" and low in ("int8", "fp8"):
         config.set_flag(BuilderFlag("fp16"))
     config.layer_precisions = list(config.layer_precisions) + parse_layer_precisions([(n, higher) for n in layers])

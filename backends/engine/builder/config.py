@@ -123,6 +123,10 @@ class BuilderConfig(DeviceTypeMixin):
         self.tactic_sources: set | None = None   # tactic names allowed; None means all
         self.prefer_nhwc: bool | None = None     # an order to the layout pass (None: the device decides)
         self.builder_optimization_level = 3
+        # False: on a device that chooses precision by timing, every layer gets the device's rule instead (the
+        # lowest enabled precision it implements), never a faster higher one: a precision search sets it so its
+        # answer does not hang on which precision happened to be faster (debugkit/debug/precision.py)
+        self.precision_by_timing = True
         # per-layer constraints by name, applied after lowering (builder/precision_spec.py): [(pattern, value)]
         self.layer_precisions: list = []
         self.layer_output_types: list = []
@@ -225,4 +229,5 @@ class BuilderConfig(DeviceTypeMixin):
                 "layer_precisions": [list(p) for p in self.layer_precisions],
                 "layer_output_types": [[k, list(v)] for k, v in self.layer_output_types],
                 **({"dla": self.device_types_json()} if self.uses_dla() else {}),
-                **({"options_fingerprint": self.options_fingerprint} if self.options_fingerprint else {})}
+                **({"options_fingerprint": self.options_fingerprint} if self.options_fingerprint else {}),
+                **({} if self.precision_by_timing else {"precision_by_timing": False})}

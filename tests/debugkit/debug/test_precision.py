@@ -335,3 +335,15 @@ def test_layers_alone_side_by_side_score_as_one_build_per_layer(tmp_path, plante
     assert together.many(layers) == apart and together.builds == 1
     worst = sorted(layers, key=lambda lab: -apart[layers.index(lab)])[:len(must)]
     assert sorted(worst) == must and all(np.isinf(apart[layers.index(lab)]) for lab in must)
+
+
+def test_search_builds_do_not_let_timing_raise_a_layers_precision():
+    """Every build of the search pins the layers outside the set to the low precision (a GPU build would otherwise
+    time FP32 against FP16 per layer and keep the faster, and the answer would hang on timing); the plan says so."""
+    from debugkit.debug.precision import make_config
+    for low in ("fp16", "bf16", "int8"):
+        config = make_config(low, "fp32", ["mm2"])
+        assert config.precision_by_timing is False
+        assert config.to_json()["precision_by_timing"] is False
+    from backends.engine.builder import BuilderConfig
+    assert BuilderConfig().precision_by_timing is True and "precision_by_timing" not in BuilderConfig().to_json()

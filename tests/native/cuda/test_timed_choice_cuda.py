@@ -117,12 +117,32 @@ def test_rebuild_with_the_timing_cache_times_nothing_and_chooses_the_same(tmp_pa
     cache = TimingCache()
     first, _, _, _ = _engine_layers(_convnet(), tmp_path, x, cache, reference=False)
 
-    def no_timing(*a, **k):
-        raise AssertionError("timed a tactic although the timing cache holds every measurement")
+    def no_timing(node, cands, inputs, *a, **k):
+        key = tactic_selection._key(node, inputs, "cuda")
+        raise AssertionError(f"timed layer '{node.name}' ({node.kind}, {node.precision}, tactics "
+                             f"{[t.name for t in cands]}) although the timing cache holds every measurement; the "
+                             f"cache holds for its key: {cache.entries.get(key)}; {len(cache.entries)} entries")
     monkeypatch.setattr(tactic_selection, "time_candidates", no_timing)
     again, _, _, log = _engine_layers(_convnet(), tmp_path, x, cache, reference=False)
     key = lambda ls: [(l["Name"], l["LayerType"], l["Precision"], l["TacticName"]) for l in ls]   # noqa: E731
     assert key(again) == key(first), log
+
+
+def test_precision_by_timing_off_gives_every_layer_the_lowest_enabled_precision(tmp_path):
+    """What debug precision builds with: no layer moves to FP32 because FP32 timed faster (the search's answer
+    must not hang on timing), and nothing is timed for precision."""
+    from backends.engine.builder import BuilderConfig, BuilderFlag
+    from backends.runners import EngineRunner
+    path = tmp_path / "m.onnx"
+    onnx.save(_mlp(), path)
+    config = BuilderConfig()
+    config.set_flag(BuilderFlag.FP16)
+    config.precision_by_timing = False
+    with EngineRunner(str(path), device="cuda", config=config) as r:
+        r.infer({"x": np.random.default_rng(3).standard_normal((512, 256)).astype(np.float32)})
+        layers = r.engine.create_engine_inspector().layers()
+    mms = [l for l in layers if l["LayerType"] == "MatrixMultiply"]
+    assert len(mms) == 2 and all(m["Precision"] == "float16" and not m["PrecisionTimings_ms"] for m in mms), mms
 
 
 def test_tf32_convolutions_run_nhwc_on_cudnn_with_tf32_math(tmp_path):

@@ -303,6 +303,10 @@ def _probe(graph, ctx, enabled, logger):
     """A Probe (builder/timed_choice.py) when this build chooses precisions by timing, else None."""
     if ctx is None or not enabled or not chooses_by_timing(ctx.config):
         return None
+    if not ctx.config.precision_by_timing:
+        logger.verbose("precision: not chosen by timing (precision_by_timing is off): every layer gets the "
+                       "device's rule, the lowest enabled precision it implements")
+        return None
     try:
         return Probe(graph, ctx)
     except Exception as e:
