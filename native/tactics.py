@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -150,6 +150,28 @@ def unsupported_reason(tactic: Tactic, op: Op, input_shapes, *, workspace_limit=
         if need > workspace_limit:
             return f"needs {need} bytes of workspace, the workspace pool allows {workspace_limit}"
     return None
+
+
+def accepting(tactics, op: Op, input_shapes, *, workspace_limit=None, refused=None):
+    """(the tactics of `tactics` that can run `op` at `input_shapes`, the op they run, {tactic name: reason} for
+    the rest). A layer asked a precision none of them computes runs in float32 where one does (TensorRT's
+    fallback); the op returned then says float32. `refused`: {tactic name: why} of candidates already seen to
+    refuse these inputs (the build's run), never accepted. Tactic selection, the default pick and the build's run
+    all ask this one question, so they agree on what runs."""
+    refused = refused or {}
+
+    def why(t, o):
+        if t.name in refused:
+            return f"refused its inputs in the build's run ({refused[t.name]})"
+        return unsupported_reason(t, o, input_shapes, workspace_limit=workspace_limit)
+    reasons = {t.name: why(t, op) for t in tactics}
+    ok = [t for t in tactics if reasons[t.name] is None]
+    if ok or op.precision == "float32":
+        return ok, op, reasons
+    fp32 = replace(op, precision="float32")
+    fallback = {t.name: why(t, fp32) for t in tactics}
+    ok = [t for t in tactics if fallback[t.name] is None]
+    return (ok, fp32, fallback) if ok else ([], op, reasons)
 
 
 def _adapt(cls):

@@ -108,3 +108,60 @@ def test_the_gpu_stft_declares_the_float32_signal_it_needs(monkeypatch):
         "reads float16 at input 0; its kernels take float32"
     why = unsupported_reason(GpuStft(), op, LayerContext([[1, 16000], [1]], ["float32", "int64"]))
     assert why is None or "reads" not in why    # (here it may lack its GEMM library; the signal is not the reason)
+
+
+class _Float32Only(Tactic):
+    """A float32 kernel that reads float32 only (a GPU kernel's declared input dtypes), refusing anything else."""
+    kind, name, device = "Activation", "f32-reads-f32", "cpu"
+    input_dtypes = frozenset({"float32"})
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        if inputs[0].dtype != np.float32:
+            raise TacticRefusal("reads float32 only")
+        return [np.maximum(inputs[0], 0)]
+
+
+class _Float32AnyInput(Tactic):
+    """A float32 kernel that takes any float input (the host plugin's role)."""
+    kind, name, device = "Activation", "f32-reads-any", "cpu"
+    ran_with = None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        _Float32AnyInput.ran_with = op.precision
+        return [np.maximum(inputs[0].astype(np.float32), 0)]
+
+
+def test_one_fallback_rule_for_a_precision_no_tactic_computes(tmp_path):
+    """A layer asked FP16 whose kind has only FP32 tactics, reading a float16 tensor: the default pick, the build's
+    run and tactic selection all answer with the FP32 tactic that takes a float16 input (native.tactics.accepting);
+    the build's run no longer runs the first FP32 tactic regardless of the dtypes and fails on its refusal (the GPU
+    STFT in an FP16 build of asr_nemo80, 2026-11-28)."""
+    from backends.engine.builder.config import BuilderConfig as Config
+    from backends.engine.builder.tactic_selection import enumerate_candidates
+    from backends.engine.runtime.executor import default_tactic
+    from native.tactics import LayerContext, accepting
+    bucket = registry._REGISTRY.setdefault(("cpu", "Activation"), [])
+    saved = list(bucket)
+    bucket[:] = [_Float32Only(), _Float32AnyInput()]
+    try:
+        relu_model(str(tmp_path / "m.onnx"))
+        net, _ = parse_onnx(str(tmp_path / "m.onnx"))
+        graph = Builder().build_graph(net, BuilderConfig(), timing_feeds={"x": np.ones((2, 8), np.float32)})
+        node = next(n for n in graph.nodes if n.kind == "Activation")
+        node.tactic_id, node.precision = None, "float16"
+        ctx = LayerContext([[2, 8]], ["float16"])
+        ok, ran, reasons = accepting(bucket, registry.Op("Activation", "relu", {}, precision="float16"), ctx)
+        assert [t.name for t in ok] == ["f32-reads-any"] and ran.precision == "float32"
+        assert reasons["f32-reads-f32"] == "reads float16 at input 0; its kernels take float32"
+        found = enumerate_candidates(node, ctx, Config(), "cpu")
+        assert [t.name for t in found.ok] == ["f32-reads-any"] and found.fp32_only
+        assert default_tactic(node, "cpu").name == "f32-reads-f32"    # no dtypes known yet: the first FP32 one
+        x = np.linspace(-1, 1, 16).astype(np.float16).reshape(2, 8)
+        _Float32AnyInput.ran_with = None
+        ex = GraphExecutor(graph, "cpu", keep_all=True)
+        out = ex._first_accepting(node, default_tactic(node, "cpu"), registry.Op("Activation", "relu", {},
+                                                                                 precision="float16"), [x], None, None)
+        assert out[1].name == "f32-reads-any" and _Float32AnyInput.ran_with == "float32"
+        np.testing.assert_array_equal(out[0][0], np.maximum(x.astype(np.float32), 0))
+    finally:
+        bucket[:] = saved

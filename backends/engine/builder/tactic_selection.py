@@ -16,8 +16,8 @@ from backends.engine.runtime.executor import node_op
 from native.device import get_device
 from native.errors import BuildError, UsageError
 from native.logger import G_LOGGER
-from native.tactics import (LayerContext, TacticRefusal, all_tactic_names, precisions_for,
-    tactics_for, unsupported_reason)
+from native.tactics import (LayerContext, TacticRefusal, accepting, all_tactic_names, precisions_for,
+    tactics_for)
 
 
 def _key(node, inputs, device):
@@ -128,18 +128,9 @@ def enumerate_candidates(node, ctx, config, device, log=G_LOGGER, said=None) -> 
     precision and layout passes time variants through it)."""
     limit = config.get_memory_pool_limit(MemoryPoolType.WORKSPACE)
     pool = _named(node, config, device, log, said if said is not None else set())
-    op = node_op(node)
     refused = node.meta.get("refused_at_build") or {}   # candidates that refused the build's runs (executor.py)
-    reasons = {t.name: f"refused its inputs in the build's run ({refused[t.name]})" if t.name in refused else
-               unsupported_reason(t, op, ctx, workspace_limit=limit) for t in pool}
-    found = Candidates([t for t in pool if reasons[t.name] is None], reasons)
-    if not found.ok and node.precision != "float32":
-        fp32 = node_op(node)
-        fp32.precision = "float32"
-        fallback = {t.name: reasons[t.name] if t.name in refused else
-                    unsupported_reason(t, fp32, ctx, workspace_limit=limit) for t in pool}
-        if any(r is None for r in fallback.values()):
-            found = Candidates([t for t in pool if fallback[t.name] is None], fallback, fp32_only=True)
+    ok, ran, reasons = accepting(pool, node_op(node), ctx, workspace_limit=limit, refused=refused)
+    found = Candidates(ok, reasons, fp32_only=ran.precision != node.precision)
     return found
 
 

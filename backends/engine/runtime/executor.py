@@ -19,7 +19,7 @@ from native.errors import BuildError, DebugkitError, ExecutionError
 from native.limits import check_size, default_limits
 from native.logger import G_LOGGER
 from native.tactic_modules import builtin_tactic
-from native.tactics import LayerContext, TacticRefusal, tactic_by_id, tactics_for, unsupported_reason
+from native.tactics import LayerContext, TacticRefusal, accepting, tactic_by_id, tactics_for
 
 
 def default_tactic(node, device="cpu"):
@@ -27,21 +27,12 @@ def default_tactic(node, device="cpu"):
     device = get_device(device)
     candidates = tactics_for(node.kind, device)
     shapes = node.meta.get("input_shapes")
-    op = node_op(node)
-    reasons = []
-    for t in candidates:
-        why = unsupported_reason(t, op, shapes)
-        if why is None:
-            return t
-        reasons.append(f"{t.name}: {why}")
-    if op.precision != "float32":   # as tactic selection does: no tactic computes the layer's precision, FP32 runs
-        fp32 = node_op(node)
-        fp32.precision = "float32"
-        for t in candidates:
-            if unsupported_reason(t, fp32, shapes) is None:
-                return t
+    ok, _, reasons = accepting(candidates, node_op(node), shapes)
+    if ok:   # (a precision no tactic computes falls back to float32, as tactic selection does)
+        return ok[0]
+    why = "; ".join(f"{k}: {v}" for k, v in reasons.items())
     raise BuildError(f"no {device} implementation for layer '{node.name}' (kind {node.kind}, ONNX nodes "
-                     f"{node.source_nodes}){' (' + '; '.join(reasons) + ')' if reasons else ''}; try another device "
+                     f"{node.source_nodes}){' (' + why + ')' if why else ''}; try another device "
                      f"or report the layer kind")
 
 
@@ -137,9 +128,12 @@ class GraphExecutor:
         them when run. When every candidate refuses, the default tactic's refusal is raised."""
         ctx = LayerContext.of(args)
         others = [t for t in tactics_for(node.kind, self.device) if t is not tactic]
-        accepting = [t for t in [tactic] + others if unsupported_reason(t, op, ctx) is None] or [tactic]
+        accepting_, ran, _ = accepting([tactic] + others, op, ctx)
+        if accepting_:   # a precision none computes at these inputs runs float32, as tactic selection will choose
+            op = ran
+        accepting_ = accepting_ or [tactic]
         first = None
-        for t in accepting:
+        for t in accepting_:
             fn, full = empty_batch.guard(node.kind, self.device.bind(t, op))
             try:
                 return (fn(op, args, None, workspace, stream) if full else fn(op, args)), t
