@@ -123,7 +123,9 @@ def timing_run(graph, ctx):
     feeds = opt_feeds(graph, ctx)      # a missing profile is the user's error: raised, not swallowed
     env = None
     try:
-        env = GraphExecutor(graph, ctx.device, keep_all=True).run(feeds)
+        executor = GraphExecutor(graph, ctx.device, keep_all=True, record_bodies=True)
+        env = executor.run(feeds)
+        ctx.state["body_envs"] = executor.body_envs()   # If / Loop bodies' layers are timed on these values
     except Exception as e:
         ctx.logger.warning(f"timing run at opt shapes failed ({str(e)[:300]}); tactics are chosen without timing "
                            f"for layers after the failure. Pass representative inputs as timing feeds to fix it")
@@ -165,7 +167,8 @@ def dla_placement(graph, ctx):
 
 
 def tactic_selection(graph, ctx):
-    select_tactics(graph, ctx.state.get("env"), ctx.config, ctx.device, cache=ctx.state.get("timing_cache"))
+    select_tactics(graph, ctx.state.get("env"), ctx.config, ctx.device, cache=ctx.state.get("timing_cache"),
+                   body_envs=ctx.state.pop("body_envs", None))
     return PassResult(0)
 
 

@@ -193,9 +193,11 @@ def fastest(cands, timings, device):
     return pick_fastest(get_device(device).preferred(ranked) or ranked, timings)
 
 
-def select_tactics(graph, env, config, device="cpu", _said=None, cache=None):
-    """Choose a tactic for every node (recursing into subgraphs with default choices). `env` holds each
-    tensor's value from the timing run (None when that run failed); returns per-node timing records. The
+def select_tactics(graph, env, config, device="cpu", _said=None, cache=None, body_envs=None):
+    """Choose a tactic for every node, recursing into If / Loop / Scan bodies. `env` holds each tensor's value
+    from the timing run (None when that run failed); `body_envs` {id(body graph): its tensors from that run}
+    (GraphExecutor.body_envs), so body layers are timed too (a body that did not run takes default choices);
+    returns per-node timing records. The
     cache is `config.timing_cache` when the caller gave one (it is filled in), else `cache` (the build's private
     one, shared with the passes that chose by timing), else a new private one."""
     said = _Said() if _said is None else _said
@@ -254,7 +256,8 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None):
             get_device(device).prepare(chosen, node_op(node))
         reports.append((context, algorithm(chosen, node_op(node), context, timings.get(chosen.id))))
         for sub in node.subgraphs.values():
-            reports += select_tactics(sub, None, config, chosen.subgraph_device or device, said)
+            reports += select_tactics(sub, (body_envs or {}).get(id(sub)), config, chosen.subgraph_device or device,
+                                      said, body_envs=body_envs)
     if selector is not None and _said is None:
         selector.report_algorithms([r[0] for r in reports], [r[1] for r in reports])
     return reports

@@ -55,8 +55,13 @@ class GraphExecutor:
     its real inputs (shapes, dtypes, which inputs are given) — the build decides with what the runtime will see, so a
     candidate that refuses is passed over here, and tactic selection then drops it (tactic_selection.py)."""
 
-    def __init__(self, graph, device="cpu", keep_all: bool = False, lazy_tactics: bool = False):
+    def __init__(self, graph, device="cpu", keep_all: bool = False, lazy_tactics: bool = False,
+                 record_bodies: bool = False):
+        """record_bodies (the builder's timing run): If / Loop / Scan bodies keep every tensor too, and each body's
+        executor holds its last run's tensors in `last_env`, so tactic selection can time the bodies' layers on
+        real values (`body_envs`)."""
         self.graph = graph
+        self.last_env = None
         self.device = get_device(device)
         self.steps = []
         self._calls, self._bound = [], None  # per step: (fn, full) from Device.bind, for the steps list `_bound`
@@ -77,7 +82,8 @@ class GraphExecutor:
                 self.consts[node.outputs[0]] = tactic.run(node_op(node), [])[0]
                 continue
             sub_device = tactic.subgraph_device or self.device  # a DLA loadable's body runs on the DLA
-            subs = {k: GraphExecutor(g, sub_device, lazy_tactics=lazy_tactics) for k, g in node.subgraphs.items()}
+            subs = {k: GraphExecutor(g, sub_device, keep_all=record_bodies, lazy_tactics=lazy_tactics,
+                                     record_bodies=record_bodies) for k, g in node.subgraphs.items()}
             op = node_op(node)
             if hasattr(tactic, "check_loadable") and not lazy_tactics:  # e.g. a plugin not registered here
                 tactic.check_loadable(op)
@@ -85,6 +91,7 @@ class GraphExecutor:
             self.steps.append((node, tactic, op, subs))
         self.outer = graph.outer_references()
         self.keep_all = keep_all
+        self._records = record_bodies
         self._last_use = self._compute_last_use()
 
     def _static_shapes(self, feeds) -> bool:
@@ -328,6 +335,8 @@ class GraphExecutor:
             if dies is not None:
                 for name in dies[i]:
                     env.pop(name, None)
+        if self.keep_all and self._records:
+            self.last_env = env
         if rec is not None:
             memory.plans[sig] = arena.make_plan(self, rec)
         elif plan is not None:
@@ -335,6 +344,17 @@ class GraphExecutor:
                 if name in env:
                     env[name] = arena.detach(dev, env[name], plan)
         return env
+
+    def body_envs(self) -> dict:
+        """{id(body graph): its last run's tensors} for every If / Loop / Scan body run under `record_bodies`
+        (nested bodies included; a branch not taken, or a loop of no iterations, has none)."""
+        out = {}
+        for node, _, _, subs in self.steps:
+            for sub in subs.values():
+                if sub.last_env is not None:
+                    out[id(sub.graph)] = sub.last_env
+                out.update(sub.body_envs())
+        return out
 
     def run_list(self, inputs: list, parent_env=None) -> list:
         feeds = {t.name: v for t, v in zip(self.graph.inputs, inputs)}
