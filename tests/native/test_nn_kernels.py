@@ -310,7 +310,7 @@ def test_conv1d_small_path_is_conv2d_gemm_bit_for_bit(c, m, length, k, stride, p
     op = Op("Convolution", "c", params, dict(weights))
     op.weights = t.prepare(op)
     fast = [t.run(op, [x])[0].copy() for _ in range(2)]
-    assert "_small1d" in op.__dict__
+    assert op.__dict__["_small1d"][1] is not None   # the recipe was made (and kept)
     dst = np.full(fast[0].shape, np.nan, np.float32)
     into = t.run(op, [x], [dst])[0]
     assert np.shares_memory(into, dst)
@@ -324,14 +324,57 @@ def test_conv1d_small_path_is_conv2d_gemm_bit_for_bit(c, m, length, k, stride, p
         want2 = t.run(general, [x2])[0]
     finally:
         conv1d_gemm._Small1d.make = make
-    assert "_small1d" not in general.__dict__
+    assert general.__dict__["_small1d"][1] is None
     for got in fast + [into]:
         np.testing.assert_array_equal(got, want)
     ref = reference_conv1d(x, w, b if bias else np.zeros(m, np.float32), stride, pre, post, dil, groups)
     if post_ops == ["RELU"]:
         np.testing.assert_allclose(want, np.maximum(ref, 0), rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(t.run(op, [x2])[0], want2)
-    assert op.__dict__["_small1d"].shape == x2.shape
+    assert op.__dict__["_small1d"][1].shape == x2.shape
+
+
+@pytest.mark.parametrize("n,c,m,hw,groups,post,bias", [
+    (1, 240, 64, 1, 1, [("activation", "RELU")], True), (1, 64, 240, 1, 1, [("activation", "HARD_SIGMOID")], True),
+    (2, 40, 24, 14, 1, [("add", None)], True), (1, 16, 16, 7, 4, [("activation", "SILU")], True),
+    (1, 24, 72, 5, 1, [], False), (1, 24, 48, 6, 1, [("activation", "SILU")], True)])
+def test_pointwise_small_path_is_conv2d_gemm_bit_for_bit(n, c, m, hw, groups, post, bias):
+    """1x1-gemm's small path (squeeze-excite GEMVs, small maps: a recipe per input shape, one GEMM per sample)
+    gives the banded driver's floats, with the bias in the GEMM or not, SiLU's pre-halved weights, a residual add,
+    into the planned buffer; and the reference's values."""
+    from native.cpu.kernels.conv import pointwise_1x1
+    x = RNG.standard_normal((n, c, hw, hw)).astype(np.float32)
+    w = RNG.standard_normal((m, c // groups, 1, 1)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    r = RNG.standard_normal((n, m, hw, hw)).astype(np.float32)
+    steps = [{"op": "add", "input": 1} if k == "add" else {"op": k, "type": t} for k, t in post]
+    params = {"num_output_maps": m, "kernel_shape": [1, 1], "strides": [1, 1], "pre_padding": [0, 0],
+              "post_padding": [0, 0], "dilations": [1, 1], "groups": groups, "post_ops": steps}
+    inputs = [x, r] if any(k == "add" for k, _ in post) else [x]
+    t = next(t for t in tactics_for("Convolution") if t.name == "1x1-gemm")
+    weights = {"kernel": w, "bias": b} if bias else {"kernel": w}
+    op = Op("Convolution", "c", params, dict(weights))
+    op.weights = t.prepare(op)
+    fast = [t.run(op, inputs)[0].copy() for _ in range(2)]
+    assert op.__dict__["_small1x1"][1] is not None
+    dst = np.full(fast[0].shape, np.nan, np.float32)
+    into = t.run(op, inputs, [dst])[0]
+    assert np.shares_memory(into, dst)
+    general = Op("Convolution", "c", params, dict(weights))
+    general.weights = t.prepare(general)
+    make = pointwise_1x1._SmallPointwise.make
+    pointwise_1x1._SmallPointwise.make = classmethod(lambda cls, *a: None)
+    try:
+        want = t.run(general, inputs)[0]
+    finally:
+        pointwise_1x1._SmallPointwise.make = make
+    for got in fast + [into]:
+        np.testing.assert_array_equal(got, want)
+    ref = reference_conv(x, w, b if bias else np.zeros(m, np.float32), 1, 0, 1, groups)
+    if post == [("add", None)]:
+        np.testing.assert_allclose(want, ref + r, rtol=1e-4, atol=1e-4)
+    if not post:
+        np.testing.assert_allclose(want, ref, rtol=1e-4, atol=1e-4)
 
 
 def test_im2col_gather_is_the_per_tap_gather_bit_for_bit():

@@ -12,7 +12,7 @@ import numpy as np
 
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import region_epilogue, view_as
-from native.cpu.kernels.conv.gemm2d import conv2d_gemm
+from native.cpu.kernels.conv.gemm2d import conv2d_gemm, recipe
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.im2col_gemm import Im2colGemm
 from native.cpu.kernels.conv.weights import (bias_in_gemm, gemm_scale, gemm_weights, kernel_and_bias, kernel_spatial,
@@ -47,15 +47,9 @@ class Conv1dGemm(Tactic):
         return pack_gemm(op)
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        x = inputs[0]
-        fast = op.__dict__.get("_small1d")
-        if fast is not None and fast.weights is op.weights and fast.shape == getattr(x, "shape", None) \
-                and fast.dtype == x.dtype and fast.threads == num_threads():
-            return fast.run(op, x, outputs, inputs)
-        x = np.asarray(x)
-        fast = _Small1d.make(op, x, inputs)
+        x = np.asarray(inputs[0])
+        fast = recipe(op, "_small1d", x, inputs, _Small1d.make)
         if fast is not None:
-            op.__dict__["_small1d"] = fast
             return fast.run(op, x, outputs, inputs)
         w, b = kernel_and_bias(op, inputs)
         ks = kernel_spatial(op, w)
@@ -82,7 +76,7 @@ class _Small1d:
     appended after it) plus the ones row of the bias column, then the same GEMM into the output and the same
     in-place epilogue. The values are the ones conv2d_gemm computes: the same operands in the same GEMM call."""
 
-    __slots__ = ("weights", "shape", "dtype", "threads", "wm", "bias", "half", "idx", "size", "bias_col", "g", "mg",
+    __slots__ = ("shape", "dtype", "wm", "bias", "half", "idx", "size", "bias_col", "g", "mg",
                  "wo", "m", "flat")
 
     @classmethod
@@ -121,7 +115,7 @@ class _Small1d:
         idx = np.arange(c)[:, None, None] * length + pos[None]
         idx = np.where((pos >= 0) & (pos < length), idx, c * length).reshape(-1).astype(np.intp)
         r = cls()
-        r.weights, r.shape, r.dtype, r.threads = op.weights, x.shape, x.dtype, threads
+        r.shape, r.dtype = x.shape, x.dtype
         r.wm, r.bias, r.half, r.idx, r.size, r.bias_col = wm, bias, half, idx, c * k * wo, bias_col
         r.g, r.mg, r.wo, r.m, r.flat = gg, mg, wo, m, c * length
         return r

@@ -151,3 +151,16 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
 def fast_path_ok(op, x, ks, pre, post):
     return (x.ndim == 4 and len(ks) == 2 and x.dtype.kind == "f" and x.dtype.itemsize >= 4
             and not op.params.get("integer") and min(pre) >= 0 and min(post) >= 0)
+
+
+def recipe(op, key, x, inputs, make):
+    """A small-convolution fast path's recipe for this layer at x's shape (or None: the general path), made by
+    `make(op, x, inputs)` once and kept on the op, keyed by the op's weights (`prepare` replaces them), x's shape
+    and dtype, and the pool size (the recipes exist only where conv2d_gemm would run single-threaded)."""
+    k = (op.weights, x.shape, x.dtype, num_threads())
+    held = op.__dict__.get(key)
+    if held is not None and held[0][0] is k[0] and held[0][1:] == k[1:]:
+        return held[1]
+    r = make(op, x, inputs)
+    op.__dict__[key] = (k, r)
+    return r
