@@ -63,8 +63,20 @@ def _run_all(engine, feeds) -> dict:
 
 
 def _layers(engine) -> list:
-    return [{"name": n.name, "inputs": list(n.inputs), "outputs": list(n.outputs), "tactic": n.tactic_name}
+    return [{"name": n.name, "inputs": list(n.inputs), "outputs": list(n.outputs), "tactic": n.tactic_name,
+             **({"body_tactics": _body_tactics(n)} if n.subgraphs else {})}
             for n in engine.graph.nodes]
+
+
+def _body_tactics(node) -> list:
+    """'body/layer: tactic' for every layer inside an If / Loop / Scan layer's bodies (nested ones too): the replay
+    file pins top-level layers only, so a body whose layers run other tactics counts as a changed tactic."""
+    out = []
+    for key, sub in sorted(node.subgraphs.items()):
+        for n in sub.nodes:
+            out.append(f"{key}/{n.name}: {n.tactic_name}")
+            out += [f"{key}/{n.name}/{t}" for t in _body_tactics(n)] if n.subgraphs else []
+    return out
 
 
 def _models(only):
@@ -140,6 +152,14 @@ def compare_layers(layers, old: dict, new: dict, replayed: set) -> dict:
     return {"rows": rows, "tensors": len(equal), "identical_tensors": sum(equal.values())}
 
 
+def _load_layers(base) -> list:
+    try:
+        with open(base + ".layers.json") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return []
+
+
 def check(directory, only):
     from backends.engine.builder.tactic_replay import TacticReplayer, load_replay
     if not os.path.isdir(directory):
@@ -165,7 +185,10 @@ def check(directory, only):
             violations += 1
             continue
         layers = _layers(engine)
-        replayed = {lay["name"] for lay in layers if lay["name"] in rep.seen and lay["name"] not in rep.stale}
+        recorded = {lay["name"]: lay.get("body_tactics") for lay in _load_layers(base)}
+        replayed = {lay["name"] for lay in layers if lay["name"] in rep.seen and lay["name"] not in rep.stale
+                    and (lay.get("body_tactics") is None or recorded.get(lay["name"]) is None
+                         or lay["body_tactics"] == recorded[lay["name"]])}
         res = compare_layers(layers, old, new, replayed)
         counts = {k: sum(1 for _, s in res["rows"] if s == k)
                   for k in ("identical", "tactic changed", "input differed", "VIOLATION")}

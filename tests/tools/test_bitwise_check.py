@@ -42,3 +42,36 @@ def test_a_changed_tactic_or_input_explains_a_difference():
     assert res["rows"] == [("a", "tactic changed"), ("b", "input differed"), ("c", "identical")]
     res = bw.compare_layers(layers, old, {**old, "t3": np.float64([3.0])}, replayed={"a", "b", "c"})
     assert res["rows"][-1] == ("c", "VIOLATION")   # another dtype is other bits
+
+
+def test_a_body_whose_layers_changed_tactic_is_a_changed_tactic(tmp_path, monkeypatch, capsys):
+    """The replay file pins top-level layers only: an If whose branch layers now run other tactics (recorded per
+    layer as `body_tactics`) counts as a changed tactic, not as a violation."""
+    import json
+    from tests.backends.test_body_tactics import _model
+    model, _ = _model()
+    path = tmp_path / "if.onnx"
+    onnx.save(model, path)
+    entry = {"name": "iff", "feeds": {"x": {"shape": [1, 4, 16], "dtype": "float32"},
+                                      "c": {"shape": [], "dtype": "bool", "value": 1}}}
+    monkeypatch.setattr(bw, "_models", lambda only: iter([(entry, str(path), None)]))
+    rec = tmp_path / "rec"
+    assert bw.record(str(rec), []) == 0
+    layers = json.loads((rec / "iff.layers.json").read_text())
+    (lay,) = [x for x in layers if x.get("body_tactics")]
+    assert any(t.startswith("then/") and ": " in t for t in lay["body_tactics"])
+    data = dict(np.load(rec / "iff.npz"))
+    out = lay["outputs"][0]
+    y = data[f"t:{out}"].copy()
+    y.reshape(-1).view(np.uint32)[0] ^= 1    # other bits out of the If ...
+    data[f"t:{out}"] = y
+    np.savez(rec / "iff.npz", **data)
+    monkeypatch.setattr(bw, "_models", lambda only: iter([(entry, str(path), None)]))
+    assert bw.check(str(rec), []) == 1      # ... with the same body tactics: a violation
+    assert "VIOLATION" in capsys.readouterr().out
+    lay["body_tactics"] = [t.replace(": ", ": old-") for t in lay["body_tactics"]]   # ... recorded with others
+    (rec / "iff.layers.json").write_text(json.dumps(layers))
+    monkeypatch.setattr(bw, "_models", lambda only: iter([(entry, str(path), None)]))
+    assert bw.check(str(rec), []) == 0
+    out = capsys.readouterr().out
+    assert "(tactic changed)" in out and "0 violation(s)" in out
