@@ -42,10 +42,14 @@ def pool_size() -> int:
     env = config.threads()
     if env:
         return env
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    cpus = _STATE.get("cpus")
+    if cpus is None:   # asked once per process: kernels ask per call, and the system call cost ~10 us each time
+        try:
+            cpus = max(1, len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            cpus = max(1, os.cpu_count() or 1)
+        _STATE["cpus"] = cpus
+    return cpus
 
 
 def _blas_setter():

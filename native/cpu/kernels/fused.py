@@ -84,32 +84,22 @@ def pointwise(op, inputs):
     """Evaluate the fused chain with in-place reuse of dead intermediates."""
     from native.cpu.kernels.activations import activation, activation_inplace
     from native.cpu.kernels.elementwise import UNARY
-    program = op.params["program"]
-    frees = _last_reads(program)
-    vals = [None] * len(program)
-    fresh = [False] * len(program)                    # result is a buffer this kernel allocated
-    for j, st in enumerate(program):
+    steps = _decoded(op)
+    vals = [None] * len(steps)
+    fresh = [False] * len(steps)                      # result is a buffer this kernel allocated
+    weights = op.weights
+    for j, (kind, refs, p, frees, src) in enumerate(steps):
         args = []
-        for a in st["args"]:
-            kind, key = a.split(":", 1)
-            if kind == "in":
-                v = inputs[int(key)]
-            elif kind == "w":
-                v = op.weights[key]
-            else:
-                v = vals[int(key)]
+        for where, key in refs:
+            v = inputs[key] if where == 0 else vals[key] if where == 2 else weights[key]
             args.append(v if isinstance(v, np.ndarray) else np.asarray(v))
-        dead = [vals[s] for s in frees[j] if fresh[s]]
-        p = st.get("params", {})
-        kind = st["op"]
         if kind == "ElementWise":
-            y = _binary(p["op"], args[0], args[1], dead)
+            y = _binary(p["op"], args[0], args[1], [vals[s] for s in frees if fresh[s]])
         elif kind == "Unary":
             y = UNARY[p["op"]](args[0], p)
             y = y if isinstance(y, np.ndarray) else np.asarray(y)
         elif kind == "Activation":
-            src = st["args"][0]
-            if src.startswith("s:") and fresh[int(src[2:])] and int(src[2:]) in frees[j]:
+            if src is not None and fresh[src] and src in frees:
                 y = activation_inplace(args[0], p["type"], p.get("alpha", 0.0), p.get("beta", 0.0))
             else:
                 y = activation(args[0], p["type"], p.get("alpha", 0.0), p.get("beta", 0.0))
@@ -117,11 +107,33 @@ def pointwise(op, inputs):
             raise ValueError(f"pointwise: unsupported step kind {kind!r}")
         vals[j] = y
         fresh[j] = isinstance(y, np.ndarray) and y.flags.writeable and y.flags.owndata and \
-            not any(y is x for x in inputs) and not any(y is w for w in op.weights.values())
-        for s in frees[j]:
+            not any(y is x for x in inputs) and not any(y is w for w in weights.values())
+        for s in frees:
             if vals[s] is not y:
                 vals[s] = None
     return [vals[-1]]
+
+
+def _decoded(op) -> list:
+    """The layer's program with its argument strings parsed and each step's dying values listed, once per program
+    (kept on the op): per step (kind, ((0 input | 1 weight | 2 step value, index or key), ...), params, steps whose
+    last read this is, the step the first argument comes from or None)."""
+    program = op.params["program"]
+    held = op.__dict__.get("_pointwise")
+    if held is not None and held[0] is program:
+        return held[1]
+    frees = _last_reads(program)
+    steps = []
+    for j, st in enumerate(program):
+        refs = []
+        for a in st["args"]:
+            kind, key = a.split(":", 1)
+            refs.append((0, int(key)) if kind == "in" else (1, key) if kind == "w" else (2, int(key)))
+        first = st["args"][0]
+        steps.append((st["op"], tuple(refs), st.get("params", {}), tuple(frees[j]),
+                      int(first[2:]) if first.startswith("s:") else None))
+    op.__dict__["_pointwise"] = (program, steps)
+    return steps
 
 
 # Attention ---------------------------------------------------------------------------------------------------
