@@ -43,6 +43,9 @@ class Device:
     concurrent_contexts = True    # several execution contexts may run at once, one per host thread (bench --streams)
     concurrent_graphs = False     # captured executions replay at once on streams of their own (new_stream())
     merges_shortcut_convs = True  # fusion_shortcut.py merges a residual's 1x1 conv into its GEMM (a CPU GEMM win)
+    # attention reads q, k, v as strided views of the [B, S, C] projections and writes [B, S, H*D]: the head
+    # split / merge copies fold into the Attention layer (passes/attention_heads.py)
+    attention_heads_as_strides = False
     int8_rounding = "half_even"   # how FP32 -> INT8 rounds ties (passes/int8.py)
     calibrates_on = None          # the device name INT8 calibration runs on (None: this one)
     # fingerprint fields that must match for a plan built elsewhere to run here (see check_fingerprint)

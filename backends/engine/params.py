@@ -106,7 +106,7 @@ DECLARED = {
     "Activation": "type:str alpha:num? beta:num?",
     "ArgReduce": "axis:int keep_dims:bool op:str select_last_index:bool",
     "Assertion": "message:str",
-    "Attention": "mask_kind:str nan_to_zero:bool scale:num? softmax_axis:int transpose_k:bool",
+    "Attention": "columns:ints? heads:int? mask_kind:str nan_to_zero:bool scale:num? softmax_axis:int transpose_k:bool",
     "Cast": "round_mode:str saturate:bool to:str?",
     "Concatenation": "axis:int",
     "Constant": "shape:ints",

@@ -18,6 +18,7 @@ class CudaDevice(Device):
     host_memory = False
     prefers_nhwc = True          # the layout pass runs convolution regions channels-last (cuDNN's fast path)
     chooses_by_timing = True     # NHWC regions and per-layer precision by timing (builder/timed_choice.py)
+    attention_heads_as_strides = True   # cuDNN's SDPA reads the strides (cublas-softmax copies the heads itself)
     merges_shortcut_convs = False  # cuDNN fuses the residual add instead (fusion_shortcut.py's merge is CPU GEMM)
     supports_graphs = True
     has_timeline = True
@@ -35,6 +36,7 @@ class CudaDevice(Device):
         import native.cuda.tactics.cudnn_conv  # noqa: F401  (first: the default pick of an untimed build)
         import native.cuda.tactics.conv  # noqa: F401
         import native.cuda.tactics.gemm  # noqa: F401
+        import native.cuda.tactics.attention  # noqa: F401  (cuDNN SDPA first: the untimed FP16/BF16 pick)
         import native.cuda.tactics.gemm_lt  # noqa: F401
         import native.cuda.tactics.int8  # noqa: F401
         import native.cuda.tactics.control  # noqa: F401

@@ -20,7 +20,8 @@ def hidden(monkeypatch):
     """nvmath and cudnn as if not installed (import raises ImportError); the answers are asked again after."""
     for mod in ("native.cuda.tactics.cudnn_conv", "native.cuda.tactics.conv", "native.cuda.tactics.gemm",
                 "native.cuda.tactics.gemm_lt", "native.cuda.tactics.int8", "native.cuda.tactics.rnn",
-                "native.cuda.tactics.signal", "native.cuda.tactics.einsum", "native.cuda.tactics.deconv"):
+                "native.cuda.tactics.signal", "native.cuda.tactics.einsum", "native.cuda.tactics.deconv",
+                "native.cuda.tactics.attention"):
         __import__(mod)
     for name in ("nvmath", "nvmath.bindings", "nvmath.bindings.cublas", "nvmath.bindings.cublasLt", "cudnn"):
         monkeypatch.setitem(sys.modules, name, None)
@@ -48,6 +49,9 @@ def test_every_library_tactic_refuses_naming_what_to_install(hidden):
     for name in ("cudnn-plan-0", "cudnn-plan-3"):
         why = unsupported_reason(tactics[("Convolution", name)], _op("Convolution"), LayerContext())
         assert why == "the cuDNN frontend (nvidia-cudnn-frontend) is not installed"
+    sdpa = tactics[("Attention", "cudnn-sdpa")]
+    assert unsupported_reason(sdpa, _op("Attention", sdpa), LayerContext()) == \
+        "the cuDNN frontend (nvidia-cudnn-frontend) is not installed"
     # the GEMM-free GPU kernels are not affected
     relu = tactics[("Activation", next(n for k, n in tactics if k == "Activation"))]
     assert "is not installed" not in str(unsupported_reason(relu, Op("Activation", "a", {"type": "RELU"}),

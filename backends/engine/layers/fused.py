@@ -15,9 +15,13 @@ class PointwiseLayer(Layer):
 class AttentionLayer(Layer):
     """softmax(Q @ K^T * scale + mask) @ V as one layer. Inputs q, k, v, optional mask; params scale,
     mask_kind (none, add, bool), transpose_k (False: input 1 is already K^T), nan_to_zero (rows that are NaN after
-    the softmax, i.e. fully masked, become 0)."""
+    the softmax, i.e. fully masked, become 0). With `heads` H (passes/attention_heads.py, on devices that read
+    strides): q, k, v are [B, S, C] tensors, operand i read at columns [columns[2i], columns[2i+1]) (one merged QKV
+    projection's output passed three times) and split into H heads; k is never pre-transposed; the output is
+    [B, S, H*Dv], heads merged."""
     kind = "Attention"
-    defaults = {"scale": None, "mask_kind": "none", "transpose_k": True, "softmax_axis": -1}
+    defaults = {"scale": None, "mask_kind": "none", "transpose_k": True, "softmax_axis": -1, "heads": None,
+                "columns": None}
 
 
 class ConvolutionNHWCLayer(Layer):

@@ -145,9 +145,30 @@ PARALLEL_MIN_MACS = 1 << 23  # split query rows over the CPU pool above this (wa
 def attention(op, inputs):
     """softmax(q @ k' * scale + mask) @ v, with k' = k^T when transpose_k else k (already transposed).
     nan_to_zero maps fully masked rows (NaN after softmax) to 0, as SDPA exports do with Where(IsNaN).
-    Large problems (ViT: 3 heads x 197 tokens) run bands of query rows in parallel on the CPU pool."""
+    Large problems (ViT: 3 heads x 197 tokens) run bands of query rows in parallel on the CPU pool.
+    With `heads` (passes/attention_heads.py) q, k, v are [B, S, C] tensors, each read at its `columns` and split
+    into that many heads (numpy views), and the result is [B, S, H*Dv]."""
     q, k, v = inputs[0], inputs[1], inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
+    heads = op.params.get("heads")
+    if heads:
+        q, k, v = (split_heads(x, op.params.get("columns"), i, heads) for i, x in enumerate((q, k, v)))
+        out = _attention_rows(op, q, k, v, mask)
+        b, h, s, dv = out.shape
+        return [np.ascontiguousarray(out.transpose(0, 2, 1, 3)).reshape(b, s, h * dv)]
+    return [_attention_rows(op, q, k, v, mask)]
+
+
+def split_heads(x, columns, i, heads):
+    """Operand i of a heads-mode Attention: columns [columns[2i], columns[2i+1]) of x [B, S, C] as [B, H, S, D]
+    (a view)."""
+    x = np.asarray(x)
+    a, b = (columns[2 * i], columns[2 * i + 1]) if columns else (0, x.shape[-1])
+    part = x[..., a:b]
+    return part.reshape(x.shape[0], x.shape[1], heads, (b - a) // heads).transpose(0, 2, 1, 3)
+
+
+def _attention_rows(op, q, k, v, mask):
     rows = q.shape[-2] if q.ndim >= 2 else 0
     if rows >= 32 and q.size * (k.shape[-1] if not op.params.get("transpose_k", True) else k.shape[-2]) * 2 \
             >= PARALLEL_MIN_MACS:
@@ -159,8 +180,8 @@ def attention(op, inputs):
             def band(r):
                 mb = mask[..., r[0]:r[1], :] if m_rows else mask
                 return _attention(op, q[..., r[0]:r[1], :], k, v, mb)
-            return [np.concatenate(threads.parallel_for(band, threads.split(rows, parts)), axis=-2)]
-    return [_attention(op, q, k, v, mask)]
+            return np.concatenate(threads.parallel_for(band, threads.split(rows, parts)), axis=-2)
+    return _attention(op, q, k, v, mask)
 
 
 def _attention(op, q, k, v, mask):

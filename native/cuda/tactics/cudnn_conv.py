@@ -55,6 +55,8 @@ def release():
     it the objects outlive the frontend's module at interpreter exit and nanobind prints dozens of "leaked
     instances / types / functions" lines on stderr. Safe to call any time (the next conv builds afresh)."""
     import gc
+    from native.cuda.tactics import attention
+    attention.release()    # its SDPA graphs use these handles too
     with _LOCK:
         _GRAPHS.clear()
         _DECIDED.clear()

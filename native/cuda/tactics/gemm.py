@@ -1,5 +1,6 @@
 """cuBLAS GEMMs (through nvmath-python's bindings): MatrixMultiply in FP32 (TF32 when the layer's math says so) and
-FP16 (tensor cores, FP32 accumulation), and fused attention (two batched GEMMs around a scaled, masked softmax).
+FP16 (tensor cores, FP32 accumulation). Attention's cuBLAS tactic (two batched GEMMs around a scaled, masked
+softmax) lives in attention.py beside cuDNN's SDPA.
 
 Row-major C[M,N] = A[M,K] @ B[K,N] is computed as the column-major product C^T = B^T A^T, batched with strides
 (stride 0 for a side whose batch dims are absent or all 1)."""
@@ -10,7 +11,7 @@ import numpy as np
 from native.cuda.array import GpuArray
 from native.cuda.availability import missing
 from native.cuda.driver import CudaError, context
-from native.cuda.tactics.common import FLOAT_STORAGE, on_device, out_array, storage, suffix, weight
+from native.cuda.tactics.common import FLOAT_STORAGE, on_device, out_array, storage, weight
 from native.cuda.tactics.epilogue import epilogue
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
@@ -128,54 +129,3 @@ class CublasMatMul(Tactic):
         y = matmul(a, b, bool(op.params.get("transpose_a")), bool(op.params.get("transpose_b")),
                    tf32=(op.math == "tf32"), outputs=outputs)
         return [epilogue(y, op, inputs)]
-
-
-@register_tactic
-class CublasAttention(Tactic):
-    """softmax(q @ k' * scale + mask) @ v: scores in FP32 from one batched GEMM, a row kernel for scale, additive
-    mask and softmax (fully masked rows -> 0 with nan_to_zero), then a batched GEMM with v."""
-
-    kind, name, device = "Attention", "cublas-softmax", "cuda"
-    writes_outputs = True   # outputs through out_array: the engine's arena views
-    precisions = ("float32", "float16", "bfloat16")
-    input_dtypes, dtype_inputs = FLOAT_STORAGE, (0,)   # the data input: float kernels (refused at build)
-
-    def supports(self, op, input_shapes):
-        if missing("cublas"):
-            return missing("cublas")
-        if op.params.get("mask_kind", "add") not in ("add", "none"):
-            return f"mask kind {op.params.get('mask_kind')} runs on the host"
-        if input_shapes and all(s is not None for s in input_shapes[:3]):
-            q, k, v = (tuple(s) for s in input_shapes[:3])
-            if len(q) < 2 or q[:-2] != k[:-2] or q[:-2] != v[:-2]:
-                return "q, k, v with different batch dims run on the host"
-        if op.params.get("softmax_axis", -1) not in (-1, None):
-            return "softmax over another axis runs on the host"
-        return None
-
-    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cuda.tactics.pointwise import broadcast_params, launch_softmax
-        q, k, v = (on_device(x) for x in inputs[:3])
-        mask = on_device(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
-        if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2]:
-            raise TacticRefusal("q, k, v with different batch dims run on the host")
-        p = op.params
-        scores = matmul(q, k, False, bool(p.get("transpose_k", True)), tf32=(op.math == "tf32"),
-                        out_dtype=np.float32)
-        scale = p.get("scale")
-        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-        rows, cols = scores.size // max(scores.shape[-1], 1), scores.shape[-1]
-        probs = GpuArray(scores.shape, q.dtype)
-        if mask is not None and p.get("mask_kind", "add") != "none":
-            if mask.dtype != np.float32:
-                from native.cuda.tactics.tensor import cast
-                mask = cast(mask, np.float32)
-            ms = broadcast_params(scores.shape, scores.shape, mask.shape)
-            mptr = mask.ptr
-        else:
-            ms, mptr = np.zeros(26, np.int64), 0
-        launch_softmax("attn_softmax" + suffix(q.dtype), rows, cols,
-                       [np.uint64(probs.ptr), np.uint64(scores.ptr), np.int64(rows), np.int64(cols), np.float32(scale),
-                        np.uint64(mptr), ms, np.int32(1 if p.get("nan_to_zero") else 0)])
-        del scores
-        return [matmul(probs, v, tf32=(op.math == "tf32"), outputs=outputs)]

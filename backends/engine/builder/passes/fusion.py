@@ -7,6 +7,7 @@ Each pass is `f(graph, config, logger) -> rewrites`; matches are logged at verbo
 """
 from __future__ import annotations
 
+from backends.engine.builder.passes.attention_heads import fold_attention_heads
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.fusion_epilogue import fold_conv_scale, fuse_epilogues
 from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
@@ -33,6 +34,7 @@ PASSES = [
     ("shortcut convs into their residual conv", merge_shortcut_convs),
     ("pointwise chains", fuse_pointwise),
     ("reshape/transpose merging", merge_reshape_transpose),
+    ("attention heads as strides", fold_attention_heads),
 ]
 
 
