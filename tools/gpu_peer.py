@@ -54,7 +54,14 @@ def cuda_graph_peer(torch, module, inputs):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         module(*static)
-    return graph.replay
+
+    def replay():
+        graph.replay()
+    # the graph reads its inputs from `static` at every replay: they must outlive it (freed, their blocks went back
+    # to PyTorch's caching allocator and later tensors overwrote the captured input ids: a device-side assert in
+    # the embedding gather, 2026-11-28)
+    replay.static = static
+    return replay
 
 
 def alternating(contenders: dict, rounds: int, sync) -> dict:
