@@ -18,6 +18,7 @@ class CudaDevice(Device):
     host_memory = False
     prefers_nhwc = True          # the layout pass runs convolution regions channels-last (cuDNN's fast path)
     chooses_by_timing = True     # NHWC regions and per-layer precision by timing (builder/timed_choice.py)
+    fuses_gemm_residual = True   # cuBLASLt adds a residual as its C (beta = 1): no add kernel after the GEMM
     attention_heads_as_strides = True   # cuDNN's SDPA reads the strides (cublas-softmax copies the heads itself)
     merges_shortcut_convs = False  # cuDNN fuses the residual add instead (fusion_shortcut.py's merge is CPU GEMM)
     supports_graphs = True

@@ -315,3 +315,22 @@ def test_bypass_keeps_the_view_maps_as_a_full_refresh_would():
     assert {k: [n.name for n in v] for k, v in view.cons.items()} == \
         {k: [n.name for n in v] for k, v in fresh.cons.items()}
     assert [n.name for n in view.cons["t0"]] == ["m", "m", "s", "s"]
+
+
+@pytest.mark.parametrize("gemm_residual", [False, True])
+def test_gemm_residual_add_fuses_only_where_the_device_adds_it_in_the_gemm(monkeypatch, gemm_residual):
+    """x @ W + b + x: the residual becomes the GEMM's post-op on a device that fuses it (CUDA: cuBLASLt's C), and
+    stays an ElementWise layer elsewhere; the values agree either way."""
+    from native.device import get_device
+    monkeypatch.setattr(type(get_device("cpu")), "fuses_gemm_residual", gemm_residual)
+    wm = RNG.standard_normal((16, 16)).astype(np.float32)
+    bias = RNG.standard_normal(16).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "wm"], ["mm"], name="mm"),
+             helper.make_node("Add", ["mm", "bias"], ["a"], name="bias_add"),
+             helper.make_node("Add", ["a", "x"], ["y"], name="residual")]
+    m = model(nodes, [("x", [2, 5, 16])], ["y"], [const("wm", wm), const("bias", bias)])
+    fused, _ = _compare(m, {"x": RNG.standard_normal((2, 5, 16)).astype(np.float32)})
+    mm = [n for n in fused.nodes if n.kind == "MatrixMultiply"][0]
+    steps = [s["op"] for s in mm.params.get("post_ops") or []]
+    assert steps == (["bias", "add"] if gemm_residual else ["bias"])
+    assert ("ElementWise" in kinds(fused)) is not gemm_residual

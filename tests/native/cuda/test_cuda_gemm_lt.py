@@ -112,3 +112,28 @@ def test_engines_pick_cublaslt_algorithms_by_timing(tmp_path, flags):
     assert all(not n.tactic_name.startswith("host:") for n in mm), [n.tactic_name for n in mm]
     timed = mm[0].meta.get("timings_ms") or {}
     assert any(str(k).startswith("cublaslt-algo-") for k in timed), timed   # the algorithm list was timed
+
+
+def test_engine_gemm_takes_its_residual_as_c(tmp_path):
+    """x @ W + b + x built FP16 on the GPU: the residual add is the GEMM's post-op (no ElementWise layer), run by a
+    cuBLASLt algorithm, and the engine matches the CPU engine."""
+    from backends.runners import EngineRunner
+    rng = np.random.default_rng(31)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32) / 8, "w")
+    b = numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"),
+             helper.make_node("Add", ["mm", "b"], ["a"], name="bias_add"),
+             helper.make_node("Add", ["a", "x"], ["y"], name="residual")]
+    g = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32, 64])], [w, b])
+    path = tmp_path / "res.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    x = rng.standard_normal((4, 32, 64)).astype(np.float32)
+    with EngineRunner(str(path), device="cuda", flags=("fp16",)) as gpu, EngineRunner(str(path)) as cpu:
+        y, ref = gpu.infer({"x": x})["y"], cpu.infer({"x": x})["y"]
+        nodes = [(n.kind, n.tactic_name, [s["op"] for s in n.params.get("post_ops") or []])
+                 for n in gpu.engine.graph.nodes if n.kind != "Constant"]
+    assert [k for k, _, _ in nodes if k not in ("Reformat", "Cast")] == ["MatrixMultiply"], nodes
+    mm = next(n for n in nodes if n[0] == "MatrixMultiply")
+    assert mm[2] == ["bias", "add"], nodes
+    np.testing.assert_allclose(y, ref, rtol=2e-2, atol=2e-2)

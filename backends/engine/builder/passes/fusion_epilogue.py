@@ -173,6 +173,13 @@ def _same_shape(view, a, b) -> bool:
     return sa is not None and sa == sb and view.dtype(a) == view.dtype(b)
 
 
+def _takes_residual(node, config) -> bool:
+    """Whether a residual add fuses into `node`: convolutions everywhere; GEMMs where the device adds it in the
+    GEMM itself (`Device.fuses_gemm_residual`: cuBLASLt's C with beta = 1), so the add is no layer of its own."""
+    return node.kind == "Convolution" or (
+        node.kind == "MatrixMultiply" and getattr(getattr(config, "device", None), "fuses_gemm_residual", False))
+
+
 def fuse_epilogues(graph, config, logger) -> int:
     """Conv/Deconv/MatMul followed by bias add, activation, residual add: appended to params['post_ops']."""
     view, count = View(graph), 0
@@ -198,7 +205,7 @@ def fuse_epilogues(graph, config, logger) -> int:
                     key = f"post_bias_{len(post)}"
                     node.weights = dict(node.weights, **{key: vec.astype(np.dtype(view.dtype(t)))})
                     step = {"op": "bias", "weight": key, "axis": axis}
-                elif view.const(o) is None and node.kind == "Convolution" and _same_shape(view, o, t) and \
+                elif view.const(o) is None and _takes_residual(node, config) and _same_shape(view, o, t) and \
                         nxt.outputs[0] not in view.ins:
                     ar = NORMAL_ARITY[node.kind]
                     inputs = list(node.inputs) + [None] * (ar - len(node.inputs)) if len(node.inputs) < ar \
