@@ -17,7 +17,11 @@ from native.cuda.array import GpuArray
 from native.cuda.availability import has_library, missing
 from native.cuda.diagnostics import captured_stderr
 from native.cuda.driver import CudaError
-from native.cuda.tactics.common import FLOAT_STORAGE, cast, on_device, out_array, storage
+from native.cuda.tactics.common import FLOAT_STORAGE, bcast_strides, cast, on_device, out_array, storage, suffix
+from native.cuda.tactics.cudnn_conv import handle, on_release, report
+from native.cuda.tactics.gemm import matmul
+from native.cuda.tactics.pointwise import broadcast_params, launch_softmax
+from native.cuda.tactics.tensor import strided_copy
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 _LOCK = threading.Lock()
@@ -213,7 +217,6 @@ class CudnnSdpaAttention(Tactic):
         return known or None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cuda.tactics.cudnn_conv import handle
         q, k, v = (on_device(x) for x in inputs[:3])
         dtype = storage(op)
         if {np.dtype(x.dtype).name for x in (q, k, v)} != {dtype.name}:
@@ -241,7 +244,6 @@ class CudnnSdpaAttention(Tactic):
 def _graph(key, layout, dtype, scale) -> SdpaGraph:
     """The built graph for `key`: the mask broadcast by strides, or, where cuDNN wants a dense bias, expanded over
     the query rows into a buffer per execution (`SdpaGraph.expand`). TacticRefusal when cuDNN builds neither."""
-    from native.cuda.tactics.cudnn_conv import handle
     with _LOCK:
         g = _GRAPHS.get(key)
         if g is not None:
@@ -261,16 +263,13 @@ def _graph(key, layout, dtype, scale) -> SdpaGraph:
         if g is None:
             raise TacticRefusal(f"cuDNN has no SDPA engine for this attention: {why}")
         if said:
-            from native.cuda.tactics.cudnn_conv import _report
-            _report("attention", "cudnn-sdpa", said)
+            report("attention", "cudnn-sdpa", said)
         _GRAPHS[key] = g
         return g
 
 
 def _expanded_mask(mask: GpuArray, dims) -> GpuArray:
     """The mask as a dense [B|1, H|1, S, Sk] bias (one strided copy; broadcast dims read with stride 0)."""
-    from native.cuda.tactics.common import bcast_strides
-    from native.cuda.tactics.tensor import strided_copy
     out = GpuArray(tuple(dims), mask.dtype)
     shape = (1,) * (4 - mask.ndim) + tuple(mask.shape)
     strided_copy(mask, 0, bcast_strides(dims, shape), dims, out)
@@ -279,7 +278,6 @@ def _expanded_mask(mask: GpuArray, dims) -> GpuArray:
 
 def split_heads(x: GpuArray, columns, i: int, heads: int) -> GpuArray:
     """Operand i of a heads-mode Attention as a contiguous [B, H, S, D] copy (for cublas-softmax)."""
-    from native.cuda.tactics.tensor import strided_copy
     b, s, c = x.shape
     a, e = (columns[2 * i], columns[2 * i + 1]) if columns else (0, c)
     d = (e - a) // heads
@@ -290,7 +288,6 @@ def split_heads(x: GpuArray, columns, i: int, heads: int) -> GpuArray:
 
 def merge_heads(y: GpuArray, outputs) -> GpuArray:
     """[B, H, S, Dv] -> [B, S, H*Dv] (one strided copy into the planned output)."""
-    from native.cuda.tactics.tensor import strided_copy
     b, h, s, dv = y.shape
     out = out_array(outputs, 0, (b, s, h * dv), y.dtype)
     strided_copy(y, 0, [h * s * dv, dv, s * dv, 1], (b, s, h, dv), out)
@@ -325,9 +322,6 @@ class CublasAttention(Tactic):
         return None
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        from native.cuda.tactics.gemm import matmul
-        from native.cuda.tactics.pointwise import broadcast_params, launch_softmax
-        from native.cuda.tactics.common import suffix
         q, k, v = (on_device(x) for x in inputs[:3])
         mask = on_device(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
         p = op.params
@@ -359,7 +353,10 @@ class CublasAttention(Tactic):
 
 
 def release():
-    """Drop the SDPA graphs and decisions (before cuDNN's handles go: cudnn_conv.release)."""
+    """Drop the SDPA graphs and decisions (before cuDNN's handles go: cudnn_conv.release calls it)."""
     with _LOCK:
         _GRAPHS.clear()
         _DECIDED.clear()
+
+
+on_release(release)

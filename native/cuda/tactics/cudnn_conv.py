@@ -49,14 +49,22 @@ def handle():
     return h
 
 
+_RELEASERS: list = []
+
+
+def on_release(fn):
+    """Have release() call `fn` first: a module whose cuDNN graphs use these handles drops them with it."""
+    _RELEASERS.append(fn)
+
+
 def release():
     """Drop every cuDNN graph, decision and handle this process made, then typing's caches (they keep the
     frontend's annotated nanobind functions and types alive). Registered with atexit at the first handle: without
     it the objects outlive the frontend's module at interpreter exit and nanobind prints dozens of "leaked
     instances / types / functions" lines on stderr. Safe to call any time (the next conv builds afresh)."""
     import gc
-    from native.cuda.tactics import attention
-    attention.release()    # its SDPA graphs use these handles too
+    for fn in _RELEASERS:    # other users of these handles (attention.py's SDPA graphs) drop theirs first
+        fn()
     with _LOCK:
         _GRAPHS.clear()
         _DECIDED.clear()
@@ -353,7 +361,7 @@ class _CudnnConv(Tactic):
                 g.plan(self.index)     # TacticRefusal when cuDNN has no plan of this index
         finally:
             if said:
-                _report(op.name, self.name, said)
+                report(op.name, self.name, said)
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = on_device(inputs[0])
@@ -388,7 +396,7 @@ class _CudnnConv(Tactic):
 _REPORTED: set = set()
 
 
-def _report(layer, tactic, lines):
+def report(layer, tactic, lines):
     """One verbose line per layer and tactic for cuDNN's diagnostics (they are never printed raw)."""
     if (layer, tactic) in _REPORTED:
         return
