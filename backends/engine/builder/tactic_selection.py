@@ -167,23 +167,28 @@ class _Said(set):
 
 
 def measure(node, cands, inputs, config, device, cache, prep=None) -> dict:
-    """{tactic id: ms} of `cands` running `node` on `inputs`: from `cache` when it holds every candidate (keyed
-    by device, kind, params, weight and input shapes/dtypes and precision), else timed on the device and stored.
-    Tactic selection and the choices made by timing (precision, layout: builder/timed_choice.py) share it, so a
-    layer variant timed for one is not timed again for the other."""
+    """{tactic id: ms} of `cands` running `node` on `inputs`: what `cache` holds (keyed by device, kind, params,
+    weight and input shapes/dtypes and precision), and the rest timed on the device and stored. The device's
+    preferred tactics are timed first; the others (host layers on a GPU) only when none of those runs. Only what
+    the cache lacks is timed, so a rebuild with the cache times nothing and a new candidate (a user tactic) is
+    timed alone. Tactic selection and the choices made by timing (precision, layout: builder/timed_choice.py)
+    share it, so a layer variant timed for one is not timed again for the other."""
     use_cache = not config.get_flag("disable_timing_cache")
     key = _key(node, inputs, device)
-    cached = cache.get(key) if use_cache else None
-    if cached and all(str(t.id) in cached for t in cands):   # a new candidate (user tactic) is timed
-        return {int(k): v for k, v in cached.items() if v >= 0}
-    # the device's preferred tactics first; the rest (host layers on a GPU) only when none of those runs
+    cached = (cache.get(key) if use_cache else None) or {}
+    timings = {t.id: cached[str(t.id)] for t in cands if cached.get(str(t.id), -1.0) >= 0}
     first = get_device(device).preferred(cands) or cands
-    timings = time_candidates(node, first, inputs, config.avg_timing_iterations, device, prep)
-    if not timings and len(first) < len(cands):
-        rest = [t for t in cands if t not in first]
-        timings = time_candidates(node, rest, inputs, config.avg_timing_iterations, device, prep)
-    if use_cache and timings:   # a candidate that failed to run is remembered as -1 (not retried)
-        cache.put(key, {**(cached or {}), **{str(t.id): timings.get(t.id, -1.0) for t in cands}})
+    tried = {}
+    for group in (first, [t for t in cands if t not in first]):
+        if group is not first and any(t.id in timings for t in first):
+            break     # a preferred tactic runs: the rest are not timed
+        todo = [t for t in group if str(t.id) not in cached]
+        if todo:
+            got = time_candidates(node, todo, inputs, config.avg_timing_iterations, device, prep)
+            timings.update(got)
+            tried.update({str(t.id): got.get(t.id, -1.0) for t in todo})   # a failure is remembered as -1
+    if use_cache and tried:
+        cache.put(key, {**cached, **tried})
     return timings
 
 

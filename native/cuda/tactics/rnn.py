@@ -60,7 +60,13 @@ class GpuLstm(Tactic):
         if c0 is None:
             ctx.memset0(yc.ptr, yc.nbytes)
         else:
-            ctx.copy(yc.ptr, on_device(c0).ptr, yc.nbytes)
+            # held until the copy is enqueued: a host initial state (an FP16 build's constant) is uploaded to a
+            # temporary whose memory must outlive the asynchronous copy's enqueue (silero_vad_sequence --fp16)
+            c0d = on_device(c0)
+            if c0d.nbytes != yc.nbytes:
+                raise ValueError(f"initial cell state of shape {tuple(c0d.shape)} does not match the LSTM's "
+                                 f"(1, {batch}, {hidden})")
+            ctx.copy(yc.ptr, c0d.ptr, yc.nbytes)
         h = on_device(h0).reshape((batch, hidden)) if h0 is not None else None
         if h is None:
             h = GpuArray((batch, hidden), np.float32)
