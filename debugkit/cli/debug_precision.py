@@ -147,7 +147,7 @@ def run(args) -> int:
             elif args.mode == "minimal":
                 t_rank = time.perf_counter()
                 rows, rank_builds = _ranking(P, sub, layers, low_values, args, ex, search_id, calib, bar, opts.build,
-                                             log)
+                                             log, cache=probe_fn.timing_cache())
                 rank_s = time.perf_counter() - t_rank
                 answer = peel([r["layer"] for r in rows], prober)
                 answer.sort(key=layers.index)
@@ -294,9 +294,11 @@ def _work_bound(mode: str, n_layers: int, workers: int, answer_guess: int = 8) -
 RANKING = {"ranking": "layer sensitivity"}   # the probe log's record of the ranking (so --resume skips it)
 
 
-def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=None, build=None, log=None):
+def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=None, build=None, log=None,
+             cache=None):
     """The layerwise low-precision values + one run per layer alone (independent: on the executor). Recorded in
-    the probe log, so a resumed search reuses it instead of ranking again. Returns (rows, engines built)."""
+    the probe log, so a resumed search reuses it instead of ranking again. Returns (rows, engines built). `cache`:
+    the search's TimingCache, which the layers alone share when they are built in this process."""
     rec = log.lookup(RANKING) if log is not None else None
     if rec is not None and isinstance(rec.get("result"), list) and \
             [r.get("layer") for r in sorted(rec["result"], key=lambda r: r.get("order", 0))] == list(layers):
@@ -312,6 +314,7 @@ def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=No
         alone_fn.ship(sub)
     t0 = time.perf_counter()
     if type(ex).__name__ == "InlineExecutor":   # one engine for every layer alone (LayerAloneProbe.many)
+        alone_fn.shared_cache = cache
         alone = dict(zip(layers, alone_fn.many(layers)))
         builds = alone_fn.builds
         if bar:

@@ -89,6 +89,12 @@ def _precision_replayer(doc):
         def report_algorithms(self, contexts, choices):
             return None
 
+        @property
+        def memo_token(self):
+            """Its answer depends on the document alone (nothing is reported, staleness is not enforced), so a
+            search's builds may reuse each other's per-layer selections (builder/selection_memo.py)."""
+            return ("precision-replay", id(self.doc))
+
     return PrecisionReplayer(doc, strict=False, source="the base build's tactics")
 
 
@@ -282,10 +288,20 @@ class LayerAloneProbe(ReduceProbe):
                                                               load_tactics=None, save_tactics=None)
         self.calib = None if calib is None else {**calib, "cache": None}   # its own tensors: calibrated afresh
         self.builds = 0   # engines built by this process's calls (`many` builds one for many layers)
+        self.shared_cache = None   # the search's own TimingCache, when the layers alone are built in its process
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["shared_cache"] = None
+        return state
 
     def timing_cache(self):
         """One TimingCache for every layer-alone build in this process (per worker, by its key): the repeated
-        blocks of a model (the same kind, params and shapes) are timed and packed once."""
+        blocks of a model (the same kind, params and shapes) are timed and packed once. In the search's own
+        process, the probes' cache (`shared_cache`): the base build has timed and packed most layer variants in
+        the low precision already, so a layer alone gets the tactic it has in the engine without timing it again."""
+        if self.shared_cache is not None:
+            return self.shared_cache
         from debugkit.debug.executor import WorkerCache
 
         def make():
@@ -314,7 +330,6 @@ class LayerAloneProbe(ReduceProbe):
         of one per layer: a 166-layer bert_mini ranked in one build instead of 166. Falls back to one build per
         layer when the combined engine cannot be built or run (a layer alone that fails scores 0, as before),
         for layers with subgraph bodies (their outer names cannot be renamed safely), and with calibration."""
-        from backends.runners import EngineRunner
         from native.errors import DebugkitError
         from native.logger import G_LOGGER
         labels = list(labels)
@@ -327,8 +342,7 @@ class LayerAloneProbe(ReduceProbe):
             self.builds += 1
             config = make_config(self.low, "fp32", (), self.extra_flags, feeds=feeds,
                                  timing_cache=self.timing_cache(), base=self.build)
-            with EngineRunner(model, config=config) as r:
-                out = r.infer(feeds)
+            out = _engine_run(model, feeds, config)
         except DebugkitError as e:
             G_LOGGER.verbose(f"layers alone side by side failed ({str(e).splitlines()[0][:160]}); one build per "
                              f"layer")
@@ -386,6 +400,21 @@ class LayerAloneProbe(ReduceProbe):
         model.ir_version = first.ir_version
         model.functions.extend(first.functions)
         return model, feeds, expected, alone
+
+
+def _engine_run(model, feeds, config) -> dict:
+    """Build `model` (an ONNX ModelProto) at the feeds' shapes and run it once on them: the engine is made from the
+    built graph (no plan bytes written and read back, no source-model hash), as a probe's is."""
+    from backends.engine import Runtime
+    from backends.engine.build import parse_onnx, profile_from_shapes
+    from backends.engine.builder import Builder
+    net, _ = parse_onnx(model)
+    profile = profile_from_shapes(net, {k: tuple(np.shape(v)) for k, v in feeds.items()}, None)
+    if profile is not None and not config.profiles:
+        config.add_optimization_profile(profile)
+    graph = Builder().build_graph(net, config)
+    context = Runtime().engine_from_graph(graph, config).create_execution_context()
+    return context.execute({k: np.asarray(v) for k, v in feeds.items()})
 
 
 def candidate_layers(sub: Subgraphs) -> list:

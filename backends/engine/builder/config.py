@@ -63,6 +63,7 @@ class TimingCache:
     def __init__(self, entries=None):
         self.entries: dict[str, dict] = dict(entries or {})
         self.prepared = None   # tactic preparations reused across builds (builder/prep_cache.py)
+        self.selections = None   # per-layer tactic selection reused across builds (builder/selection_memo.py)
         self.hits = 0
         self.misses = 0
 

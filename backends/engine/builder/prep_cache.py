@@ -100,14 +100,18 @@ class PrepCache:
         self.hits = 0
         self.misses = 0
         self.path = None
+        self.last_key = None
 
     def prepare(self, device, tactic, op, *, final=True) -> dict:
-        """device.prepare(tactic, op), from the cache when this exact preparation was made before."""
+        """device.prepare(tactic, op), from the cache when this exact preparation was made before. `last_key` is
+        the entry's key (None: not cached), for a caller that replays this preparation (selection_memo.py)."""
+        self.last_key = None
         if not worth_caching(tactic, op):
             return device.prepare(tactic, op)
         key = prep_key(device.name, tactic, op)
         if not key:
             return device.prepare(tactic, op)
+        self.last_key = key
         entry = self.entries.get(key)
         if entry is not None and self._verified(key, entry):
             self.hits += 1
@@ -125,6 +129,7 @@ class PrepCache:
                 names.append([name, "new"])
                 arrays[name] = v
             else:
+                self.last_key = None
                 return prepared   # a device buffer or object data: not cached
         self.entries[key] = {"names": names, "arrays": arrays, "verified": True}
         self.added.add(key)

@@ -225,11 +225,27 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None, bod
         if _said is None:
             prep.start_build()
     selector = config.algorithm_selector
+    # the layers an earlier build of this timing cache selected for, unchanged, are copied (selection_memo.py)
+    memo, build_key = None, None
+    if prep is not None and _said is None:
+        from backends.engine.builder.selection_memo import SelectionMemo
+        build_key = SelectionMemo.build_key(config, device, selector)
+        if build_key is not None:
+            if getattr(cache, "selections", None) is None:
+                cache.selections = SelectionMemo()
+            memo = cache.selections
     reports = []
     from native.progress import progress  # a bar on a terminal while layers are timed; silent otherwise
     for node in (progress(graph.nodes, desc="timing tactics", unit="layer") if _said is None else graph.nodes):
-        inputs = [env.get(i) if (env is not None and i is not None) else None for i in node.inputs]
         have_inputs = env is not None and all(i is None or i in env for i in node.inputs)
+        key = memo.key(build_key, node, env, have_inputs) if memo is not None else None
+        hit = memo.get(key) if key is not None else None
+        if hit is not None:
+            reports.append(memo.apply(hit, node))
+            if hit["prep_key"]:
+                prep.used.add(hit["prep_key"])
+            continue
+        inputs = [env.get(i) if (env is not None and i is not None) else None for i in node.inputs]
         # what the runtime will hand the tactic: shapes and storage types (from the timing run, else the graph's
         # recorded tensor info), so a tactic that cannot take them is no candidate (build decides, runtime obeys)
         shapes = LayerContext.of(inputs) if have_inputs else _recorded_context(graph, node)
@@ -260,6 +276,8 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None, bod
         node.weights = prep.prepare(get_device(device), chosen, node_op(node)) if prep is not None else \
             get_device(device).prepare(chosen, node_op(node))
         reports.append((context, algorithm(chosen, node_op(node), context, timings.get(chosen.id))))
+        if key is not None:
+            memo.put(key, node, reports[-1], prep.last_key)
         for sub in node.subgraphs.values():
             reports += select_tactics(sub, (body_envs or {}).get(id(sub)), config, chosen.subgraph_device or device,
                                       said, body_envs=body_envs)

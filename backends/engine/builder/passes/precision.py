@@ -444,8 +444,7 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
         t = readers.pop() if len(readers) == 1 and name not in subgraph_reads else "float32"
         storage[name] = t
         if t != "float32":
-            from native.numerics import to_storage
-            node.weights = dict(node.weights, value=to_storage(node.weights["value"], t))
+            node.weights = dict(node.weights, value=_constant_in(node.weights["value"], t, ctx))
             node.precision = as_precision(t)
     # 4. reformats before readers that expect another type, and before network outputs
     inserted, made = 0, {}
@@ -479,6 +478,23 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
     _log_summary(graph, enabled, inserted, logger)
     _log_int8(graph, logger)
     return inserted
+
+
+def _constant_in(value, storage, ctx):
+    """A constant's value stored in `storage`. The builds of one network (a search's probes) share the cast: the
+    same array comes back for the same value, so the next build sees an unchanged layer (builder/selection_memo.py)
+    and does not cast it again."""
+    from native.numerics import to_storage
+    network = ctx.state.get("network") if ctx is not None else None
+    if network is None:
+        return to_storage(value, storage)
+    memo = network.__dict__.setdefault("_stored_constants", {})
+    hit = memo.get((id(value), storage))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    out = to_storage(value, storage)
+    memo[(id(value), storage)] = (value, out)   # the value kept alive: its id is not reused while memoised
+    return out
 
 
 def _log_int8(graph, logger):
