@@ -167,8 +167,10 @@ class PrecisionProbe:
             from backends.engine.build import parse_onnx, source_model_record
 
             def parse():
-                net, _ = parse_onnx(self.model_source())
+                from backends.runners.model import markable_onnx_tensors
+                net, parser = parse_onnx(self.model_source())
                 net.source_model = source_model_record(self.model_source())
+                net.markable_tensors = markable_onnx_tensors(parser.model)   # what taps="all" may name
                 return net
             if self.model_key is not None:
                 from debugkit.debug.executor import WorkerCache
@@ -199,8 +201,8 @@ class PrecisionProbe:
         shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
         # --shape-profiles: a range instead of the feed's shape
         ranges = {k: v for k, v in self.build.shape_ranges().items() if k in shapes} if self.build else {}
-        if taps is None and self.calib is None:   # a probe: build from the parsed model, run the outputs
-            return self._probe_outputs(config, shapes, ranges)
+        if taps in (None, "all") and self.calib is None:   # build from the parsed model (the base build too)
+            return self._probe_outputs(config, shapes, ranges, taps)
         with EngineRunner(self.model_source(), shapes={**shapes, **ranges}, config=config, device=self.device) as r:
             if taps == "all":
                 taps = r.observable_tensors()
@@ -210,7 +212,9 @@ class PrecisionProbe:
                               "run_s": round(time.perf_counter() - t0, 4)}
             return out
 
-    def _probe_outputs(self, config, shapes, ranges=None) -> dict:
+    def _probe_outputs(self, config, shapes, ranges=None, taps=None) -> dict:
+        """Outputs (and with taps="all" every tensor the engine computes at a layer boundary) of an engine built
+        from the parsed model: the passes before fusion once per search, no plan bytes."""
         import time
 
         from backends.engine import Runtime
@@ -224,9 +228,13 @@ class PrecisionProbe:
             config.add_optimization_profile(profile)
         # the passes before fusion run once per search (prefix_memo); no plan bytes: the engine runs the graph
         graph = Builder().build_graph(net, config, prefix_memo=self._prefix)
-        context = Runtime().engine_from_graph(graph, config).create_execution_context()
+        engine = Runtime().engine_from_graph(graph, config)
+        context = engine.create_execution_context()
+        if taps == "all":   # as EngineRunner.observable_tensors: ONNX tensors the engine computes, not its inputs
+            known, aliases, inputs = set(engine.tensor_names()), engine.graph.aliases, set(engine.graph.input_names)
+            taps = [t for t in net.markable_tensors if aliases.get(t, t) in known and aliases.get(t, t) not in inputs]
         t1 = time.perf_counter()
-        out = context.execute({k: np.asarray(v) for k, v in self.feeds.items()})
+        out = context.execute({k: np.asarray(v) for k, v in self.feeds.items()}, taps=taps or ())
         self.last_cost = {"build_s": round(t1 - t0, 4), "run_s": round(time.perf_counter() - t1, 4)}
         return out
 

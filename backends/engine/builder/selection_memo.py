@@ -28,29 +28,32 @@ class _Unkeyable(Exception):
     pass
 
 
-_SCALARS = (str, int, float, bool, type(None), bytes)
+_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
 # meta keys tactic selection writes (outputs, not inputs of the choice)
 _OUTPUT_META = frozenset({"timings_ms", "workspace_bytes"})
 
 
 def _fp(v, keep):
-    """A hashable description of `v` that differs whenever `v` could select differently (arrays by identity)."""
+    """A hashable description of `v` that differs whenever `v` could select differently: values with their types
+    (1, 1.0 and True differ), containers element by element, arrays by identity. Scalars inside containers are
+    described inline (this runs for every layer of every probe)."""
     t = type(v)
     if t in _SCALARS:
-        return (t.__name__, v)
+        return (t, v)
     if t is dict:
-        return ("d",) + tuple((_fp(k, keep), _fp(x, keep)) for k, x in v.items())
+        return (dict,) + tuple((type(k), k, type(x), x) if type(k) in _SCALARS and type(x) in _SCALARS
+                               else (_fp(k, keep), _fp(x, keep)) for k, x in v.items())
     if t is list or t is tuple:
-        return (t.__name__,) + tuple(_fp(x, keep) for x in v)
+        return (t,) + tuple((type(x), x) if type(x) in _SCALARS else _fp(x, keep) for x in v)
     if isinstance(v, np.ndarray):
         keep.append(v)
-        return ("nd", id(v))
+        return (np.ndarray, id(v))
     if isinstance(v, np.generic):
-        return ("np", v.dtype.str, v.item())
+        return (np.generic, v.dtype.str, v.item())
     if isinstance(v, enum.Enum):
-        return ("enum", t.__qualname__, v.value)
+        return (t, v.value)
     if isinstance(v, (set, frozenset)):
-        return ("set",) + tuple(sorted(repr(_fp(x, keep)) for x in v))
+        return (t,) + tuple(sorted(repr(_fp(x, keep)) for x in v))
     raise _Unkeyable(t.__name__)
 
 
