@@ -92,8 +92,16 @@ def _precision_replayer(doc):
         @property
         def memo_token(self):
             """Its answer depends on the document alone (nothing is reported, staleness is not enforced), so a
-            search's builds may reuse each other's per-layer selections (builder/selection_memo.py)."""
-            return ("precision-replay", id(self.doc))
+            search's builds may reuse each other's per-layer selections (builder/selection_memo.py). The document's
+            content, not its id: a worker unpickles a copy per task, and may serve another search later."""
+            if self._token is None:
+                import hashlib
+                import json
+                self._token = ("precision-replay", hashlib.sha1(json.dumps(
+                    self.doc.get("layers"), sort_keys=True, default=str).encode()).hexdigest())
+            return self._token
+
+        _token = None
 
     return PrecisionReplayer(doc, strict=False, source="the base build's tactics")
 

@@ -347,3 +347,18 @@ def test_search_builds_do_not_let_timing_raise_a_layers_precision():
         assert config.to_json()["precision_by_timing"] is False
     from backends.engine.builder import BuilderConfig
     assert BuilderConfig().precision_by_timing is True and "precision_by_timing" not in BuilderConfig().to_json()
+
+
+def test_probe_replayer_memo_token_is_the_documents_content():
+    """The base build's replay document identifies a probe selector's answers (selection_memo.py): equal content
+    gives the same token whatever the object (a worker unpickles a copy per task), other content another one."""
+    import copy
+
+    from debugkit.debug.precision import _precision_replayer
+    doc = {"format": "debugkit-tactic-replay", "version": 1, "device": "cpu", "model": {},
+           "layers": {"a": {"signature": "s1", "tactic_id": 1, "tactic": "x"}}}
+    same = _precision_replayer(copy.deepcopy(doc)).memo_token
+    assert _precision_replayer(doc).memo_token == same
+    other = copy.deepcopy(doc)
+    other["layers"]["a"]["tactic_id"] = 2
+    assert _precision_replayer(other).memo_token != same
