@@ -12,7 +12,8 @@ bit in tests/backends/test_selection_memo.py).
 Weight arrays are keyed by identity (a build shares them with the graph it copied; passes replace weights, never
 write into them) and kept alive by the memo, so an id is never reused for another array while its entry exists.
 A layer with a value the key cannot describe, subgraph bodies, or a selector that is not declared pure
-(`memo_token`) is selected afresh. The memo lives on the TimingCache the builds share (`TimingCache.selections`).
+(`memo_token`) is selected afresh; a device without host memory (CUDA: prepared weights are device buffers an
+engine may own), INT8 and DLA builds (their choices read tensor scales and placement) keep no memo. The memo lives on the TimingCache the builds share (`TimingCache.selections`).
 """
 from __future__ import annotations
 

@@ -226,8 +226,11 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None, bod
             prep.start_build()
     selector = config.algorithm_selector
     # the layers an earlier build of this timing cache selected for, unchanged, are copied (selection_memo.py)
+    # (host memory only: a GPU tactic's prepared weights are device buffers an engine may own and free; not for
+    # INT8 and DLA builds, whose choices also read tensor scales and placement the key does not hold)
     memo, build_key = None, None
-    if prep is not None and _said is None:
+    if prep is not None and _said is None and get_device(device).host_memory and \
+            not config.get_flag(BuilderFlag.INT8) and not config.uses_dla():
         from backends.engine.builder.selection_memo import SelectionMemo
         build_key = SelectionMemo.build_key(config, device, selector)
         if build_key is not None:
