@@ -113,3 +113,15 @@ def test_a_selector_without_a_memo_token_turns_the_memo_off(network):
     config.timing_cache = cache = TimingCache()
     Builder().build_graph(network, config)
     assert cache.selections is None
+
+
+def test_another_set_of_registered_tactics_is_another_build_key(monkeypatch):
+    """A tactics module loaded between two builds adds candidates: no layer selection is copied across."""
+    from native import tactics as T
+    before = SelectionMemo.build_key(BuilderConfig(), "cpu", None)
+    assert SelectionMemo.build_key(BuilderConfig(), "cpu", None) == before
+
+    class Extra(T.Tactic):
+        kind, name = "MemoTestKind", "extra"
+    monkeypatch.setitem(T._REGISTRY, ("cpu", "MemoTestKind"), [Extra()])
+    assert SelectionMemo.build_key(BuilderConfig(), "cpu", None) != before

@@ -91,8 +91,13 @@ class SelectionMemo:
         token = selector_token(selector)
         if token is None:
             return None
+        from native.tactics import registered_tactics
         cfg = {k: v for k, v in config.to_json().items() if k not in ("layer_precisions", "layer_output_types")}
-        return (json.dumps(cfg, sort_keys=True, default=str), str(device), token)
+        # the tactics registered now (a tactics module loaded, a kind's kernels loaded on first use): another set of
+        # candidates is another choice
+        tactics = tuple((t.kind, t.name, type(t).__module__, type(t).__qualname__, id(t))
+                        for t in registered_tactics(str(device)))
+        return (json.dumps(cfg, sort_keys=True, default=str), str(device), token, tactics)
 
     def key(self, build_key, node, env, have_inputs):
         if node.subgraphs:
