@@ -30,8 +30,6 @@ class _Unkeyable(Exception):
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None), bytes})
-# meta keys tactic selection writes (outputs, not inputs of the choice)
-_OUTPUT_META = frozenset({"timings_ms", "workspace_bytes"})
 
 
 def _fp(v, keep):
@@ -104,9 +102,8 @@ class SelectionMemo:
             return None
         keep = []
         try:
-            meta = {k: v for k, v in node.meta.items() if k not in _OUTPUT_META}
             k = (build_key, node.name, node.kind, _fp(node.params, keep), _fp(node.weights, keep),
-                 _fp(node.source_nodes, keep), node.precision, node.tactic_id, node.tactic_name, _fp(meta, keep),
+                 _fp(node.source_nodes, keep), node.precision, node.tactic_id, node.tactic_name, _fp(node.meta, keep),
                  tuple(_input_desc(env, i) for i in node.inputs), have_inputs)
             hash(k)
         except (_Unkeyable, TypeError):
