@@ -14,7 +14,6 @@ bookkeeping around them moved to compile time.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from backends.engine.runtime import arena
@@ -80,6 +79,9 @@ class CompiledPlan:
         self.steps = steps
         self.slot = slot
         self.n_slots = len(slot) + 1
+        self.template = [None] * self.n_slots   # the slots a run starts from: constants in place (one list copy)
+        for i, v in self.consts:
+            self.template[i] = v
         # what the caller gets back: outputs and taps (and constants, as the general loop returns them)
         self.returned = [(n, slot[n]) for n in dict.fromkeys(list(executor.graph.output_names) + sorted(keep)
                                                             + list(executor.consts)) if n in slot]
@@ -92,9 +94,7 @@ class CompiledPlan:
     def run(self, feeds: dict, parent_env=None, workspace=None, stream=None, profiler=None) -> dict | None:
         """Execute; returns {name: value} for outputs, taps and constants. None when a feed the graph needs is
         absent (the caller falls back to the general loop, which names what is missing)."""
-        slots = [None] * self.n_slots
-        for i, v in self.consts:
-            slots[i] = v
+        slots = self.template.copy()
         slot = self.slot
         for name, v in feeds.items():
             i = slot.get(name)
@@ -128,7 +128,7 @@ class CompiledPlan:
             if sub_outer is not None:
                 subs, names = sub_outer
                 env = {n: slots[i] for n, i in names}
-                op = dataclasses.replace(op, subgraphs={k: _bind(s, env) for k, s in subs.items()})
+                op = with_subgraphs(op, {k: _bind(s, env) for k, s in subs.items()})
             if bufs is not None:
                 if on_plan and _off_plan(args, shapes):
                     G_LOGGER.verbose(f"layer '{node.name}' reads shapes {[getattr(a, 'shape', None) for a in args]}"
@@ -181,6 +181,15 @@ def _off_plan(args, shapes) -> bool:
         if getattr(a, "shape", None) != s:
             return True
     return False
+
+
+def with_subgraphs(op, subgraphs):
+    """A copy of `op` whose `subgraphs` are these bound bodies (dataclasses.replace's result, without re-running
+    the dataclass __init__ per If / Loop call)."""
+    o = object.__new__(type(op))
+    o.__dict__.update(op.__dict__)
+    o.subgraphs = subgraphs
+    return o
 
 
 def _bind(executor, env):

@@ -8,12 +8,11 @@ absent, and layers that read them are reported to the hook as skipped.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from backends.engine.engine_graph import node_format, node_op  # noqa: F401  (node_op: callers import it from here)
 from backends.engine.runtime import arena, empty_batch
-from backends.engine.runtime.compiled import CompiledPlan
+from backends.engine.runtime.compiled import CompiledPlan, with_subgraphs
 from native.device import get_device
 from native.errors import BuildError, DebugkitError, ExecutionError
 from native.limits import check_size, default_limits
@@ -283,7 +282,7 @@ class GraphExecutor:
                 raise ExecutionError(f"layer '{node.name}' reads tensor {e.args[0]!r}, which no earlier layer or "
                                      f"input produced") from None
             if subs:
-                op = dataclasses.replace(op, subgraphs={k: _bind(s, env) for k, s in subs.items()})
+                op = with_subgraphs(op, {k: _bind(s, env) for k, s in subs.items()})
             buffers = None
             if planned is not None:
                 buffers = planned[i]
