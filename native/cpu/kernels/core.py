@@ -68,10 +68,31 @@ def _cast(x, to, saturate=True, round_mode="up"):
     return np.asarray(x).astype(dtype)
 
 
+_PLAIN_TARGETS = {}   # `to` -> its numpy dtype when a cast to it is a plain astype (numbers, bool), else None
+
+
+def _plain_target(to):
+    d = _PLAIN_TARGETS.get(to, False)
+    if d is False:
+        try:
+            d = np.dtype(to) if isinstance(to, (str, np.dtype)) else None
+        except TypeError:
+            d = None
+        if d is not None and (d.kind not in "biufc" or d.name.startswith(("float8", "float4", "float6"))):
+            d = None
+        _PLAIN_TARGETS[to] = d
+    return d
+
+
 @simple_tactic("Cast")
 def cast(op, inputs):
     """Cast to params['to']; with `to` None (CastLike whose target dtype was unknown at import) to input 1's dtype."""
     to = op.params.get("to")
+    x = inputs[0]
+    if to is not None and type(x) is np.ndarray and x.dtype.kind in "biufc":
+        d = _plain_target(to)
+        if d is not None:   # _cast's last line, without its per-call dtype lookups
+            return [x.astype(d)]
     if to is None:
         to = np.asarray(inputs[1]).dtype
     return [_cast(inputs[0], to, op.params.get("saturate", True), op.params.get("round_mode", "up"))]
