@@ -71,6 +71,10 @@ def _run_direction(cell, xw, w_r, b_r, h, c, peep, acts, mask, clip, lbr, input_
     def clipped(v):
         return np.clip(v, -clip, clip) if clip is not None else v
 
+    if clip is None:
+        def clipped(v):
+            return v
+    whole = bool(mask.all())   # no sequence shorter than the batch's: np.where(True, a, b) is a itself, skipped
     for t in range(steps):
         m = mask[t][:, None]
         if cell == "GRU":
@@ -97,11 +101,15 @@ def _run_direction(cell, xw, w_r, b_r, h, c, peep, acts, mask, clip, lbr, input_
                 go = go + peep[1] * new_c
             o = acts[0](clipped(go))
             new_h = o * acts[2](new_c)
-            c = np.where(m, new_c, c)
+            c = new_c if whole else np.where(m, new_c, c)
         else:
             new_h = acts[0](clipped(xw[t] + h @ w_r.T + b_r))
-        h = np.where(m, new_h, h)
-        ys[t] = np.where(m, new_h, 0)
+        if whole:
+            h = new_h
+            ys[t] = new_h
+        else:
+            h = np.where(m, new_h, h)
+            ys[t] = np.where(m, new_h, 0)
     return ys, h, c
 
 
