@@ -205,14 +205,15 @@ def test_resize_linear_antialias_and_nearest_upsample():
     _check(node, {"x": x, "s": np.array([1, 1, 2, 2], np.float32)}, ["y"], opset=18)
 
 
+@pytest.mark.parametrize("lens", [[5, 2, 4], [5, 5, 5]])   # some sequences shorter, or all full (no masking)
 @pytest.mark.parametrize("op,gates", [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
-def test_bidirectional_recurrent_with_sequence_lengths(op, gates):
+def test_bidirectional_recurrent_with_sequence_lengths(op, gates, lens):
     t, b, i, h = 5, 3, 4, 6
     feeds = {"x": RNG.standard_normal((t, b, i)).astype(np.float32),
              "w": RNG.standard_normal((2, gates * h, i)).astype(np.float32) * 0.5,
              "r": RNG.standard_normal((2, gates * h, h)).astype(np.float32) * 0.5,
              "b": RNG.standard_normal((2, 2 * gates * h)).astype(np.float32) * 0.1,
-             "l": np.array([5, 2, 4], np.int32)}
+             "l": np.array(lens, np.int32)}
     outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
     extra = {"linear_before_reset": 1} if op == "GRU" else {}
     node = helper.make_node(op, ["x", "w", "r", "b", "l"], outs, hidden_size=h, direction="bidirectional", **extra)
