@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from debugkit.compare.divergence import first_divergence
-from debugkit.compare.funcs import DEFAULT_SCALE_TOL, Tolerances, compare_simple, validate
+from debugkit.compare.funcs import DEFAULT_SCALE_TOL, Tolerances, compare_simple, reorder_tied_rows, validate
 from debugkit.compare.matching import pair_outputs
 from debugkit.compare.outputstats import pair_stats
 from debugkit.compare.postprocess import for_output
@@ -184,6 +184,7 @@ class Comparator:
 
     def _compare_outputs(self, pr, source_name, ref_name, out, ref_out, summary):
         """Pair `out` with `ref_out` (exact names, then Polygraphy's fallbacks), postprocess, and compare."""
+        simple_pairs = {}
         for name, rname, how in pair_outputs(out, ref_out):
             if excluded(name, self.exclude) or excluded(rname, self.exclude):
                 continue
@@ -198,18 +199,24 @@ class Comparator:
             if pp is not None:
                 a, e = pp.apply(a), pp.apply(e)
             pr.output_stats[name] = pair_stats(a, e)
+            simple_pairs[name] = (a, e)
             extra = dict(self.extra_funcs)
             if pp is not None and "indices" in extra:
                 # indices after top-k/argmax: the index check (with its tolerance) is the check; exact equality of
                 # the indices would contradict the tolerance
                 r = extra.pop("indices")(name, a, e)
                 pr.outputs[name] = r
+                simple_pairs.pop(name)
             else:
                 pr.outputs[name] = self._simple(name, a, e)
             if pp is not None:
                 pr.outputs[name].metrics["postprocess"] = str(pp)
             for fname, fn in extra.items():
                 pr.extra_funcs.setdefault(fname, {})[name] = fn(name, a, e)
+        # detections whose near-tied rows swapped are compared in the reference's order (funcs.reorder_tied_rows):
+        # which of two tied rows comes first is rounding, so the verdict must not hang on it
+        for name, r in reorder_tied_rows(pr.outputs, simple_pairs, self._simple).items():
+            self.logger.info(f"{source_name} vs {ref_name}: output {name}: {r.metrics['tie_note']}")
         return {rname for rname, _ in pr.paired.values()}
 
     def run(self, sources: list, reference, feeds_iter, writer=None, input_writer=None, expected_hashes=None):

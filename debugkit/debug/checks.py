@@ -121,14 +121,20 @@ class CompareOptions:
                                   psnr_threshold=self.psnr_threshold, snr_threshold=self.snr_threshold,
                                   check_shapes=self.check_shapes)
         report, reasons, simples = {}, [], []
+
+        def simple(name, a, e):
+            return funcs.compare_simple(name, a, e, tol, nan_equal=self.allow_nan, inf_equal=not self.strict_inf,
+                                        hist=False, check_shapes=self.check_shapes)
+        present = {n: (actual[n], e) for n, e in expected.items() if n in actual}
+        first = {n: simple(n, a, e) for n, (a, e) in present.items()}
+        funcs.reorder_tied_rows(first, present, simple)   # tied detections swapped: compared in reference order
         for name, e in expected.items():
             if name not in actual:
                 reasons.append(f"{name}: missing")
                 report[name] = {"passed": False}
                 continue
             a = actual[name]
-            checks = [funcs.compare_simple(name, a, e, tol, nan_equal=self.allow_nan, inf_equal=not self.strict_inf,
-                                           hist=False, check_shapes=self.check_shapes)]
+            checks = [first[name]]
             simples.append(checks[0])
             checks += [fn(name, a, e) for fn in extra.values()]
             entry = {"passed": all(c.passed for c in checks), "max_abs": _max_abs(a, e),
