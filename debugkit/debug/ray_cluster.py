@@ -93,6 +93,23 @@ def _init_bounded(ray, timeout_s: float, **kwargs):
     return None
 
 
+def _join(ray, address: str, **kwargs):
+    """None once Ray has joined the cluster at `address`, else why not (one phrase): the head's port is checked
+    with one TCP connection first, then ray.init runs under INIT_TIMEOUT_S. A failed ray.init is shut down again
+    (only then: a port that does not answer never reached Ray)."""
+    host, port = split_address(address)
+    why = answers(host, port)
+    if why is not None:
+        return why
+    why = _init_bounded(ray, INIT_TIMEOUT_S, address=address, **kwargs)
+    if why is not None:
+        try:
+            ray.shutdown()
+        except Exception:
+            pass
+    return why
+
+
 def connect(address: str = "auto", num_cpus: int | None = None):
     """The `ray` module, initialised on the cluster at `address` (see the module docstring)."""
     try:
@@ -104,40 +121,30 @@ def connect(address: str = "auto", num_cpus: int | None = None):
     env = {"env_vars": config.single_core_env()}
     common = dict(ignore_reinit_error=True, log_to_driver=False, runtime_env=env)
     t0 = time.monotonic()
-    if address == "auto":
-        addr, source = _recorded_address()
-        if addr:
-            host, port = split_address(addr)
-            why = answers(host, port)
-            if why is None:
-                failed = _init_bounded(ray, INIT_TIMEOUT_S, address=addr, **common)
-                if failed is None:
-                    return ray
-                why = failed
-            G_LOGGER.warning(f"--ray auto: the cluster at {addr} ({source}) does not answer ({why}); "
-                             f"starting a local Ray instance instead")
-        G_LOGGER.info("--ray auto: starting a local Ray instance" + (f" with {num_cpus} CPUs" if num_cpus else ""))
-        import os
-        stale = os.environ.pop("RAY_ADDRESS", None)   # the dead address must not steer the new instance
-        try:
-            # in this (the main) thread: Ray's head processes die with the thread that started them (their parent
-            # death signal follows the thread), so a helper thread would leave a cluster killed a moment later
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise UsageError(f"--ray auto: could not start a local Ray instance ({str(e).splitlines()[0]})") from None
-        finally:
-            if stale is not None:
-                os.environ["RAY_ADDRESS"] = stale
-        return ray
-    host, port = split_address(address)
-    why = answers(host, port)
-    if why is None:
-        why = _init_bounded(ray, INIT_TIMEOUT_S, address=address, **common)
+    if address != "auto":
+        why = _join(ray, address, **common)
         if why is None:
             return ray
-        try:
-            ray.shutdown()
-        except Exception:
-            pass
-    raise RayUnreachableError(f"--ray {address}: no Ray cluster answers there ({why}, after "
-                              f"{time.monotonic() - t0:.0f} s); start one with `ray start --head` or use --ray auto")
+        raise RayUnreachableError(f"--ray {address}: no Ray cluster answers there ({why}, after "
+                                  f"{time.monotonic() - t0:.0f} s); start one with `ray start --head` or use "
+                                  f"--ray auto")
+    addr, source = _recorded_address()
+    if addr:
+        why = _join(ray, addr, **common)
+        if why is None:
+            return ray
+        G_LOGGER.warning(f"--ray auto: the cluster at {addr} ({source}) does not answer ({why}); "
+                         f"starting a local Ray instance instead")
+    G_LOGGER.info("--ray auto: starting a local Ray instance" + (f" with {num_cpus} CPUs" if num_cpus else ""))
+    import os
+    stale = os.environ.pop("RAY_ADDRESS", None)   # the dead address must not steer the new instance
+    try:
+        # in this (the main) thread: Ray's head processes die with the thread that started them (their parent
+        # death signal follows the thread), so a helper thread would leave a cluster killed a moment later
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise UsageError(f"--ray auto: could not start a local Ray instance ({str(e).splitlines()[0]})") from None
+    finally:
+        if stale is not None:
+            os.environ["RAY_ADDRESS"] = stale
+    return ray

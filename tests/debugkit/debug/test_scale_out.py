@@ -159,6 +159,41 @@ def test_ray_address_checks_without_ray():
     assert answers("127.0.0.1", port) is not None          # nothing listens: refused at once
 
 
+def test_joining_shuts_ray_down_only_when_init_was_tried():
+    """--ray HOST:PORT: a port that does not answer never reaches Ray (no init, no shutdown); a port that answers but
+    where ray.init fails is shut down again, and the error names the address (exit 2)."""
+    import socket
+
+    from debugkit.debug import ray_cluster
+
+    class FakeRay:
+        def __init__(self, fail):
+            self.fail, self.calls = fail, []
+
+        def is_initialized(self):
+            return False
+
+        def init(self, **kw):
+            self.calls.append(("init", kw["address"]))
+            if self.fail:
+                raise ConnectionError("the GCS did not answer")
+
+        def shutdown(self):
+            self.calls.append(("shutdown",))
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        ray = FakeRay(fail=True)
+        why = ray_cluster._join(ray, f"127.0.0.1:{port}")
+        assert why == "ConnectionError: the GCS did not answer"
+        assert ray.calls == [("init", f"127.0.0.1:{port}"), ("shutdown",)]
+        ok = FakeRay(fail=False)
+        assert ray_cluster._join(ok, f"127.0.0.1:{port}") is None and ok.calls == [("init", f"127.0.0.1:{port}")]
+    ray = FakeRay(fail=False)
+    assert ray_cluster._join(ray, f"127.0.0.1:{port}") is not None and ray.calls == []   # closed port: no Ray call
+
+
 def _workers():
     """This process's local search workers (not multiprocessing's resource tracker)."""
     pids = []
@@ -307,3 +342,28 @@ def test_parallel_writers_of_one_timing_cache_file_keep_each_others_timings(tmp_
     merge_timing_cache(mine, path, config)
     assert load_timing_cache(path, config).entries == {"layer-a": {"t1": 1.0}, "layer-b": {"t2": 2.0}}
     assert set(mine.entries) == {"layer-a", "layer-b"}          # the writer also learns the other's timings
+
+
+def test_two_precision_searches_in_one_directory_lock_their_own_probe_logs(tmp_path, monkeypatch):
+    """The default probe log is '<output>_probes.jsonl': its lock is taken on the name with -o's stem put in (a.json
+    -> a_probes.jsonl), resolved against the working directory, so two searches with their own -o run side by side,
+    while another naming the same log (by any spelling of its path) is refused."""
+    from debugkit.cli.file_claims import claim, claimed_files
+    from debugkit.cli.main import build_parser
+    from native.errors import OutputFileError
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    parser = build_parser()
+
+    def args(*extra):
+        return parser.parse_args(["debug", "precision", "m.onnx", "--fp16", *extra])
+    assert claimed_files(args("-o", "a.json"))["updates"] == [("--log", "a_probes.jsonl")]
+    with claim(args("-o", "a.json")):
+        with claim(args("-o", "b.json")) as files:          # its own log: no conflict
+            assert ("--log", "b_probes.jsonl") in files["updates"]
+        with pytest.raises(OutputFileError, match=r"--log sub/\.\./a_probes\.jsonl is being written by another"):
+            with claim(args("-o", "c.json", "--log", "sub/../a_probes.jsonl")):
+                pass
+        with pytest.raises(OutputFileError, match="being written by another"):
+            with claim(args("-o", str(tmp_path / "a.json"))):   # the same files by an absolute path
+                pass
