@@ -245,6 +245,7 @@ def run_json(summary, timing: dict, provenance: dict) -> dict:
                             "metric": None if simple else _num(r.metrics.get(r.func)),
                             "reason": r.reason or None, "dtype": r.dtype, "shape": list(r.shape),
                             "postprocess": r.metrics.get("postprocess"),
+                            "tied_rows_reordered": r.metrics.get("tied_rows_reordered"),
                             "paired_with": list(pr.paired[r.name]) if r.name in pr.paired else None,
                             "output_stats": (dict(pr.output_stats[r.name], runners=[pr.source, pr.reference])
                                              if r.name in pr.output_stats and pr.outputs.get(r.name) is r

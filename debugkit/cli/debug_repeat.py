@@ -40,7 +40,7 @@ def run(args) -> int:
     from debugkit.debug.checks import CompareOptions, ReferenceFailedError, command_check_from_args
     from debugkit.debug.executor import make_executor
     from debugkit.debug.probe_log import ProbeLog
-    from debugkit.debug.repeat import RepeatProbe, tactic_culprits
+    from debugkit.debug.repeat import RepeatProbe, land_artifacts, tactic_culprits
     from native.errors import DebugkitError
 
     _search_args.apply_common(args)
@@ -61,6 +61,7 @@ def run(args) -> int:
     else:
         count = args.max_iterations
     check = command_check_from_args(args)
+    model = None
     if check is None:
         model = load_onnx(args.model)
         feeds = _search_args.generated_feeds(args, model)
@@ -88,11 +89,13 @@ def run(args) -> int:
     bar = _search_args.Progress(count, "repeat")
     try:
         with _search_args.make_executor(args) as ex:
+            if ex.remote:   # Ray: the model's bytes go along, the artifacts come back (no shared filesystem)
+                probe_fn.ship(model if model is not None else load_onnx(args.model))
             i = 0
             while i < count:
                 batch = [k for k in range(i, min(count, i + max(1, ex.workers))) if k not in done]
                 for k, res in zip(batch, ex.map(probe_fn, batch) if len(batch) > 1 else map(probe_fn, batch)):
-                    rec = log.record(k, res)
+                    rec = log.record(k, land_artifacts(res, args.art_dir))
                     done[k] = rec
                     bar(rec, k)
                     G_LOGGER.info(f"iteration {k}: {'FAILED' if res['fails'] else 'passed'}"

@@ -22,12 +22,42 @@ class RepeatProbe:
         self.check, self.model_path, self.feeds, self.expected = check, model_path, feeds, expected
         self.build, self.data = build, data
         self.art_dir, self.artifacts = art_dir, list(artifacts)
+        self.model_bytes = self.model_key = None   # set by ship(): the model itself, not a path on this machine
+
+    def ship(self, model):
+        """Make the iterations independent of this machine's files (Ray workers on other nodes): the probe carries
+        the model's bytes (external data included), each worker writes them once into its own scratch directory,
+        and the artifacts come back in the result as bytes, which the driver files into --art-dir
+        (`land_artifacts`)."""
+        import hashlib
+        self.model_bytes = model.SerializeToString()
+        self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
+        self.model_path = os.path.basename(self.model_path)
+        return self
+
+    def _model_file(self) -> str:
+        """The model's path here: the driver's file, or (shipped) this worker's copy, written once per process."""
+        if self.model_bytes is None:
+            return self.model_path
+        from debugkit.debug.executor import WorkerCache
+        from debugkit.debug.scratch import process_scratch_dir
+
+        def write():
+            path = os.path.join(process_scratch_dir(), f"{self.model_key[:16]}_{self.model_path}")
+            with open(path, "wb") as f:
+                f.write(self.model_bytes)
+            return path
+        path = WorkerCache.get(("model file", self.model_key), write)
+        if not os.path.exists(path):   # its scratch directory was removed under a long-lived worker
+            path = write()
+            WorkerCache.put(("model file", self.model_key), path)
+        return path
 
     def __call__(self, iteration: int) -> dict:
         from debugkit.debug.checks import CommandCheck
         if isinstance(self.check, CommandCheck):
             from debugkit.verdict import Verdict
-            res = self.check(self.model_path)
+            res = self.check(self._model_file())
             res["artifacts"] = self._sort(iteration, res["fails"], self.artifacts)
             # the command's failing outcome (exit code, --fail-code, --fail-regex) makes this run bad: a disagreement
             res["verdict"] = Verdict.from_exit_code(1 if res["fails"] else 0, res.get("reason", ""), "check").to_json()
@@ -44,8 +74,9 @@ class RepeatProbe:
         os.close(fd)
         build = self.build or BuildOptions()
         try:
-            config = build.builder_config(data=self.data, model_path=self.model_path)
-            with EngineRunner(self.model_path, config=config, device=build.device or "cpu", save_plan=plan,
+            model_path = self._model_file()
+            config = build.builder_config(data=self.data, model_path=model_path)
+            with EngineRunner(model_path, config=config, device=build.device or "cpu", save_plan=plan,
                               shapes=build.shape_ranges()) as r:
                 out = r.infer(self.feeds)
                 tactics = {n.fused_name: n.tactic_name or str(n.tactic_id) for n in r.engine.graph.nodes
@@ -64,10 +95,21 @@ class RepeatProbe:
         return res
 
     def _sort(self, iteration, fails, paths, rename=None):
+        """The artifacts moved into art_dir/good|bad; shipped (the worker may be on another node), their bytes as
+        {"bad/<name>": bytes} for the driver to file, and the worker's files removed."""
         if not self.art_dir:
             return []
+        sub = "bad" if fails else "good"
+        if self.model_bytes is not None:
+            files = {}
+            for p in paths:
+                if os.path.exists(p):
+                    with open(p, "rb") as f:
+                        files[f"{sub}/{rename or f'{iteration}_{os.path.basename(p)}'}"] = f.read()
+                    os.remove(p)
+            return {"files": files}
         moved = []
-        dest = os.path.join(self.art_dir, "bad" if fails else "good")
+        dest = os.path.join(self.art_dir, sub)
         os.makedirs(dest, exist_ok=True)
         for p in paths:
             if os.path.exists(p):
@@ -75,6 +117,23 @@ class RepeatProbe:
                 shutil.move(p, target)   # a complete file (written by the output module) filed, not written
                 moved.append(target)
         return moved
+
+
+def land_artifacts(result: dict, art_dir) -> dict:
+    """A shipped iteration's artifacts written into art_dir/good|bad on the driver; result["artifacts"] becomes
+    their paths here (as a local iteration reports them)."""
+    shipped = result.get("artifacts")
+    if not isinstance(shipped, dict):
+        return result
+    from native.files import write_bytes
+    paths = []
+    for rel, data in shipped.get("files", {}).items():
+        target = os.path.join(art_dir, *rel.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        write_bytes(target, data, "repeat artifact")
+        paths.append(target)
+    result["artifacts"] = paths
+    return result
 
 
 def tactic_culprits(records) -> dict:

@@ -148,3 +148,21 @@ def test_sweep_on_ray_resolves_paths_on_the_driver_and_brings_results_back(clust
     doc = json.loads((tmp_path / "onray" / "good" / "run.json").read_text())
     assert cluster["tmp"] not in json.dumps(doc)
     assert not [n for n in os.listdir(cluster["tmp"]) if n.startswith(("debugkit_", "sweep_"))]   # jobs cleaned up
+
+
+def test_repeat_on_ray_without_the_drivers_files(cluster, tmp_path, monkeypatch):
+    """debug repeat --ray: the iterations get the model's bytes (its path is relative to the driver's working
+    directory), and their plans come back into --art-dir on the driver; no plan is left on the workers."""
+    import onnx
+
+    from debugkit.cli.main import main
+    from tests.debugkit.conftest import chain_model
+    onnx.save(chain_model(), tmp_path / "chain.onnx")
+    monkeypatch.chdir(tmp_path)
+    rc = main(["debug", "repeat", "chain.onnx", "--until", "2", "--ray", "auto", "--art-dir", "arts",
+               "--log", "p.jsonl", "--input-shapes", "x:[2,4]"])
+    assert rc == 0
+    assert sorted(os.listdir(tmp_path / "arts" / "good")) == ["engine_0.plan", "engine_1.plan"]
+    assert (tmp_path / "arts" / "good" / "engine_0.plan").read_bytes()[:6] == b"DKPLAN"
+    left = [f for _, _, files in os.walk(cluster["tmp"]) for f in files if f.endswith(".plan")]
+    assert left == [] and not os.path.exists(os.path.join(cluster["cwd"], "arts"))
