@@ -191,6 +191,11 @@ def render(summary, verbose=False, stream=None) -> str:
         out.append("")
         out.append(table(rows, ["iter", "runners", "output", "check", "status", "max abs/metric", "max rel",
                                 "min atol", "min rtol"]))
+    for pr in summary.pairs:   # a passing output compared in the reference's row order says so (a failing one's
+        for r in pr.outputs.values():   # reason above already does)
+            if r.passed and r.metrics.get("tie_note"):
+                out.append(f"note: iteration {pr.iteration}, {pr.source} vs {pr.reference}: output {r.name}: "
+                           f"{r.metrics['tie_note']}")
     out.append(verdict_line(summary, stream))
     return "\n".join(out)
 

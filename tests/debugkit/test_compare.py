@@ -169,3 +169,32 @@ def test_rows_swapped_where_the_sort_key_ties_are_compared_in_reference_order():
     ours2["scores"] = ref["scores"].copy()
     res, redone = run(ours2)
     assert redone == {} and not res["boxes"].passed and "tied_rows_reordered" not in res["boxes"].metrics
+
+
+def test_the_comparator_compares_tied_detections_in_reference_order_and_says_so():
+    """Through the run command's comparator and report: boxes and labels of two near-tied detections swapped pass,
+    the report's note and --json's tied_rows_reordered say which rows and by which key."""
+    from debugkit.compare.comparator import Comparator, LiveSource
+    from debugkit.report import render, run_json
+    scores = np.array([0.9, 0.7620645, 0.7620636, 0.3], np.float32)
+    boxes = np.arange(16, dtype=np.float32).reshape(4, 4) * 20
+    labels = np.array([1, 8, 18, 3])
+    swap = [0, 2, 1, 3]
+
+    class Fixed:
+        def __init__(self, name, out):
+            self.name, self.out = name, out
+
+        def infer(self, feeds):
+            return dict(self.out)
+    ours = LiveSource(Fixed("engine", {"scores": scores[swap] + np.float32(1e-7), "boxes": boxes[swap],
+                                       "labels": labels[swap]}))
+    ref = LiveSource(Fixed("onnxrt", {"scores": scores, "boxes": boxes, "labels": labels}))
+    summary = Comparator().run([ours, ref], ref, [{}])
+    assert summary.passed
+    text = render(summary)
+    assert "note: iteration 0, engine vs onnxrt: output boxes: 2 rows came out in another order where its sort key " \
+           "scores ties within tolerance (ours<-reference: 1<-2, 2<-1)" in text, text
+    doc = {o["name"]: o for o in run_json(summary, {}, {})["outputs"]}
+    assert doc["labels"]["tied_rows_reordered"] == {"key": "scores", "rows": [[1, 2], [2, 1]]}
+    assert doc["scores"]["tied_rows_reordered"] is None
