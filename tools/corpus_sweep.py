@@ -72,7 +72,8 @@ def main(argv=None):
     for r in serial:
         o = by.get(r["model"], {})
         same &= o.get("status") == r["status"]
-        print(f"{r['model']:36} {r['status']:8} {o.get('status', '-'):12} {r['seconds']:.1f} / {o.get('seconds', 0):.1f}")
+        print(f"{r['model']:36} {r['status']:8} {o.get('status', '-'):12} "
+              f"{r['seconds']:.1f} / {o.get('seconds', 0):.1f}")
     print(f"{len(serial)} models; serial {t1:.1f} s (exit {rc1}), {' '.join(parallel)} {t2:.1f} s (exit {rc2}); "
           f"verdicts {'equal' if same else 'DIFFER'}")
     return 0 if same else 1
