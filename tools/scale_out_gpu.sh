@@ -36,6 +36,10 @@ ngpu=$($py -c "from debugkit.debug.executor import visible_gpus; print(len(visib
   $py -c "import sys, numpy, onnx; print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'onnx', onnx.__version__)"
   $py -c "import onnxruntime; print('onnxruntime', onnxruntime.__version__)" 2>/dev/null || echo "onnxruntime: not installed (fp64 oracle reference)"
 } | tee "$out/machine.txt"
+if [ "$device" = cuda ] && [ "$ngpu" -eq 0 ]; then
+  # --workers auto would fall back to one worker per core
+  echo "no GPU visible to debugkit (cuda.bindings missing, or CUDA_VISIBLE_DEVICES empty): nothing to measure"; exit 2
+fi
 if [ "$device" = cuda ] && [ "$ngpu" -lt 2 ]; then
   echo "note: $ngpu visible GPU(s); the acceptance asks for 2 or more (the run goes on: 1 worker vs one per GPU)"
 fi
