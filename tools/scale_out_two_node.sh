@@ -25,7 +25,8 @@ export RAY_AUTH_MODE=disabled
 root=$(mktemp -d "${TMPDIR:-/tmp}/dk_two_node.XXXXXX")
 mkdir -p "$root"/{driver,head_cwd,head_tmp,head_ray,node_cwd,node_tmp,node_ray}
 pids=()
-address_file=/tmp/ray/ray_current_cluster
+address_file=$($py -c "from ray._common.utils import get_ray_address_file; print(get_ray_address_file(None))" \
+    2>/dev/null || echo "${TMPDIR:-/tmp}/ray/ray_current_cluster")
 saved_address=$(cat "$address_file" 2>/dev/null || true)
 tree() { local c; for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$c"; tree "$c"; done; }
 cleanup() {
