@@ -64,3 +64,26 @@ def test_body_envs_hold_the_taken_branch_tensors():
     body = envs[id(if_node.subgraphs["else"])]
     assert body["x"] is x and body["else_y"].shape == (1, 8, 16)   # outer-scope reads included
     assert GraphExecutor(graph, keep_all=True).body_envs() == {}   # off unless asked
+
+
+def test_loop_body_is_timed_on_its_last_iteration():
+    """A Loop body's layers are timed too (on its last iteration's tensors), and the loop computes x @ W^n."""
+    w = (RNG.standard_normal((8, 8)) / 4).astype(np.float32)
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond_in"], ["cond_out"]), h.make_node("MatMul", ["x_in", "W"], ["x_out"])],
+        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+                 h.make_tensor_value_info("x_in", T.FLOAT, None)],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("x_out", T.FLOAT, None)],
+        [nh.from_array(w, "W")])
+    loop = h.make_node("Loop", ["n", "c", "x"], ["y"], body=body)
+    g = h.make_graph([loop], "m", [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [nh.from_array(np.array(5, np.int64), "n"), nh.from_array(np.array(True), "c")])
+    net, _ = parse_onnx(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    graph = Builder().build_graph(net, BuilderConfig(), timing_feeds={"x": x})
+    (lp,) = [n for n in graph.nodes if n.kind == "Loop"]
+    (mm,) = [n for n in lp.subgraphs["body"].nodes if n.kind == "MatrixMultiply"]
+    assert len(mm.meta.get("timings_ms") or {}) > 1 and mm.tactic_name in mm.meta["timings_ms"]
+    y = GraphExecutor(graph).run({"x": x})["y"]
+    np.testing.assert_allclose(y, x @ np.linalg.matrix_power(w.astype(np.float64), 5), rtol=1e-4, atol=1e-5)

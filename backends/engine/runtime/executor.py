@@ -55,7 +55,7 @@ class GraphExecutor:
     candidate that refuses is passed over here, and tactic selection then drops it (tactic_selection.py)."""
 
     def __init__(self, graph, device="cpu", keep_all: bool = False, lazy_tactics: bool = False,
-                 record_bodies: bool = False):
+                 record_bodies: bool = False, _body: bool = False):
         """record_bodies (the builder's timing run): If / Loop / Scan bodies keep every tensor too, and each body's
         executor holds its last run's tensors in `last_env`, so tactic selection can time the bodies' layers on
         real values (`body_envs`)."""
@@ -82,7 +82,7 @@ class GraphExecutor:
                 continue
             sub_device = tactic.subgraph_device or self.device  # a DLA loadable's body runs on the DLA
             subs = {k: GraphExecutor(g, sub_device, keep_all=record_bodies, lazy_tactics=lazy_tactics,
-                                     record_bodies=record_bodies) for k, g in node.subgraphs.items()}
+                                     record_bodies=record_bodies, _body=True) for k, g in node.subgraphs.items()}
             op = node_op(node)
             if hasattr(tactic, "check_loadable") and not lazy_tactics:  # e.g. a plugin not registered here
                 tactic.check_loadable(op)
@@ -91,6 +91,9 @@ class GraphExecutor:
         self.outer = graph.outer_references()
         self.keep_all = keep_all
         self._records = record_bodies
+        # a body kept whole for the record runs its bound (default) tactics, as bodies always ran: the builder's
+        # first-accepting search per layer would cost a Loop of many iterations that much per iteration
+        self._search = keep_all and not _body
         self._last_use = self._compute_last_use()
 
     def _static_shapes(self, feeds) -> bool:
@@ -292,7 +295,7 @@ class GraphExecutor:
                                      f"allocates its outputs")
                     planned = buffers = None   # off the plan: nothing already in the arena is overwritten
             try:
-                if self.keep_all and node.tactic_id is None:   # the builder's runs: a candidate that accepts these
+                if self._search and node.tactic_id is None:   # the builder's runs: a candidate that accepts these
                     outs, tactic = self._first_accepting(node, tactic, op, args, workspace, stream)
                 elif profiler is None:
                     outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)
