@@ -169,7 +169,7 @@ def run(args) -> int:
               "precision": args.low, "higher": args.higher, "reference": args.reference,
               "check": meta["check"],
               "model": os.path.abspath(args.model), "model_sha256": meta["model (sha256)"],
-              "seconds": round(seconds, 1), "workers": getattr(ex, "workers", 1),
+              "seconds": round(seconds, 3), "workers": getattr(ex, "workers", 1),
               "base_builds": 1, "layer_runs": len(rows), "ranking_builds": rank_builds,
               "base_s": round(base_s, 2), "ranking_s": round(rank_s, 2),
               "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},
