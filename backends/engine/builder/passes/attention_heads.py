@@ -11,22 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from backends.engine.builder.passes.fusion_util import View, fused_node
+from native.cpu.kernels.tensor import shuffle
+from native.tactics import Op
 
 
 def _apply_shuffle(x: np.ndarray, p: dict) -> np.ndarray | None:
-    """What a Shuffle layer with params `p` makes of x (None when its dims do not fit)."""
+    """What a Shuffle layer with params `p` makes of x (None when its dims do not fit): the CPU kernel's own
+    semantics, so the check and the layer cannot disagree."""
     try:
-        if p.get("first_transpose") is not None:
-            x = x.transpose(p["first_transpose"])
-        dims = p.get("reshape_dims")
-        if dims is not None:
-            dims = list(dims)
-            if p.get("zero_is_placeholder", True) and 0 in dims:
-                dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
-            x = x.reshape(dims)
-        if p.get("second_transpose") is not None:
-            x = x.transpose(p["second_transpose"])
-        return x
+        return shuffle(Op("Shuffle", "", p), [x])[0]
     except (ValueError, IndexError, TypeError):
         return None
 
