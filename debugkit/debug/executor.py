@@ -187,6 +187,24 @@ class WorkerCache:
             cls._store.pop(next(iter(cls._store)))
 
 
+def worker_model_file(model_key: str, name: str, data: bytes) -> str:
+    """A shipped model as a file on this worker: written once per process into its scratch directory (and again
+    if that directory was removed under a long-lived worker), for what needs a path (an external --check command,
+    a repeat iteration)."""
+    from debugkit.debug.scratch import process_scratch_dir
+
+    def write():
+        path = os.path.join(process_scratch_dir(), f"{model_key[:16]}_{name}")
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+    path = WorkerCache.get(("model file", model_key), write)
+    if not os.path.exists(path):
+        path = write()
+        WorkerCache.put(("model file", model_key), path)
+    return path
+
+
 def parse_workers(text):
     """--workers N|auto."""
     if str(text).strip().lower() == "auto":

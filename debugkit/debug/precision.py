@@ -282,15 +282,8 @@ class PrecisionProbe:
         once per worker process into its own temporary directory, removed when the process exits."""
         if self.model_bytes is None:
             return self.model_path
-        from debugkit.debug.executor import WorkerCache
-        from debugkit.debug.scratch import process_scratch_dir
-
-        def write():
-            path = os.path.join(process_scratch_dir(), f"{self.model_key[:16]}_{self.model_path}")
-            with open(path, "wb") as f:
-                f.write(self.model_bytes)
-            return path
-        return WorkerCache.get(("model file", self.model_key), write)
+        from debugkit.debug.executor import worker_model_file
+        return worker_model_file(self.model_key, self.model_path, self.model_bytes)
 
 
 class LayerAloneProbe(ReduceProbe):

@@ -39,19 +39,8 @@ class RepeatProbe:
         """The model's path here: the driver's file, or (shipped) this worker's copy, written once per process."""
         if self.model_bytes is None:
             return self.model_path
-        from debugkit.debug.executor import WorkerCache
-        from debugkit.debug.scratch import process_scratch_dir
-
-        def write():
-            path = os.path.join(process_scratch_dir(), f"{self.model_key[:16]}_{self.model_path}")
-            with open(path, "wb") as f:
-                f.write(self.model_bytes)
-            return path
-        path = WorkerCache.get(("model file", self.model_key), write)
-        if not os.path.exists(path):   # its scratch directory was removed under a long-lived worker
-            path = write()
-            WorkerCache.put(("model file", self.model_key), path)
-        return path
+        from debugkit.debug.executor import worker_model_file
+        return worker_model_file(self.model_key, self.model_path, self.model_bytes)
 
     def __call__(self, iteration: int) -> dict:
         from debugkit.debug.checks import CommandCheck
