@@ -137,12 +137,10 @@ class GraphExecutor:
         them when run. When every candidate refuses, the default tactic's refusal is raised."""
         ctx = LayerContext.of(args)
         others = [t for t in tactics_for(node.kind, self.device) if t is not tactic]
-        accepting_, ran, _ = accepting([tactic] + others, op, ctx)
-        if accepting_:   # a precision none computes at these inputs runs float32, as tactic selection will choose
-            op = ran
-        accepting_ = accepting_ or [tactic]
+        # (a precision none computes at these inputs runs float32, as tactic selection will choose)
+        ok, op, _ = accepting([tactic] + others, op, ctx)
         first = None
-        for t in accepting_:
+        for t in ok or [tactic]:
             fn, full = empty_batch.guard(node.kind, self.device.bind(t, op))
             try:
                 return (fn(op, args, None, workspace, stream) if full else fn(op, args)), t
