@@ -40,8 +40,18 @@ def producer_version():
 class _BlobWriter:
     def __init__(self):
         self.parts, self.size = [], 0
+        self.written = {}   # id(array) -> (array, ref): an array several layers share is stored once
 
     def add(self, arr) -> dict:
+        seen = self.written.get(id(arr))
+        if seen is not None and seen[0] is arr:
+            return dict(seen[1])
+        ref = self._add(arr)
+        if isinstance(arr, np.ndarray):
+            self.written[id(arr)] = (arr, ref)
+        return ref
+
+    def _add(self, arr) -> dict:
         arr = np.asarray(arr)
         if arr.dtype.kind in "OUS":
             return {"encoding": "json", "dtype": "object", "shape": list(arr.shape), "values": [str(x) for x in arr.ravel()]}

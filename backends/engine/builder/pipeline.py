@@ -12,8 +12,9 @@ from backends.engine.builder.pass_manager import Pass, PassResult
 from backends.engine.builder.passes import int8 as int8_pass
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.dla import apply_dla, network_ranges
-from backends.engine.builder.passes.fold import absorb_constant_weights, fold_constants
+from backends.engine.builder.passes.fold import absorb_constant_weights, constants_into_bodies, fold_constants
 from backends.engine.builder.passes.fusion import PASSES, run_fusions
+from backends.engine.builder.passes.inline_if import inline_constant_ifs
 from backends.engine.builder.passes.layout import run_layout
 from backends.engine.builder.passes.precision import assign_precision
 from backends.engine.builder.passes.shape_fold import fixed_input_shapes, fold_shapes
@@ -32,7 +33,15 @@ def _on(flag):
 # --- graph rewrites -------------------------------------------------------------------------------------------
 
 def constant_folding(graph, ctx):
-    return PassResult(fold_constants(graph, ctx.config, ctx.reference_device))
+    """Fold constants (inside If / Loop / Scan bodies too, with the enclosing constants they read); an If whose
+    condition became a constant runs its branch inline (passes/inline_if.py), which may fold further."""
+    n = constants_into_bodies(graph)
+    n += fold_constants(graph, ctx.config, ctx.reference_device)
+    while True:
+        inlined = inline_constant_ifs(graph, ctx.logger)
+        if not inlined:
+            return PassResult(n)
+        n += inlined + fold_constants(graph, ctx.config, ctx.reference_device)
 
 
 def dead_layers(graph, ctx):

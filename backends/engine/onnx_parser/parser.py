@@ -117,8 +117,12 @@ def attributes(node) -> dict:
 class ImportContext:
     """What an importer sees: the network, name lookup, constants, and layer creation tagged with the node."""
 
-    def __init__(self, network: NetworkDefinition, opsets: dict, value_types: dict, parent=None, base_dir=None):
+    def __init__(self, network: NetworkDefinition, opsets: dict, value_types: dict, parent=None, base_dir=None,
+                 inferred=None):
+        """inferred: the shape-inferred copy of the graph being imported (node for node), whose bodies carry the
+        inferred types of the tensors inside If / Loop / Scan bodies; None when inference did not run."""
         self.network = network
+        self.inferred = inferred
         self.opsets = opsets
         self.value_types = value_types
         self.parent = parent
@@ -176,12 +180,27 @@ class ImportContext:
         """Import a body graph (If branch, Loop/Scan body); names it does not define resolve in outer scopes."""
         sub = NetworkDefinition(name)
         types = dict(self.value_types)
-        types.update(collect_value_types(graph))
-        ctx = ImportContext(sub, self.opsets, types, parent=self, base_dir=self.base_dir)
+        inferred = self._inferred_body(graph)
+        types.update(collect_value_types(inferred if inferred is not None else graph))
+        ctx = ImportContext(sub, self.opsets, types, parent=self, base_dir=self.base_dir, inferred=inferred)
         errors = import_graph(ctx, graph, subgraph=True)
         if errors:
             raise ParseError(f"subgraph '{name}' failed to import: " + "; ".join(map(str, errors)), errors)
         return sub
+
+
+    def _inferred_body(self, graph):
+        """The shape-inferred copy of `graph`, a body of the node being imported (ranks and types of the body's
+        tensors: the fusions and the Squeeze / Unsqueeze importers need them), or None."""
+        if self.inferred is None or self.node is None:
+            return None
+        nodes, i = self.inferred.node, getattr(self, "_node_index", -1)
+        if not 0 <= i < len(nodes) or nodes[i].op_type != self.node.op_type:
+            return None
+        for a, b in zip(self.node.attribute, nodes[i].attribute):
+            if a.type == onnx.AttributeProto.GRAPH and a.name == b.name and (a.g is graph or a.g == graph):
+                return b.g
+        return None
 
 
 def collect_value_types(graph) -> dict:
@@ -378,7 +397,7 @@ class OnnxParser:
             self.logger.warning(f"ai.onnx opset {opsets['']} is newer than the newest we implement ({MAX_OPSET}): "
                                 f"ops that did not change after opset {MAX_OPSET} import as usual, the others are "
                                 f"reported by name")
-        types = {}
+        types, inferred = {}, None
         try:
             skel = weights_detached(proto)   # inference reads no weight values: a copy without their bytes
             with negative_dims_unknown(skel):
@@ -387,9 +406,10 @@ class OnnxParser:
             types = collect_value_types(inferred.graph)
         except Exception as e:  # shape inference is an aid, not a requirement
             self.logger.verbose(f"ONNX shape inference failed ({e}); continuing without inferred shapes")
-            types = collect_value_types(proto.graph)
+            types, inferred = collect_value_types(proto.graph), None
         self.network.name = proto.graph.name or self.network.name
-        ctx = ImportContext(self.network, opsets, types, base_dir=base_dir)
+        ctx = ImportContext(self.network, opsets, types, base_dir=base_dir,
+                            inferred=inferred.graph if inferred is not None and inferred is not skel else None)
         self.errors.extend(import_graph(ctx, proto.graph))
         if not self.errors:
             self.errors.extend(ParserError(p.node, p.op_type, p.detail) for p in oversized_tensors(self.network))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.engine_graph import Graph, Node
 from backends.engine.runtime.executor import GraphExecutor, Skipped
 from native.logger import G_LOGGER
@@ -104,4 +105,34 @@ def absorb_constant_weights(graph: Graph, config=None) -> int:
                 node.weights[slot] = consts[name]
         graph.set_inputs(node, node.inputs[:1])
         count += 1
+    return count
+
+
+def constants_into_bodies(graph: Graph, outer: dict | None = None) -> int:
+    """Give every If / Loop / Scan body a Constant layer of its own for each constant of an enclosing graph it
+    reads (same name, same array), and the enclosing graph's type facts of every tensor it reads from there, so
+    that folding, weight absorption and the fusions inside the body see the value (a LayerNorm's gamma, an LSTM's weights sliced per gate) and the body binds it once instead of reading
+    it from the enclosing scope per run. Returns the Constant layers added; the enclosing graph's copy goes when
+    dead-layer elimination finds no other reader (a plan stores an array shared by several layers once)."""
+    consts = dict(outer or {})
+    consts.update({n.outputs[0]: n for n in graph.nodes if n.kind == "Constant" and not n.subgraphs})
+    count = 0
+    for node in graph.nodes:
+        for sub in node.subgraphs.values():
+            own = set(sub.input_names) | {o for n in sub.nodes for o in n.outputs}
+            for name in sorted(sub.outer_references()):
+                if name in graph.tensor_info:      # what the enclosing graph knows of it (dtype, rank)
+                    sub.tensor_info.setdefault(name, graph.tensor_info[name])
+                c = consts.get(name)
+                if c is None or name in own or not sub.nodes:
+                    continue
+                sub.insert_before(sub.nodes[0], Node(
+                    name=c.name, kind="Constant", inputs=[], outputs=[name], params=dict(c.params),
+                    weights=dict(c.weights), source_nodes=list(c.source_nodes), meta=dict(c.meta)))
+                count += 1
+            if constants_into_bodies(sub, consts):
+                count += 1
+                eliminate_dead_layers(sub)   # copies only its own bodies read: each has one of its own now
+    if count:
+        graph.touch()   # its nodes' bodies read other outer names now: the use-def index is rebuilt
     return count

@@ -20,6 +20,7 @@ import numpy as np
 
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.fold import NOT_FOLDABLE, RANDOM_FILLS, fold_constants
+from backends.engine.builder.passes.inline_if import inline_constant_ifs
 from backends.engine.engine_graph import Graph, Node, TensorInfo
 from backends.engine.runtime.executor import GraphExecutor
 from native.logger import G_LOGGER
@@ -153,12 +154,17 @@ def fold_shapes(graph: Graph, config, feeds: dict, device="cpu", logger=None, me
     if shapes_of is None:
         return 0
     before = len(graph.nodes)
+    inlined = 0
     while True:
         static = shape_static_tensors(graph, fixed)
         n = _fold_shapes(graph, static, shapes_of)
-        n += fold_constants(graph, config, device, max_bytes=FOLD_MAX_BYTES) if n else 0
+        n += fold_constants(graph, config, device, max_bytes=FOLD_MAX_BYTES) if n or inlined else 0
         n += eliminate_dead_layers(graph, config)
-        if not n:
+        # an If whose condition folded runs its branch inline; the branch's tensors are then shaped by a new run
+        inlined = inline_constant_ifs(graph, logger)
+        if inlined:
+            shapes_of = observed_shapes(graph, feeds, device) or shapes_of
+        if not n and not inlined:
             break
     # the shapes of shape-static tensors are facts now: later passes (fusions) may rely on rank and dims
     for name in shape_static_tensors(graph, fixed):
