@@ -20,6 +20,8 @@ import numpy as np
 
 from native.tactics import Tactic, register_tactic, simple_tactic
 
+_ADD_REDUCE, _MAX_REDUCE = np.add.reduce, np.maximum.reduce
+
 
 def apply_post_ops(y, op, inputs):
     post = op.params.get("post_ops")
@@ -200,12 +202,12 @@ def _attention(op, q, k, v, mask):
             s += mask
         else:
             s = s + mask
-    with np.errstate(invalid="ignore", over="ignore"):
-        s -= s.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", over="ignore"):   # the reductions as ufunc calls: ndarray.max / .sum
+        s -= _MAX_REDUCE(s, -1, None, None, True)          # without their Python wrappers (same values)
         np.exp(s, out=s)
-        s /= s.sum(axis=-1, keepdims=True)
-    if p.get("nan_to_zero"):
-        np.nan_to_num(s, copy=False, nan=0.0, posinf=np.inf, neginf=-np.inf)
+        s /= _ADD_REDUCE(s, -1, None, None, True)
+    if p.get("nan_to_zero"):   # fully masked rows (NaN) to 0; np.nan_to_num's inf handling would change nothing
+        np.copyto(s, 0, where=np.isnan(s))
     return np.matmul(s, v)
 
 

@@ -5,9 +5,13 @@ to the input's dtype, so float16 / bfloat16 inputs do not lose accuracy in the r
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from native.tactics import simple_tactic
+
+_ADD_REDUCE = np.add.reduce
 
 
 def _bcast(v, ndim, axis):
@@ -69,11 +73,16 @@ def _layer(x, inputs, p):
 
 def _layer_f32(x, inputs, axes, eps):
     """LayerNorm of a float32 tensor in float32 (the ONNX stash_type): numpy's pairwise-summed mean, then the
-    variance of the centred values (two passes: no E[x^2] - E[x]^2 cancellation), all in place on one buffer."""
-    lead = x.shape[:axes[0]]
-    n = int(np.prod(x.shape[axes[0]:], dtype=np.int64))
+    variance of the centred values (two passes: no E[x^2] - E[x]^2 cancellation), all in place on one buffer.
+    The mean is `np.mean`'s own two steps (add.reduce, then true_divide by the count as an intp) without its
+    Python wrapper, and the row length a Python product: the same floats, ~20 us less per call, which transformers'
+    short rows ([tokens, 128..768]) pay once per LayerNorm."""
+    shape = x.shape
+    lead = shape[:axes[0]]
+    n = math.prod(shape[axes[0]:])
     x2 = x.reshape(lead + (n,))          # (not -1: an empty batch leaves -1 undetermined)
-    mean = x2.mean(axis=-1, keepdims=True)
+    mean = _ADD_REDUCE(x2, -1, None, None, True)     # keepdims: always an array
+    np.true_divide(mean, np.intp(n), out=mean, casting="unsafe")
     d = np.subtract(x2, mean)
     var = np.einsum("...i,...i->...", d, d)[..., None]
     var /= np.float32(n)
@@ -81,13 +90,17 @@ def _layer_f32(x, inputs, axes, eps):
     inv = np.sqrt(var, out=var)
     np.divide(np.float32(1), inv, out=inv)
     d *= inv
-    y = d.reshape(x.shape)
+    y = d.reshape(shape)
     if len(inputs) > 1 and inputs[1] is not None:
-        y *= np.asarray(inputs[1], np.float32)
+        y *= _f32(inputs[1])
     if len(inputs) > 2 and inputs[2] is not None:
-        y += np.asarray(inputs[2], np.float32)
+        y += _f32(inputs[2])
     stat_shape = lead + (1,) * len(axes)
     return [y, mean.reshape(stat_shape), inv.reshape(stat_shape)]
+
+
+def _f32(v):
+    return v if type(v) is np.ndarray and v.dtype == np.float32 else np.asarray(v, np.float32)
 
 
 def _instance(x, inputs, p):

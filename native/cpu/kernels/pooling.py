@@ -6,6 +6,7 @@ numpy op); average-pool divisors come from the same tap loop run on a small spat
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -169,8 +170,11 @@ def _global(x, params):
     kind = params.get("type", "MAX")
     if kind == "MAX":
         return [np.max(x, axis=axes, keepdims=True)]
-    if kind == "AVERAGE":
-        return [np.mean(x, axis=axes, keepdims=True, dtype=np.float64).astype(x.dtype)]
+    if kind == "AVERAGE":   # np.mean's own steps (a float64 add.reduce, then true_divide by the count as an intp)
+        # without its Python wrapper: the same values, ~10 us less per squeeze-excite
+        s = np.add.reduce(x, axes, np.float64, None, True)
+        np.true_divide(s, np.intp(math.prod(x.shape[2:])), out=s, casting="unsafe")
+        return [s.astype(x.dtype)]
     p = float(params.get("p", 2))
     return [(np.sum(np.abs(x) ** p, axis=axes, keepdims=True) ** (1.0 / p)).astype(x.dtype)]
 

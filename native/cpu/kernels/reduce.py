@@ -126,16 +126,17 @@ def _softmax_last(x, axis, log, hard):
         y = np.zeros_like(x)
         np.put_along_axis(y, idx, 1, axis=axis)
         return y
-    m = np.max(x, axis=axis, keepdims=True)
+    # np.max / np.sum are these ufunc reductions behind a Python wrapper (several us a call on short rows)
+    m = np.maximum.reduce(x, axis, None, None, True)
     e = np.subtract(x, m)
     if log:
         s = np.exp(e)
-        s = np.sum(s, axis=axis, keepdims=True)
+        s = np.add.reduce(s, axis, None, None, True)
         np.log(s, out=s)
         e -= s
         return e
     np.exp(e, out=e)
-    e /= np.sum(e, axis=axis, keepdims=True)
+    e /= np.add.reduce(e, axis, None, None, True)
     return e
 
 

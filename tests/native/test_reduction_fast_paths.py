@@ -1,0 +1,85 @@
+"""Kernels that call numpy's reduction ufuncs directly (LayerNorm's mean, softmax's max / sum, global average
+pooling's mean, attention's fully-masked rows) give exactly the floats of the np.mean / np.max / np.sum /
+np.nan_to_num forms they replace: checked bit for bit against those forms, and against float64 references."""
+import numpy as np
+import pytest
+
+from native.cpu.kernels import fused, norm, pooling, reduce
+from native.tactics import Op
+
+RNG = np.random.default_rng(7)
+
+
+def _layernorm_wrapped(x, gamma, beta, axis, eps):
+    """The float32 LayerNorm as written with np.prod / ndarray.mean (the form before the fast path)."""
+    lead = x.shape[:axis]
+    n = int(np.prod(x.shape[axis:], dtype=np.int64))
+    x2 = x.reshape(lead + (n,))
+    mean = x2.mean(axis=-1, keepdims=True)
+    d = np.subtract(x2, mean)
+    var = np.einsum("...i,...i->...", d, d)[..., None]
+    var /= np.float32(n)
+    var += np.float32(eps)
+    inv = np.sqrt(var, out=var)
+    np.divide(np.float32(1), inv, out=inv)
+    d *= inv
+    y = d.reshape(x.shape)
+    y *= gamma
+    y += beta
+    return y, mean, inv
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 16, 256), 2), ((1, 197, 192), 2), ((3, 4, 5, 6), 2), ((7, 33), 1)])
+def test_layernorm_float32_bits_equal_the_wrapped_form(shape, axis):
+    x = (RNG.standard_normal(shape) * 3 + 50).astype(np.float32)
+    gamma = RNG.standard_normal(shape[axis:]).astype(np.float32)
+    beta = RNG.standard_normal(shape[axis:]).astype(np.float32)
+    y, mean, inv = norm._layer_f32(x, [x, gamma, beta], tuple(range(axis, len(shape))), 1e-5)
+    ry, rm, ri = _layernorm_wrapped(x, gamma, beta, axis, 1e-5)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    np.testing.assert_array_equal(y, ry)
+    np.testing.assert_array_equal(mean.reshape(-1), rm.reshape(-1))
+    np.testing.assert_array_equal(inv.reshape(-1), ri.reshape(-1))
+    xf = x.astype(np.float64)
+    mf = xf.reshape(shape[:axis] + (-1,)).mean(-1).reshape(shape[:axis] + (1,) * (len(shape) - axis))
+    np.testing.assert_allclose(mean.reshape(mf.shape), mf, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,axis", [((2, 4, 16, 16), 3), ((1, 3, 50, 50), 1), ((7, 5), 1)])
+def test_softmax_bits_equal_the_wrapped_form(dtype, shape, axis):
+    x = (RNG.standard_normal(shape) * 5).astype(dtype)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    want = e / np.sum(e, axis=axis, keepdims=True)
+    np.testing.assert_array_equal(reduce._softmax_last(x, axis, False, False), want)
+    lse = np.log(np.sum(np.exp(x - np.max(x, axis=axis, keepdims=True)), axis=axis, keepdims=True))
+    np.testing.assert_array_equal(reduce._softmax_last(x, axis, True, False),
+                                  x - np.max(x, axis=axis, keepdims=True) - lse)
+    np.testing.assert_allclose(want.sum(axis=axis), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("shape", [(1, 88, 3, 96), (2, 576, 7, 7), (1, 4, 1, 1)])
+def test_global_average_pool_bits_equal_np_mean(dtype, shape):
+    x = RNG.standard_normal(shape).astype(dtype)
+    y = pooling._global(x, {"type": "AVERAGE"})[0]
+    assert y.dtype == x.dtype and y.shape == shape[:2] + (1, 1)
+    np.testing.assert_array_equal(y, np.mean(x, axis=(2, 3), keepdims=True, dtype=np.float64).astype(dtype))
+    np.testing.assert_allclose(y.astype(np.float64).reshape(-1),
+                               x.astype(np.float64).reshape(shape[0] * shape[1], -1).mean(-1), rtol=2e-3, atol=1e-3)
+
+
+def test_attention_fully_masked_rows_are_zero_and_others_unchanged():
+    q, k, v = (RNG.standard_normal((1, 2, 4, 8)).astype(np.float32) for _ in range(3))
+    mask = np.zeros((1, 1, 4, 4), np.float32)
+    mask[..., 1, :] = -np.inf                        # query row 1 sees no key: softmax gives NaN there
+    op = Op("Attention", "att", {"transpose_k": True, "nan_to_zero": True})
+    y = fused._attention(op, q, k, v, mask)
+    assert not np.isnan(y).any()
+    np.testing.assert_array_equal(y[:, :, 1], 0)
+    s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2) / np.sqrt(8)) + mask
+    with np.errstate(invalid="ignore"):
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+    ref = np.nan_to_num(p) @ v
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
