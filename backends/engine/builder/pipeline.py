@@ -12,7 +12,8 @@ from backends.engine.builder.pass_manager import Pass, PassResult
 from backends.engine.builder.passes import int8 as int8_pass
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.dla import apply_dla, network_ranges
-from backends.engine.builder.passes.fold import absorb_constant_weights, constants_into_bodies, fold_constants
+from backends.engine.builder.passes.fold import (absorb_constant_operands, absorb_constant_weights,
+                                                 constants_into_bodies, fold_constants)
 from backends.engine.builder.passes.fusion import PASSES, run_fusions
 from backends.engine.builder.passes.inline_if import inline_constant_ifs
 from backends.engine.builder.passes.layout import run_layout
@@ -59,7 +60,7 @@ def shape_folding(graph, ctx):
 
 
 def weight_absorption(graph, ctx):
-    n = absorb_constant_weights(graph, ctx.config)
+    n = absorb_constant_weights(graph, ctx.config) + absorb_constant_operands(graph, ctx.config)
     if n:
         eliminate_dead_layers(graph, ctx.config)
     return PassResult(n)

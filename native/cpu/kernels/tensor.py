@@ -61,8 +61,20 @@ def _clamp(v, lo, hi):
 
 @simple_tactic("Slice")
 def slice_(op, inputs):
-    """ONNX slice semantics: negative starts/ends count from the end, then clamp per the step's sign."""
-    x = np.asarray(inputs[0])
+    """ONNX slice semantics: negative starts/ends count from the end, then clamp per the step's sign. A view.
+    With the bounds in params (constant operands, passes/fold.py) the index is worked out once per input shape."""
+    x = inputs[0] if isinstance(inputs[0], np.ndarray) else np.asarray(inputs[0])
+    if len(inputs) == 1:
+        held = op.__dict__.get("_slice")
+        if held is not None and held[0] == x.shape:
+            return [x[held[1]]]
+        index = _slice_index(op, x, [x])
+        op.__dict__["_slice"] = (x.shape, index)
+        return [x[index]]
+    return [x[_slice_index(op, x, inputs)]]
+
+
+def _slice_index(op, x, inputs):
     p = op.params
     starts = _ints(inputs[1]) if _arg(inputs, 1) is not None else p["starts"]
     ends = _ints(inputs[2]) if _arg(inputs, 2) is not None else p["ends"]
@@ -83,7 +95,7 @@ def slice_(op, inputs):
         else:
             s, e = _clamp(s, -1, d - 1), _clamp(e, -1, d - 1)
             index[a] = slice(0, 0) if s < 0 else slice(s, None if e < 0 else e, st)
-    return [x[tuple(index)]]
+    return tuple(index)
 
 
 @simple_tactic("Concatenation", writes_outputs=True)
@@ -128,6 +140,11 @@ def gather(op, inputs):
     if mode == "DEFAULT":
         axis = op.params.get("axis", 0)
         axis = axis + x.ndim if axis < 0 else axis
+        if idx.ndim == 0 and idx.dtype.kind in "iu":   # one index (a state's layer, a shape's dim): a view
+            i = int(idx)
+            if not -x.shape[axis] <= i < x.shape[axis]:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} with size {x.shape[axis]}")
+            return [x[(slice(None),) * axis + (i, Ellipsis)]]   # (Ellipsis: a 0-d view, not a scalar)
         return [np.asarray(np.take(x, _fix_neg(idx, x.shape[axis]), axis=axis))]
     if mode == "ELEMENT":
         axis = op.params.get("axis", 0)

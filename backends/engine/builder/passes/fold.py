@@ -108,6 +108,41 @@ def absorb_constant_weights(graph: Graph, config=None) -> int:
     return count
 
 
+# layer kind -> the params its constant operand inputs 1.. become (every one present must be a constant)
+_OPERAND_PARAMS = {"Slice": ("starts", "ends", "axes", "steps"), "Padding": ("pads", "value", "axes")}
+
+
+def absorb_constant_operands(graph: Graph, config=None) -> int:
+    """Slice starts / ends / axes / steps and Padding pads / value / axes given as constant inputs (ONNX opset 10+
+    / 11+ form) become the layer's params (its opset-1 form), as the parser makes them from attributes: the kernel
+    reads lists it does not convert per call, and the layer reads one tensor. Nested bodies included."""
+    count = 0
+    for node in graph.nodes:
+        for sub in node.subgraphs.values():
+            count += absorb_constant_operands(sub, config)
+        names = _OPERAND_PARAMS.get(node.kind)
+        if names is None or len(node.inputs) < 2 or len(node.inputs) > len(names) + 1:
+            continue
+        values = {}
+        for key, name in zip(names, node.inputs[1:]):
+            if name is None:
+                continue
+            p = graph.producer(name)
+            v = np.asarray(p.weights["value"]) if p is not None and p.kind == "Constant" else None
+            if v is None or (key == "value" and (v.dtype.kind != "f" or v.size != 1)) or \
+                    (key != "value" and v.dtype.kind not in "iu"):
+                break
+            values[key] = float(v.reshape(-1)[0]) if key == "value" else [int(x) for x in v.reshape(-1)]
+        else:
+            if not all(k in values or node.params.get(k) is not None for k in names[:1 if node.kind == "Padding"
+                                                                                  else 2]):
+                continue   # (a required operand absent: left for the kernel to report)
+            node.params.update(values)
+            graph.set_inputs(node, node.inputs[:1])
+            count += 1
+    return count
+
+
 def constants_into_bodies(graph: Graph, outer: dict | None = None) -> int:
     """Give every If / Loop / Scan body a Constant layer of its own for each constant of an enclosing graph it
     reads (same name, same array), and the enclosing graph's type facts of every tensor it reads from there, so

@@ -107,6 +107,31 @@ def _fold_shapes(graph: Graph, static: set, shapes_of: dict) -> int:
     return n
 
 
+_RESHAPE_PLUGINS = ("Squeeze", "Unsqueeze")
+
+
+def _reshape_plugin(node) -> bool:
+    """A Squeeze / Unsqueeze plugin with its axes known (one input)."""
+    return node.kind == "Plugin" and node.params.get("plugin_type") in _RESHAPE_PLUGINS and len(node.inputs) == 1
+
+
+def _plugins_as_reshapes(graph: Graph, static: set, shapes_of: dict) -> int:
+    """Squeeze / Unsqueeze plugins (the parser's form when the input's rank was unknown at import, e.g. an If's
+    output whose branches differ in rank) over a shape-static input become Shuffle layers to the observed shape:
+    a reshape the fusions can merge, that returns a view, and whose output is shape-static in turn."""
+    n = 0
+    for node in list(graph.nodes):
+        if not _reshape_plugin(node) or node.inputs[0] not in static or node.outputs[0] not in shapes_of:
+            continue
+        shape = [int(d) for d in shapes_of[node.outputs[0]][0]]
+        graph.replace_nodes([node], Node(
+            name=node.name, kind="Shuffle", inputs=list(node.inputs), outputs=list(node.outputs),
+            params={"first_transpose": None, "reshape_dims": shape, "second_transpose": None,
+                    "zero_is_placeholder": False}, source_nodes=list(node.source_nodes), meta=dict(node.meta)))
+        n += 1
+    return n
+
+
 def observed_shapes(graph: Graph, feeds: dict, device="cpu") -> dict | None:
     """{tensor: shape} for every array a run of `graph` on `feeds` produces (None if the run fails)."""
     try:
@@ -141,7 +166,7 @@ def fold_shapes(graph: Graph, config, feeds: dict, device="cpu", logger=None, me
     fixed = fixed_input_shapes(graph, config)
     if fixed is None or any(tuple(np.shape(feeds[k])) != s for k, s in fixed.items() if k in feeds):
         return 0
-    if not any(n.kind == "Shape" for n in graph.nodes):
+    if not any(n.kind == "Shape" or _reshape_plugin(n) for n in graph.nodes):
         return 0
     key = structure_key(graph, feeds, device) if memo is not None and not any(n.subgraphs for n in graph.nodes) \
         else None
@@ -157,7 +182,7 @@ def fold_shapes(graph: Graph, config, feeds: dict, device="cpu", logger=None, me
     inlined = 0
     while True:
         static = shape_static_tensors(graph, fixed)
-        n = _fold_shapes(graph, static, shapes_of)
+        n = _fold_shapes(graph, static, shapes_of) + _plugins_as_reshapes(graph, static, shapes_of)
         n += fold_constants(graph, config, device, max_bytes=FOLD_MAX_BYTES) if n or inlined else 0
         n += eliminate_dead_layers(graph, config)
         # an If whose condition folded runs its branch inline; the branch's tensors are then shaped by a new run
