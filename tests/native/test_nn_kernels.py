@@ -403,3 +403,41 @@ def test_im2col_gather_is_the_per_tap_gather_bit_for_bit():
     wm = gemm_weights(op, None, 1, np.float32)
     y = np.matmul(wm, cols.reshape(2, 1, 36, -1)).reshape((2, 4) + tuple(out))
     np.testing.assert_array_equal(got, finish(op, y, b, [x], np.dtype(np.float32))[0])
+
+
+@pytest.mark.parametrize("t,b,h", [(1, 1, 16), (4, 3, 8), (6, 2, 5)])
+def test_plain_lstm_steps_are_the_general_loop_bit_for_bit(t, b, h):
+    """The plain-LSTM path (default activations, every sequence full length) does the general step loop's
+    operations in the same order: the same bits."""
+    from native.cpu.kernels import rnn
+    xw = RNG.standard_normal((t, b, 4 * h)).astype(np.float32)
+    w_r = (RNG.standard_normal((4 * h, h)) * 0.5).astype(np.float32)
+    b_r = RNG.standard_normal(4 * h).astype(np.float32)
+    h0, c0 = RNG.standard_normal((2, b, h)).astype(np.float32)
+    general = rnn._run_direction("LSTM", xw, w_r, b_r, h0, c0, None, rnn._acts({}, "LSTM", 1)[0],
+                                 np.ones((t, b), bool), None, 0, 0)
+    fast = rnn._lstm_steps(xw, w_r, b_r, h0, c0)
+    for g, f in zip(general, fast):
+        assert g.dtype == f.dtype and g.shape == f.shape and g.tobytes() == f.tobytes()
+
+
+def test_forward_lstm_with_initial_state_against_ort_and_batch_first():
+    """ONNX Runtime runs layout 0 only: layout 1 (batch first) is checked as the transpose of our layout 0."""
+    from native.cpu.kernels import rnn
+    t, b, i, h = 3, 2, 4, 6
+    feeds = {"x": RNG.standard_normal((t, b, i)).astype(np.float32),
+             "w": RNG.standard_normal((1, 4 * h, i)).astype(np.float32) * 0.5,
+             "r": RNG.standard_normal((1, 4 * h, h)).astype(np.float32) * 0.5,
+             "b": RNG.standard_normal((1, 8 * h)).astype(np.float32) * 0.1,
+             "h0": RNG.standard_normal((1, b, h)).astype(np.float32),
+             "c0": RNG.standard_normal((1, b, h)).astype(np.float32)}
+    node = helper.make_node("LSTM", ["x", "w", "r", "b", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=h)
+    _check(node, feeds, ["y", "yh", "yc"], opset=14)
+    f = feeds
+    seq = rnn.rnn(Op("RNN", "l", {"cell": "LSTM"}), [f["x"], f["w"], f["r"], f["b"], None, f["h0"], f["c0"]])
+    bf = rnn.rnn(Op("RNN", "l", {"cell": "LSTM", "layout": 1}),
+                 [f["x"].transpose(1, 0, 2), f["w"], f["r"], f["b"], None, f["h0"].transpose(1, 0, 2),
+                  f["c0"].transpose(1, 0, 2)])
+    np.testing.assert_array_equal(bf[0], seq[0].transpose(2, 0, 1, 3))
+    np.testing.assert_array_equal(bf[1], seq[1].transpose(1, 0, 2))
+    np.testing.assert_array_equal(bf[2], seq[2].transpose(1, 0, 2))

@@ -113,6 +113,43 @@ def _run_direction(cell, xw, w_r, b_r, h, c, peep, acts, mask, clip, lbr, input_
     return ys, h, c
 
 
+def _plain_lstm(p, peep) -> bool:
+    """An LSTM with ONNX's default activations and no peepholes, clip or coupled input-forget gate: the form
+    `_lstm_steps` runs."""
+    acts = p.get("activations")
+    return (p.get("cell", "LSTM") == "LSTM" and peep is None and p.get("clip") is None and not p.get("input_forget")
+            and (not acts or [a.lower() for a in acts] == ["sigmoid", "tanh", "tanh"] * (len(acts) // 3))
+            and not p.get("activation_alpha") and not p.get("activation_beta"))
+
+
+def _lstm_steps(xw, w_r, b_r, h, c):
+    """`_run_direction` for a plain LSTM whose sequences all run every step, with the same operations in the same
+    order (so the same bits): per step one GEMM for the recurrence, the i / o / f gates' sigmoid in one pass over
+    their adjacent columns, and every temporary a buffer made once per call (out=)."""
+    steps, batch = xw.shape[:2]
+    hidden = h.shape[-1]
+    ys = np.empty((steps, batch, hidden), dtype=xw.dtype)
+    wt = w_r.T
+    three = 3 * hidden
+    s = np.empty((batch, three), dtype=xw.dtype)
+    cc = np.empty((batch, hidden), dtype=xw.dtype)
+    for t in range(steps):
+        g = np.add(xw[t], h @ wt)
+        g += b_r
+        np.multiply(g[:, :three], 0.5, out=s)     # sigmoid(x) = 0.5 * (tanh(0.5 * x) + 1), as _sigmoid
+        np.tanh(s, out=s)
+        s += 1.0
+        s *= 0.5
+        i, o, f = s[:, :hidden], s[:, hidden:2 * hidden], s[:, 2 * hidden:]
+        np.tanh(g[:, three:], out=cc)
+        c = f * c
+        c += i * cc
+        h = np.tanh(c)
+        np.multiply(o, h, out=h)
+        ys[t] = h
+    return ys, h, c
+
+
 @simple_tactic("RNN", name="time-loop")
 def rnn(op, inputs):
     """Inputs (X, W, R, B, sequence_lens, initial_h, initial_c, P); outputs (Y, Y_h[, Y_c])."""
@@ -135,8 +172,17 @@ def rnn(op, inputs):
         h0 = h0.transpose(1, 0, 2)
         c0 = None if c0 is None else np.asarray(c0).transpose(1, 0, 2)
     c0 = np.zeros((ndir, batch, hidden), dtype) if c0 is None else np.asarray(c0, dtype)
-    acts = _acts(p, cell, ndir)
     direction = p.get("direction", "forward")
+    if ndir == 1 and direction == "forward" and (seq_lens is None or bool((lens >= steps).all())) \
+            and _plain_lstm(p, peep):
+        xw = x @ np.asarray(w[0], dtype).T + b[0, :gh]
+        y, h, c = _lstm_steps(xw, np.asarray(r[0], dtype), b[0, gh:], h0[0], c0[0])
+        y, yh, yc = y[:, None], h[None], c[None]                   # [T, 1, B, H], [1, B, H]
+        if layout == 1:
+            y = y.transpose(2, 0, 1, 3)
+            yh, yc = yh.transpose(1, 0, 2), yc.transpose(1, 0, 2)
+        return [y.astype(dtype, copy=False), yh.astype(dtype, copy=False), yc.astype(dtype, copy=False)]
+    acts = _acts(p, cell, ndir)
     t_idx = np.arange(steps)[:, None]
     mask = t_idx < lens[None, :]                                   # [T, B]
     ys, hs, cs = [], [], []
