@@ -73,8 +73,11 @@ def _binary(name, a, b, owned):
         if name == "POW":
             return np.power(a, b.astype(a.dtype) if b.dtype != a.dtype else b)
         raise ValueError(f"pointwise: unsupported ElementWise op {name!r}")
-    shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
-    dtype = np.result_type(a, b)
+    if not owned:
+        return fn(a, b)
+    sa, sb = a.shape, b.shape
+    shape = sa if sa == sb or (not sb and len(sa)) else sb if not sa else np.broadcast_shapes(sa, sb)
+    dtype = a.dtype if a.dtype == b.dtype else np.result_type(a, b)
     for cand in owned:
         if cand.shape == shape and cand.dtype == dtype:
             return fn(a, b, out=cand)
@@ -90,13 +93,14 @@ def pointwise(op, inputs):
     vals = [None] * len(steps)
     fresh = [False] * len(steps)                      # result is a buffer this kernel allocated
     weights = op.weights
+    theirs = None                                     # ids of the arrays the kernel must not write: inputs, weights
     for j, (kind, refs, p, frees, src) in enumerate(steps):
         args = []
         for where, key in refs:
             v = inputs[key] if where == 0 else vals[key] if where == 2 else weights[key]
-            args.append(v if isinstance(v, np.ndarray) else np.asarray(v))
+            args.append(v if type(v) is np.ndarray else np.asarray(v))
         if kind == "ElementWise":
-            y = _binary(p["op"], args[0], args[1], [vals[s] for s in frees if fresh[s]])
+            y = _binary(p["op"], args[0], args[1], [vals[s] for s in frees if fresh[s]] if frees else ())
         elif kind == "Unary":
             y = UNARY[p["op"]](args[0], p)
             y = y if isinstance(y, np.ndarray) else np.asarray(y)
@@ -108,8 +112,11 @@ def pointwise(op, inputs):
         else:
             raise ValueError(f"pointwise: unsupported step kind {kind!r}")
         vals[j] = y
-        fresh[j] = isinstance(y, np.ndarray) and y.flags.writeable and y.flags.owndata and \
-            not any(y is x for x in inputs) and not any(y is w for w in weights.values())
+        if type(y) is np.ndarray and y.base is None and y.flags.writeable:
+            if theirs is None:
+                theirs = {id(x) for x in inputs}
+                theirs.update(id(w) for w in weights.values())
+            fresh[j] = id(y) not in theirs
         for s in frees:
             if vals[s] is not y:
                 vals[s] = None
