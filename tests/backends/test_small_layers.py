@@ -79,3 +79,15 @@ def test_unsqueeze_plugin_over_a_static_tensor_becomes_a_reshape():
     assert "Plugin" not in kinds and "If" not in kinds and "Shuffle" in kinds, kinds
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     np.testing.assert_array_equal(eng.create_execution_context().execute({"x": x})["y"], x[None, None])
+
+
+def test_padding_from_params_crops_fills_and_follows_shape_and_dtype():
+    from native.cpu.kernels.tensor import padding
+    from native.tactics import Op
+    op = Op("Padding", "p", {"mode": "constant", "pads": [1, -1, 0, 2], "value": 7.0, "axes": None})
+    for shape, dtype in (((3, 4), np.float32), ((5, 2), np.float32), ((3, 4), np.int32), ((3, 4), np.float32)):
+        x = RNG.integers(-5, 5, shape).astype(dtype)
+        want = np.pad(x[:, 1:], [(1, 0), (0, 2)], constant_values=7)
+        got = padding(op, [x])[0]
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, want)

@@ -190,27 +190,46 @@ def scatter(op, inputs):
 
 @simple_tactic("Padding")
 def padding(op, inputs):
-    """pads [begin..., end...] for `axes` (all by default); negative pads crop; modes constant/reflect/edge/wrap."""
-    x = np.asarray(inputs[0])
+    """pads [begin..., end...] for `axes` (all by default); negative pads crop; modes constant/reflect/edge/wrap.
+    With pads, value and axes in params (constant operands, passes/fold.py) the geometry is worked out once per
+    input shape and dtype."""
+    x = inputs[0] if type(inputs[0]) is np.ndarray else np.asarray(inputs[0])
     p = op.params
-    pads = _ints(inputs[1]) if _arg(inputs, 1) is not None else list(p["pads"])
-    value = inputs[2] if _arg(inputs, 2) is not None else p.get("value", 0.0)
-    axes = _ints(inputs[3]) if _arg(inputs, 3) is not None else p.get("axes")
+    if len(inputs) == 1:
+        held = op.__dict__.get("_pad")
+        if held is None or held[0] != x.shape or held[1] != x.dtype:
+            held = op.__dict__["_pad"] = (x.shape, x.dtype) + _pad_geometry(op, x, list(p["pads"]),
+                                                                           p.get("value", 0.0), p.get("axes"))
+        crop, width, mode, value = held[2:]
+    else:
+        crop, width, mode, value = _pad_geometry(
+            op, x, _ints(inputs[1]) if _arg(inputs, 1) is not None else list(p["pads"]),
+            inputs[2] if _arg(inputs, 2) is not None else p.get("value", 0.0),
+            _ints(inputs[3]) if _arg(inputs, 3) is not None else p.get("axes"))
+    if crop is not None:
+        x = x[crop]
+    return [_pad_axes(x, width, mode, value)]
+
+
+def _pad_geometry(op, x, pads, value, axes):
+    """(crop index or None, per-axis (begin, end) widths, numpy mode, fill value) of a Padding of `x`."""
     axes = list(range(x.ndim)) if axes is None else [a + x.ndim if a < 0 else a for a in axes]
     n = len(axes)
     width = [[0, 0] for _ in range(x.ndim)]
     for i, a in enumerate(axes):
         width[a] = [pads[i], pads[i + n]]
-    crop = tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(width))
-    x = x[crop]
+    crop = None
+    if any(b < 0 or e < 0 for b, e in width):
+        crop = tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(width))
+    shape = x[crop].shape if crop is not None else x.shape
     width = [(max(b, 0), max(e, 0)) for b, e in width]
-    check_size(op, [d + b + e for d, (b, e) in zip(x.shape, width)], x.dtype.itemsize)
-    mode = p.get("mode", "constant")
+    check_size(op, [d + b + e for d, (b, e) in zip(shape, width)], x.dtype.itemsize)
+    mode = op.params.get("mode", "constant")
     if mode == "constant":
         v = np.asarray(value).reshape(-1)
         v = v[0] if v.size else 0
-        return [_pad_axes(x, width, "constant", np.asarray(v).astype(x.dtype))]
-    return [_pad_axes(x, width, {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
+        return crop, width, "constant", np.asarray(v).astype(x.dtype)
+    return crop, width, {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode], None
 
 
 def _pad_axes(x, width, mode, value=None):
