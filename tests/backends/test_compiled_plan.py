@@ -101,3 +101,21 @@ def test_swapped_tactics_recompile(engine):
         ex.steps = original
     np.testing.assert_array_equal(bad, good + np.float32(1))
     np.testing.assert_array_equal(ctx.execute({"x": _x(1)})["y"], good)
+
+
+def test_plain_execute_returns_the_outputs_and_the_enqueue_time(engine):
+    """The plain host execute (no taps, profiler or timeline) takes a short path: the same outputs as the general
+    loop, a fresh array per call (not the arena), and host_timings recorded."""
+    ctx = engine.create_execution_context()
+    first = None
+    for seed in (1, 2, 2):
+        out = ctx.execute({"x": _x(seed)})
+        ref = _general(engine, {"x": _x(seed)})
+        assert list(out) == engine.graph.output_names
+        for name, value in out.items():
+            np.testing.assert_array_equal(value, ref[name])
+        assert ctx.host_timings["enqueue_ms"] > 0
+        first = first or out
+    again = ctx.execute({"x": _x(1)})
+    for name in first:   # what an earlier call returned is not overwritten by later ones
+        np.testing.assert_array_equal(first[name], again[name])

@@ -52,7 +52,8 @@ class ArenaCache:
         self.workspace = None         # the tactics' scratch, allocated once per context
 
     def signature(self, feeds: dict):
-        return tuple((k, getattr(v, "shape", None), getattr(getattr(v, "dtype", None), "str", None))
+        return tuple((k, v.shape, v.dtype) if type(v) is np.ndarray else
+                     (k, getattr(v, "shape", None), getattr(getattr(v, "dtype", None), "str", None))
                      for k, v in feeds.items())
 
     @property
