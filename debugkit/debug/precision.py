@@ -116,12 +116,27 @@ def tactic_recorder():
 
 
 def _rel_err(a, ref) -> float:
+    """The largest absolute difference over the reference's largest finite magnitude; inf where the low-precision
+    value is not finite and the reference is. A reference at its own type's largest magnitude (an attention mask's
+    float32 lowest, "minus infinity" to the model) is saturated: an infinity of the same sign there is no error
+    (FP16 cannot hold -3.4e38, the Softmax after it computes the same zeros), so such a mask ranks by what it really
+    adds and the layers that overflow ahead of it are probed first."""
     a, ref = np.asarray(a), np.asarray(ref)
     if a.shape != ref.shape or ref.dtype.kind != "f" or not ref.size:
         return 0.0
     with np.errstate(all="ignore"):
-        d = np.abs(a.astype(np.float64) - ref.astype(np.float64))
-        scale = float(np.max(np.abs(ref[np.isfinite(ref)]))) if np.isfinite(ref).any() else 0.0
+        a64, r64 = a.astype(np.float64), ref.astype(np.float64)
+        top = float(np.finfo(ref.dtype).max)
+        saturated = np.abs(r64) >= top
+        if saturated.any():
+            r64 = np.where(saturated, np.copysign(np.inf, r64), r64)
+        d = np.abs(a64 - r64)
+        if saturated.any():   # inf - inf of the same sign is nan: equal values are no error
+            d = np.where(a64 == r64, 0.0, d)
+            finite = np.isfinite(r64)
+            scale = float(np.max(np.abs(r64[finite]))) if finite.any() else 0.0
+        else:
+            scale = float(np.max(np.abs(ref[np.isfinite(ref)]))) if np.isfinite(ref).any() else 0.0
     if not np.all(np.isfinite(d)):
         return math.inf
     return float(d.max()) / max(scale, 1e-30)

@@ -362,3 +362,66 @@ def test_probe_replayer_memo_token_is_the_documents_content():
     other = copy.deepcopy(doc)
     other["layers"]["a"]["tactic_id"] = 2
     assert _precision_replayer(other).memo_token != same
+
+
+def test_a_saturated_reference_is_no_error_where_the_low_precision_value_is_the_same_infinity():
+    """An attention mask's float32 lowest is "minus infinity" to the model: FP16 holding -inf there adds no error
+    (the ranking's _rel_err), while an overflow of a finite reference, or the wrong infinity, is still inf."""
+    from debugkit.debug.precision import _rel_err
+    low = np.finfo(np.float32).min
+    ref = np.array([1.0, -2.0, low, 4.0], np.float32)
+    with np.errstate(over="ignore"):
+        fp16 = ref.astype(np.float16).astype(np.float32)      # -3.4e38 -> -inf
+    assert np.isneginf(fp16[2]) and _rel_err(fp16, ref) == 0.0
+    near = fp16.copy()
+    near[0] = 1.5
+    assert _rel_err(near, ref) == pytest.approx(0.5 / 4.0)     # scaled by the largest finite reference
+    wrong = fp16.copy()
+    wrong[2] = np.inf
+    assert _rel_err(wrong, ref) == np.inf                      # the other sign is an error
+    over = ref.copy()
+    over[3] = np.inf                                           # a finite reference that overflowed
+    assert _rel_err(over, ref) == np.inf
+    assert _rel_err(np.full(3, -np.inf, np.float32), np.full(3, low, np.float32)) == 0.0
+
+
+def masked_mlp(depth=4, width=16):
+    """mlp(depth) whose last Tanh feeds a masked Softmax: Where(x > 0.3, t, float32 lowest) → Softmax → y, the mask
+    computed from the input (so Where is a candidate) as transformer exports write it."""
+    model = mlp(depth, width)
+    g = model.graph
+    out = g.node[-1]
+    g.node.remove(out)
+    low = numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "lowest")
+    thr = numpy_helper.from_array(np.array(0.3, np.float32), "thr")
+    g.initializer.extend([low, thr])
+    g.node.extend([helper.make_node("Greater", ["x", "thr"], ["keep"], name="mask_cond"),
+                   helper.make_node("Where", ["keep", f"t{depth - 1}", "lowest"], ["masked"], name="mask"),
+                   helper.make_node("Softmax", ["masked"], ["y"], name="softmax", axis=-1)])
+    return model
+
+
+def test_an_attention_mask_does_not_outrank_the_overflowing_layers(tmp_path, capsys):
+    """The mask's float32 lowest becomes -inf in FP16 (the same to the Softmax): the ranking scores it by what it
+    adds, so the planted layers rank first and the search peels them without probing the mask first."""
+    from backends.runners import OnnxrtRunner
+    model = masked_mlp()
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.random((4, 16), dtype=np.float32)}
+    with OnnxrtRunner(model, mark=["m1"]) as r:
+        values = r.infer(feeds, taps=["m1"])
+    answer = _tool().plant(model, ["mm1"], values)
+    path = tmp_path / "masked.onnx"
+    onnx.save(model, path)
+    must = sorted(x for v in answer.values() for x in v["must_stay_fp32"])
+    out = tmp_path / "prec.json"
+    rc = main(["debug", "precision", str(path), "--fp16", "-o", str(out), "--atol", "1e-2"])
+    assert rc == 0, capsys.readouterr()
+    res = json.loads(out.read_text())
+    assert sorted(res["layer_precisions"]) == must
+    ranking = json.loads((tmp_path / "prec_sensitivity.json").read_text())
+    assert sorted(r["layer"] for r in ranking[:len(must)]) == must
+    mask = next(r for r in ranking if r["layer"] == "mask")
+    assert mask["score"] < 1e-2                                # FP16 rounding of the kept values only
+    # the empty and full sets, then the gallop 1, 2 (hit), the kept layer alone: no probe spent on the mask
+    assert res["probes"] <= 5
