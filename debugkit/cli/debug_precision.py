@@ -134,6 +134,9 @@ def run(args) -> int:
             if type(ex).__name__ != "InlineExecutor":   # workers get the model's bytes, never a path of ours
                 probe_fn.ship(model)
             prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
+            empty = None if prober.known([])[0] else probe_fn.empty_set_answer(low_values)
+            if empty is not None:   # the base build was the empty set's engine: no second build of it
+                prober.settle([], empty)
             base, top = prober.many([[], layers])
             _warn_if_barely(prober.known(layers)[1], options, args, len(layers))
             if base:

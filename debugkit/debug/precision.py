@@ -270,10 +270,26 @@ class PrecisionProbe:
             out = self.engine_outputs(list(layers))
         except DebugkitError as e:
             return {"hit": False, "reason": f"engine error: {str(e).splitlines()[0][:200]}"}
+        return self.judged(out)
+
+    def judged(self, out) -> dict:
+        """A probe's record for these engine outputs: the check's verdict, its metrics, the last build's cost."""
         res = self.options.judge(out, self.reference)
         metrics = {k: {m: v for m, v in r.items() if m != "passed" and v is not None}
                    for k, r in res.get("outputs", {}).items()}
         return {"hit": not res["fails"], "reason": res["reason"], "outputs": metrics, **self.last_cost}
+
+    def empty_set_answer(self, base_values):
+        """The empty candidate's record from the base build's values, or None when they cannot stand for it. The base
+        build is the empty candidate's engine (no layer constrained, the same config; its tactics are the ones the
+        probes replay) run with every tensor tapped, and a tap only gives a tensor memory of its own, so its outputs
+        are the empty probe's bit for bit (tested): the search need not build that engine twice. Not for an
+        external --check command, nor a calibrated (INT8) base, which is built another way."""
+        from debugkit.debug.checks import CommandCheck
+        if isinstance(self.options, CommandCheck) or self.calib is not None or not base_values or \
+                not all(k in base_values for k in self.reference):
+            return None
+        return {**self.judged({k: base_values[k] for k in self.reference}), "from": "base build"}
 
 
     def _command(self, layers) -> dict:

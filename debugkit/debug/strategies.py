@@ -82,6 +82,13 @@ class Prober:
         """Tell the prober an answer it already knows (e.g. the full candidate fails by assumption)."""
         self.memo[self._key(candidate)] = result
 
+    def settle(self, candidate, result):
+        """Record an answer that came without a probe (debug precision: the base build answers the empty set):
+        memoised and logged, so a resumed search replays it, but neither counted nor timed as a probe."""
+        self.memo[self._key(candidate)] = result
+        if self.log is not None:
+            self.log.record(_artifact(candidate), result, 0.0)
+
     def _key(self, candidate):
         return json.dumps(_artifact(candidate), sort_keys=True, default=str)
 

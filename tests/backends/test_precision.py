@@ -229,11 +229,16 @@ def test_reused_folded_prefix_builds_what_a_full_build_does():
     net, _ = parse_onnx(m.SerializeToString())
     x = np.random.default_rng(3).standard_normal((2, 3, 9, 9)).astype(np.float32)
     memo = {}
-    for spec in ([], ["conv:fp32"], ["*:fp16,relu:fp32"], ["kk:fp32,scale:fp32"], ["conv:fp32"]):
+    # how constraints are held (prefer / obey) matters after the prefix only: every build shares one prefix
+    for spec, how in (([], None), (["conv:fp32"], BuilderFlag.PREFER_PRECISION_CONSTRAINTS),
+                      (["*:fp16,relu:fp32"], None), (["kk:fp32,scale:fp32"], BuilderFlag.OBEY_PRECISION_CONSTRAINTS),
+                      (["conv:fp32"], BuilderFlag.PREFER_PRECISION_CONSTRAINTS)):
         built = []
         for use_memo in (False, True):
             cfg = BuilderConfig()
             cfg.set_flag(BuilderFlag.FP16)
+            if how is not None:
+                cfg.set_flag(how)
             cfg.algorithm_selector = First()
             cfg.layer_precisions = parse_layer_precisions(spec)
             graph = Builder().build_graph(net, cfg, prefix_memo=memo if use_memo else None)

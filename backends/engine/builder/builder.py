@@ -21,6 +21,9 @@ from native.dla.profiles import MAX_BATCH, get_profile
 from native.errors import BuildError
 from native.logger import G_LOGGER
 
+_CONSTRAINT_FLAGS = frozenset({BuilderFlag.PREFER_PRECISION_CONSTRAINTS.value,
+                               BuilderFlag.OBEY_PRECISION_CONSTRAINTS.value})
+
 
 class Builder:
     """TensorRT's IBuilder: a factory for networks, configs and profiles, and the engine builder."""
@@ -106,6 +109,9 @@ class Builder:
         k = next(i for i, p in enumerate(passes) if p.name == "fusion")
         shapes = sorted((n, list(np.shape(v)), str(getattr(v, "dtype", ""))) for n, v in (ctx.timing_feeds or {}).items())
         cfg = {k2: v for k2, v in config.to_json().items() if k2 not in ("layer_precisions", "layer_output_types")}
+        # how constraints are held (prefer / obey) is read by the precision pass and tactic selection only, after
+        # the prefix: a search's empty candidate (no constraint, no flag) and its others share one prefix
+        cfg["flags"] = [f for f in cfg["flags"] if f not in _CONSTRAINT_FLAGS]
         key = json.dumps([cfg, shapes], sort_keys=True, default=str)
         hit = memo.get(key)
         if hit is None:

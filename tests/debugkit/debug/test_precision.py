@@ -99,9 +99,15 @@ def test_bisect_mode_returns_a_prefix_covering_the_planted_layers(tmp_path, plan
 
 def test_resume_replays_and_refuses_another_model(tmp_path, planted, capsys):
     model, must = planted
-    _search(tmp_path, model)
+    _, first = _search(tmp_path, model)
+    # the empty set's record came from the base build (not a probe of its own), and is replayed like the probes
+    records = [json.loads(line) for line in (tmp_path / "prec_probes.jsonl").read_text().splitlines()[1:]]
+    empty = next(r for r in records if r["artifact"] == [])
+    assert empty["result"]["from"] == "base build" and empty["result"]["hit"] is False
+    assert first["probes"] == sum(1 for r in records if isinstance(r["artifact"], list)) - 1
     rc, res = _search(tmp_path, model, "--resume")
-    assert rc == 0 and res["probes"] == 0 and res["replayed"] > 0 and sorted(res["layer_precisions"]) == must
+    assert rc == 0 and res["probes"] == 0 and res["replayed"] == first["probes"] + 1
+    assert sorted(res["layer_precisions"]) == must
     other = tmp_path / "other.onnx"
     onnx.save(mlp(depth=3), other)
     rc, _ = _search(tmp_path, str(other), "--resume", "--log", str(tmp_path / "prec_probes.jsonl"))
@@ -425,3 +431,26 @@ def test_an_attention_mask_does_not_outrank_the_overflowing_layers(tmp_path, cap
     assert mask["score"] < 1e-2                                # FP16 rounding of the kept values only
     # the empty and full sets, then the gallop 1, 2 (hit), the kept layer alone: no probe spent on the mask
     assert res["probes"] <= 5
+
+
+def test_the_base_build_answers_the_empty_set_bit_for_bit(tmp_path, planted, capsys):
+    """The base build (nothing constrained, every tensor tapped) is the empty candidate's engine: its outputs equal
+    the empty probe's bit for bit, so the search takes the empty set's answer from it (logged, replayed on resume,
+    not counted as a probe) instead of building that engine again."""
+    from backends.runners import OnnxrtRunner
+    from debugkit.debug import precision as P
+    from debugkit.debug.checks import CompareOptions
+    model, must = planted
+    feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
+    with OnnxrtRunner(model) as r:
+        reference = r.infer(feeds)
+    probe = P.PrecisionProbe(model, feeds, reference, CompareOptions(atol={"": 1e-2}), "fp16", "fp32")
+    recorder = P.tactic_recorder()
+    base = probe.engine_outputs([], taps="all", recorder=recorder)
+    probe.replay = recorder.document
+    assert len(base) > len(reference)                          # every tensor, not just the outputs
+    empty = probe.engine_outputs([])
+    assert base["y"].dtype == empty["y"].dtype and base["y"].tobytes() == empty["y"].tobytes()
+    answer = probe.empty_set_answer(base)
+    assert answer["from"] == "base build" and answer["hit"] is probe([])["hit"] is False
+    assert probe.empty_set_answer({}) is None                 # a failed base run answers nothing
