@@ -9,6 +9,7 @@ Every other module asks `settings()` instead of reading os.environ, so the knobs
     DEBUGKIT_CHECK_FINGERPRINT=0  load plans whose device fingerprint differs (Runtime(check_fingerprint=False),
                                 the CLI's --ignore-fingerprint)
     DEBUGKIT_LINT=1             run Graph.lint() after every builder pass (the test suite sets it)
+    DEBUGKIT_JIT=0              never use numba for CPU kernels, even where it is installed (native/cpu/jit.py)
     DEBUGKIT_MAX_TENSOR_BYTES=N largest tensor an untrusted ONNX model may declare (onnx_parser/validate.py), an
                                 HDF5 dataset may hold, a kernel may allocate; sizes like 1e9, 512M, 2G (garbage
                                 is an error, never ignored)
@@ -42,6 +43,7 @@ class Settings:
     tune_process: bool | None = None    # None: the caller's default (API off, CLI on)
     check_fingerprint: bool = True
     lint: bool = False
+    jit: bool = True                    # numba-compiled CPU kernels where numba is installed (native/cpu/jit.py)
     dump_passes: str | None = None
     corpus: str | None = None
     model_cache: str | None = None
@@ -74,6 +76,7 @@ def _int(name):
 def reload() -> Settings:
     s = Settings(threads=_int("DEBUGKIT_THREADS"), malloc_tune=_flag("DEBUGKIT_MALLOC_TUNE", True),
                  tune_process=_flag("DEBUGKIT_TUNE_PROCESS", None), lint=_flag("DEBUGKIT_LINT", False),
+                 jit=_flag("DEBUGKIT_JIT", True),
                  check_fingerprint=_flag("DEBUGKIT_CHECK_FINGERPRINT", True),
                  dump_passes=os.environ.get("DEBUGKIT_DUMP_PASSES") or None,
                  corpus=corpus_dir(), model_cache=model_cache_dir())

@@ -1,0 +1,81 @@
+"""Optional numba-compiled CPU kernels (the `jit` extra: pip install debugkit[jit]).
+
+Loops numpy cannot express in one pass, compiled once per process (and cached on disk by numba) where numba is
+installed and DEBUGKIT_JIT is not 0. Each one computes exactly the floats of the numpy code it stands in for (the
+same products, rounded, summed in the same order: no fused multiply-add, no reassociation), so a tactic that uses it
+is the same tactic, bit for bit; the numpy path stays for everyone without numba and is what the default tests run.
+`kernel(name)` returns the compiled function or None; the first call compiles (~0.5 s, then numba's cache).
+
+    depthwise_cl_rows(xl [Hp, Wp, C], w [kh, kw, C], out [rows, Wo, C], r0, sh, sw, dh, dw)
+        depthwise taps channels-last for output rows r0..r0+rows: per output, the first tap's product, then each
+        further tap's product added in (i, j) order (the depthwise tactics' order); C is the vectorised inner loop.
+"""
+from __future__ import annotations
+
+import threading
+
+from native import config
+
+_LOCK = threading.Lock()
+_KERNELS: dict = {}
+_STATE = {"numba": None}   # None: not tried yet; False: unavailable
+
+
+def available() -> bool:
+    """numba importable and not switched off (DEBUGKIT_JIT=0)."""
+    if not config.settings().jit:
+        return False
+    if _STATE["numba"] is None:
+        try:
+            import numba  # noqa: F401  (optional extra: imported on first use only)
+            _STATE["numba"] = True
+        except Exception:  # noqa: BLE001 - any failure to import means "no JIT"
+            _STATE["numba"] = False
+    return bool(_STATE["numba"])
+
+
+def kernel(name: str):
+    """The compiled kernel `name`, or None without numba (or with DEBUGKIT_JIT=0)."""
+    if not available():
+        return None
+    fn = _KERNELS.get(name)
+    if fn is None:
+        with _LOCK:
+            fn = _KERNELS.get(name)
+            if fn is None:
+                fn = _KERNELS[name] = _BUILDERS[name]()
+    return fn
+
+
+def _depthwise_cl_rows():
+    import numba
+    import numpy as np
+
+    @numba.njit(nogil=True, cache=True)
+    def depthwise_cl_rows(xl, w, out, r0, sh, sw, dh, dw):
+        kh, kw, c = w.shape
+        rows, wo = out.shape[0], out.shape[1]
+        acc = np.empty(c, out.dtype)
+        for r in range(rows):
+            y0 = (r0 + r) * sh
+            for ow in range(wo):
+                x0 = ow * sw
+                xs = xl[y0, x0]
+                w0 = w[0, 0]
+                for k in range(c):
+                    acc[k] = xs[k] * w0[k]
+                for i in range(kh):
+                    for j in range(kw):
+                        if i == 0 and j == 0:
+                            continue
+                        xs = xl[y0 + i * dh, x0 + j * dw]
+                        wv = w[i, j]
+                        for k in range(c):
+                            acc[k] += xs[k] * wv[k]
+                o = out[r, ow]
+                for k in range(c):
+                    o[k] = acc[k]
+    return depthwise_cl_rows
+
+
+_BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows}

@@ -1,0 +1,77 @@
+"""The optional numba kernels (native/cpu/jit.py) compute the floats of the numpy code they stand in for, bit for
+bit; without numba (or with DEBUGKIT_JIT=0) the numpy path runs. The JIT half needs the `jit` extra (numba)."""
+import numpy as np
+import pytest
+
+from native import config
+from native.cpu import jit
+from native.cpu.kernels.conv import depthwise_cl as dcl
+
+RNG = np.random.default_rng(3)
+
+CASES = [  # (C, H, W, k, stride, dilation, pad)
+    (88, 3, 96, 5, (1, 1), (1, 1), 2), (16, 23, 21, 3, (2, 2), (1, 1), 1), (40, 9, 9, 3, (1, 2), (2, 1), 2),
+    (24, 7, 7, 5, (2, 1), (1, 1), 2), (5, 6, 4, 1, (1, 1), (1, 1), 0)]
+
+
+def _run(x, taps, bias, k, stride, dil, pad, dtype):
+    n, c, h, w = x.shape
+    out = [(h + 2 * pad - dil[0] * (k - 1) - 1) // stride[0] + 1, (w + 2 * pad - dil[1] * (k - 1) - 1) // stride[1] + 1]
+    return dcl.depthwise_cl(x.astype(dtype), taps.astype(dtype), None if bias is None else bias.astype(dtype),
+                            [k, k], list(stride), list(dil), [pad, pad], [pad, pad], out)
+
+
+def _reference(x, taps, bias, k, stride, dil, pad):
+    """float64 depthwise convolution."""
+    n, c, h, w = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho = (h + 2 * pad - dil[0] * (k - 1) - 1) // stride[0] + 1
+    wo = (w + 2 * pad - dil[1] * (k - 1) - 1) // stride[1] + 1
+    y = np.zeros((n, c, ho, wo))
+    for t, (i, j) in enumerate((i, j) for i in range(k) for j in range(k)):
+        y += xp[:, :, i * dil[0]:i * dil[0] + stride[0] * (ho - 1) + 1:stride[0],
+                j * dil[1]:j * dil[1] + stride[1] * (wo - 1) + 1:stride[1]] * taps[t][None, :, None, None]
+    return y + (0 if bias is None else bias[None, :, None, None])
+
+
+@pytest.fixture
+def no_jit(monkeypatch):
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    yield
+    monkeypatch.delenv("DEBUGKIT_JIT")
+    config.reload()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_numpy_depthwise_cl_matches_float64(no_jit, case):
+    c, h, w, k, stride, dil, pad = case
+    assert jit.kernel("depthwise_cl_rows") is None
+    x = RNG.standard_normal((2, c, h, w)).astype(np.float32)
+    taps = RNG.standard_normal((k * k, c)).astype(np.float32)
+    bias = RNG.standard_normal(c).astype(np.float32)
+    y = _run(x, taps, bias, k, stride, dil, pad, np.float32)
+    np.testing.assert_allclose(y, _reference(x, taps, bias, k, stride, dil, pad), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES)
+def test_jit_depthwise_cl_is_bit_identical_to_numpy(monkeypatch, case, dtype):
+    pytest.importorskip("numba")
+    c, h, w, k, stride, dil, pad = case
+    x = RNG.standard_normal((2, c, h, w)).astype(np.float32)
+    taps = RNG.standard_normal((k * k, c)).astype(np.float32)
+    bias = RNG.standard_normal(c).astype(np.float32)
+    config.reload()
+    assert jit.kernel("depthwise_cl_rows") is not None
+    got = _run(x, taps, bias, k, stride, dil, pad, dtype)
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    try:
+        want = _run(x, taps, bias, k, stride, dil, pad, dtype)
+    finally:
+        monkeypatch.delenv("DEBUGKIT_JIT")
+        config.reload()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, _reference(x, taps, bias, k, stride, dil, pad), rtol=1e-5, atol=1e-5)
