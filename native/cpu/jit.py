@@ -9,6 +9,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     depthwise_cl_rows(xl [Hp, Wp, C], w [kh, kw, C], out [rows, Wo, C], r0, sh, sw, dh, dw)
         depthwise taps channels-last for output rows r0..r0+rows: per output, the first tap's product, then each
         further tap's product added in (i, j) order (the depthwise tactics' order); C is the vectorised inner loop.
+    depthwise_nchw(xp [C, Hp, Wp], taps [kh*kw, C], y [C, Ho, Wo], kh, kw, sh, sw, dh, dw)
+        the same sums NCHW, a row of outputs at a time (the vectorised inner loop runs along the row; unit
+        horizontal stride has its own loop so that it vectorises): few channels over large maps.
 """
 from __future__ import annotations
 
@@ -78,4 +81,39 @@ def _depthwise_cl_rows():
     return depthwise_cl_rows
 
 
-_BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows}
+def _depthwise_nchw():
+    import numba
+    import numpy as np
+
+    @numba.njit(nogil=True, cache=True)
+    def depthwise_nchw(xp, taps, y, kh, kw, sh, sw, dh, dw):
+        c_n, ho, wo = y.shape
+        acc = np.empty(wo, y.dtype)
+        for c in range(c_n):
+            for oh in range(ho):
+                y0 = oh * sh
+                for i in range(kh):
+                    xr = xp[c, y0 + i * dh]
+                    for j in range(kw):
+                        wv = taps[i * kw + j, c]
+                        x0 = j * dw
+                        if i == 0 and j == 0:
+                            if sw == 1:
+                                for ow in range(wo):
+                                    acc[ow] = xr[x0 + ow] * wv
+                            else:
+                                for ow in range(wo):
+                                    acc[ow] = xr[x0 + ow * sw] * wv
+                        elif sw == 1:
+                            for ow in range(wo):
+                                acc[ow] += xr[x0 + ow] * wv
+                        else:
+                            for ow in range(wo):
+                                acc[ow] += xr[x0 + ow * sw] * wv
+                yr = y[c, oh]
+                for ow in range(wo):
+                    yr[ow] = acc[ow]
+    return depthwise_nchw
+
+
+_BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw}

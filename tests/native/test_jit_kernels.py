@@ -75,3 +75,37 @@ def test_jit_depthwise_cl_is_bit_identical_to_numpy(monkeypatch, case, dtype):
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(got, _reference(x, taps, bias, k, stride, dil, pad), rtol=1e-5, atol=1e-5)
+
+
+def _tactic_outputs(name, x, params, w, b):
+    from native.tactics import Op, tactics_for
+    t = next(t for t in tactics_for("Convolution") if t.name == name)
+    op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+    assert t.supports(op, [list(x.shape)]) is None
+    op.weights = t.prepare(op)
+    return t.run(op, [x])[0]
+
+
+@pytest.mark.parametrize("tactic", ["depthwise", "depthwise-cl"])
+@pytest.mark.parametrize("c,hw,k,stride,dil", [(16, 40, 3, 1, 1), (8, 33, 3, 2, 1), (24, 12, 5, 1, 2), (4, 9, 3, 1, 1)])
+def test_depthwise_tactics_give_the_same_bits_with_and_without_the_jit(monkeypatch, tactic, c, hw, k, stride, dil):
+    """Both depthwise tactics, with a fused bias + ReLU epilogue: the compiled loops (numba present) and the
+    numpy path (DEBUGKIT_JIT=0) agree bit for bit, and both match a float64 reference."""
+    pad = dil * (k // 2)
+    x = RNG.standard_normal((2, c, hw, hw)).astype(np.float32)
+    w = RNG.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = RNG.standard_normal(c).astype(np.float32)
+    params = {"num_output_maps": c, "kernel_shape": [k, k], "strides": [stride] * 2, "pre_padding": [pad] * 2,
+              "post_padding": [pad] * 2, "dilations": [dil] * 2, "groups": c,
+              "post_ops": [{"op": "activation", "type": "RELU"}]}
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    try:
+        want = _tactic_outputs(tactic, x, params, w, b)
+    finally:
+        monkeypatch.delenv("DEBUGKIT_JIT")
+        config.reload()
+    ref = np.maximum(_reference(x, w.reshape(c, -1).T, b, k, (stride, stride), (dil, dil), pad), 0)
+    np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
+    if jit.available():
+        np.testing.assert_array_equal(_tactic_outputs(tactic, x, params, w, b), want)

@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 
+from native.cpu import jit
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import finish, region_epilogue, regionable
 from native.cpu.kernels.conv.geometry import flat_taps, geometry, pad_input, tap_slices
@@ -13,6 +14,8 @@ from native.cpu.kernels.conv.weights import kernel_and_bias, kernel_spatial, rep
 from native.cpu.kernels.fused import apply_post_ops
 from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import Tactic, register_tactic
+
+_JIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs):
@@ -28,8 +31,15 @@ def depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs):
     region = regionable(op, inputs, y.shape)
     taps = list(itertools.product(range(kh), range(kw)))
 
+    compiled = jit.kernel("depthwise_nchw") if dtype in _JIT_DTYPES and xp.dtype == dtype else None
+
     def task(t):
         ni, c0, c1 = t
+        if compiled is not None:   # the same sums in the same order, compiled (native/cpu/jit.py)
+            compiled(xp[ni, c0:c1], taps_w[:, c0:c1], y[ni, c0:c1], kh, kw, sh, sw, dh, dw)
+            if region:
+                region_epilogue(y, (slice(ni, ni + 1), slice(c0, c1)), op, inputs, bias)
+            return
         cc = c1 - c0
         step = max(1, min(ho, tuning.DW_BYTES // max(1, cc * wo * y.itemsize)))
         tmp = np.empty((cc, step, wo), dtype)
