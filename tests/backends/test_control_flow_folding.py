@@ -118,3 +118,42 @@ def test_plan_stores_a_shared_array_once():
     assert a == b and blob.size == w.nbytes
     c = blob.add(w.copy())                          # equal values, another array: stored again
     assert c["offset"] >= w.nbytes and blob.size > 2 * w.nbytes - 64
+
+
+def test_loop_body_gets_the_constants_it_reads_and_the_plan_stores_them_once():
+    """A Loop body and both If branches reading one initializer each get a Constant of their own, all holding the
+    same array, which the plan file stores once; the loop still computes x @ W^n."""
+    w = (RNG.standard_normal((256, 256)) / 32).astype(np.float32)
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond_in"], ["cond_out"]), h.make_node("MatMul", ["x_in", "W"], ["x_mm"]),
+         h.make_node("Add", ["x_mm", "bias"], ["x_out"])],
+        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+                 h.make_tensor_value_info("x_in", T.FLOAT, [4, 256])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("x_out", T.FLOAT, [4, 256])])
+    then = h.make_graph([h.make_node("MatMul", ["y", "W"], ["t_y"])], "then", [],
+                        [h.make_tensor_value_info("t_y", T.FLOAT, None)])
+    other = h.make_graph([h.make_node("Sub", ["y", "bias"], ["e_y"])], "else", [],
+                         [h.make_tensor_value_info("e_y", T.FLOAT, None)])
+    g = h.make_graph([h.make_node("Loop", ["n", "", "x"], ["y"], body=body),
+                      h.make_node("If", ["c"], ["z"], then_branch=then, else_branch=other)], "m",
+                     [h.make_tensor_value_info("x", T.FLOAT, [4, 256]), h.make_tensor_value_info("c", T.BOOL, [])],
+                     [h.make_tensor_value_info("z", T.FLOAT, None)],
+                     [nh.from_array(w, "W"), nh.from_array(np.array(3, np.int64), "n"),
+                      nh.from_array(np.full(256, 0.5, np.float32), "bias")])
+    model = h.make_model(g, opset_imports=OPSET).SerializeToString()
+    plan = build_plan_from_onnx(model, shapes={"x": (4, 256), "c": ()})
+    eng = Runtime().deserialize_engine(plan)
+    loop, cond = [n for n in eng.graph.nodes if n.kind in ("Loop", "If")]
+    assert not loop.subgraphs["body"].outer_references() & {"W", "bias"}   # its own constants (or absorbed)
+    assert not cond.subgraphs["then"].outer_references() & {"W"}
+    assert not cond.subgraphs["else"].outer_references() & {"bias"}
+    assert not [n for n in eng.graph.nodes if n.kind == "Constant" and n.outputs[0] in ("W", "bias")]
+    assert len(plan) < 1.5 * w.nbytes   # W once, though two bodies hold it
+    ctx = eng.create_execution_context()
+    x = RNG.standard_normal((4, 256)).astype(np.float32)
+    y = x
+    for _ in range(3):
+        y = y @ w + np.float32(0.5)
+    for c in (True, False):
+        out = ctx.execute({"x": x, "c": np.array(c)})["z"]
+        np.testing.assert_allclose(out, y @ w if c else y - np.float32(0.5), rtol=1e-5, atol=1e-5)
