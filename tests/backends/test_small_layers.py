@@ -91,3 +91,20 @@ def test_padding_from_params_crops_fills_and_follows_shape_and_dtype():
         got = padding(op, [x])[0]
         assert got.dtype == x.dtype
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+def test_integer_div_of_one_element_truncates_like_c(dtype):
+    """A length divided by a rate (asr resamplers): the one-element path gives the array path's answers."""
+    from native.cpu.kernels.elementwise import elementwise
+    from native.tactics import Op
+    op = Op("ElementWise", "d", {"op": "DIV"})
+    values = [0, 1, 7, 100, 255] + ([15999, -7, -1, -15999] if dtype != np.uint8 else [])
+    for x in values:
+        for y in [v for v in values if v] + [0]:
+            a, b = np.array([x], dtype), np.array(y, dtype)
+            got = elementwise(op, [a, b])[0]
+            want = np.array([0 if y == 0 else abs(x) // abs(y) * (-1 if (x < 0) != (y < 0) else 1)], dtype)
+            assert got.dtype == want.dtype and got.shape == (1,) and got.tolist() == want.tolist(), (x, y)
+            big = elementwise(op, [np.array([x, x], dtype), b])[0]   # the general (array) path agrees
+            assert big.tolist() == [got[0]] * 2
