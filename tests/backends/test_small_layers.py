@@ -108,3 +108,19 @@ def test_integer_div_of_one_element_truncates_like_c(dtype):
             assert got.dtype == want.dtype and got.shape == (1,) and got.tolist() == want.tolist(), (x, y)
             big = elementwise(op, [np.array([x, x], dtype), b])[0]   # the general (array) path agrees
             assert big.tolist() == [got[0]] * 2
+
+
+def test_constant_split_sizes_become_params_and_follow_the_input_shape():
+    model = _model([h.make_node("Split", ["x", "sizes"], ["a", "b", "c"], axis=1)],
+                   [h.make_tensor_value_info("x", T.FLOAT, ["N", 7])],
+                   [h.make_tensor_value_info(n, T.FLOAT, None) for n in "abc"],
+                   [nh.from_array(np.array([2, 4, 1], np.int64), "sizes")], opset=13)
+    eng = _engine(model, ranges={"x": ((1, 7), (2, 7), (4, 7))})
+    (sp,) = [n for n in eng.graph.nodes if n.kind == "Split"]
+    assert sp.inputs == ["x"] and sp.params["split"] == [2, 4, 1]
+    ctx = eng.create_execution_context()
+    for n in (2, 4, 1):
+        x = RNG.standard_normal((n, 7)).astype(np.float32)
+        out = ctx.execute({"x": x})
+        for name, part in zip("abc", np.split(x, [2, 6], axis=1)):
+            np.testing.assert_array_equal(out[name], part)

@@ -111,10 +111,19 @@ def concatenation(op, inputs, outputs=None):
 @simple_tactic("Split")
 def split(op, inputs):
     """Sizes from `split` or input 1; else `num_outputs` parts of ceil(n / parts) (the last one smaller)."""
-    x = np.asarray(inputs[0])
+    x = inputs[0] if type(inputs[0]) is np.ndarray else np.asarray(inputs[0])
+    if len(inputs) == 1:   # sizes from params: the parts' indices once per input shape
+        held = op.__dict__.get("_split")
+        if held is None or held[0] != x.shape:
+            held = op.__dict__["_split"] = (x.shape, _split_index(op, x, op.params.get("split")))
+        return [x[i] for i in held[1]]
+    return [x[i] for i in _split_index(op, x, _ints(inputs[1]) if _arg(inputs, 1) is not None
+                                        else op.params.get("split"))]
+
+
+def _split_index(op, x, sizes):
     axis = op.params.get("axis", 0)
     axis = axis + x.ndim if axis < 0 else axis
-    sizes = _ints(inputs[1]) if _arg(inputs, 1) is not None else op.params.get("split")
     if sizes is None:
         n = int(op.params.get("num_outputs") or 1)
         d = x.shape[axis]
@@ -123,7 +132,7 @@ def split(op, inputs):
     index, out, start = [slice(None)] * x.ndim, [], 0
     for size in sizes:  # plain slicing: views, without np.split's per-call overhead
         index[axis] = slice(start, start + int(size))
-        out.append(x[tuple(index)])
+        out.append(tuple(index))
         start += int(size)
     return out
 

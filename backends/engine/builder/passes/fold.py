@@ -109,12 +109,14 @@ def absorb_constant_weights(graph: Graph, config=None) -> int:
 
 
 # layer kind -> the params its constant operand inputs 1.. become (every one present must be a constant)
-_OPERAND_PARAMS = {"Slice": ("starts", "ends", "axes", "steps"), "Padding": ("pads", "value", "axes")}
+_OPERAND_PARAMS = {"Slice": ("starts", "ends", "axes", "steps"), "Padding": ("pads", "value", "axes"),
+                   "Split": ("split",)}
 
 
 def absorb_constant_operands(graph: Graph, config=None) -> int:
-    """Slice starts / ends / axes / steps and Padding pads / value / axes given as constant inputs (ONNX opset 10+
-    / 11+ form) become the layer's params (its opset-1 form), as the parser makes them from attributes: the kernel
+    """Slice starts / ends / axes / steps, Padding pads / value / axes and Split sizes given as constant inputs
+    (ONNX opset 10+ / 11+ / 13+ form) become the layer's params (the older form), as the parser makes them from
+    attributes: the kernel
     reads lists it does not convert per call, and the layer reads one tensor. Nested bodies included."""
     count = 0
     for node in graph.nodes:
