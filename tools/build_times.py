@@ -8,7 +8,10 @@ so nothing of the first (cuDNN graphs, compiled kernels, imports) helps the seco
 --timing-cache C` with no C, then warm, the same command with the C (and C.prep) the cold build wrote. The figures
 per build: the command's wall seconds (parse, build and plan write), the tactic-timing work — candidates timed
 (`tactic_selection.time_candidates`: every tactic of every layer variant timed on the device), timed runs (the
-device's `time()` calls) — and the layers. `--unbounded` times every candidate in the layout and precision
+device's `time()` calls) — and the layers. `--breakdown` adds where the seconds went: the builder's passes, NVRTC
+compiles, cuDNN graphs (heuristics) and execution plans built, tactic timing (each with its count); `--profile DIR`
+writes each build's cProfile statistics to DIR/<model>-<cold|warm>.prof. A build past --timeout is stopped with
+SIGTERM first, so its counts so far (and its profile) still come back. `--unbounded` times every candidate in the layout and precision
 probes (the build before they were bounded to the first plan of each tactic family), for the before/after. A model that cannot be had or fails to build is listed with the reason.
 The table ends with which models miss the limits (--cold-limit, --warm-limit).
 """
@@ -29,6 +32,11 @@ sys.path.insert(0, REPO)
 def child(argv) -> int:
     """One build (`--child MODEL PLAN CACHE DEVICE [flags]`), counting the tactic timing; prints one JSON line."""
     model, plan, cache, device, *flags = argv
+    profile_to = None
+    if "--profile-to" in flags:
+        i = flags.index("--profile-to")
+        profile_to = flags[i + 1]
+        del flags[i:i + 2]
     from backends.engine.builder import tactic_selection, timed_choice
     if "--unbounded" in flags:    # layout/precision probes time every candidate (the build before the bound)
         flags.remove("--unbounded")
@@ -52,34 +60,116 @@ def child(argv) -> int:
     e = entry(model)
     path = find_path(e)
     shapes = [f"{k}:{list(v['shape'])}".replace(" ", "") for k, v in e["feeds"].items()]
+    spent = breakdown_counters()
     from debugkit.cli.main import main as cli
+    import signal
+
+    def stop(signum, frame):      # the parent's timeout: unwind, so the counts so far are still printed
+        raise TimeoutError("stopped by the parent's --timeout")
+    signal.signal(signal.SIGTERM, stop)
+    prof = None
+    if profile_to:
+        import cProfile
+        prof = cProfile.Profile()
     t0 = time.perf_counter()
-    rc = cli(["convert", path, "-o", plan, "--device", device, "--timing-cache", cache, "--input-shapes", *shapes,
-              "-q", *flags])
+    rc, layers = 3, None
+    try:
+        if prof is not None:
+            prof.enable()
+        rc = cli(["convert", path, "-o", plan, "--device", device, "--timing-cache", cache, "--input-shapes",
+                  *shapes, "-q", *flags])
+    except TimeoutError:
+        rc = 124
+    finally:
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(profile_to)
     seconds = time.perf_counter() - t0
-    layers = None
     if rc == 0:
         from backends.engine.runtime.runtime import Runtime
         with open(plan, "rb") as f:
             layers = len(Runtime(device=device).deserialize_engine(f.read()).graph.nodes)
-    print("BUILD " + json.dumps(dict(counts, rc=rc, seconds=round(seconds, 2), layers=layers)), flush=True)
-    return rc
+    print("BUILD " + json.dumps(dict(counts, rc=rc, seconds=round(seconds, 2), layers=layers,
+                                     breakdown={k: [v[0], round(v[1], 2)] for k, v in spent.items()})), flush=True)
+    return 0 if rc == 124 else rc
 
 
-def one_build(model, plan, cache, device, flags, timeout):
+def breakdown_counters() -> dict:
+    """{what: [count, seconds]} filled in as the build runs: each builder pass, NVRTC compiles, cuDNN convolution
+    graphs (built with heuristics: what plans cuDNN offers) and plans built, tactic timing. Counted by wrapping
+    the functions that do the work (this process only)."""
+    spent: dict = {}
+
+    def add(what, n, seconds):
+        c = spent.setdefault(what, [0, 0.0])
+        c[0] += n
+        c[1] += seconds
+
+    def timed(owner, name, what, count=lambda self, r: 1):
+        real = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            r = real(*a, **k)
+            add(what, count(a[0] if a else None, r) if count else 1, time.perf_counter() - t)
+            return r
+        setattr(owner, name, wrapper)
+
+    from backends.engine.builder import pass_manager, tactic_selection
+    real_after = pass_manager.TimingInstrument.after
+
+    def after(self, name, graph, ctx, result, seconds):
+        add("pass: " + name, 1, seconds)
+        return real_after(self, name, graph, ctx, result, seconds)
+    pass_manager.TimingInstrument.after = after
+    timed(tactic_selection, "time_candidates", "tactic timing (time_candidates)")
+    try:
+        from native.cuda import nvrtc
+        from native.cuda.tactics import cudnn_conv
+    except Exception:      # no CUDA Python bindings: a CPU build has none of these
+        return spent
+    timed(nvrtc, "compile_source", "NVRTC compiles")
+    timed(cudnn_conv.ConvGraph, "__init__", "cuDNN conv graphs (heuristics, support check)")
+    real_plan = cudnn_conv.ConvGraph.plan
+
+    def plan(self, index):
+        tried, t = self.tried, time.perf_counter()
+        try:
+            return real_plan(self, index)
+        finally:
+            if self.tried != tried:
+                add("cuDNN conv plans built", self.tried - tried, time.perf_counter() - t)
+    cudnn_conv.ConvGraph.plan = plan
+    return spent
+
+
+def one_build(model, plan, cache, device, flags, timeout, profile=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", model, plan, cache, device, *flags]
+    if profile:
+        cmd += ["--profile-to", profile]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    timed_out = False
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s", "process_seconds": round(time.perf_counter() - t0, 1)}
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:    # SIGTERM first: the child prints its counts so far
+        timed_out = True
+        p.terminate()
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
     wall = round(time.perf_counter() - t0, 2)
-    line = next((x for x in p.stdout.splitlines() if x.startswith("BUILD ")), None)
+    line = next((x for x in out.splitlines() if x.startswith("BUILD ")), None)
+    got = json.loads(line[6:]) if line is not None else {}
+    if timed_out:
+        return dict(got, error=f"timed out after {timeout:g} s", process_seconds=wall)
     if line is None or p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return {"error": f"exit {p.returncode}: {tail[:300]}", "process_seconds": wall}
-    return dict(json.loads(line[6:]), process_seconds=wall)
+        tail = (err.strip().splitlines() or ["(no output)"])[-1]
+        return dict(got, error=f"exit {p.returncode}: {tail[:300]}", process_seconds=wall)
+    return dict(got, process_seconds=wall)
 
 
 def main(argv=None) -> int:
@@ -99,6 +189,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warm-limit", type=float, default=10.0, help="seconds (default 10)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per build before it is given up")
     ap.add_argument("--json", help="write the rows as JSON")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="after the table, where each build's seconds went (passes, NVRTC, cuDNN, tactic timing)")
+    ap.add_argument("--profile", metavar="DIR", help="write each build's cProfile statistics to DIR")
     args = ap.parse_args(argv)
     from tests.corpus.corpus import CorpusUnavailable, find_path, manifest
     names = [m["name"] for m in manifest()]
@@ -121,16 +214,37 @@ def main(argv=None) -> int:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             cache, plan = os.path.join(tmp, "timing.cache"), os.path.join(tmp, "model.plan")
-            cold = one_build(name, plan, cache, args.device, flags, args.timeout)
-            warm = one_build(name, plan, cache, args.device, flags, args.timeout) if "error" not in cold else None
+            prof = (lambda which: os.path.join(args.profile, f"{name}-{which}.prof")) if args.profile else \
+                (lambda which: None)
+            if args.profile:
+                os.makedirs(args.profile, exist_ok=True)
+            cold = one_build(name, plan, cache, args.device, flags, args.timeout, prof("cold"))
+            warm = one_build(name, plan, cache, args.device, flags, args.timeout, prof("warm")) \
+                if "error" not in cold else None
         row = {"model": name, "device": args.device, "flags": flags, "cold": cold, "warm": warm}
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(table(rows, args.cold_limit, args.warm_limit))
+    if args.breakdown:
+        print(breakdown(rows))
     if args.json:
         from native.files import write_json
         write_json(args.json, rows, "--json", indent=1)
     return 0
+
+
+def breakdown(rows) -> str:
+    """Where each build's seconds went: one line per counted item, `count x, seconds`, largest first."""
+    lines = []
+    for r in rows:
+        for which in ("cold", "warm"):
+            b = (r.get(which) or {}).get("breakdown")
+            if not b:
+                continue
+            items = sorted(b.items(), key=lambda kv: -kv[1][1])
+            lines.append(f"{r['model']} {which} ({r[which].get('seconds', '?')} s): " +
+                         "; ".join(f"{k} {n}x {s:g} s" for k, (n, s) in items if s >= 0.05 or not k.startswith("pass")))
+    return "\n".join(lines)
 
 
 def table(rows, cold_limit, warm_limit) -> str:

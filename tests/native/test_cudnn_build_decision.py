@@ -140,3 +140,36 @@ def test_release_drops_graphs_decisions_and_handles(fake, monkeypatch):
     assert cudnn_conv._GRAPHS and cudnn_conv._DECIDED
     cudnn_conv.release()
     assert not cudnn_conv._GRAPHS and not cudnn_conv._DECIDED and not cudnn_conv._HANDLE and destroyed == ["h1"]
+
+
+def test_only_plan_0_is_built_when_supports_is_asked(fake):
+    """A probe asks every cudnn-plan-<i> whether it supports a layer but times only plan 0: the later plans (a
+    kernel compile each on cuDNN's runtime-fusion engines) are built when first run, not when asked."""
+    mod = sys.modules["cudnn"]
+    builds = []
+    mod.pygraph.build_plan_at_index = lambda self, j: builds.append(j)
+    ctx = LayerContext([[2, 24, 15, 11]], ["float32"])
+    assert unsupported_reason(_tactic(1), _conv(), ctx) is None
+    assert builds == [] and len(fake) == 1          # the graph (cuDNN's heuristics) only
+    assert unsupported_reason(_tactic(0), _conv(), ctx) is None
+    assert builds == [0]
+    (g,) = cudnn_conv._GRAPHS.values()
+    assert g.plan(1) == (1, 0) and builds == [0, 1]
+
+
+def test_a_plan_that_fails_to_build_refuses_from_then_on(fake):
+    mod = sys.modules["cudnn"]
+
+    def build(self, j):
+        if j == 1:
+            raise RuntimeError("engine 1 does not build")
+    mod.pygraph.build_plan_at_index = build
+    ctx = LayerContext([[2, 24, 15, 11]], ["float32"])
+    assert unsupported_reason(_tactic(0), _conv(), ctx) is None
+    assert unsupported_reason(_tactic(1), _conv(), ctx) is None      # offered by cuDNN, not built yet
+    (g,) = cudnn_conv._GRAPHS.values()
+    with pytest.raises(cudnn_conv.TacticRefusal, match="1 usable execution plan"):
+        g.plan(1)
+    # every plan tried: the graph answers without building anything
+    assert g.may_have(1) == "cuDNN has 1 usable execution plan(s) for this convolution"
+    assert g.may_have(0) == ""

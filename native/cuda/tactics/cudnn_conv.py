@@ -153,6 +153,17 @@ class ConvGraph:
         self.workspace = {}
         self.key = key
 
+    def may_have(self, index: int) -> str:
+        """"" when cuDNN offers a plan `index` (one it has not yet failed to build), else why not; builds nothing.
+        The plan itself is built when the tactic first runs (plan()), so a layout or precision probe that times
+        only plan 0 builds only plan 0."""
+        if index < len(self.good):
+            return ""
+        left = self.count - self.tried     # plans not tried yet: each may build
+        if len(self.good) + left <= index:
+            return f"cuDNN has {len(self.good) + left} usable execution plan(s) for this convolution"
+        return ""
+
     def unbuilt(self, index: int) -> bool:
         """Whether plan(index) still has plans to build (the first run of this tactic on this graph)."""
         return len(self.good) <= index and self.tried < self.count
@@ -331,23 +342,27 @@ class _CudnnConv(Tactic):
         return key, args, sources, y_shape, tail
 
     def _decide(self, op, key, args, sources, y_shape, tail):
-        """None when cuDNN builds this graph and its plan `index`, else why not (cached per signature and index:
-        the graph is built once, and a refusal is remembered)."""
+        """None when cuDNN builds this graph and offers its plan `index`, else why not (cached per signature and
+        index: the graph is built once, and a refusal is remembered). Plan 0 is built here (what runs a layer
+        untimed); a later plan only when the tactic first runs (timed in tactic selection): cuDNN plans cost a
+        kernel compile each, and a probe that times plan 0 of a variant needs none of the others. A later plan
+        that then fails to build refuses in run(), and from then on here."""
         if 0 in y_shape:
             return None      # nothing to compute: run() returns the empty output
         known = _DECIDED.get((key, self.index))
         if known is None:
             try:
-                self._build(op, key, args)
-                known = ""
+                self._build(op, key, args, plan=self.index == 0)
+                known = _GRAPHS[key].may_have(self.index)
             except TacticRefusal as e:
                 known = str(e)
             _DECIDED[(key, self.index)] = known
         return known or None
 
-    def _build(self, op, key, args):
-        """Build the layer's cuDNN graph and this tactic's plan, once, with what cuDNN prints on stderr meanwhile
-        captured and summarised in one verbose line (diagnostics.py); the executions after it capture nothing."""
+    def _build(self, op, key, args, plan=True):
+        """Build the layer's cuDNN graph and (`plan`) this tactic's plan, once, with what cuDNN prints on stderr
+        meanwhile captured and summarised in one verbose line (diagnostics.py); the executions after it capture
+        nothing."""
         said = []
         try:
             with captured_stderr(said):
@@ -358,7 +373,8 @@ class _CudnnConv(Tactic):
                 except Exception as e:
                     raise TacticRefusal(f"cuDNN has no engine for this convolution graph: "
                                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
-                g.plan(self.index)     # TacticRefusal when cuDNN has no plan of this index
+                if plan:
+                    g.plan(self.index)     # TacticRefusal when cuDNN has no plan of this index
         finally:
             if said:
                 report(op.name, self.name, said)
@@ -380,7 +396,11 @@ class _CudnnConv(Tactic):
             return [y]
         g = _GRAPHS.get(key)
         if g is None or g.unbuilt(self.index):
-            self._build(op, key, args)
+            try:
+                self._build(op, key, args)
+            except TacticRefusal as e:    # a plan supports() offered without building: it refuses from now on
+                _DECIDED[(key, self.index)] = str(e)
+                raise
             g = _GRAPHS[key]
         try:
             g.execute(self.index, x, w, extras, y)
