@@ -219,6 +219,7 @@ def main(argv=None) -> int:
             if args.profile:
                 os.makedirs(args.profile, exist_ok=True)
             cold = one_build(name, plan, cache, args.device, flags, args.timeout, prof("cold"))
+            print(json.dumps({"model": name, "cold": cold}), flush=True)
             warm = one_build(name, plan, cache, args.device, flags, args.timeout, prof("warm")) \
                 if "error" not in cold else None
         row = {"model": name, "device": args.device, "flags": flags, "cold": cold, "warm": warm}

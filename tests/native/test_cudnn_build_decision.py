@@ -69,6 +69,8 @@ def fake(monkeypatch):
     monkeypatch.setattr(cudnn_conv, "handle", lambda: None)
     monkeypatch.setattr(cudnn_conv, "_GRAPHS", {})
     monkeypatch.setattr(cudnn_conv, "_DECIDED", {})
+    monkeypatch.setattr(cudnn_conv, "_FAILED", {})
+    monkeypatch.setattr(cudnn_conv, "_FAMILY", {})
     return built
 
 
@@ -173,3 +175,63 @@ def test_a_plan_that_fails_to_build_refuses_from_then_on(fake):
     # every plan tried: the graph answers without building anything
     assert g.may_have(1) == "cuDNN has 1 usable execution plan(s) for this convolution"
     assert g.may_have(0) == ""
+
+
+def _ranked(mod, fails, count=12, deselected=()):
+    """The fake graphs rank `count` plans named cfg<j>; those in `fails` fail to build (a compile failure), those
+    in `deselected` are refused by the note filters. Returns the list of builds attempted."""
+    builds = []
+
+    def build(self, j):
+        if j in deselected:
+            raise RuntimeError("[cudnn_frontend] Error: Deselecting execution plan")
+        builds.append(j)
+        if j in fails:
+            raise RuntimeError(f"cfg{j} does not build")
+    mod.pygraph.build_plan_at_index = build
+    mod.pygraph.get_plan_name_at_index = lambda self, j: f"cfg{j}"
+    mod.pygraph.get_execution_plan_count = lambda self: count
+    return builds
+
+
+def _conv_at(h, w, channels=24):
+    return LayerContext([[1, channels, h, w]], ["float32"])
+
+
+def _conv_c(channels):
+    rng = np.random.default_rng(0)
+    return Op("Convolution", "conv", {"strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 0, 0], "group": 1},
+              {"kernel": rng.standard_normal((channels, channels, 3, 3)).astype(np.float32),
+               "bias": np.zeros(channels, np.float32)})
+
+
+def test_a_plan_that_failed_to_build_is_not_built_again_for_the_same_kind_of_convolution(fake):
+    builds = _ranked(sys.modules["cudnn"], fails={0, 1, 2})
+    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11)) is None
+    assert builds == [0, 1, 2, 3]
+    # another size, same kind: the three failed configs are skipped unbuilt, the one that built is built
+    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(30, 22)) is None
+    assert builds == [0, 1, 2, 3, 3]
+    g = cudnn_conv._GRAPHS[next(k for k in cudnn_conv._GRAPHS if k[0][2] == 30)]
+    assert g.plan(0) == (3, 0) and g.skipped == 3
+    # another kind (channels aligned to 4, not 8): its own walk
+    assert unsupported_reason(_tactic(0), _conv_c(12), _conv_at(15, 11, 12)) is None
+    assert builds[5:] == [0, 1, 2, 3]
+
+
+def test_a_kind_of_convolution_cudnn_builds_nothing_for_is_given_up(fake):
+    builds = _ranked(sys.modules["cudnn"], fails=set(range(12)))
+    why = unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11))
+    assert builds == [0, 1, 2, 3]                    # FAMILY_FAILURES builds, not all 12
+    assert "cuDNN has 0 usable execution plan(s)" in why and "first 4 plans cuDNN ranked" in why
+    # the next convolution of the kind builds nothing: refused at once
+    why = unsupported_reason(_tactic(0), _conv_c(24), _conv_at(30, 22))
+    assert builds == [0, 1, 2, 3] and "given up" in why
+
+
+def test_deselected_plans_cost_nothing_and_do_not_count_as_failed_builds(fake):
+    builds = _ranked(sys.modules["cudnn"], fails={6}, deselected=set(range(6)))
+    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11)) is None
+    assert builds == [6, 7]
+    (g,) = cudnn_conv._GRAPHS.values()
+    assert g.plan(0) == (7, 0)

@@ -30,6 +30,16 @@ _LOCK = threading.Lock()
 _GRAPHS: dict = {}
 _HANDLE: dict = {}
 _DECIDED: dict = {}             # (graph key, plan index) -> "" (cuDNN runs it) or why not: the build-time answer
+# cuDNN plans that failed to build, per kind of convolution (family(): what a plan's support depends on, not the
+# spatial sizes): {family: {plan name}}, and {family: [plans built, plans that failed]}. A plan build costs a
+# runtime compile (~0.05-0.3 s on an H200), and a config that fails for one convolution of a kind fails for the
+# next: strict FP32 conv + bias + SiLU graphs on Hopper walked all ~12 ranked configs, every one failing, for each
+# of yolov8n's 47 signatures (100 of its 108 s cold build).
+_FAILED: dict = {}
+_FAMILY: dict = {}
+# A kind of convolution whose first FAMILY_FAILURES plan builds all failed (none built) is not tried further: its
+# layers run on another tactic. Bounds a cold build where cuDNN ranks plans it cannot build.
+FAMILY_FAILURES = 4
 
 
 def available() -> bool:
@@ -68,6 +78,8 @@ def release():
     with _LOCK:
         _GRAPHS.clear()
         _DECIDED.clear()
+        _FAILED.clear()
+        _FAMILY.clear()
         handles = list(_HANDLE.values())
         _HANDLE.clear()
     try:
@@ -150,6 +162,8 @@ class ConvGraph:
         self.count = g.get_execution_plan_count()
         self.good = []        # cuDNN's plan indices that build (deselected or unsupported ones are skipped)
         self.tried = 0
+        self.skipped = 0      # plans not built: they failed for this graph's family before
+        self.given_up = 0     # the family's failed builds when it was given up (0: not given up)
         self.workspace = {}
         self.key = key
 
@@ -169,20 +183,50 @@ class ConvGraph:
         return len(self.good) <= index and self.tried < self.count
 
     def plan(self, index: int):
-        """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TacticRefusal when there is none."""
+        """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TacticRefusal when there is none.
+        Plans that failed to build for a convolution of the same family are skipped unbuilt, and a family whose
+        first FAMILY_FAILURES builds all failed is given up (see _FAILED)."""
+        fam = family(self.key)
+        failed = _FAILED.setdefault(fam, set())
+        stats = _FAMILY.setdefault(fam, [0, 0])
         while len(self.good) <= index and self.tried < self.count:
+            if stats[0] == 0 and stats[1] >= FAMILY_FAILURES:
+                self.given_up = stats[1]
+                self.tried = self.count
+                break
             j = self.tried
             self.tried += 1
+            name = self._name(j)
+            if name is not None and name in failed:
+                self.skipped += 1
+                continue
             try:
                 self.g.build_plan_at_index(j)
                 self.workspace[j] = int(self.g.get_workspace_size_plan_at_index(j))
                 self.good.append(j)
-            except Exception:
-                continue
+                stats[0] += 1
+            except Exception as e:
+                if "eselect" not in str(e):     # a plan the note filters deselect is no failed build: no cost
+                    stats[1] += 1
+                if name is not None:
+                    failed.add(name)
         if index >= len(self.good):
-            raise TacticRefusal(f"cuDNN has {len(self.good)} usable execution plan(s) for this convolution")
+            why = f"cuDNN has {len(self.good)} usable execution plan(s) for this convolution"
+            if self.skipped:
+                why += f" ({self.skipped} skipped: they failed to build for a convolution of the same kind)"
+            if self.given_up:
+                why += (f" (given up: the first {self.given_up} plans cuDNN ranked for convolutions of this kind "
+                        f"all failed to build)")
+            raise TacticRefusal(why)
         j = self.good[index]
         return j, self.workspace[j]
+
+    def _name(self, j):
+        """cuDNN's name of plan j (engine and knobs), None when it has none to give."""
+        try:
+            return str(self.g.get_plan_name_at_index(j))
+        except Exception:
+            return None
 
     def execute(self, index, x, w, extras, y):
         index, ws_size = self.plan(index)
@@ -191,6 +235,15 @@ class ConvGraph:
         for (t, _), v in zip(self.extra, extras):
             pack[t] = v.ptr
         self.g.execute_plan_at_index(pack, ws.ptr if ws is not None else 0, index, handle=handle())
+
+
+def family(key) -> tuple:
+    """What a convolution graph's plan support depends on, without the sizes: storage type, layout, math, fused
+    steps, kernel window, grouping, and the channel counts' alignment (largest power of two up to 8 dividing each)."""
+    x_nchw, w_nchw, dtype, geo, steps, nhwc, tf32 = key
+    align = tuple(next(a for a in (8, 4, 2, 1) if int(c) % a == 0) for c in (x_nchw[1], w_nchw[0]))
+    groups = 1 if int(x_nchw[1]) == int(w_nchw[1]) else "depthwise" if int(w_nchw[1]) == 1 else "grouped"
+    return dtype, nhwc, tf32, tuple(steps), tuple(w_nchw[2:]), groups, align
 
 
 def _graph(key, *args):
