@@ -118,9 +118,9 @@ cp serial_?.json ray_?.json "$out/" 2>/dev/null
 cp sweep_serial/sweep.json "$out/sweep_serial.json" 2>/dev/null
 cp sweep_ray/sweep.json "$out/sweep_ray.json" 2>/dev/null
 
-# which nodes ran tasks: a Ray worker's log names each task it ran
+# which nodes ran tasks: a Ray worker's log names the actor it hosts
 for n in head node; do
-  workers=$(grep -l ':task_name:_ray_call' "$root/${n}_ray"/session_*/logs/worker-*.out 2>/dev/null | wc -l)
+  workers=$(grep -l -E ':actor_name:ProbeActor|:task_name:ProbeActor' "$root/${n}_ray"/session_*/logs/worker-*.out 2>/dev/null | wc -l)
   log "Ray workers on the $n that ran debugkit tasks: $workers"
 done
 # (debugkit-locks-<uid> is the machine's output-lock directory every debugkit run shares, kept by design)

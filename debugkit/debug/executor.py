@@ -116,15 +116,21 @@ class LocalExecutor(InlineExecutor):
         self._pool.close()
 
 
-def _ray_call(fn, x):
-    return fn(x)
+class ProbeActor:
+    """One Ray worker process for the length of a search: it keeps its parsed models, caches and CUDA context
+    between probes (Ray gives a GPU *task* a fresh process per call: max_calls=1)."""
+
+    def run(self, fn, x):
+        return fn(x)
 
 
 class RayExecutor(InlineExecutor):
-    """Probes as Ray tasks on the cluster at `address` ("auto" joins a running one or starts a local instance).
+    """Probes on the Ray cluster at `address` ("auto" joins a running one or starts a local instance), on one
+    `ProbeActor` per worker.
 
-    Each task asks for one CPU, and with device="cuda" one GPU (num_gpus=1): Ray places it on a node with a free
-    GPU and sets its CUDA_VISIBLE_DEVICES. A task whose worker dies is retried by Ray (max_retries)."""
+    Each actor asks for one CPU, and with device="cuda" one GPU (num_gpus=1): Ray places it on a node with a free
+    GPU and sets its CUDA_VISIBLE_DEVICES for the actor's life. An actor that dies is restarted and its probe
+    rerun (`retries` times); then `WorkerLostError` names the probe."""
 
     name = "ray"
     remote = True
@@ -139,8 +145,16 @@ class RayExecutor(InlineExecutor):
             raise UsageError(f"--ray {address} --device cuda: the Ray cluster has no GPUs (its resources: "
                              f"{', '.join(f'{k} {v:g}' for k, v in sorted(res.items()) if '.' not in k and ':' not in k)}"
                              f"); start its nodes with --num-gpus, or search on the CPU")
-        self.workers = workers or max(1, int(res.get("GPU" if gpu else "CPU", 1)))
-        self._remote = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=retries)(_ray_call)
+        room = max(1, int(res.get("GPU" if gpu else "CPU", 1)))
+        if workers and workers > room:
+            from native.logger import G_LOGGER
+            G_LOGGER.warning(f"--workers {workers}: the Ray cluster has {room} {'GPU' if gpu else 'CPU'}(s); "
+                             f"using {room} workers (more would wait for resources that never come)")
+        self.workers = min(workers or room, room)
+        self.retries = retries
+        self._actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=retries,
+                                     max_task_retries=retries)(ProbeActor)
+        self._actors: list = []
         self._refs: dict = {}   # digest -> ObjectRef: each probe object goes into the object store once
 
     def put(self, fn):
@@ -152,15 +166,49 @@ class RayExecutor(InlineExecutor):
         return self._refs[digest]
 
     def map(self, fn, items, on_done=None):
+        """Each idle actor takes the next probe; results are returned (and on_done called) in order."""
+        from debugkit.debug.pool import WorkerLostError, _Raised, describe_item
+        ray = self._ray
+        items = list(items)
+        if not self._actors:
+            self._actors = [self._actor_cls.remote() for _ in range(self.workers)]
         ref = self.put(fn)
-        out = []
-        for r in [self._remote.remote(ref, x) for x in items]:
-            out.append(self._ray.get(r))
-            if on_done is not None:
-                on_done(out[-1])
-        return out
+        idle, running, results, todo, emitted = list(self._actors), {}, {}, list(range(len(items))), 0
+        try:
+            while emitted < len(items):
+                while idle and todo:
+                    i, actor = todo.pop(0), idle.pop(0)
+                    running[actor.run.remote(ref, items[i])] = (i, actor)
+                done, _ = ray.wait(list(running), num_returns=1)
+                i, actor = running.pop(done[0])
+                idle.append(actor)
+                try:
+                    results[i] = ray.get(done[0])
+                except ray.exceptions.RayActorError as e:
+                    raise WorkerLostError(
+                        f"a Ray worker died each of the {self.retries + 1} times it ran the probe "
+                        f"{describe_item(items[i])} ({type(e).__name__}); that probe kills its process (out of "
+                        f"memory? a crash in native code?): run it alone with --workers 1 to see the error") from None
+                except Exception as e:      # the probe's own error: raised in order, as a serial run would
+                    results[i] = _Raised(e)
+                while emitted < len(items) and emitted in results:
+                    if isinstance(results[emitted], _Raised):
+                        raise results[emitted].error
+                    if on_done is not None:
+                        on_done(results[emitted])
+                    emitted += 1
+        except BaseException:
+            self.close()    # actors still running probes of an abandoned map would answer the next one
+            raise
+        return [results[i] for i in range(len(items))]
 
     def close(self):
+        for actor in self._actors:
+            try:
+                self._ray.kill(actor)
+            except Exception:
+                pass
+        self._actors = []
         self._refs = {}
 
 

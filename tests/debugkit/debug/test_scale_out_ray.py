@@ -104,7 +104,7 @@ def _ray_task_pids():
         if p.isdigit():
             try:
                 with open(f"/proc/{p}/cmdline", "rb") as f:
-                    if f.read().startswith(b"ray::_ray_call"):
+                    if f.read().startswith(b"ray::ProbeActor"):
                         out.append(int(p))
             except OSError:
                 pass
@@ -166,3 +166,37 @@ def test_repeat_on_ray_without_the_drivers_files(cluster, tmp_path, monkeypatch)
     assert (tmp_path / "arts" / "good" / "engine_0.plan").read_bytes()[:6] == b"DKPLAN"
     left = [f for _, _, files in os.walk(cluster["tmp"]) for f in files if f.endswith(".plan")]
     assert left == [] and not os.path.exists(os.path.join(cluster["cwd"], "arts"))
+
+
+class _Square:
+    """A probe object whose items 3 raise: the first error in item order surfaces, as in a serial run."""
+
+    def __call__(self, x):
+        time.sleep(0.2 if x == 0 else 0.0)     # the first item finishes last
+        if x == 3:
+            raise ValueError("probe 3 failed")
+        return x * x
+
+
+def test_ray_executor_keeps_order_caps_workers_and_reuses_its_actors(cluster, capsys):
+    """One long-lived actor per worker (never more than the cluster's CPUs), results in item order, a probe's own
+    error raised in order; the same processes serve the next map (GPU tasks would get a fresh process each)."""
+    from debugkit.debug.executor import RayExecutor
+    ex = RayExecutor("auto", workers=5)
+    try:
+        assert ex.workers == 2 and "the Ray cluster has 2 CPU(s); using 2 workers" in capsys.readouterr().err
+        seen = []
+        assert ex.map(_Square(), [0, 1, 2], on_done=seen.append) == [0, 1, 4] and seen == [0, 1, 4]
+        pids = sorted(ray.get([a.run.remote(_Pid(), None) for a in ex._actors]))
+        with pytest.raises(ValueError, match="probe 3 failed"):
+            ex.map(_Square(), [1, 3, 4])
+        assert ex._actors == []            # an abandoned map's actors are gone
+        assert ex.map(_Square(), [5]) == [25] and len(ex._actors) == 2
+        assert len(set(pids)) == 2
+    finally:
+        ex.close()
+
+
+class _Pid:
+    def __call__(self, _):
+        return os.getpid()
