@@ -127,10 +127,11 @@ def run(args) -> int:
     rows, answer, extra = [], [], {}
     rank_builds, rank_s, base_s = 0, 0.0, 0.0
     try:
-        low_values = _base_run(P, probe_fn, args)
-        base_s = time.perf_counter() - t0
-        bar.step()
         with _search_args.make_executor(args) as ex:
+            ex.warm()    # workers start (imports, GPU contexts) while this process makes the base build
+            low_values = _base_run(P, probe_fn, args)
+            base_s = time.perf_counter() - t0
+            bar.step()
             if type(ex).__name__ != "InlineExecutor":   # workers get the model's bytes, never a path of ours
                 probe_fn.ship(model)
             prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
@@ -323,9 +324,16 @@ def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=No
         if bar:
             for _ in layers:
                 bar.step()
-    else:
-        alone = dict(zip(layers, ex.map(alone_fn, layers, on_done=(lambda _: bar.step()) if bar else None)))
-        builds = len(layers)
+    else:   # one engine per worker: each ranks an interleaved share of the layers side by side
+        chunks = [c for c in (layers[i::max(1, ex.workers)] for i in range(max(1, ex.workers))) if c]
+
+        def step(errs):
+            for _ in errs:
+                bar.step()
+        errs = ex.map(P.LayerAloneChunk(alone_fn), chunks, on_done=step if bar else None)
+        alone = {lab: e for chunk, es in zip(chunks, errs) for lab, e in zip(chunk, es)}
+        alone = {lab: alone[lab] for lab in layers}
+        builds = len(chunks)
     rows = P.sensitivity(sub, layers, low_values, alone)
     if log is not None:
         log.record(RANKING, [{k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.items()}

@@ -36,6 +36,10 @@ class InlineExecutor:
                 on_done(out[-1])
         return out
 
+    def warm(self):
+        """Start the workers without waiting (they get ready while the caller works); inline: nothing to start."""
+        return self
+
     def close(self):
         pass
 
@@ -109,6 +113,10 @@ class LocalExecutor(InlineExecutor):
     def pids(self) -> list:
         return self._pool.start().pids()
 
+    def warm(self):
+        self._pool.spawn()
+        return self
+
     def map(self, fn, items, on_done=None):
         return self._pool.map(fn, items, on_done)
 
@@ -170,8 +178,7 @@ class RayExecutor(InlineExecutor):
         from debugkit.debug.pool import WorkerLostError, _Raised, describe_item
         ray = self._ray
         items = list(items)
-        if not self._actors:
-            self._actors = [self._actor_cls.remote() for _ in range(self.workers)]
+        self.warm()
         ref = self.put(fn)
         idle, running, results, todo, emitted = list(self._actors), {}, {}, list(range(len(items))), 0
         try:
@@ -201,6 +208,11 @@ class RayExecutor(InlineExecutor):
             self.close()    # actors still running probes of an abandoned map would answer the next one
             raise
         return [results[i] for i in range(len(items))]
+
+    def warm(self):
+        if not self._actors:   # created asynchronously: Ray starts their processes while the caller works
+            self._actors = [self._actor_cls.remote() for _ in range(self.workers)]
+        return self
 
     def close(self):
         for actor in self._actors:

@@ -41,6 +41,12 @@ def _worker_main(conn, env):
     from native import config
     config.reload()
     import backends.runners  # noqa: F401  (the engine, once per worker, before the first probe)
+    if env.get("CUDA_VISIBLE_DEVICES"):   # a GPU worker: its context now, not in its first probe
+        try:
+            from native.cuda.driver import context
+            context()
+        except Exception:
+            pass   # no usable GPU: the probe that needs one says why
     fns: dict = {}
     conn.send(("ready", os.getpid()))
     while True:
@@ -115,10 +121,17 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._ready_timeout_s = ready_timeout_s
 
-    def start(self):
+    def spawn(self):
+        """Start the worker processes without waiting for them: they import the engine (and, given a GPU, create
+        its context) while the caller works, e.g. during a search's base build."""
         if not self._workers:
             self._workers = [_Worker(self._ctx, self.envs[i], i) for i in range(self.size)]
-            self._wait_ready(self._workers)
+        return self
+
+    def start(self):
+        """Spawned, and every worker ready."""
+        self.spawn()
+        self._wait_ready([w for w in self._workers if not w.ready])
         return self
 
     def _wait_ready(self, workers):

@@ -442,6 +442,17 @@ class LayerAloneProbe(ReduceProbe):
         return model, feeds, expected, alone
 
 
+class LayerAloneChunk:
+    """A worker's share of the ranking: the alone errors of a list of layers from one engine (`many`), so N
+    workers build N engines instead of one per layer."""
+
+    def __init__(self, probe: LayerAloneProbe):
+        self.probe = probe
+
+    def __call__(self, labels) -> list:
+        return self.probe.many(labels)
+
+
 def _engine_run(model, feeds, config) -> dict:
     """Build `model` (an ONNX ModelProto) at the feeds' shapes and run it once on them: the engine is made from the
     built graph (no plan bytes written and read back, no source-model hash), as a probe's is."""

@@ -120,6 +120,12 @@ def test_two_workers_give_the_same_answer(tmp_path, planted):
     assert rc == 0 and sorted(res["layer_precisions"]) == must and res["workers"] == 2
     cp = res["critical_path"]
     assert cp["rounds"] < cp["probes"] and cp["speedup"] > 1.0   # probes ran two at a time
+    # the ranking: one side-by-side engine per worker (not one build per layer), the same scores as inline
+    assert res["ranking_builds"] == 2
+    two = json.loads((tmp_path / "prec_sensitivity.json").read_text())
+    rc, one = _search(tmp_path, model)
+    assert rc == 0 and one["ranking_builds"] == 1
+    assert json.loads((tmp_path / "prec_sensitivity.json").read_text()) == two
 
 
 def test_ray_gives_the_same_answer(tmp_path, planted):
