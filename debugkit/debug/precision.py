@@ -52,8 +52,11 @@ def make_config(low: str, higher: str, layers=(), extra_flags=(), replay=None, r
         raise PrecisionSearchError("this build of debugkit has no per-layer precision constraints "
                                    "(--layer-precisions); debug precision needs them")
     from backends.engine.builder.precision_spec import parse_layer_precisions
+    # the command's options with the search's own precisions (not none: a --timing-cache file written by the
+    # search's base build is checked against the flags of the build that reads it)
+    mine = {low} | ({"fp16"} if higher == "fp16" and low in ("int8", "fp8") else set())
     config = BuilderConfig() if base is None else base.replace(
-        **{p: False for p in PRECISION_FLAGS}).builder_config()
+        **{p: p in mine for p in PRECISION_FLAGS}).builder_config()
     for f in PRECISION_FLAGS[low] + tuple(extra_flags):
         config.set_flag(BuilderFlag(f))
     # every layer outside `layers` runs in the low precision, even where a GPU build would time a higher one as

@@ -460,3 +460,17 @@ def test_the_base_build_answers_the_empty_set_bit_for_bit(tmp_path, planted, cap
     answer = probe.empty_set_answer(base)
     assert answer["from"] == "base build" and answer["hit"] is probe([])["hit"] is False
     assert probe.empty_set_answer({}) is None                 # a failed base run answers nothing
+
+
+def test_a_timing_cache_file_serves_the_search_that_wrote_it(tmp_path, planted):
+    """--timing-cache F: the base build writes F with the search's flags; the probes that keep every layer in FP32
+    read F too and must not refuse it as "measured for another config" (they did: the all-FP32 probe built with no
+    precision flag), and a second search reuses F with the same answer."""
+    model, must = planted
+    cache = tmp_path / "search.cache"
+    rc, res = _search(tmp_path, model, "--timing-cache", str(cache))
+    assert rc == 0 and sorted(res["layer_precisions"]) == must and cache.exists()
+    doc = json.loads(cache.read_text())
+    assert doc["header"]["flags"] == ["fp16"] and doc["entries"]
+    rc, again = _search(tmp_path, model, "--timing-cache", str(cache))
+    assert rc == 0 and sorted(again["layer_precisions"]) == must
