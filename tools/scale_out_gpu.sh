@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 27 acceptance 1 on a machine with N >= 2 GPUs: `debug precision --fp16 --device cuda` on a >= 300-layer CNN
 # (ResNet-152-shaped: tools/make_resnet50.py --blocks 3 8 36 3, 360 nodes) with two convolutions planted
-# FP16-sensitive (tools/make_fp16_sensitive.py), with 1 worker and with one worker per GPU (--workers auto); the
+# FP16-sensitive (tools/make_fp16_sensitive.py), with 1 worker and with one worker per GPU (--workers auto), cold
+# (no timing cache) and warm (each run from a copy of the timing cache a cold run wrote; WARM=0 skips it); the
 # answers must be equal (the 4 planted layers) and the N-GPU run >= 0.7*N times faster.
 #
 #   bash tools/scale_out_gpu.sh [RESULTS_DIR]
@@ -53,15 +54,44 @@ planted="layer2.$((b2 > 2 ? 2 : b2 - 1)).conv3 layer3.$((b3 > 20 ? 20 : b3 - 1))
 $py tools/make_fp16_sensitive.py "$work/r152.onnx" -o "$work/r152_planted.onnx" --layers $planted \
     --answer "$out/answer.json" > /dev/null || exit 3
 
-for w in 1 "$many"; do
+# cold: no timing cache (every run times its base build); warm: each run starts from a copy of the timing cache
+# the cold N-worker run wrote (--timing-cache, as a user's repeated searches would), so the base build replays
+# its timings. The cold N-worker run pays for writing that cache (against it, not for it).
+run() {   # run PHASE WORKERS [extra flags]
+  local phase=$1 w=$2; shift 2
+  local t0 t1 rc
   t0=$($py -c "import time; print(time.time())")
-  $py -m debugkit debug precision "$work/r152_planted.onnx" --fp16 --device "$device" --workers "$w" \
-      -o "$out/p_$w.json" --log "$out/p_$w.jsonl" > "$out/p_$w.log" 2>&1
+  $py -m debugkit debug precision "$work/r152_planted.onnx" --fp16 --device "$device" --workers "$w" "$@" \
+      -o "$out/${phase}_$w.json" --log "$out/${phase}_$w.jsonl" > "$out/${phase}_$w.log" 2>&1
   rc=$?
   t1=$($py -c "import time; print(time.time())")
-  tail -3 "$out/p_$w.log"
-  echo "workers=$w rc=$rc wall_s=$($py -c "print(round($t1 - $t0, 1))")" | tee -a "$out/times.txt"
-done
+  grep -E "must run in|probe\(s\) in" "$out/${phase}_$w.log" | head -2
+  echo "phase=$phase workers=$w rc=$rc wall_s=$($py -c "print(round($t1 - $t0, 1))")" | tee -a "$out/times.txt"
+}
+run cold 1
+run cold "$many" --timing-cache "$work/search.cache"
+if [ "${WARM:-1}" = 1 ] && [ -f "$work/search.cache" ]; then
+  for w in 1 "$many"; do
+    cp "$work/search.cache" "$work/tc_$w.cache"; cp "$work/search.cache.prep" "$work/tc_$w.cache.prep" 2>/dev/null
+    run warm "$w" --timing-cache "$work/tc_$w.cache"
+  done
+fi
+# RAY=1: the same search through --ray auto (one ProbeActor per GPU, num_gpus=1 each) from a copy of the cache;
+# KILL=1 kills one actor's process (kill -9) once the probe log has 3 lines: Ray restarts it and reruns its probe.
+if [ "${RAY:-0}" = 1 ] && [ -f "$work/search.cache" ]; then
+  cp "$work/search.cache" "$work/tc_ray.cache"; cp "$work/search.cache.prep" "$work/tc_ray.cache.prep" 2>/dev/null
+  if [ "${KILL:-1}" = 1 ]; then
+    ( for _ in $(seq 3000); do
+        p=$(pgrep -f '^ray::ProbeActor' | head -1)
+        if [ -n "$p" ] && [ -f "$out/ray_auto.jsonl" ] && [ "$(wc -l < "$out/ray_auto.jsonl")" -ge 3 ]; then
+          kill -9 "$p" && echo "killed Ray actor process $p at $(date -u +%T)" | tee -a "$out/kill.txt"; break
+        fi
+        sleep 0.1
+      done ) &
+  fi
+  run ray auto --ray auto --timing-cache "$work/tc_ray.cache"
+  wait
+fi
 
 $py - "$out" "$ngpu" "$many" <<'PY' | tee "$out/summary.txt"
 import json, os, sys
@@ -69,24 +99,41 @@ out, n, many = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 t = {}
 for line in open(f"{out}/times.txt"):
     kv = dict(x.split("=", 1) for x in line.split())
-    t[kv["workers"]] = (int(kv["rc"]), float(kv["wall_s"]))
+    t[kv["phase"], kv["workers"]] = (int(kv["rc"]), float(kv["wall_s"]))
 must = sorted(json.load(open(f"{out}/answer.json"))["must_stay_fp32"])
-docs = {}
-for w in ("1", many):
-    p = f"{out}/p_{w}.json"
-    docs[w] = json.load(open(p)) if os.path.exists(p) else None
-    if docs[w] is None:
-        print(f"workers={w}: no answer (exit {t[w][0]}); see {out}/p_{w}.log")
-if None in docs.values():
-    sys.exit(1)
-a, b = docs["1"], docs[many]
-equal = sorted(a["layer_precisions"]) == sorted(b["layer_precisions"])
-found = sorted(b["layer_precisions"]) == must
-speed = t["1"][1] / t[many][1]
-target = 0.7 * max(n, 1) if many == "auto" else 0.7 * b["workers"]
-print(f"layers {a['layers']}; answers equal: {equal}; planted found: {found} ({len(must)} layers); "
-      f"probes {a['probes']} (1 worker) / {b['probes']} ({b['workers']} workers)")
-print(f"1 worker {t['1'][1]:.1f} s, {b['workers']} workers {t[many][1]:.1f} s: {speed:.2f}x (target >= {target:.2f}x: "
-      f"{'met' if speed >= target else 'NOT met'}); critical path {b['critical_path']}")
-sys.exit(0 if equal and found else 1)
+ok = True
+for phase in ("cold", "warm"):
+    if (phase, "1") not in t:
+        continue
+    docs = {}
+    for w in ("1", many):
+        p = f"{out}/{phase}_{w}.json"
+        docs[w] = json.load(open(p)) if os.path.exists(p) else None
+        if docs[w] is None:
+            print(f"{phase} workers={w}: no answer (exit {t[phase, w][0]}); see {out}/{phase}_{w}.log")
+    if None in docs.values():
+        ok = False
+        continue
+    a, b = docs["1"], docs[many]
+    equal = sorted(a["layer_precisions"]) == sorted(b["layer_precisions"])
+    found = sorted(b["layer_precisions"]) == must
+    ok = ok and equal and found
+    speed = t[phase, "1"][1] / t[phase, many][1]
+    target = 0.7 * max(n, 1) if many == "auto" else 0.7 * b["workers"]
+    print(f"{phase}: layers {a['layers']}; answers equal: {equal}; planted found: {found} ({len(must)} layers); "
+          f"probes {a['probes']} (1 worker) / {b['probes']} ({b['workers']} workers); base build "
+          f"{a.get('base_s')} s / {b.get('base_s')} s, ranking {a.get('ranking_s')} s / {b.get('ranking_s')} s")
+    print(f"{phase}: 1 worker {t[phase, '1'][1]:.1f} s, {b['workers']} workers {t[phase, many][1]:.1f} s: "
+          f"{speed:.2f}x (target >= {target:.2f}x: {'met' if speed >= target else 'NOT met'}); critical path "
+          f"{b['critical_path']}")
+if ("ray", "auto") in t:
+    p = f"{out}/ray_auto.json"
+    r = json.load(open(p)) if os.path.exists(p) else None
+    same = r is not None and sorted(r["layer_precisions"]) == must
+    ok = ok and same
+    killed = open(f"{out}/kill.txt").read().strip() if os.path.exists(f"{out}/kill.txt") else "no actor killed"
+    how = "" if r is None else f" ({r['probes']} probes, {r['workers']} workers)"
+    print(f"ray: exit {t['ray', 'auto'][0]}, {t['ray', 'auto'][1]:.1f} s, answer equals the planted set: {same}{how}; "
+          f"{killed}")
+sys.exit(0 if ok else 1)
 PY
