@@ -243,8 +243,10 @@ def test_calibration_scale_of_zero_names_tensor_and_file(cli, chain, tmp_path):
     assert not (tmp_path / "m.plan").exists()
 
 
-@pytest.mark.parametrize("value", ["NaN", "-1.0", "Infinity"])
-def test_timing_cache_entries_must_be_finite_and_non_negative(cli, chain, tmp_path, value):
+@pytest.mark.parametrize("value,ok", [("NaN", False), ("-2.5", False), ("Infinity", False), ("-1.0", True)])
+def test_timing_cache_entries_must_be_finite_and_non_negative(cli, chain, tmp_path, value, ok):
+    """A timing is a finite number >= 0, or -1: the mark tactic selection stores for a candidate that failed or
+    refused when timed (a GPU build's cache holds them, so the file must load again)."""
     import json
     cache = tmp_path / "t.cache"
     code, _, err = cli("convert", chain, "--timing-cache", cache, "-o", tmp_path / "m.plan")
@@ -256,7 +258,10 @@ def test_timing_cache_entries_must_be_finite_and_non_negative(cli, chain, tmp_pa
                                      f'"{tactic}": {value}', 1)
     cache.write_text(text)
     code, _, err = cli("convert", chain, "--timing-cache", cache, "-o", tmp_path / "m2.plan")
-    assert code == 2 and "not a finite number >= 0" in err and str(cache) in err, err
+    if ok:    # the tactic is remembered as failed: the build goes on without timing it again
+        assert code == 0 and (tmp_path / "m2.plan").exists(), err
+        return
+    assert code == 2 and "neither a finite number >= 0 nor -1" in err and str(cache) in err, err
 
 
 @pytest.mark.parametrize("value,ok", [("2G", True), ("512M", True), ("1e9", True), ("abc", False), ("0", False),

@@ -63,9 +63,11 @@ def load_timing_cache(path, config, ignore_mismatch=False) -> TimingCache:
         if not isinstance(timings, dict):
             raise TimingCacheError(f"timing cache {path} is corrupt: entry {key[:16]} is not a timing table")
         for tactic, v in timings.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            # -1: the tactic failed or refused when it was timed (tactic_selection.measure remembers that)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (v < 0 and v != -1):
                 raise TimingCacheError(f"timing cache {path} is corrupt: entry {key[:16]}, tactic {tactic}: "
-                                       f"timing {v!r} is not a finite number >= 0; delete the file to measure again")
+                                       f"timing {v!r} is neither a finite number >= 0 nor -1 (failed when timed); "
+                                       f"delete the file to measure again")
     cache = TimingCache(doc["entries"])
     if not diff:   # preparations (packed / transformed weights) made under this header: F.prep beside F
         from backends.engine.builder.prep_cache import PrepCache
