@@ -88,8 +88,10 @@ if [ "${RAY:-0}" = 1 ] && [ -f "$work/search.cache" ]; then
         fi
         sleep 0.1
       done ) &
+    killer=$!
   fi
   run ray auto --ray auto --timing-cache "$work/tc_ray.cache"
+  [ -n "${killer:-}" ] && kill "$killer" 2> /dev/null   # a search that ended before its third probe: stop looking
   wait
 fi
 
