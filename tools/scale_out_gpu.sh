@@ -68,7 +68,7 @@ run() {   # run PHASE WORKERS [extra flags]
   grep -E "must run in|probe\(s\) in" "$out/${phase}_$w.log" | head -2
   echo "phase=$phase workers=$w rc=$rc wall_s=$($py -c "print(round($t1 - $t0, 1))")" | tee -a "$out/times.txt"
 }
-run cold 1
+[ "${COLD1:-1}" = 1 ] && run cold 1   # COLD1=0 skips it (a short device budget: compare with an earlier run)
 run cold "$many" --timing-cache "$work/search.cache"
 if [ "${WARM:-1}" = 1 ] && [ -f "$work/search.cache" ]; then
   for w in 1 "$many"; do
