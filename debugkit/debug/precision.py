@@ -385,6 +385,7 @@ class LayerAloneProbe(ReduceProbe):
             self.builds += 1
             config = make_config(self.low, "fp32", (), self.extra_flags, feeds=feeds,
                                  timing_cache=self.timing_cache(), base=self.build)
+            config.reuse_selections = False   # its layers are renamed apart: no later build repeats one
             out = _engine_run(model, feeds, config)
         except DebugkitError as e:
             G_LOGGER.verbose(f"layers alone side by side failed ({str(e).splitlines()[0][:160]}); one build per "

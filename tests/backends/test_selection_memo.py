@@ -42,8 +42,9 @@ def network():
     return net
 
 
-def _build(network, cache, fp32_layers, prefix=None):
+def _build(network, cache, fp32_layers, prefix=None, reuse=True):
     config = BuilderConfig()
+    config.reuse_selections = reuse
     config.set_flag(BuilderFlag.FP16)
     config.layer_precisions = parse_layer_precisions([(n, "fp32") for n in fp32_layers])
     if fp32_layers:
@@ -125,3 +126,16 @@ def test_another_set_of_registered_tactics_is_another_build_key(monkeypatch):
         kind, name = "MemoTestKind", "extra"
     monkeypatch.setitem(T._REGISTRY, ("cpu", "MemoTestKind"), [Extra()])
     assert SelectionMemo.build_key(BuilderConfig(), "cpu", None) != before
+
+
+def test_a_build_that_reuses_no_selections_leaves_the_memo_alone(network):
+    """BuilderConfig.reuse_selections = False (a one-off build: the precision search's layers-alone engine) neither
+    copies from the timing cache's selection memo nor adds to it, and builds the same engine."""
+    cache = TimingCache()
+    _build(network, cache, ["relu"])
+    memo = cache.selections
+    entries, hits, misses = len(memo.entries), memo.hits, memo.misses
+    alone, out = _build(network, cache, ["relu", "mm_c"], reuse=False)
+    assert (len(memo.entries), memo.hits, memo.misses) == (entries, hits, misses)
+    kept, ref = _build(network, TimingCache(dict(cache.entries)), ["relu", "mm_c"])
+    assert _layers(alone) == _layers(kept) and out["y"].tobytes() == ref["y"].tobytes()

@@ -135,6 +135,11 @@ class BuilderConfig(DeviceTypeMixin):
         # the hash of the command-line options this config was made from (debugkit/options.py), recorded in the plan
         # so a plan says which options built it; None for configs made through the API
         self.options_fingerprint: str | None = None
+        # False: this build neither copies from nor adds to the timing cache's per-layer selection memo
+        # (builder/selection_memo.py): a one-off build whose layers no later build repeats (a precision search's
+        # layers-alone engine, every layer renamed apart) would only pay for keys nobody reads. Not in the plan:
+        # the choices are the same either way
+        self.reuse_selections = True
 
     @property
     def device(self) -> Device:

@@ -230,7 +230,7 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None, bod
     # INT8 and DLA builds, whose choices also read tensor scales and placement the key does not hold)
     memo, build_key = None, None
     if prep is not None and _said is None and get_device(device).host_memory and \
-            not config.get_flag(BuilderFlag.INT8) and not config.uses_dla():
+            not config.get_flag(BuilderFlag.INT8) and not config.uses_dla() and config.reuse_selections:
         from backends.engine.builder.selection_memo import SelectionMemo
         build_key = SelectionMemo.build_key(config, device, selector)
         if build_key is not None:
