@@ -10,8 +10,8 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         depthwise taps channels-last for output rows r0..r0+rows: per output, the first tap's product, then each
         further tap's product added in (i, j) order (the depthwise tactics' order); C is the vectorised inner loop.
     depthwise_nchw(xp [C, Hp, Wp], taps [kh*kw, C], y [C, Ho, Wo], kh, kw, sh, sw, dh, dw)
-        the same sums NCHW, a row of outputs at a time (the vectorised inner loop runs along the row; unit
-        horizontal stride has its own loop so that it vectorises): few channels over large maps.
+        the same sums NCHW, a row of outputs at a time (the vectorised inner loop runs along the row; a strided
+        row is split into its phases first, so every tap reads unit-stride): few channels over large maps.
 """
 from __future__ import annotations
 
@@ -88,28 +88,32 @@ def _depthwise_nchw():
     @numba.njit(nogil=True, cache=True)
     def depthwise_nchw(xp, taps, y, kh, kw, sh, sw, dh, dw):
         c_n, ho, wo = y.shape
+        wp = xp.shape[2]
         acc = np.empty(wo, y.dtype)
+        # a horizontal stride > 1 reads every sw-th element: each input row is split into its sw phases first
+        # (ph[p, m] = row[m * sw + p]), so every tap reads a unit-stride run of one phase
+        span = (wp + sw - 1) // sw
+        ph = np.empty((sw, span), y.dtype)
         for c in range(c_n):
             for oh in range(ho):
                 y0 = oh * sh
                 for i in range(kh):
                     xr = xp[c, y0 + i * dh]
+                    if sw > 1:
+                        for q in range(sw):
+                            pq = ph[q]
+                            for m in range((wp - q + sw - 1) // sw):
+                                pq[m] = xr[m * sw + q]
                     for j in range(kw):
                         wv = taps[i * kw + j, c]
                         x0 = j * dw
+                        src = xr[x0:x0 + wo] if sw == 1 else ph[x0 % sw, x0 // sw:x0 // sw + wo]
                         if i == 0 and j == 0:
-                            if sw == 1:
-                                for ow in range(wo):
-                                    acc[ow] = xr[x0 + ow] * wv
-                            else:
-                                for ow in range(wo):
-                                    acc[ow] = xr[x0 + ow * sw] * wv
-                        elif sw == 1:
                             for ow in range(wo):
-                                acc[ow] += xr[x0 + ow] * wv
+                                acc[ow] = src[ow] * wv
                         else:
                             for ow in range(wo):
-                                acc[ow] += xr[x0 + ow * sw] * wv
+                                acc[ow] += src[ow] * wv
                 yr = y[c, oh]
                 for ow in range(wo):
                     yr[ow] = acc[ow]
