@@ -83,3 +83,15 @@ def test_attention_fully_masked_rows_are_zero_and_others_unchanged():
         p /= p.sum(-1, keepdims=True)
     ref = np.nan_to_num(p) @ v
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,axes,keep", [((1, 96, 14, 14), (2, 3), True), ((2, 5, 7), (1,), False),
+                                             ((3, 4, 5), (0, 2), True), ((2, 1, 3), (1,), True)])
+def test_reduce_mean_bits_equal_np_mean(dtype, shape, axes, keep):
+    x = (RNG.standard_normal(shape) * 4 + 1).astype(dtype)
+    y = reduce._avg(x, axes, keep)
+    want = np.mean(x, axis=axes, keepdims=keep, dtype=dtype)
+    assert y.dtype == want.dtype and y.shape == want.shape
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_allclose(y, x.astype(np.float64).mean(axis=axes, keepdims=keep), rtol=1e-5)
