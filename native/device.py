@@ -145,6 +145,16 @@ class Device:
         self.synchronize(stream)
         return (time.perf_counter() - t0) * 1e3
 
+    def begin_build(self, notes=None):
+        """A build for this device starts (builder.build_graph): start work the build will need that can run beside
+        it (the CUDA device compiles its kernel sources in background threads), and take `notes`, the build_notes()
+        of an earlier build kept in its timing cache. Loading a plan never calls it."""
+
+    def build_notes(self) -> dict:
+        """What builds in this process learnt about this device that a later build can reuse, JSON-able (the timing
+        cache file keeps it beside the timings: the CUDA device's cuDNN plans that do not build); {}: nothing."""
+        return {}
+
     # process-wide tuning (explicit and reversible; never a side effect of loading an engine) ---------------
     def tune_process(self) -> bool:
         """Apply the process-wide settings this device runs fastest with; True when something changed."""

@@ -1,19 +1,23 @@
 """Cold and warm build time of every corpus model (issue 24: cold <= 60 s, warm <= 10 s on the GPU).
 
     python tools/build_times.py [--device cuda] [--models yolov8n,timm-resnet18] [--fp16|--tf32] [--json F]
+                                [--breakdown] [--profile DIR]
 
 For each model of the corpus manifest (tests/corpus/models.json; exported models from DEBUGKIT_CORPUS, pypi ones
 from the model cache: `python tests/corpus/fetch_models.py` first) two builds run, each in a fresh Python process
 so nothing of the first (cuDNN graphs, compiled kernels, imports) helps the second: cold, `debugkit convert MODEL
---timing-cache C` with no C, then warm, the same command with the C (and C.prep) the cold build wrote. The figures
-per build: the command's wall seconds (parse, build and plan write), the tactic-timing work — candidates timed
-(`tactic_selection.time_candidates`: every tactic of every layer variant timed on the device), timed runs (the
-device's `time()` calls) — and the layers. `--breakdown` adds where the seconds went: the builder's passes, NVRTC
-compiles, cuDNN graphs (heuristics) and execution plans built, tactic timing (each with its count); `--profile DIR`
-writes each build's cProfile statistics to DIR/<model>-<cold|warm>.prof. A build past --timeout is stopped with
-SIGTERM first, so its counts so far (and its profile) still come back. `--unbounded` times every candidate in the layout and precision
-probes (the build before they were bounded to the first plan of each tactic family), for the before/after. A model that cannot be had or fails to build is listed with the reason.
-The table ends with which models miss the limits (--cold-limit, --warm-limit).
+--timing-cache C` with no C, then warm, the same command with the C (and C.prep) the cold build wrote. Each model's
+builds get a CUDA JIT cache of their own (CUDA_CACHE_PATH in a fresh directory): empty for the cold build, so no
+kernel an earlier build JIT-compiled helps it. The figures per build: the command's wall seconds (parse, build and
+plan write), the tactic-timing work — candidates timed (`tactic_selection.time_candidates`: every tactic of every
+layer variant timed on the device), timed runs (the device's `time()` calls) — and the layers. `--breakdown` adds
+where the seconds went: the builder's passes, NVRTC compiles (summed over the threads compiling), cuDNN graphs
+(heuristics) and execution plans built, tactic timing (each with its count); `--profile DIR` writes each build's
+cProfile statistics to DIR/<model>-<cold|warm>.prof. A build past --timeout is stopped with SIGTERM first, so its
+counts so far (and its profile) still come back. `--unbounded` times every candidate in the layout and precision
+probes (the build before they were bounded to the first plan of each tactic family), for the before/after. A model
+that cannot be had or fails to build is listed with the reason. The table ends with which models miss the limits
+(--cold-limit, --warm-limit).
 """
 from __future__ import annotations
 
@@ -143,11 +147,13 @@ def breakdown_counters() -> dict:
     return spent
 
 
-def one_build(model, plan, cache, device, flags, timeout, profile=None):
+def one_build(model, plan, cache, device, flags, timeout, profile=None, jit_cache=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", model, plan, cache, device, *flags]
     if profile:
         cmd += ["--profile-to", profile]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if jit_cache:     # the CUDA driver's JIT cache: empty for the model's cold build, what it left for the warm one
+        env["CUDA_CACHE_PATH"] = jit_cache
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     timed_out = False
@@ -218,9 +224,10 @@ def main(argv=None) -> int:
                 (lambda which: None)
             if args.profile:
                 os.makedirs(args.profile, exist_ok=True)
-            cold = one_build(name, plan, cache, args.device, flags, args.timeout, prof("cold"))
+            jit = os.path.join(tmp, "cuda-jit-cache")
+            cold = one_build(name, plan, cache, args.device, flags, args.timeout, prof("cold"), jit)
             print(json.dumps({"model": name, "cold": cold}), flush=True)
-            warm = one_build(name, plan, cache, args.device, flags, args.timeout, prof("warm")) \
+            warm = one_build(name, plan, cache, args.device, flags, args.timeout, prof("warm"), jit) \
                 if "error" not in cold else None
         row = {"model": name, "device": args.device, "flags": flags, "cold": cold, "warm": warm}
         rows.append(row)

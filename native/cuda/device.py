@@ -105,6 +105,26 @@ class CudaDevice(Device):
                                      f"the layer") from e
         return run, True
 
+    def begin_build(self, notes=None):
+        """The kernel sources (tactics/*.cu) compile in background threads while the build's first passes run
+        (nvrtc.precompile): a cold build otherwise compiles them one after another as layers reach them. `notes`
+        (build_notes() from the timing cache): the cuDNN plans known not to build are not tried."""
+        from native.cuda import nvrtc
+        if isinstance(notes, dict) and notes.get("cudnn_failed_plans"):
+            from native.cuda.tactics import cudnn_conv
+            cudnn_conv.remember_failed_plans(notes["cudnn_failed_plans"])
+        try:
+            arch = context().arch
+        except Exception:      # no usable GPU: the build says so where it first needs one, as before
+            return
+        nvrtc.precompile(arch)
+
+    def build_notes(self) -> dict:
+        import sys
+        conv = sys.modules.get("native.cuda.tactics.cudnn_conv")     # (not imported: no convolution was built)
+        failed = conv.failed_plans() if conv is not None else {}
+        return {"cudnn_failed_plans": failed} if failed else {}
+
     def synchronize(self, stream=None):
         if stream is None:
             context().synchronize()

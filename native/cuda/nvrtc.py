@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 
 import numpy as np
 
@@ -72,17 +73,66 @@ def source_key(src: str) -> str:
 
 def module_from_source(src: str, name: str = "generated.cu", key: str | None = None):
     """The loaded module of a CUDA source (`key`: its source_key when the caller has it), compiled for this GPU on
-    first use (or taken from a preloaded plan)."""
+    first use (or taken from a preloaded plan, or from precompile())."""
     ctx = context()
     key = (key or source_key(src), ctx.arch)
     mod = _MODULES.get(key)
     if mod is None:
-        cubin = _CUBINS.get(key)
-        if cubin is None:
-            cubin = _CUBINS[key] = compile_source(src, name, ctx.arch)
+        cubin = cubin_for(key[0], src, name, ctx.arch)
         mod = {"handle": check(_cu().cuModuleLoadData(cubin), f"cuModuleLoadData({name})"), "fns": {}}
         _MODULES[key] = mod
     return mod
+
+
+_PENDING: dict = {}     # (source sha1, arch) -> [done Event, cubin bytes | the compile's exception]: precompile()
+# the sources nearly every network's build runs kernels of (activations and binary ops, copies / casts / pooling /
+# reductions, resize and padding, gathers): precompiled by default; INT8, FP8, quantize and RNN ones on first use
+COMMON = ("pointwise.cu", "tensor.cu", "geometry.cu", "index.cu")
+
+
+def precompile(arch: str, files=None) -> int:
+    """Start compiling tactics/<file> sources (default: COMMON) for `arch` in background threads, for a
+    build that will need them: NVRTC is thread-safe, and where the bindings release the GIL around the compile
+    (cuda-bindings' generated calls) the compiles overlap the build's first passes, so its first kernel of each
+    file finds the code compiled (or compiling) instead of the files compiling one after another as layers reach
+    them (~0.7 s each on an H200 host). Only the compile runs there; loading a module stays on the
+    caller's thread (cubin_for). A failed background compile is redone, and reported, where its kernel is first
+    used. Returns how many compiles were started."""
+    names = COMMON if files is None else files
+    started = 0
+    for f in names:
+        src, key = _source(f)
+        k = (key, arch)
+        if k in _CUBINS or k in _PENDING:
+            continue
+        slot = _PENDING[k] = [threading.Event(), None]
+
+        def work(src=src, f=f, slot=slot):
+            try:
+                slot[1] = compile_source(src, f, arch)
+            except BaseException as e:   # said where the kernel is used: compiled again there, in the open
+                slot[1] = e
+            finally:
+                slot[0].set()
+        threading.Thread(target=work, name=f"nvrtc {f}", daemon=True).start()
+        started += 1
+    return started
+
+
+def cubin_for(key: str, src: str, name: str, arch: str) -> bytes:
+    """The cubin of a source (its source_key `key`) for `arch`: compiled before (here, by precompile(), or
+    preloaded from a plan), else compiled now."""
+    k = (key, arch)
+    cubin = _CUBINS.get(k)
+    if cubin is None:
+        slot = _PENDING.pop(k, None)
+        if slot is not None:
+            slot[0].wait()
+            cubin = slot[1] if isinstance(slot[1], bytes) else None
+        if cubin is None:
+            cubin = compile_source(src, name, arch)
+        _CUBINS[k] = cubin
+    return cubin
 
 
 def module(file: str):

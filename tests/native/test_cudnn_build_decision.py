@@ -71,6 +71,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(cudnn_conv, "_DECIDED", {})
     monkeypatch.setattr(cudnn_conv, "_FAILED", {})
     monkeypatch.setattr(cudnn_conv, "_FAMILY", {})
+    monkeypatch.setattr(cudnn_conv, "_BUILT", {})
     return built
 
 
@@ -235,3 +236,39 @@ def test_deselected_plans_cost_nothing_and_do_not_count_as_failed_builds(fake):
     assert builds == [6, 7]
     (g,) = cudnn_conv._GRAPHS.values()
     assert g.plan(0) == (7, 0)
+
+
+def test_what_failed_goes_into_the_timing_cache_and_spares_the_next_process_the_builds(fake, monkeypatch):
+    import json
+    builds = _ranked(sys.modules["cudnn"], fails=set(range(12)))
+    unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11))
+    assert builds == [0, 1, 2, 3]
+    notes = json.loads(json.dumps(cudnn_conv.failed_plans()))        # what the timing cache file holds
+    (entry,) = notes.values()
+    assert entry == {"failed": ["cfg0", "cfg1", "cfg2", "cfg3"], "built": 0, "failures": 4}
+    # a new process (empty memo) with the cache: the kind is given up without a build
+    monkeypatch.setattr(cudnn_conv, "_FAILED", {})
+    monkeypatch.setattr(cudnn_conv, "_FAMILY", {})
+    monkeypatch.setattr(cudnn_conv, "_BUILT", {})
+    monkeypatch.setattr(cudnn_conv, "_GRAPHS", {})
+    monkeypatch.setattr(cudnn_conv, "_DECIDED", {})
+    assert cudnn_conv.remember_failed_plans({**notes, "bad": {"failed": "x"}, "worse": [1]}) == 1
+    why = unsupported_reason(_tactic(0), _conv_c(24), _conv_at(30, 22))
+    assert builds == [0, 1, 2, 3] and "given up" in why
+
+
+def test_a_plan_that_built_for_one_size_is_tried_again_where_it_failed(fake):
+    mod = sys.modules["cudnn"]
+    builds = _ranked(mod, fails=set())
+    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11)) is None     # cfg0 builds
+    real = mod.pygraph.build_plan_at_index
+
+    def fail_cfg0_once(self, j):
+        if j == 0 and builds.count(0) == 1:
+            builds.append(j)
+            raise RuntimeError("cfg0 does not build at this size")
+        return real(self, j)
+    mod.pygraph.build_plan_at_index = fail_cfg0_once
+    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(30, 22)) is None     # cfg0 fails, cfg1 builds
+    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(60, 44)) is None
+    assert builds == [0, 0, 1, 0]       # cfg0 built once for the kind: tried again, not skipped

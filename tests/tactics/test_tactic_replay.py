@@ -125,6 +125,34 @@ def test_timing_cache_file_roundtrip_mismatch_and_corruption(model, tmp_path):
     assert main(["convert", model, "-o", str(tmp_path / "m.plan"), "--timing-cache", path]) == 2
 
 
+def test_the_timing_cache_file_keeps_what_builds_learnt_about_the_device(model, tmp_path, monkeypatch):
+    """Device.build_notes (the CUDA device: cuDNN plans that do not build) go into the file and come back to the
+    next build with it through Device.begin_build; not under another header; malformed notes are corruption."""
+    device = BuilderConfig().device
+    notes = {"cudnn_failed_plans": {"('float32', True)": {"failed": ["eng4_k24=39"], "built": 0, "failures": 4}}}
+    monkeypatch.setattr(type(device), "build_notes", lambda self: notes)
+    seen = []
+    monkeypatch.setattr(type(device), "begin_build", lambda self, got=None: seen.append(got))
+    path = str(tmp_path / "cache.json")
+    _, config = build(model, cache=TimingCache())
+    assert seen == [{}]                       # a fresh cache: nothing learnt yet
+    save_timing_cache(config.timing_cache, path, config)
+    cache = load_timing_cache(path, BuilderConfig())
+    assert cache.device_notes == notes
+    build(model, cache=cache)
+    assert seen[-1] == notes
+    fp16 = BuilderConfig()
+    fp16.set_flag(BuilderFlag.FP16)
+    assert load_timing_cache(path, fp16, ignore_mismatch=True).device_notes == {}
+    with open(path) as f:
+        doc = json.load(f)
+    doc["device_notes"] = ["not", "an", "object"]
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    with pytest.raises(TimingCacheError, match="device_notes"):
+        load_timing_cache(path, BuilderConfig())
+
+
 def test_cli_save_load_tactics_and_timing_cache(model, tmp_path, capsys):
     t, c = str(tmp_path / "t.json"), str(tmp_path / "c.json")
     assert main(["convert", model, "-o", str(tmp_path / "a.plan"), "--save-tactics", t, "--timing-cache", c]) == 0

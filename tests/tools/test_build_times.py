@@ -27,3 +27,12 @@ def test_the_table_names_the_models_that_miss_the_limits():
 def test_an_unknown_model_is_refused(capsys):
     assert main(["--models", "no-such-model", "--device", "cpu"]) == 2
     assert "unknown model(s) ['no-such-model']" in capsys.readouterr().err
+
+
+def test_the_breakdown_lists_each_builds_work_largest_first():
+    from tools.build_times import breakdown
+    cold = dict(_build(136.4, 343), breakdown={"pass: layout": [1, 127.46], "cuDNN conv plans built": [690, 124.7],
+                                               "NVRTC compiles": [4, 2.92], "pass: memory plan": [1, 0.0]})
+    rows = [{"model": "yolov8n", "cold": cold, "warm": _build(9.0, 0)}]
+    assert breakdown(rows) == ("yolov8n cold (136.4 s): pass: layout 1x 127.46 s; cuDNN conv plans built 690x "
+                               "124.7 s; NVRTC compiles 4x 2.92 s")

@@ -62,6 +62,7 @@ class Builder:
         t0 = time.perf_counter()
         if tune_process_default(False):   # time tactics under the process settings the engine will run with
             config.device.tune_process()
+        config.device.begin_build(getattr(config.timing_cache, "device_notes", None))
         passes = pipeline()
         ctx = PassContext(config=config, logger=self.logger, timing_feeds=timing_feeds)
         ctx.state["network"] = network

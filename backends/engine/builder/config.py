@@ -64,6 +64,7 @@ class TimingCache:
         self.entries: dict[str, dict] = dict(entries or {})
         self.prepared = None   # tactic preparations reused across builds (builder/prep_cache.py)
         self.selections = None   # per-layer tactic selection reused across builds (builder/selection_memo.py)
+        self.device_notes = {}   # what builds learnt about the device (Device.build_notes): kept in the file
         self.hits = 0
         self.misses = 0
 

@@ -72,6 +72,13 @@ def load_timing_cache(path, config, ignore_mismatch=False) -> TimingCache:
     if not diff:   # preparations (packed / transformed weights) made under this header: F.prep beside F
         from backends.engine.builder.prep_cache import PrepCache
         cache.prepared = PrepCache.load(prep_path(path))
+
+    notes = doc.get("device_notes", {})
+    if not isinstance(notes, dict):
+        raise TimingCacheError(f"timing cache {path} is corrupt: 'device_notes' is not an object; delete the file "
+                               f"to measure again")
+    if not diff:   # what builds learnt about this device (Device.build_notes), under the same header only
+        cache.device_notes = notes
     return cache
 
 
@@ -82,6 +89,10 @@ def prep_path(path) -> str:
 
 def save_timing_cache(cache: TimingCache, path, config):
     doc = {"format": FORMAT, "version": VERSION, "header": cache_header(config), "entries": cache.entries}
+    notes = dict(getattr(cache, "device_notes", None) or {})
+    notes.update(config.device.build_notes())   # (a device's notes include what it took from the file)
+    if notes:
+        doc["device_notes"] = notes
     write_json(path, doc, "timing cache", streamable=False, sort_keys=True)
     if getattr(cache, "prepared", None) is not None:
         cache.prepared.save(prep_path(path))

@@ -30,13 +30,14 @@ _LOCK = threading.Lock()
 _GRAPHS: dict = {}
 _HANDLE: dict = {}
 _DECIDED: dict = {}             # (graph key, plan index) -> "" (cuDNN runs it) or why not: the build-time answer
-# cuDNN plans that failed to build, per kind of convolution (family(): what a plan's support depends on, not the
-# spatial sizes): {family: {plan name}}, and {family: [plans built, plans that failed]}. A plan build costs a
+# cuDNN plans that failed to build, per kind of convolution (repr(family()): what a plan's support depends on, not
+# the spatial sizes): {family: {plan name}}, and {family: [plans built, plans that failed]}. A plan build costs a
 # runtime compile (~0.05-0.3 s on an H200), and a config that fails for one convolution of a kind fails for the
 # next: strict FP32 conv + bias + SiLU graphs on Hopper walked all ~12 ranked configs, every one failing, for each
 # of yolov8n's 47 signatures (100 of its 108 s cold build).
 _FAILED: dict = {}
 _FAMILY: dict = {}
+_BUILT: dict = {}               # {family: {plan name}} built for some convolution of the kind: never skipped
 # A kind of convolution whose first FAMILY_FAILURES plan builds all failed (none built) is not tried further: its
 # layers run on another tactic. Bounds a cold build where cuDNN ranks plans it cannot build.
 FAMILY_FAILURES = 4
@@ -80,6 +81,7 @@ def release():
         _DECIDED.clear()
         _FAILED.clear()
         _FAMILY.clear()
+        _BUILT.clear()
         handles = list(_HANDLE.values())
         _HANDLE.clear()
     try:
@@ -186,8 +188,8 @@ class ConvGraph:
         """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TacticRefusal when there is none.
         Plans that failed to build for a convolution of the same family are skipped unbuilt, and a family whose
         first FAMILY_FAILURES builds all failed is given up (see _FAILED)."""
-        fam = family(self.key)
-        failed = _FAILED.setdefault(fam, set())
+        fam = repr(family(self.key))
+        failed, built = _FAILED.setdefault(fam, set()), _BUILT.setdefault(fam, set())
         stats = _FAMILY.setdefault(fam, [0, 0])
         while len(self.good) <= index and self.tried < self.count:
             if stats[0] == 0 and stats[1] >= FAMILY_FAILURES:
@@ -205,10 +207,13 @@ class ConvGraph:
                 self.workspace[j] = int(self.g.get_workspace_size_plan_at_index(j))
                 self.good.append(j)
                 stats[0] += 1
+                if name is not None:
+                    built.add(name)
+                    failed.discard(name)
             except Exception as e:
                 if "eselect" not in str(e):     # a plan the note filters deselect is no failed build: no cost
                     stats[1] += 1
-                if name is not None:
+                if name is not None and name not in built:   # (one that built for another size is tried)
                     failed.add(name)
         if index >= len(self.good):
             why = f"cuDNN has {len(self.good)} usable execution plan(s) for this convolution"
@@ -244,6 +249,30 @@ def family(key) -> tuple:
     align = tuple(next(a for a in (8, 4, 2, 1) if int(c) % a == 0) for c in (x_nchw[1], w_nchw[0]))
     groups = 1 if int(x_nchw[1]) == int(w_nchw[1]) else "depthwise" if int(w_nchw[1]) == 1 else "grouped"
     return dtype, nhwc, tf32, tuple(steps), tuple(w_nchw[2:]), groups, align
+
+
+def failed_plans() -> dict:
+    """What this process learnt about plans that do not build, per kind of convolution (JSON-able): the timing
+    cache keeps it (Device.build_notes), so a warm build does not build them again either."""
+    return {fam: {"failed": sorted(_FAILED.get(fam, ())), "built": built, "failures": failures}
+            for fam, (built, failures) in _FAMILY.items() if failures}
+
+
+def remember_failed_plans(notes) -> int:
+    """Take failed_plans() of an earlier build on this device (from its timing cache); malformed entries are
+    skipped. Returns how many kinds of convolution it named."""
+    n = 0
+    for fam, v in (notes or {}).items() if isinstance(notes, dict) else ():
+        if not (isinstance(v, dict) and isinstance(v.get("failed"), list) and
+                all(isinstance(x, str) for x in v["failed"]) and
+                all(isinstance(v.get(k), int) and not isinstance(v.get(k), bool) and v[k] >= 0
+                    for k in ("built", "failures"))):
+            continue
+        _FAILED.setdefault(fam, set()).update(v["failed"])
+        stats = _FAMILY.setdefault(fam, [0, 0])
+        stats[0], stats[1] = max(stats[0], v["built"]), max(stats[1], v["failures"])
+        n += 1
+    return n
 
 
 def _graph(key, *args):
