@@ -9,6 +9,7 @@ and source ONNX nodes; weights are referenced by offset. Loading never runs code
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import struct
 import zlib
@@ -38,17 +39,30 @@ def producer_version():
 
 
 class _BlobWriter:
+    """The plan's array bytes. An array several layers share is stored once: the same object (a constant two
+    bodies were given), or equal bytes of the same dtype and shape (the same initializer parsed into two arrays;
+    which happens depends on the onnx/numpy releases)."""
+
     def __init__(self):
         self.parts, self.size = [], 0
-        self.written = {}   # id(array) -> (array, ref): an array several layers share is stored once
+        self.written = {}   # id(array) -> (array, ref)
+        self.by_content = {}   # (dtype, shape, digest) -> ref
 
     def add(self, arr) -> dict:
         seen = self.written.get(id(arr))
         if seen is not None and seen[0] is arr:
             return dict(seen[1])
+        key = None
+        if isinstance(arr, np.ndarray) and arr.dtype.kind not in "OUS" and arr.nbytes >= 64:
+            data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+            key = (arr.dtype.str, arr.shape, hashlib.blake2b(memoryview(data), digest_size=20).digest())
+            if key in self.by_content:
+                return dict(self.by_content[key])
         ref = self._add(arr)
         if isinstance(arr, np.ndarray):
             self.written[id(arr)] = (arr, ref)
+        if key is not None:
+            self.by_content[key] = ref
         return ref
 
     def _add(self, arr) -> dict:
