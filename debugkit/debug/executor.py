@@ -175,7 +175,7 @@ class RayExecutor(InlineExecutor):
 
     def map(self, fn, items, on_done=None):
         """Each idle actor takes the next probe; results are returned (and on_done called) in order."""
-        from debugkit.debug.pool import WorkerLostError, _Raised, describe_item
+        from debugkit.debug.pool import WorkerLostError, _Raised, describe_item, emit_in_order
         ray = self._ray
         items = list(items)
         self.warm()
@@ -198,12 +198,7 @@ class RayExecutor(InlineExecutor):
                         f"memory? a crash in native code?): run it alone with --workers 1 to see the error") from None
                 except Exception as e:      # the probe's own error: raised in order, as a serial run would
                     results[i] = _Raised(e)
-                while emitted < len(items) and emitted in results:
-                    if isinstance(results[emitted], _Raised):
-                        raise results[emitted].error
-                    if on_done is not None:
-                        on_done(results[emitted])
-                    emitted += 1
+                emitted = emit_in_order(results, emitted, len(items), on_done)
         except BaseException:
             self.close()    # actors still running probes of an abandoned map would answer the next one
             raise

@@ -83,6 +83,18 @@ class _Raised:
         self.error = error
 
 
+def emit_in_order(results: dict, emitted: int, total: int, on_done=None) -> int:
+    """Hand on the finished prefix of `results` ({index: result or _Raised}) from `emitted` on: on_done for each in
+    order, the first error raised in order, as a serial run would. Returns the new count emitted."""
+    while emitted < total and emitted in results:
+        if isinstance(results[emitted], _Raised):
+            raise results[emitted].error
+        if on_done is not None:
+            on_done(results[emitted])
+        emitted += 1
+    return emitted
+
+
 class _Worker:
     def __init__(self, ctx, env: dict, slot: int):
         self.env, self.slot = dict(env), slot
@@ -217,12 +229,7 @@ class WorkerPool:
                                          f"(retry {attempts[i]} of {self.retries})")
                         todo.append(i)
                         self._replace(w)
-                while emitted < len(items) and emitted in results:
-                    if isinstance(results[emitted], _Raised):   # the first error in order, as a serial run
-                        raise results[emitted].error
-                    if on_done is not None:
-                        on_done(results[emitted])
-                    emitted += 1
+                emitted = emit_in_order(results, emitted, len(items), on_done)
         except BaseException:
             self.close()    # workers still holding probes of an abandoned map would answer the next one
             raise
