@@ -65,7 +65,7 @@ run() {   # run PHASE WORKERS [extra flags]
       -o "$out/${phase}_$w.json" --log "$out/${phase}_$w.jsonl" > "$out/${phase}_$w.log" 2>&1
   rc=$?
   t1=$($py -c "import time; print(time.time())")
-  grep -E "must run in|probe\(s\) in" "$out/${phase}_$w.log" | head -2
+  grep -E "must run in|probe\(s\) in|spread over" "$out/${phase}_$w.log" | head -3
   echo "phase=$phase workers=$w rc=$rc wall_s=$($py -c "print(round($t1 - $t0, 1))")" | tee -a "$out/times.txt"
 }
 [ "${COLD1:-1}" = 1 ] && run cold 1   # COLD1=0 skips it (a short device budget: compare with an earlier run)

@@ -125,10 +125,16 @@ def run(args) -> int:
     bar = _search_args.Progress(_work_bound(args.mode, len(layers), workers), f"precision ({args.mode})")
     search_id = f"precision-{meta['model (sha256)'][:16]}-{uuid.uuid4().hex[:12]}"   # workers' cache key
     rows, answer, extra = [], [], {}
-    rank_builds, rank_s, base_s = 0, 0.0, 0.0
+    rank_builds, rank_s, base_s, shared = 0, 0.0, 0.0, None
     try:
         with _search_args.make_executor(args) as ex:
             ex.warm()    # workers start (imports, GPU contexts) while this process makes the base build
+            if P.shares_timing(ex, calib):   # one GPU each: they time the base build's variants, 1/N each
+                probe_fn.ship(model)
+                shared = P.share_timing(probe_fn, ex)
+                G_LOGGER.info(f"base build's tactic timing spread over {ex.workers} GPU workers: "
+                              f"{shared['variants']} layer variants timed in {shared['seconds']:.1f} s (shares "
+                              f"{', '.join(f'{x:.1f}' for x in shared['shares'])} s); this process replays them")
             low_values = _base_run(P, probe_fn, args)
             base_s = time.perf_counter() - t0
             bar.step()
@@ -175,7 +181,7 @@ def run(args) -> int:
               "model": os.path.abspath(args.model), "model_sha256": meta["model (sha256)"],
               "seconds": round(seconds, 3), "workers": getattr(ex, "workers", 1),
               "base_builds": 1, "layer_runs": len(rows), "ranking_builds": rank_builds,
-              "base_s": round(base_s, 2), "ranking_s": round(rank_s, 2),
+              "base_s": round(base_s, 2), "ranking_s": round(rank_s, 2), "base_timing_shared": shared,
               "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},
               "tactics_replayed": probe_fn.replay is not None,
               "options_fingerprint": opts.fingerprint(), "critical_path": prober.critical_path(), **extra}

@@ -104,6 +104,9 @@ class LocalExecutor(InlineExecutor):
         from debugkit.debug.pool import WorkerPool
         self.workers = workers
         self.envs = worker_envs(workers, device, gpus)
+        # each worker a GPU of its own (not two on one: their timings would measure each other)
+        self.own_gpus = str(device) == "cuda" and \
+            len({e.get("CUDA_VISIBLE_DEVICES") for e in self.envs} - {None}) == workers
         self._pool = WorkerPool(workers, self.envs, retries=retries)
 
     @property
@@ -159,6 +162,7 @@ class RayExecutor(InlineExecutor):
             G_LOGGER.warning(f"--workers {workers}: the Ray cluster has {room} {'GPU' if gpu else 'CPU'}(s); "
                              f"using {room} workers (more would wait for resources that never come)")
         self.workers = min(workers or room, room)
+        self.own_gpus = gpu   # num_gpus=1 per actor
         self.retries = retries
         self._actor_cls = ray.remote(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=retries,
                                      max_task_retries=retries)(ProbeActor)

@@ -175,11 +175,12 @@ class PrecisionProbe:
         nodes): it carries the model's bytes (external data included) and only the file's name for messages.
         Workers parse it once per search (WorkerCache, by the model's sha256)."""
         import hashlib
-        # the timings the base build measured here go along, so workers time only what it did not meet
+        # the timings measured here so far go along, so workers time only what the search has not met
         self.seed_timings = dict(self.timing_cache().entries)
-        self.model_bytes = model.SerializeToString()
-        self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
-        self.model_path = os.path.basename(self.model_path)
+        if self.model_bytes is None:   # shipped again (after the base build): only the timings are new
+            self.model_bytes = model.SerializeToString()
+            self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
+            self.model_path = os.path.basename(self.model_path)
         return self
 
     def model_source(self):
@@ -212,8 +213,11 @@ class PrecisionProbe:
             from backends.engine.builder import TimingCache
             if self.model_key is not None:
                 from debugkit.debug.executor import WorkerCache
+                seeds = getattr(self, "seed_timings", None) or {}
                 self._cache = WorkerCache.get(("timing", self.model_key, self.low, self.higher),
-                                              lambda: TimingCache(getattr(self, "seed_timings", None)))
+                                              lambda: TimingCache(seeds))
+                for k, v in seeds.items():   # a worker's cache made earlier in the search (TimingShare) learns
+                    self._cache.entries.setdefault(k, v)   # what the other workers timed since
             else:
                 self._cache = TimingCache()
         return self._cache
@@ -244,16 +248,9 @@ class PrecisionProbe:
         import time
 
         from backends.engine import Runtime
-        from backends.engine.build import profile_from_shapes
-        from backends.engine.builder import Builder
         t0 = time.perf_counter()
         net = self.network()
-        config.device = self.device
-        profile = profile_from_shapes(net, shapes, ranges)
-        if profile is not None:
-            config.add_optimization_profile(profile)
-        # the passes before fusion run once per search (prefix_memo); no plan bytes: the engine runs the graph
-        graph = Builder().build_graph(net, config, prefix_memo=self._prefix)
+        graph = self._graph(config, shapes, ranges)
         engine = Runtime().engine_from_graph(graph, config)
         context = engine.create_execution_context()
         if taps == "all":   # as EngineRunner.observable_tensors: ONNX tensors the engine computes, not its inputs
@@ -263,6 +260,43 @@ class PrecisionProbe:
         out = context.execute({k: np.asarray(v) for k, v in self.feeds.items()}, taps=taps or ())
         self.last_cost = {"build_s": round(t1 - t0, 4), "run_s": round(time.perf_counter() - t1, 4)}
         return out
+
+    def _graph(self, config, shapes, ranges=None):
+        """The built graph of the parsed model at these shapes: the passes before fusion once per search
+        (prefix_memo), no plan bytes (the engine runs the graph)."""
+        from backends.engine.build import profile_from_shapes
+        from backends.engine.builder import Builder
+        net = self.network()
+        config.device = self.device
+        profile = profile_from_shapes(net, shapes, ranges)
+        if profile is not None:
+            config.add_optimization_profile(profile)
+        return Builder().build_graph(net, config, prefix_memo=self._prefix)
+
+    def time_share(self, share) -> dict:
+        """Build the search's base engine timing only the layer variants in `share` (i, n) (TimingCache.share):
+        {"entries": what this build measured, "notes": the device notes, "seconds"}. Its choices are thrown away
+        (the variants of other shares are untimed here), so its warnings are held back; the prepared weights and
+        plans stay in this process's cache for its later probes."""
+        import time
+
+        from native.logger import G_LOGGER, Severity
+        t0 = time.perf_counter()
+        cache = self.timing_cache()
+        before = set(cache.entries)
+        config = make_config(self.low, self.higher, (), self.extra_flags, None, None, self.calib, self.feeds,
+                             timing_cache=cache, base=self.build)
+        shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
+        ranges = {k: v for k, v in self.build.shape_ranges().items() if k in shapes} if self.build else {}
+        level, cache.share = G_LOGGER.min_severity, tuple(share)
+        G_LOGGER.min_severity = max(level, Severity.ERROR)
+        try:
+            self._graph(config, shapes, ranges)
+        finally:
+            cache.share, G_LOGGER.min_severity = None, level
+        from native.device import get_device
+        return {"entries": {k: v for k, v in cache.entries.items() if k not in before},
+                "notes": get_device(self.device).build_notes(), "seconds": round(time.perf_counter() - t0, 3)}
 
     def __call__(self, layers) -> dict:
         from debugkit.debug.checks import CommandCheck
@@ -446,6 +480,57 @@ class LayerAloneProbe(ReduceProbe):
         model.ir_version = first.ir_version
         model.functions.extend(first.functions)
         return model, feeds, expected, alone
+
+
+class TimingShare:
+    """A worker's share of the base build's tactic timing (`PrecisionProbe.time_share`): with one GPU per worker,
+    N workers time the base build's layer variants at once, each a disjoint 1/N of them, and the search's own base
+    build then replays their timings instead of timing everything on one GPU."""
+
+    def __init__(self, probe: PrecisionProbe):
+        self.probe = probe
+
+    def __call__(self, share) -> dict:
+        return self.probe.time_share(share)
+
+
+def shares_timing(ex, calib=None) -> bool:
+    """Whether a search spreads its base build's timing over the executor's workers: each has a GPU of its own
+    (workers timing on shared CPU cores would measure each other's load), and no INT8 calibration (whose
+    build calibrates first)."""
+    return calib is None and getattr(ex, "workers", 1) > 1 and bool(getattr(ex, "own_gpus", False))
+
+
+def share_timing(probe: PrecisionProbe, ex) -> dict:
+    """Time the base build's layer variants on the executor's workers, one share each, and merge what they measured
+    into the probe's (this process's) timing cache. Returns {"variants", "seconds", "shares": [seconds each]}."""
+    import time
+    t0 = time.perf_counter()
+    n = ex.workers
+    got = ex.map(TimingShare(probe), [(i, n) for i in range(n)])
+    cache = probe.timing_cache()
+    variants = 0
+    for g in got:
+        for k, v in g["entries"].items():
+            variants += k not in cache.entries
+            cache.entries.setdefault(k, v)
+        _merge_notes(cache.device_notes, g.get("notes") or {})
+    return {"variants": variants, "seconds": round(time.perf_counter() - t0, 2),
+            "shares": [g["seconds"] for g in got]}
+
+
+def _merge_notes(mine: dict, theirs: dict):
+    """Device notes (Device.build_notes) of another worker's build merged into `mine`: per note, per kind of
+    convolution, the union of the plans known not to build."""
+    for note, fams in theirs.items():
+        have = mine.setdefault(note, {})
+        for fam, v in (fams or {}).items() if isinstance(fams, dict) else ():
+            if fam in have and isinstance(v, dict) and isinstance(have[fam], dict):
+                have[fam] = {**v, "failed": sorted(set(have[fam].get("failed", [])) | set(v.get("failed", []))),
+                             "built": max(have[fam].get("built", 0), v.get("built", 0)),
+                             "failures": max(have[fam].get("failures", 0), v.get("failures", 0))}
+            else:
+                have[fam] = v
 
 
 class LayerAloneChunk:

@@ -65,6 +65,9 @@ class TimingCache:
         self.prepared = None   # tactic preparations reused across builds (builder/prep_cache.py)
         self.selections = None   # per-layer tactic selection reused across builds (builder/selection_memo.py)
         self.device_notes = {}   # what builds learnt about the device (Device.build_notes): kept in the file
+        # (i, n): this process times only the variants in share i of n (in_share), the others left to other workers
+        # (a search's base build spread over its GPU workers: debug/precision.py TimingShare); None: time all
+        self.share = None
         self.hits = 0
         self.misses = 0
 

@@ -30,6 +30,12 @@ def _key(node, inputs, device):
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
+def in_share(key: str, share) -> bool:
+    """Whether a timing key (sha1 hex) is this process's to time when one build's timing is spread over n workers
+    (`TimingCache.share` = (i, n)); every key falls in exactly one share."""
+    return share is None or int(key[:8], 16) % int(share[1]) == int(share[0])
+
+
 def time_candidates(node, candidates, inputs, iterations, device=None, prep=None) -> dict:
     """{tactic id: best ms} for the candidates that run. Runs are interleaved round-robin (A B C A B C ...) so a
     burst of load on a shared machine slows every candidate alike instead of disqualifying whichever was being
@@ -179,10 +185,13 @@ def measure(node, cands, inputs, config, device, cache, prep=None) -> dict:
     timings = {t.id: cached[str(t.id)] for t in cands if cached.get(str(t.id), -1.0) >= 0}
     first = get_device(device).preferred(cands) or cands
     tried = {}
+    share = getattr(cache, "share", None) if use_cache else None
     for group in (first, [t for t in cands if t not in first]):
         if group is not first and any(t.id in timings for t in first):
             break     # a preferred tactic runs: the rest are not timed
         todo = [t for t in group if str(t.id) not in cached]
+        if todo and not in_share(key, share):
+            break     # another worker times this variant; this build goes on with what is known (or cands[0])
         if todo:
             got = time_candidates(node, todo, inputs, config.avg_timing_iterations, device, prep)
             timings.update(got)

@@ -367,3 +367,89 @@ def test_two_precision_searches_in_one_directory_lock_their_own_probe_logs(tmp_p
         with pytest.raises(OutputFileError, match="being written by another"):
             with claim(args("-o", str(tmp_path / "a.json"))):   # the same files by an absolute path
                 pass
+
+
+def _widening_mlp(path):
+    """x[4, 16] through MatMuls of eight different shapes (each its own timing key) with activations between."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    dims, nodes, inits, prev = [16, 24, 32, 40, 48, 56, 64, 72, 8], [], [], "x"
+    for i, (a, b) in enumerate(zip(dims, dims[1:])):
+        inits.append(numpy_helper.from_array((rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"mm{i}"))
+        prev = f"m{i}"
+        if i < len(dims) - 2:
+            nodes.append(helper.make_node("Tanh" if i % 2 else "Relu", [prev], [f"a{i}"], name=f"act{i}"))
+            prev = f"a{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
+    g = helper.make_graph(nodes, "widening", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return m
+
+
+def test_the_base_builds_timing_spread_over_workers_times_each_variant_once(tmp_path, pool):
+    """With one GPU per worker the search's base build is timed by N workers, 1/N of the layer variants each
+    (TimingShare): the shares are disjoint, together they are every variant one process would time, and the
+    search's own base build with them merged times nothing. (Here on CPU workers: the logic is the device's.)"""
+    import numpy as np
+
+    from backends.engine.builder.tactic_selection import in_share
+    from debugkit.debug import precision as P
+    from debugkit.debug.checks import ReducedPrecisionCheck
+    from debugkit.debug.executor import WorkerCache
+    path = str(tmp_path / "w.onnx")
+    model = _widening_mlp(path)
+    feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
+    check = ReducedPrecisionCheck.for_precision("fp16")
+    whole = P.PrecisionProbe(path, feeds, {}, check).time_share((0, 1))   # one process, every variant
+    assert len(whole["entries"]) >= 8 and whole["seconds"] > 0
+    WorkerCache._store.clear()
+    probe = P.PrecisionProbe(path, feeds, {}, check).ship(model)
+    got = pool.map(P.TimingShare(probe), [(0, 2), (1, 2)])
+    shares = [set(g["entries"]) for g in got]
+    assert not shares[0] & shares[1] and shares[0] | shares[1] == set(whole["entries"])
+    assert all(in_share(k, (i, 2)) and not in_share(k, (1 - i, 2)) for i, keys in enumerate(shares) for k in keys)
+    assert all(shares)    # both workers had variants to time (the split is by key hash)
+    # the driver side: merged into the search's cache, its base build then times nothing
+    driver = P.PrecisionProbe(path, feeds, {}, check)
+    cache = driver.timing_cache()
+    for g in got:
+        cache.entries.update(g["entries"])
+    n, misses = len(cache.entries), cache.misses
+    out = driver.engine_outputs([], taps="all")
+    assert set(out) >= {"y"} and np.all(np.isfinite(out["y"]))
+    assert len(cache.entries) == n and cache.misses == misses
+
+
+def test_base_timing_is_shared_only_with_a_gpu_per_worker(monkeypatch):
+    from debugkit.debug import precision as P
+    from debugkit.debug.executor import InlineExecutor
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    cpu, one_each, two_on_one = LocalExecutor(2), LocalExecutor(2, device="cuda"), LocalExecutor(3, device="cuda")
+    try:
+        assert not P.shares_timing(cpu) and not P.shares_timing(InlineExecutor())
+        assert P.shares_timing(one_each) and not P.shares_timing(one_each, calib={"algorithm": "entropy2"})
+        assert not P.shares_timing(two_on_one)   # three workers on two GPUs: two would time on one GPU
+    finally:
+        for ex in (cpu, one_each, two_on_one):
+            ex.close()
+
+
+def test_a_search_with_shared_base_timing_gives_the_same_answer(tmp_path, planted, monkeypatch, capsys):
+    """The search's path when the workers time the base build (forced here on CPU workers): same answer as
+    the serial search, and the summary says how the timing was shared."""
+    from debugkit.cli.main import main
+    from debugkit.debug import precision as P
+    model, must = planted
+    monkeypatch.setattr(P, "shares_timing", lambda ex, calib=None: ex.workers > 1)
+    out = tmp_path / "p.json"
+    rc = main(["debug", "precision", model, "--fp16", "--atol", "1e-2", "--workers", "2", "-o", str(out)])
+    res = json.loads(out.read_text())
+    assert rc == 0 and sorted(res["layer_precisions"]) == must
+    shared = res["base_timing_shared"]
+    assert shared["variants"] >= 1 and len(shared["shares"]) == 2 and shared["seconds"] > 0
