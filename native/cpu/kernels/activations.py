@@ -142,6 +142,13 @@ def _tanh(x, a, b, out):
 
 
 def _leaky_relu(x, a, b, out):
+    """x where x >= 0, else x * alpha. For 0 < alpha < 1 (a Python number, so the product is in x's type) that is
+    max(x, x * alpha): two vectorised passes instead of a masked multiply (numpy's `where=` loop is scalar: ~9 ns
+    an element, 20x slower on a 57K-element map), and the same floats: the product is the masked form's product,
+    x >= 0 keeps x (-0.0, +inf and NaN included), and x < 0 gets the product (which lies between x and 0)."""
+    if type(a) in (float, int) and 0.0 < a < 1.0 and x.dtype.kind == "f":
+        t = np.multiply(x, a)
+        return np.maximum(x, t, out=t if out is None else out)
     y = x.copy() if out is None else out
     np.multiply(y, a, out=y, where=y < 0)
     return y
