@@ -12,6 +12,10 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     depthwise_nchw(xp [C, Hp, Wp], taps [kh*kw, C], y [C, Ho, Wo], kh, kw, sh, sw, dh, dw)
         the same sums NCHW, a row of outputs at a time (the vectorised inner loop runs along the row; a strided
         row is split into its phases first, so every tap reads unit-stride): few channels over large maps.
+    hard_swish(x [n], y [n])  /  hard_sigmoid(x [n], y [n], alpha, beta)
+        the activations' numpy passes (x * 1/6, + 0.5, clip to [0, 1], times x; x * alpha, + beta, clip) per element
+        in one pass, each step rounded to x's type as numpy rounds it; `clip` as numpy's clip loop (NaN kept,
+        -0.0 clipped to +0.0). y may be x.
 """
 from __future__ import annotations
 
@@ -120,4 +124,48 @@ def _depthwise_nchw():
     return depthwise_nchw
 
 
-_BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw}
+def _clip01():
+    import numba
+
+    @numba.njit(nogil=True, cache=True, inline="always")
+    def clip01(t, zero, one):
+        if t != t:      # NaN stays NaN, as numpy's clip loop keeps it
+            return t
+        t = t if t > zero else zero
+        return t if t < one else one
+    return clip01
+
+
+def _hard_swish():
+    import numba
+    clip01 = _clip01()
+
+    @numba.njit(nogil=True, cache=True)
+    def hard_swish(x, y):
+        sixth, half = x.dtype.type(1.0 / 6.0), x.dtype.type(0.5)
+        zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
+        for k in range(x.shape[0]):
+            v = x[k]
+            t = v * sixth
+            t = t + half
+            y[k] = v * clip01(t, zero, one)
+    return hard_swish
+
+
+def _hard_sigmoid():
+    import numba
+    clip01 = _clip01()
+
+    @numba.njit(nogil=True, cache=True)
+    def hard_sigmoid(x, y, alpha, beta):
+        a, b = x.dtype.type(alpha), x.dtype.type(beta)
+        zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
+        for k in range(x.shape[0]):
+            t = x[k] * a
+            t = t + b
+            y[k] = clip01(t, zero, one)
+    return hard_sigmoid
+
+
+_BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw, "hard_swish": _hard_swish,
+             "hard_sigmoid": _hard_sigmoid}

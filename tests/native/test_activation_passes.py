@@ -33,3 +33,44 @@ def test_leaky_relu_bits_match_the_masked_multiply(dtype, alpha):
     assert got.dtype == want.dtype and out is inplace
     assert got.tobytes() == want.tobytes() and inplace.tobytes() == want.tobytes()
     assert x.tobytes() == _values(dtype).tobytes()   # the input is untouched
+
+
+def _numpy_path(monkeypatch, fn):
+    """fn() with the numba kernels switched off (DEBUGKIT_JIT=0): the numpy passes."""
+    from native import config
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    try:
+        return fn()
+    finally:
+        monkeypatch.delenv("DEBUGKIT_JIT")
+        config.reload()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind,alpha,beta", [("HARD_SWISH", 0.0, 0.0), ("HARD_SIGMOID", 0.2, 0.5),
+                                             ("HARD_SIGMOID", 1.0 / 6.0, 0.5), ("HARD_SIGMOID", -0.3, 0.1)])
+def test_one_pass_hard_activations_match_the_numpy_passes(monkeypatch, dtype, kind, alpha, beta):
+    pytest.importorskip("numba")
+    from native import config
+    from native.cpu import jit
+    config.reload()
+    assert jit.kernel(kind.lower()) is not None
+    x = _values(dtype).reshape(2, -1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = activation(x, kind, alpha, beta)
+        inplace = x.copy()
+        assert activation_inplace(inplace, kind, alpha, beta) is inplace
+        strided = activation(x[:, ::2], kind, alpha, beta)      # not contiguous: the numpy passes
+        want = _numpy_path(monkeypatch, lambda: activation(x, kind, alpha, beta))
+    assert got.dtype == want.dtype == dtype
+    assert got.tobytes() == want.tobytes() and inplace.tobytes() == want.tobytes()
+    assert strided.tobytes() == np.ascontiguousarray(want[:, ::2]).tobytes()
+    xf = x.astype(np.float64)   # and the values are the activation's (NaN kept, -0.0 clipped to +0.0)
+    with np.errstate(invalid="ignore"):
+        gate = np.clip(xf * (1.0 / 6.0) + 0.5 if kind == "HARD_SWISH" else xf * alpha + beta, 0, 1)
+        ref = xf * gate if kind == "HARD_SWISH" else gate
+    finite = np.isfinite(xf) & (np.abs(xf) < 1e30)
+    err = np.abs(got[finite] - ref[finite])
+    assert (err <= 1e-6 * (np.abs(xf[finite]) + np.abs(ref[finite])) + 1e-37).all()
+    assert np.isnan(got[np.isnan(xf)]).all()

