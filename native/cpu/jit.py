@@ -15,7 +15,8 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     hard_swish(x [n], y [n])  /  hard_sigmoid(x [n], y [n], alpha, beta)
         the activations' numpy passes (x * 1/6, + 0.5, clip to [0, 1], times x; x * alpha, + beta, clip) per element
         in one pass, each step rounded to x's type as numpy rounds it; `clip` as numpy's clip loop (NaN kept,
-        -0.0 clipped to +0.0). y may be x.
+        -0.0 clipped to +0.0). y must not overlap x: hard_swish_inplace(x) / hard_sigmoid_inplace(x, alpha, beta)
+        write x itself (two aliasing array arguments keep numba from vectorising the loop: 20x slower).
 """
 from __future__ import annotations
 
@@ -152,6 +153,23 @@ def _hard_swish():
     return hard_swish
 
 
+def _hard_swish_inplace():
+    # one array argument: with y aliasing x numba's loop cannot be vectorised (20x slower), so in place is its own
+    import numba
+    clip01 = _clip01()
+
+    @numba.njit(nogil=True, cache=True)
+    def hard_swish_inplace(x):
+        sixth, half = x.dtype.type(1.0 / 6.0), x.dtype.type(0.5)
+        zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
+        for k in range(x.shape[0]):
+            v = x[k]
+            t = v * sixth
+            t = t + half
+            x[k] = v * clip01(t, zero, one)
+    return hard_swish_inplace
+
+
 def _hard_sigmoid():
     import numba
     clip01 = _clip01()
@@ -167,5 +185,21 @@ def _hard_sigmoid():
     return hard_sigmoid
 
 
+def _hard_sigmoid_inplace():
+    import numba
+    clip01 = _clip01()
+
+    @numba.njit(nogil=True, cache=True)
+    def hard_sigmoid_inplace(x, alpha, beta):
+        a, b = x.dtype.type(alpha), x.dtype.type(beta)
+        zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
+        for k in range(x.shape[0]):
+            t = x[k] * a
+            t = t + b
+            x[k] = clip01(t, zero, one)
+    return hard_sigmoid_inplace
+
+
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw, "hard_swish": _hard_swish,
-             "hard_sigmoid": _hard_sigmoid}
+             "hard_swish_inplace": _hard_swish_inplace, "hard_sigmoid": _hard_sigmoid,
+             "hard_sigmoid_inplace": _hard_sigmoid_inplace}

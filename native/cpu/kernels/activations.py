@@ -131,8 +131,17 @@ def _one_pass(name, x, out, *args):
     epilogue), or None where numba is absent or the arrays do not fit (then the numpy passes run)."""
     if type(x) is not np.ndarray or x.dtype not in _ONE_PASS_DTYPES or not x.flags.c_contiguous:
         return None
+    if out is x:
+        if not x.flags.writeable:
+            return None
+        fn = jit.kernel(name + "_inplace")
+        if fn is None:
+            return None
+        fn(x.reshape(-1), *args)
+        return x
     if out is not None and (type(out) is not np.ndarray or out.dtype != x.dtype or out.shape != x.shape
-                            or not out.flags.c_contiguous or not out.flags.writeable):
+                            or not out.flags.c_contiguous or not out.flags.writeable
+                            or np.may_share_memory(x, out)):
         return None
     fn = jit.kernel(name)
     if fn is None:
