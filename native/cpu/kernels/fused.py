@@ -18,6 +18,7 @@ n ops allocates about one buffer instead of n.
 """
 import numpy as np
 
+from native.cpu.kernels import pointwise_chain
 from native.tactics import Tactic, register_tactic, simple_tactic
 
 _ADD_REDUCE, _MAX_REDUCE = np.add.reduce, np.maximum.reduce
@@ -86,7 +87,11 @@ def _binary(name, a, b, owned):
 
 @simple_tactic("Pointwise", honours=("program",))
 def pointwise(op, inputs):
-    """Evaluate the fused chain with in-place reuse of dead intermediates."""
+    """Evaluate the fused chain with in-place reuse of dead intermediates (or, where the numba extra is installed
+    and the chain is exact arithmetic over same-shaped inputs, as one compiled pass with the same floats)."""
+    y = pointwise_chain.run(op, inputs)
+    if y is not None:
+        return [y]
     from native.cpu.kernels.activations import activation, activation_inplace
     from native.cpu.kernels.elementwise import UNARY
     steps = _decoded(op)

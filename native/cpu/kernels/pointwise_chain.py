@@ -1,0 +1,126 @@
+"""A fused Pointwise program run as one compiled pass (the numba extra, native/cpu/jit.py `pointwise_chain`).
+
+The Pointwise interpreter (fused.py) runs a chain as one numpy pass per step over the whole tensor: a hand-written
+hard-swish (x + 3, clip to [0, 6], times x, over 6: PaddleOCR's models hold 18-28 of them) costs four passes, their
+temporaries and ~10 us of Python per step. Compiled, every step runs over one cache-sized block before the next step
+starts: one pass over memory, no temporaries, no per-step Python. Each step rounds exactly as numpy's pass does
+(float32 stays float32, the same operation, clip / maximum with numpy's NaN and signed-zero rules), so the chain's
+floats are the interpreter's, bit for bit (tests/native/test_pointwise_chain.py).
+
+What it takes: every tensor argument a C-contiguous array of the output's shape and dtype (float32 or float64), every
+constant a one-element array of that dtype, every step one of the exact operations below (no transcendentals: numba's
+exp/tanh are not numpy's SIMD loops). Anything else, or no numba: None, and the interpreter runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cpu import jit
+
+BLOCK = 4096   # elements per block: a step's row of the scratch buffer stays in L1 while the next step reads it
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_BINARY = {"SUM": jit.PW_SUM, "SUB": jit.PW_SUB, "PROD": jit.PW_PROD, "DIV": jit.PW_DIV, "MAX": jit.PW_MAX,
+           "MIN": jit.PW_MIN}
+_UNARY = {"ABS": jit.PW_ABS, "NEG": jit.PW_NEG, "SQRT": jit.PW_SQRT}
+_NUMBER = (int, float)
+
+
+def _activation(p):
+    """(code, alpha, beta) of an exact activation, or None."""
+    kind, a, b = p.get("type"), p.get("alpha", 0.0), p.get("beta", 0.0)
+    if kind == "RELU":
+        return jit.PW_CLIP, 0.0, np.inf
+    if kind == "CLIP" and type(a) in _NUMBER and type(b) in _NUMBER and all(
+            v in (-np.inf, np.inf) or abs(v) < 3e38 for v in (a, b)):   # as activations._clip's fast path
+        return jit.PW_CLIP, float(a), float(b)
+    if kind == "LEAKY_RELU" and type(a) in _NUMBER and 0.0 < a < 1.0:
+        return jit.PW_LEAKY, float(a), 0.0
+    if kind == "HARD_SIGMOID" and type(a) in _NUMBER and type(b) in _NUMBER:
+        return jit.PW_HARD_SIGMOID, float(a), float(b)
+    if kind == "HARD_SWISH":
+        return jit.PW_HARD_SWISH, 0.0, 0.0
+    return None
+
+
+def encode(program, weights, shape, dtype):
+    """(code [steps, 3] int64, fval [steps, 4] float64, input indices used) for `program` over inputs of `shape`,
+    or None when a step or an argument is outside what the kernel computes exactly."""
+    code = np.zeros((len(program), 3), np.int64)
+    fval = np.zeros((len(program), 4), np.float64)
+    used = set()
+    for j, st in enumerate(program):
+        p, args = st.get("params", {}), st["args"]
+        if st["op"] == "ElementWise":
+            c, n_args = _BINARY.get(p.get("op")), 2
+        elif st["op"] == "Unary":
+            c, n_args = _UNARY.get(p.get("op")), 1
+        elif st["op"] == "Activation":
+            act = _activation(p)
+            if act is None:
+                return None
+            c, n_args = act[0], 1
+            fval[j, 2], fval[j, 3] = act[1], act[2]
+        else:
+            return None
+        if c is None or len(args) != n_args:
+            return None
+        code[j, 0] = c
+        for pos, ref in enumerate(args):
+            kind, _, key = ref.partition(":")
+            if kind == "in":
+                code[j, 1 + pos], fval[j, pos] = jit.PW_INPUT, int(key)
+                used.add(int(key))
+            elif kind == "s":
+                code[j, 1 + pos], fval[j, pos] = jit.PW_STEP, int(key)
+            elif kind == "w":
+                w = weights.get(key)
+                if type(w) is not np.ndarray or w.size != 1 or w.dtype != dtype or w.ndim > len(shape) \
+                        or n_args == 1:
+                    return None
+                code[j, 1 + pos], fval[j, 2 + pos] = jit.PW_SCALAR, float(w.reshape(-1)[0])
+            else:
+                return None
+        if n_args == 2 and code[j, 1] == jit.PW_SCALAR and code[j, 2] == jit.PW_SCALAR:
+            return None
+    if not used or max(used) > 2:
+        return None
+    return code, fval, tuple(sorted(used))
+
+
+def run(op, inputs):
+    """The program's output as one compiled pass, or None (the interpreter runs instead)."""
+    x = inputs[0] if inputs else None
+    if type(x) is not np.ndarray or x.dtype not in _DTYPES or not x.size:
+        return None
+    key = (x.shape, x.dtype)
+    held = op.__dict__.get("_pointwise_chain")
+    program = op.params["program"]
+    if held is not None and held[0] is program and held[1] == key:
+        enc = held[2]
+    else:
+        enc = encode(program, op.weights, x.shape, x.dtype)
+        op.__dict__["_pointwise_chain"] = (program, key, enc)
+    if enc is None:
+        return None
+    code, fval, used = enc
+    flat = []
+    for i in range(3):
+        if i in used:
+            v = inputs[i] if i < len(inputs) else None
+            if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype or not v.flags.c_contiguous:
+                return None
+            flat.append(v.reshape(-1))
+        else:
+            flat.append(_EMPTY[x.dtype])
+    if not x.flags.c_contiguous:
+        return None
+    fn = jit.kernel("pointwise_chain")
+    if fn is None:
+        return None
+    y = np.empty(x.shape, x.dtype)
+    buf = np.empty((len(program), min(BLOCK, x.size)), x.dtype)
+    fn(flat[0], flat[1], flat[2], y.reshape(-1), code, fval, buf)
+    return y
+
+
+_EMPTY = {d: np.empty(0, d) for d in _DTYPES}

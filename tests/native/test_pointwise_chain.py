@@ -1,0 +1,86 @@
+"""A Pointwise program run as one compiled pass (native/cpu/kernels/pointwise_chain.py, the numba extra) gives the
+interpreter's floats bit for bit, specials included; programs it cannot run exactly fall back to the interpreter."""
+import numpy as np
+import pytest
+
+from native import config
+from native.cpu.kernels import fused, pointwise_chain
+from native.tactics import Op
+
+SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 3.0, -3.0, 6.0, -6.0, 3e38, -3e38]
+
+
+def _x(shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    x.reshape(-1)[:len(SPECIALS)] = SPECIALS
+    return x
+
+
+def _interpreted(monkeypatch, op, inputs):
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    try:
+        assert pointwise_chain.run(op, inputs) is None
+        return fused.pointwise(op, inputs)[0]
+    finally:
+        monkeypatch.delenv("DEBUGKIT_JIT")
+        config.reload()
+
+
+def _step(kind, args, **params):
+    return {"op": kind, "args": list(args), "params": params}
+
+
+HARD_SWISH = [_step("ElementWise", ["in:0", "w:c0"], op="SUM"),
+              _step("Activation", ["s:0"], type="CLIP", alpha=0.0, beta=6.0),
+              _step("ElementWise", ["in:0", "s:1"], op="PROD"), _step("ElementWise", ["s:2", "w:c1"], op="DIV")]
+PROGRAMS = {
+    "paddle hard-swish": (HARD_SWISH, 1),
+    "hard-swish then scale and shift": (HARD_SWISH + [_step("ElementWise", ["w:c2", "s:3"], op="PROD"),
+                                                      _step("ElementWise", ["s:4", "w:c3"], op="SUM")], 1),
+    "gate and residuals": ([_step("ElementWise", ["in:0", "in:1"], op="PROD"),
+                            _step("ElementWise", ["in:0", "s:0"], op="SUM"),
+                            _step("ElementWise", ["s:1", "in:2"], op="SUM")], 3),
+    "leaky then max": ([_step("Activation", ["in:0"], type="LEAKY_RELU", alpha=0.2),
+                        _step("ElementWise", ["s:0", "w:c4"], op="MAX")], 1),
+    "min, sub, relu, hard sigmoid, abs, neg, sqrt": (
+        [_step("ElementWise", ["in:1", "in:0"], op="MIN"), _step("ElementWise", ["w:c0", "s:0"], op="SUB"),
+         _step("Activation", ["s:1"], type="RELU"), _step("Activation", ["s:2"], type="HARD_SIGMOID", alpha=0.2, beta=0.5),
+         _step("Unary", ["s:3"], op="ABS"), _step("Unary", ["s:4"], op="NEG"), _step("Unary", ["s:1"], op="SQRT"),
+         _step("ElementWise", ["s:5", "s:6"], op="DIV"), _step("Activation", ["s:7"], type="HARD_SWISH")], 2),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 200, 2, 96), (2, 3, 5), (3000,)])
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_compiled_chain_matches_the_interpreter_bit_for_bit(monkeypatch, name, shape, dtype):
+    pytest.importorskip("numba")
+    config.reload()
+    program, n_in = PROGRAMS[name]
+    weights = {"c0": np.array(3.0, dtype), "c1": np.array(6.0, dtype), "c2": np.array([0.7], dtype),
+               "c3": np.array([-0.25], dtype), "c4": np.full((1,) * len(shape), 0.1, dtype)}
+    op = Op("Pointwise", "pw", {"program": program}, weights)
+    inputs = [_x(shape, dtype, i) for i in range(n_in)]
+    with np.errstate(all="ignore"):
+        got = pointwise_chain.run(op, inputs)
+        want = _interpreted(monkeypatch, Op("Pointwise", "pw", {"program": program}, weights), inputs)
+    assert got is not None and got.dtype == want.dtype == dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+    assert fused.pointwise(op, inputs)[0].tobytes() == want.tobytes()    # the tactic takes the compiled pass
+
+
+@pytest.mark.parametrize("why,program,inputs,weights", [
+    ("a transcendental", [_step("Activation", ["in:0"], type="SIGMOID")], [(4, 5)], {}),
+    ("a broadcast input", [_step("ElementWise", ["in:0", "in:1"], op="PROD")], [(4, 5), (4, 1)], {}),
+    ("POW", [_step("ElementWise", ["in:0", "w:c0"], op="POW")], [(4, 5)], {"c0": np.array(2.0, np.float32)}),
+    ("a float64 constant", [_step("ElementWise", ["in:0", "w:c0"], op="SUM")], [(4, 5)], {"c0": np.array(2.0)}),
+    ("a tensor constant", [_step("ElementWise", ["in:0", "w:c0"], op="SUM")], [(4, 5)],
+     {"c0": np.ones(5, np.float32)}),
+])
+def test_chains_it_cannot_run_exactly_go_to_the_interpreter(why, program, inputs, weights):
+    op = Op("Pointwise", "pw", {"program": program}, weights)
+    xs = [np.ones(s, np.float32) for s in inputs]
+    assert pointwise_chain.run(op, xs) is None, why
+    assert fused.pointwise(op, xs)[0].shape == np.broadcast_shapes(*inputs)
