@@ -174,7 +174,7 @@ def one_build(model, plan, cache, device, flags, timeout, profile=None, jit_cach
         return dict(got, error=f"timed out after {timeout:g} s", process_seconds=wall)
     if line is None or p.returncode != 0:
         tail = (err.strip().splitlines() or ["(no output)"])[-1]
-        return dict(got, error=f"exit {p.returncode}: {tail[:300]}", process_seconds=wall)
+        return dict(got, error=f"exit {p.returncode}: {tail}", process_seconds=wall)   # the whole reason
     return dict(got, process_seconds=wall)
 
 

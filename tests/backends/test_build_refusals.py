@@ -165,3 +165,49 @@ def test_one_fallback_rule_for_a_precision_no_tactic_computes(tmp_path):
         np.testing.assert_array_equal(out[0][0], np.maximum(x.astype(np.float32), 0))
     finally:
         bucket[:] = saved
+
+
+def if_relu_model(path):
+    """y = If(c, then: Relu(x), else: x + x): the Relu in a subgraph body, reading the outer x."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
+    then_out = helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 8])
+    else_out = helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 8])
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="body_relu")], "then", [], [then_out])
+    else_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["e"], name="body_add")], "else", [], [else_out])
+    node = helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)
+    g = helper.make_graph([node], "g", [x, c], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _body_nodes(graph):
+    for n in graph.nodes:
+        for sub in n.subgraphs.values():
+            yield from _body_nodes(sub)
+            yield from sub.nodes
+
+
+@pytest.mark.parametrize("heuristic", [False, True])
+def test_a_body_layer_refusing_the_builds_run_gives_way_to_the_next_candidate_inside_the_body(
+        tmp_path, refusing_first, heuristic):
+    """A layer inside an If body whose bound tactic refuses the build's inputs runs the next candidate there (the
+    host twin, on a GPU: NonMaxSuppression inputs the GPU kernel does not take, in tv-ssdlite320's If on CUDA,
+    2026-11-28), instead of the refusal passing for the If's own and leaving the If no tactic at all."""
+    if_relu_model(str(tmp_path / "m.onnx"))
+    net, _ = parse_onnx(str(tmp_path / "m.onnx"))
+    config = BuilderConfig()
+    if heuristic:
+        config.set_flag("enable_tactic_heuristic")
+    feeds = {"x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8), "c": np.array(True)}
+    graph = Builder().build_graph(net, config, timing_feeds=feeds)
+    relu = next(n for n in _body_nodes(graph) if n.kind == "Activation")
+    assert RefusesNegatives.runs >= 1                    # the body's run tried it ...
+    assert relu.tactic_name not in (None, "refuses-negatives")    # ... and the plan records the next one
+    assert "refused_at_build" not in relu.meta
+    branch = next(n for n in graph.nodes if n.kind == "If")
+    assert branch.tactic_name is not None
+    out = GraphExecutor(graph, "cpu").run(feeds)
+    np.testing.assert_array_equal(out[graph.output_names[0]], np.maximum(feeds["x"], 0))
+    out = GraphExecutor(graph, "cpu").run(dict(feeds, c=np.array(False)))
+    np.testing.assert_array_equal(out[graph.output_names[0]], feeds["x"] * 2)

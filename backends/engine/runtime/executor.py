@@ -55,7 +55,7 @@ class GraphExecutor:
     candidate that refuses is passed over here, and tactic selection then drops it (tactic_selection.py)."""
 
     def __init__(self, graph, device="cpu", keep_all: bool = False, lazy_tactics: bool = False,
-                 record_bodies: bool = False, _body: bool = False):
+                 record_bodies: bool = False, _body: bool = False, _in_build: bool = False):
         """record_bodies (the builder's timing run): If / Loop / Scan bodies keep every tensor too, and each body's
         executor holds its last run's tensors in `last_env`, so tactic selection can time the bodies' layers on
         real values (`body_envs`)."""
@@ -82,7 +82,8 @@ class GraphExecutor:
                 continue
             sub_device = tactic.subgraph_device or self.device  # a DLA loadable's body runs on the DLA
             subs = {k: GraphExecutor(g, sub_device, keep_all=record_bodies, lazy_tactics=lazy_tactics,
-                                     record_bodies=record_bodies, _body=True) for k, g in node.subgraphs.items()}
+                                     record_bodies=record_bodies, _body=True, _in_build=_in_build or keep_all)
+                    for k, g in node.subgraphs.items()}
             op = node_op(node)
             if hasattr(tactic, "check_loadable") and not lazy_tactics:  # e.g. a plugin not registered here
                 tactic.check_loadable(op)
@@ -94,6 +95,10 @@ class GraphExecutor:
         # a body kept whole for the record runs its bound (default) tactics, as bodies always ran: the builder's
         # first-accepting search per layer would cost a Loop of many iterations that much per iteration
         self._search = keep_all and not _body
+        # a body run inside the builder's runs: its unchosen layers run their bound tactic, and one that refuses
+        # these inputs gives way to the next candidate that accepts them (once: the step keeps it), as in the
+        # main graph; else a body layer's refusal would be its If / Loop's refusal, host twin included
+        self._fallback = _body and _in_build
         self._last_use = self._compute_last_use()
 
     def _static_shapes(self, feeds) -> bool:
@@ -131,12 +136,13 @@ class GraphExecutor:
                 raise ExecutionError(f"{where} returned '{name}' of shape {shape}; the layer declares shape "
                                      f"{declared}")
 
-    def _first_accepting(self, node, tactic, op, args, workspace, stream):
+    def _first_accepting(self, node, tactic, op, args, workspace, stream, skip=()):
         """(outputs, tactic) of the first candidate of an unchosen layer that accepts `args`: the default tactic if
         it does, else the next registered candidate whose supports() takes these inputs and that does not refuse
-        them when run. When every candidate refuses, the default tactic's refusal is raised."""
+        them when run (`skip`: tactics already seen to refuse them). When every candidate refuses, the default
+        tactic's refusal is raised."""
         ctx = LayerContext.of(args)
-        others = [t for t in tactics_for(node.kind, self.device) if t is not tactic]
+        others = [t for t in tactics_for(node.kind, self.device) if t is not tactic and t not in skip]
         # (a precision none computes at these inputs runs float32, as tactic selection will choose)
         ok, op, _ = accepting([tactic] + others, op, ctx)
         first = None
@@ -153,6 +159,29 @@ class GraphExecutor:
                 node.meta.setdefault("refused_at_build", {})[t.name] = str(e.__cause__ or e)[:200]
                 first = first or e
         raise first
+
+    def _bound_or_next(self, i, node, tactic, op, args, workspace, stream):
+        """(outputs, tactic) of a body layer in the builder's runs: its bound tactic, or where that refuses these
+        inputs the first other candidate that accepts them (_first_accepting, which records the refusal for
+        tactic selection); the step keeps the one that ran, so a loop's next iteration does not search again."""
+        fn, full = empty_batch.guard(node.kind, self.device.bind(tactic, op))
+        try:
+            return (fn(op, args, None, workspace, stream) if full else fn(op, args)), tactic
+        except Exception as e:
+            if not _refusal(e):
+                raise
+            refusal = e
+        node.meta.setdefault("refused_at_build", {})[tactic.name] = str(refusal.__cause__ or refusal)[:200]
+        G_LOGGER.verbose(f"layer '{node.name}' (in a subgraph body): tactic {tactic.name} refuses these inputs "
+                         f"({refusal}); the build tries the next candidate")
+        others = [t for t in tactics_for(node.kind, self.device) if t is not tactic]
+        if not others:
+            raise refusal
+        outs, ran = self._first_accepting(node, others[0], op, args, workspace, stream, skip=(tactic,))
+        _, _, step_op, subs = self.steps[i]
+        self.steps = list(self.steps)     # a new list: bound calls and compiled plans of the old one are redone
+        self.steps[i] = (node, ran, step_op, subs)
+        return outs, ran
 
     def _tactic(self, node):
         name = self.device.name
@@ -228,7 +257,12 @@ class GraphExecutor:
                 workspace = memory.workspace
             else:
                 workspace = self.device.allocate(self.workspace_bytes) if self.workspace_bytes else None
-            env = self.compiled(keep, memory, sig).run(feeds, parent_env, workspace, stream, profiler)
+            try:
+                env = self.compiled(keep, memory, sig).run(feeds, parent_env, workspace, stream, profiler)
+            except Exception as e:
+                if not (self._fallback and _refusal(e)):
+                    raise
+                env = None    # a body layer refused in the builder's run: the general loop runs the next candidate
             if env is not None:
                 return env
         return self._run_general(feeds, keep, parent_env, tactics, on_error, stream, profiler, memory)
@@ -295,6 +329,8 @@ class GraphExecutor:
             try:
                 if self._search and node.tactic_id is None:   # the builder's runs: a candidate that accepts these
                     outs, tactic = self._first_accepting(node, tactic, op, args, workspace, stream)
+                elif self._fallback and node.tactic_id is None:
+                    outs, tactic = self._bound_or_next(i, node, tactic, op, args, workspace, stream)
                 elif profiler is None:
                     outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)
                 elif hasattr(profiler, "begin"):    # a timeline (runtime/trace.py): marks, no synchronisation
