@@ -150,6 +150,9 @@ class Device:
         it (the CUDA device compiles its kernel sources in background threads), and take `notes`, the build_notes()
         of an earlier build kept in its timing cache. Loading a plan never calls it."""
 
+    def end_build(self):
+        """The build begin_build announced has ended (or failed): undo what begin_build set for it."""
+
     def build_notes(self) -> dict:
         """What builds in this process learnt about this device that a later build can reuse, JSON-able (the timing
         cache file keeps it beside the timings: the CUDA device's cuDNN plans that do not build); {}: nothing."""

@@ -136,13 +136,15 @@ def breakdown_counters() -> dict:
     timed(cudnn_conv.ConvGraph, "__init__", "cuDNN conv graphs (heuristics, support check)")
     real_plan = cudnn_conv.ConvGraph.plan
 
-    def plan(self, index):
-        tried, t = self.tried, time.perf_counter()
+    def plan(self, index):      # real plan builds only (not the configs passed over unbuilt), and their seconds
+        before = (self.built, self.failed, *self.seconds)
         try:
             return real_plan(self, index)
         finally:
-            if self.tried != tried:
-                add("cuDNN conv plans built", self.tried - tried, time.perf_counter() - t)
+            if self.built != before[0]:
+                add("cuDNN conv plans built", self.built - before[0], self.seconds[0] - before[2])
+            if self.failed != before[1]:
+                add("cuDNN conv plan builds failed", self.failed - before[1], self.seconds[1] - before[3])
     cudnn_conv.ConvGraph.plan = plan
     return spent
 

@@ -110,14 +110,21 @@ class CudaDevice(Device):
         (nvrtc.precompile): a cold build otherwise compiles them one after another as layers reach them. `notes`
         (build_notes() from the timing cache): the cuDNN plans known not to build are not tried."""
         from native.cuda import nvrtc
+        from native.cuda.tactics import cudnn_conv
+        cudnn_conv.bound_builds(True)     # a build: cuDNN plan builds bounded (cudnn_conv.FAMILY_FAILURES)
         if isinstance(notes, dict) and notes.get("cudnn_failed_plans"):
-            from native.cuda.tactics import cudnn_conv
             cudnn_conv.remember_failed_plans(notes["cudnn_failed_plans"])
         try:
             arch = context().arch
         except Exception:      # no usable GPU: the build says so where it first needs one, as before
             return
         nvrtc.precompile(arch)
+
+    def end_build(self):
+        import sys
+        conv = sys.modules.get("native.cuda.tactics.cudnn_conv")
+        if conv is not None:
+            conv.bound_builds(False)
 
     def build_notes(self) -> dict:
         import sys

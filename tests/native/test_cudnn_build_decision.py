@@ -72,6 +72,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(cudnn_conv, "_FAILED", {})
     monkeypatch.setattr(cudnn_conv, "_FAMILY", {})
     monkeypatch.setattr(cudnn_conv, "_BUILT", {})
+    monkeypatch.setattr(cudnn_conv, "_BOUNDED", True)      # as in a build (Device.begin_build)
     return built
 
 
@@ -145,37 +146,38 @@ def test_release_drops_graphs_decisions_and_handles(fake, monkeypatch):
     assert not cudnn_conv._GRAPHS and not cudnn_conv._DECIDED and not cudnn_conv._HANDLE and destroyed == ["h1"]
 
 
-def test_only_plan_0_is_built_when_supports_is_asked(fake):
-    """A probe asks every cudnn-plan-<i> whether it supports a layer but times only plan 0: the later plans (a
-    kernel compile each on cuDNN's runtime-fusion engines) are built when first run, not when asked."""
+def test_asking_a_tactic_builds_no_plan(fake):
+    """A probe asks every cudnn-plan-<i> whether it supports a layer but times only plan 0: asking builds the
+    graph (cuDNN's heuristics) and no plan; a plan (a kernel compile each on cuDNN's runtime-fusion engines) is
+    built when its tactic first runs."""
     mod = sys.modules["cudnn"]
     builds = []
     mod.pygraph.build_plan_at_index = lambda self, j: builds.append(j)
     ctx = LayerContext([[2, 24, 15, 11]], ["float32"])
     assert unsupported_reason(_tactic(1), _conv(), ctx) is None
+    assert unsupported_reason(_tactic(0), _conv(), ctx) is None
     assert builds == [] and len(fake) == 1          # the graph (cuDNN's heuristics) only
-    assert unsupported_reason(_tactic(0), _conv(), ctx) is None
-    assert builds == [0]
     (g,) = cudnn_conv._GRAPHS.values()
+    assert g.plan(0) == (0, 0) and builds == [0]
     assert g.plan(1) == (1, 0) and builds == [0, 1]
+    assert g.plan(0) == (0, 0) and builds == [0, 1]      # built once
 
 
-def test_a_plan_that_fails_to_build_refuses_from_then_on(fake):
+def test_a_plan_that_fails_to_build_refuses_and_closes_the_graph(fake):
     mod = sys.modules["cudnn"]
-
-    def build(self, j):
-        if j == 1:
-            raise RuntimeError("engine 1 does not build")
-    mod.pygraph.build_plan_at_index = build
+    builds = _ranked(mod, fails={1}, count=4)
     ctx = LayerContext([[2, 24, 15, 11]], ["float32"])
-    assert unsupported_reason(_tactic(0), _conv(), ctx) is None
     assert unsupported_reason(_tactic(1), _conv(), ctx) is None      # offered by cuDNN, not built yet
     (g,) = cudnn_conv._GRAPHS.values()
-    with pytest.raises(cudnn_conv.TacticRefusal, match="1 usable execution plan"):
+    assert g.plan(0) == (0, 0)
+    with pytest.raises(cudnn_conv.TacticRefusal, match=r"1 usable execution plan.*cfg1\) failed to build"):
         g.plan(1)
-    # every plan tried: the graph answers without building anything
-    assert g.may_have(1) == "cuDNN has 1 usable execution plan(s) for this convolution"
-    assert g.may_have(0) == ""
+    # the first failed build closes the graph: no further config is compiled for it, and asking builds nothing
+    with pytest.raises(cudnn_conv.TacticRefusal):
+        g.plan(2)
+    assert builds == [0, 1] and g.built == 1 and g.failed == 1
+    assert unsupported_reason(_tactic(1), _conv(), ctx).startswith("cuDNN has 1 usable execution plan(s)")
+    assert unsupported_reason(_tactic(0), _conv(), ctx) is None
 
 
 def _ranked(mod, fails, count=12, deselected=()):
@@ -206,42 +208,58 @@ def _conv_c(channels):
                "bias": np.zeros(channels, np.float32)})
 
 
+def _plan0(h, w, channels=24):
+    """Ask cudnn-plan-0 about a convolution at this size (builds its graph), then run its plan walk: (cuDNN's plan
+    index) or the refusal's text."""
+    why = unsupported_reason(_tactic(0), _conv_c(channels), _conv_at(h, w, channels))
+    if why:
+        return why
+    g = next(g for k, g in cudnn_conv._GRAPHS.items() if k[0][1:] == (channels, h, w))
+    try:
+        return g.plan(0)[0]
+    except cudnn_conv.TacticRefusal as e:
+        return str(e)
+
+
 def test_a_plan_that_failed_to_build_is_not_built_again_for_the_same_kind_of_convolution(fake):
     builds = _ranked(sys.modules["cudnn"], fails={0, 1, 2})
-    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11)) is None
-    assert builds == [0, 1, 2, 3]
-    # another size, same kind: the three failed configs are skipped unbuilt, the one that built is built
-    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(30, 22)) is None
-    assert builds == [0, 1, 2, 3, 3]
-    g = cudnn_conv._GRAPHS[next(k for k in cudnn_conv._GRAPHS if k[0][2] == 30)]
-    assert g.plan(0) == (3, 0) and g.skipped == 3
+    assert "cfg0) failed to build" in _plan0(15, 11)       # one failed build closes the graph
+    assert builds == [0]
+    # other sizes, same kind: the configs that failed are passed over unbuilt; each graph fails at most once
+    assert "cfg1) failed to build" in _plan0(30, 22)
+    assert "cfg2) failed to build" in _plan0(31, 22)
+    assert _plan0(32, 22) == 3 and builds == [0, 1, 2, 3]
+    assert _plan0(33, 22) == 3 and builds == [0, 1, 2, 3, 3]
+    g = cudnn_conv._GRAPHS[next(k for k in cudnn_conv._GRAPHS if k[0][2] == 33)]
+    assert g.skipped == 3
     # another kind (channels aligned to 4, not 8): its own walk
-    assert unsupported_reason(_tactic(0), _conv_c(12), _conv_at(15, 11, 12)) is None
-    assert builds[5:] == [0, 1, 2, 3]
+    assert "cfg0) failed to build" in _plan0(15, 11, 12)
+    assert builds[5:] == [0]
 
 
 def test_a_kind_of_convolution_cudnn_builds_nothing_for_is_given_up(fake):
     builds = _ranked(sys.modules["cudnn"], fails=set(range(12)))
-    why = unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11))
-    assert builds == [0, 1, 2, 3]                    # FAMILY_FAILURES builds, not all 12
-    assert "cuDNN has 0 usable execution plan(s)" in why and "first 4 plans cuDNN ranked" in why
-    # the next convolution of the kind builds nothing: refused at once
+    for i in range(4):
+        assert "failed to build" in _plan0(15 + i, 11)
+    assert builds == [0, 1, 2, 3]                    # FAMILY_FAILURES builds, one per graph, not 12 per graph
+    # the next convolution of the kind builds nothing: refused when asked, before any run
     why = unsupported_reason(_tactic(0), _conv_c(24), _conv_at(30, 22))
-    assert builds == [0, 1, 2, 3] and "given up" in why
+    assert builds == [0, 1, 2, 3] and "cuDNN has 0 usable" in why and "first 4 plans cuDNN ranked" in why
 
 
 def test_deselected_plans_cost_nothing_and_do_not_count_as_failed_builds(fake):
-    builds = _ranked(sys.modules["cudnn"], fails={6}, deselected=set(range(6)))
-    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11)) is None
-    assert builds == [6, 7]
+    builds = _ranked(sys.modules["cudnn"], fails=set(), deselected=set(range(6)))
+    assert _plan0(15, 11) == 6
+    assert builds == [6]
     (g,) = cudnn_conv._GRAPHS.values()
-    assert g.plan(0) == (7, 0)
+    assert g.failed == 0 and g.plan(1) == (7, 0)
 
 
 def test_what_failed_goes_into_the_timing_cache_and_spares_the_next_process_the_builds(fake, monkeypatch):
     import json
     builds = _ranked(sys.modules["cudnn"], fails=set(range(12)))
-    unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11))
+    for i in range(4):
+        _plan0(15 + i, 11)
     assert builds == [0, 1, 2, 3]
     notes = json.loads(json.dumps(cudnn_conv.failed_plans()))        # what the timing cache file holds
     (entry,) = notes.values()
@@ -260,7 +278,7 @@ def test_what_failed_goes_into_the_timing_cache_and_spares_the_next_process_the_
 def test_a_plan_that_built_for_one_size_is_tried_again_where_it_failed(fake):
     mod = sys.modules["cudnn"]
     builds = _ranked(mod, fails=set())
-    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11)) is None     # cfg0 builds
+    assert _plan0(15, 11) == 0     # cfg0 builds
     real = mod.pygraph.build_plan_at_index
 
     def fail_cfg0_once(self, j):
@@ -269,6 +287,17 @@ def test_a_plan_that_built_for_one_size_is_tried_again_where_it_failed(fake):
             raise RuntimeError("cfg0 does not build at this size")
         return real(self, j)
     mod.pygraph.build_plan_at_index = fail_cfg0_once
-    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(30, 22)) is None     # cfg0 fails, cfg1 builds
-    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(60, 44)) is None
-    assert builds == [0, 0, 1, 0]       # cfg0 built once for the kind: tried again, not skipped
+    assert "cfg0) failed to build" in _plan0(30, 22)
+    assert _plan0(60, 44) == 0
+    assert builds == [0, 0, 0]       # cfg0 built once for the kind: tried again, not skipped
+
+
+def test_a_loaded_engine_walks_the_ranked_plans_past_failures(fake, monkeypatch):
+    """Outside a build the bounds are off: the plan a build timed is found even where this process never learnt
+    what the build passed over (a failed config, a given-up kind), so the engine never refuses its own choice."""
+    builds = _ranked(sys.modules["cudnn"], fails={0, 1})
+    for i in range(2):
+        _plan0(15 + i, 11)                          # the build: cfg0 and cfg1 failed, for two sizes
+    monkeypatch.setattr(cudnn_conv, "_BOUNDED", False)
+    del builds[:]
+    assert _plan0(40, 11) == 2 and builds == [0, 1, 2]     # every ranked config in turn, none skipped

@@ -63,25 +63,28 @@ class Builder:
         if tune_process_default(False):   # time tactics under the process settings the engine will run with
             config.device.tune_process()
         config.device.begin_build(getattr(config.timing_cache, "device_notes", None))
-        passes = pipeline()
-        ctx = PassContext(config=config, logger=self.logger, timing_feeds=timing_feeds)
-        ctx.state["network"] = network
-        prefix = self._folded_prefix(network, config, passes, ctx, instruments, prefix_memo)
-        if prefix is not None:
-            graph, nodes_in, names, k = prefix
-            passes = passes[k:]
-        else:
-            graph = lower(network)
-            self._check_profiles(graph, config)
-            nodes_in, names = len(graph.nodes), None
-        if config.layer_precisions or config.layer_output_types:
-            from backends.engine.builder.precision_spec import apply_precision_spec
-            n = apply_precision_spec(graph, config, known=names)
-            self.logger.verbose(f"precision constraints by name: {n} layers constrained")
-        if config.get_flag(BuilderFlag.INT8):  # explicit quantization: the Q/DQ weights' scales, before folding
-            from backends.engine.builder.passes import int8 as int8_pass   # turns them into float weights
-            int8_pass.record_qdq_weights(graph)
-        PassManager(passes, default_instruments() if instruments is None else instruments).run(graph, ctx)
+        try:
+            passes = pipeline()
+            ctx = PassContext(config=config, logger=self.logger, timing_feeds=timing_feeds)
+            ctx.state["network"] = network
+            prefix = self._folded_prefix(network, config, passes, ctx, instruments, prefix_memo)
+            if prefix is not None:
+                graph, nodes_in, names, k = prefix
+                passes = passes[k:]
+            else:
+                graph = lower(network)
+                self._check_profiles(graph, config)
+                nodes_in, names = len(graph.nodes), None
+            if config.layer_precisions or config.layer_output_types:
+                from backends.engine.builder.precision_spec import apply_precision_spec
+                n = apply_precision_spec(graph, config, known=names)
+                self.logger.verbose(f"precision constraints by name: {n} layers constrained")
+            if config.get_flag(BuilderFlag.INT8):  # explicit quantization: the Q/DQ weights' scales, before folding
+                from backends.engine.builder.passes import int8 as int8_pass   # turns them into float weights
+                int8_pass.record_qdq_weights(graph)
+            PassManager(passes, default_instruments() if instruments is None else instruments).run(graph, ctx)
+        finally:
+            config.device.end_build()
         mem = ctx.state.get("memory")
         graph_meta = {"arena_bytes": mem["arena_bytes"], "naive_bytes": mem["naive_bytes"]} if mem else {}
         graph_meta.update({"build_seconds": round(time.perf_counter() - t0, 3), "layers_parsed": nodes_in,

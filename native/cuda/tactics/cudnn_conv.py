@@ -41,6 +41,16 @@ _BUILT: dict = {}               # {family: {plan name}} built for some convoluti
 # A kind of convolution whose first FAMILY_FAILURES plan builds all failed (none built) is not tried further: its
 # layers run on another tactic. Bounds a cold build where cuDNN ranks plans it cannot build.
 FAMILY_FAILURES = 4
+# Those bounds hold while a build runs (Device.begin_build .. end_build): a plan is then chosen by what built. A
+# loaded engine's run walks cuDNN's ranked list as it is, past failures, so the plan a build timed is found even
+# where this process never learnt what the build skipped.
+_BOUNDED = False
+
+
+def bound_builds(on: bool) -> None:
+    """Apply the build-time bounds on plan builds (on while a build runs; see FAMILY_FAILURES)."""
+    global _BOUNDED
+    _BOUNDED = bool(on)
 
 
 def available() -> bool:
@@ -162,69 +172,96 @@ class ConvGraph:
         g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         g.check_support()
         self.count = g.get_execution_plan_count()
-        self.good = []        # cuDNN's plan indices that build (deselected or unsupported ones are skipped)
-        self.tried = 0
-        self.skipped = 0      # plans not built: they failed for this graph's family before
-        self.given_up = 0     # the family's failed builds when it was given up (0: not given up)
+        self.good = []        # cuDNN's plan indices that built, in rank order: plan i of the tactics is good[i]
+        self.tried = 0        # ranked configs walked (built, failed, deselected or skipped)
+        self.skipped = 0      # configs not built: they failed for this graph's family before
+        self.closed = ""      # why no further plan is built for this graph: its first failed build (or give-up)
+        self.built = self.failed = 0            # real plan builds: succeeded / failed
+        self.seconds = [0.0, 0.0]               # their seconds (built, failed): tools/build_times.py reads them
         self.workspace = {}
         self.key = key
 
     def may_have(self, index: int) -> str:
-        """"" when cuDNN offers a plan `index` (one it has not yet failed to build), else why not; builds nothing.
-        The plan itself is built when the tactic first runs (plan()), so a layout or precision probe that times
-        only plan 0 builds only plan 0."""
+        """"" when this graph may have a plan `index` (built, or configs left to build), else why not; builds
+        nothing. Plans are built when the tactic first runs (plan()), so asking a tactic builds nothing and a
+        probe that times only plan 0 builds only plan 0."""
         if index < len(self.good):
             return ""
-        left = self.count - self.tried     # plans not tried yet: each may build
-        if len(self.good) + left <= index:
-            return f"cuDNN has {len(self.good) + left} usable execution plan(s) for this convolution"
+        fam = repr(family(self.key))
+        stats = _FAMILY.get(fam, (0, 0))
+        if _BOUNDED and not self.good and stats[0] == 0 and stats[1] >= FAMILY_FAILURES:
+            return self._why(index, given_up=stats[1])
+        if self.closed or len(self.good) + (self.count - self.tried) <= index:
+            return self._why(index)
         return ""
 
     def unbuilt(self, index: int) -> bool:
         """Whether plan(index) still has plans to build (the first run of this tactic on this graph)."""
-        return len(self.good) <= index and self.tried < self.count
+        return len(self.good) <= index and self.tried < self.count and not self.closed
 
     def plan(self, index: int):
         """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TacticRefusal when there is none.
-        Plans that failed to build for a convolution of the same family are skipped unbuilt, and a family whose
-        first FAMILY_FAILURES builds all failed is given up (see _FAILED)."""
+        Ranked configs the note filters deselected and configs that failed to build for a convolution of the same
+        family are passed over unbuilt (see _FAILED); the graph's first failed build closes it (the plans built so
+        far stay, no further config is compiled: a failing runtime compile costs ~0.2 s, and cuDNN ranked
+        strict-FP32 conv + bias + SiLU graphs a dozen of them on Hopper), and a family whose first FAMILY_FAILURES
+        builds all failed is given up. So a graph costs at most one failed build, a family at most a few. Outside
+        a build (a loaded engine) every ranked config is tried in turn until the `index`-th builds."""
+        import time
+        bounded = _BOUNDED
         fam = repr(family(self.key))
         failed, built = _FAILED.setdefault(fam, set()), _BUILT.setdefault(fam, set())
         stats = _FAMILY.setdefault(fam, [0, 0])
-        while len(self.good) <= index and self.tried < self.count:
-            if stats[0] == 0 and stats[1] >= FAMILY_FAILURES:
-                self.given_up = stats[1]
-                self.tried = self.count
+        while len(self.good) <= index and self.tried < self.count and not self.closed:
+            if bounded and stats[0] == 0 and stats[1] >= FAMILY_FAILURES:
+                self.closed = self._why(index, given_up=stats[1])
                 break
             j = self.tried
             self.tried += 1
-            name = self._name(j)
+            name = self._name(j) if bounded else None
             if name is not None and name in failed:
                 self.skipped += 1
                 continue
+            t0 = time.perf_counter()
             try:
                 self.g.build_plan_at_index(j)
                 self.workspace[j] = int(self.g.get_workspace_size_plan_at_index(j))
-                self.good.append(j)
-                stats[0] += 1
-                if name is not None:
-                    built.add(name)
-                    failed.discard(name)
             except Exception as e:
-                if "eselect" not in str(e):     # a plan the note filters deselect is no failed build: no cost
-                    stats[1] += 1
+                if _deselected(e):      # a plan the note filters deselect: no build, no cost
+                    continue
+                self.failed += 1
+                self.seconds[1] += time.perf_counter() - t0
+                stats[1] += 1
                 if name is not None and name not in built:   # (one that built for another size is tried)
                     failed.add(name)
+                if bounded:
+                    first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                    self.closed = f"cuDNN plan {j} ({name or '?'}) failed to build: {first}"
+                    break
+                continue
+            self.built += 1
+            self.seconds[0] += time.perf_counter() - t0
+            self.good.append(j)
+            stats[0] += 1
+            if name is not None:
+                built.add(name)
+                failed.discard(name)
         if index >= len(self.good):
-            why = f"cuDNN has {len(self.good)} usable execution plan(s) for this convolution"
-            if self.skipped:
-                why += f" ({self.skipped} skipped: they failed to build for a convolution of the same kind)"
-            if self.given_up:
-                why += (f" (given up: the first {self.given_up} plans cuDNN ranked for convolutions of this kind "
-                        f"all failed to build)")
-            raise TacticRefusal(why)
+            raise TacticRefusal(self._why(index))
         j = self.good[index]
         return j, self.workspace[j]
+
+    def _why(self, index, given_up=0) -> str:
+        left = 0 if self.closed or given_up else self.count - self.tried
+        why = f"cuDNN has {len(self.good) + left} usable execution plan(s) for this convolution"
+        if self.skipped:
+            why += f" ({self.skipped} skipped: they failed to build for a convolution of the same kind)"
+        if given_up:
+            why += (f" (given up: the first {given_up} plans cuDNN ranked for convolutions of this kind "
+                    f"all failed to build)")
+        elif self.closed:
+            why += f" ({self.closed})"
+        return why
 
     def _name(self, j):
         """cuDNN's name of plan j (engine and knobs), None when it has none to give."""
@@ -240,6 +277,12 @@ class ConvGraph:
         for (t, _), v in zip(self.extra, extras):
             pack[t] = v.ptr
         self.g.execute_plan_at_index(pack, ws.ptr if ws is not None else 0, index, handle=handle())
+
+
+def _deselected(e) -> bool:
+    """Whether a plan build failed because the note filters (or deselect_engines) exclude the config: no compile."""
+    text = str(e)
+    return "Deselecting execution plan" in text or "excluded by deselect_engines()" in text
 
 
 def family(key) -> tuple:
@@ -309,9 +352,10 @@ class _CudnnConv(Tactic):
         if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
             return "only 4-D inputs"
         if input_shapes and input_shapes[0] is not None:
-            # the build decides: cuDNN is asked now (graph built, plan `index` built, cached per signature) whether
-            # it runs this layer as the runtime will hand it over, so a plan never meets a refusal at run time
-            # (at the opt shapes, and at the profile's min and max shapes where the context has them)
+            # the build decides: cuDNN is asked now (graph built with its heuristics and support check, cached per
+            # signature) whether it runs this layer as the runtime will hand it over (at the opt shapes, and at the
+            # profile's min and max shapes where the context has them); the plan itself is built by the builder's
+            # runs, which pass over one that fails to build
             dtypes = getattr(input_shapes, "dtypes", None)
             for shapes in (list(input_shapes), getattr(input_shapes, "min_shapes", None),
                            getattr(input_shapes, "max_shapes", None)):
@@ -424,22 +468,23 @@ class _CudnnConv(Tactic):
         return key, args, sources, y_shape, tail
 
     def _decide(self, op, key, args, sources, y_shape, tail):
-        """None when cuDNN builds this graph and offers its plan `index`, else why not (cached per signature and
-        index: the graph is built once, and a refusal is remembered). Plan 0 is built here (what runs a layer
-        untimed); a later plan only when the tactic first runs (timed in tactic selection): cuDNN plans cost a
-        kernel compile each, and a probe that times plan 0 of a variant needs none of the others. A later plan
-        that then fails to build refuses in run(), and from then on here."""
+        """None when cuDNN builds this graph and may offer its plan `index`, else why not: the graph (cuDNN's
+        heuristics and support check) is built once per signature and a graph cuDNN declines is remembered; no
+        plan is built here. A plan is built when its tactic first runs (the builder's runs, timing): a cuDNN plan
+        costs a kernel compile each, and a probe that times plan 0 of a variant needs none of the others. A plan
+        that then fails to build refuses in run() (the build passes over it: executor.py, tactic_selection.py)
+        and from then on here (ConvGraph.may_have)."""
         if 0 in y_shape:
             return None      # nothing to compute: run() returns the empty output
-        known = _DECIDED.get((key, self.index))
+        known = _DECIDED.get(key)
         if known is None:
             try:
-                self._build(op, key, args, plan=self.index == 0)
-                known = _GRAPHS[key].may_have(self.index)
+                self._build(op, key, args, plan=False)
+                known = ""
             except TacticRefusal as e:
                 known = str(e)
-            _DECIDED[(key, self.index)] = known
-        return known or None
+            _DECIDED[key] = known
+        return (known or _GRAPHS[key].may_have(self.index)) or None
 
     def _build(self, op, key, args, plan=True):
         """Build the layer's cuDNN graph and (`plan`) this tactic's plan, once, with what cuDNN prints on stderr
