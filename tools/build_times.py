@@ -94,7 +94,9 @@ def child(argv) -> int:
         with open(plan, "rb") as f:
             layers = len(Runtime(device=device).deserialize_engine(f.read()).graph.nodes)
     print("BUILD " + json.dumps(dict(counts, rc=rc, seconds=round(seconds, 2), layers=layers,
-                                     breakdown={k: [v[0], round(v[1], 2)] for k, v in spent.items()})), flush=True)
+                                     breakdown={k: [v[0], round(v[1], 2)] for k, v in spent.items()
+                                                if isinstance(v, list)},
+                                     cudnn_failures=spent.get("cuDNN failures (first per kind)", {}))), flush=True)
     return 0 if rc == 124 else rc
 
 
@@ -145,6 +147,8 @@ def breakdown_counters() -> dict:
                 add("cuDNN conv plans built", self.built - before[0], self.seconds[0] - before[2])
             if self.failed != before[1]:
                 add("cuDNN conv plan builds failed", self.failed - before[1], self.seconds[1] - before[3])
+                kind = repr(cudnn_conv.family(self.key))    # the first failure of each kind of convolution, said
+                spent.setdefault("cuDNN failures (first per kind)", {}).setdefault(kind, self.closed[:300])
     cudnn_conv.ConvGraph.plan = plan
     return spent
 
@@ -254,6 +258,8 @@ def breakdown(rows) -> str:
             items = sorted(b.items(), key=lambda kv: -kv[1][1])
             lines.append(f"{r['model']} {which} ({r[which].get('seconds', '?')} s): " +
                          "; ".join(f"{k} {n}x {s:g} s" for k, (n, s) in items if s >= 0.05 or not k.startswith("pass")))
+            for kind, why in (r[which].get("cudnn_failures") or {}).items():
+                lines.append(f"  cuDNN plan build failed for {kind}: {why}")
     return "\n".join(lines)
 
 

@@ -301,3 +301,13 @@ def test_a_loaded_engine_walks_the_ranked_plans_past_failures(fake, monkeypatch)
     monkeypatch.setattr(cudnn_conv, "_BOUNDED", False)
     del builds[:]
     assert _plan0(40, 11) == 2 and builds == [0, 1, 2]     # every ranked config in turn, none skipped
+
+
+def test_a_deselected_refusal_that_compiled_first_counts_as_a_failed_build(fake, monkeypatch):
+    """The frontend refuses a deselected engine name only after building the plan (a compile): such a refusal
+    costs what a failed build costs, so it closes the graph and counts for the kind as one."""
+    builds = _ranked(sys.modules["cudnn"], fails=set(), deselected={0})
+    monkeypatch.setattr(cudnn_conv, "DESELECT_SECONDS", -1.0)      # every refusal "took longer" than the bound
+    assert "Deselecting execution plan" in _plan0(15, 11)
+    (g,) = cudnn_conv._GRAPHS.values()
+    assert g.failed == 1 and g.good == []
