@@ -526,11 +526,7 @@ class _CudnnConv(Tactic):
             return [y]
         g = _GRAPHS.get(key)
         if g is None or g.unbuilt(self.index):
-            try:
-                self._build(op, key, args)
-            except TacticRefusal as e:    # a plan supports() offered without building: it refuses from now on
-                _DECIDED[(key, self.index)] = str(e)
-                raise
+            self._build(op, key, args)    # TacticRefusal when the plan does not build (may_have says so from now on)
             g = _GRAPHS[key]
         try:
             g.execute(self.index, x, w, extras, y)
