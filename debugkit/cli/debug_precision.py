@@ -129,7 +129,8 @@ def run(args) -> int:
     try:
         with _search_args.make_executor(args) as ex:
             ex.warm()    # workers start (imports, GPU contexts) while this process makes the base build
-            if P.shares_timing(ex, calib):   # one GPU each: they time the base build's variants, 1/N each
+            if P.shares_timing(ex, calib) and not probe_fn.seeded_timings():   # cold, one GPU each: the
+                # workers time the base build's variants, 1/N each
                 probe_fn.ship(model)
                 shared = P.share_timing(probe_fn, ex)
                 G_LOGGER.info(f"base build's tactic timing spread over {ex.workers} GPU workers: "

@@ -273,6 +273,12 @@ class PrecisionProbe:
             config.add_optimization_profile(profile)
         return Builder().build_graph(net, config, prefix_memo=self._prefix)
 
+    def seeded_timings(self) -> int:
+        """How many layer variants the search's timing cache holds before any build: a --timing-cache file's
+        (loaded now; make_config would at the first build)."""
+        make_config(self.low, self.higher, (), self.extra_flags, timing_cache=self.timing_cache(), base=self.build)
+        return len(self.timing_cache().entries)
+
     def time_share(self, share) -> dict:
         """Build the search's base engine timing only the layer variants in `share` (i, n) (TimingCache.share):
         {"entries": what this build measured, "notes": the device notes, "seconds"}. Its choices are thrown away
@@ -495,9 +501,11 @@ class TimingShare:
 
 
 def shares_timing(ex, calib=None) -> bool:
-    """Whether a search spreads its base build's timing over the executor's workers: each has a GPU of its own
+    """Whether a search may spread its base build's timing over the executor's workers: each has a GPU of its own
     (workers timing on shared CPU cores would measure each other's load), and no INT8 calibration (whose
-    build calibrates first)."""
+    build calibrates first). The search also skips it when a --timing-cache file already holds timings: then
+    the base build has little to time and the workers' builds (~8 s each on a 368-layer model) would only
+    delay it."""
     return calib is None and getattr(ex, "workers", 1) > 1 and bool(getattr(ex, "own_gpus", False))
 
 

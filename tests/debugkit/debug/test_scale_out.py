@@ -453,3 +453,20 @@ def test_a_search_with_shared_base_timing_gives_the_same_answer(tmp_path, plante
     assert rc == 0 and sorted(res["layer_precisions"]) == must
     shared = res["base_timing_shared"]
     assert shared["variants"] >= 1 and len(shared["shares"]) == 2 and shared["seconds"] > 0
+
+
+def test_a_warm_search_does_not_share_the_base_timing(tmp_path, planted, monkeypatch):
+    """With a --timing-cache file that already holds the timings, the workers' share builds would only delay the
+    base build: the search skips them (and the file's timings are in the search's cache before any build)."""
+    from debugkit.cli.main import main
+    from debugkit.debug import precision as P
+    model, must = planted
+    monkeypatch.setattr(P, "shares_timing", lambda ex, calib=None: ex.workers > 1)
+    cache = tmp_path / "t.cache"
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    args = ["debug", "precision", model, "--fp16", "--atol", "1e-2", "--workers", "2", "--timing-cache", str(cache)]
+    assert main(args + ["-o", str(first)]) == 0 and cache.exists()
+    assert json.loads(first.read_text())["base_timing_shared"]["variants"] >= 1   # cold: shared
+    assert main(args + ["-o", str(second)]) == 0
+    res = json.loads(second.read_text())
+    assert res["base_timing_shared"] is None and sorted(res["layer_precisions"]) == must
