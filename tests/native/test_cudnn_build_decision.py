@@ -242,9 +242,11 @@ def test_a_kind_of_convolution_cudnn_builds_nothing_for_is_given_up(fake):
     for i in range(4):
         assert "failed to build" in _plan0(15 + i, 11)
     assert builds == [0, 1, 2, 3]                    # FAMILY_FAILURES builds, one per graph, not 12 per graph
-    # the next convolution of the kind builds nothing: refused when asked, before any run
+    # the next convolution of the kind builds nothing, not even its graph: refused when asked, before any run
+    graphs = len(fake)
     why = unsupported_reason(_tactic(0), _conv_c(24), _conv_at(30, 22))
     assert builds == [0, 1, 2, 3] and "cuDNN has 0 usable" in why and "first 4 plans cuDNN ranked" in why
+    assert len(fake) == graphs
 
 
 def test_deselected_plans_cost_nothing_and_do_not_count_as_failed_builds(fake):

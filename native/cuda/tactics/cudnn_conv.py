@@ -282,6 +282,16 @@ class ConvGraph:
         self.g.execute_plan_at_index(pack, ws.ptr if ws is not None else 0, index, handle=handle())
 
 
+def given_up(key) -> str:
+    """Why convolutions of this graph's kind get no cuDNN plan in this build ("" when they may): the kind's first
+    FAMILY_FAILURES plan builds all failed, in this build or in the earlier ones its timing cache remembers."""
+    stats = _FAMILY.get(repr(family(key)))
+    if not _BOUNDED or not stats or stats[0] or stats[1] < FAMILY_FAILURES:
+        return ""
+    return (f"cuDNN has 0 usable execution plan(s) for this convolution (given up: the first {stats[1]} plans cuDNN "
+            f"ranked for convolutions of this kind all failed to build)")
+
+
 def _deselected(e) -> bool:
     """Whether a plan build failed because the note filters (or deselect_engines) exclude the config: no compile."""
     text = str(e)
@@ -481,6 +491,9 @@ class _CudnnConv(Tactic):
             return None      # nothing to compute: run() returns the empty output
         known = _DECIDED.get(key)
         if known is None:
+            gave_up = given_up(key)
+            if gave_up:          # a kind given up in this build: not even the graph (cuDNN's heuristics) is built
+                return gave_up
             try:
                 self._build(op, key, args, plan=False)
                 known = ""
