@@ -211,3 +211,25 @@ def test_a_body_layer_refusing_the_builds_run_gives_way_to_the_next_candidate_in
     np.testing.assert_array_equal(out[graph.output_names[0]], np.maximum(feeds["x"], 0))
     out = GraphExecutor(graph, "cpu").run(dict(feeds, c=np.array(False)))
     np.testing.assert_array_equal(out[graph.output_names[0]], feeds["x"] * 2)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_refusals_seen_in_another_precision_are_dropped_when_the_precision_pass_changes_it(tmp_path, fp16):
+    """The precision pass's probe runs a layer in FP32 before choosing its precision: what refused that run (on a
+    GPU: a strict-FP32 cuDNN plan that fails to build) may run the layer in FP16, so a layer whose precision the
+    pass changes forgets the refusals; one that keeps its precision keeps them."""
+    from backends.engine.builder.config import BuilderFlag
+    from backends.engine.builder.lower import lower
+    from backends.engine.builder.passes.precision import assign_precision
+    from native.logger import G_LOGGER
+    relu_model(str(tmp_path / "m.onnx"))
+    net, _ = parse_onnx(str(tmp_path / "m.onnx"))
+    graph = lower(net)
+    node = next(n for n in graph.nodes if n.kind == "Activation")
+    node.meta["refused_at_build"] = {"some-kernel": "failed to build in float32"}
+    config = BuilderConfig()
+    if fp16:
+        config.set_flag(BuilderFlag.FP16)
+    assign_precision(graph, config, G_LOGGER)
+    assert node.precision == ("float16" if fp16 else "float32")
+    assert ("refused_at_build" in node.meta) is not fp16

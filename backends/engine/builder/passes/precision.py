@@ -341,6 +341,7 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
     for node in nodes:
         node.meta.pop("math", None)
         node.meta.pop("precision_ms", None)
+        ran_in = node.precision      # what the probe's run (and earlier runs) ran it in
         timed = None
         if node.precision == "int8":  # chosen by passes/int8.py, which knows the scales
             timed = _int8_by_timing(node, probe, have, dtypes, device, declared, tf32, logger, fixed, made, enabled)
@@ -380,6 +381,8 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
                                                                    {k: v for k, v in early.items() if k != "int8"})}
         if id(node) in probabilities:
             node.precision = precision_for(node, node.precision, probabilities[id(node)], logger)
+        if node.precision != ran_in:    # what refused the runs in another precision may run this one (a strict-FP32
+            node.meta.pop("refused_at_build", None)    # cuDNN plan that failed to build, while its FP16 plan builds)
         if tf32_math(node.kind, node.precision, tf32):
             node.meta["math"] = "tf32"
         _stored(node, have, dtypes)
