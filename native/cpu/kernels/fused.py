@@ -18,7 +18,7 @@ n ops allocates about one buffer instead of n.
 """
 import numpy as np
 
-from native.cpu.kernels import pointwise_chain
+from native.cpu.kernels import pointwise_chain, rows
 from native.tactics import Tactic, register_tactic, simple_tactic
 
 _ADD_REDUCE, _MAX_REDUCE = np.add.reduce, np.maximum.reduce
@@ -162,15 +162,27 @@ def attention(op, inputs):
     Large problems (ViT: 3 heads x 197 tokens) run bands of query rows in parallel on the CPU pool.
     With `heads` (passes/attention_heads.py) q, k, v are [B, S, C] tensors, each read at its `columns` and split
     into that many heads (numpy views), and the result is [B, S, H*Dv]."""
+    return _attention_layer(op, inputs, _softmax_numpy)
+
+
+@simple_tactic("Attention", name="polyexp-softmax")
+def attention_polyexp(op, inputs):
+    """The numpy Attention with its softmax in native/cpu/polyexp.py (one compiled pass per row with the numba
+    extra; its polynomial exp, ~2 ulp from numpy's: a tactic of its own). float32 scores only; other dtypes take
+    numpy's softmax."""
+    return _attention_layer(op, inputs, _softmax_polyexp)
+
+
+def _attention_layer(op, inputs, softmax):
     q, k, v = inputs[0], inputs[1], inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
     heads = op.params.get("heads")
     if heads:
         q, k, v = (split_heads(x, op.params.get("columns"), i, heads) for i, x in enumerate((q, k, v)))
-        out = _attention_rows(op, q, k, v, mask)
+        out = _attention_rows(op, q, k, v, mask, softmax)
         b, h, s, dv = out.shape
         return [np.ascontiguousarray(out.transpose(0, 2, 1, 3)).reshape(b, s, h * dv)]
-    return [_attention_rows(op, q, k, v, mask)]
+    return [_attention_rows(op, q, k, v, mask, softmax)]
 
 
 def split_heads(x, columns, i, heads):
@@ -182,23 +194,38 @@ def split_heads(x, columns, i, heads):
     return part.reshape(x.shape[0], x.shape[1], heads, (b - a) // heads).transpose(0, 2, 1, 3)
 
 
-def _attention_rows(op, q, k, v, mask):
-    rows = q.shape[-2] if q.ndim >= 2 else 0
-    if rows >= 32 and q.size * (k.shape[-1] if not op.params.get("transpose_k", True) else k.shape[-2]) * 2 \
+def _attention_rows(op, q, k, v, mask, softmax):
+    n_rows = q.shape[-2] if q.ndim >= 2 else 0
+    if n_rows >= 32 and q.size * (k.shape[-1] if not op.params.get("transpose_k", True) else k.shape[-2]) * 2 \
             >= PARALLEL_MIN_MACS:
         from native.cpu import threads
         parts = threads.num_threads()
         if parts > 1:  # query rows are independent: split them into bands (mask rows follow when it has them)
-            m_rows = mask is not None and np.ndim(mask) >= 2 and np.shape(mask)[-2] == rows
+            m_rows = mask is not None and np.ndim(mask) >= 2 and np.shape(mask)[-2] == n_rows
 
             def band(r):
                 mb = mask[..., r[0]:r[1], :] if m_rows else mask
-                return _attention(op, q[..., r[0]:r[1], :], k, v, mb)
-            return np.concatenate(threads.parallel_for(band, threads.split(rows, parts)), axis=-2)
-    return _attention(op, q, k, v, mask)
+                return _attention(op, q[..., r[0]:r[1], :], k, v, mb, softmax)
+            return np.concatenate(threads.parallel_for(band, threads.split(n_rows, parts)), axis=-2)
+    return _attention(op, q, k, v, mask, softmax)
 
 
-def _attention(op, q, k, v, mask):
+def _softmax_numpy(s):
+    with np.errstate(invalid="ignore", over="ignore"):   # the reductions as ufunc calls: ndarray.max / .sum
+        s -= _MAX_REDUCE(s, -1, None, None, True)          # without their Python wrappers (same values)
+        np.exp(s, out=s)
+        s /= _ADD_REDUCE(s, -1, None, None, True)
+    return s
+
+
+def _softmax_polyexp(s):
+    if s.dtype != np.float32 or not s.flags.c_contiguous or s.ndim < 1 or s.size == 0:
+        return _softmax_numpy(s)
+    rows.softmax_rows(s.reshape(-1, s.shape[-1]))
+    return s
+
+
+def _attention(op, q, k, v, mask, softmax=_softmax_numpy):
     p = op.params
     kt = np.swapaxes(k, -1, -2) if p.get("transpose_k", True) else k
     scale = p.get("scale")
@@ -214,10 +241,7 @@ def _attention(op, q, k, v, mask):
             s += mask
         else:
             s = s + mask
-    with np.errstate(invalid="ignore", over="ignore"):   # the reductions as ufunc calls: ndarray.max / .sum
-        s -= _MAX_REDUCE(s, -1, None, None, True)          # without their Python wrappers (same values)
-        np.exp(s, out=s)
-        s /= _ADD_REDUCE(s, -1, None, None, True)
+    s = softmax(s)
     if p.get("nan_to_zero"):   # fully masked rows (NaN) to 0; np.nan_to_num's inf handling would change nothing
         np.copyto(s, 0, where=np.isnan(s))
     return np.matmul(s, v)

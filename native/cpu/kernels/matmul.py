@@ -8,11 +8,20 @@ MatrixMultiply tactics:
     operand into the row dim and does ONE [batch*M, K] x [K, N] GEMM, avoiding numpy's per-matrix loop.
     Large GEMMs run in row bands on the CPU pool, each band with its bias / activation epilogue (`gemm`).
   * "packed-gemm-t": the same product computed as (b^T a^T)^T, faster in OpenBLAS for few rows (M <= ~32).
+  * "packed-gemm-cols": packed-gemm with the columns of the product split over the CPU pool (each thread reads
+    only its part of the weights: with few rows, BERT's [16..32, K] activations, a GEMM is bound by streaming the
+    weights, and a split of its 16-32 rows would have each thread stream all of them); bias / activation
+    epilogue per part.
+  * "packed-gemm-polyexp" / "packed-gemm-t-polyexp" / "packed-gemm-cols-polyexp": those with a [bias +] GELU epilogue evaluated by
+    native/cpu/polyexp.py (its polynomial exp: ~2 ulp from numpy's, so tactics of their own), one compiled pass per
+    band of rows with the numba extra (the same floats without it, in numpy passes).
 All compute float16/bfloat16 in float32 (numpy has no half-precision BLAS) and apply params["post_ops"].
 """
 import numpy as np
 
-from native.cpu import threads
+from native.cpu import polyexp, threads
+from native.cpu.kernels import rows
+from native.cpu.kernels.activations import activation_inplace
 from native.cpu.kernels.fused import apply_post_ops
 from native.tactics import Tactic, register_tactic, simple_tactic
 
@@ -153,6 +162,136 @@ class PackedGemmTransposed(Tactic):
         return [_finish(y, out_dtype, op, inputs)]
 
 
+def _polyexp_epilogue(op):
+    """(bias or None, activation type) when the layer's post-ops are [bias,] GELU (what polyexp.gelu_rows
+    evaluates), else None."""
+    post = op.params.get("post_ops") or ()
+    steps = [s["op"] for s in post]
+    if steps not in (["activation"], ["bias", "activation"]) or post[-1]["type"] not in polyexp.ACTIVATIONS:
+        return None
+    if steps[0] == "bias":
+        if post[0].get("axis", -1) not in (-1,):
+            return None
+        b = op.weights.get(post[0]["weight"])
+        if b is None or b.ndim != 1:
+            return None
+        return b, post[-1]["type"]
+    return None, post[-1]["type"]
+
+
+class _PolyExpEpilogue:
+    """Mixin: float32 only, post-ops [bias,] GELU evaluated by polyexp.gelu_rows over rows of the [M, N] result."""
+    precisions = ("float32",)
+
+    def supports(self, op, input_shapes):
+        if _polyexp_epilogue(op) is None:
+            return "post-ops are not [bias,] GELU_ERF / GELU_TANH"
+        if input_shapes and getattr(input_shapes, "dtypes", None) and input_shapes.dtypes[0] not in (None, "float32"):
+            return "float32 input only"
+        return super().supports(op, input_shapes)
+
+    def prepare(self, op):
+        w = super().prepare(op)
+        bias, _ = _polyexp_epilogue(op)
+        if bias is not None:
+            w[op.params["post_ops"][0]["weight"]] = np.ascontiguousarray(bias, np.float32)
+        return w
+
+
+@register_tactic
+class PackedGemmPolyExp(_PolyExpEpilogue, PackedGemm):
+    """packed-gemm with its [bias +] GELU epilogue in one pass per band of rows (polyexp.gelu_rows), in the band's
+    thread right after its GEMM."""
+    name = "packed-gemm-polyexp"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        a = inputs[0]
+        bp = op.weights["b_packed"]
+        if op.params.get("transpose_a") and a.ndim >= 2:
+            a = np.swapaxes(a, -1, -2)
+        if a.dtype != np.float32:
+            a = a.astype(np.float32)
+        k, n = bp.shape
+        bias, kind = _polyexp_epilogue(op)
+        into = outputs[0].reshape(-1, n) if _into(outputs, bp.dtype) and outputs[0].flags.c_contiguous else None
+        y = gemm(a.reshape(-1, k), bp, epilogue=lambda band: rows.gelu_rows(band, bias, kind), out=into)
+        return [y.reshape(a.shape[:-1] + (n,))]
+
+
+@register_tactic
+class PackedGemmTransposedPolyExp(_PolyExpEpilogue, PackedGemmTransposed):
+    """packed-gemm-t (y^T = b^T a^T, for few rows) with its [bias +] GELU epilogue in one pass
+    (polyexp.gelu_rows) over the row-major copy."""
+    name = "packed-gemm-t-polyexp"
+
+    def run(self, op, inputs):
+        a = inputs[0]
+        bt = op.weights["bt_packed"]
+        if op.params.get("transpose_a"):
+            a = np.swapaxes(a, -1, -2)
+        if a.dtype != np.float32:
+            a = a.astype(np.float32)
+        n, k = bt.shape
+        bias, kind = _polyexp_epilogue(op)
+        y = np.ascontiguousarray(np.dot(bt, a.reshape(-1, k).T).T)
+        rows.gelu_rows(y, bias, kind)
+        return [y.reshape(a.shape[:-1] + (n,))]
+
+
+@register_tactic
+class PackedGemmColumns(PackedGemm):
+    """packed-gemm with the product's columns split over the CPU pool (`gemm_columns`); post-ops bias / activation
+    only (applied to each thread's columns). float32."""
+    name = "packed-gemm-cols"
+    precisions = ("float32",)
+
+    def supports(self, op, input_shapes):
+        post = op.params.get("post_ops") or ()
+        if any(s["op"] not in ("bias", "activation") or (s["op"] == "bias" and s.get("axis", -1) != -1)
+               for s in post):
+            return "post-ops other than bias / activation"
+        if input_shapes and getattr(input_shapes, "dtypes", None) and input_shapes.dtypes[0] not in (None, "float32"):
+            return "float32 input only"
+        return super().supports(op, input_shapes)
+
+    def epilogue(self, op):
+        post = op.params.get("post_ops")
+        if not post:
+            return None
+        def apply(y, c0, c1):
+            part = y[:, c0:c1]
+            for step in post:
+                if step["op"] == "bias":
+                    part += op.weights[step["weight"]][c0:c1]
+                else:
+                    res = activation_inplace(part, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
+                    if res is not part:
+                        part[...] = res
+        return apply
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        a = inputs[0]
+        bp = op.weights["b_packed"]
+        if op.params.get("transpose_a") and a.ndim >= 2:
+            a = np.swapaxes(a, -1, -2)
+        if a.dtype != np.float32:
+            a = a.astype(np.float32)
+        k, n = bp.shape
+        into = outputs[0].reshape(-1, n) if _into(outputs, bp.dtype) and outputs[0].flags.c_contiguous else None
+        y = gemm_columns(np.ascontiguousarray(a.reshape(-1, k)), bp, self.epilogue(op), out=into)
+        return [y.reshape(a.shape[:-1] + (n,))]
+
+
+@register_tactic
+class PackedGemmColumnsPolyExp(_PolyExpEpilogue, PackedGemmColumns):
+    """packed-gemm-cols with its [bias +] GELU epilogue by polyexp.gelu_rows on each thread's columns."""
+    name = "packed-gemm-cols-polyexp"
+
+    def epilogue(self, op):
+        bias, kind = _polyexp_epilogue(op)
+        return lambda y, c0, c1: rows.gelu_rows(y, bias, kind, c0, c1)
+
+
 # below this one thread beats a split: waking a pool thread costs ~50 µs here, and the pool's first use turns
 # BLAS threading off for the whole process (native.cpu.threads), which small GEMMs (BERT at batch 1) feel
 PARALLEL_MIN_MACS = 1 << 24
@@ -189,6 +328,36 @@ def gemm(a, b, epilogue=None, out=None):
             if res is not yb:
                 yb[...] = res
     threads.parallel_for(band, threads.split(m, parts))
+    return y
+
+
+COLUMNS_MIN_MACS = 1 << 20   # ~40 us of one core's work: below it, waking a pool thread costs more than it saves
+COLUMN_PARTS = 2              # fixed, not the thread count: OpenBLAS's floats depend on the column split
+_COLUMN_ALIGN = 16
+
+
+def gemm_columns(a, b, epilogue=None, out=None):
+    """a [M, K] @ b [K, N] (float32, C-contiguous) with N cut into COLUMN_PARTS parts run on the CPU pool: each
+    part one BLAS call on a column slice of b into the same column slice of the result (ldb = ldc = N: no copies),
+    then `epilogue(y, c0, c1)` on its columns. One part below COLUMNS_MIN_MACS. The cut does not depend on the
+    threads there are (one thread runs the parts in turn), so neither do the floats."""
+    m, k = a.shape
+    n = b.shape[1]
+    y = np.empty((m, n), np.float32) if out is None else out
+    if m * n * k < COLUMNS_MIN_MACS or n < COLUMN_PARTS * _COLUMN_ALIGN:
+        np.matmul(a, b, out=y)
+        if epilogue is not None:
+            epilogue(y, 0, n)
+        return y
+    blocks = n // _COLUMN_ALIGN
+    edges = [_COLUMN_ALIGN * (blocks * i // COLUMN_PARTS) for i in range(COLUMN_PARTS)] + [n]
+
+    def part(i):
+        c0, c1 = edges[i], edges[i + 1]
+        np.matmul(a, b[:, c0:c1], out=y[:, c0:c1])
+        if epilogue is not None:
+            epilogue(y, c0, c1)
+    threads.parallel_for(part, range(COLUMN_PARTS))
     return y
 
 

@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 
-from native.tactics import simple_tactic
+from native.cpu.kernels import rows
+from native.tactics import Tactic, register_tactic, simple_tactic
 
 _ADD_REDUCE = np.add.reduce
 
@@ -164,6 +165,51 @@ def normalization(op, inputs):
     """Dispatch on params['mode']; returns as many outputs as the mode defines (extra ones are ignored)."""
     x = np.asarray(inputs[0])
     return _MODES[op.params.get("mode", "LAYER")](x, inputs, op.params)
+
+
+@register_tactic
+class LayerNormLaneStats(Tactic):
+    """LayerNormalization of float32 rows (stash_type float32) by native/cpu/polyexp.py's layernorm_rows: mean and
+    variance as 8-lane float32 sums (not numpy's pairwise ones, so a tactic of its own), one compiled pass per row
+    with the numba extra, the same floats in numpy passes without it."""
+    kind = "Normalization"
+    name = "lane-stats"
+
+    def supports(self, op, input_shapes):
+        p = op.params
+        if p.get("mode", "LAYER") != "LAYER" or p.get("stash_type", 1) != 1:
+            return "LayerNormalization with float32 statistics only"
+        dtypes = getattr(input_shapes, "dtypes", None)
+        if dtypes and dtypes[0] not in (None, "float32"):
+            return f"float32 input only, not {dtypes[0]}"
+        return None
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        if x.dtype != np.float32:
+            return normalization(op, inputs)
+        ndim = x.ndim
+        axis = op.params.get("axes", [-1])[0] % ndim
+        shape = x.shape
+        lead, tail = shape[:axis], shape[axis:]
+        n = math.prod(tail)
+        m = math.prod(lead)
+        if n == 0 or m == 0:
+            return normalization(op, inputs)
+        x2 = np.ascontiguousarray(x).reshape(m, n)
+        g, b = (_row_param(inputs[i], tail, n) if len(inputs) > i and inputs[i] is not None else None
+                for i in (1, 2))
+        y, mean, inv = rows.layernorm_rows(x2, g, b, op.params.get("epsilon", 1e-5), np.empty_like(x2))
+        stat_shape = lead + (1,) * len(tail)
+        return [y.reshape(shape), mean.reshape(stat_shape), inv.reshape(stat_shape)]
+
+
+def _row_param(v, tail, n):
+    """gamma / beta as a C-contiguous float32 [n] over the normalized axes (broadcast when given smaller)."""
+    v = _f32(v)
+    if v.shape != tuple(tail):
+        v = np.broadcast_to(v, tail)
+    return np.ascontiguousarray(v).reshape(n)
 
 
 @simple_tactic("Scale", name="numpy")
