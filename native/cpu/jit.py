@@ -17,6 +17,10 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         in one pass, each step rounded to x's type as numpy rounds it; `clip` as numpy's clip loop (NaN kept,
         -0.0 clipped to +0.0). y must not overlap x: hard_swish_inplace(x) / hard_sigmoid_inplace(x, alpha, beta)
         write x itself (two aliasing array arguments keep numba from vectorising the loop: 20x slower).
+    conv1d_direct(x [N, C, L], wt [C*k, M], bias [M] (or empty), y [N, M, Wo], k, s, d, pre)
+        a small 1-D convolution without a patch matrix: per output position the products of every (channel, tap)
+        with its weights row added into an [M] accumulator (vectorised over M), in (channel, tap) order from zero,
+        then the bias: the conv1d-direct tactic's own rounding (not a GEMM's).
     pointwise_chain(x0, x1, x2, y, code [steps, 3], fval [steps, 4], buf [steps, B])
         a fused Pointwise program over full-size inputs and scalars, one block of B elements at a time through
         every step (native/cpu/kernels/pointwise_chain.py encodes it): each step's vectorised loop over the block
@@ -206,6 +210,40 @@ def _hard_sigmoid_inplace():
             t = t + b
             x[k] = clip01(t, zero, one)
     return hard_sigmoid_inplace
+
+
+def _conv1d_direct():
+    import numba
+    import numpy as np
+
+    @numba.njit(nogil=True, cache=True)
+    def conv1d_direct(x, wt, bias, y, k, s, d, pre):
+        n_, c_n, length = x.shape
+        m_n, wo = y.shape[1], y.shape[2]
+        acc = np.empty(m_n, y.dtype)
+        has_bias = bias.shape[0] == m_n
+        for n in range(n_):
+            for o in range(wo):
+                base = o * s - pre
+                for m in range(m_n):
+                    acc[m] = 0
+                for c in range(c_n):
+                    xr = x[n, c]
+                    for t in range(k):
+                        p = base + t * d
+                        if p < 0 or p >= length:
+                            continue
+                        xv = xr[p]
+                        row = wt[c * k + t]
+                        for m in range(m_n):
+                            acc[m] += row[m] * xv
+                if has_bias:
+                    for m in range(m_n):
+                        y[n, m, o] = acc[m] + bias[m]
+                else:
+                    for m in range(m_n):
+                        y[n, m, o] = acc[m]
+    return conv1d_direct
 
 
 # pointwise_chain op codes (native/cpu/kernels/pointwise_chain.py holds the table that encodes a program)
@@ -573,4 +611,4 @@ def _layernorm_rows():
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw, "hard_swish": _hard_swish,
              "hard_swish_inplace": _hard_swish_inplace, "hard_sigmoid": _hard_sigmoid,
              "hard_sigmoid_inplace": _hard_sigmoid_inplace, "pointwise_chain": _pointwise_chain, "gelu_rows": _gelu_rows,
-             "softmax_rows": _softmax_rows, "layernorm_rows": _layernorm_rows}
+             "softmax_rows": _softmax_rows, "layernorm_rows": _layernorm_rows, "conv1d_direct": _conv1d_direct}

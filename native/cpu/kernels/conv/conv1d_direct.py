@@ -1,0 +1,97 @@
+"""The conv1d-direct tactic: a small 1-D convolution as a compiled loop (the numba extra), no patch matrix, no GEMM.
+
+Speech models run 1-D convolutions on a handful of frames (silero-vad: [1, 129, 3] -> [1, 128, 3], k = 3; its
+STFT as a 256-tap Conv over 576 samples; a 128 -> 1 projection): 40K-200K multiply-adds that BLAS takes as a GEMM
+with 1-3 columns at ~5 GMAC/s, after a gather of the patch matrix. Here each output position adds every (channel,
+tap) product into an [M] accumulator, the inner loop running over M (vectorised), the weights packed [C*k, M] at
+build time; the bias then, and the fused post-ops in place (epilogue.py). Its own rounding (a running float sum in
+(channel, tap) order, not a blocked GEMM's), so it is a tactic of its own, timed against conv1d-gemm; offered only
+where numba is installed and the layer is small (a GEMM wins on large ones and timing a slow loop costs builds).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cpu import jit
+from native.cpu.kernels.conv import tuning
+from native.cpu.kernels.conv.epilogue import region_epilogue
+from native.cpu.kernels.conv.geometry import geometry
+from native.cpu.kernels.conv.weights import conv_bias, work_dtype
+from native.tactics import Tactic, register_tactic
+
+_ALL = (slice(None), slice(None))
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def pack(w):
+    """[M, C, k] -> [C*k, M]: row c*k + t holds tap t of channel c for every output channel."""
+    w = np.asarray(w)
+    return np.ascontiguousarray(w.reshape(w.shape[0], -1).T)
+
+
+@register_tactic
+class Conv1dDirect(Tactic):
+    """Small ungrouped float 1-D convolutions as one compiled loop (see the module docstring)."""
+    kind, name = "Convolution", "conv1d-direct"
+    honours = {"post_ops"}
+    writes_outputs = True
+
+    def supports(self, op, input_shapes):
+        p = op.params
+        ks = p.get("kernel_shape")
+        if ks is None or len(ks) != 1:
+            return "1-D convolutions only"
+        if (p.get("groups", 1) or 1) != 1 or p.get("integer") or p.get("side"):
+            return "ungrouped float convolutions only"
+        if any(s["op"] == "add" or (s["op"] == "bias" and s.get("axis", 1) != 1) for s in p.get("post_ops") or ()):
+            return "no fused residual add"
+        if not input_shapes or input_shapes[0] is None or len(input_shapes[0]) != 3:
+            return "[N, C, L] inputs of known shape only"
+        if any(v < 0 for v in (p.get("pre_padding") or []) + (p.get("post_padding") or [])):
+            return "no cropping pads"
+        if not jit.available():
+            return "needs the numba extra (pip install debugkit[jit])"
+        n, c, length = input_shapes[0]
+        m = p.get("num_output_maps") or 0
+        k, s = ks[0], (p.get("strides") or [1])[0]
+        if n * m * c * k * max(1, length // max(1, s)) > tuning.PARALLEL_MIN_MACS:
+            return "large: a GEMM tactic is faster"
+        return None
+
+    def prepare(self, op):
+        w = op.weights.get("kernel")
+        if w is None:
+            return op.weights
+        weights = {key: v for key, v in op.weights.items() if key != "kernel"}
+        weights["kernel_ck_m"] = pack(w)
+        return weights
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = np.asarray(inputs[0])
+        dtype = work_dtype(op, x)
+        if dtype not in _DTYPES:
+            dtype = np.dtype(np.float32)
+        x = np.ascontiguousarray(x, dtype)
+        wt = op.weights.get("kernel_ck_m")
+        if wt is None:
+            w = op.weights.get("kernel")
+            wt = pack(w if w is not None else inputs[1])
+        wt = wt.astype(dtype, copy=False)
+        b = conv_bias(op.weights)
+        if b is None and "kernel" not in op.weights and "kernel_ck_m" not in op.weights and len(inputs) > 2:
+            b = inputs[2]
+        c = x.shape[1]
+        k = wt.shape[0] // c
+        strides, dil, pre, post, out = geometry(op.params, x.shape, [k])
+        shape = (x.shape[0], wt.shape[1], out[0])
+        dst = outputs[0] if outputs else None
+        y = dst if dst is not None and dst.shape == shape and dst.dtype == dtype and dst.flags.c_contiguous \
+            else np.empty(shape, dtype)
+        bias = _NO_BIAS[dtype] if b is None else np.asarray(b, dtype).reshape(-1)
+        jit.kernel("conv1d_direct")(x, wt, bias, y, k, strides[0], dil[0], pre[0])
+        if op.params.get("post_ops"):
+            region_epilogue(y[:, :, None, :], _ALL, op, inputs, None)
+        return [y]
+
+
+_NO_BIAS = {d: np.empty(0, d) for d in _DTYPES}

@@ -1,0 +1,74 @@
+"""conv1d-direct (small 1-D convolutions as a compiled loop, the numba extra): the values of a float64 reference
+for strides, dilations, pads, bias and fused activations, packed or not; what it refuses, it says why."""
+import numpy as np
+import pytest
+
+from native.cpu.kernels.activations import activation
+from native.tactics import Op, tactics_for
+
+RNG = np.random.default_rng(5)
+
+
+def _tactic():
+    return next(t for t in tactics_for("Convolution", "cpu") if t.name == "conv1d-direct")
+
+
+def _reference(x, w, b, s, d, pre, post):
+    n, c, length = x.shape
+    m, _, k = w.shape
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pre, post)])
+    wo = (length + pre + post - d * (k - 1) - 1) // s + 1
+    y = np.zeros((n, m, wo))
+    for o in range(wo):
+        patch = xp[:, :, o * s:o * s + d * (k - 1) + 1:d]            # [n, c, k]
+        y[:, :, o] = np.einsum("nck,mck->nm", patch, w.astype(np.float64))
+    return y if b is None else y + b.reshape(1, -1, 1)
+
+
+@pytest.mark.parametrize("n,c,m,length,k,s,d,pre,post,act,bias", [
+    (1, 129, 128, 3, 3, 1, 1, 1, 1, "RELU", True), (2, 1, 258, 576, 256, 128, 1, 0, 0, None, False),
+    (1, 128, 1, 1, 1, 1, 1, 0, 0, "SIGMOID", True), (2, 7, 5, 20, 4, 3, 2, 2, 1, "HARD_SWISH", True),
+    (1, 3, 4, 9, 3, 2, 1, 0, 2, None, True)])
+def test_conv1d_direct_matches_the_reference(n, c, m, length, k, s, d, pre, post, act, bias):
+    pytest.importorskip("numba")
+    x = RNG.standard_normal((n, c, length)).astype(np.float32)
+    w = (RNG.standard_normal((m, c, k)) / np.sqrt(c * k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32) if bias else None
+    params = {"num_output_maps": m, "kernel_shape": [k], "strides": [s], "dilations": [d], "pre_padding": [pre],
+              "post_padding": [post], "groups": 1}
+    if act:
+        params["post_ops"] = [{"op": "activation", "type": act, "alpha": 0.0, "beta": 0.0}]
+    weights = {"kernel": w} if b is None else {"kernel": w, "bias": b}
+    want = _reference(x, w, b, s, d, pre, post)
+    if act:
+        want = activation(want, act)
+    t = _tactic()
+    op = Op("Convolution", "c", params, weights)
+    assert t.supports(op, [list(x.shape)]) is None
+    for ws in (op.weights, t.prepare(op)):
+        got = t.run(Op("Convolution", "c", params, ws), [x])[0]
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    planned = np.full(want.shape, np.nan, np.float32)          # it writes the planned buffer when given one
+    got = t.run(Op("Convolution", "c", params, t.prepare(op)), [x], [planned])[0]
+    assert got is planned and np.allclose(planned, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("params,shape,why", [
+    ({"kernel_shape": [3, 3]}, [1, 4, 8, 8], "1-D"), ({"kernel_shape": [3], "groups": 2}, [1, 4, 8], "ungrouped"),
+    ({"kernel_shape": [3], "num_output_maps": 512}, [1, 512, 4096], "large"),
+    ({"kernel_shape": [3], "post_ops": [{"op": "add", "input": 3}]}, [1, 4, 8], "residual")])
+def test_conv1d_direct_refuses_with_a_reason(params, shape, why):
+    pytest.importorskip("numba")
+    assert why in _tactic().supports(Op("Convolution", "c", params, {}), [shape])
+
+
+def test_without_numba_it_is_not_offered(monkeypatch):
+    from native import config
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    try:
+        assert "numba" in _tactic().supports(Op("Convolution", "c", {"kernel_shape": [3]}, {}), [[1, 4, 8]])
+    finally:
+        monkeypatch.delenv("DEBUGKIT_JIT")
+        config.reload()
