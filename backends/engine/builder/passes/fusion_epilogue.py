@@ -198,6 +198,8 @@ def fuse_epilogues(graph, config, logger) -> int:
             if nxt.kind == "Activation" and nxt.params.get("type") in EPILOGUE_ACTIVATIONS and len(nxt.inputs) == 1:
                 step = {"op": "activation", "type": nxt.params["type"], "alpha": nxt.params.get("alpha", 0.0),
                         "beta": nxt.params.get("beta", 0.0)}
+            elif nxt.kind == "ElementWise" and nxt.params.get("op") in ("MAX", "MIN") and _on_cpu(config):
+                step = _bound_as_clip(view, nxt, t)
             elif nxt.kind == "ElementWise" and nxt.params.get("op") == "SUM" and other_input(nxt, t) is not None:
                 o = other_input(nxt, t)
                 vec, axis = _bias_vector(view, node, o)
@@ -228,6 +230,34 @@ def fuse_epilogues(graph, config, logger) -> int:
             view.refresh()
             count += 1
     return count
+
+
+def _on_cpu(config) -> bool:
+    dev = getattr(config, "device", None)
+    return getattr(dev, "name", "cpu") == "cpu"
+
+
+def _bound_as_clip(view, nxt, t):
+    """max(t, c) / min(t, c) with a one-element float constant c as a CLIP post-op (alpha c, beta inf / alpha -inf,
+    beta c), or None. The same floats as numpy's maximum / minimum (CPU clip keeps a NaN as maximum does and
+    returns the bound on ties, as maximum(t, c) returns c); with the constant first a tie returns t, which differs
+    from the bound only in the sign of zero, so a constant first is taken only when it is not zero. Keras models
+    write their clamps so (oww_embedding: a conv + LeakyRelu, then tf.math.maximum with a scalar, 13 times)."""
+    if len(nxt.inputs) != 2 or t not in nxt.inputs:
+        return None
+    o = other_input(nxt, t)
+    c = view.const(o)
+    dtype = view.dtype(t)
+    if c is None or c.size != 1 or c.dtype.kind != "f" or dtype is None or np.dtype(dtype) != c.dtype:
+        return None
+    rank = view.rank(t)
+    if rank is None or c.ndim > rank:
+        return None
+    v = float(c.reshape(-1)[0])
+    if v != v or (nxt.inputs[0] != t and v == 0.0) or not (abs(v) < 3e38 or v in (-np.inf, np.inf)):
+        return None
+    lo, hi = (v, np.inf) if nxt.params["op"] == "MAX" else (-np.inf, v)
+    return {"op": "activation", "type": "CLIP", "alpha": lo, "beta": hi}
 
 
 def _move_after_inputs(graph, node):
