@@ -17,6 +17,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         in one pass, each step rounded to x's type as numpy rounds it; `clip` as numpy's clip loop (NaN kept,
         -0.0 clipped to +0.0). y must not overlap x: hard_swish_inplace(x) / hard_sigmoid_inplace(x, alpha, beta)
         write x itself (two aliasing array arguments keep numba from vectorising the loop: 20x slower).
+    bias_hard_act_inplace(y [N, C, S], bias [C], swish, alpha, beta)
+        y + bias per channel, rounded, then HardSwish (swish) or HardSigmoid(alpha, beta) as above, in place: a
+        convolution epilogue's bias pass and activation passes as one.
     conv1d_direct(x [N, C, L], wt [C*k, M], bias [M] (or empty), y [N, M, Wo], k, s, d, pre)
         a small 1-D convolution without a patch matrix: per output position the products of every (channel, tap)
         with its weights row added into an [M] accumulator (vectorised over M), in (channel, tap) order from zero,
@@ -180,6 +183,34 @@ def _hard_swish_inplace():
             t = t + half
             x[k] = v * clip01(t, zero, one)
     return hard_swish_inplace
+
+
+def _bias_hard_act_inplace():
+    import numba
+    clip01 = _clip01()
+
+    @numba.njit(nogil=True, cache=True)
+    def bias_hard_act_inplace(y, bias, swish, alpha, beta):
+        t = y.dtype.type
+        sixth, half, zero, one = t(1.0 / 6.0), t(0.5), t(0.0), t(1.0)
+        a, b = t(alpha), t(beta)
+        n_, c_n, s_n = y.shape
+        for n in range(n_):
+            for c in range(c_n):
+                row = y[n, c]
+                bc = bias[c]
+                if swish:
+                    for k in range(s_n):
+                        v = row[k] + bc
+                        u = v * sixth
+                        u = u + half
+                        row[k] = v * clip01(u, zero, one)
+                else:
+                    for k in range(s_n):
+                        u = (row[k] + bc) * a
+                        u = u + b
+                        row[k] = clip01(u, zero, one)
+    return bias_hard_act_inplace
 
 
 def _hard_sigmoid():
@@ -610,5 +641,6 @@ def _layernorm_rows():
 
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw, "hard_swish": _hard_swish,
              "hard_swish_inplace": _hard_swish_inplace, "hard_sigmoid": _hard_sigmoid,
-             "hard_sigmoid_inplace": _hard_sigmoid_inplace, "pointwise_chain": _pointwise_chain, "gelu_rows": _gelu_rows,
-             "softmax_rows": _softmax_rows, "layernorm_rows": _layernorm_rows, "conv1d_direct": _conv1d_direct}
+             "hard_sigmoid_inplace": _hard_sigmoid_inplace, "pointwise_chain": _pointwise_chain,
+             "gelu_rows": _gelu_rows, "softmax_rows": _softmax_rows, "layernorm_rows": _layernorm_rows,
+             "conv1d_direct": _conv1d_direct, "bias_hard_act_inplace": _bias_hard_act_inplace}

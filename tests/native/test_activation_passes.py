@@ -74,3 +74,27 @@ def test_one_pass_hard_activations_match_the_numpy_passes(monkeypatch, dtype, ki
     err = np.abs(got[finite] - ref[finite])
     assert (err <= 1e-6 * (np.abs(xf[finite]) + np.abs(ref[finite])) + 1e-37).all()
     assert np.isnan(got[np.isnan(xf)]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("act,alpha,beta", [("HARD_SWISH", 0.0, 0.0), ("HARD_SIGMOID", 0.2, 0.5), ("RELU", 0.0, 0.0)])
+@pytest.mark.parametrize("sel", [(slice(None), slice(None)), (slice(None), slice(2, 5))])
+def test_conv_epilogue_bias_and_activation_in_one_pass(monkeypatch, dtype, act, alpha, beta, sel):
+    """region_epilogue's bias + first activation as one compiled pass gives the two numpy passes' bits (a region
+    that is not contiguous, or another activation, runs the numpy passes)."""
+    pytest.importorskip("numba")
+    from native import config
+    from native.cpu.kernels.conv.epilogue import region_epilogue
+    from native.tactics import Op
+    config.reload()
+    y0 = _values(dtype)[:2 * 6 * 7 * 4].reshape(2, 6, 7, 4)
+    bias = np.random.default_rng(1).standard_normal(6).astype(dtype)
+    op = Op("Convolution", "c", {"post_ops": [{"op": "activation", "type": act, "alpha": alpha, "beta": beta},
+                                              {"op": "activation", "type": "CLIP", "alpha": -1.0, "beta": 0.75}]})
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = y0.copy()
+        region_epilogue(got, sel, op, [], bias)
+        want = y0.copy()
+        _numpy_path(monkeypatch, lambda: region_epilogue(want, sel, op, [], bias))
+    assert got.tobytes() == want.tobytes()
+    assert np.array_equal(got[:, :2], y0[:, :2], equal_nan=True) or sel[1] == slice(None)  # outside sel: untouched

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from native.cpu import jit
 from native.cpu.kernels.activations import activation_inplace
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.fused import apply_post_ops
@@ -58,10 +59,17 @@ def region_epilogue(y, sel, op, inputs, bias, half=False):
     half: the region holds z/2 (GEMM pre-scaled, bias already halved) and the first post-op is SiLU."""
     yr = y[sel]
     csel = sel[1]
+    steps = op.params.get("post_ops") or ()
+    first = 0
     if bias is not None:
-        yr += bias[csel].reshape(-1, 1, 1)
-    for i, step in enumerate(op.params.get("post_ops") or ()):
+        if not half and steps and _bias_and_activation(yr, bias[csel], steps[0]):
+            first = 1
+        else:
+            yr += bias[csel].reshape(-1, 1, 1)
+    for i, step in enumerate(steps):
         kind = step["op"]
+        if i < first:
+            continue
         if half and i == 0:
             silu_from_half(yr)
         elif kind == "bias":
@@ -74,6 +82,28 @@ def region_epilogue(y, sel, op, inputs, bias, half=False):
             yr += inputs[step["input"]][sel]
         else:
             raise ValueError(f"unknown post-op {kind!r}")
+
+
+_ONE_PASS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _bias_and_activation(yr, bias, step):
+    """y + bias, then a HardSwish / HardSigmoid step, as one compiled pass in place (native/cpu/jit.py; the floats
+    of the two numpy passes): True when done, False where numba is absent or the arrays do not fit."""
+    if step["op"] != "activation" or step["type"] not in ("HARD_SWISH", "HARD_SIGMOID"):
+        return False
+    swish = step["type"] == "HARD_SWISH"
+    a, b = step.get("alpha", 0.0), step.get("beta", 0.0)
+    if not swish and not (type(a) in (int, float) and type(b) in (int, float)):
+        return False
+    if type(yr) is not np.ndarray or yr.dtype not in _ONE_PASS_DTYPES or yr.ndim < 2 or not yr.flags.c_contiguous \
+            or not yr.flags.writeable or bias.dtype != yr.dtype or bias.shape != (yr.shape[1],):
+        return False
+    fn = jit.kernel("bias_hard_act_inplace")
+    if fn is None:
+        return False
+    fn(yr.reshape(yr.shape[0], yr.shape[1], -1), np.ascontiguousarray(bias), swish, float(a), float(b))
+    return True
 
 
 def whole_epilogue(y, op, inputs, bias, half, threads):
