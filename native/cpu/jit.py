@@ -9,6 +9,10 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     depthwise_cl_rows(xl [Hp, Wp, C], w [kh, kw, C], out [rows, Wo, C], r0, sh, sw, dh, dw)
         depthwise taps channels-last for output rows r0..r0+rows: per output, the first tap's product, then each
         further tap's product added in (i, j) order (the depthwise tactics' order); C is the vectorised inner loop.
+    depthwise_cl_rows_nchw(xl, w, bias [C] (or empty), y [C, Ho, Wo], r0, r1, sh, sw, dh, dw, act)
+        the same sums for output rows r0..r1, then + bias and the activation (0 none, 1 RELU, 2 HARD_SWISH: the
+        numpy epilogue's operations) per output, stored straight into NCHW y: no channels-last accumulator, no
+        copy back, no epilogue passes.
     depthwise_nchw(xp [C, Hp, Wp], taps [kh*kw, C], y [C, Ho, Wo], kh, kw, sh, sw, dh, dw)
         the same sums NCHW, a row of outputs at a time (the vectorised inner loop runs along the row; a strided
         row is split into its phases first, so every tap reads unit-stride): few channels over large maps.
@@ -99,6 +103,53 @@ def _depthwise_cl_rows():
                 for k in range(c):
                     o[k] = acc[k]
     return depthwise_cl_rows
+
+
+def _depthwise_cl_rows_nchw():
+    import numba
+    import numpy as np
+    clip01 = _clip01()
+
+    @numba.njit(nogil=True, cache=True)
+    def depthwise_cl_rows_nchw(xl, w, bias, y, r0, r1, sh, sw, dh, dw, act):
+        # depthwise_cl_rows' sums, then + bias and the activation per output, stored straight into NCHW y
+        kh, kw, c = w.shape
+        wo = y.shape[2]
+        acc = np.empty(c, y.dtype)
+        t = y.dtype.type
+        zero, one, sixth, half, inf = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf)
+        has_bias = bias.shape[0] == c
+        for r in range(r0, r1):
+            y0 = r * sh
+            for ow in range(wo):
+                x0 = ow * sw
+                xs = xl[y0, x0]
+                w0 = w[0, 0]
+                for k in range(c):
+                    acc[k] = xs[k] * w0[k]
+                for i in range(kh):
+                    for j in range(kw):
+                        if i == 0 and j == 0:
+                            continue
+                        xs = xl[y0 + i * dh, x0 + j * dw]
+                        wv = w[i, j]
+                        for k in range(c):
+                            acc[k] += xs[k] * wv[k]
+                if has_bias:
+                    for k in range(c):
+                        acc[k] = acc[k] + bias[k]
+                if act == 1:      # RELU: numpy's clip to [0, inf] (NaN kept, -0.0 to +0.0)
+                    for k in range(c):
+                        acc[k] = clip01(acc[k], zero, inf)
+                elif act == 2:    # HARD_SWISH: as activations._hard_swish
+                    for k in range(c):
+                        v = acc[k]
+                        u = v * sixth
+                        u = u + half
+                        acc[k] = v * clip01(u, zero, one)
+                for k in range(c):
+                    y[k, r, ow] = acc[k]
+    return depthwise_cl_rows_nchw
 
 
 def _depthwise_nchw():
@@ -643,4 +694,5 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              "hard_swish_inplace": _hard_swish_inplace, "hard_sigmoid": _hard_sigmoid,
              "hard_sigmoid_inplace": _hard_sigmoid_inplace, "pointwise_chain": _pointwise_chain,
              "gelu_rows": _gelu_rows, "softmax_rows": _softmax_rows, "layernorm_rows": _layernorm_rows,
-             "conv1d_direct": _conv1d_direct, "bias_hard_act_inplace": _bias_hard_act_inplace}
+             "conv1d_direct": _conv1d_direct, "bias_hard_act_inplace": _bias_hard_act_inplace,
+             "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw}

@@ -109,3 +109,29 @@ def test_depthwise_tactics_give_the_same_bits_with_and_without_the_jit(monkeypat
     np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
     if jit.available():
         np.testing.assert_array_equal(_tactic_outputs(tactic, x, params, w, b), want)
+
+
+@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SIGMOID"])
+@pytest.mark.parametrize("case", CASES)
+def test_depthwise_cl_epilogue_in_the_kernel_is_bit_identical(monkeypatch, case, act):
+    """depthwise-cl's compiled kernel adding the bias and applying RELU / HARD_SWISH itself, storing NCHW, gives
+    the bits of the channels-last accumulator + copy back + numpy epilogue path (other activations take that path)."""
+    pytest.importorskip("numba")
+    from native.tactics import Op, tactics_for
+    c, h, w, k, stride, dil, pad = case
+    x = RNG.standard_normal((2, c, h, w)).astype(np.float32)
+    x[0, 0, 0, :2] = [np.nan, -0.0]
+    kernel = RNG.standard_normal((c, 1, k, k)).astype(np.float32)
+    bias = RNG.standard_normal(c).astype(np.float32)
+    params = {"num_output_maps": c, "kernel_shape": [k, k], "strides": list(stride), "dilations": list(dil),
+              "pre_padding": [pad, pad], "post_padding": [pad, pad], "groups": c}
+    if act:
+        params["post_ops"] = [{"op": "activation", "type": act, "alpha": 0.2, "beta": 0.5}]
+    t = next(t for t in tactics_for("Convolution", "cpu") if t.name == "depthwise-cl")
+    op = Op("Convolution", "dw", params, {"kernel": kernel, "bias": bias})
+    config.reload()
+    got = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
+    real = jit.kernel
+    monkeypatch.setattr(jit, "kernel", lambda name: None if name == "depthwise_cl_rows_nchw" else real(name))
+    want = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
+    assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()

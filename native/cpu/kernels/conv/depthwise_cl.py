@@ -27,11 +27,28 @@ from native.tactics import Tactic, register_tactic
 
 _as_strided = np.lib.stride_tricks.as_strided
 _JIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_NO_BIAS = {d: np.empty(0, d) for d in _JIT_DTYPES}
 
 
-def depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=None):
+_ACT_CODES = {None: 0, "RELU": 1, "HARD_SWISH": 2}   # what depthwise_cl_rows_nchw applies itself
+
+
+def epilogue_code(op):
+    """The activation code the compiled kernel applies for this layer's post-ops (0: none), or None when they are
+    more than one RELU / HARD_SWISH (then they run after, in place)."""
+    steps = op.params.get("post_ops") or ()
+    if not steps:
+        return 0
+    if len(steps) == 1 and steps[0]["op"] == "activation" and steps[0]["type"] in ("RELU", "HARD_SWISH"):
+        return _ACT_CODES[steps[0]["type"]]
+    return None
+
+
+def depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=None, act=None):
     """y[N, C, Ho, Wo] of a depthwise conv (bias added, no activation): channels-last taps, one reformat each way.
-    taps_w: [kh*kw, C] in the work dtype; dst: a C-contiguous [N, C, Ho, Wo] buffer to write into, or None."""
+    taps_w: [kh*kw, C] in the work dtype; dst: a C-contiguous [N, C, Ho, Wo] buffer to write into, or None.
+    act: an `epilogue_code` to apply too where the compiled kernel runs (returns (y, True)), else None (returns
+    (y, False) when the activation is left to the caller)."""
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = ks, strides, dil, out
     dtype = taps_w.dtype
@@ -45,10 +62,22 @@ def depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=None):
     np.copyto(xl[:, pre[0]:pre[0] + h, pre[1]:pre[1] + w], x.transpose(0, 2, 3, 1))
     y = dst if dst is not None and dst.shape == (n, c, ho, wo) and dst.dtype == dtype and dst.flags.c_contiguous \
         else np.empty((n, c, ho, wo), dtype)
-    acc = np.empty((n, ho, wo, c), dtype)
-
     st = xl.strides
     w_ijc = taps_w.reshape(kh, kw, c)
+    threads = num_threads() if n * c * ho * wo * kh * kw >= tuning.PARALLEL_MIN_DW_MACS * 4 else 1
+    direct = jit.kernel("depthwise_cl_rows_nchw") if act is not None and dtype in _JIT_DTYPES else None
+    if direct is not None:   # the same sums, + bias and the activation, stored NCHW (native/cpu/jit.py)
+        b = _NO_BIAS[dtype] if bias is None else np.ascontiguousarray(bias, dtype)
+
+        def direct_rows(r):
+            for ni in range(n):
+                direct(xl[ni], w_ijc, b, y[ni], r[0], r[1], sh, sw, dh, dw, act)
+        if threads > 1 and ho > 1:
+            parallel_for(direct_rows, split(ho, threads))
+        else:
+            direct_rows((0, ho))
+        return y, True
+    acc = np.empty((n, ho, wo, c), dtype)
     compiled = jit.kernel("depthwise_cl_rows") if dtype in _JIT_DTYPES else None
 
     def rows(r):
@@ -66,13 +95,12 @@ def depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=None):
             np.einsum("nhwijc,ijc->nhwc", v, w_ijc, out=a)
         if bias is not None:
             a += bias
-    threads = num_threads() if n * c * ho * wo * kh * kw >= tuning.PARALLEL_MIN_DW_MACS * 4 else 1
     if threads > 1 and ho > 1:
         parallel_for(rows, split(ho, threads))
     else:
         rows((0, ho))
     np.copyto(y, acc.transpose(0, 3, 1, 2))
-    return y
+    return (y, False) if act is not None else y
 
 
 @register_tactic
@@ -110,5 +138,9 @@ class DepthwiseChannelsLast(Tactic):
         taps_w = np.asarray(w, dtype).reshape(c, -1).T if taps_w is None else taps_w
         taps_w = np.ascontiguousarray(taps_w, dtype)
         bias = None if b is None else np.asarray(b, dtype).reshape(-1)
-        y = depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=outputs[0] if outputs else None)
-        return [apply_post_ops(y, op, inputs) if op.params.get("post_ops") else y]
+        code, dst, done = epilogue_code(op), outputs[0] if outputs else None, False
+        if code is None:
+            y = depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=dst)
+        else:
+            y, done = depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=dst, act=code)
+        return [apply_post_ops(y, op, inputs) if op.params.get("post_ops") and not done else y]
