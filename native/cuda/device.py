@@ -57,6 +57,7 @@ class CudaDevice(Device):
         import native.cuda.tactics.channel  # noqa: F401
         import native.cuda.tactics.einsum  # noqa: F401
         import native.cuda.tactics.quantize  # noqa: F401
+        import native.cuda.tactics.cudnn_int8  # noqa: F401  (INT8 NHWC with int8 I/O: passes/int8_io.py)
         from native.cuda.tactics.host import wrap_cpu_tactics
         wrap_cpu_tactics()
 

@@ -10,6 +10,7 @@ from backends.engine.builder.config import BuilderFlag
 from backends.engine.builder.feeds import timing_feeds
 from backends.engine.builder.pass_manager import Pass, PassResult
 from backends.engine.builder.passes import int8 as int8_pass
+from backends.engine.builder.passes import int8_io
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.dla import apply_dla, network_ranges
 from backends.engine.builder.passes.fold import (absorb_constant_operands, absorb_constant_weights,
@@ -122,6 +123,12 @@ def precision(graph, ctx):
     return PassResult(assign_precision(graph, ctx.config, ctx.logger, ctx) or 0)
 
 
+def int8_storage(graph, ctx):
+    """int8 tensors between the INT8 layers that read and write them, Reformat layers at the edges
+    (passes/int8_io.py)."""
+    return PassResult(int8_io.apply(graph, ctx.config, ctx.logger))
+
+
 # --- analyses the tactic choice needs -------------------------------------------------------------------------
 
 opt_feeds = timing_feeds   # (the passes' name for it)
@@ -214,6 +221,7 @@ def pipeline():
         Pass("INT8 assignment", int8_assignment, int8),
         Pass("layout", layout, lambda c: not c.get_flag(BuilderFlag.DISABLE_LAYOUT) and not c.uses_dla()),
         Pass("precision", precision),
+        Pass("INT8 I/O", int8_storage, int8),
         Pass("timing run", timing_run),
         Pass("DLA placement", dla_placement, lambda c: c.uses_dla()),
         Pass("tactic selection", tactic_selection),

@@ -1,5 +1,9 @@
 """Reformat: converts a tensor between storage types (float32 / float16 / bfloat16 / fp8) where a producer and a
-consumer of different precisions meet. The builder's precision pass inserts these; they round to nearest even."""
+consumer of different precisions meet. The builder's precision pass inserts these; they round to nearest even.
+At the edges of int8 tensors between INT8 layers (passes/int8_io.py) a Reformat quantizes (float -> int8:
+clamp(round(x / scale)), the layer's rounding) or dequantizes (int8 -> float: q * scale) with its tensor's scale."""
+import numpy as np
+
 from native import numerics
 from native.tactics import Tactic, register_tactic
 
@@ -7,8 +11,15 @@ from native.tactics import Tactic, register_tactic
 @register_tactic
 class Reformat(Tactic):
     kind, name = "Reformat", "numpy"
-    precisions = ("float32", "float16", "bfloat16", "fp8")
+    precisions = ("float32", "float16", "bfloat16", "fp8", "int8")
     own_precisions = True
 
     def run(self, op, inputs):
+        src, dst = op.params.get("from"), op.params["to"]
+        if dst == "int8":
+            return [numerics.quantize(numerics.from_storage(inputs[0]), np.float32(op.params["scale"]),
+                                      rounding=op.params.get("rounding", "half_even")).astype(np.int8)]
+        if src == "int8":
+            return [numerics.to_storage(numerics.dequantize(np.asarray(inputs[0]), np.float32(op.params["scale"])),
+                                        dst)]
         return [numerics.to_storage(numerics.from_storage(inputs[0]), op.params["to"])]

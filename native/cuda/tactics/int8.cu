@@ -109,3 +109,18 @@ extern "C" __global__ void int8_finish(float* out, const int* acc, const int* bi
 extern "C" __global__ void fake_quant_i8(float* y, long long n, float s, int mode) {
     GRID_LOOP(n) { y[i] = (float)saturate_i8(round_mode(__fdiv_rn(y[i], s), mode), 0) * s; }
 }
+
+// Reformat layers at the edges of INT8 I/O chains (int8 tensors between INT8 layers): quantize a float16 tensor
+// (float32 ones use quantize_i8), and dequantize int8 values q * s into float32 / float16
+extern "C" __global__ void quantize_f16_i8(signed char* out, const unsigned short* x, long long n, float s,
+                                           int mode) {
+    GRID_LOOP(n) { out[i] = saturate_i8(round_mode(__fdiv_rn(F16::ld(x[i]), s), mode), 0); }
+}
+
+extern "C" __global__ void dequantize_i8_f32(float* out, const signed char* q, long long n, float s) {
+    GRID_LOOP(n) { out[i] = __fmul_rn((float)q[i], s); }
+}
+
+extern "C" __global__ void dequantize_i8_f16(unsigned short* out, const signed char* q, long long n, float s) {
+    GRID_LOOP(n) { out[i] = F16::st(__fmul_rn((float)q[i], s)); }
+}

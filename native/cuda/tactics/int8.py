@@ -272,3 +272,46 @@ class GpuInt8Conv(_Int8Gemm):
         if rest:
             after(y, op, post_ops, inputs, rounding)
         return [y]
+
+
+_REFORMAT_FLOATS = ("float32", "float16")
+
+
+@register_tactic
+class GpuInt8Reformat(Tactic):
+    """Reformat layers at the edges of the int8 tensors between INT8 layers (passes/int8_io.py): float32 / float16
+    -> int8 as clamp(round(x / scale)) with the layer's rounding, int8 -> float32 / float16 as q * scale (then
+    rounded once to float16): the CPU Reformat's numerics."""
+
+    kind, name = "Reformat", "int8-kernel"
+    writes_outputs = True
+    own_precisions = True
+    precisions = ("int8", "float32", "float16")
+
+    def supports(self, op, input_shapes):
+        pair = (op.params.get("from"), op.params.get("to"))
+        if "int8" not in pair or not (set(pair) - {"int8"}) <= set(_REFORMAT_FLOATS) or pair[0] == pair[1]:
+            return f"{pair[0]} -> {pair[1]} is no INT8 reformat"
+        if op.params.get("scale") is None:
+            return "an INT8 reformat needs its tensor's scale"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = on_device(inputs[0])
+        src, dst, s = op.params["from"], op.params["to"], np.float32(op.params["scale"])
+        if np.dtype(x.dtype).name != src:
+            raise TacticRefusal(f"Reformat {src} -> {dst} got a {x.dtype} tensor")
+        out = out_array(outputs, 0, x.shape, np.int8 if dst == "int8" else np.dtype(dst))
+        if not x.size:
+            return [out]
+        if dst == "int8":
+            mode = _rounding(op.params)
+            args = [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size), s, np.int32(mode)]
+            if src == "float32":
+                launch(kernel(SRC, "quantize_i8"), grid_for(x.size), (256, 1, 1), args + [np.int32(0)])
+            else:
+                launch(kernel(SRC, "quantize_f16_i8"), grid_for(x.size), (256, 1, 1), args)
+        else:
+            launch(kernel(SRC, "dequantize_i8_f32" if dst == "float32" else "dequantize_i8_f16"), grid_for(x.size),
+                   (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size), s])
+        return [out]

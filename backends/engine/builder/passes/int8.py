@@ -24,6 +24,7 @@ from __future__ import annotations
 from backends.engine.builder.passes.precision import time_int8_layers
 import numpy as np
 
+from backends.engine.builder.passes import int8_io
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.runtime.executor import node_op
 from native.device import get_device
@@ -376,8 +377,9 @@ def _exactly_quantized(w, scale, axis, kind) -> bool:
 
 def assign_int8(graph, config, logger, calibrated=None, dynamic_ranges=None, ctx=None) -> int:
     """The INT8 step of the build, after the float fusions; returns how many layers run in INT8. With the pass
-    context `ctx`, on a device that chooses by timing, implicit INT8 layers slower than a float precision then
-    leave INT8 (passes/precision.py, time_int8_layers), before the layout pass decides their layout."""
+    context `ctx`, on a device that chooses by timing, the convolutions that will read and write int8 NHWC tensors
+    are marked (passes/int8_io.py), and the other implicit INT8 layers slower than a float precision leave INT8
+    (passes/precision.py, time_int8_layers), before the layout pass decides their layout."""
     if has_qdq(graph):
         if config.int8_calibrator is not None:
             logger.info("the network has Q/DQ layers (explicit quantization): the INT8 calibrator is not used")
@@ -386,5 +388,6 @@ def assign_int8(graph, config, logger, calibrated=None, dynamic_ranges=None, ctx
     count = assign_implicit(graph, config, implicit_scales(graph, calibrated, dynamic_ranges), logger)
     logger.info(f"INT8 (implicit): {count} layers run in INT8")
     if ctx is not None:
+        int8_io.mark(graph, config, logger, ctx)   # before timing: those layers' speed is the int8 tensors around them
         count -= time_int8_layers(graph, config, logger, ctx)
     return count

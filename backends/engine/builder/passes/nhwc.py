@@ -95,8 +95,8 @@ def convert(graph, skip, renamed=None) -> list:
     view = View(graph)
     converted = []
     for n in list(graph.nodes):
-        if n.precision == "int8" or n.name in skip:  # INT8 kernels take NCHW
-            continue
+        if (n.precision == "int8" and not n.meta.get("int8_io")) or n.name in skip:   # INT8 kernels take NCHW,
+            continue                                   # except int8 I/O ones (passes/int8_io.py)
 
         def from_nchw(name):
             return is_transpose(view.prod.get(name), TO_NCHW)
@@ -109,7 +109,7 @@ def convert(graph, skip, renamed=None) -> list:
             if b is not None:
                 w["bias"] = np.asarray(b)
             for key, val in n.weights.items():
-                if key.startswith("post_bias"):
+                if key.startswith("post_bias") or key == "kernel_scale":
                     w[key] = val
             post = [dict(s, axis=-1) if s["op"] == "bias" else s for s in (n.params.get("post_ops") or [])]
             extra = [s["input"] for s in post if s["op"] == "add"]

@@ -232,8 +232,8 @@ def _int8_by_timing(node, probe, have, dtypes, device, declared, tf32, logger, f
     """For an implicit INT8 layer on a device that chooses by timing: "int8", or the float precision that is
     faster counting the Reformat layers at its edges (the INT8 flag permits INT8, it does not order it); the
     layer's INT8 parameters go when it leaves INT8, and meta["int8_note"] says why. None: not timed."""
-    if probe is None or node.kind not in TIMED_KINDS or not int8_is_permission(node):
-        return None
+    if probe is None or node.kind not in TIMED_KINDS or not int8_is_permission(node) or node.meta.get("int8_io"):
+        return None     # (int8 I/O layers: their speed is the int8 tensors around them; passes/int8_io.py)
     floats = candidate_precisions(device, _implemented(node, device.name), enabled)
     entry = replay_entry(getattr(probe.config, "algorithm_selector", None), node.name)
     if entry is not None and entry.get("precision") in ["int8"] + floats:
@@ -264,10 +264,12 @@ def time_int8_layers(graph, config, logger, ctx) -> int:
     type), so the Reformat layers at an INT8 chain's edges count. A layer leaving INT8 becomes a float layer like
     any other (the precision pass times its float precision). Returns how many left INT8."""
     enabled = enabled_precisions(config) & config.device.precisions
-    candidates = [n for n in graph.nodes if n.precision == "int8" and n.kind in TIMED_KINDS and int8_is_permission(n)]
+    candidates = [n for n in graph.nodes if n.precision == "int8" and n.kind in TIMED_KINDS and int8_is_permission(n)
+                  and not n.meta.get("int8_io")]
+    stashed = ctx.state.pop("int8_probe", None)    # the INT8 I/O pass's run of this graph (passes/int8_io.py)
     if not candidates:
         return 0
-    probe = _probe(graph, ctx, enabled, logger)
+    probe = _probe(graph, ctx, enabled, logger, reuse=stashed)
     if probe is None:
         return 0
     device, dtypes = config.device, tensor_dtypes(graph)
@@ -299,14 +301,17 @@ def _reformat_node(src, dst, from_type, to_type) -> Node:
                 meta={"output_types": [to_type]})
 
 
-def _probe(graph, ctx, enabled, logger):
-    """A Probe (builder/timed_choice.py) when this build chooses precisions by timing, else None."""
+def _probe(graph, ctx, enabled, logger, reuse=None):
+    """A Probe (builder/timed_choice.py) when this build chooses precisions by timing, else None; `reuse`: a
+    Probe of this graph made earlier in the build (its run is not repeated)."""
     if ctx is None or not enabled or not chooses_by_timing(ctx.config):
         return None
     if not ctx.config.precision_by_timing:
         logger.verbose("precision: not chosen by timing (precision_by_timing is off): every layer gets the "
                        "device's rule, the lowest enabled precision it implements")
         return None
+    if reuse is not None:
+        return reuse
     try:
         return Probe(graph, ctx)
     except Exception as e:
@@ -340,7 +345,8 @@ def assign_precision(graph, config, logger, ctx=None) -> int:
     # 1. compute precision
     for node in nodes:
         node.meta.pop("math", None)
-        node.meta.pop("precision_ms", None)
+        if not node.meta.get("int8_io"):     # (int8 I/O layers keep what passes/int8_io.py timed)
+            node.meta.pop("precision_ms", None)
         ran_in = node.precision      # what the probe's run (and earlier runs) ran it in
         timed = None
         if node.precision == "int8":  # chosen by passes/int8.py, which knows the scales

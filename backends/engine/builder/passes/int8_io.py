@@ -1,0 +1,312 @@
+"""INT8 I/O: int8 tensors between INT8 layers, on a device whose INT8 convolutions read and write int8 NHWC
+(CUDA: cuDNN's INT8 graphs, native/cuda/tactics/cudnn_int8.py). Without it an INT8 layer reads and writes float32
+arrays of dequantized values (four bytes an element where the int8 value needs one, and a quantize kernel at every
+layer), which is why INT8 was no faster than FP16 on the GPU.
+
+1. `mark` (the INT8 assignment pass, before the layout pass): an implicit INT8 convolution (calibrated or
+   dynamic-range scales, no constraint) that such a tactic runs — 2-D, ungrouped, channel counts in multiples of 4,
+   an epilogue of [residual add] [ReLU], cuDNN building its graph at the layer's shapes — gets
+   meta["int8_io"] = True. The layout pass makes it NHWC; INT8 timing (passes/precision.py) leaves it INT8: its
+   speed comes from the int8 tensors around it, which a one-layer timing against FP16 cannot see. Only timed builds
+   (a device that `chooses_by_timing`, no tactic heuristic, layout pass on) mark: the untimed build keeps the NCHW
+   INT8 tactics whose numerics equal the CPU's bit for bit; explicit Q/DQ layers keep them too (TensorRT's rule:
+   they run as the model's Q/DQ say).
+2. `apply` (after the precision pass): the output of a marked layer that has an output scale is stored int8
+   (requantized in the layer's epilogue); a marked reader of it reads the int8 values directly when its input scale
+   is that scale, or as its residual (the tactic rescales it by s_r / s_y); every other reader gets a Reformat
+   int8 -> its storage type (q * scale). A marked layer whose input is not such an int8 tensor reads it through a
+   Reformat to int8 (clamp(round(x / s_x)), the layer's rounding). params['int8']['io'] = {"input": "int8",
+   "output": "int8" | "float32"} and ['residual_scales'] = {input index: scale} tell the tactic what it reads and
+   writes. The inspector lists the Reformat layers, so the int8 chains' edges are visible.
+"""
+from __future__ import annotations
+
+from backends.engine.builder.passes.dead import eliminate_dead_layers
+from backends.engine.engine_graph import Node
+from native.precision import STORAGE
+from native.tactics import Op, tactics_for
+
+ALIGN = 4        # channel counts the INT8 NHWC convolutions take (multiples of)
+
+
+def io_tactics(device) -> list:
+    """The device's tactics that run INT8 convolutions on int8 NHWC tensors (`int8_io = True`)."""
+    return [t for t in tactics_for("ConvolutionNHWC", str(device)) if getattr(t, "int8_io", False)]
+
+
+def enabled(config) -> bool:
+    """Whether this build stores int8 tensors between INT8 layers (see the module docstring)."""
+    from backends.engine.builder.config import BuilderFlag
+    from backends.engine.builder.timed_choice import chooses_by_timing
+    if not chooses_by_timing(config) or config.uses_dla() or config.get_flag(BuilderFlag.DISABLE_LAYOUT) \
+            or config.prefer_nhwc is False or "nhwc" not in config.device.formats:
+        return False
+    return bool(io_tactics(config.device))
+
+
+def epilogue_ok(post_ops) -> bool:
+    """[], [RELU], [add] or [add, RELU]: what the fused INT8 graph takes."""
+    kinds = [s["op"] if s["op"] != "activation" else s.get("type") for s in post_ops or ()]
+    return kinds in ([], ["RELU"], ["add"], ["add", "RELU"])
+
+
+def why_not(node, graph) -> str | None:
+    """Why the INT8 layer `node` cannot read and write int8 NHWC tensors (None: it can, cuDNN asked)."""
+    import numpy as np
+    from backends.engine.builder.passes.precision import int8_is_permission
+    if node.kind != "Convolution" or node.precision != "int8":
+        return "not an INT8 convolution"
+    if not int8_is_permission(node):
+        return "explicit Q/DQ or INT8-constrained: kept on the INT8 kernels bit-equal to the CPU"
+    p = node.params
+    k = node.weights.get("kernel")
+    if k is None or np.ndim(k) != 4 or np.asarray(k).dtype.kind != "f":
+        return "kernel is not a constant 4-D float weight"
+    if p.get("side") or p.get("integer") or (p.get("groups", 1) or 1) != 1 or \
+            p.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID", None):
+        return "grouped, merged-shortcut or auto-padded convolution"
+    m, c = int(k.shape[0]), int(k.shape[1])
+    if c % ALIGN or m % ALIGN:
+        return f"channels {c} -> {m} are not multiples of {ALIGN}"
+    if not epilogue_ok(p.get("post_ops")) or any(key.startswith("post_bias") for key in node.weights):
+        return "its fused epilogue is not [residual add] [ReLU]"
+    return None
+
+
+def _nhwc_op(node) -> Op:
+    """The layer as the layout pass will make it (ConvolutionNHWC) with INT8 I/O, to ask the tactics about."""
+    import numpy as np
+    k = np.asarray(node.weights["kernel"])
+    m = int(k.shape[0])
+    post = [dict(s) for s in node.params.get("post_ops") or ()]
+    extra = [s["input"] for s in post if s["op"] == "add"]
+    post = [dict(s, input=3 + extra.index(s["input"])) if s["op"] == "add" else s for s in post]
+    p8 = dict(node.params["int8"])
+    p8["io"] = {"input": "int8", "output": "int8" if p8.get("output_scale") is not None else "float32"}
+    params = dict(node.params, post_ops=post, kernel_spatial=[int(d) for d in k.shape[2:]], num_output_maps=m,
+                  int8=p8)
+    weights = {"kernel_hwio": np.ascontiguousarray(k.transpose(2, 3, 1, 0).reshape(-1, m))}
+    if "bias" in node.weights:
+        weights["bias"] = node.weights["bias"]
+    return Op(kind="ConvolutionNHWC", name=node.name, params=params, weights=weights, precision="int8",
+              format="nhwc")
+
+
+def _static_shape(graph, name):
+    info = graph.tensor_info.get(name)
+    shape = getattr(info, "shape", None)
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape):
+        return None
+    return list(shape)
+
+
+def _float_storage(config):
+    """The float precision the layers around an INT8 chain would otherwise run in (the lowest enabled)."""
+    from backends.engine.builder.passes.precision import enabled_precisions
+    from native.precision import LADDER
+    enabled = enabled_precisions(config) & config.device.precisions
+    return next((p for p in LADDER if p in enabled and p not in ("int8", "fp8")), "float32")
+
+
+def time_against_float(probe, node, op, shape, config):
+    """(int8 ms, float ms, float precision) of the layer at its opt shape: its INT8 NHWC tactics on int8 tensors
+    against its float NHWC tactics in the lowest enabled float precision on tensors of that storage (the chain
+    assumption: its neighbours are the same kind as it; the Reformat layers at a chain's edges are not counted)."""
+    import numpy as np
+    from backends.engine.builder.timed_choice import variant
+    from native.numerics import storage_numpy_dtype
+    fp = _float_storage(config)
+    n, c, h, w = shape
+    kh, kw = op.params["kernel_spatial"]
+    m = op.params["num_output_maps"]
+    st, pre, post = op.params.get("strides") or [1, 1], op.params.get("pre_padding") or [0, 0], \
+        op.params.get("post_padding") or [0, 0]
+    dil = op.params.get("dilations") or [1, 1]
+    oh = (h + pre[0] + post[0] - (kh - 1) * dil[0] - 1) // st[0] + 1
+    ow = (w + pre[1] + post[1] - (kw - 1) * dil[1] - 1) // st[1] + 1
+    rng = np.random.default_rng(0)
+    has_res = any(s["op"] == "add" for s in op.params["post_ops"])
+    v8 = variant(node, kind="ConvolutionNHWC", params=op.params, weights=op.weights, precision="int8",
+                 inputs=[node.inputs[0], None, None] + ([node.inputs[0]] if has_res else []))
+    x8 = rng.integers(-127, 128, (n, h, w, c)).astype(np.int8)
+    i8 = [x8, None, None] + ([rng.integers(-127, 128, (n, oh, ow, m)).astype(np.int8)] if has_res else [])
+    p8 = dict(op.params["int8"])
+    if has_res:
+        p8["residual_scales"] = {"3": p8.get("output_scale") or 1.0}
+    v8.params = dict(op.params, int8=p8)
+    m8 = probe.best(v8, i8)
+    dt = storage_numpy_dtype(fp)
+    vf = variant(v8, precision=fp, params={k: v for k, v in op.params.items() if k != "int8"})
+    xf = rng.standard_normal((n, h, w, c)).astype(dt)
+    mf = probe.best(vf, [xf, None, None] + ([rng.standard_normal((n, oh, ow, m)).astype(dt)] if has_res else []))
+    return (None if m8 is None else m8.ms), (None if mf is None else mf.ms), fp
+
+
+def mark(graph, config, logger, ctx=None) -> int:
+    """Step 1: mark the INT8 convolutions that will read and write int8 NHWC tensors; returns how many. With the
+    pass context `ctx` (precision by timing on), a layer is marked only where its INT8 NHWC tactic times no slower
+    than its float NHWC one (time_against_float); the others are timed as before (time_int8_layers)."""
+    if not enabled(config):
+        return 0
+    from backends.engine.builder.timed_choice import TIE_MARGIN, Probe
+    from native.tactics import LayerContext
+    tactics = io_tactics(config.device)
+    probe = None
+    if ctx is not None and config.precision_by_timing:
+        try:      # one run at the opt shapes: the layers' shapes (and time_int8_layers times on it next)
+            probe = ctx.state["int8_probe"] = Probe(graph, ctx)
+        except Exception as e:
+            logger.warning(f"INT8 I/O: the run that feeds its timing failed ({str(e)[:300]}); layers the INT8 "
+                           f"NHWC tactics run are marked without timing")
+    marked, refused, slower = 0, [], 0
+    for n in graph.nodes:
+        if n.kind != "Convolution" or n.precision != "int8":
+            continue
+        why = why_not(n, graph)
+        if why is None:
+            value = probe.env.get(n.inputs[0]) if probe is not None else None
+            shape = [int(d) for d in value.shape] if getattr(value, "ndim", 0) == 4 else \
+                _static_shape(graph, n.inputs[0])
+            if shape is not None:
+                op = _nhwc_op(n)
+                width = 3 + sum(s["op"] == "add" for s in op.params["post_ops"])
+                ctx = LayerContext([[shape[0], shape[2], shape[3], shape[1]]] + [None] * (width - 1),
+                                   ["int8"] + [None] * (width - 1))
+                reasons = [t.supports(op, ctx) for t in tactics]
+                if None not in reasons:
+                    why = f"cuDNN: {reasons[0]}"
+                elif probe is not None:
+                    try:
+                        ms8, msf, fp = time_against_float(probe, n, op, shape, config)
+                    except Exception as e:    # timing broke: the rule (mark) holds, the log says why
+                        logger.warning(f"INT8 I/O: timing '{n.name}' failed ({type(e).__name__}: {str(e)[:200]})")
+                        ms8 = msf = fp = None
+                    if ms8 is not None or msf is not None:
+                        n.meta["precision_ms"] = {"int8": ms8, fp: msf}
+                        logger.verbose(f"INT8 I/O: '{n.name}': int8 NHWC {ms8} ms vs {fp} NHWC {msf} ms")
+                    if ms8 is None or (msf is not None and ms8 > msf * (1 + TIE_MARGIN)):
+                        why = f"{fp} times faster ({msf} ms vs INT8 {ms8} ms)"
+                        slower += 1
+        if why is not None:
+            n.meta.pop("precision_ms", None)
+            refused.append((n.name, why))
+            logger.verbose(f"INT8 I/O: '{n.name}' keeps float tensors around it ({why})")
+            continue
+        n.meta["int8_io"] = True
+        marked += 1
+    if marked or refused:
+        logger.info(f"INT8 I/O: {marked} INT8 convolutions read and write int8 NHWC tensors"
+                    + (f" ({marked + slower} timed against float)" if probe is not None else "")
+                    + (f"; {len(refused)} do not (first: '{refused[0][0]}': {refused[0][1]})" if refused else ""))
+    return marked
+
+
+def _stored_as(graph, name) -> str:
+    """What tensor `name` is stored as after the precision pass (its producer's output type)."""
+    p = graph.producer(name)
+    if p is None:
+        return next((t.dtype or "float32" for t in graph.inputs if t.name == name), "float32")
+    if p.kind == "Reformat":
+        return p.params["to"]
+    types = p.meta.get("output_types")
+    if isinstance(types, list):
+        i = p.outputs.index(name)
+        if i < len(types) and types[i]:
+            return types[i]
+    return STORAGE.get(p.precision, "float32")
+
+
+def _residual_index(node):
+    return next((s["input"] for s in node.params.get("post_ops") or () if s["op"] == "add"), None)
+
+
+def _reformat(src, dst, from_type, to_type, scale, rounding=None) -> Node:
+    params = {"from": from_type, "to": to_type, "scale": float(scale)}
+    if rounding is not None:
+        params["rounding"] = rounding
+    from native.precision import as_precision
+    return Node(name=f"Reformat {src} {from_type}->{to_type}", kind="Reformat", inputs=[src], outputs=[dst],
+                params=params, precision=as_precision(to_type), meta={"output_types": [to_type]})
+
+
+def apply(graph, config, logger) -> int:
+    """Step 2 (after the precision pass): int8 storage and the Reformat layers at the int8 chains' edges; returns
+    how many tensors are stored int8."""
+    for n in graph.nodes:       # marked layers the layout pass left NCHW: INT8 on float tensors after all
+        if n.meta.get("int8_io") and (n.kind != "ConvolutionNHWC" or n.precision != "int8"):
+            n.meta.pop("int8_io")
+    io = [n for n in graph.nodes if n.meta.get("int8_io")]
+    if not io:
+        return 0
+    io_ids = {id(n) for n in io}
+    outs = set(graph.output_names)
+    body_reads = set()
+    for n in graph.nodes:
+        for sub in n.subgraphs.values():
+            body_reads |= sub.outer_references()
+    scale_of = {}
+    for n in io:
+        s_y = n.params["int8"].get("output_scale")
+        if s_y is not None and n.outputs[0] not in outs and n.outputs[0] not in body_reads:
+            scale_of[n.outputs[0]] = float(s_y)
+    residual_scales = {id(n): {} for n in io}
+    dequantized = quantized = 0
+    consumers = graph.consumers()
+    for t, s in scale_of.items():
+        prod = graph.producer(t)
+        prod.meta["output_types"] = ["int8"]
+        made = None
+        for r in list(dict.fromkeys(consumers.get(t, []))):
+            if r.kind == "Reformat" and r.params.get("from") == "float32" and r.params.get("to") in ("float16",
+                                                                                                   "float32",
+                                                                                                   "bfloat16"):
+                r.params = {"from": "int8", "to": r.params["to"], "scale": s}
+                r.name = f"Reformat {t} int8->{r.params['to']}"
+                dequantized += 1
+                continue
+            inputs = list(r.inputs)
+            for i, name in enumerate(inputs):
+                if name != t:
+                    continue
+                if id(r) in io_ids and i == 0 and float(r.params["int8"]["input_scale"]) == s:
+                    continue
+                if id(r) in io_ids and i == _residual_index(r):
+                    residual_scales[id(r)][str(i)] = s
+                    continue
+                if made is None:
+                    made = _reformat(t, f"{t} (dequantized)", "int8", "float32", s)
+                    graph.insert_after(prod, made)
+                    dequantized += 1
+                inputs[i] = made.outputs[0]
+            if inputs != r.inputs:
+                graph.set_inputs(r, inputs)
+    consumers = graph.consumers()
+    memo = {}
+    for n in io:
+        p8 = dict(n.params["int8"])
+        s_x = float(p8["input_scale"])
+        x = n.inputs[0]
+        if scale_of.get(x) != s_x:
+            src, have = x, _stored_as(graph, x)
+            pr = graph.producer(x)
+            if pr is not None and pr.kind == "Reformat" and pr.params.get("to") == "float32" and \
+                    pr.params.get("from") in ("float16", "bfloat16") and len(consumers.get(x, [])) == 1:
+                src, have = pr.inputs[0], pr.params["from"]
+            q = memo.get((src, s_x))
+            if q is None:
+                q = memo[(src, s_x)] = _reformat(src, f"{src} (int8 {s_x:.6g})", have, "int8", s_x,
+                                                 p8.get("rounding", "half_even"))
+                graph.insert_before(n, q)
+                quantized += 1
+            graph.set_inputs(n, [q.outputs[0]] + n.inputs[1:])
+        p8["io"] = {"input": "int8", "output": "int8" if n.outputs[0] in scale_of else "float32"}
+        if residual_scales[id(n)]:
+            p8["residual_scales"] = residual_scales[id(n)]
+        else:
+            p8.pop("residual_scales", None)
+        n.params = dict(n.params, int8=p8)
+        n.meta["int8_note"] = f"INT8 in, {'INT8' if p8['io']['output'] == 'int8' else 'FP32'} out (int8 NHWC tensors)"
+    eliminate_dead_layers(graph, config)
+    logger.info(f"INT8 I/O: {len(io)} layers on int8 NHWC tensors, {len(scale_of)} tensors stored int8; "
+                f"{quantized} quantizing and {dequantized} dequantizing Reformat layers at the chains' edges")
+    return len(scale_of)

@@ -1,0 +1,69 @@
+"""What the INT8 convolutions on int8 NHWC tensors share on every device (passes/int8_io.py hands them the
+layer's I/O in params['int8']): the fused epilogue they take, its per-channel scales, and the quantized KRSC kernel.
+The epilogue in float32, in this order: v = (acc + bias_q) * scale[c] (+ r * rs), then ReLU / saturation and the
+int8 (round to nearest even) or float32 output, where scale = s_x * s_w / s_y and rs = s_r / s_y (int8 residual) or
+1 / s_y (float residual) for an int8 output, and s_x * s_w, s_r (or 1) for a float32 one."""
+from __future__ import annotations
+
+import numpy as np
+
+from native.shared.int8 import int8_params, quantize_bias, quantize_weights
+from native.tactics import TacticRefusal
+
+
+def io_of(op) -> dict:
+    """The INT8 I/O the builder gave the layer (params['int8']['io']), {} when it gave none."""
+    return int8_params(op).get("io") or {}
+
+
+def epilogue_plan(op) -> tuple:
+    """(residual input index or None, relu) of the layer's post-ops, TacticRefusal for any other epilogue: the
+    fused graph takes [], [RELU], [add] and [add, RELU] (the conv's own bias is its `bias` weight)."""
+    post = list(op.params.get("post_ops") or ())
+    res, relu = None, False
+    if post and post[0]["op"] == "add":
+        res = post.pop(0)["input"]
+    if post and post[0]["op"] == "activation" and post[0]["type"] == "RELU":
+        relu = True
+        post.pop(0)
+    if post:
+        raise TacticRefusal(f"post-ops {[s['op'] if s['op'] != 'activation' else s['type'] for s in post]} "
+                            f"have no place in the INT8 cuDNN graph")
+    return res, relu
+
+
+def channel_scales(op, s_w) -> tuple:
+    """(scale of the accumulator per output channel, scale of the residual) in float32: s_x * s_w / s_y and
+    s_r / s_y (1 / s_y for a float residual) for an int8 output; s_x * s_w and s_r (1) for a float32 one."""
+    p = int8_params(op)
+    s_y = p.get("output_scale") if io_of(op).get("output") == "int8" else None
+    acc = np.float32(p["input_scale"]) * np.asarray(s_w, np.float32)
+    res_idx, _ = epilogue_plan(op)
+    s_r = (p.get("residual_scales") or {}).get(str(res_idx)) if res_idx is not None else None
+    r = np.float32(1.0) if s_r is None else np.float32(s_r)
+    if s_y is not None:
+        return (acc / np.float32(s_y)).astype(np.float32), np.float32(r / np.float32(s_y))
+    return acc.astype(np.float32), r
+
+
+def prepared_weights(op) -> dict:
+    """The kernel quantized per output channel as [M, KH, KW, C] int8 (cuDNN's KRSC), the int32 bias as float32
+    (what the graph adds to the accumulator), and the epilogue's per-channel scales."""
+    w = dict(op.weights)
+    if "int8_krsc" in w:
+        return w
+    p = int8_params(op)
+    kh, kw = op.params["kernel_spatial"]
+    hwio = np.asarray(w["kernel_hwio"], np.float32)
+    m = hwio.shape[-1]
+    krsc = hwio.reshape(kh, kw, -1, m).transpose(3, 0, 1, 2)
+    q, s_w = quantize_weights(krsc, w.get("kernel_scale"), 0, narrow=p.get("narrow_weights", True),
+                              rounding=p.get("weight_rounding", "half_even"))
+    w["int8_krsc"] = np.ascontiguousarray(q.astype(np.int8))
+    w["kernel_scale"] = s_w
+    b = quantize_bias(w.get("bias"), p["input_scale"], s_w)
+    w["int8_bias"] = (np.zeros(m, np.float32) if b is None else b.astype(np.float32)).reshape(1, m, 1, 1)
+    acc, r = channel_scales(op, s_w)
+    w["int8_scale"] = acc.reshape(1, m, 1, 1)
+    w["int8_res_scale"] = np.full((1, m, 1, 1), r, np.float32)
+    return w

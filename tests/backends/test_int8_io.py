@@ -1,0 +1,194 @@
+"""INT8 I/O (passes/int8_io.py): int8 tensors between INT8 convolutions, Reformat layers at the chains' edges.
+
+The pass runs on devices with an int8-I/O convolution tactic (CUDA's cuDNN INT8 graphs). Here it runs on the CPU
+with a numpy tactic of the same contract registered for the test (int8 NHWC in, the fused epilogue, int8 or
+float32 out), so the graph rewriting, the scales the tactic is handed and the Reformat numerics are checked
+without a GPU; tests/native/cuda/test_cuda_int8_io.py runs the cuDNN tactic itself."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from native import numerics
+from native.tactics import _REGISTRY, Tactic, register_tactic
+
+
+def _conv_nhwc_int(xq, wq, params):
+    """Exact int64 accumulators of an NHWC int8 convolution (x [N,H,W,C], w [M,KH,KW,C])."""
+    n, h, w, c = xq.shape
+    m, kh, kw, _ = wq.shape
+    (sh, sw), (dh, dw) = params.get("strides") or [1, 1], params.get("dilations") or [1, 1]
+    pre, post = params.get("pre_padding") or [0, 0], params.get("post_padding") or [0, 0]
+    xp = np.pad(xq.astype(np.int64), ((0, 0), (pre[0], post[0]), (pre[1], post[1]), (0, 0)))
+    oh = (h + pre[0] + post[0] - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pre[1] + post[1] - (kw - 1) * dw - 1) // sw + 1
+    acc = np.zeros((n, oh, ow, m), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, i * dh:i * dh + sh * oh:sh, j * dw:j * dw + sw * ow:sw, :]
+            acc += np.einsum("nhwc,mc->nhwm", patch, wq[:, i, j, :].astype(np.int64))
+    return acc
+
+
+class NumpyInt8IO(Tactic):
+    """The cuDNN INT8 tactic's contract in numpy: the graph it fuses, evaluated in float32 in its order."""
+
+    kind, name, device = "ConvolutionNHWC", "test-int8-io", "cpu"
+    precisions, formats = ("int8",), ("nhwc",)
+    honours = frozenset({"post_ops"})
+    int8_io = True
+    seen: list = []
+
+    def supports(self, op, input_shapes):
+        from native.shared.int8_io import io_of
+        return None if io_of(op).get("input") == "int8" else "not prepared for int8 I/O"
+
+    def run(self, op, inputs):
+        from native.shared.int8_io import epilogue_plan, io_of, prepared_weights
+        w = prepared_weights(op)
+        x = np.asarray(inputs[0])
+        assert x.dtype == np.int8, x.dtype
+        NumpyInt8IO.seen.append((op.name, dict(op.params["int8"])))
+        v = (_conv_nhwc_int(x, w["int8_krsc"], op.params).astype(np.float32) + w["int8_bias"].reshape(-1)) \
+            * w["int8_scale"].reshape(-1)
+        res, relu = epilogue_plan(op)
+        if res is not None:
+            r = np.asarray(inputs[res])
+            v = v + r.astype(np.float32) * w["int8_res_scale"].reshape(-1)
+        if io_of(op)["output"] == "int8":
+            return [np.clip(np.rint(v), 0 if relu else -128, 127).astype(np.int8)]
+        return [np.maximum(v, 0) if relu else v]
+
+
+@pytest.fixture
+def int8_io_on_cpu(monkeypatch):
+    """The pass enabled on the CPU with NumpyInt8IO registered (removed afterwards)."""
+    from backends.engine.builder.passes import int8_io
+    register_tactic(NumpyInt8IO)
+    NumpyInt8IO.seen = []
+    monkeypatch.setattr(int8_io, "enabled", lambda config: True)
+    try:
+        yield
+    finally:
+        bucket = _REGISTRY[("cpu", "ConvolutionNHWC")]
+        bucket[:] = [t for t in bucket if t.name != NumpyInt8IO.name]
+
+
+def _resnet_block():
+    """conv1 3x3 (8->16) + ReLU -> conv2 3x3 (16->16) + r1 + ReLU -> conv3 1x1 (16->8) -> y; conv0 3 input
+    channels (not a multiple of 4: keeps float tensors)."""
+    rng = np.random.default_rng(5)
+    w = {f"w{i}": (rng.standard_normal(s) * 0.15).astype(np.float32)
+         for i, s in ((0, (8, 3, 3, 3)), (1, (16, 8, 3, 3)), (2, (16, 16, 3, 3)), (3, (8, 16, 1, 1)))}
+    w["b1"] = rng.standard_normal(16).astype(np.float32) * 0.1
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c0", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r1"], ["a2"], name="add2"),
+             helper.make_node("Relu", ["a2"], ["r2"], name="relu2"),
+             helper.make_node("Conv", ["r2", "w3"], ["y"], name="conv3")]
+    g = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 10, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in w.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    batches = [{"x": rng.standard_normal((2, 3, 10, 10)).astype(np.float32)} for _ in range(3)]
+    return model, batches, rng.standard_normal((2, 3, 10, 10)).astype(np.float32)
+
+
+def test_int8_io_build_stores_int8_between_int8_convolutions(int8_io_on_cpu, tmp_path):
+    from backends.engine import Calibrator
+    from backends.engine.builder.config import BuilderConfig
+    from backends.runners import EngineRunner
+    model, batches, x = _resnet_block()
+    cache = tmp_path / "calib.cache"
+    config = BuilderConfig()
+    config.prefer_nhwc = True
+    config.precision_by_timing = False   # the rule: every layer the tactic runs (timing: the next test)
+    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as plain, \
+            EngineRunner(model, flags=("int8",), config=config, calibrator=Calibrator(batches, cache=cache)) as io:
+        want, got = plain.infer({"x": x})["y"], io.infer({"x": x})["y"]
+        nodes = io.engine.graph.nodes
+        kinds = {n.name: (n.kind, n.precision, n.tactic_name) for n in nodes}
+        reformats = [(n.params["from"], n.params["to"], n.params.get("scale")) for n in nodes
+                     if n.kind == "Reformat"]
+        conv = {n.name.split(" ")[0]: n for n in nodes if n.kind == "ConvolutionNHWC"}
+        scales = {n.name: n for n in plain.engine.graph.nodes if n.precision == "int8"}
+    # conv1 and conv2 run on int8 NHWC tensors; conv0 (3 input channels) keeps float ones, conv3 (the last before
+    # the FP32 output) reads int8 and writes float32
+    io_layers = {k: v for k, v in kinds.items() if v[2] == "test-int8-io"}
+    assert len(io_layers) == 3, kinds
+    p1, p2, p3 = (next(v for k, v in conv.items() if k.startswith(name)).params["int8"]
+                  for name in ("conv1", "conv2", "conv3"))
+    assert p1["io"] == {"input": "int8", "output": "int8"} and p2["io"] == p1["io"], (p1, p2)
+    assert p3["io"] == {"input": "int8", "output": "float32"}, p3
+    # conv2 adds r1 (conv1's int8 output) as an int8 residual of conv1's output scale
+    assert p2["residual_scales"] == {"3": p1["output_scale"]}, p2
+    assert p2["input_scale"] == p1["output_scale"] and p3["input_scale"] == p2["output_scale"]
+    # one quantizing Reformat (conv0's float32 output into conv1), no dequantizing one: y is conv3's float32
+    quant = [r for r in reformats if r[1] == "int8"]
+    assert quant == [("float32", "int8", pytest.approx(p1["input_scale"]))], reformats
+    assert not [r for r in reformats if r[0] == "int8"], reformats
+    # the numerics: the int8 values agree with the CPU INT8 engine except where the fused residual rounds apart
+    assert got.dtype == np.float32 and got.shape == want.shape
+    cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
+    assert cos > 0.999, cos
+    assert np.mean(np.abs(got - want) <= 1e-6 + 1e-5 * np.abs(want)) > 0.9
+
+
+@pytest.mark.parametrize("int8_ms,float_ms,marked", [(1.0, 2.0, 3), (1.02, 1.0, 3), (3.0, 1.0, 0)])
+def test_int8_io_layers_are_chosen_by_timing_against_float(int8_io_on_cpu, monkeypatch, tmp_path, int8_ms,
+                                                           float_ms, marked):
+    """A layer reads and writes int8 tensors only where its INT8 tactic times no slower than float (3% margin);
+    the others are INT8 layers on float tensors, timed as before."""
+    from backends.engine import Calibrator
+    from backends.engine.builder.config import BuilderConfig
+    from backends.engine.builder.passes import int8_io
+    from backends.runners import EngineRunner
+    asked = []
+    monkeypatch.setattr(int8_io, "time_against_float",
+                        lambda probe, node, op, shape, config: asked.append(node.name) or (int8_ms, float_ms, "float32"))
+    model, batches, x = _resnet_block()
+    config = BuilderConfig()
+    config.prefer_nhwc = True
+    with EngineRunner(model, flags=("int8",), config=config, calibrator=Calibrator(batches)) as io:
+        io.infer({"x": x})
+        nodes = io.engine.graph.nodes
+        got = sum(n.tactic_name == NumpyInt8IO.name for n in nodes)
+        ms = [n.meta.get("precision_ms") for n in nodes if n.tactic_name == NumpyInt8IO.name]
+    assert len(asked) == 3 and got == marked, (asked, got)
+    assert all(m == {"int8": int8_ms, "float32": float_ms} for m in ms), ms
+
+
+def test_int8_io_leaves_explicit_qdq_and_untimed_builds_alone():
+    """Explicit Q/DQ layers are not marked (they stay bit-equal to the CPU), nor is any layer of a build that does
+    not choose by timing (the CPU's)."""
+    from backends.engine.builder.config import BuilderConfig
+    from backends.engine.builder.passes import int8_io
+    from backends.engine.engine_graph import Node
+    n = Node(name="c", kind="Convolution", inputs=["x"], outputs=["y"],
+             params={"int8": {"input_scale": 0.1, "output_scale": 0.2, "narrow_weights": False},
+                     "post_ops": []},
+             weights={"kernel": np.ones((8, 8, 3, 3), np.float32)}, precision="int8")
+    assert "explicit Q/DQ" in int8_io.why_not(n, None)
+    n.params["int8"]["narrow_weights"] = True
+    assert int8_io.why_not(n, None) is None
+    n.weights["kernel"] = np.ones((8, 3, 3, 3), np.float32)
+    assert "multiples of 4" in int8_io.why_not(n, None)
+    n.weights["kernel"] = np.ones((8, 8, 3, 3), np.float32)
+    n.params["post_ops"] = [{"op": "activation", "type": "SIGMOID"}]
+    assert "epilogue" in int8_io.why_not(n, None)
+    assert not int8_io.enabled(BuilderConfig())
+
+
+@pytest.mark.parametrize("src", ["float32", "float16"])
+def test_int8_reformats_quantize_and_dequantize_like_numerics(src):
+    from native.cpu.kernels.reformat import Reformat
+    from native.tactics import Op
+    x = (np.array([0.05, 0.15, 0.25, -0.05, -0.35, 30.0, -30.0, 1.0], np.float32)).astype(src)
+    q = Reformat().run(Op("Reformat", "r", {"from": src, "to": "int8", "scale": 0.1}), [x])[0]
+    assert q.dtype == np.int8
+    np.testing.assert_array_equal(q, numerics.quantize(x.astype(np.float32), np.float32(0.1)))
+    assert q[5] == 127 and q[6] == -128
+    back = Reformat().run(Op("Reformat", "r", {"from": "int8", "to": "float16", "scale": 0.1}), [q])[0]
+    assert back.dtype == np.float16
+    np.testing.assert_array_equal(back, (q.astype(np.float32) * np.float32(0.1)).astype(np.float16))

@@ -1,0 +1,90 @@
+"""INT8 on int8 NHWC tensors on the GPU: cuDNN's INT8 convolution graphs (native/cuda/tactics/cudnn_int8.py) with
+the epilogue fused and int8 outputs, the int8 Reformat kernels, and a timed INT8 build that stores int8 tensors
+between its convolutions (passes/int8_io.py). cuDNN's epilogue is not bit-equal to the CPU's INT8 kernels: the
+checks allow one step of the int8 grid where float32 rounding puts a value on the other side of a tie, and
+count how rarely. Skipped without a GPU."""
+import numpy as np
+import pytest
+
+from tests.backends.test_int8_io import NumpyInt8IO, _resnet_block
+
+pytestmark = pytest.mark.cuda
+
+
+def _op(c, m, k, stride, residual, relu, out, rng):
+    from native.tactics import Op
+    post = ([{"op": "add", "input": 3}] if residual else []) + \
+        ([{"op": "activation", "type": "RELU"}] if relu else [])
+    p8 = {"input_scale": 0.05, "output_scale": 0.08 if out == "int8" else None, "rounding": "half_even",
+          "narrow_weights": True, "weight_rounding": "half_up", "io": {"input": "int8", "output": out}}
+    if residual == "int8":
+        p8["residual_scales"] = {"3": 0.06}
+    pad = k // 2
+    params = {"kernel_spatial": [k, k], "num_output_maps": m, "strides": [stride, stride], "pre_padding": [pad, pad],
+              "post_padding": [pad, pad], "dilations": [1, 1], "post_ops": post, "int8": p8, "groups": 1}
+    w = {"kernel_hwio": (rng.standard_normal((k * k * c, m)) * 0.1).astype(np.float32),
+         "bias": rng.standard_normal(m).astype(np.float32)}
+    return Op("ConvolutionNHWC", "conv", params, w, precision="int8", format="nhwc")
+
+
+@pytest.mark.parametrize("c,m,k,stride,residual,relu,out", [
+    (16, 32, 3, 1, None, True, "int8"), (32, 16, 1, 1, None, False, "int8"), (8, 32, 3, 2, None, True, "int8"),
+    (32, 32, 1, 1, "int8", True, "int8"), (32, 32, 1, 1, "float32", True, "int8"),
+    (16, 32, 3, 1, None, True, "float32"), (32, 32, 1, 1, "int8", False, "float32")])
+def test_cudnn_int8_conv_computes_the_fused_epilogue(c, m, k, stride, residual, relu, out):
+    from native.cuda.array import GpuArray
+    from native.tactics import tactics_for
+    rng = np.random.default_rng(3)
+    op = _op(c, m, k, stride, residual, relu, out, rng)
+    n, h = 2, 9
+    x = rng.integers(-128, 128, (n, h, h, c)).astype(np.int8)
+    oh = (h + 2 * (k // 2) - k) // stride + 1
+    r = None
+    if residual == "int8":
+        r = rng.integers(-128, 128, (n, oh, oh, m)).astype(np.int8)
+    elif residual:
+        r = rng.standard_normal((n, oh, oh, m)).astype(np.float32) * 2
+    inputs = [x, None, None] + ([r] if r is not None else [])
+    want = NumpyInt8IO().run(op, inputs)[0]
+    tactic = next(t for t in tactics_for("ConvolutionNHWC", "cuda") if t.name == "cudnn-int8-plan-0")
+    from native.tactics import LayerContext
+    ctx = LayerContext.of([GpuArray.from_host(a) if a is not None else None for a in inputs])
+    assert tactic.supports(op, ctx) is None, tactic.supports(op, ctx)
+    got = tactic.run(op, [GpuArray.from_host(a) if a is not None else None for a in inputs])[0].get()
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype)
+    if out == "int8":
+        d = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        assert d.max() <= 1 and np.mean(d == 0) >= 0.99, (d.max(), np.mean(d == 0))
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("src", ["float32", "float16"])
+def test_int8_reformat_kernels_equal_the_cpu(src):
+    from native.cpu.kernels.reformat import Reformat
+    from native.cuda.array import GpuArray
+    from native.cuda.tactics.int8 import GpuInt8Reformat
+    from native.tactics import Op
+    x = (np.random.default_rng(4).standard_normal(1000) * 5).astype(src)
+    to8 = Op("Reformat", "q", {"from": src, "to": "int8", "scale": 0.03, "rounding": "half_even"})
+    back = Op("Reformat", "d", {"from": "int8", "to": src, "scale": 0.03})
+    q = GpuInt8Reformat().run(to8, [GpuArray.from_host(x)])[0]
+    np.testing.assert_array_equal(q.get(), Reformat().run(to8, [x])[0])
+    np.testing.assert_array_equal(GpuInt8Reformat().run(back, [q])[0].get(), Reformat().run(back, [q.get()])[0])
+
+
+def test_timed_int8_build_on_gpu_keeps_int8_tensors_between_convolutions(tmp_path):
+    from backends.engine import Calibrator
+    from backends.runners import EngineRunner
+    model, batches, x = _resnet_block()
+    cache = tmp_path / "calib.cache"
+    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as cpu, \
+            EngineRunner(model, flags=("int8",), device="cuda", calibrator=Calibrator(batches, cache=cache)) as gpu:
+        want, got = cpu.infer({"x": x})["y"], gpu.infer({"x": x})["y"]
+        nodes = gpu.engine.graph.nodes
+        io = [n for n in nodes if n.tactic_name and n.tactic_name.startswith("cudnn-int8-plan-")]
+        int8_out = [n for n in io if (n.meta.get("output_types") or [None])[0] == "int8"]
+    assert len(io) == 3, [(n.name, n.kind, n.precision, n.tactic_name) for n in nodes]
+    assert len(int8_out) == 2
+    cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
+    assert cos > 0.999, cos
