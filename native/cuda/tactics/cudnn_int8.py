@@ -23,6 +23,7 @@ from native.cuda.availability import has_library, missing
 from native.cuda.diagnostics import captured_stderr
 from native.cuda.driver import CudaError
 from native.cuda.nvrtc import grid_for, kernel, launch
+from native.cuda.tactics import cudnn_conv
 from native.cuda.tactics.common import cast, on_device, out_array, weight
 from native.shared.int8 import conv_reason, int8_params
 from native.shared.int8_io import epilogue_plan, io_of, prepared_weights
@@ -50,12 +51,11 @@ class Int8ConvGraph:
 
     def __init__(self, x_nchw, w_nchw, y_nchw, geo, res_dtype, relu, out_dtype):
         import cudnn
-        from native.cuda.tactics.cudnn_conv import handle
         strides, dil, pre, post = geo
         f32 = cudnn.data_type.FLOAT
         m = w_nchw[0]
         self.g = g = cudnn.pygraph(io_data_type=cudnn.data_type.INT8, intermediate_data_type=f32,
-                                   compute_data_type=f32, handle=handle())
+                                   compute_data_type=f32, handle=cudnn_conv.handle())
         self.x = g.tensor(name="x", dim=list(x_nchw), stride=_nhwc(*x_nchw), data_type=cudnn.data_type.INT8)
         self.w = g.tensor(name="w", dim=list(w_nchw), stride=_nhwc(*w_nchw), data_type=cudnn.data_type.INT8)
         acc = g.conv_fprop(image=self.x, weight=self.w, pre_padding=list(pre), post_padding=list(post),
@@ -104,13 +104,12 @@ class Int8ConvGraph:
         return j, self.workspace[j]
 
     def execute(self, index, x, w, b, s, r, rs, y):
-        from native.cuda.tactics.cudnn_conv import handle
         j, ws_size = self.plan(index)
         ws = GpuArray((max(ws_size, 1),), np.uint8) if ws_size else None
         pack = {self.x: x.ptr, self.w: w.ptr, self.b: b.ptr, self.s: s.ptr, self.y: y.ptr}
         if self.r is not None:
             pack[self.r], pack[self.rs] = r.ptr, rs.ptr
-        self.g.execute_plan_at_index(pack, ws.ptr if ws is not None else 0, j, handle=handle())
+        self.g.execute_plan_at_index(pack, ws.ptr if ws is not None else 0, j, handle=cudnn_conv.handle())
 
 
 def _graph(key, args):
@@ -149,12 +148,7 @@ def release():
         _GRAPHS.clear()
 
 
-def _on_release():
-    from native.cuda.tactics import cudnn_conv
-    cudnn_conv.on_release(release)
-
-
-_on_release()
+cudnn_conv.on_release(release)
 
 
 def as_float32(r: GpuArray) -> GpuArray:

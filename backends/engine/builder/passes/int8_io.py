@@ -21,10 +21,16 @@ layer), which is why INT8 was no faster than FP16 on the GPU.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from backends.engine.builder.config import BuilderFlag
 from backends.engine.builder.passes.dead import eliminate_dead_layers
+from backends.engine.builder.passes.precision import enabled_precisions, int8_is_permission
+from backends.engine.builder.timed_choice import TIE_MARGIN, Probe, chooses_by_timing, variant
 from backends.engine.engine_graph import Node
-from native.precision import STORAGE
-from native.tactics import Op, tactics_for
+from native.numerics import storage_numpy_dtype
+from native.precision import LADDER, STORAGE, as_precision
+from native.tactics import LayerContext, Op, tactics_for
 
 ALIGN = 4        # channel counts the INT8 NHWC convolutions take (multiples of)
 
@@ -36,8 +42,6 @@ def io_tactics(device) -> list:
 
 def enabled(config) -> bool:
     """Whether this build stores int8 tensors between INT8 layers (see the module docstring)."""
-    from backends.engine.builder.config import BuilderFlag
-    from backends.engine.builder.timed_choice import chooses_by_timing
     if not chooses_by_timing(config) or config.uses_dla() or config.get_flag(BuilderFlag.DISABLE_LAYOUT) \
             or config.prefer_nhwc is False or "nhwc" not in config.device.formats:
         return False
@@ -52,8 +56,6 @@ def epilogue_ok(post_ops) -> bool:
 
 def why_not(node, graph) -> str | None:
     """Why the INT8 layer `node` cannot read and write int8 NHWC tensors (None: it can, cuDNN asked)."""
-    import numpy as np
-    from backends.engine.builder.passes.precision import int8_is_permission
     if node.kind != "Convolution" or node.precision != "int8":
         return "not an INT8 convolution"
     if not int8_is_permission(node):
@@ -75,7 +77,6 @@ def why_not(node, graph) -> str | None:
 
 def _nhwc_op(node) -> Op:
     """The layer as the layout pass will make it (ConvolutionNHWC) with INT8 I/O, to ask the tactics about."""
-    import numpy as np
     k = np.asarray(node.weights["kernel"])
     m = int(k.shape[0])
     post = [dict(s) for s in node.params.get("post_ops") or ()]
@@ -102,8 +103,6 @@ def _static_shape(graph, name):
 
 def _float_storage(config):
     """The float precision the layers around an INT8 chain would otherwise run in (the lowest enabled)."""
-    from backends.engine.builder.passes.precision import enabled_precisions
-    from native.precision import LADDER
     enabled = enabled_precisions(config) & config.device.precisions
     return next((p for p in LADDER if p in enabled and p not in ("int8", "fp8")), "float32")
 
@@ -112,9 +111,6 @@ def time_against_float(probe, node, op, shape, config):
     """(int8 ms, float ms, float precision) of the layer at its opt shape: its INT8 NHWC tactics on int8 tensors
     against its float NHWC tactics in the lowest enabled float precision on tensors of that storage (the chain
     assumption: its neighbours are the same kind as it; the Reformat layers at a chain's edges are not counted)."""
-    import numpy as np
-    from backends.engine.builder.timed_choice import variant
-    from native.numerics import storage_numpy_dtype
     fp = _float_storage(config)
     n, c, h, w = shape
     kh, kw = op.params["kernel_spatial"]
@@ -148,8 +144,6 @@ def mark(graph, config, logger, ctx=None) -> int:
     than its float NHWC one (time_against_float); the others are timed as before (time_int8_layers)."""
     if not enabled(config):
         return 0
-    from backends.engine.builder.timed_choice import TIE_MARGIN, Probe
-    from native.tactics import LayerContext
     tactics = io_tactics(config.device)
     probe = None
     if ctx is not None and config.precision_by_timing:
@@ -224,7 +218,6 @@ def _reformat(src, dst, from_type, to_type, scale, rounding=None) -> Node:
     params = {"from": from_type, "to": to_type, "scale": float(scale)}
     if rounding is not None:
         params["rounding"] = rounding
-    from native.precision import as_precision
     return Node(name=f"Reformat {src} {from_type}->{to_type}", kind="Reformat", inputs=[src], outputs=[dst],
                 params=params, precision=as_precision(to_type), meta={"output_types": [to_type]})
 
