@@ -65,5 +65,6 @@ def prepared_weights(op) -> dict:
     w["int8_bias"] = (np.zeros(m, np.float32) if b is None else b.astype(np.float32)).reshape(1, m, 1, 1)
     acc, r = channel_scales(op, s_w)
     w["int8_scale"] = acc.reshape(1, m, 1, 1)
+    w["int8_bias_scaled"] = (w["int8_bias"] * w["int8_scale"]).astype(np.float32)   # for acc * scale + this
     w["int8_res_scale"] = np.full((1, m, 1, 1), r, np.float32)
     return w

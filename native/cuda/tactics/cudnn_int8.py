@@ -46,10 +46,16 @@ def _nhwc(n, c, h, w):
     return [c * h * w, 1, w * c, c]
 
 
+# the graph forms tried in order until cuDNN builds one: (bias before the scale, explicit clamp to the int8 range).
+# The first is the CPU's order, (acc + bias_q) * scale; the second is cuDNN's own samples' order, acc * scale +
+# bias_q * scale (one more float32 rounding); the last leaves saturation to cuDNN's int8 conversion.
+FORMS = ((True, True), (False, True), (False, False))
+
+
 class Int8ConvGraph:
     """One cuDNN graph: int8 conv -> + bias -> * scale [-> + residual * rs] -> clamp (ReLU) -> int8 / float32."""
 
-    def __init__(self, x_nchw, w_nchw, y_nchw, geo, res_dtype, relu, out_dtype):
+    def __init__(self, x_nchw, w_nchw, y_nchw, geo, res_dtype, relu, out_dtype, form=FORMS[0]):
         import cudnn
         strides, dil, pre, post = geo
         f32 = cudnn.data_type.FLOAT
@@ -64,14 +70,17 @@ class Int8ConvGraph:
         chan = dict(dim=[1, m, 1, 1], stride=[m, 1, m, m], data_type=f32)
         self.b = g.tensor(name="b", **chan)
         self.s = g.tensor(name="s", **chan)
-        y = g.add(a=acc, b=self.b, compute_data_type=f32)
-        y = g.mul(a=y, b=self.s, compute_data_type=f32)
+        self.bias_first, clamp = form
+        if self.bias_first:
+            y = g.mul(a=g.add(a=acc, b=self.b, compute_data_type=f32), b=self.s, compute_data_type=f32)
+        else:     # the bias tensor then holds bias_q * scale (prepared_weights' int8_bias_scaled)
+            y = g.add(a=g.mul(a=acc, b=self.s, compute_data_type=f32), b=self.b, compute_data_type=f32)
         self.r = self.rs = None
         if res_dtype is not None:
             self.r = g.tensor(name="r", dim=list(y_nchw), stride=_nhwc(*y_nchw), data_type=_dtype(res_dtype))
             self.rs = g.tensor(name="rs", **chan)
             y = g.add(a=y, b=g.mul(a=self.r, b=self.rs, compute_data_type=f32), compute_data_type=f32)
-        if out_dtype == "int8":
+        if out_dtype == "int8" and clamp:
             y = g.relu(input=y, lower_clip=0.0 if relu else -128.0, upper_clip=127.0, compute_data_type=f32)
         elif relu:
             y = g.relu(input=y, compute_data_type=f32)
@@ -117,13 +126,15 @@ def _graph(key, args):
     with _LOCK:
         g = _GRAPHS.get(key)
         if g is None:
-            said = []
-            try:
-                with captured_stderr(said):
-                    g = Int8ConvGraph(*args)
-            except Exception as e:
-                first = str(e).splitlines()[0] if str(e) else type(e).__name__
-                g = f"cuDNN has no INT8 engine for this convolution graph: {first}"
+            said, first = [], None
+            for form in FORMS:
+                try:
+                    with captured_stderr(said):
+                        g = Int8ConvGraph(*args, form=form)
+                    break
+                except Exception as e:
+                    first = first or (str(e).splitlines()[0] if str(e) else type(e).__name__)
+                    g = f"cuDNN has no INT8 engine for this convolution graph: {first}"
             _GRAPHS[key] = g
     if isinstance(g, str):
         raise TacticRefusal(g)
@@ -255,7 +266,8 @@ class _CudnnInt8Conv(Tactic):
             r = as_float32(r)
         wts = op.weights
         try:
-            g.execute(self.index, x, weight(wts["int8_krsc"]), weight(wts["int8_bias"]), weight(wts["int8_scale"]),
+            g.execute(self.index, x, weight(wts["int8_krsc"]),
+                      weight(wts["int8_bias"] if g.bias_first else wts["int8_bias_scaled"]), weight(wts["int8_scale"]),
                       r, weight(wts["int8_res_scale"]), y)
         except TacticRefusal:
             raise
