@@ -212,6 +212,18 @@ class Device:
         """Why layers of `kind` have no reduced-precision implementation on this device (for the verbose log)."""
         return f"no reduced-precision implementation on device '{self.name}'"
 
+    # INT8 calibration statistics (backends/engine/calibration/histogram.py) of a tensor of this device: a device
+    # with its own memory computes them there instead of downloading every activation of every batch
+    def abs_max(self, x):
+        """The largest |x| of a float tensor (NaN or inf where it has one: the batch then adds nothing)."""
+        return float(np.max(np.abs(np.asarray(x))))
+
+    def abs_histogram(self, x, amax: float, bins: int) -> np.ndarray:
+        """Counts of the finite non-zero |x| in `bins` bins over [0, amax] (the last takes everything above)."""
+        a = np.abs(np.asarray(x).astype(np.float32, copy=False).ravel())
+        a = a[np.isfinite(a) & (a != 0)]
+        return np.bincount(np.minimum((a * (bins / amax)).astype(np.int64), bins - 1), minlength=bins)
+
     def fingerprint(self) -> dict:
         return {"device": self.name, "machine": platform.machine()}
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import platform
 
+import numpy as np
+
+from native.cuda import calibration
 from native.cuda.array import GpuArray, to_device, to_host
 from native.cuda.availability import available
 from native.cuda.driver import EventTraceClock, Timeline, context
@@ -60,6 +63,17 @@ class CudaDevice(Device):
         import native.cuda.tactics.cudnn_int8  # noqa: F401  (INT8 NHWC with int8 I/O: passes/int8_io.py)
         from native.cuda.tactics.host import wrap_cpu_tactics
         wrap_cpu_tactics()
+
+    # INT8 calibration statistics, reduced on the device (native/cuda/calibration.py) ---------------------------
+    def abs_max(self, x):
+        if isinstance(x, GpuArray) and x.dtype == np.float32:
+            return calibration.abs_max(x)
+        return super().abs_max(to_host(x))
+
+    def abs_histogram(self, x, amax, bins):
+        if isinstance(x, GpuArray) and x.dtype == np.float32 and bins <= 4096:
+            return calibration.abs_histogram(x, amax, bins)
+        return super().abs_histogram(to_host(x), amax, bins)
 
     # memory -----------------------------------------------------------------------------------------------------
     def allocate(self, nbytes: int):

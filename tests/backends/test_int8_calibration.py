@@ -280,3 +280,34 @@ def test_resnet_downsample_block_runs_every_convolution_in_int8():
     assert len(convs) == sum(n.op_type == "Conv" for n in model.graph.node) == 9
     assert {n.precision for n in convs} == {"int8"}, {n.name: n.meta.get("int8_note") for n in convs}
     assert not any(n.params.get("side") for n in convs)
+
+
+class _Held:
+    """A tensor that is no numpy array (as a device's are): size, shape, dtype and __array__ only."""
+
+    def __init__(self, a):
+        self.a, self.size, self.shape, self.dtype = a, a.size, a.shape, a.dtype
+
+    def __array__(self, dtype=None, copy=None):
+        return self.a
+
+
+def test_calibration_statistics_of_device_tensors_equal_the_host_numbers():
+    """Tensors that are not numpy arrays (a GPU's) are counted through the device's abs_max / abs_histogram, with
+    the numbers TensorStats' numpy path gives (the CUDA device reduces them on the GPU: test_cuda_int8_io.py)."""
+    from backends.engine.calibration.histogram import TensorStats
+    from native.device import get_device
+    rng = np.random.default_rng(7)
+    batches = [(rng.standard_normal(5000) * s).astype(np.float32) for s in (1.0, 3.0)]
+    batches[0][:300] = 0.0
+    host, held = TensorStats(), TensorStats()
+    dev = get_device("cpu")
+    for b in batches:
+        host.observe_range(b)
+        held.observe_range(_Held(b), dev)
+    for b in batches:
+        host.observe_histogram(b)
+        held.observe_histogram(_Held(b), dev)
+    assert held.amax == host.amax == float(np.abs(np.concatenate(batches)).max())
+    np.testing.assert_array_equal(held.hist, host.hist)
+    assert held.nonzero == host.nonzero == 10000 - 300 and held.count == host.count == 10000

@@ -14,6 +14,7 @@ from backends.engine.calibration import cache as cache_format
 from backends.engine.calibration.calibrator import BEFORE_FUSION, algorithm_of, percentile_of
 from backends.engine.calibration.histogram import TensorStats, threshold
 from backends.engine.runtime.executor import GraphExecutor
+from native.device import get_device
 from native.errors import CalibrationError, DebugkitError
 
 
@@ -63,6 +64,7 @@ def read_batches(calibrator, graph, profile=None) -> list:
 def collect_scales(graph, batches, algorithm, device="cpu", percentile=99.99, logger=None) -> dict:
     """{tensor: scale} for every float tensor the graph computes (and its inputs), over `batches`."""
     executor = GraphExecutor(graph, device, keep_all=True)
+    dev = get_device(device)     # its tensors' statistics are taken where they are (no download per tensor)
     consts = set(executor.consts) | {o for n in graph.nodes if n.kind == "Constant" for o in n.outputs}
     order = [t.name for t in graph.inputs] + [o for n in graph.nodes for o in n.outputs]
     stats: dict[str, TensorStats] = {}
@@ -72,13 +74,13 @@ def collect_scales(graph, batches, algorithm, device="cpu", percentile=99.99, lo
             env = executor.run(feed)
             for name in order:
                 v = env.get(name)
-                if name in consts or not isinstance(v, np.ndarray) or v.dtype.kind != "f":
+                if name in consts or not hasattr(v, "size") or np.dtype(getattr(v, "dtype", object)).kind != "f":
                     continue
                 s = stats.setdefault(name, TensorStats())
                 if which == "range":
-                    s.observe_range(v)
+                    s.observe_range(v, dev)
                 else:
-                    s.observe_histogram(v)
+                    s.observe_histogram(v, dev)
             del env
     scales = {}
     for name in order:

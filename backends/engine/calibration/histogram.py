@@ -33,17 +33,23 @@ class TensorStats:
         self.count = 0
         self.nonzero = 0
 
-    def observe_range(self, x):
+    def observe_range(self, x, device=None):
+        """`x`: a numpy array, or a tensor of `device` (its abs_max runs where the tensor is)."""
         if x.size:
-            a = float(np.max(np.abs(x)))
-            if np.isfinite(a):
+            a = float(np.max(np.abs(x))) if isinstance(x, np.ndarray) or device is None else device.abs_max(x)
+            if a is not None and np.isfinite(a):
                 self.amax = max(self.amax, a)
         self.count += x.size
 
-    def observe_histogram(self, x):
+    def observe_histogram(self, x, device=None):
         if self.hist is None:
             self.hist = np.zeros(BINS, np.int64)
         if self.amax <= 0 or not x.size:
+            return
+        if not isinstance(x, np.ndarray) and device is not None:
+            h = device.abs_histogram(x, self.amax, BINS)
+            self.hist += h
+            self.nonzero += int(h.sum())
             return
         a = np.abs(x.astype(np.float32, copy=False).ravel())
         a = a[np.isfinite(a) & (a != 0)]   # exact zeros (ReLU's half) quantize exactly at any threshold

@@ -25,11 +25,11 @@ from native.cuda.driver import CudaError
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics import cudnn_conv
 from native.cuda.tactics.common import cast, on_device, out_array, weight
-from native.shared.int8 import conv_reason, int8_params
+from native.shared.int8 import int8_params
 from native.shared.int8_io import epilogue_plan, io_of, prepared_weights
 from native.tactics import Tactic, TacticRefusal, register_variants
 
-PLANS = 3                      # tactics per layer: the first PLANS execution plans cuDNN ranks for the graph
+PLANS = 5                      # tactics per layer: the first PLANS execution plans cuDNN ranks for the graph
 ALIGN = 4                      # int8 channel counts cuDNN's NHWC INT8 convolutions take: multiples of 4
 _LOCK = threading.Lock()
 _GRAPHS: dict = {}             # graph key -> Int8ConvGraph, or the str why cuDNN builds none
@@ -187,9 +187,10 @@ class _CudnnInt8Conv(Tactic):
     def supports(self, op, input_shapes):
         if not has_library("cudnn"):
             return missing("cudnn")
-        why = conv_reason(op)
-        if why:
-            return why
+        if "input_scale" not in int8_params(op):
+            return "no INT8 input scale (params['int8'])"
+        if op.weights.get("kernel_hwio") is None and op.weights.get("int8_krsc") is None:
+            return "kernel is not a constant weight"
         io = io_of(op)
         if io.get("input") != "int8" or io.get("output") not in _OUT_TYPES:
             return "the layer's tensors are not stored int8 (the INT8 I/O pass did not prepare it)"

@@ -124,3 +124,35 @@ extern "C" __global__ void dequantize_i8_f32(float* out, const signed char* q, l
 extern "C" __global__ void dequantize_i8_f16(unsigned short* out, const signed char* q, long long n, float s) {
     GRID_LOOP(n) { out[i] = F16::st(__fmul_rn((float)q[i], s)); }
 }
+
+// INT8 calibration statistics of a float32 tensor on the device (backends/engine/calibration/histogram.py's
+// TensorStats without downloading it): the largest finite |x| as its float bits (non-negative floats order as their
+// bits) by atomicMax, and the histogram of the finite non-zero |x| into `bins` bins, bin = min(trunc(|x| * scale),
+// bins - 1) with scale = float32(bins / amax) multiplied in float32: numpy's arithmetic in observe_histogram
+extern "C" __global__ void abs_max_f32(const float* x, long long n, unsigned int* out) {
+    unsigned int m = 0;
+    GRID_LOOP(n) {
+        float a = fabsf(x[i]);
+        if (a <= 3.402823466e38f) m = max(m, __float_as_uint(a));   // finite (NaN compares false)
+    }
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_down_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(out, m);
+}
+
+extern "C" __global__ void abs_hist_f32(const float* x, long long n, float scale, int bins,
+                                        unsigned long long* hist) {
+    __shared__ unsigned int sh[4096];
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) sh[b] = 0;
+    __syncthreads();
+    GRID_LOOP(n) {
+        float a = fabsf(x[i]);
+        if (a != 0.0f && a <= 3.402823466e38f) {
+            float v = __fmul_rn(a, scale);
+            int idx = v >= (float)bins ? bins - 1 : (int)v;
+            atomicAdd(&sh[idx], 1u);
+        }
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < bins; b += blockDim.x)
+        if (sh[b]) atomicAdd(&hist[b], (unsigned long long)sh[b]);
+}
