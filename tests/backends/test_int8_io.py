@@ -159,6 +159,34 @@ def test_int8_io_layers_are_chosen_by_timing_against_float(int8_io_on_cpu, monke
     assert all(m == {"int8": int8_ms, "float32": float_ms} for m in ms), ms
 
 
+def test_int8_io_timing_runs_the_int8_and_float_variants(int8_io_on_cpu):
+    """The real timing (no stand-in): each candidate, residual ones too, is timed in INT8 on int8 tensors and in the
+    float precision, and both times are recorded on the layer (precision_ms)."""
+    from backends.engine import Calibrator
+    from backends.engine.builder.config import BuilderConfig
+    from backends.engine.builder.passes import int8_io
+    from backends.runners import EngineRunner
+    timed = []
+    real = int8_io.time_against_float
+
+    def spy(probe, node, op, shape, config):
+        out = real(probe, node, op, shape, config)
+        timed.append((node.name, out))
+        return out
+    int8_io.time_against_float = spy
+    try:
+        model, batches, x = _resnet_block()
+        config = BuilderConfig()
+        config.prefer_nhwc = True
+        with EngineRunner(model, flags=("int8",), config=config, calibrator=Calibrator(batches)) as io:
+            io.infer({"x": x})
+    finally:
+        int8_io.time_against_float = real
+    assert [name.split(" ")[0] for name, _ in timed] == ["conv1", "conv2", "conv3"], timed
+    for name, (ms8, msf, fp) in timed:
+        assert fp == "float32" and ms8 is not None and ms8 > 0 and msf is not None and msf > 0, (name, ms8, msf)
+
+
 def test_int8_io_leaves_explicit_qdq_and_untimed_builds_alone():
     """Explicit Q/DQ layers are not marked (they stay bit-equal to the CPU), nor is any layer of a build that does
     not choose by timing (the CPU's)."""
