@@ -104,7 +104,9 @@ def test_int8_io_build_stores_int8_between_int8_convolutions(int8_io_on_cpu, tmp
     config = BuilderConfig()
     config.prefer_nhwc = True
     config.precision_by_timing = False   # the rule: every layer the tactic runs (timing: the next test)
-    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as plain, \
+    reference = BuilderConfig()          # the CPU INT8 engine (NCHW: the layout pass does not run on the CPU)
+    reference.precision_by_timing = False
+    with EngineRunner(model, flags=("int8",), config=reference, calibrator=Calibrator(batches, cache=cache)) as plain, \
             EngineRunner(model, flags=("int8",), config=config, calibrator=Calibrator(batches, cache=cache)) as io:
         want, got = plain.infer({"x": x})["y"], io.infer({"x": x})["y"]
         nodes = io.engine.graph.nodes
@@ -155,8 +157,12 @@ def test_int8_io_layers_are_chosen_by_timing_against_float(int8_io_on_cpu, monke
         nodes = io.engine.graph.nodes
         got = sum(n.tactic_name == NumpyInt8IO.name for n in nodes)
         ms = [n.meta.get("precision_ms") for n in nodes if n.tactic_name == NumpyInt8IO.name]
+        left = [n for n in nodes if "not INT8: float32 is faster" in (n.meta.get("int8_note") or "")]
     assert len(asked) == 3 and got == marked, (asked, got)
     assert all(m == {"int8": int8_ms, "float32": float_ms} for m in ms), ms
+    # slower in INT8 on int8 tensors: the layer leaves INT8 (a float layer, its timings kept for the inspector)
+    assert len(left) == 3 - marked and all(n.precision == "float32" and "int8" not in n.params for n in left)
+    assert all(n.meta["precision_ms"]["int8"] == int8_ms for n in left), [n.meta.get("precision_ms") for n in left]
 
 
 def test_int8_io_timing_runs_the_int8_and_float_variants(int8_io_on_cpu):

@@ -388,6 +388,6 @@ def assign_int8(graph, config, logger, calibrated=None, dynamic_ranges=None, ctx
     count = assign_implicit(graph, config, implicit_scales(graph, calibrated, dynamic_ranges), logger)
     logger.info(f"INT8 (implicit): {count} layers run in INT8")
     if ctx is not None:
-        int8_io.mark(graph, config, logger, ctx)   # before timing: those layers' speed is the int8 tensors around them
-        count -= time_int8_layers(graph, config, logger, ctx)
+        _, left = int8_io.mark(graph, config, logger, ctx)   # INT8 on int8 NHWC tensors, or a float precision
+        count -= left + time_int8_layers(graph, config, logger, ctx)
     return count

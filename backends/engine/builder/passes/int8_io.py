@@ -147,12 +147,24 @@ def time_against_float(probe, node, op, shape, config):
     return (None if m8 is None else m8.ms), (None if mf is None else mf.ms), fp
 
 
-def mark(graph, config, logger, ctx=None) -> int:
-    """Step 1: mark the INT8 convolutions that will read and write int8 NHWC tensors; returns how many. With the
-    pass context `ctx` (precision by timing on), a layer is marked only where its INT8 NHWC tactic times no slower
-    than its float NHWC one (time_against_float); the others are timed as before (time_int8_layers)."""
+def _leave_int8(n, ms8, msf, fp):
+    """The layer runs in a float precision after all: INT8 on int8 tensors, its fastest INT8 form, was slower (the
+    NCHW INT8 kernels on float tensors would be slower still, so they are not timed); the precision pass times
+    its float precisions like any float layer's."""
+    n.precision = "float32"
+    n.params = {k: v for k, v in n.params.items() if k != "int8"}
+    n.meta["int8_note"] = f"not INT8: {fp} is faster ({msf:.3f} ms vs INT8 {ms8:.3f} ms on int8 NHWC tensors)"
+    n.meta["int8_precision_ms"] = {"int8": round(ms8, 4), fp: round(msf, 4)}
+    n.meta.pop("precision_ms", None)
+
+
+def mark(graph, config, logger, ctx=None) -> tuple:
+    """Step 1: mark the INT8 convolutions that will read and write int8 NHWC tensors; returns (how many, how many
+    left INT8). With the pass context `ctx` (precision by timing on), a layer is marked only where its INT8 NHWC
+    tactic times no slower than its float NHWC one (time_against_float); where it is slower the layer leaves INT8
+    (a float layer from then on); layers the INT8 NHWC tactic cannot run are timed as before (time_int8_layers)."""
     if not enabled(config):
-        return 0
+        return 0, 0
     tactics = io_tactics(config.device)
     probe = None
     if ctx is not None and config.precision_by_timing:
@@ -184,12 +196,16 @@ def mark(graph, config, logger, ctx=None) -> int:
                     except Exception as e:    # timing broke: the rule (mark) holds, the log says why
                         logger.warning(f"INT8 I/O: timing '{n.name}' failed ({type(e).__name__}: {str(e)[:200]})")
                         ms8 = msf = fp = None
-                    if ms8 is not None or msf is not None:
-                        n.meta["precision_ms"] = {"int8": ms8, fp: msf}
-                        logger.verbose(f"INT8 I/O: '{n.name}': int8 NHWC {ms8} ms vs {fp} NHWC {msf} ms")
-                    if ms8 is None or (msf is not None and ms8 > msf * (1 + TIE_MARGIN)):
-                        why = f"{fp} times faster ({msf} ms vs INT8 {ms8} ms)"
-                        slower += 1
+                    if ms8 is not None and msf is not None:
+                        n.meta["precision_ms"] = {"int8": round(ms8, 4), fp: round(msf, 4)}
+                        logger.verbose(f"INT8 I/O: '{n.name}': INT8 NHWC on int8 tensors {ms8:.3f} ms vs {fp} NHWC "
+                                       f"{msf:.3f} ms -> {'INT8' if ms8 <= msf * (1 + TIE_MARGIN) else fp}")
+                        if ms8 > msf * (1 + TIE_MARGIN):
+                            _leave_int8(n, ms8, msf, fp)
+                            slower += 1
+                            continue
+                    elif ms8 is None:
+                        why = f"its INT8 NHWC tactics did not run at the opt shapes ({probe.why or 'see -v'})"
         if why is not None:
             n.meta.pop("precision_ms", None)
             refused.append((n.name, why))
@@ -197,11 +213,11 @@ def mark(graph, config, logger, ctx=None) -> int:
             continue
         n.meta["int8_io"] = True
         marked += 1
-    if marked or refused:
+    if marked or refused or slower:
         logger.info(f"INT8 I/O: {marked} INT8 convolutions read and write int8 NHWC tensors"
-                    + (f" ({marked + slower} timed against float)" if probe is not None else "")
-                    + (f"; {len(refused)} do not (first: '{refused[0][0]}': {refused[0][1]})" if refused else ""))
-    return marked
+                    + (f"; {slower} leave INT8 (a float precision is faster; -v: each one's timings)" if slower else "")
+                    + (f"; {len(refused)} cannot (first: '{refused[0][0]}': {refused[0][1]})" if refused else ""))
+    return marked, slower
 
 
 def _stored_as(graph, name) -> str:
