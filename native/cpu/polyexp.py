@@ -47,7 +47,7 @@ ACTIVATIONS = ("GELU_ERF", "GELU_TANH")
 
 def exp(v):
     """e^v for a float32 array (a new array), EXP_LO <= v <= EXP_HI after clamping; NaN stays NaN."""
-    v = np.minimum(np.maximum(v, EXP_LO), EXP_HI)
+    v = np.clip(v, EXP_LO, EXP_HI)    # (numpy's clip loop is vectorised, maximum with a scalar is not; NaN kept)
     kf = v * LOG2E
     kf += ROUND
     kf -= ROUND
@@ -82,7 +82,8 @@ def _gelu_erf(x):
     z *= ax
     h *= exp(z)
     h *= ax
-    np.copyto(x, ZERO, where=~(x > ZERO))   # relu as `x if x > 0 else 0` (-0.0 and NaN give 0), as compiled
+    np.clip(x, ZERO, F32(np.inf), out=x)    # relu as compiled (`x if x > 0 else 0`): the clip keeps -0.0, and
+    x += ZERO                               # -0.0 + 0.0 is +0.0; a NaN stays NaN here, and 0 - NaN is NaN there
     x -= h
     return x
 
@@ -113,8 +114,11 @@ def lane_sum(x):
     """Sum over the last axis of a float32 [M, N] array in the 8-lane order (module doc); returns [M]."""
     m, n = x.shape
     full = n - n % LANES
-    lanes = np.add.reduce(x[:, :full].reshape(m, full // LANES, LANES), axis=1) if full else \
-        np.zeros((m, LANES), np.float32)
+    if full:   # the lanes as [N / 8, M, 8], reduced over the first axis: numpy adds those rows in order
+        lanes = np.add.reduce(np.ascontiguousarray(x[:, :full].reshape(m, full // LANES, LANES).transpose(1, 0, 2)),
+                              axis=0)
+    else:
+        lanes = np.zeros((m, LANES), np.float32)
     s = (lanes[:, 0] + lanes[:, 1]) + (lanes[:, 2] + lanes[:, 3])
     s += (lanes[:, 4] + lanes[:, 5]) + (lanes[:, 6] + lanes[:, 7])
     for j in range(full, n):

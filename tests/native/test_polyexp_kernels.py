@@ -107,6 +107,7 @@ def test_jit_row_kernels_are_bit_identical_to_numpy(monkeypatch, shape):
     y = (RNG.standard_normal(shape) * 3).astype(np.float32)
     bias, g = RNG.standard_normal(shape[1]).astype(np.float32), RNG.standard_normal(shape[1]).astype(np.float32)
     y[0, :2] = [-0.0, 0.0]
+    y[1, -1] = -0.0                  # in a row's tail too (numpy's vector loops and their scalar tails)
     s = y.copy()
     s[0, ::2] = -np.inf
 
