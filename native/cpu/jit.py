@@ -35,7 +35,7 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     gelu_rows(y [M, N], bias [N], has_bias, tanh, c0, c1) (columns c0:c1), softmax_rows(s [M, N]),
     layernorm_rows(x [M, N], gamma [N], beta [N], eps, n, y [M, N], mean [M], inv [M])
         float32 row kernels of native/cpu/polyexp.py (its polynomial exp, its 8-lane sums): the same floats as that
-        module's numpy passes, in one pass over each row instead of ~20.
+        module's numpy passes, in one pass over each row instead of ~20; compiled in native/cpu/jit_rows.py.
 """
 from __future__ import annotations
 
@@ -477,222 +477,19 @@ def _pointwise_chain():
     return pointwise_chain
 
 
-def _constants():
-    """native/cpu/polyexp.py, the formula (constants) the row kernels compile."""
-    from native.cpu import polyexp   # with the kernels' other imports: on first use only
-    return polyexp
-
-
-def _polyexp():
-    """The scalar pieces the polyexp row kernels share: e^v (v clamped to [EXP_LO, EXP_HI]) and the float32 whose
-    bits an int32 holds (an LLVM bitcast: vectorises, where a view through an array would not)."""
-    import numba
-    import numpy as np
-    from numba import types
-    from numba.extending import intrinsic
-
-    px = _constants()
-
-    @intrinsic
-    def as_float32(typingctx, bits):
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(types.float32))
-        return types.float32(types.int32), codegen
-
-    lo, hi, log2e, rnd, ln2_hi, ln2_lo, one = px.EXP_LO, px.EXP_HI, px.LOG2E, px.ROUND, px.LN2_HI, px.LN2_LO, px.ONE
-    c6, c5, c4, c3, c2 = px.EXP_C
-    i127, i23 = np.int32(127), np.int32(23)
-
-    @numba.njit(nogil=True, error_model="numpy", inline="always")
-    def exp(v):
-        v = v if v > lo else lo
-        v = v if v < hi else hi
-        kf = (v * log2e + rnd) - rnd
-        r = v - kf * ln2_hi
-        r = r - kf * ln2_lo
-        p = c6 * r + c5
-        p = p * r + c4
-        p = p * r + c3
-        p = p * r + c2
-        p = p * r + one
-        p = p * r + one
-        return p * as_float32((np.int32(kf) + i127) << i23)
-    return exp
-
-
-def _gelu_rows():
-    import numba
-    import numpy as np
-
-    px = _constants()
-    exp = _polyexp()
-    one, zero, p_, mhalf, tc, m2s = px.ONE, px.ZERO, px.AS_P, px.MINUS_HALF, px.TANH_C, px.MINUS_TWO_SQRT_2_OVER_PI
-    a0, a1, a2, a3, a4 = px.AS_HALF_A
-
-    @numba.njit(nogil=True, error_model="numpy", cache=True)
-    def gelu_rows(y, bias, has_bias, tanh, c0, c1):
-        m = y.shape[0]
-        n = c1 - c0
-        b = bias[c0:c1]
-        for i in range(m):
-            row = y[i, c0:c1]   # indices from 0: numba then proves them non-negative (no wraparound: vectorised)
-            if has_bias:
-                for j in range(n):
-                    row[j] = row[j] + b[j]
-            if tanh:
-                for j in range(n):
-                    x = row[j]
-                    u = ((x * x) * tc) * x
-                    u = (u + x) * m2s
-                    row[j] = x / (exp(u) + one)
-            else:
-                for j in range(n):
-                    x = row[j]
-                    ax = abs(x)
-                    t = one / (ax * p_ + one)
-                    h = t * a4
-                    h = (h + a3) * t
-                    h = (h + a2) * t
-                    h = (h + a1) * t
-                    h = (h + a0) * t
-                    h = h * exp((ax * mhalf) * ax)
-                    h = h * ax
-                    row[j] = (x if x > zero else zero) - h
-    return gelu_rows
-
-
-def _lane_sum():
-    """lane_sum(row, square): the 8-lane sum of a row (of its elements' squares, each rounded, with square)."""
-    import numba
-
-    @numba.njit(nogil=True, error_model="numpy", inline="always")
-    def lane_sum(row, square):
-        n = row.shape[0]
-        full = n - n % 8
-        z = row.dtype.type(0)
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z   # the 8 lanes: independent chains
-        for j in range(0, full, 8):
-            v0, v1, v2, v3 = row[j], row[j + 1], row[j + 2], row[j + 3]
-            v4, v5, v6, v7 = row[j + 4], row[j + 5], row[j + 6], row[j + 7]
-            if square:
-                v0, v1, v2, v3, v4, v5, v6, v7 = v0 * v0, v1 * v1, v2 * v2, v3 * v3, v4 * v4, v5 * v5, v6 * v6, v7 * v7
-            a0 += v0
-            a1 += v1
-            a2 += v2
-            a3 += v3
-            a4 += v4
-            a5 += v5
-            a6 += v6
-            a7 += v7
-        s = (a0 + a1) + (a2 + a3)
-        s = s + ((a4 + a5) + (a6 + a7))
-        for j in range(full, n):
-            v = row[j]
-            s = s + (v * v if square else v)
-        return s
-    return lane_sum
-
-
-def _softmax_rows():
-    import numba
-    import numpy as np
-
-    px = _constants()
-    exp, lane_sum = _polyexp(), _lane_sum()
-    lo, zero = px.EXP_LO, px.ZERO
-
-    @numba.njit(nogil=True, error_model="numpy", inline="always")
-    def has_nan(row):
-        for j in range(row.shape[0]):
-            if row[j] != row[j]:
-                return True
-        return False
-
-    @numba.njit(nogil=True, error_model="numpy", inline="always")
-    def row_max(row):
-        """(max, False) of a row; (anything, True) when it holds a NaN. 8 lanes: independent chains."""
-        n = row.shape[0]
-        full = n - n % 8
-        z = row.dtype.type(0)
-        m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = row.dtype.type(-np.inf)
-        c0 = c1 = c2 = c3 = z                     # sums of v * 0: NaN where v is NaN or infinite
-        for j in range(0, full, 8):
-            v0, v1, v2, v3 = row[j], row[j + 1], row[j + 2], row[j + 3]
-            v4, v5, v6, v7 = row[j + 4], row[j + 5], row[j + 6], row[j + 7]
-            m0 = v0 if v0 > m0 else m0
-            m1 = v1 if v1 > m1 else m1
-            m2 = v2 if v2 > m2 else m2
-            m3 = v3 if v3 > m3 else m3
-            m4 = v4 if v4 > m4 else m4
-            m5 = v5 if v5 > m5 else m5
-            m6 = v6 if v6 > m6 else m6
-            m7 = v7 if v7 > m7 else m7
-            c0 += v0 * z + v4 * z
-            c1 += v1 * z + v5 * z
-            c2 += v2 * z + v6 * z
-            c3 += v3 * z + v7 * z
-        for j in range(full, n):
-            v = row[j]
-            m0 = v if v > m0 else m0
-            c0 += v * z
-        m0 = m1 if m1 > m0 else m0
-        m2 = m3 if m3 > m2 else m2
-        m4 = m5 if m5 > m4 else m4
-        m6 = m7 if m7 > m6 else m6
-        m0 = m2 if m2 > m0 else m0
-        m4 = m6 if m6 > m4 else m4
-        m0 = m4 if m4 > m0 else m0
-        c = (c0 + c1) + (c2 + c3)
-        # c is NaN for a NaN or an infinity (-inf: a masked entry, fine): only then look for a NaN
-        return m0, c != c and has_nan(row)
-
-    @numba.njit(nogil=True, error_model="numpy", cache=True)
-    def softmax_rows(s):
-        m, n = s.shape
-        for i in range(m):
-            row = s[i]
-            mx, bad = row_max(row)
-            if bad or mx == np.inf or mx == -np.inf:   # numpy's exp(x - max) is NaN across such a row
-                for j in range(n):
-                    row[j] = np.nan
-                continue
-            for j in range(n):
-                v = row[j] - mx
-                row[j] = zero if v < lo else exp(v)
-            total = lane_sum(row, False)
-            for j in range(n):
-                row[j] = row[j] / total
-    return softmax_rows
-
-
-def _layernorm_rows():
-    import numba
-    import numpy as np
-
-    px = _constants()
-    lane_sum = _lane_sum()
-    one = px.ONE
-
-    @numba.njit(nogil=True, error_model="numpy", cache=True)
-    def layernorm_rows(x, gamma, beta, eps, n_f, y, mean, inv):
-        m, n = x.shape
-        for i in range(m):
-            row, out = x[i], y[i]
-            mu = lane_sum(row, False) / n_f
-            for j in range(n):
-                out[j] = row[j] - mu
-            var = lane_sum(out, True) / n_f
-            iv = one / np.sqrt(var + eps)
-            for j in range(n):
-                out[j] = ((out[j] * iv) * gamma[j]) + beta[j]
-            mean[i] = mu
-            inv[i] = iv
-    return layernorm_rows
+def _rows(name):
+    """A row kernel of native/cpu/jit_rows.py (module-level numba functions: numba's disk cache keys a closure by its
+    captured values, which for compiled helpers differ per process, so closures over them recompiled every time)."""
+    def build():
+        from native.cpu import jit_rows   # imports numba: on first use only
+        return getattr(jit_rows, name)
+    return build
 
 
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw, "hard_swish": _hard_swish,
              "hard_swish_inplace": _hard_swish_inplace, "hard_sigmoid": _hard_sigmoid,
              "hard_sigmoid_inplace": _hard_sigmoid_inplace, "pointwise_chain": _pointwise_chain,
-             "gelu_rows": _gelu_rows, "softmax_rows": _softmax_rows, "layernorm_rows": _layernorm_rows,
+             "gelu_rows": _rows("gelu_rows"), "softmax_rows": _rows("softmax_rows"),
+             "layernorm_rows": _rows("layernorm_rows"),
              "conv1d_direct": _conv1d_direct, "bias_hard_act_inplace": _bias_hard_act_inplace,
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw}
