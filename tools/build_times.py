@@ -148,7 +148,7 @@ def breakdown_counters() -> dict:
             if self.failed != before[1]:
                 add("cuDNN conv plan builds failed", self.failed - before[1], self.seconds[1] - before[3])
                 kind = repr(cudnn_conv.family(self.key))    # the first failure of each kind of convolution, said
-                spent.setdefault("cuDNN failures (first per kind)", {}).setdefault(kind, self.closed[:300])
+                spent.setdefault("cuDNN failures (first per kind)", {}).setdefault(kind, self.last_failure[:300])
     cudnn_conv.ConvGraph.plan = plan
     return spent
 

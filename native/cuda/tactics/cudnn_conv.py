@@ -29,17 +29,18 @@ _ACTS = {"RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh", "GELU_ERF": "gelu
 _LOCK = threading.Lock()
 _GRAPHS: dict = {}
 _HANDLE: dict = {}
-_DECIDED: dict = {}             # (graph key, plan index) -> "" (cuDNN runs it) or why not: the build-time answer
-# cuDNN plans that failed to build, per kind of convolution (repr(family()): what a plan's support depends on, not
-# the spatial sizes): {family: {plan name}}, and {family: [plans built, plans that failed]}. A plan build costs a
-# runtime compile (~0.05-0.3 s on an H200), and a config that fails for one convolution of a kind fails for the
-# next: strict FP32 conv + bias + SiLU graphs on Hopper walked all ~12 ranked configs, every one failing, for each
-# of yolov8n's 47 signatures (100 of its 108 s cold build).
+_DECIDED: dict = {}             # graph key -> "" (cuDNN has a graph for it) or why not: the build-time answer
+# What builds learnt per kind of convolution (repr(family()): what a plan's support depends on, not the spatial
+# sizes): _FAILED {family: {plan name}} that failed to build, _BUILT / _BUILT_AT {family: {plan name} / {rank}} that
+# built, _FAMILY {family: [graphs that built a plan, graphs whose every ranked plan failed]}. A plan build costs a
+# runtime compile (~0.05-0.3 s on an H200): strict FP32 conv + bias + SiLU graphs on Hopper walked ~12 ranked
+# configs at ~0.17 s each for every one of yolov8n's 47 signatures (100 of its 108 s cold build).
 _FAILED: dict = {}
 _FAMILY: dict = {}
-_BUILT: dict = {}               # {family: {plan name}} built for some convolution of the kind: never skipped
-# A kind of convolution whose first FAMILY_FAILURES plan builds all failed (none built) is not tried further: its
-# layers run on another tactic. Bounds a cold build where cuDNN ranks plans it cannot build.
+_BUILT: dict = {}
+_BUILT_AT: dict = {}
+# A kind of convolution none of whose first FAMILY_FAILURES graphs built a plan is not tried further: its layers
+# run on another tactic.
 FAMILY_FAILURES = 4
 # Those bounds hold while a build runs (Device.begin_build .. end_build): a plan is then chosen by what built. A
 # loaded engine's run walks cuDNN's ranked list as it is, past failures, so the plan a build timed is found even
@@ -95,6 +96,7 @@ def release():
         _FAILED.clear()
         _FAMILY.clear()
         _BUILT.clear()
+        _BUILT_AT.clear()
         handles = list(_HANDLE.values())
         _HANDLE.clear()
     try:
@@ -178,7 +180,9 @@ class ConvGraph:
         self.good = []        # cuDNN's plan indices that built, in rank order: plan i of the tactics is good[i]
         self.tried = 0        # ranked configs walked (built, failed, deselected or skipped)
         self.skipped = 0      # configs not built: they failed for this graph's family before
-        self.closed = ""      # why no further plan is built for this graph: its first failed build (or give-up)
+        self.order = None     # the order configs are tried in (_order)
+        self.last_failure = ""    # the first failed build's message (said when no plan built)
+        self.counted = False  # whether this graph's finished walk counted for its family (_FAMILY)
         self.built = self.failed = 0            # real plan builds: succeeded / failed
         self.seconds = [0.0, 0.0]               # their seconds (built, failed): tools/build_times.py reads them
         self.workspace = {}
@@ -190,39 +194,53 @@ class ConvGraph:
         probe that times only plan 0 builds only plan 0."""
         if index < len(self.good):
             return ""
-        fam = repr(family(self.key))
-        stats = _FAMILY.get(fam, (0, 0))
-        if _BOUNDED and not self.good and stats[0] == 0 and stats[1] >= FAMILY_FAILURES:
-            return self._why(index, given_up=stats[1])
-        if self.closed or len(self.good) + (self.count - self.tried) <= index:
+        why = given_up(self.key)
+        if why and not self.good:
+            return why
+        if len(self.good) + (self.count - self.tried) <= index:
             return self._why(index)
         return ""
 
     def unbuilt(self, index: int) -> bool:
         """Whether plan(index) still has plans to build (the first run of this tactic on this graph)."""
-        return len(self.good) <= index and self.tried < self.count and not self.closed
+        return len(self.good) <= index and self.tried < self.count
+
+    def _order(self, bounded):
+        """The order the ranked configs are tried in: in a build, first those that built for a convolution of the
+        same family (by name, or at the same rank when cuDNN names them apart), each in cuDNN's order, then the
+        rest; a loaded engine: cuDNN's order."""
+        if self.order is None:
+            order = list(range(self.count))
+            if bounded:
+                fam = repr(family(self.key))
+                built, at = _BUILT.get(fam, set()), _BUILT_AT.get(fam, set())
+                names = [self._name(j) for j in order]
+                order.sort(key=lambda j: (0 if (names[j] is not None and names[j] in built) or j in at else 1, j))
+            self.order = order
+        return self.order
 
     def plan(self, index: int):
         """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TacticRefusal when there is none.
-        Ranked configs the note filters deselected and configs that failed to build for a convolution of the same
-        family are passed over unbuilt (see _FAILED); the graph's first failed build closes it (the plans built so
-        far stay, no further config is compiled: a failing runtime compile costs ~0.2 s, and cuDNN ranked
-        strict-FP32 conv + bias + SiLU graphs a dozen of them on Hopper), and a family whose first FAMILY_FAILURES
-        builds all failed is given up. So a graph costs at most one failed build, a family at most a few. Outside
-        a build (a loaded engine) every ranked config is tried in turn until the `index`-th builds."""
+        In a build, configs that built for a convolution of the same family are tried first (a strict-FP32
+        conv + bias + SiLU graph on Hopper fails ~a dozen ranked configs at ~0.2 s each before one builds: once a
+        family has found it, its next graphs start there), ranked configs the note filters deselected and configs
+        that failed to build for the family (and never built for it) are passed over unbuilt (see _FAILED), and a
+        family none of whose first FAMILY_FAILURES graphs built a plan is given up. A loaded engine tries every
+        ranked config in cuDNN's order until the `index`-th builds."""
         import time
         bounded = _BOUNDED
         fam = repr(family(self.key))
         failed, built = _FAILED.setdefault(fam, set()), _BUILT.setdefault(fam, set())
+        at = _BUILT_AT.setdefault(fam, set())
         stats = _FAMILY.setdefault(fam, [0, 0])
-        while len(self.good) <= index and self.tried < self.count and not self.closed:
-            if bounded and stats[0] == 0 and stats[1] >= FAMILY_FAILURES:
-                self.closed = self._why(index, given_up=stats[1])
+        order = self._order(bounded)
+        while len(self.good) <= index and self.tried < self.count:
+            if bounded and not self.good and given_up(self.key):
                 break
-            j = self.tried
+            j = order[self.tried]
             self.tried += 1
             name = self._name(j) if bounded else None
-            if name is not None and name in failed:
+            if name is not None and name in failed and name not in built:
                 self.skipped += 1
                 continue
             t0 = time.perf_counter()
@@ -234,36 +252,33 @@ class ConvGraph:
                     continue      # a plan the note filters deselect: refused before any compile, no cost
                 self.failed += 1
                 self.seconds[1] += time.perf_counter() - t0
-                stats[1] += 1
                 if name is not None and name not in built:   # (one that built for another size is tried)
                     failed.add(name)
-                if bounded:
-                    first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-                    self.closed = f"cuDNN plan {j} ({name or '?'}) failed to build: {first}"
-                    break
+                if not self.last_failure:
+                    self.last_failure = (f"cuDNN plan {j} ({name or '?'}) failed to build: "
+                                         f"{str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
                 continue
             self.built += 1
             self.seconds[0] += time.perf_counter() - t0
             self.good.append(j)
-            stats[0] += 1
+            at.add(j)
             if name is not None:
                 built.add(name)
-                failed.discard(name)
+        if self.tried >= self.count and not self.counted:     # this graph's walk is over: count it for the kind
+            self.counted = True
+            stats[0 if self.good else 1] += 1
         if index >= len(self.good):
             raise TacticRefusal(self._why(index))
         j = self.good[index]
         return j, self.workspace[j]
 
     def _why(self, index, given_up=0) -> str:
-        left = 0 if self.closed or given_up else self.count - self.tried
+        left = self.count - self.tried
         why = f"cuDNN has {len(self.good) + left} usable execution plan(s) for this convolution"
         if self.skipped:
             why += f" ({self.skipped} skipped: they failed to build for a convolution of the same kind)"
-        if given_up:
-            why += (f" (given up: the first {given_up} plans cuDNN ranked for convolutions of this kind "
-                    f"all failed to build)")
-        elif self.closed:
-            why += f" ({self.closed})"
+        if self.last_failure and not self.good:
+            why += f" (first failure: {self.last_failure})"
         return why
 
     def _name(self, j):
@@ -283,13 +298,14 @@ class ConvGraph:
 
 
 def given_up(key) -> str:
-    """Why convolutions of this graph's kind get no cuDNN plan in this build ("" when they may): the kind's first
-    FAMILY_FAILURES plan builds all failed, in this build or in the earlier ones its timing cache remembers."""
+    """Why convolutions of this graph's kind get no cuDNN plan in this build ("" when they may): the first
+    FAMILY_FAILURES convolutions of the kind built no plan of all cuDNN ranked for them, and none built one (in this
+    build or in the earlier ones its timing cache remembers)."""
     stats = _FAMILY.get(repr(family(key)))
     if not _BOUNDED or not stats or stats[0] or stats[1] < FAMILY_FAILURES:
         return ""
-    return (f"cuDNN has 0 usable execution plan(s) for this convolution (given up: the first {stats[1]} plans cuDNN "
-            f"ranked for convolutions of this kind all failed to build)")
+    return (f"cuDNN has 0 usable execution plan(s) for this convolution (given up: none of the plans cuDNN ranked "
+            f"for {stats[1]} convolutions of this kind built)")
 
 
 def _deselected(e) -> bool:

@@ -1,5 +1,5 @@
-"""Bounded cold builds on the GPU (issue 24): a graph's first failed cuDNN plan build is its last, a cuDNN plan
-that failed to build is not built again for a convolution of the same kind, a kind whose first plans all fail is given up after cudnn_conv.FAMILY_FAILURES
+"""Bounded cold builds on the GPU (issue 24): a cuDNN plan that failed to build is not built again for a
+convolution of the same kind, a kind whose first plans all fail is given up after cudnn_conv.FAMILY_FAILURES
 builds, and each kernel source is compiled once per build process (in the background). The engine still computes
 what the CPU engine does. Skipped without a GPU (the `cuda` marker)."""
 import numpy as np
@@ -73,8 +73,6 @@ def test_failed_cudnn_plans_are_not_built_twice_and_sources_compile_once(tmp_pat
         ref = list(cpu.infer({"x": x}).values())[0]
     failed = [(fam[g], name) for g, name, how in builds if how == "failed"]
     assert len(failed) == len(set(failed)), f"a failed plan was built again for its kind: {failed}"
-    per_graph = [g for g, _, how in builds if how == "failed"]
-    assert all(per_graph.count(g) == 1 for g in per_graph), f"a graph built on after a failed build: {builds}"
     for f in {f for f, _ in failed}:
         if not any(fam[g] == f and how == "built" for g, _, how in builds):
             assert sum(1 for ff, _ in failed if ff == f) <= cudnn_conv.FAMILY_FAILURES, (f, failed)
