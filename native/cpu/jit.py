@@ -108,7 +108,6 @@ def _depthwise_cl_rows():
 def _depthwise_cl_rows_nchw():
     import numba
     import numpy as np
-    clip01 = _clip01()
 
     @numba.njit(nogil=True, cache=True)
     def depthwise_cl_rows_nchw(xl, w, bias, y, r0, r1, sh, sw, dh, dw, act):
@@ -140,13 +139,20 @@ def _depthwise_cl_rows_nchw():
                         acc[k] = acc[k] + bias[k]
                 if act == 1:      # RELU: numpy's clip to [0, inf] (NaN kept, -0.0 to +0.0)
                     for k in range(c):
-                        acc[k] = clip01(acc[k], zero, inf)
+                        u = acc[k]
+                        if u == u:    # NaN stays NaN
+                            u = u if u > zero else zero
+                            u = u if u < inf else inf
+                        acc[k] = u
                 elif act == 2:    # HARD_SWISH: as activations._hard_swish
                     for k in range(c):
                         v = acc[k]
                         u = v * sixth
                         u = u + half
-                        acc[k] = v * clip01(u, zero, one)
+                        if u == u:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
+                            u = u if u > zero else zero
+                            u = u if u < one else one
+                        acc[k] = v * u
                 for k in range(c):
                     y[k, r, ow] = acc[k]
     return depthwise_cl_rows_nchw
@@ -191,21 +197,8 @@ def _depthwise_nchw():
     return depthwise_nchw
 
 
-def _clip01():
-    import numba
-
-    @numba.njit(nogil=True, cache=True, inline="always")
-    def clip01(t, zero, one):
-        if t != t:      # NaN stays NaN, as numpy's clip loop keeps it
-            return t
-        t = t if t > zero else zero
-        return t if t < one else one
-    return clip01
-
-
 def _hard_swish():
     import numba
-    clip01 = _clip01()
 
     @numba.njit(nogil=True, cache=True)
     def hard_swish(x, y):
@@ -215,14 +208,16 @@ def _hard_swish():
             v = x[k]
             t = v * sixth
             t = t + half
-            y[k] = v * clip01(t, zero, one)
+            if t == t:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
+                t = t if t > zero else zero
+                t = t if t < one else one
+            y[k] = v * t
     return hard_swish
 
 
 def _hard_swish_inplace():
     # one array argument: with y aliasing x numba's loop cannot be vectorised (20x slower), so in place is its own
     import numba
-    clip01 = _clip01()
 
     @numba.njit(nogil=True, cache=True)
     def hard_swish_inplace(x):
@@ -232,13 +227,15 @@ def _hard_swish_inplace():
             v = x[k]
             t = v * sixth
             t = t + half
-            x[k] = v * clip01(t, zero, one)
+            if t == t:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
+                t = t if t > zero else zero
+                t = t if t < one else one
+            x[k] = v * t
     return hard_swish_inplace
 
 
 def _bias_hard_act_inplace():
     import numba
-    clip01 = _clip01()
 
     @numba.njit(nogil=True, cache=True)
     def bias_hard_act_inplace(y, bias, swish, alpha, beta):
@@ -255,18 +252,23 @@ def _bias_hard_act_inplace():
                         v = row[k] + bc
                         u = v * sixth
                         u = u + half
-                        row[k] = v * clip01(u, zero, one)
+                        if u == u:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
+                            u = u if u > zero else zero
+                            u = u if u < one else one
+                        row[k] = v * u
                 else:
                     for k in range(s_n):
                         u = (row[k] + bc) * a
                         u = u + b
-                        row[k] = clip01(u, zero, one)
+                        if u == u:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
+                            u = u if u > zero else zero
+                            u = u if u < one else one
+                        row[k] = u
     return bias_hard_act_inplace
 
 
 def _hard_sigmoid():
     import numba
-    clip01 = _clip01()
 
     @numba.njit(nogil=True, cache=True)
     def hard_sigmoid(x, y, alpha, beta):
@@ -275,13 +277,15 @@ def _hard_sigmoid():
         for k in range(x.shape[0]):
             t = x[k] * a
             t = t + b
-            y[k] = clip01(t, zero, one)
+            if t == t:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
+                t = t if t > zero else zero
+                t = t if t < one else one
+            y[k] = t
     return hard_sigmoid
 
 
 def _hard_sigmoid_inplace():
     import numba
-    clip01 = _clip01()
 
     @numba.njit(nogil=True, cache=True)
     def hard_sigmoid_inplace(x, alpha, beta):
@@ -290,7 +294,10 @@ def _hard_sigmoid_inplace():
         for k in range(x.shape[0]):
             t = x[k] * a
             t = t + b
-            x[k] = clip01(t, zero, one)
+            if t == t:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
+                t = t if t > zero else zero
+                t = t if t < one else one
+            x[k] = t
     return hard_sigmoid_inplace
 
 
@@ -338,7 +345,6 @@ PW_INPUT, PW_SCALAR, PW_STEP = 0, 1, 2
 def _pointwise_chain():
     import numba
     import numpy as np
-    clip01 = _clip01()
 
     # one loop per operation (a loop whose operation is chosen per element is not vectorised: 10x slower)
     @numba.njit(nogil=True, cache=True, error_model="numpy")   # x / 0 is inf or NaN, as numpy
@@ -426,13 +432,19 @@ def _pointwise_chain():
             for k in range(m):
                 u = a[k] * pa
                 u = u + pb
-                out[k] = clip01(u, zero, one)
+                if u == u:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
+                    u = u if u > zero else zero
+                    u = u if u < one else one
+                out[k] = u
         elif op == 13:
             for k in range(m):
                 v = a[k]
                 u = v * sixth
                 u = u + half
-                out[k] = v * clip01(u, zero, one)
+                if u == u:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
+                    u = u if u > zero else zero
+                    u = u if u < one else one
+                out[k] = v * u
         elif op == 14:
             for k in range(m):
                 out[k] = abs(a[k])
