@@ -36,6 +36,7 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     layernorm_rows(x [M, N], gamma [N], beta [N], eps, n, y [M, N], mean [M], inv [M])
         float32 row kernels of native/cpu/polyexp.py (its polynomial exp, its 8-lane sums): the same floats as that
         module's numpy passes, in one pass over each row instead of ~20; compiled in native/cpu/jit_rows.py.
+    (The HardSwish / HardSigmoid kernels are compiled in native/cpu/jit_act.py.)
 """
 from __future__ import annotations
 
@@ -195,110 +196,6 @@ def _depthwise_nchw():
                 for ow in range(wo):
                     yr[ow] = acc[ow]
     return depthwise_nchw
-
-
-def _hard_swish():
-    import numba
-
-    @numba.njit(nogil=True, cache=True)
-    def hard_swish(x, y):
-        sixth, half = x.dtype.type(1.0 / 6.0), x.dtype.type(0.5)
-        zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
-        for k in range(x.shape[0]):
-            v = x[k]
-            t = v * sixth
-            t = t + half
-            if t == t:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
-                t = t if t > zero else zero
-                t = t if t < one else one
-            y[k] = v * t
-    return hard_swish
-
-
-def _hard_swish_inplace():
-    # one array argument: with y aliasing x numba's loop cannot be vectorised (20x slower), so in place is its own
-    import numba
-
-    @numba.njit(nogil=True, cache=True)
-    def hard_swish_inplace(x):
-        sixth, half = x.dtype.type(1.0 / 6.0), x.dtype.type(0.5)
-        zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
-        for k in range(x.shape[0]):
-            v = x[k]
-            t = v * sixth
-            t = t + half
-            if t == t:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
-                t = t if t > zero else zero
-                t = t if t < one else one
-            x[k] = v * t
-    return hard_swish_inplace
-
-
-def _bias_hard_act_inplace():
-    import numba
-
-    @numba.njit(nogil=True, cache=True)
-    def bias_hard_act_inplace(y, bias, swish, alpha, beta):
-        t = y.dtype.type
-        sixth, half, zero, one = t(1.0 / 6.0), t(0.5), t(0.0), t(1.0)
-        a, b = t(alpha), t(beta)
-        n_, c_n, s_n = y.shape
-        for n in range(n_):
-            for c in range(c_n):
-                row = y[n, c]
-                bc = bias[c]
-                if swish:
-                    for k in range(s_n):
-                        v = row[k] + bc
-                        u = v * sixth
-                        u = u + half
-                        if u == u:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
-                            u = u if u > zero else zero
-                            u = u if u < one else one
-                        row[k] = v * u
-                else:
-                    for k in range(s_n):
-                        u = (row[k] + bc) * a
-                        u = u + b
-                        if u == u:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
-                            u = u if u > zero else zero
-                            u = u if u < one else one
-                        row[k] = u
-    return bias_hard_act_inplace
-
-
-def _hard_sigmoid():
-    import numba
-
-    @numba.njit(nogil=True, cache=True)
-    def hard_sigmoid(x, y, alpha, beta):
-        a, b = x.dtype.type(alpha), x.dtype.type(beta)
-        zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
-        for k in range(x.shape[0]):
-            t = x[k] * a
-            t = t + b
-            if t == t:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
-                t = t if t > zero else zero
-                t = t if t < one else one
-            y[k] = t
-    return hard_sigmoid
-
-
-def _hard_sigmoid_inplace():
-    import numba
-
-    @numba.njit(nogil=True, cache=True)
-    def hard_sigmoid_inplace(x, alpha, beta):
-        a, b = x.dtype.type(alpha), x.dtype.type(beta)
-        zero, one = x.dtype.type(0.0), x.dtype.type(1.0)
-        for k in range(x.shape[0]):
-            t = x[k] * a
-            t = t + b
-            if t == t:   # clipped to [0, 1] as numpy's clip loop does (NaN stays NaN)
-                t = t if t > zero else zero
-                t = t if t < one else one
-            x[k] = t
-    return hard_sigmoid_inplace
 
 
 def _conv1d_direct():
@@ -489,19 +386,19 @@ def _pointwise_chain():
     return pointwise_chain
 
 
-def _rows(name):
-    """A row kernel of native/cpu/jit_rows.py (module-level numba functions: numba's disk cache keys a closure by its
-    captured values, which for compiled helpers differ per process, so closures over them recompiled every time)."""
+def _module(module, name):
+    """A kernel defined at module level in native/cpu/<module>.py (jit_rows, jit_act): numba's disk cache keys a
+    closure by its captured values, which for compiled helpers differ per process, so kernels that call a compiled
+    helper live there (closures over them recompiled every time)."""
     def build():
-        from native.cpu import jit_rows   # imports numba: on first use only
-        return getattr(jit_rows, name)
+        import importlib
+        return getattr(importlib.import_module(f"native.cpu.{module}"), name)   # imports numba: on first use only
     return build
 
 
-_BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw, "hard_swish": _hard_swish,
-             "hard_swish_inplace": _hard_swish_inplace, "hard_sigmoid": _hard_sigmoid,
-             "hard_sigmoid_inplace": _hard_sigmoid_inplace, "pointwise_chain": _pointwise_chain,
-             "gelu_rows": _rows("gelu_rows"), "softmax_rows": _rows("softmax_rows"),
-             "layernorm_rows": _rows("layernorm_rows"),
-             "conv1d_direct": _conv1d_direct, "bias_hard_act_inplace": _bias_hard_act_inplace,
-             "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw}
+_BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw,
+             "pointwise_chain": _pointwise_chain, "conv1d_direct": _conv1d_direct,
+             "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
+             **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows")},
+             **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
+                                                   "hard_sigmoid_inplace", "bias_hard_act_inplace")}}
