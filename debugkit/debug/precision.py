@@ -228,9 +228,7 @@ class PrecisionProbe:
         from backends.runners import EngineRunner
         config = make_config(self.low, self.higher, layers, self.extra_flags, self.replay, recorder, self.calib,
                              self.feeds, timing_cache=self.timing_cache(), base=self.build)
-        shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
-        # --shape-profiles: a range instead of the feed's shape
-        ranges = {k: v for k, v in self.build.shape_ranges().items() if k in shapes} if self.build else {}
+        shapes, ranges = self._shapes()
         if taps in (None, "all") and self.calib is None:   # build from the parsed model (the base build too)
             return self._probe_outputs(config, shapes, ranges, taps)
         with EngineRunner(self.model_source(), shapes={**shapes, **ranges}, config=config, device=self.device) as r:
@@ -241,6 +239,12 @@ class PrecisionProbe:
             self.last_cost = {"build_s": round(float(getattr(r, "build_seconds", 0.0) or 0.0), 4),
                               "run_s": round(time.perf_counter() - t0, 4)}
             return out
+
+    def _shapes(self):
+        """(the feeds' shapes, the --shape-profiles ranges given for those inputs: a range instead of the shape)."""
+        shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
+        ranges = {k: v for k, v in self.build.shape_ranges().items() if k in shapes} if self.build else {}
+        return shapes, ranges
 
     def _probe_outputs(self, config, shapes, ranges=None, taps=None) -> dict:
         """Outputs (and with taps="all" every tensor the engine computes at a layer boundary) of an engine built
@@ -286,21 +290,20 @@ class PrecisionProbe:
         plans stay in this process's cache for its later probes."""
         import time
 
+        from native.device import get_device
         from native.logger import G_LOGGER, Severity
         t0 = time.perf_counter()
         cache = self.timing_cache()
         before = set(cache.entries)
         config = make_config(self.low, self.higher, (), self.extra_flags, None, None, self.calib, self.feeds,
                              timing_cache=cache, base=self.build)
-        shapes = {k: tuple(np.shape(v)) for k, v in self.feeds.items()}
-        ranges = {k: v for k, v in self.build.shape_ranges().items() if k in shapes} if self.build else {}
+        shapes, ranges = self._shapes()
         level, cache.share = G_LOGGER.min_severity, tuple(share)
         G_LOGGER.min_severity = max(level, Severity.ERROR)
         try:
             self._graph(config, shapes, ranges)
         finally:
             cache.share, G_LOGGER.min_severity = None, level
-        from native.device import get_device
         return {"entries": {k: v for k, v in cache.entries.items() if k not in before},
                 "notes": get_device(self.device).build_notes(), "seconds": round(time.perf_counter() - t0, 3)}
 
