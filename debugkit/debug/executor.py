@@ -26,6 +26,7 @@ class InlineExecutor:
     workers = 1
     name = "inline"
     remote = False
+    own_gpus = False   # whether each worker has a GPU of its own (debug precision then shares the base timing)
 
     def map(self, fn, items, on_done=None):
         """[fn(x) for x in items]; on_done(result) after each one (progress bars)."""

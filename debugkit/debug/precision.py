@@ -509,7 +509,7 @@ def shares_timing(ex, calib=None) -> bool:
     build calibrates first). The search also skips it when a --timing-cache file already holds timings: then
     the base build has little to time and the workers' builds (~8 s each on a 368-layer model) would only
     delay it."""
-    return calib is None and getattr(ex, "workers", 1) > 1 and bool(getattr(ex, "own_gpus", False))
+    return calib is None and ex.workers > 1 and ex.own_gpus
 
 
 def share_timing(probe: PrecisionProbe, ex) -> dict:
