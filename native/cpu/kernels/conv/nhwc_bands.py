@@ -18,8 +18,7 @@ from native.cpu.kernels.activations import activation_inplace
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
-from native.cpu.kernels.conv.nhwc_gemm import NhwcGemm, hwio, nhwc_windows
-from native.cpu.kernels.conv.weights import conv_bias, work_dtype
+from native.cpu.kernels.conv.nhwc_gemm import NhwcGemm, nhwc_windows
 from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import register_tactic
 
@@ -70,17 +69,8 @@ class NhwcGemmBands(NhwcGemm):
         return None
 
     def run(self, op, inputs):
-        x = np.asarray(inputs[0])
-        dtype = work_dtype(op, x)
-        x = x.astype(dtype, copy=False)
-        const = "kernel" in op.weights or "kernel_hwio" in op.weights
-        k = op.weights.get("kernel_hwio")
-        if k is None:
-            k = hwio(op.weights["kernel"] if const else inputs[1])
-        k = k.astype(dtype, copy=False)
-        b = conv_bias(op.weights)
-        if b is None and not const and len(inputs) > 2:
-            b = inputs[2]
+        x, k, b = NhwcGemm.operands(op, inputs)
+        dtype = x.dtype
         n, c = x.shape[:2]
         ks = list(op.params.get("kernel_shape") or [])
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)

@@ -63,7 +63,10 @@ class NhwcGemm(Tactic):
     def prepare(self, op):
         return repacked(op, "kernel_hwio", hwio)
 
-    def run(self, op, inputs):
+    @staticmethod
+    def operands(op, inputs):
+        """(x, the HWIO kernel, bias or None) in the layer's working type: packed weights, or the kernel and bias
+        given as inputs."""
         x = np.asarray(inputs[0])
         dtype = work_dtype(op, x)
         x = x.astype(dtype, copy=False)
@@ -75,6 +78,11 @@ class NhwcGemm(Tactic):
         b = conv_bias(op.weights)
         if b is None and not const and len(inputs) > 2:
             b = inputs[2]
+        return x, k, b
+
+    def run(self, op, inputs):
+        x, k, b = self.operands(op, inputs)
+        dtype = x.dtype
         c = x.shape[1]
         taps = k.shape[0] // c
         ks = list(op.params.get("kernel_shape") or [])
