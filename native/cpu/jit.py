@@ -36,6 +36,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     layernorm_rows(x [M, N], gamma [N], beta [N], eps, n, y [M, N], mean [M], inv [M])
         float32 row kernels of native/cpu/polyexp.py (its polynomial exp, its 8-lane sums): the same floats as that
         module's numpy passes, in one pass over each row instead of ~20; compiled in native/cpu/jit_rows.py.
+    gemm_direct(a [M, K], w [K, N], bias [N] (or empty), has_bias, act, y [M, N])
+        a few rows' product with its [bias +] RELU / SIGMOID epilogue in one loop (native/cpu/jit_gemm.py: a
+        running sum per output in order, the tactic packed-gemm-direct's own floats).
     (The HardSwish / HardSigmoid kernels are compiled in native/cpu/jit_act.py.)
 """
 from __future__ import annotations
@@ -234,7 +237,7 @@ def _conv1d_direct():
 
 # pointwise_chain op codes (native/cpu/kernels/pointwise_chain.py holds the table that encodes a program)
 PW_SUM, PW_SUB, PW_PROD, PW_DIV, PW_MAX, PW_MIN = 1, 2, 3, 4, 5, 6
-PW_CLIP, PW_LEAKY, PW_HARD_SIGMOID, PW_HARD_SWISH, PW_ABS, PW_NEG, PW_SQRT = 10, 11, 12, 13, 14, 15, 16
+PW_CLIP, PW_LEAKY, PW_HARD_SIGMOID, PW_HARD_SWISH, PW_ABS, PW_NEG, PW_SQRT, PW_SQUARE = 10, 11, 12, 13, 14, 15, 16, 17
 # argument kinds
 PW_INPUT, PW_SCALAR, PW_STEP = 0, 1, 2
 
@@ -348,9 +351,13 @@ def _pointwise_chain():
         elif op == 15:
             for k in range(m):
                 out[k] = -a[k]
-        else:
+        elif op == 16:
             for k in range(m):
                 out[k] = np.sqrt(a[k])
+        else:               # 17: x ** 2 as numpy's power loop computes a scalar exponent of 2 (x * x)
+            for k in range(m):
+                v = a[k]
+                out[k] = v * v
 
     @numba.njit(nogil=True, cache=True)
     def operand(x0, x1, x2, buf, kind, idx, s0, m):
@@ -399,6 +406,7 @@ def _module(module, name):
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw,
              "pointwise_chain": _pointwise_chain, "conv1d_direct": _conv1d_direct,
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
+             "gemm_direct": _module("jit_gemm", "gemm_direct"),
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows")},
              **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
                                                    "hard_sigmoid_inplace", "bias_hard_act_inplace")}}

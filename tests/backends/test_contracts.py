@@ -53,14 +53,21 @@ X = np.random.default_rng(3).standard_normal((2, 8)).astype(np.float32)
 
 # honest capabilities -------------------------------------------------------------------------------------------
 
+def _heuristic():
+    """A fixed tactic choice (the heuristic, not timing), so two builds run the same tactics."""
+    config = BuilderConfig()
+    config.set_flag("enable_tactic_heuristic")
+    return config
+
+
 def test_half_precision_without_fp16_tactic_warns_and_reports_fp32(log):
-    engine = _engine(_network(DataType.HALF))
+    engine = _engine(_network(DataType.HALF), _heuristic())
     layer = _fc1(engine)
     assert layer["Precision"] == "float32"
     text = log.getvalue()
     assert "[W]" in text and f"'{layer['Name']}'" in text and "float16" in text and "runs in float32" in text
     # and it really is FP32: same result as an engine without the constraint, bit for bit
-    plain = _engine(_network())
+    plain = _engine(_network(), _heuristic())
     a = engine.create_execution_context().execute({"x": X})["y"]
     b = plain.create_execution_context().execute({"x": X})["y"]
     assert np.array_equal(a, b)

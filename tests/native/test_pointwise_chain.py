@@ -49,6 +49,9 @@ PROGRAMS = {
          _step("Activation", ["s:1"], type="RELU"), _step("Activation", ["s:2"], type="HARD_SIGMOID", alpha=0.2, beta=0.5),
          _step("Unary", ["s:3"], op="ABS"), _step("Unary", ["s:4"], op="NEG"), _step("Unary", ["s:1"], op="SQRT"),
          _step("ElementWise", ["s:5", "s:6"], op="DIV"), _step("Activation", ["s:7"], type="HARD_SWISH")], 2),
+    "STFT magnitude: squares, sum, sqrt": (
+        [_step("ElementWise", ["in:0", "w:c5"], op="POW"), _step("ElementWise", ["in:1", "w:c6"], op="POW"),
+         _step("ElementWise", ["s:0", "s:1"], op="SUM"), _step("Unary", ["s:2"], op="SQRT")], 2),
 }
 
 
@@ -60,7 +63,8 @@ def test_compiled_chain_matches_the_interpreter_bit_for_bit(monkeypatch, name, s
     config.reload()
     program, n_in = PROGRAMS[name]
     weights = {"c0": np.array(3.0, dtype), "c1": np.array(6.0, dtype), "c2": np.array([0.7], dtype),
-               "c3": np.array([-0.25], dtype), "c4": np.full((1,) * len(shape), 0.1, dtype)}
+               "c3": np.array([-0.25], dtype), "c4": np.full((1,) * len(shape), 0.1, dtype),
+               "c5": np.array(2.0, dtype), "c6": np.array([2.0])}
     op = Op("Pointwise", "pw", {"program": program}, weights)
     inputs = [_x(shape, dtype, i) for i in range(n_in)]
     with np.errstate(all="ignore"):
@@ -74,7 +78,8 @@ def test_compiled_chain_matches_the_interpreter_bit_for_bit(monkeypatch, name, s
 @pytest.mark.parametrize("why,program,inputs,weights", [
     ("a transcendental", [_step("Activation", ["in:0"], type="SIGMOID")], [(4, 5)], {}),
     ("a broadcast input", [_step("ElementWise", ["in:0", "in:1"], op="PROD")], [(4, 5), (4, 1)], {}),
-    ("POW", [_step("ElementWise", ["in:0", "w:c0"], op="POW")], [(4, 5)], {"c0": np.array(2.0, np.float32)}),
+    ("POW 3", [_step("ElementWise", ["in:0", "w:c0"], op="POW")], [(4, 5)], {"c0": np.array(3.0, np.float32)}),
+    ("POW of a tensor exponent", [_step("ElementWise", ["in:0", "in:1"], op="POW")], [(4, 5), (4, 5)], {}),
     ("a float64 constant", [_step("ElementWise", ["in:0", "w:c0"], op="SUM")], [(4, 5)], {"c0": np.array(2.0)}),
     ("a tensor constant", [_step("ElementWise", ["in:0", "w:c0"], op="SUM")], [(4, 5)],
      {"c0": np.ones(5, np.float32)}),
@@ -84,3 +89,18 @@ def test_chains_it_cannot_run_exactly_go_to_the_interpreter(why, program, inputs
     xs = [np.ones(s, np.float32) for s in inputs]
     assert pointwise_chain.run(op, xs) is None, why
     assert fused.pointwise(op, xs)[0].shape == np.broadcast_shapes(*inputs)
+
+
+def test_strided_inputs_are_copied_and_give_the_interpreters_floats(monkeypatch):
+    """An STFT's real and imaginary halves arrive as slices of one tensor: the chain still runs compiled."""
+    pytest.importorskip("numba")
+    config.reload()
+    program, _ = PROGRAMS["STFT magnitude: squares, sum, sqrt"]
+    weights = {"c5": np.array(2.0, np.float32), "c6": np.array([2.0], np.float32)}
+    spec = _x((1, 1, 97, 514), np.float32, 3)
+    inputs = [spec[..., :257], spec[..., 257:]]
+    assert not inputs[0].flags.c_contiguous
+    with np.errstate(all="ignore"):
+        got = pointwise_chain.run(Op("Pointwise", "pw", {"program": program}, weights), inputs)
+        want = _interpreted(monkeypatch, Op("Pointwise", "pw", {"program": program}, weights), inputs)
+    assert got is not None and got.tobytes() == want.tobytes()

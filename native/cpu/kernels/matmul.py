@@ -19,7 +19,7 @@ All compute float16/bfloat16 in float32 (numpy has no half-precision BLAS) and a
 """
 import numpy as np
 
-from native.cpu import polyexp, threads
+from native.cpu import jit, polyexp, threads
 from native.cpu.kernels import rows
 from native.cpu.kernels.activations import activation_inplace
 from native.cpu.kernels.fused import apply_post_ops
@@ -290,6 +290,98 @@ class PackedGemmColumnsPolyExp(_PolyExpEpilogue, PackedGemmColumns):
     def epilogue(self, op):
         bias, kind = _polyexp_epilogue(op)
         return lambda y, c0, c1: rows.gelu_rows(y, bias, kind, c0, c1)
+
+
+DIRECT_MAX_ROWS = 8            # more rows: BLAS's register blocking wins (measured 3-5x at 16 rows)
+_DIRECT_ACT = {"RELU": 1, "SIGMOID": 2}
+
+
+@register_tactic
+class PackedGemmDirect(Tactic):
+    """[bias +] activation(a @ b) for a few rows as one compiled loop (native/cpu/jit_gemm.py; numba extra), weights
+    packed [K, N] at build time; RELU / SIGMOID in the loop (SIGMOID by polyexp's exp), another activation after it
+    (numpy's). float32."""
+    kind = "MatrixMultiply"
+    name = "packed-gemm-direct"
+    precisions = ("float32",)
+    honours = {"post_ops"}
+    writes_outputs = True
+
+    def supports(self, op, input_shapes):
+        b = op.weights.get("b_packed", op.weights.get("b"))
+        if b is None or b.ndim != 2:
+            return "constant 2-D weights only"
+        if op.params.get("transpose_a"):
+            return "no transposed left operand"
+        if _direct_epilogue(op) is None:
+            return "post-ops other than [bias,] activation"
+        dtypes = getattr(input_shapes, "dtypes", None)
+        if dtypes and dtypes[0] not in (None, "float32"):
+            return "float32 input only"
+        if not input_shapes or input_shapes[0] is None or len(input_shapes[0]) < 1:
+            return "left operand of known shape only"
+        rows = 1
+        for d in input_shapes[0][:-1]:
+            rows *= d
+        if rows > DIRECT_MAX_ROWS or rows < 1:
+            return f"{DIRECT_MAX_ROWS} rows at most (BLAS wins on more)"
+        if not jit.available():
+            return "needs the numba extra (pip install debugkit[jit])"
+        return None
+
+    def prepare(self, op):
+        w = PackedGemm.prepare(self, op)
+        w["b_packed"] = np.ascontiguousarray(w["b_packed"], np.float32)
+        bias = _direct_epilogue(op)[0]
+        if bias is not None:
+            w[op.params["post_ops"][0]["weight"]] = np.ascontiguousarray(bias, np.float32)
+        return w
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        cfg = op.__dict__.get("_gemm_direct")
+        if cfg is None or cfg[0] is not op.weights:   # per op, once: its weights, bias and epilogue codes
+            bias, act, other = _direct_epilogue(op)
+            bp = op.weights["b_packed"]
+            cfg = op.__dict__["_gemm_direct"] = (
+                op.weights, bp, _NO_BIAS if bias is None else bias, bias is not None, act, other, bp.shape[1],
+                jit.kernel("gemm_direct"))
+        _, bp, bias, has_bias, act, other, n, fn = cfg
+        a = inputs[0]
+        if a.dtype != np.float32:
+            a = a.astype(np.float32)
+        shape = a.shape[:-1] + (n,)
+        a2 = a.reshape(-1, a.shape[-1])
+        if a2.strides[-1] != 4:
+            a2 = np.ascontiguousarray(a2)
+        y = outputs[0] if outputs is not None and outputs[0] is not None and outputs[0].dtype == np.float32 \
+            and outputs[0].shape == shape and outputs[0].flags.c_contiguous else np.empty(shape, np.float32)
+        fn(a2, bp, bias, has_bias, act, y.reshape(-1, n))
+        if other is not None:
+            res = activation_inplace(y, other["type"], other.get("alpha", 0.0), other.get("beta", 0.0))
+            if res is not y:
+                y[...] = res
+        return [y]
+
+
+_NO_BIAS = np.zeros(0, np.float32)
+
+
+def _direct_epilogue(op):
+    """(bias [N] or None, in-loop activation code, the activation step to apply after the loop or None) for post-ops
+    [bias,] [activation]; None for any other post-ops."""
+    post = op.params.get("post_ops") or ()
+    bias, act, other = None, 0, None
+    i = 0
+    if i < len(post) and post[i]["op"] == "bias":
+        b = op.weights.get(post[i]["weight"])
+        if post[i].get("axis", -1) != -1 or b is None or b.ndim != 1:
+            return None
+        bias, i = b, i + 1
+    if i < len(post) and post[i]["op"] == "activation":
+        act = _DIRECT_ACT.get(post[i]["type"], 0)
+        other = None if act else post[i]
+        i += 1
+    return (bias, act, other) if i == len(post) else None
 
 
 # below this one thread beats a split: waking a pool thread costs ~50 µs here, and the pool's first use turns

@@ -185,22 +185,29 @@ class LayerNormLaneStats(Tactic):
         return None
 
     def run(self, op, inputs):
-        x = np.asarray(inputs[0])
+        x = inputs[0]
+        if type(x) is not np.ndarray:
+            x = np.asarray(x)
         if x.dtype != np.float32:
             return normalization(op, inputs)
-        ndim = x.ndim
-        axis = op.params.get("axes", [-1])[0] % ndim
-        shape = x.shape
-        lead, tail = shape[:axis], shape[axis:]
-        n = math.prod(tail)
-        m = math.prod(lead)
-        if n == 0 or m == 0:
-            return normalization(op, inputs)
-        x2 = np.ascontiguousarray(x).reshape(m, n)
-        g, b = (_row_param(inputs[i], tail, n) if len(inputs) > i and inputs[i] is not None else None
-                for i in (1, 2))
-        y, mean, inv = rows.layernorm_rows(x2, g, b, op.params.get("epsilon", 1e-5), np.empty_like(x2))
-        stat_shape = lead + (1,) * len(tail)
+        g_in = inputs[1] if len(inputs) > 1 else None
+        b_in = inputs[2] if len(inputs) > 2 else None
+        cfg = op.__dict__.get("_lane_stats")
+        if cfg is None or cfg[0] != x.shape or cfg[1] is not g_in or cfg[2] is not b_in:
+            # per op and input shape, once (gamma / beta are constants: the same arrays every run): the row
+            # geometry and the float32 [n] parameters, so a short row pays only the compiled pass
+            ndim = x.ndim
+            axis = op.params.get("axes", [-1])[0] % ndim
+            lead, tail = x.shape[:axis], x.shape[axis:]
+            n, m = math.prod(tail), math.prod(lead)
+            if n == 0 or m == 0:
+                return normalization(op, inputs)
+            g, b = (_row_param(v, tail, n) if v is not None else None for v in (g_in, b_in))
+            cfg = op.__dict__["_lane_stats"] = (x.shape, g_in, b_in, m, n, g, b, op.params.get("epsilon", 1e-5),
+                                                lead + (1,) * len(tail))
+        shape, _, _, m, n, g, b, eps, stat_shape = cfg
+        x2 = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(m, n)
+        y, mean, inv = rows.layernorm_rows(x2, g, b, eps, np.empty_like(x2))
         return [y.reshape(shape), mean.reshape(stat_shape), inv.reshape(stat_shape)]
 
 

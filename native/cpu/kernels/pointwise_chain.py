@@ -7,9 +7,10 @@ starts: one pass over memory, no temporaries, no per-step Python. Each step roun
 (float32 stays float32, the same operation, clip / maximum with numpy's NaN and signed-zero rules), so the chain's
 floats are the interpreter's, bit for bit (tests/native/test_pointwise_chain.py).
 
-What it takes: every tensor argument a C-contiguous array of the output's shape and dtype (float32 or float64), every
+What it takes: every tensor argument an array of the output's shape and dtype (a strided one is copied first) (float32 or float64), every
 constant a one-element array of that dtype, every step one of the exact operations below (no transcendentals: numba's
-exp/tanh are not numpy's SIMD loops). Anything else, or no numba: None, and the interpreter runs.
+exp/tanh are not numpy's SIMD loops; POW only with a one-element exponent of 2, which numpy's power loop computes
+as x * x: checked once per process, `_pow2_is_square`). Anything else, or no numba: None, and the interpreter runs.
 """
 from __future__ import annotations
 
@@ -50,7 +51,11 @@ def encode(program, weights, shape, dtype):
     used = set()
     for j, st in enumerate(program):
         p, args = st.get("params", {}), st["args"]
-        if st["op"] == "ElementWise":
+        if st["op"] == "ElementWise" and p.get("op") == "POW":
+            if not _square(args, weights, shape) or not _pow2_is_square(dtype):
+                return None
+            c, n_args, args = jit.PW_SQUARE, 1, args[:1]
+        elif st["op"] == "ElementWise":
             c, n_args = _BINARY.get(p.get("op")), 2
         elif st["op"] == "Unary":
             c, n_args = _UNARY.get(p.get("op")), 1
@@ -87,6 +92,28 @@ def encode(program, weights, shape, dtype):
     return code, fval, tuple(sorted(used))
 
 
+def _square(args, weights, shape) -> bool:
+    """POW's arguments are (a tensor, a one-element constant exponent 2) broadcasting to the tensor's shape."""
+    if len(args) != 2 or not args[1].startswith("w:") or args[0].startswith("w:"):
+        return False
+    w = weights.get(args[1][2:])
+    return type(w) is np.ndarray and w.size == 1 and w.ndim <= len(shape) and float(w.reshape(-1)[0]) == 2.0
+
+
+_POW2 = {}
+
+
+def _pow2_is_square(dtype) -> bool:
+    """Whether numpy's power with a broadcast exponent 2 gives x * x here (the interpreter's POW: numpy 2 squares; a
+    libm powf would round ~1 in 1,000 results differently), on values where powf and x * x disagree."""
+    ok = _POW2.get(dtype)
+    if ok is None:
+        x = np.random.default_rng(0).standard_normal(1 << 16).astype(dtype) * dtype.type(10)
+        x[:3] = (np.nan, -np.inf, -0.0)
+        ok = _POW2[dtype] = bool(np.array_equal(np.power(x, np.ones(1, dtype) * 2), x * x, equal_nan=True))
+    return ok
+
+
 def run(op, inputs):
     """The program's output as one compiled pass, or None (the interpreter runs instead)."""
     x = inputs[0] if inputs else None
@@ -107,13 +134,13 @@ def run(op, inputs):
     for i in range(3):
         if i in used:
             v = inputs[i] if i < len(inputs) else None
-            if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype or not v.flags.c_contiguous:
+            if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype:
                 return None
-            flat.append(v.reshape(-1))
+            # a strided view (a slice of the real / imaginary half of an STFT) is copied once: still one pass
+            # fewer than the interpreter's, and the same floats
+            flat.append((v if v.flags.c_contiguous else np.ascontiguousarray(v)).reshape(-1))
         else:
             flat.append(_EMPTY[x.dtype])
-    if not x.flags.c_contiguous:
-        return None
     fn = jit.kernel("pointwise_chain")
     if fn is None:
         return None
