@@ -39,6 +39,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     gemm_direct(a [M, K], w [K, N], bias [N] (or empty), has_bias, act, y [M, N])
         a few rows' product with its [bias +] RELU / SIGMOID epilogue in one loop (native/cpu/jit_gemm.py: a
         running sum per output in order, the tactic packed-gemm-direct's own floats).
+    lstm_steps(xw [T, B, 4H], rt [H, 4H], b_r [4H], h [B, H], c [B, H], ys [T, B, H], g [4H])
+        a plain forward LSTM's time loop (recurrence, gates, state update) in one call, sigmoid / tanh by polyexp's
+        exp (native/cpu/jit_rnn.py: the lstm-direct tactic's own floats).
     (The HardSwish / HardSigmoid kernels are compiled in native/cpu/jit_act.py.)
 """
 from __future__ import annotations
@@ -406,7 +409,7 @@ def _module(module, name):
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw,
              "pointwise_chain": _pointwise_chain, "conv1d_direct": _conv1d_direct,
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
-             "gemm_direct": _module("jit_gemm", "gemm_direct"),
+             "gemm_direct": _module("jit_gemm", "gemm_direct"), "lstm_steps": _module("jit_rnn", "lstm_steps"),
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows")},
              **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
                                                    "hard_sigmoid_inplace", "bias_hard_act_inplace")}}

@@ -3,12 +3,17 @@
 The input projection X @ W^T of every time step is one GEMM up front; the loop runs over time steps only, with
 one small GEMM for the recurrence. Sequence lengths are handled by masking: past a batch item's length its state
 is held and its output is zero; the reverse direction walks each item's own valid span backwards.
+
+Tactics: "time-loop" (numpy, every form above) and "lstm-direct" (a plain forward float32 LSTM whose sequences run
+every step: the time loop as one compiled call, native/cpu/jit_rnn.py, the numba extra; its sigmoid / tanh are
+polyexp's, so its floats are its own and the builder times it against time-loop).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from native.tactics import simple_tactic
+from native.cpu import jit
+from native.tactics import Tactic, register_tactic, simple_tactic
 
 
 def _sigmoid(x):
@@ -213,3 +218,67 @@ def rnn(op, inputs):
     if cell == "LSTM":
         outs.append(yc.astype(dtype))
     return outs
+
+
+@register_tactic
+class LstmDirect(Tactic):
+    """A plain forward float32 LSTM (ONNX's default activations, no peepholes / clip / coupled gates) as one compiled
+    time loop (native/cpu/jit_rnn.py): the input projection of every step one BLAS GEMM up front as in time-loop,
+    then per step the recurrence, the gates and the state update in one pass, no numpy call per step. A run whose
+    sequence lengths stop short of the time axis takes time-loop's masking path."""
+    kind = "RNN"
+    name = "lstm-direct"
+    precisions = ("float32",)
+
+    def supports(self, op, input_shapes):
+        p = op.params
+        if not _plain_lstm(p, None) or p.get("direction", "forward") != "forward":
+            return "a plain forward LSTM only (default activations, no clip / coupled gates)"
+        shapes = list(input_shapes or [])
+        if len(shapes) > 7 and shapes[7] is not None:
+            return "no peepholes"
+        if len(shapes) > 1 and shapes[1] is not None and shapes[1][0] != 1:
+            return "one direction only"
+        dtypes = getattr(input_shapes, "dtypes", None)
+        if dtypes and dtypes[0] not in (None, "float32"):
+            return "float32 input only"
+        if not jit.available():
+            return "needs the numba extra (pip install debugkit[jit])"
+        return None
+
+    def run(self, op, inputs):
+        ins = list(inputs) + [None] * (8 - len(inputs))
+        x, w, r, b, seq_lens, h0, c0, peep = ins
+        x = np.asarray(x)
+        if x.dtype != np.float32 or peep is not None or np.asarray(w).shape[0] != 1 or (
+                seq_lens is not None and not bool((np.asarray(seq_lens) >= x.shape[1 if op.params.get("layout", 0)
+                                                                                      else 0]).all())):
+            return rnn(op, inputs)
+        cfg = op.__dict__.get("_lstm_direct")
+        if cfg is None or cfg[0] is not w or cfg[1] is not r or cfg[2] is not b:
+            # per op, once (W, R, B are constants: the same arrays every run): W^T and R^T packed, the biases split
+            gh = np.asarray(w).shape[1]
+            bb = np.zeros(2 * gh, np.float32) if b is None else np.asarray(b, np.float32).reshape(-1)
+            cfg = op.__dict__["_lstm_direct"] = (
+                w, r, b, np.ascontiguousarray(np.asarray(w[0], np.float32).T),
+                np.ascontiguousarray(np.asarray(r[0], np.float32).T), np.ascontiguousarray(bb[:gh]),
+                np.ascontiguousarray(bb[gh:]), gh)
+        _, _, _, wt, rt, b_w, b_r, gh = cfg
+        layout = op.params.get("layout", 0)
+        if layout == 1:
+            x = x.transpose(1, 0, 2)
+        steps, batch = x.shape[:2]
+        hidden = gh // 4
+        h = np.zeros((batch, hidden), np.float32) if h0 is None else \
+            np.array(np.asarray(h0)[:, 0] if layout == 1 else np.asarray(h0)[0], np.float32)
+        c = np.zeros((batch, hidden), np.float32) if c0 is None else \
+            np.array(np.asarray(c0)[:, 0] if layout == 1 else np.asarray(c0)[0], np.float32)
+        xw = x.reshape(steps * batch, -1) @ wt
+        xw += b_w
+        ys = np.empty((steps, batch, hidden), np.float32)
+        jit.kernel("lstm_steps")(xw.reshape(steps, batch, gh), rt, b_r, h, c, ys, np.empty(gh, np.float32))
+        y, yh, yc = ys[:, None], h[None], c[None]
+        if layout == 1:
+            y = y.transpose(2, 0, 1, 3)
+            yh, yc = yh.transpose(1, 0, 2), yc.transpose(1, 0, 2)
+        return [y, yh, yc]
