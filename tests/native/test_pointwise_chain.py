@@ -104,3 +104,45 @@ def test_strided_inputs_are_copied_and_give_the_interpreters_floats(monkeypatch)
         got = pointwise_chain.run(Op("Pointwise", "pw", {"program": program}, weights), inputs)
         want = _interpreted(monkeypatch, Op("Pointwise", "pw", {"program": program}, weights), inputs)
     assert got is not None and got.tobytes() == want.tobytes()
+
+
+LSTM_CELL = [_step("Activation", ["in:0"], type="SIGMOID"), _step("Activation", ["in:1"], type="SIGMOID"),
+             _step("Activation", ["in:2"], type="TANH"), _step("ElementWise", ["s:1", "in:3"], op="PROD"),
+             _step("ElementWise", ["s:0", "s:2"], op="PROD"), _step("ElementWise", ["s:3", "s:4"], op="SUM")]
+
+
+def _polyexp_chain():
+    from native.tactics import tactics_for
+    return next(t for t in tactics_for("Pointwise", "cpu") if t.name == "polyexp-chain")
+
+
+def test_polyexp_chain_runs_an_lstm_cell_to_the_reference():
+    """silero-vad's LSTM cell as ONNX ops (sigmoid, sigmoid, tanh, two products, a sum over four inputs)."""
+    pytest.importorskip("numba")
+    from native.tactics import LayerContext
+    config.reload()
+    ins = [_x((1, 128), np.float32, i) for i in range(4)]
+    op = Op("Pointwise", "pw", {"program": LSTM_CELL}, {})
+    assert _polyexp_chain().supports(op, LayerContext([[1, 128]] * 4, ["float32"] * 4)) is None
+    with np.errstate(all="ignore"):
+        got = _polyexp_chain().run(op, ins)[0]
+        x = [v.astype(np.float64) for v in ins]
+        sig = lambda v: 1 / (1 + np.exp(-v))   # noqa: E731
+        want = sig(x[0]) * np.tanh(x[2]) + sig(x[1]) * x[3]
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=2e-6, atol=1e-7)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+
+
+@pytest.mark.parametrize("why,program,shapes,dtype", [
+    ("no SIGMOID / TANH", HARD_SWISH, [[4, 5]], "float32"),
+    ("float32", LSTM_CELL, [[4, 5]] * 4, "float64"),
+    ("one known shape", LSTM_CELL, [[4, 5], [4, 5], [4, 1], [4, 5]], "float32"),
+    ("outside", [_step("Activation", ["in:0"], type="SIGMOID"), _step("Unary", ["s:0"], op="EXP")], [[4, 5]],
+     "float32"),
+])
+def test_polyexp_chain_refuses_with_a_reason(why, program, shapes, dtype):
+    from native.tactics import LayerContext
+    op = Op("Pointwise", "pw", {"program": program}, {"c0": np.array(3.0, np.float32), "c1": np.array(6.0, np.float32)})
+    reason = _polyexp_chain().supports(op, LayerContext(shapes, [dtype] * len(shapes)))
+    assert isinstance(reason, str) and why in reason

@@ -18,6 +18,7 @@ n ops allocates about one buffer instead of n.
 """
 import numpy as np
 
+from native.cpu import jit
 from native.cpu.kernels import pointwise_chain, rows
 from native.tactics import Tactic, register_tactic, simple_tactic
 
@@ -126,6 +127,38 @@ def pointwise(op, inputs):
             if vals[s] is not y:
                 vals[s] = None
     return [vals[-1]]
+
+
+@register_tactic
+class PointwisePolyExp(Tactic):
+    """A fused chain with SIGMOID / TANH steps (an LSTM cell written out as ONNX ops: silero-vad's If body) as one
+    compiled pass (pointwise_chain.run with polyexp: the other steps as the numpy tactic rounds them, the sigmoid /
+    tanh by native/cpu/polyexp.py's exp, so floats of its own; the builder times it against the numpy tactic).
+    float32 inputs of one shape, the numba extra."""
+    kind = "Pointwise"
+    name = "polyexp-chain"
+    honours = frozenset({"program"})
+
+    def supports(self, op, input_shapes):
+        program = op.params.get("program") or ()
+        if not any(st["op"] == "Activation" and st.get("params", {}).get("type") in ("SIGMOID", "TANH")
+                   for st in program):
+            return "no SIGMOID / TANH step (the numpy tactic compiles exact chains itself)"
+        dtypes = getattr(input_shapes, "dtypes", None)
+        if dtypes and any(d not in (None, "float32") for d in dtypes):
+            return "float32 inputs only"
+        shapes = [s for s in (input_shapes or []) if s is not None]
+        if not shapes or any(list(s) != list(shapes[0]) for s in shapes):
+            return "inputs of one known shape only"
+        if pointwise_chain.encode(program, op.weights, tuple(shapes[0]), np.dtype(np.float32), polyexp=True) is None:
+            return "a step outside the compiled chain's operations"
+        if not jit.available():
+            return "needs the numba extra (pip install debugkit[jit])"
+        return None
+
+    def run(self, op, inputs):
+        y = pointwise_chain.run(op, inputs, polyexp=True)
+        return [y] if y is not None else pointwise(op, inputs)
 
 
 def _decoded(op) -> list:

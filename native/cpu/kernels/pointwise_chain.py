@@ -24,6 +24,7 @@ _BINARY = {"SUM": jit.PW_SUM, "SUB": jit.PW_SUB, "PROD": jit.PW_PROD, "DIV": jit
            "MIN": jit.PW_MIN}
 _UNARY = {"ABS": jit.PW_ABS, "NEG": jit.PW_NEG, "SQRT": jit.PW_SQRT}
 _NUMBER = (int, float)
+_POLYEXP = {"SIGMOID": jit.PW_SIGMOID, "TANH": jit.PW_TANH}
 
 
 def _activation(p):
@@ -43,9 +44,10 @@ def _activation(p):
     return None
 
 
-def encode(program, weights, shape, dtype):
+def encode(program, weights, shape, dtype, polyexp=False):
     """(code [steps, 3] int64, fval [steps, 4] float64, input indices used) for `program` over inputs of `shape`,
-    or None when a step or an argument is outside what the kernel computes exactly."""
+    or None when a step or an argument is outside what the kernel computes exactly (polyexp: SIGMOID / TANH too,
+    by polyexp's exp, float32 only)."""
     code = np.zeros((len(program), 3), np.int64)
     fval = np.zeros((len(program), 4), np.float64)
     used = set()
@@ -59,6 +61,8 @@ def encode(program, weights, shape, dtype):
             c, n_args = _BINARY.get(p.get("op")), 2
         elif st["op"] == "Unary":
             c, n_args = _UNARY.get(p.get("op")), 1
+        elif st["op"] == "Activation" and polyexp and p.get("type") in _POLYEXP and dtype == np.float32:
+            c, n_args = _POLYEXP[p["type"]], 1
         elif st["op"] == "Activation":
             act = _activation(p)
             if act is None:
@@ -87,7 +91,7 @@ def encode(program, weights, shape, dtype):
                 return None
         if n_args == 2 and code[j, 1] == jit.PW_SCALAR and code[j, 2] == jit.PW_SCALAR:
             return None
-    if not used or max(used) > 2:
+    if not used or max(used) > 3:
         return None
     return code, fval, tuple(sorted(used))
 
@@ -114,24 +118,26 @@ def _pow2_is_square(dtype) -> bool:
     return ok
 
 
-def run(op, inputs):
-    """The program's output as one compiled pass, or None (the interpreter runs instead)."""
+def run(op, inputs, polyexp=False):
+    """The program's output as one compiled pass, or None (the interpreter runs instead). polyexp: SIGMOID / TANH
+    steps by polyexp's exp (the polyexp-chain tactic: its own floats)."""
     x = inputs[0] if inputs else None
     if type(x) is not np.ndarray or x.dtype not in _DTYPES or not x.size:
         return None
     key = (x.shape, x.dtype)
-    held = op.__dict__.get("_pointwise_chain")
+    slot = "_pointwise_chain_px" if polyexp else "_pointwise_chain"
+    held = op.__dict__.get(slot)
     program = op.params["program"]
     if held is not None and held[0] is program and held[1] == key:
         enc = held[2]
     else:
-        enc = encode(program, op.weights, x.shape, x.dtype)
-        op.__dict__["_pointwise_chain"] = (program, key, enc)
+        enc = encode(program, op.weights, x.shape, x.dtype, polyexp)
+        op.__dict__[slot] = (program, key, enc)
     if enc is None:
         return None
     code, fval, used = enc
     flat = []
-    for i in range(3):
+    for i in range(4):
         if i in used:
             v = inputs[i] if i < len(inputs) else None
             if type(v) is not np.ndarray or v.shape != x.shape or v.dtype != x.dtype:
@@ -146,7 +152,7 @@ def run(op, inputs):
         return None
     y = np.empty(x.shape, x.dtype)
     buf = np.empty((len(program), min(BLOCK, x.size)), x.dtype)
-    fn(flat[0], flat[1], flat[2], y.reshape(-1), code, fval, buf)
+    fn(flat[0], flat[1], flat[2], flat[3], y.reshape(-1), code, fval, buf)
     return y
 
 
