@@ -57,16 +57,8 @@ def _stem(path):
 
 
 def run(args) -> int:
-    from backends.runners import load_onnx, model_sha256
     from debugkit.debug import precision as P
-    from debugkit.debug.checks import (CompareOptions, ReducedPrecisionCheck, ReferenceFailedError,
-                                       command_check_from_args, comparison_given)
-    from debugkit.debug.executor import make_executor
-    from debugkit.debug.probe_log import ProbeLog
-    from debugkit.debug.reduce import Subgraphs, capture_values
-    from debugkit.debug.report_html import error_svg, search_html
-    from debugkit.debug.strategies import Prober, bisect_prefix, linear, peel
-    from native.errors import DebugkitError
+    from debugkit.debug.checks import CompareOptions, ReducedPrecisionCheck, command_check_from_args, comparison_given
 
     _search_args.apply_common(args)
     from debugkit.options import Options
@@ -83,6 +75,20 @@ def run(args) -> int:
     command = command_check_from_args(args)
     options = CompareOptions.from_args(args) if comparison_given(args) else ReducedPrecisionCheck.for_precision(args.low)
     print(f"debug precision --{args.low}: check: {_describe_check(command, options)}", flush=True)
+    # the workers start (imports, GPU contexts) while this process computes the reference and makes the base build
+    with _search_args.make_executor(args).warm() as ex:
+        return _search(P, args, opts, command, options, ex)
+
+
+def _search(P, args, opts, command, options, ex) -> int:
+    """The search proper, on the executor `ex` (its workers already starting)."""
+    from backends.runners import load_onnx
+    from debugkit.debug.checks import ReferenceFailedError
+    from debugkit.debug.probe_log import ProbeLog
+    from debugkit.debug.reduce import Subgraphs, capture_values
+    from debugkit.debug.report_html import error_svg, search_html
+    from debugkit.debug.strategies import Prober, bisect_prefix, linear, peel, probe_slots
+    from native.errors import DebugkitError
     model = load_onnx(args.model)
     feeds = _search_args.generated_feeds(args, model)
     if args.reference is None:
@@ -121,54 +127,59 @@ def run(args) -> int:
                                 extra_flags=_extra_flags(args), calib=calib, device=args.device, build=opts.build)
     t0 = time.perf_counter()
     bound = P.build_bound(len(layers))
-    workers = 1 if args.ray else max(1, _search_args.resolve_workers(args) or 1)
+    workers = probe_slots(ex)
     bar = _search_args.Progress(_work_bound(args.mode, len(layers), workers), f"precision ({args.mode})")
     search_id = f"precision-{meta['model (sha256)'][:16]}-{uuid.uuid4().hex[:12]}"   # workers' cache key
     rows, answer, extra = [], [], {}
     rank_builds, rank_s, base_s, shared = 0, 0.0, 0.0, None
     try:
-        with _search_args.make_executor(args) as ex:
-            ex.warm()    # workers start (imports, GPU contexts) while this process makes the base build
-            if P.shares_timing(ex, calib) and not probe_fn.seeded_timings():   # cold, one GPU each: the
-                # workers time the base build's variants, 1/N each
-                probe_fn.ship(model)
-                shared = P.share_timing(probe_fn, ex)
-                G_LOGGER.info(f"base build's tactic timing spread over {ex.workers} GPU workers: "
-                              f"{shared['variants']} layer variants timed in {shared['seconds']:.1f} s (shares "
-                              f"{', '.join(f'{x:.1f}' for x in shared['shares'])} s); this process replays them")
-            low_values = _base_run(P, probe_fn, args)
-            base_s = time.perf_counter() - t0
-            bar.step()
-            if type(ex).__name__ != "InlineExecutor":   # workers get the model's bytes, never a path of ours
-                probe_fn.ship(model)
-            prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
-            empty = None if prober.known([])[0] else probe_fn.empty_set_answer(low_values)
-            if empty is not None:   # the base build was the empty set's engine: no second build of it
-                prober.settle([], empty)
-            base, top = prober.many([[], layers])
-            _warn_if_barely(prober.known(layers)[1], options, args, len(layers))
-            if base:
-                G_LOGGER.info(f"the {args.low} build already passes: no layer needs {args.higher}")
-            elif not top:
-                rec = prober.known(layers)[1]
-                raise P.PrecisionSearchError(
-                    f"the check fails even with all {len(layers)} layers in {args.higher} "
-                    f"({rec.get('reason', '') if isinstance(rec, dict) else ''}); loosen the tolerances or check "
-                    f"the reference")
-            elif args.mode == "minimal":
-                t_rank = time.perf_counter()
-                rows, rank_builds = _ranking(P, sub, layers, low_values, args, ex, search_id, calib, bar, opts.build,
-                                             log, cache=probe_fn.timing_cache())
-                rank_s = time.perf_counter() - t_rank
-                answer = peel([r["layer"] for r in rows], prober)
-                answer.sort(key=layers.index)
-            else:
-                order = layers if args.direction == "forward" else layers[::-1]
-                search = bisect_prefix if args.mode == "bisect" else linear
-                count = search(len(order), prober, candidate=lambda k: order[:k])
-                count = len(order) if count is None else count
-                answer = sorted(order[:count], key=layers.index)
-                extra = {"prefix_count": count, "direction": args.direction}
+        if P.shares_timing(ex, calib) and not probe_fn.seeded_timings():   # cold, one GPU each: the
+            # workers time the base build's variants, 1/N each
+            probe_fn.ship(model)
+            shared = P.share_timing(probe_fn, ex)
+            G_LOGGER.info(f"base build's tactic timing spread over {ex.workers} GPU workers: "
+                          f"{shared['variants']} layer variants timed in {shared['seconds']:.1f} s (shares "
+                          f"{', '.join(f'{x:.1f}' for x in shared['shares'])} s); this process replays them")
+        prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
+        early = None
+        if args.mode == "minimal" and P.overlaps_base(ex, shared, probe_fn.seeded_timings()):
+            probe_fn.ship(model)
+            early = _Alongside(P, prober, sub, layers, args, ex, search_id, calib, opts.build, log).start()
+        low_values = _base_run(P, probe_fn, args)
+        base_s = time.perf_counter() - t0
+        bar.step()
+        alone = None
+        if early is not None:   # the workers' ranking and all-higher probe, run beside the base build
+            alone = early.join(bar)
+        if type(ex).__name__ != "InlineExecutor":   # workers get the model's bytes, never a path of ours
+            probe_fn.ship(model)
+        empty = None if prober.known([])[0] else probe_fn.empty_set_answer(low_values)
+        if empty is not None:   # the base build was the empty set's engine: no second build of it
+            prober.settle([], empty)
+        base, top = prober.many([[], layers])
+        _warn_if_barely(prober.known(layers)[1], options, args, len(layers))
+        if base:
+            G_LOGGER.info(f"the {args.low} build already passes: no layer needs {args.higher}")
+        elif not top:
+            rec = prober.known(layers)[1]
+            raise P.PrecisionSearchError(
+                f"the check fails even with all {len(layers)} layers in {args.higher} "
+                f"({rec.get('reason', '') if isinstance(rec, dict) else ''}); loosen the tolerances or check "
+                f"the reference")
+        elif args.mode == "minimal":
+            t_rank = time.perf_counter()
+            rows, rank_builds = _ranking(P, sub, layers, low_values, args, ex, search_id, calib, bar, opts.build,
+                                         log, cache=probe_fn.timing_cache(), alone=alone)
+            rank_s = time.perf_counter() - t_rank if alone is None else alone["seconds"]
+            answer = peel([r["layer"] for r in rows], prober)
+            answer.sort(key=layers.index)
+        else:
+            order = layers if args.direction == "forward" else layers[::-1]
+            search = bisect_prefix if args.mode == "bisect" else linear
+            count = search(len(order), prober, candidate=lambda k: order[:k])
+            count = len(order) if count is None else count
+            answer = sorted(order[:count], key=layers.index)
+            extra = {"prefix_count": count, "direction": args.direction}
     finally:
         bar.close()
     seconds = time.perf_counter() - t0
@@ -180,9 +191,10 @@ def run(args) -> int:
               "precision": args.low, "higher": args.higher, "reference": args.reference,
               "check": meta["check"],
               "model": os.path.abspath(args.model), "model_sha256": meta["model (sha256)"],
-              "seconds": round(seconds, 3), "workers": getattr(ex, "workers", 1),
+              "seconds": round(seconds, 3), "workers": getattr(ex, "workers", 1), "probe_slots": workers,
               "base_builds": 1, "layer_runs": len(rows), "ranking_builds": rank_builds,
               "base_s": round(base_s, 2), "ranking_s": round(rank_s, 2), "base_timing_shared": shared,
+              "beside_base_build": None if early is None else early.summary(),
               "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},
               "tactics_replayed": probe_fn.replay is not None,
               "options_fingerprint": opts.fingerprint(), "critical_path": prober.critical_path(), **extra}
@@ -219,7 +231,8 @@ def run(args) -> int:
              f"{costs['probe_run_s_median'] * 1e3:.1f} ms" if costs else ""))
     cp = result["critical_path"]
     if cp["rounds"] and result["workers"] > 1:
-        print(f"{cp['probes']} probe(s) in {cp['rounds']} round(s) on {result['workers']} workers: critical path "
+        where = f"{result['workers']} workers" + (" and this process" if workers > result["workers"] else "")
+        print(f"{cp['probes']} probe(s) in {cp['rounds']} round(s) on {where}: critical path "
               f"{cp['critical_path_s']:.1f} s of {cp['probe_s']:.1f} s of probing ({cp['speedup']:.2f}x)")
     for n in answer[:50]:
         print(f"  {n}")
@@ -305,24 +318,109 @@ def _work_bound(mode: str, n_layers: int, workers: int, answer_guess: int = 8) -
 RANKING = {"ranking": "layer sensitivity"}   # the probe log's record of the ranking (so --resume skips it)
 
 
-def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=None, build=None, log=None,
-             cache=None):
-    """The layerwise low-precision values + one run per layer alone (independent: on the executor). Recorded in
-    the probe log, so a resumed search reuses it instead of ranking again. Returns (rows, engines built). `cache`:
-    the search's TimingCache, which the layers alone share when they are built in this process."""
+def _replayed_ranking(log, layers):
+    """The ranking a resumed search's probe log holds for these layers, or None."""
     rec = log.lookup(RANKING) if log is not None else None
     if rec is not None and isinstance(rec.get("result"), list) and \
             [r.get("layer") for r in sorted(rec["result"], key=lambda r: r.get("order", 0))] == list(layers):
-        G_LOGGER.info(f"ranking of {len(layers)} layers replayed from the probe log")
         return [{**r, **{k: math.inf for k in ("alone", "added", "score", "full") if r.get(k) == "inf"}}
-                for r in rec["result"]], 0
-    G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
+                for r in rec["result"]]
+    return None
+
+
+def _alone_probe(P, sub, ex, search_id, args, calib, build):
     # a layer alone is its subgraph's output: without the flag, the FP32 rule for probability outputs would keep every
     # Sigmoid/Softmax FP32 there and rank it error-free
     alone_fn = P.LayerAloneProbe(search_id, args.low, ("reduced_probability_outputs",), subgraphs=sub, calib=calib,
                                  build=build)
     if type(ex).__name__ != "InlineExecutor":
         alone_fn.ship(sub)
+    return alone_fn
+
+
+def _chunks(layers, ex):
+    """Each worker's interleaved share of the layers to rank (one side-by-side engine each)."""
+    return [c for c in (layers[i::max(1, ex.workers)] for i in range(max(1, ex.workers))) if c]
+
+
+class _Alongside:
+    """The work the workers do while this process makes the base build (P.overlaps_base): the all-higher probe
+    and the layers alone of the ranking, in one map on a thread of this process, so the ranking and the
+    all-higher probe leave the search's critical path. join() records the probe in the Prober and returns
+    {"errors": {layer: alone error}, "seconds", "builds"} (None for the errors when the probe log replays the
+    ranking)."""
+
+    def __init__(self, P, prober, sub, layers, args, ex, search_id, calib, build, log):
+        self.P, self.prober, self.layers, self.ex, self.log = P, prober, list(layers), ex, log
+        self.items = [] if prober.known(self.layers)[0] else [("probe", self.layers)]
+        self.chunks = [] if _replayed_ranking(log, self.layers) is not None else _chunks(self.layers, ex)
+        self.items += [("rank", c) for c in self.chunks]
+        self.work = P.BaseOverlap(prober.fails, _alone_probe(P, sub, ex, search_id, args, calib, build)) \
+            if self.items else None
+        self.out, self.error, self.thread, self.seconds = None, None, None, 0.0
+
+    def start(self):
+        import threading
+        if self.items:
+            G_LOGGER.info(f"while this process makes the base build, {self.ex.workers} workers rank "
+                          f"{len(self.layers)} layers alone" + (" and run the all-higher probe"
+                                                                 if self.items[0][0] == "probe" else ""))
+            self.thread = threading.Thread(target=self._run, name="debug precision: beside the base build",
+                                           daemon=True)
+            self.thread.start()
+        return self
+
+    def summary(self) -> dict:
+        """What ran beside the base build, for the answer file."""
+        return {"all_higher_probe": bool(self.items) and self.items[0][0] == "probe",
+                "layers_ranked": sum(len(c) for c in self.chunks), "seconds": round(self.seconds, 2)}
+
+    def _run(self):
+        t0 = time.perf_counter()
+        try:
+            self.out = self.ex.map(self.work, self.items)
+        except BaseException as e:   # raised again on the search's thread, by join()
+            self.error = e
+        self.seconds = time.perf_counter() - t0
+
+    def join(self, bar=None):
+        if self.thread is None:
+            return None
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        out = list(self.out)
+        if self.items[0][0] == "probe":
+            rec, cost = out.pop(0)
+            self.prober.add(self.layers, rec, cost, alongside=True)
+        if not self.chunks:
+            return None
+        errors = {lab: e for chunk, es in zip(self.chunks, out) for lab, e in zip(chunk, es)}
+        if bar:
+            for _ in self.layers:
+                bar.step()
+        return {"errors": {lab: errors[lab] for lab in self.layers}, "seconds": round(self.seconds, 2),
+                "builds": len(self.chunks)}
+
+
+def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=None, build=None, log=None,
+             cache=None, alone=None):
+    """The layerwise low-precision values + one run per layer alone (independent: on the executor). Recorded in
+    the probe log, so a resumed search reuses it instead of ranking again. Returns (rows, engines built). `cache`:
+    the search's TimingCache, which the layers alone share when they are built in this process. `alone`: the alone
+    errors the workers measured beside the base build (_Alongside.join)."""
+    replayed = _replayed_ranking(log, layers)
+    if replayed is not None:
+        G_LOGGER.info(f"ranking of {len(layers)} layers replayed from the probe log")
+        return replayed, 0
+    if alone is not None:
+        rows = P.sensitivity(sub, layers, low_values, alone["errors"])
+        if log is not None:
+            log.record(RANKING, [{k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.items()}
+                                 for r in rows], alone["seconds"])
+        return rows, alone["builds"]
+    G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
+    alone_fn = _alone_probe(P, sub, ex, search_id, args, calib, build)
     t0 = time.perf_counter()
     if type(ex).__name__ == "InlineExecutor":   # one engine for every layer alone (LayerAloneProbe.many)
         alone_fn.shared_cache = cache
@@ -332,7 +430,7 @@ def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=No
             for _ in layers:
                 bar.step()
     else:   # one engine per worker: each ranks an interleaved share of the layers side by side
-        chunks = [c for c in (layers[i::max(1, ex.workers)] for i in range(max(1, ex.workers))) if c]
+        chunks = _chunks(layers, ex)
 
         def step(errs):
             for _ in errs:

@@ -27,6 +27,7 @@ class InlineExecutor:
     name = "inline"
     remote = False
     own_gpus = False   # whether each worker has a GPU of its own (debug precision then shares the base timing)
+    driver_slot = False   # whether the caller's process evaluates one probe of each batch too (Prober)
 
     def map(self, fn, items, on_done=None):
         """[fn(x) for x in items]; on_done(result) after each one (progress bars)."""
@@ -108,6 +109,10 @@ class LocalExecutor(InlineExecutor):
         # each worker a GPU of its own (not two on one: their timings would measure each other)
         self.own_gpus = str(device) == "cuda" and \
             len({e.get("CUDA_VISIBLE_DEVICES") for e in self.envs} - {None}) == workers
+        # with a GPU per worker the search's own process takes one probe of each batch too (strategies.Prober):
+        # it holds the base build's plans and packed weights, and would otherwise wait; CPU workers have a core
+        # each already, so there it only waits
+        self.driver_slot = self.own_gpus
         self._pool = WorkerPool(workers, self.envs, retries=retries)
 
     @property

@@ -544,6 +544,34 @@ def _merge_notes(mine: dict, theirs: dict):
                 have[fam] = v
 
 
+def overlaps_base(ex, shared, seeded: int) -> bool:
+    """Whether the workers may rank the layers (and run the all-higher probe) while this process makes its base
+    build: they are processes of their own (not inline), each on a GPU of its own, and the base build times
+    nothing of its own (its timings came from the workers' shares, or a --timing-cache file holds them), so the
+    workers' load cannot skew a tactic choice. CPU workers share this machine's cores with the base build's
+    timing: there the ranking waits for it."""
+    return ex.workers > 1 and ex.own_gpus and (shared is not None or seeded > 0)
+
+
+class BaseOverlap:
+    """What a worker does while the search process makes its base build: ("probe", layers) runs the probe
+    (returns (record, seconds), as the Prober's timed probes do) and ("rank", labels) a share of the ranking
+    (LayerAloneChunk). Neither needs the base build: the all-higher engine replays no base tactic, and a layer
+    alone is fed FP32 values."""
+
+    def __init__(self, probe: PrecisionProbe, alone: LayerAloneProbe):
+        self.probe, self.alone = probe, alone
+
+    def __call__(self, item):
+        import time
+        kind, x = item
+        if kind == "probe":
+            t0 = time.perf_counter()
+            rec = self.probe(x)
+            return rec, time.perf_counter() - t0
+        return self.alone.many(x)
+
+
 class LayerAloneChunk:
     """A worker's share of the ranking: the alone errors of a list of layers from one engine (`many`), so N
     workers build N engines instead of one per layer."""

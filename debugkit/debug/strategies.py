@@ -46,6 +46,35 @@ class _Timed:
         return r, time.perf_counter() - t0
 
 
+def probe_slots(executor) -> int:
+    """How many probes a search evaluates at once on `executor`: its workers, plus one where this process takes a
+    probe of each batch itself (`driver_slot`: local workers with a GPU each, see LocalExecutor)."""
+    return max(1, int(getattr(executor, "workers", 1))) + (1 if getattr(executor, "driver_slot", False) else 0)
+
+
+def _map_with_driver(executor, fn, items) -> list:
+    """[fn(x) for x in items]: the first here, on this thread (the search's process keeps its parsed model, plans
+    and packed weights from the base build: its probes are the cheapest), the rest on the executor's workers
+    meanwhile. Errors are raised in order, as a serial run would."""
+    import threading
+    box = {}
+
+    def rest():
+        try:
+            box["out"] = executor.map(fn, items[1:])
+        except BaseException as e:   # raised below, after the first item's own error if it has one
+            box["error"] = e
+    t = threading.Thread(target=rest, name="probes on the workers", daemon=True)
+    t.start()
+    try:
+        first = fn(items[0])
+    finally:
+        t.join()
+    if "error" in box:
+        raise box["error"]
+    return [first] + box["out"]
+
+
 def _truth(result) -> bool:
     """A probe's answer: a bool, or a dict with "hit" (or "fails", for searches for a failure) plus details."""
     if isinstance(result, dict):
@@ -76,7 +105,8 @@ class Prober:
 
     @property
     def workers(self):
-        return max(1, int(getattr(self.executor, "workers", 1)))
+        """Probes evaluated at once: the executor's workers, plus this process where it probes too."""
+        return probe_slots(self.executor)
 
     def seed(self, candidate, result):
         """Tell the prober an answer it already knows (e.g. the full candidate fails by assumption)."""
@@ -115,20 +145,31 @@ class Prober:
                 todo.append(c)
         if todo:
             timed = _Timed(self.fails)
-            outs = self.executor.map(timed, todo) if len(todo) > 1 or self.workers > 1 else [timed(todo[0])]
+            if len(todo) > 1 and getattr(self.executor, "driver_slot", False):
+                outs = _map_with_driver(self.executor, timed, todo)
+            else:
+                outs = self.executor.map(timed, todo) if len(todo) > 1 or self.workers > 1 else [timed(todo[0])]
             self.rounds += 1
             self.critical_s += max(cost for _, cost in outs)
             self.probe_s += sum(cost for _, cost in outs)
             for c, (result, cost) in zip(todo, outs):
-                self.memo[self._key(c)] = result
-                self.probes += 1
-                rec = {"artifact": _artifact(c), "result": result, "cost": cost}
-                if self.log is not None:
-                    rec = self.log.record(_artifact(c), result, cost)
-                self.history.append(rec)
-                if self.on_probe is not None:
-                    self.on_probe(rec, self.probes)
+                self.add(c, result, cost)
         return [_truth(self.known(c)[1]) for c in candidates]
+
+    def add(self, candidate, result, cost: float, alongside: bool = False):
+        """Record a probe's answer: memoised, logged, counted and timed. `alongside`: it was evaluated
+        elsewhere, beside other work (debug precision's all-higher probe runs on a worker during the base build),
+        so it adds to the probe time but to no round of the critical path."""
+        self.memo[self._key(candidate)] = result
+        self.probes += 1
+        rec = {"artifact": _artifact(candidate), "result": result, "cost": cost}
+        if self.log is not None:
+            rec = self.log.record(_artifact(candidate), result, cost)
+        self.history.append(rec)
+        if alongside:
+            self.probe_s += cost
+        if self.on_probe is not None:
+            self.on_probe(rec, self.probes)
 
     def __call__(self, candidate) -> bool:
         return self.many([candidate])[0]

@@ -470,3 +470,88 @@ def test_a_warm_search_does_not_share_the_base_timing(tmp_path, planted, monkeyp
     assert main(args + ["-o", str(second)]) == 0
     res = json.loads(second.read_text())
     assert res["base_timing_shared"] is None and sorted(res["layer_precisions"]) == must
+
+
+def test_workers_rank_beside_the_base_build_only_when_it_times_nothing_of_theirs(monkeypatch):
+    """The ranking and the all-higher probe run on the workers during the base build only where the workers'
+    load cannot skew the base build's tactic timing: a GPU per worker, and the base build's timings came from the
+    workers' shares or a --timing-cache file."""
+    from debugkit.debug import precision as P
+    from debugkit.debug.executor import InlineExecutor
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    cpu, gpus = LocalExecutor(2), LocalExecutor(2, device="cuda")
+    try:
+        shared = {"variants": 3}
+        assert P.overlaps_base(gpus, shared, 0) and P.overlaps_base(gpus, None, 12)
+        assert not P.overlaps_base(gpus, None, 0)            # cold, not shared: the base build times on GPU 0
+        assert not P.overlaps_base(cpu, shared, 12)          # CPU workers share this machine's cores
+        assert not P.overlaps_base(InlineExecutor(), shared, 12)
+    finally:
+        cpu.close()
+        gpus.close()
+
+
+def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, planted, monkeypatch):
+    """The GPU workers' path, forced on CPU workers: the workers rank every layer and run the all-higher probe
+    while the search process makes its base build, and the search process takes one probe of each batch; the
+    answer, the ranking's order and the all-higher probe are those of the serial search, and the answer file says
+    what ran beside the base build and how many probes ran at once."""
+    from debugkit.cli.main import main
+    from debugkit.debug import executor as E
+    from debugkit.debug import precision as P
+    model, must = planted
+    serial, beside = tmp_path / "s.json", tmp_path / "b.json"
+    common = ["debug", "precision", model, "--fp16", "--atol", "1e-2"]
+    assert main(common + ["-o", str(serial)]) == 0
+    monkeypatch.setattr(P, "overlaps_base", lambda ex, shared, seeded: ex.workers > 1)
+    init = E.LocalExecutor.__init__
+
+    def with_driver(self, *a, **k):
+        init(self, *a, **k)
+        self.driver_slot = True
+    monkeypatch.setattr(E.LocalExecutor, "__init__", with_driver)
+    assert main(common + ["--workers", "2", "-o", str(beside)]) == 0
+    s, b = json.loads(serial.read_text()), json.loads(beside.read_text())
+    assert b["probe_slots"] == 3 and s["probe_slots"] == 1
+    assert sorted(b["layer_precisions"]) == sorted(s["layer_precisions"]) == must
+    assert b["beside_base_build"]["all_higher_probe"] is True
+    assert b["beside_base_build"]["layers_ranked"] == s["layers"] == b["layers"]
+    assert s["beside_base_build"] is None
+    rank = [json.loads((tmp_path / f"{n}_sensitivity.json").read_text()) for n in ("s", "b")]
+    assert [r["layer"] for r in rank[0]] == [r["layer"] for r in rank[1]]
+    log = [json.loads(line) for line in open(tmp_path / "b_probes.jsonl")][1:]
+    every = sorted(r["layer"] for r in rank[1])
+    assert [rec["result"]["hit"] for rec in log if rec["artifact"] == every] == [True]   # the all-higher probe
+
+
+class WhereAndWhether:
+    """(pid, x >= 5): a monotone property, and which process evaluated it."""
+
+    def __call__(self, x):
+        return {"hit": x >= 5, "pid": os.getpid()}
+
+
+def test_the_search_process_takes_one_probe_of_each_batch_beside_gpu_workers(pool, monkeypatch):
+    """With a GPU per worker (forced here on the CPU pool) the search's own process evaluates the first probe of
+    each batch while the workers take the rest: batches are one wider, the answers and their order are those of a
+    serial search, and the first error in order is the one raised."""
+    from debugkit.debug.strategies import Prober, bisect_prefix, probe_slots
+    monkeypatch.setattr(pool, "driver_slot", True, raising=False)
+    assert probe_slots(pool) == 3
+    prober = Prober(WhereAndWhether(), executor=pool)
+    assert prober.many([7, 1, 9]) == [True, False, True]
+    pids = [prober.known(x)[1]["pid"] for x in (7, 1, 9)]
+    assert pids[0] == os.getpid() and os.getpid() not in pids[1:] and len(set(pids)) >= 2
+    assert bisect_prefix(20, prober, candidate=lambda k: k) == 5   # 3 points per round: a 4-fold shrink
+    assert prober.rounds == 1 + 2
+    with pytest.raises(ValueError, match="bad 1"):   # this process's error is the first in order
+        Prober(Fails(), executor=pool).many([1, 2, 3])
+    with pytest.raises(ValueError, match="bad 2"):   # the first (here) passes, the workers' first error is raised
+        Prober(FailsFrom2(), executor=pool).many([0, 2, 3])
+
+
+class FailsFrom2:
+    def __call__(self, x):
+        if x >= 2:
+            raise ValueError(f"bad {x}")
+        return False
