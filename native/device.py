@@ -145,6 +145,11 @@ class Device:
         self.synchronize(stream)
         return (time.perf_counter() - t0) * 1e3
 
+    def warm_up(self):
+        """Start, beside what the caller does next, what this process's first build will need (the CUDA device: its
+        context, and its kernel sources compiling in background threads). A search calls it before its reference
+        run; nothing else depends on it."""
+
     def begin_build(self, notes=None):
         """A build for this device starts (builder.build_graph): start work the build will need that can run beside
         it (the CUDA device compiles its kernel sources in background threads), and take `notes`, the build_notes()

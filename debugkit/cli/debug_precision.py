@@ -89,6 +89,8 @@ def _search(P, args, opts, command, options, ex) -> int:
     from debugkit.debug.report_html import error_svg, search_html
     from debugkit.debug.strategies import Prober, bisect_prefix, linear, peel, probe_slots
     from native.errors import DebugkitError
+    from native.device import get_device
+    get_device(args.device).warm_up()   # its context and kernel compiles beside the reference run
     model = load_onnx(args.model)
     feeds = _search_args.generated_feeds(args, model)
     if args.reference is None:

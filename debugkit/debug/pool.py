@@ -41,10 +41,10 @@ def _worker_main(conn, env):
     from native import config
     config.reload()
     import backends.runners  # noqa: F401  (the engine, once per worker, before the first probe)
-    if env.get("CUDA_VISIBLE_DEVICES"):   # a GPU worker: its context now, not in its first probe
+    if env.get("CUDA_VISIBLE_DEVICES"):   # a GPU worker: its context and kernel compiles now, not in its first probe
         try:
-            from native.cuda.driver import context
-            context()
+            from native.device import get_device
+            get_device("cuda").warm_up()
         except Exception:
             pass   # no usable GPU: the probe that needs one says why
     fns: dict = {}

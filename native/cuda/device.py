@@ -120,6 +120,13 @@ class CudaDevice(Device):
                                      f"the layer") from e
         return run, True
 
+    def warm_up(self):
+        from native.cuda import nvrtc
+        try:
+            nvrtc.precompile(context().arch)
+        except Exception:      # no usable GPU: the build says so where it first needs one
+            pass
+
     def begin_build(self, notes=None):
         """The kernel sources (tactics/*.cu) compile in background threads while the build's first passes run
         (nvrtc.precompile): a cold build otherwise compiles them one after another as layers reach them. `notes`
