@@ -127,7 +127,8 @@ for phase in ("cold", "warm"):
           f"{a.get('base_s')} s / {b.get('base_s')} s, ranking {a.get('ranking_s')} s / {b.get('ranking_s')} s")
     print(f"{phase}: 1 worker {t[phase, '1'][1]:.1f} s, {b['workers']} workers {t[phase, many][1]:.1f} s: "
           f"{speed:.2f}x (target >= {target:.2f}x: {'met' if speed >= target else 'NOT met'}); critical path "
-          f"{b['critical_path']}")
+          f"{b['critical_path']}; probes at once {b.get('probe_slots')}; beside the base build "
+          f"{b.get('beside_base_build')}; base timing shared {b.get('base_timing_shared')}")
 if ("ray", "auto") in t:
     p = f"{out}/ray_auto.json"
     r = json.load(open(p)) if os.path.exists(p) else None
