@@ -39,6 +39,10 @@ def register(subparsers):
                      help="what the engine is compared with: ONNX Runtime in FP32 (default when installed) or the "
                           "fp64 oracle (the default without ONNX Runtime)")
     from debugkit import options
+    low.add_argument("--share-base-timing", action="store_true",
+                     help="cold searches with a GPU per worker: the workers time the base build's layer variants, "
+                          "1/N each, and this process replays their timings (pays off where tactic timing "
+                          "dominates a build, e.g. many cuDNN convolutions; each worker pays a build's fixed cost)")
     options.add_outputs(p, "output", output={"default": "precision.json", "help": "the answer (default precision.json)"})
     options.add_groups(p, "data", "build", "compare")
     _search_args.add_search_args(p, "<output>_probes.jsonl")
@@ -135,8 +139,8 @@ def _search(P, args, opts, command, options, ex) -> int:
     rows, answer, extra = [], [], {}
     rank_builds, rank_s, base_s, shared = 0, 0.0, 0.0, None
     try:
-        if P.shares_timing(ex, calib) and not probe_fn.seeded_timings():   # cold, one GPU each: the
-            # workers time the base build's variants, 1/N each
+        if args.share_base_timing and P.shares_timing(ex, calib) and not probe_fn.seeded_timings():
+            # cold, one GPU each: the workers time the base build's variants, 1/N each
             probe_fn.ship(model)
             shared = P.share_timing(probe_fn, ex)
             G_LOGGER.info(f"base build's tactic timing spread over {ex.workers} GPU workers: "
@@ -144,9 +148,10 @@ def _search(P, args, opts, command, options, ex) -> int:
                           f"{', '.join(f'{x:.1f}' for x in shared['shares'])} s); this process replays them")
         prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
         early = None
-        if args.mode == "minimal" and P.overlaps_base(ex, shared, probe_fn.seeded_timings()):
+        slots = P.beside_base(ex, shared, probe_fn.seeded_timings()) if args.mode == "minimal" else None
+        if slots:
             probe_fn.ship(model)
-            early = _Alongside(P, prober, sub, layers, args, ex, search_id, calib, opts.build, log).start()
+            early = _Alongside(P, prober, sub, layers, args, ex, search_id, calib, opts.build, log, slots).start()
         low_values = _base_run(P, probe_fn, args)
         base_s = time.perf_counter() - t0
         bar.step()
@@ -340,22 +345,26 @@ def _alone_probe(P, sub, ex, search_id, args, calib, build):
     return alone_fn
 
 
-def _chunks(layers, ex):
-    """Each worker's interleaved share of the layers to rank (one side-by-side engine each)."""
-    return [c for c in (layers[i::max(1, ex.workers)] for i in range(max(1, ex.workers))) if c]
+def _chunks(layers, n: int):
+    """n interleaved shares of the layers to rank (one side-by-side engine each)."""
+    return [c for c in (layers[i::max(1, n)] for i in range(max(1, n))) if c]
 
 
 class _Alongside:
-    """The work the workers do while this process makes the base build (P.overlaps_base): the all-higher probe
+    """The work the workers do while this process makes the base build (P.beside_base): the all-higher probe
     and the layers alone of the ranking, in one map on a thread of this process, so the ranking and the
     all-higher probe leave the search's critical path. join() records the probe in the Prober and returns
     {"errors": {layer: alone error}, "seconds", "builds"} (None for the errors when the probe log replays the
     ranking)."""
 
-    def __init__(self, P, prober, sub, layers, args, ex, search_id, calib, build, log):
+    def __init__(self, P, prober, sub, layers, args, ex, search_id, calib, build, log, slots):
         self.P, self.prober, self.layers, self.ex, self.log = P, prober, list(layers), ex, log
+        self.slots = list(slots)
         self.items = [] if prober.known(self.layers)[0] else [("probe", self.layers)]
-        self.chunks = [] if _replayed_ranking(log, self.layers) is not None else _chunks(self.layers, ex)
+        # 2k - 1 shares of the ranking beside the probe on k workers: one side-by-side engine each, few enough
+        # that their builds stay cheap, enough that no worker waits long for another
+        self.chunks = [] if _replayed_ranking(log, self.layers) is not None else \
+            _chunks(self.layers, 2 * len(self.slots) - 1)
         self.items += [("rank", c) for c in self.chunks]
         self.work = P.BaseOverlap(prober.fails, _alone_probe(P, sub, ex, search_id, args, calib, build)) \
             if self.items else None
@@ -364,7 +373,7 @@ class _Alongside:
     def start(self):
         import threading
         if self.items:
-            G_LOGGER.info(f"while this process makes the base build, {self.ex.workers} workers rank "
+            G_LOGGER.info(f"while this process makes the base build, {len(self.slots)} worker(s) rank "
                           f"{len(self.layers)} layers alone" + (" and run the all-higher probe"
                                                                  if self.items[0][0] == "probe" else ""))
             self.thread = threading.Thread(target=self._run, name="debug precision: beside the base build",
@@ -375,12 +384,13 @@ class _Alongside:
     def summary(self) -> dict:
         """What ran beside the base build, for the answer file."""
         return {"all_higher_probe": bool(self.items) and self.items[0][0] == "probe",
-                "layers_ranked": sum(len(c) for c in self.chunks), "seconds": round(self.seconds, 2)}
+                "layers_ranked": sum(len(c) for c in self.chunks), "workers": self.slots,
+                "seconds": round(self.seconds, 2)}
 
     def _run(self):
         t0 = time.perf_counter()
         try:
-            self.out = self.ex.map(self.work, self.items)
+            self.out = self.ex.map(self.work, self.items, slots=self.slots)
         except BaseException as e:   # raised again on the search's thread, by join()
             self.error = e
         self.seconds = time.perf_counter() - t0
@@ -432,7 +442,7 @@ def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=No
             for _ in layers:
                 bar.step()
     else:   # one engine per worker: each ranks an interleaved share of the layers side by side
-        chunks = _chunks(layers, ex)
+        chunks = _chunks(layers, ex.workers)
 
         def step(errs):
             for _ in errs:

@@ -29,8 +29,9 @@ class InlineExecutor:
     own_gpus = False   # whether each worker has a GPU of its own (debug precision then shares the base timing)
     driver_slot = False   # whether the caller's process evaluates one probe of each batch too (Prober)
 
-    def map(self, fn, items, on_done=None):
-        """[fn(x) for x in items]; on_done(result) after each one (progress bars)."""
+    def map(self, fn, items, on_done=None, slots=None):
+        """[fn(x) for x in items]; on_done(result) after each one (progress bars). `slots`: which workers may take
+        them (LocalExecutor; the others run everything anywhere)."""
         out = []
         for x in items:
             out.append(fn(x))
@@ -41,6 +42,10 @@ class InlineExecutor:
     def warm(self):
         """Start the workers without waiting (they get ready while the caller works); inline: nothing to start."""
         return self
+
+    def off_caller_gpu(self) -> list:
+        """The workers (slots) known to run on a GPU other than the one this process builds on (LocalExecutor)."""
+        return []
 
     def close(self):
         pass
@@ -126,8 +131,16 @@ class LocalExecutor(InlineExecutor):
         self._pool.spawn()
         return self
 
-    def map(self, fn, items, on_done=None):
-        return self._pool.map(fn, items, on_done)
+    def map(self, fn, items, on_done=None, slots=None):
+        return self._pool.map(fn, items, on_done, slots)
+
+    def off_caller_gpu(self) -> list:
+        """The workers (slots) whose GPU is not the one this process builds on (the first it may use): their load
+        cannot skew this process's tactic timing. Empty without GPU workers."""
+        if not self.own_gpus:
+            return []
+        mine = (visible_gpus() or [None])[0]
+        return [i for i, e in enumerate(self.envs) if e.get("CUDA_VISIBLE_DEVICES") != mine]
 
     def close(self):
         self._pool.close()
@@ -183,8 +196,9 @@ class RayExecutor(InlineExecutor):
             self._refs = {digest: self._ray.put(fn)}   # the previous search's probe is released
         return self._refs[digest]
 
-    def map(self, fn, items, on_done=None):
-        """Each idle actor takes the next probe; results are returned (and on_done called) in order."""
+    def map(self, fn, items, on_done=None, slots=None):
+        """Each idle actor takes the next probe; results are returned (and on_done called) in order. (`slots` is
+        not used: Ray places the actors.)"""
         from debugkit.debug.pool import WorkerLostError, _Raised, describe_item, emit_in_order
         ray = self._ray
         items = list(items)

@@ -180,8 +180,9 @@ class WorkerPool:
         self._wait_ready([new])
         return new
 
-    def map(self, fn, items, on_done=None) -> list:
-        """[fn(x) for x in items], in order; on_done(result) for each in order. fn is pickled once."""
+    def map(self, fn, items, on_done=None, slots=None) -> list:
+        """[fn(x) for x in items], in order; on_done(result) for each in order. fn is pickled once. `slots`: the
+        workers (by slot) that may take items; default every one."""
         items = list(items)
         if not items:
             return []
@@ -195,7 +196,7 @@ class WorkerPool:
         try:
             while emitted < len(items):
                 for w in list(self._workers):
-                    if w.index is None and todo:
+                    if w.index is None and todo and (slots is None or w.slot in slots):
                         i = todo.pop()
                         if not self._send(w, digest, blob, i, items[i]):   # it died while idle: replace it
                             G_LOGGER.warning(f"local worker {w.slot} (pid {w.process.pid}) died ("

@@ -544,13 +544,17 @@ def _merge_notes(mine: dict, theirs: dict):
                 have[fam] = v
 
 
-def overlaps_base(ex, shared, seeded: int) -> bool:
-    """Whether the workers may rank the layers (and run the all-higher probe) while this process makes its base
-    build: they are processes of their own (not inline), each on a GPU of its own, and the base build times
-    nothing of its own (its timings came from the workers' shares, or a --timing-cache file holds them), so the
-    workers' load cannot skew a tactic choice. CPU workers share this machine's cores with the base build's
-    timing: there the ranking waits for it."""
-    return ex.workers > 1 and ex.own_gpus and (shared is not None or seeded > 0)
+def beside_base(ex, shared, seeded: int):
+    """The workers (slots) that may rank the layers and run the all-higher probe while this process makes its
+    base build, or None. Only GPU workers, and only where their load cannot skew the base build's tactic timing:
+    any of them when the base build times nothing of its own (its timings came from the workers' shares, or a
+    --timing-cache file holds them), else those on another GPU than this process's. CPU workers share this
+    machine's cores with the base build's timing: there the ranking waits for it."""
+    if ex.workers < 2 or not ex.own_gpus:
+        return None
+    if shared is not None or seeded > 0:
+        return list(range(ex.workers))
+    return ex.off_caller_gpu() or None
 
 
 class BaseOverlap:

@@ -145,8 +145,8 @@ class Prober:
                 todo.append(c)
         if todo:
             timed = _Timed(self.fails)
-            if len(todo) > 1 and getattr(self.executor, "driver_slot", False):
-                outs = _map_with_driver(self.executor, timed, todo)
+            if getattr(self.executor, "driver_slot", False):   # one here, any others on the workers meanwhile
+                outs = _map_with_driver(self.executor, timed, todo) if len(todo) > 1 else [timed(todo[0])]
             else:
                 outs = self.executor.map(timed, todo) if len(todo) > 1 or self.workers > 1 else [timed(todo[0])]
             self.rounds += 1

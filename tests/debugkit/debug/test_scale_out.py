@@ -448,7 +448,8 @@ def test_a_search_with_shared_base_timing_gives_the_same_answer(tmp_path, plante
     model, must = planted
     monkeypatch.setattr(P, "shares_timing", lambda ex, calib=None: ex.workers > 1)
     out = tmp_path / "p.json"
-    rc = main(["debug", "precision", model, "--fp16", "--atol", "1e-2", "--workers", "2", "-o", str(out)])
+    rc = main(["debug", "precision", model, "--fp16", "--atol", "1e-2", "--workers", "2", "--share-base-timing",
+               "-o", str(out)])
     res = json.loads(out.read_text())
     assert rc == 0 and sorted(res["layer_precisions"]) == must
     shared = res["base_timing_shared"]
@@ -464,7 +465,8 @@ def test_a_warm_search_does_not_share_the_base_timing(tmp_path, planted, monkeyp
     monkeypatch.setattr(P, "shares_timing", lambda ex, calib=None: ex.workers > 1)
     cache = tmp_path / "t.cache"
     first, second = tmp_path / "a.json", tmp_path / "b.json"
-    args = ["debug", "precision", model, "--fp16", "--atol", "1e-2", "--workers", "2", "--timing-cache", str(cache)]
+    args = ["debug", "precision", model, "--fp16", "--atol", "1e-2", "--workers", "2", "--timing-cache", str(cache),
+            "--share-base-timing"]
     assert main(args + ["-o", str(first)]) == 0 and cache.exists()
     assert json.loads(first.read_text())["base_timing_shared"]["variants"] >= 1   # cold: shared
     assert main(args + ["-o", str(second)]) == 0
@@ -472,23 +474,39 @@ def test_a_warm_search_does_not_share_the_base_timing(tmp_path, planted, monkeyp
     assert res["base_timing_shared"] is None and sorted(res["layer_precisions"]) == must
 
 
-def test_workers_rank_beside_the_base_build_only_when_it_times_nothing_of_theirs(monkeypatch):
-    """The ranking and the all-higher probe run on the workers during the base build only where the workers'
-    load cannot skew the base build's tactic timing: a GPU per worker, and the base build's timings came from the
-    workers' shares or a --timing-cache file."""
+def test_workers_rank_beside_the_base_build_only_where_they_cannot_skew_its_timing(monkeypatch):
+    """The ranking and the all-higher probe run on GPU workers during the base build: on any of them when the base
+    build times nothing (its timings came from the workers' shares or a --timing-cache file), else only on those
+    whose GPU is not the one the search process times on; never on CPU workers or inline."""
     from debugkit.debug import precision as P
     from debugkit.debug.executor import InlineExecutor
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    cpu, gpus = LocalExecutor(2), LocalExecutor(2, device="cuda")
+    cpu, gpus, four = LocalExecutor(2), LocalExecutor(2, device="cuda"), LocalExecutor(4, device="cuda")
     try:
         shared = {"variants": 3}
-        assert P.overlaps_base(gpus, shared, 0) and P.overlaps_base(gpus, None, 12)
-        assert not P.overlaps_base(gpus, None, 0)            # cold, not shared: the base build times on GPU 0
-        assert not P.overlaps_base(cpu, shared, 12)          # CPU workers share this machine's cores
-        assert not P.overlaps_base(InlineExecutor(), shared, 12)
+        assert P.beside_base(gpus, shared, 0) == [0, 1] and P.beside_base(gpus, None, 12) == [0, 1]
+        assert P.beside_base(gpus, None, 0) == [1]           # cold: worker 0 shares GPU 0 with the base build
+        assert P.beside_base(cpu, shared, 12) is None         # CPU workers share this machine's cores
+        assert P.beside_base(InlineExecutor(), shared, 12) is None
+        assert P.beside_base(four, None, 0) is None           # two workers per GPU: not their own GPUs
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+        assert LocalExecutor(2, device="cuda").off_caller_gpu() == [1]   # this process builds on GPU 3
     finally:
-        cpu.close()
-        gpus.close()
+        for ex in (cpu, gpus, four):
+            ex.close()
+
+
+class WhichWorker:
+    def __call__(self, x):
+        return os.environ.get("DK_TEST_SLOT")
+
+
+def test_a_map_can_be_kept_to_some_workers():
+    with LocalExecutor(2) as ex:
+        ex.envs = [{**e, "DK_TEST_SLOT": str(i)} for i, e in enumerate(ex.envs)]
+        ex._pool.envs = ex.envs
+        assert ex.map(WhichWorker(), range(4), slots=[1]) == ["1"] * 4
+        assert ex.map(WhichWorker(), range(4), slots=[0]) == ["0"] * 4
 
 
 def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, planted, monkeypatch):
@@ -503,7 +521,7 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     serial, beside = tmp_path / "s.json", tmp_path / "b.json"
     common = ["debug", "precision", model, "--fp16", "--atol", "1e-2"]
     assert main(common + ["-o", str(serial)]) == 0
-    monkeypatch.setattr(P, "overlaps_base", lambda ex, shared, seeded: ex.workers > 1)
+    monkeypatch.setattr(P, "beside_base", lambda ex, shared, seeded: [1] if ex.workers > 1 else None)
     init = E.LocalExecutor.__init__
 
     def with_driver(self, *a, **k):
@@ -516,6 +534,7 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     assert sorted(b["layer_precisions"]) == sorted(s["layer_precisions"]) == must
     assert b["beside_base_build"]["all_higher_probe"] is True
     assert b["beside_base_build"]["layers_ranked"] == s["layers"] == b["layers"]
+    assert b["beside_base_build"]["workers"] == [1]
     assert s["beside_base_build"] is None
     rank = [json.loads((tmp_path / f"{n}_sensitivity.json").read_text()) for n in ("s", "b")]
     assert [r["layer"] for r in rank[0]] == [r["layer"] for r in rank[1]]
