@@ -47,6 +47,7 @@ class Device:
     # split / merge copies fold into the Attention layer (passes/attention_heads.py)
     attention_heads_as_strides = False
     fuses_gemm_residual = False   # a residual add after a GEMM becomes its post-op (passes/fusion_epilogue.py)
+    fuses_squeeze_excite = False  # pool → 1x1 conv → 1x1 conv → scale becomes one layer (passes/fusion_se.py)
     int8_rounding = "half_even"   # how FP32 -> INT8 rounds ties (passes/int8.py)
     calibrates_on = None          # the device name INT8 calibration runs on (None: this one)
     # fingerprint fields that must match for a plan built elsewhere to run here (see check_fingerprint)

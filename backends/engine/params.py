@@ -155,6 +155,7 @@ DECLARED = {
     "Slice": "axes:ints? ends:ints? starts:ints? steps:ints?",
     "Softmax": "axis:int flatten:bool hard:bool log:bool",
     "Split": "axis:int num_outputs:int split:ints?",
+    "SqueezeExcite": "excite_ops:objs mean_dtype:str squeeze_ops:objs",
     "Tile": "",
     "TopK": "axis:int k:int? op:str sorted:bool",
     "Unary": "op:str detect_negative:bool detect_positive:bool",

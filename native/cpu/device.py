@@ -15,6 +15,7 @@ class CpuDevice(Device):
     name = "cpu"
     # a CPU plan holds numpy arrays and tactic ids of numpy kernels: it runs wherever the architecture matches
     fingerprint_fields = ("device", "machine")
+    fuses_squeeze_excite = True   # native/cpu/kernels/squeeze_excite.py: four tiny layers' dispatch and epilogues as one
 
     def load_tactics(self):
         import native.cpu.kernels  # noqa: F401  (registers the CPU tactics)

@@ -8,6 +8,7 @@ class DlaDevice(CpuDevice):
     int8_rounding = "half_away"   # FP32 -> INT8 ties away from zero (seed 001 L829)
     calibrates_on = "cpu"         # the DLA's calibration statistics are the host's FP32 activations
     precisions = frozenset({Precision.FP16, Precision.INT8, Precision.FP32})   # FP32: layers left on the host
+    fuses_squeeze_excite = False  # the DLA rules place the four layers one by one (native/dla/rules.py)
 
     def load_tactics(self):
         from native.tactics import tactics_for

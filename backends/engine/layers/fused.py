@@ -1,7 +1,7 @@
 """Layers the builder's fusion passes create (never the parser)."""
 from backends.engine.layers.base import Layer
 
-__all__ = ["PointwiseLayer", "AttentionLayer", "ConvolutionNHWCLayer", "PoolingNHWCLayer"]
+__all__ = ["PointwiseLayer", "AttentionLayer", "ConvolutionNHWCLayer", "PoolingNHWCLayer", "SqueezeExciteLayer"]
 
 
 class PointwiseLayer(Layer):
@@ -38,3 +38,13 @@ class PoolingNHWCLayer(Layer):
     kind = "PoolingNHWC"
     defaults = {"type": "MAX", "window": [], "strides": None, "pre_padding": None, "post_padding": None,
                 "global": False, "average_count_excludes_padding": True}
+
+
+class SqueezeExciteLayer(Layer):
+    """A squeeze-and-excitation block as one layer (passes/fusion_se.py): y = x * act2(W2 @ act1(W1 @ mean_hw(x)
+    + b1) + b2) for x [N, C, H, W]. Weights 'squeeze_kernel' [M, C], optional 'squeeze_bias' [M], 'excite_kernel'
+    [C, M], optional 'excite_bias' [C]; params squeeze_ops / excite_ops: the activations after each product, in
+    order ({"type", "alpha", "beta"}); mean_dtype: the mean's accumulator ("float32" as Reduce AVG, "float64" as
+    global average Pooling)."""
+    kind = "SqueezeExcite"
+    defaults = {"squeeze_ops": [], "excite_ops": [], "mean_dtype": "float32"}

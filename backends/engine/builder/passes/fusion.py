@@ -13,6 +13,7 @@ from backends.engine.builder.passes.fusion_epilogue import fold_conv_scale, fuse
 from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
                                                           fuse_softmax, merge_parallel_gemms)
 from backends.engine.builder.passes.fusion_pool import move_activation_past_maxpool
+from backends.engine.builder.passes.fusion_se import fuse_squeeze_excite
 from backends.engine.builder.passes.fusion_shortcut import merge_shortcut_convs
 from backends.engine.builder.passes.fusion_pointwise import (eliminate_identities, fuse_pointwise, merge_reshape_transpose,
                                                            merge_shuffles, sink_gemm_reshapes)
@@ -32,6 +33,7 @@ PASSES = [
     ("reshapes around GEMMs", sink_gemm_reshapes),
     ("conv/matmul epilogues (after reshape removal)", fuse_epilogues),
     ("shortcut convs into their residual conv", merge_shortcut_convs),
+    ("squeeze-excite blocks", fuse_squeeze_excite),
     ("pointwise chains", fuse_pointwise),
     ("reshape/transpose merging", merge_reshape_transpose),
     ("attention heads as strides", fold_attention_heads),
