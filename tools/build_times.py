@@ -96,8 +96,20 @@ def child(argv) -> int:
     print("BUILD " + json.dumps(dict(counts, rc=rc, seconds=round(seconds, 2), layers=layers,
                                      breakdown={k: [v[0], round(v[1], 2)] for k, v in spent.items()
                                                 if isinstance(v, list)},
-                                     cudnn_failures=spent.get("cuDNN failures (first per kind)", {}))), flush=True)
+                                     cudnn_failures=spent.get("cuDNN failures (first per kind)", {}),
+                                     **cudnn_plan_costs())), flush=True)
     return 0 if rc == 124 else rc
+
+
+def cudnn_plan_costs(slowest=8) -> dict:
+    """The cuDNN plan builds of this process that cost most (family, cuDNN's index, config name, runtime-compiled,
+    seconds, built) and the runtime compiles per compile class ([builds, seconds, longest]): which configs a cold
+    build's plan seconds went to. Empty without cuDNN."""
+    conv = sys.modules.get("native.cuda.tactics.cudnn_conv")
+    if conv is None:
+        return {}
+    log = sorted(conv.BUILD_LOG, key=lambda r: -r[4])[:slowest]
+    return {"cudnn_slowest_plans": [list(r) for r in log], "cudnn_compiles": conv.compile_costs()}
 
 
 def breakdown_counters() -> dict:
@@ -260,6 +272,11 @@ def breakdown(rows) -> str:
                          "; ".join(f"{k} {n}x {s:g} s" for k, (n, s) in items if s >= 0.05 or not k.startswith("pass")))
             for kind, why in (r[which].get("cudnn_failures") or {}).items():
                 lines.append(f"  cuDNN plan build failed for {kind}: {why}")
+            for cls, (n, s, longest) in (r[which].get("cudnn_compiles") or {}).items():
+                lines.append(f"  cuDNN runtime compiles {cls}: {n}x {s:g} s (longest {longest:g} s)")
+            for fam, j, name, compiles, s, ok in (r[which].get("cudnn_slowest_plans") or [])[:5]:
+                lines.append(f"  slow cuDNN plan build: {s:g} s {'built' if ok else 'FAILED'} plan {j} {name} "
+                             f"(runtime-compiled: {compiles}) for {fam}")
     return "\n".join(lines)
 
 

@@ -136,6 +136,8 @@ class CudaDevice(Device):
         cudnn_conv.bound_builds(True)     # a build: cuDNN plan builds bounded (cudnn_conv.FAMILY_FAILURES)
         if isinstance(notes, dict) and notes.get("cudnn_failed_plans"):
             cudnn_conv.remember_failed_plans(notes["cudnn_failed_plans"])
+        if isinstance(notes, dict) and notes.get("cudnn_compile_seconds"):
+            cudnn_conv.remember_compile_costs(notes["cudnn_compile_seconds"])
         try:
             arch = context().arch
         except Exception:      # no usable GPU: the build says so where it first needs one, as before
@@ -152,7 +154,9 @@ class CudaDevice(Device):
         import sys
         conv = sys.modules.get("native.cuda.tactics.cudnn_conv")     # (not imported: no convolution was built)
         failed = conv.failed_plans() if conv is not None else {}
-        return {"cudnn_failed_plans": failed} if failed else {}
+        costs = conv.compile_costs() if conv is not None else {}
+        return dict({"cudnn_failed_plans": failed} if failed else {},
+                    **({"cudnn_compile_seconds": costs} if costs else {}))
 
     def synchronize(self, stream=None):
         if stream is None:

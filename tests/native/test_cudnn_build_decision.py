@@ -317,3 +317,82 @@ def test_a_deselected_refusal_that_compiled_first_counts_as_a_failed_build(fake,
     assert _plan0(15, 11) == 1
     (g,) = cudnn_conv._GRAPHS.values()
     assert g.failed == 1 and g.good == [1] and builds == [1]
+
+
+def _costed(mod, monkeypatch, seconds, precompiled=(), count=6):
+    """The fake graphs rank `count` configs cfg<j>, each built in `seconds` of a fake clock; those in `precompiled`
+    carry no RUNTIME_COMPILATION note (and cost nothing). Returns the list of builds attempted."""
+    now = [0.0]
+    builds = []
+
+    def build(self, j):
+        builds.append(j)
+        now[0] += 0.0 if j in precompiled else seconds
+    mod.pygraph.build_plan_at_index = build
+    mod.pygraph.get_plan_name_at_index = lambda self, j: f"cfg{j}"
+    mod.pygraph.get_execution_plan_count = lambda self: count
+    mod.pygraph.get_behavior_notes_for_plan_at_index = \
+        lambda self, j: [] if j in precompiled else ["behavior_note.RUNTIME_COMPILATION"]
+    monkeypatch.setattr(cudnn_conv, "_clock", lambda: now[0])
+    monkeypatch.setattr(cudnn_conv, "_COMPILES", {})
+    return builds
+
+
+def test_a_kind_whose_plans_compile_slowly_is_not_compiled_for_its_other_sizes(fake, monkeypatch):
+    """yolov8n's strict-FP32 NHWC conv + bias + SiLU plans compiled at ~1.5 s each on an H200, once per size (47
+    sizes): after SLOW_COMPILE_BUILDS such compiles the kind builds no more runtime-compiled plans, and the ones
+    that built are not offered either (a warm build, which compiles none, makes the same choice)."""
+    builds = _costed(sys.modules["cudnn"], monkeypatch, seconds=1.5)
+    assert _plan0(15, 11) == 0 and builds == [0]             # one compile: not yet known to be slow
+    why = _plan0(30, 22)                                      # the second compile makes the kind slow
+    assert builds == [0, 0] and "not built in this build" in why and "1.50 s each" in why
+    why = _plan0(60, 44)                                      # a third size: nothing built, refused
+    assert builds == [0, 0] and "runtime-compiled not built" in why
+    # the size whose plan built is refused too (unsupported_reason asks may_have)
+    assert "not built in this build" in unsupported_reason(_tactic(0), _conv_c(24), _conv_at(15, 11))
+    # another compile class (FP16 storage would be one; here the fused steps differ: no bias) is not affected
+    other = Op("Convolution", "conv", {"strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 0, 0], "group": 1},
+               {"kernel": np.ones((24, 24, 3, 3), np.float32)})
+    assert unsupported_reason(_tactic(0), other, _conv_at(15, 11)) is None
+
+
+def test_a_slow_kind_still_builds_its_precompiled_configs(fake, monkeypatch):
+    builds = _costed(sys.modules["cudnn"], monkeypatch, seconds=1.5, precompiled={4})
+    _plan0(15, 11), _plan0(30, 22)
+    assert builds == [0, 0]
+    assert _plan0(60, 44) == 4 and builds == [0, 0, 4]       # cfg0..3 compile: passed over unbuilt
+
+
+def test_plans_past_the_first_are_compiled_only_while_compiles_are_cheap(fake, monkeypatch):
+    builds = _costed(sys.modules["cudnn"], monkeypatch, seconds=0.3)       # FP16 runtime fusion: ~0.05-0.4 s
+    assert _plan0(15, 11) == 0
+    (g,) = cudnn_conv._GRAPHS.values()
+    with pytest.raises(cudnn_conv.TacticRefusal, match="past the first plan"):
+        g.plan(1)
+    assert builds == [0]
+    assert "past the first plan" in unsupported_reason(_tactic(1), _conv_c(24), _conv_at(15, 11))
+    cudnn_conv._COMPILES.clear()
+    builds = _costed(sys.modules["cudnn"], monkeypatch, seconds=0.05)
+    assert _plan0(30, 22) == 0
+    g = next(g for k, g in cudnn_conv._GRAPHS.items() if k[0][2] == 30)
+    assert g.plan(1) == (1, 0) and builds == [0, 1]
+
+
+def test_compile_costs_go_into_the_timing_cache_so_a_warm_build_compiles_nothing_to_find_out(fake, monkeypatch):
+    import json
+    builds = _costed(sys.modules["cudnn"], monkeypatch, seconds=1.5)
+    _plan0(15, 11), _plan0(30, 22)
+    notes = json.loads(json.dumps(cudnn_conv.compile_costs()))
+    (entry,) = notes.values()
+    assert entry == [2, 3.0, 1.5]
+    for name in ("_FAILED", "_FAMILY", "_BUILT", "_BUILT_AT", "_GRAPHS", "_DECIDED", "_COMPILES"):
+        monkeypatch.setattr(cudnn_conv, name, {})
+    assert cudnn_conv.remember_compile_costs({**notes, "bad": [1, "x", 2], "worse": 3, "neg": [1, -1.0, 0]}) == 1
+    assert "not built in this build" in _plan0(15, 11) and builds == [0, 0]
+
+
+def test_a_loaded_engine_compiles_what_it_needs_whatever_a_build_learnt(fake, monkeypatch):
+    builds = _costed(sys.modules["cudnn"], monkeypatch, seconds=1.5)
+    _plan0(15, 11), _plan0(30, 22)
+    monkeypatch.setattr(cudnn_conv, "_BOUNDED", False)
+    assert _plan0(60, 44) == 0 and builds == [0, 0, 0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 
 import numpy as np
 
@@ -39,6 +40,27 @@ _FAILED: dict = {}
 _FAMILY: dict = {}
 _BUILT: dict = {}
 _BUILT_AT: dict = {}
+# What runtime-compiled plans (cuDNN's RUNTIME_COMPILATION behaviour note: its runtime-fusion engines generate and
+# compile a kernel for each graph, i.e. each size) cost per kind of convolution in this build: {family: [builds,
+# seconds]} (built or failed). On an H200 an FP16 conv + bias + SiLU plan compiles in ~0.05-0.4 s, a strict-FP32
+# one (no tensor cores) in ~1.5 s and some configs far longer: yolov8n's 47 strict-FP32 NHWC signatures cost ~100 s
+# of its cold build for one plan each. See slow_compiles().
+_COMPILES: dict = {}
+# A kind whose runtime-compiled plans took SLOW_COMPILE_SECONDS or more each (on average, over at least
+# SLOW_COMPILE_BUILDS builds, or one build of SLOW_BUILD_SECONDS) builds no more of them in this build, and is not
+# offered them for any of its convolutions (those that measured included, so a warm build that builds none makes
+# the same choices): its layers run on cuDNN's precompiled configs, where it has some, or on another tactic.
+SLOW_COMPILE_SECONDS = 0.6
+SLOW_COMPILE_BUILDS = 2
+SLOW_BUILD_SECONDS = 4.0
+# Plans past the first (cudnn-plan-1.., timed by tactic selection for a few percent) are built for a runtime-
+# compiled kind only while its compiles average under this: each is another compile per size.
+EXTRA_PLAN_COMPILE_SECONDS = 0.15
+# Every plan build of this process (a build's `--breakdown` lists the slowest): (family, cuDNN's index, name,
+# runtime-compiled (None: unknown), seconds, built), at most BUILD_LOG_MAX of them.
+BUILD_LOG: list = []
+BUILD_LOG_MAX = 4000
+_clock = time.perf_counter     # what plan builds are timed with (the tests' fake cuDNN advances a fake one)
 # A kind of convolution none of whose first FAMILY_FAILURES graphs built a plan is not tried further: its layers
 # run on another tactic.
 FAMILY_FAILURES = 4
@@ -97,6 +119,7 @@ def release():
         _FAMILY.clear()
         _BUILT.clear()
         _BUILT_AT.clear()
+        _COMPILES.clear()
         handles = list(_HANDLE.values())
         _HANDLE.clear()
     try:
@@ -186,6 +209,8 @@ class ConvGraph:
         self.built = self.failed = 0            # real plan builds: succeeded / failed
         self.seconds = [0.0, 0.0]               # their seconds (built, failed): tools/build_times.py reads them
         self.workspace = {}
+        self.held = 0         # configs passed over for their compile cost (_held)
+        self._compiles = {}   # config -> whether it compiles a kernel when built (compiles())
         self.key = key
 
     def may_have(self, index: int) -> str:
@@ -193,11 +218,11 @@ class ConvGraph:
         nothing. Plans are built when the tactic first runs (plan()), so asking a tactic builds nothing and a
         probe that times only plan 0 builds only plan 0."""
         if index < len(self.good):
-            return ""
+            return self._withheld_why(self.good[index]) if _BOUNDED else ""
         why = given_up(self.key)
         if why and not self.good:
             return why
-        if len(self.good) + (self.count - self.tried) <= index:
+        if len(self.good) + self._left(len(self.good) > 0 or index > 0) <= index:
             return self._why(index)
         return ""
 
@@ -219,17 +244,54 @@ class ConvGraph:
             self.order = order
         return self.order
 
+    def compiles(self, j):
+        """Whether cuDNN's config j compiles a kernel when built (its RUNTIME_COMPILATION behaviour note: the
+        runtime-fusion engines), asked without building it; None when the frontend does not say."""
+        hit = self._compiles.get(j, 0)
+        if hit == 0:
+            try:
+                notes = self.g.get_behavior_notes_for_plan_at_index(j)
+                hit = any("RUNTIME_COMPILATION" in str(n) for n in notes)
+            except Exception:
+                hit = None
+            self._compiles[j] = hit
+        return hit
+
+    def _held(self, j, extra: bool) -> bool:
+        """Whether a build passes config j over unbuilt for its compile cost: a runtime-compiled config of a kind
+        whose compiles are slow (slow_compiles()), or past the first plan where they are not cheap (`extra`)."""
+        if self.compiles(j) is False:
+            return False
+        cls = compile_class(self.key)
+        return bool(slow_compiles(cls)) or (extra and compile_seconds(cls) > EXTRA_PLAN_COMPILE_SECONDS)
+
+    def _left(self, extra: bool) -> int:
+        """Ranked configs not tried yet that a build would still try (all of them outside a build)."""
+        rest = self._order(_BOUNDED)[self.tried:]
+        if not _BOUNDED:
+            return len(rest)
+        return sum(1 for j in rest if not self._held(j, extra))
+
+    def _withheld_why(self, j) -> str:
+        """Why built plan j is no longer offered in this build ("" when it is): its kind's compiles turned out
+        slow after it built (every convolution of the kind is treated alike, as a warm build will)."""
+        if self.compiles(j) is False:
+            return ""
+        return slow_compiles(compile_class(self.key))
+
     def plan(self, index: int):
         """The `index`-th plan that builds: (cuDNN's plan index, workspace bytes); TacticRefusal when there is none.
         In a build, configs that built for a convolution of the same family are tried first (a strict-FP32
         conv + bias + SiLU graph on Hopper fails ~a dozen ranked configs at ~0.2 s each before one builds: once a
         family has found it, its next graphs start there), ranked configs the note filters deselected and configs
         that failed to build for the family (and never built for it) are passed over unbuilt (see _FAILED), and a
-        family none of whose first FAMILY_FAILURES graphs built a plan is given up. A loaded engine tries every
-        ranked config in cuDNN's order until the `index`-th builds."""
-        import time
+        family none of whose first FAMILY_FAILURES graphs built a plan is given up. Runtime-compiled configs are
+        passed over where their compiles are slow (slow_compiles()), and past the first plan where they are not
+        cheap (EXTRA_PLAN_COMPILE_SECONDS). A loaded engine tries every ranked config in cuDNN's order until the
+        `index`-th builds."""
         bounded = _BOUNDED
         fam = repr(family(self.key))
+        cls = compile_class(self.key)
         failed, built = _FAILED.setdefault(fam, set()), _BUILT.setdefault(fam, set())
         at = _BUILT_AT.setdefault(fam, set())
         stats = _FAMILY.setdefault(fam, [0, 0])
@@ -243,23 +305,32 @@ class ConvGraph:
             if name is not None and name in failed and name not in built:
                 self.skipped += 1
                 continue
-            t0 = time.perf_counter()
+            if bounded and self._held(j, len(self.good) > 0 or index > 0):
+                self.held += 1
+                continue
+            t0 = _clock()
             try:
                 self.g.build_plan_at_index(j)
                 self.workspace[j] = int(self.g.get_workspace_size_plan_at_index(j))
             except Exception as e:
-                if _deselected(e) and time.perf_counter() - t0 < DESELECT_SECONDS:
+                if isinstance(e, TimeoutError):      # a signal handler's (tools/build_times.py --timeout)
+                    raise
+                dt = _clock() - t0
+                if _deselected(e) and dt < DESELECT_SECONDS:
                     continue      # a plan the note filters deselect: refused before any compile, no cost
                 self.failed += 1
-                self.seconds[1] += time.perf_counter() - t0
+                self.seconds[1] += dt
+                self._count(cls, fam, j, name, dt, False)
                 if name is not None and name not in built:   # (one that built for another size is tried)
                     failed.add(name)
                 if not self.last_failure:
                     self.last_failure = (f"cuDNN plan {j} ({name or '?'}) failed to build: "
                                          f"{str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
                 continue
+            dt = _clock() - t0
             self.built += 1
-            self.seconds[0] += time.perf_counter() - t0
+            self.seconds[0] += dt
+            self._count(cls, fam, j, name, dt, True)
             self.good.append(j)
             at.add(j)
             if name is not None:
@@ -270,13 +341,35 @@ class ConvGraph:
         if index >= len(self.good):
             raise TacticRefusal(self._why(index))
         j = self.good[index]
+        if bounded:
+            why = self._withheld_why(j)
+            if why:
+                raise TacticRefusal(why)
         return j, self.workspace[j]
 
-    def _why(self, index, given_up=0) -> str:
-        left = self.count - self.tried
+    def _count(self, cls, fam, j, name, seconds, ok):
+        """Record one real plan build: its compile cost for the kind (runtime-compiled configs), the build log."""
+        compiles = self.compiles(j)
+        if compiles is not False:
+            c = _COMPILES.setdefault(cls, [0, 0.0, 0.0])
+            c[0] += 1
+            c[1] += seconds
+            c[2] = max(c[2], seconds)
+        if len(BUILD_LOG) < BUILD_LOG_MAX:
+            BUILD_LOG.append((fam, j, name if name is not None else self._name(j), compiles, round(seconds, 4), ok))
+
+    def _why(self, index) -> str:
+        left = self._left(len(self.good) > 0 or index > 0)
+        held = self.held + (self.count - self.tried - left)      # passed over for their compile cost, or to be
         why = f"cuDNN has {len(self.good) + left} usable execution plan(s) for this convolution"
         if self.skipped:
             why += f" ({self.skipped} skipped: they failed to build for a convolution of the same kind)"
+        if held:
+            slow = slow_compiles(compile_class(self.key))
+            why += (f" ({held} runtime-compiled not built: {slow})" if slow else
+                    f" ({held} runtime-compiled not built past the first plan: this kind's compiles take "
+                    f"{compile_seconds(compile_class(self.key)):.2f} s each here, over "
+                    f"EXTRA_PLAN_COMPILE_SECONDS {EXTRA_PLAN_COMPILE_SECONDS:g} s)")
         if self.last_failure and not self.good:
             why += f" (first failure: {self.last_failure})"
         return why
@@ -306,6 +399,33 @@ def given_up(key) -> str:
         return ""
     return (f"cuDNN has 0 usable execution plan(s) for this convolution (given up: none of the plans cuDNN ranked "
             f"for {stats[1]} convolutions of this kind built)")
+
+
+def compile_class(key) -> str:
+    """What a runtime-compiled plan's compile cost depends on, as far as a build learns it: storage type, layout,
+    math and the fused steps (not the window or the sizes; a strict-FP32 kernel compiles slowly at every size)."""
+    x_nchw, w_nchw, dtype, geo, steps, nhwc, tf32 = key
+    return repr((dtype, nhwc, tf32, tuple(steps)))
+
+
+def compile_seconds(cls) -> float:
+    """The average seconds of this compile class's runtime-compiled plan builds in this build (0 when none)."""
+    c = _COMPILES.get(cls)
+    return c[1] / c[0] if c and c[0] else 0.0
+
+
+def slow_compiles(cls) -> str:
+    """Why this compile class's runtime-compiled plans are not built any more in this build ("" while they are):
+    they took SLOW_COMPILE_SECONDS or more each (see _COMPILES)."""
+    c = _COMPILES.get(cls)
+    if not _BOUNDED or not c or not c[0]:
+        return ""
+    avg = c[1] / c[0]
+    if not ((c[0] >= SLOW_COMPILE_BUILDS and avg >= SLOW_COMPILE_SECONDS) or c[2] >= SLOW_BUILD_SECONDS):
+        return ""
+    return (f"cuDNN's runtime-compiled plans for this kind of convolution are not built in this build: its first "
+            f"{c[0]} took {avg:.2f} s each (a kernel compile per size; SLOW_COMPILE_SECONDS "
+            f"{SLOW_COMPILE_SECONDS:g} s); its precompiled configs and the other tactics are timed instead")
 
 
 def _deselected(e) -> bool:
@@ -343,6 +463,28 @@ def remember_failed_plans(notes) -> int:
         _FAILED.setdefault(fam, set()).update(v["failed"])
         stats = _FAMILY.setdefault(fam, [0, 0])
         stats[0], stats[1] = max(stats[0], v["built"]), max(stats[1], v["failures"])
+        n += 1
+    return n
+
+
+def compile_costs() -> dict:
+    """What runtime-compiled plan builds cost per compile class in this process ({class: [builds, seconds,
+    longest]}, JSON-able): the timing cache keeps it (Device.build_notes), so a warm build holds back the same
+    plans the cold one did (slow_compiles, EXTRA_PLAN_COMPILE_SECONDS) instead of compiling them to find out."""
+    return {cls: [int(n), round(float(s), 4), round(float(mx), 4)] for cls, (n, s, mx) in _COMPILES.items() if n}
+
+
+def remember_compile_costs(notes) -> int:
+    """Take compile_costs() of an earlier build on this device (from its timing cache); malformed entries are
+    skipped. Returns how many compile classes it named."""
+    n = 0
+    for cls, v in (notes or {}).items() if isinstance(notes, dict) else ():
+        if not (isinstance(v, list) and len(v) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                            and x >= 0 for x in v) and isinstance(v[0], int)):
+            continue
+        c = _COMPILES.setdefault(cls, [0, 0.0, 0.0])
+        if v[0] > c[0]:      # the better-informed of the two (a rebuild with the cache it wrote adds nothing new)
+            c[0], c[1], c[2] = v[0], float(v[1]), max(c[2], float(v[2]))
         n += 1
     return n
 

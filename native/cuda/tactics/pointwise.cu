@@ -251,3 +251,29 @@ extern "C" __global__ void NAME(T* cols, const T* x, long long C, long long H, l
     im2col_k<T>(cols, x, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow); }
 IM2COL(im2col2d, float)
 IM2COL(im2col2d_2, unsigned short)
+
+// im2col for 2-D convolution (NHWC, one batch item): cols[oy*ow + ox][(ky*kw + kx)*C + c], the rows a GEMM with the
+// [KH*KW*C, M] kernel turns into the NHWC output
+template <typename T>
+__device__ __forceinline__ void im2col_nhwc_k(T* __restrict__ cols, const T* __restrict__ x, long long C,
+                                              long long H, long long W, long long kh, long long kw, long long sh,
+                                              long long sw, long long ph, long long pw, long long dh, long long dw,
+                                              long long oh, long long ow) {
+    long long total = oh * ow * kh * kw * C;
+    GRID_LOOP(total) {
+        long long c = i % C, t = i / C;
+        long long kx = t % kw; t /= kw;
+        long long ky = t % kh; t /= kh;
+        long long ox = t % ow;
+        long long oy = t / ow;
+        long long iy = oy * sh - ph + ky * dh, ix = ox * sw - pw + kx * dw;
+        cols[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[(iy * W + ix) * C + c] : (T)0;
+    }
+}
+#define IM2COL_NHWC(NAME, T) \
+extern "C" __global__ void NAME(T* cols, const T* x, long long C, long long H, long long W, long long kh,         \
+                                long long kw, long long sh, long long sw, long long ph, long long pw, long long dh, \
+                                long long dw, long long oh, long long ow) {                                       \
+    im2col_nhwc_k<T>(cols, x, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow); }
+IM2COL_NHWC(im2col2d_nhwc, float)
+IM2COL_NHWC(im2col2d_nhwc_2, unsigned short)

@@ -299,6 +299,8 @@ def _conv_case(dtype, groups=1, stride=1, kind="Convolution"):
 
 
 @pytest.mark.parametrize("kind,name,groups,stride", [("ConvolutionNHWC", "cudnn-plan-0", 1, 1),
+                                                     ("ConvolutionNHWC", "im2col-cublas-nhwc", 1, 1),
+                                                     ("ConvolutionNHWC", "im2col-cublas-nhwc", 1, 2),
                                                      ("Convolution", "im2col-cublas", 1, 1),
                                                      ("Convolution", "im2col-cublas", 2, 2)])
 def test_bf16_convolution_with_fused_epilogue_matches_cpu(kind, name, groups, stride):

@@ -193,10 +193,35 @@ def test_convnet_engine_runs_on_gpu_kernels(tmp_path, flags):
         # layout and precision are chosen by timing (tests/native/cuda/test_timed_choice_cuda.py checks how)
         assert all("precision_ms" in n.meta and "layout_ms" in n.meta for n in nodes
                    if n.kind in ("Convolution", "ConvolutionNHWC")), kinds
-        assert all(t.startswith("cudnn-plan-") for k, t in kinds.items() if k == "ConvolutionNHWC"), kinds
+        assert all(t.startswith("cudnn-plan-") or t == "im2col-cublas-nhwc"     # (the faster, by timing)
+                   for k, t in kinds.items() if k == "ConvolutionNHWC"), kinds
         assert _cos(y, ref) > 0.999
     else:
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k,stride,pad,post", [(3, 1, 1, [{"op": "add", "input": 3},
+                                                            {"op": "activation", "type": "SILU"}]),
+                                               (3, 2, 1, [{"op": "activation", "type": "RELU"}]),
+                                               (1, 1, 0, [{"op": "activation", "type": "SILU"}])])
+def test_nhwc_im2col_convolution_matches_the_cpu_in_fp32(k, stride, pad, post):
+    """im2col-cublas-nhwc (the ConvolutionNHWC tactic that needs no cuDNN plan; 1x1 stride 1: one GEMM on the
+    input) against the CPU's NHWC convolution: strict FP32 (cuBLAS pedantic), FP32 rounding apart."""
+    from native.tactics import Op, tactics_for
+    x = RNG.standard_normal((2, 9, 7, 12)).astype(np.float32)
+    m = 20
+    w = (RNG.standard_normal((m, 12, k, k)) * 0.2).astype(np.float32)
+    hwio = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(-1, m))
+    oh, ow = (9 + 2 * pad - k) // stride + 1, (7 + 2 * pad - k) // stride + 1
+    r = RNG.standard_normal((2, oh, ow, m)).astype(np.float32)
+    params = dict(kernel_spatial=[k, k], strides=[stride, stride], dilations=[1, 1], pre_padding=[pad, pad],
+                  post_padding=[pad, pad], post_ops=post, num_output_maps=m)
+    o = Op("ConvolutionNHWC", "t", params, {"kernel_hwio": hwio, "bias": RNG.standard_normal(m).astype(np.float32)})
+    feeds = [x, None, None, r]
+    ref = next(t for t in tactics_for("ConvolutionNHWC", "cpu") if t.name == "nhwc-im2col-gemm").run(o, feeds)[0]
+    got = _gpu("ConvolutionNHWC", "im2col-cublas-nhwc").run(o, [None if v is None else _up(v) for v in feeds])[0]
+    assert got.shape == (2, oh, ow, m)
+    np.testing.assert_allclose(got.get(), ref, rtol=1e-4, atol=1e-4)
 
 
 def test_cuda_graph_replay_matches_plain_execution_and_reports_timings(tmp_path):
