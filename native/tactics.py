@@ -117,6 +117,12 @@ class Tactic:
         """Pre-pack weights at build time; the returned arrays go into the plan and come back as `op.weights`."""
         return op.weights
 
+    def ready(self, op: Op, input_shapes) -> bool:
+        """Whether running `op` on inputs of these shapes now costs only the run: False where a first run compiles
+        something (a cuDNN runtime-fusion plan). The builder's runs, which need a layer's values and not its
+        speed, run a ready candidate first (GraphExecutor._first_accepting)."""
+        return True
+
     def run(self, op: Op, inputs: list, outputs=None, workspace=None, stream=None) -> list:
         raise NotImplementedError
 

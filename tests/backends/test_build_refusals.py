@@ -233,3 +233,39 @@ def test_refusals_seen_in_another_precision_are_dropped_when_the_precision_pass_
     assign_precision(graph, config, G_LOGGER)
     assert node.precision == ("float16" if fp16 else "float32")
     assert ("refused_at_build" in node.meta) is not fp16
+
+
+class CompilesFirst(Tactic):
+    """An Activation tactic whose first run compiles (Tactic.ready False until it has run), as a cuDNN runtime-fusion
+    plan: the builder's runs, which need the layer's values, run a ready candidate instead."""
+    kind, name, device = "Activation", "compiles-first", "cpu"
+    runs = 0
+
+    def ready(self, op, input_shapes):
+        return CompilesFirst.runs > 0
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        CompilesFirst.runs += 1
+        return [np.maximum(inputs[0], 0)]
+
+
+def test_the_builds_runs_take_a_ready_candidate_before_one_that_compiles(tmp_path):
+    bucket = registry._REGISTRY.setdefault(("cpu", "Activation"), [])
+    tactic = CompilesFirst()
+    bucket.insert(0, tactic)
+    CompilesFirst.runs = 0
+    try:
+        relu_model(str(tmp_path / "m.onnx"))
+        net, _ = parse_onnx(str(tmp_path / "m.onnx"))
+        config = BuilderConfig()
+        config.set_flag("enable_tactic_heuristic")
+        feeds = {"x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)}
+        graph = Builder().build_graph(net, config, timing_feeds=feeds)
+        node = next(n for n in graph.nodes if n.kind == "Activation")
+        assert CompilesFirst.runs == 0                 # the build's run took the ready one ...
+        assert node.tactic_name == "compiles-first"    # ... and the untimed build still picks the default
+        out = GraphExecutor(graph, "cpu").run(feeds)
+        assert CompilesFirst.runs == 1
+        np.testing.assert_array_equal(out[graph.output_names[0]], np.maximum(feeds["x"], 0))
+    finally:
+        bucket.remove(tactic)

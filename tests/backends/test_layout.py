@@ -57,3 +57,32 @@ def test_nhwc_stops_at_layout_sensitive_ops():
     g = build(m, fusion=False, nhwc=True)
     assert count_transposes(g) == 2
     np.testing.assert_allclose(run(g, {"x": x})[0], run(build(m, fusion=False), {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_transpose_pair_elimination_keeps_the_views_maps_as_a_refresh_builds_them():
+    """eliminate_pairs rewires through View.bypass, which updates the producer / consumer maps in place instead
+    of a full refresh per pair (quadratic on ssdlite's ~2000 layers): the maps must equal a fresh View's, in order."""
+    from backends.engine.builder.passes.fusion_util import View
+    from backends.engine.builder.passes.nhwc import TO_NCHW, TO_NHWC, eliminate_pairs
+    from backends.engine.engine_graph import Graph, Node, TensorInfo
+
+    def t(name, src, dst, perm):
+        return Node(name=name, kind="Shuffle", inputs=[src], outputs=[dst],
+                    params={"first_transpose": list(perm), "reshape_dims": None, "second_transpose": None})
+    nodes = [Node(name="a", kind="Activation", inputs=["x"], outputs=["x1"], params={"type": "RELU"}),
+             t("t1", "x1", "n1", TO_NHWC), t("t2", "n1", "c1", TO_NCHW),
+             Node(name="b", kind="Activation", inputs=["x1"], outputs=["y1"], params={"type": "RELU"}),
+             Node(name="c", kind="ElementWise", inputs=["c1", "x1"], outputs=["y2"], params={"op": "SUM"}),
+             t("t3", "y2", "n3", TO_NHWC), t("t4", "n3", "c3", TO_NCHW),
+             Node(name="d", kind="Activation", inputs=["c3"], outputs=["y3"], params={"type": "RELU"})]
+    g = Graph(name="g", inputs=[TensorInfo("x", "float32", [1, 2, 3, 4])],
+              outputs=[TensorInfo("y1", "float32", None), TensorInfo("y3", "float32", None)])
+    g.set_nodes(nodes)
+    view = View(g)
+    assert eliminate_pairs(g, view) == 2
+    assert [n.name for n in g.nodes] == ["a", "t1", "b", "c", "t3", "d"]
+    fresh = View(g)
+    assert view.prod == fresh.prod
+    assert {k: [n.name for n in v] for k, v in view.cons.items()} == \
+        {k: [n.name for n in v] for k, v in fresh.cons.items()}
+    assert [n.name for n in view.cons["x1"]] == ["t1", "b", "c", "c"]

@@ -145,6 +145,9 @@ class GraphExecutor:
         others = [t for t in tactics_for(node.kind, self.device) if t is not tactic and t not in skip]
         # (a precision none computes at these inputs runs float32, as tactic selection will choose)
         ok, op, _ = accepting([tactic] + others, op, ctx)
+        # a candidate whose first run compiles (Tactic.ready) after those that run as they are: these runs want the
+        # layer's values; the timing that follows compiles what it times, and a warm build (timing cached) nothing
+        ok = sorted(ok, key=lambda t: not t.ready(op, ctx))
         first = None
         for t in ok or [tactic]:
             fn, full = empty_batch.guard(node.kind, self.device.bind(t, op))

@@ -54,8 +54,14 @@ SLOW_COMPILE_SECONDS = 0.6
 SLOW_COMPILE_BUILDS = 2
 SLOW_BUILD_SECONDS = 4.0
 # Plans past the first (cudnn-plan-1.., timed by tactic selection for a few percent) are built for a runtime-
-# compiled kind only while its compiles average under this: each is another compile per size.
-EXTRA_PLAN_COMPILE_SECONDS = 0.15
+# compiled kind only while its compiles average under this: each is another compile per size (yolov8n's FP16
+# conv + bias + SiLU: 0.13-0.15 s each on an H200, 3 more per convolution would add ~18 s to its cold build).
+EXTRA_PLAN_COMPILE_SECONDS = 0.1
+# A compile class's cost is settled after this many compiles (and when a timing cache's notes give it): what it
+# decides (slow, extra plans) then holds for the rest of the build, and a warm build decides as the cold one ended,
+# not by where its own compiles move the average.
+SETTLE_BUILDS = 4
+_SETTLED: set = set()
 # Every plan build of this process (a build's `--breakdown` lists the slowest): (family, cuDNN's index, name,
 # runtime-compiled (None: unknown), seconds, built), at most BUILD_LOG_MAX of them.
 BUILD_LOG: list = []
@@ -120,6 +126,7 @@ def release():
         _BUILT.clear()
         _BUILT_AT.clear()
         _COMPILES.clear()
+        _SETTLED.clear()
         handles = list(_HANDLE.values())
         _HANDLE.clear()
     try:
@@ -350,11 +357,13 @@ class ConvGraph:
     def _count(self, cls, fam, j, name, seconds, ok):
         """Record one real plan build: its compile cost for the kind (runtime-compiled configs), the build log."""
         compiles = self.compiles(j)
-        if compiles is not False:
+        if compiles is not False and cls not in _SETTLED:
             c = _COMPILES.setdefault(cls, [0, 0.0, 0.0])
             c[0] += 1
             c[1] += seconds
             c[2] = max(c[2], seconds)
+            if c[0] >= SETTLE_BUILDS:
+                _SETTLED.add(cls)
         if len(BUILD_LOG) < BUILD_LOG_MAX:
             BUILD_LOG.append((fam, j, name if name is not None else self._name(j), compiles, round(seconds, 4), ok))
 
@@ -485,6 +494,7 @@ def remember_compile_costs(notes) -> int:
         c = _COMPILES.setdefault(cls, [0, 0.0, 0.0])
         if v[0] > c[0]:      # the better-informed of the two (a rebuild with the cache it wrote adds nothing new)
             c[0], c[1], c[2] = v[0], float(v[1]), max(c[2], float(v[2]))
+        _SETTLED.add(cls)
         n += 1
     return n
 
@@ -540,6 +550,18 @@ class _CudnnConv(Tactic):
                     return why if shapes is not None and list(shapes) == list(input_shapes) else \
                         f"{why} (at the profile's input shapes {list(shapes)})"
         return None
+
+    def ready(self, op, input_shapes):
+        """Whether this tactic's plan for these inputs is built (a first run otherwise builds it: a kernel compile
+        on cuDNN's runtime-fusion engines)."""
+        if not input_shapes or input_shapes[0] is None:
+            return True
+        try:
+            key = self._signature(op, list(input_shapes), getattr(input_shapes, "dtypes", None))[0]
+        except TacticRefusal:
+            return True
+        g = _GRAPHS.get(key)
+        return g is not None and not g.unbuilt(self.index)
 
     def prepare(self, op):
         """The kernel in the layer's storage type and cuDNN's layout (KCRS for NCHW, KRSC for NHWC)."""

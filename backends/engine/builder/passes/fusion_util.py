@@ -124,21 +124,26 @@ class View:
     def _rewired(self, node, src, dst, users):
         """The maps after `bypass` removed `node` and its readers of `dst` read `src` instead: only the lists of the
         tensors involved change, in graph order as `refresh` builds them (a full refresh per removed no-op made
-        identity elimination quadratic: a third of a bert_mini probe build's passes)."""
-        if node.subgraphs or len(node.outputs) != 1 or src not in node.inputs:
+        identity elimination quadratic: a third of a bert_mini probe build's passes; and the layout pass's
+        transpose-pair elimination, whose `src` is the first transpose's input, not the removed one's)."""
+        if node.subgraphs or len(node.outputs) != 1:
             self.refresh()
             return
-        pos = {id(n): i for i, n in enumerate(self.graph.nodes)}
         self.prod.pop(dst, None)
         moved = self.cons.pop(dst, [])
         for name in dict.fromkeys(i for i in node.inputs if i is not None):
             kept = [u for u in self.cons.get(name, ()) if u is not node]
-            if name == src:
-                kept = sorted(kept + moved, key=lambda u: pos[id(u)])
             if kept:
                 self.cons[name] = kept
             else:
                 self.cons.pop(name, None)
+        if moved:
+            had = self.cons.get(src, [])
+            if had:
+                pos = {id(n): i for i, n in enumerate(self.graph.nodes)}
+                self.cons[src] = sorted(had + moved, key=lambda u: pos[id(u)])
+            else:
+                self.cons[src] = list(moved)
 
     def _alias(self, old, new):
         """Keep ONNX names resolvable for debug taps after a tensor disappears."""
