@@ -63,6 +63,7 @@ class Op:
     format: str = "linear"
     output_types: tuple = ()    # storage type per output where the precision pass set one (None: as computed)
     math: str = ""              # "tf32": a float32 conv/matmul whose GEMM operands are rounded to TF32
+    config: str = ""            # what the build chose inside the tactic (Tactic.config: a cuDNN engine config)
 
 
 class LayerContext(list):
@@ -116,6 +117,12 @@ class Tactic:
     def prepare(self, op: Op) -> dict:
         """Pre-pack weights at build time; the returned arrays go into the plan and come back as `op.weights`."""
         return op.weights
+
+    def config(self, op: Op, input_shapes) -> str:
+        """The implementation's own name for what this tactic runs on these inputs ("" when it has none to give):
+        a cuDNN engine config. The plan records it (layer meta `tactic_config`, Op.config at run time), so a loaded
+        engine runs what the build timed, whatever order its library ranks things in that process."""
+        return ""
 
     def ready(self, op: Op, input_shapes) -> bool:
         """Whether running `op` on inputs of these shapes now costs only the run: False where a first run compiles

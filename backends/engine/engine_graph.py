@@ -507,4 +507,5 @@ def node_op(node) -> Op:
     meta = getattr(node, "meta", None) or {}
     types = meta.get("output_types")
     return Op(node.kind, node.name, node.params, node.weights, {}, node.precision, node_format(node),
-              output_types=tuple(types) if isinstance(types, list) else (), math=meta.get("math", ""))
+              output_types=tuple(types) if isinstance(types, list) else (), math=meta.get("math", ""),
+              config=meta.get("tactic_config", "") or "")

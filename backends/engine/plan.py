@@ -97,7 +97,7 @@ def _graph_to_json(graph: Graph, blob: _BlobWriter) -> dict:
                                                                       "fused_patterns", "layout", "folded_from",
                                                                       "output_types", "math", "precision_ms",
                                                                       "int8_note",
-                                                                      "layout_ms")}})
+                                                                      "layout_ms", "tactic_config")}})
     return {"name": graph.name, "inputs": [t.to_json() for t in graph.inputs],
             "outputs": [t.to_json() for t in graph.outputs], "aliases": graph.aliases, "nodes": nodes,
             "meta": getattr(graph, "meta", {})}

@@ -244,6 +244,9 @@ class CompilesFirst(Tactic):
     def ready(self, op, input_shapes):
         return CompilesFirst.runs > 0
 
+    def config(self, op, input_shapes):
+        return "kernel-7"     # what it runs inside: recorded in the plan (a cuDNN engine config)
+
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         CompilesFirst.runs += 1
         return [np.maximum(inputs[0], 0)]
@@ -264,6 +267,7 @@ def test_the_builds_runs_take_a_ready_candidate_before_one_that_compiles(tmp_pat
         node = next(n for n in graph.nodes if n.kind == "Activation")
         assert CompilesFirst.runs == 0                 # the build's run took the ready one ...
         assert node.tactic_name == "compiles-first"    # ... and the untimed build still picks the default
+        assert node.meta["tactic_config"] == "kernel-7"
         out = GraphExecutor(graph, "cpu").run(feeds)
         assert CompilesFirst.runs == 1
         np.testing.assert_array_equal(out[graph.output_names[0]], np.maximum(feeds["x"], 0))

@@ -414,3 +414,39 @@ def test_a_loaded_engine_compiles_what_it_needs_whatever_a_build_learnt(fake, mo
     _plan0(15, 11), _plan0(30, 22)
     monkeypatch.setattr(cudnn_conv, "_BOUNDED", False)
     assert _plan0(60, 44) == 0 and builds == [0, 0, 0]
+
+
+def test_the_plan_records_the_config_the_build_chose_and_a_loaded_engine_builds_that_one(fake, monkeypatch):
+    """A build passed cfg0..3 over (their kind compiles slowly) and timed cfg4 as cudnn-plan-0: the tactic names
+    cfg4 (Tactic.config, kept in the plan as the layer's `tactic_config`), and a loaded engine's graph builds cfg4
+    by that name instead of walking cuDNN's ranked list from cfg0 (another kernel than the one timed, and a
+    1.5 s compile)."""
+    builds = _costed(sys.modules["cudnn"], monkeypatch, seconds=1.5, precompiled={4})
+    _plan0(15, 11), _plan0(30, 22)
+    assert _plan0(60, 44) == 4
+    ctx = _conv_at(60, 44)
+    assert _tactic(0).config(_conv_c(24), ctx) == "cfg4"
+    assert _tactic(1).config(_conv_c(24), ctx) == ""            # no second plan built
+    # a fresh process loading the engine (no build bounds, nothing learnt)
+    for name in ("_FAILED", "_FAMILY", "_BUILT", "_BUILT_AT", "_GRAPHS", "_DECIDED", "_COMPILES"):
+        monkeypatch.setattr(cudnn_conv, name, {})
+    monkeypatch.setattr(cudnn_conv, "_BOUNDED", False)
+    del builds[:]
+    assert unsupported_reason(_tactic(0), _conv_c(24), ctx) is None
+    g = next(iter(cudnn_conv._GRAPHS.values()))
+    assert g.plan_named("cfg4") == (4, 0) and builds == [4]
+    assert g.plan_named("cfg4") == (4, 0) and builds == [4]       # once
+    assert g.plan_named("no-such-config") is None                 # (the run then walks the ranked list)
+
+
+def test_the_chosen_config_travels_in_the_plan_to_the_op_a_loaded_engine_runs():
+    from backends.engine.engine_graph import Graph, Node, TensorInfo, node_op
+    from backends.engine.plan import _graph_from_json, _graph_to_json, _BlobWriter
+    n = Node(name="c", kind="Activation", inputs=["x"], outputs=["y"], params={"type": "RELU"},
+             meta={"tactic_config": "eng4_k24=3"})
+    g = Graph(name="g", inputs=[TensorInfo("x", "float32", [1, 4])], outputs=[TensorInfo("y", "float32", [1, 4])])
+    g.set_nodes([n])
+    blob = _BlobWriter()
+    back = _graph_from_json(_graph_to_json(g, blob), memoryview(b"".join(blob.parts)))
+    assert node_op(back.nodes[0]).config == "eng4_k24=3"
+    assert node_op(Node(name="d", kind="Activation", inputs=["x"], outputs=["y"])).config == ""

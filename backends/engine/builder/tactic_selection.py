@@ -278,6 +278,11 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None, bod
             chosen = cands[0]
         node.tactic_id, node.tactic_name = chosen.id, chosen.name
         node.meta.pop("refused_at_build", None)   # build-time evidence only: not part of the plan
+        inside = chosen.config(node_op(node), shapes) if have_inputs else ""
+        if inside:      # what the tactic timed inside (a cuDNN engine config): the loaded engine runs that one
+            node.meta["tactic_config"] = inside
+        else:
+            node.meta.pop("tactic_config", None)
         ws = int(chosen.workspace_size(node_op(node), shapes) or 0)
         if ws:
             node.meta["workspace_bytes"] = ws

@@ -218,6 +218,7 @@ class ConvGraph:
         self.workspace = {}
         self.held = 0         # configs passed over for their compile cost (_held)
         self._compiles = {}   # config -> whether it compiles a kernel when built (compiles())
+        self._named = {}      # config name -> (index, workspace) or None (plan_named)
         self.key = key
 
     def may_have(self, index: int) -> str:
@@ -390,8 +391,29 @@ class ConvGraph:
         except Exception:
             return None
 
-    def execute(self, index, x, w, extras, y):
-        index, ws_size = self.plan(index)
+    def plan_named(self, name: str):
+        """(cuDNN's plan index, workspace bytes) of the config called `name` (what a build chose: Op.config), built
+        on first use; None when this graph offers none of that name or it does not build here (the caller then
+        walks the ranked list: plan())."""
+        hit = self._named.get(name, 0)
+        if hit == 0:
+            hit = None
+            j = next((k for k in range(self.count) if self._name(k) == name), None)
+            if j is not None:
+                try:
+                    if j not in self.workspace:
+                        self.g.build_plan_at_index(j)
+                        self.workspace[j] = int(self.g.get_workspace_size_plan_at_index(j))
+                    hit = (j, self.workspace[j])
+                except Exception as e:
+                    if isinstance(e, TimeoutError):
+                        raise
+            self._named[name] = hit
+        return hit
+
+    def execute(self, index, x, w, extras, y, config=""):
+        named = self.plan_named(config) if config and not _BOUNDED else None
+        index, ws_size = named or self.plan(index)
         ws = GpuArray((max(ws_size, 1),), np.uint8) if ws_size else None
         pack = {self.x: x.ptr, self.w: w.ptr, self.y: y.ptr}
         for (t, _), v in zip(self.extra, extras):
@@ -550,6 +572,19 @@ class _CudnnConv(Tactic):
                     return why if shapes is not None and list(shapes) == list(input_shapes) else \
                         f"{why} (at the profile's input shapes {list(shapes)})"
         return None
+
+    def config(self, op, input_shapes):
+        """cuDNN's name of the engine config this tactic's plan is for these inputs (the build has built it)."""
+        if not input_shapes or input_shapes[0] is None:
+            return ""
+        try:
+            key = self._signature(op, list(input_shapes), getattr(input_shapes, "dtypes", None))[0]
+        except TacticRefusal:
+            return ""
+        g = _GRAPHS.get(key)
+        if g is None or self.index >= len(g.good):
+            return ""
+        return g._name(g.good[self.index]) or ""
 
     def ready(self, op, input_shapes):
         """Whether this tactic's plan for these inputs is built (a first run otherwise builds it: a kernel compile
@@ -718,11 +753,13 @@ class _CudnnConv(Tactic):
         if y.size == 0:
             return [y]
         g = _GRAPHS.get(key)
-        if g is None or g.unbuilt(self.index):
-            self._build(op, key, args)    # TacticRefusal when the plan does not build (may_have says so from now on)
+        named = bool(op.config) and not _BOUNDED     # a loaded engine: the config its build chose, by name
+        if g is None or (g.unbuilt(self.index) and not named):
+            # TacticRefusal when the plan does not build (may_have says so from now on)
+            self._build(op, key, args, plan=not named)
             g = _GRAPHS[key]
         try:
-            g.execute(self.index, x, w, extras, y)
+            g.execute(self.index, x, w, extras, y, op.config if named else "")
         except TacticRefusal:
             raise
         except Exception as e:
