@@ -138,6 +138,8 @@ class CudaDevice(Device):
             cudnn_conv.remember_failed_plans(notes["cudnn_failed_plans"])
         if isinstance(notes, dict) and notes.get("cudnn_compile_seconds"):
             cudnn_conv.remember_compile_costs(notes["cudnn_compile_seconds"])
+        if isinstance(notes, dict) and notes.get("cudnn_graphs"):
+            cudnn_conv.remember_graphs(notes["cudnn_graphs"])
         try:
             arch = context().arch
         except Exception:      # no usable GPU: the build says so where it first needs one, as before
@@ -155,8 +157,10 @@ class CudaDevice(Device):
         conv = sys.modules.get("native.cuda.tactics.cudnn_conv")     # (not imported: no convolution was built)
         failed = conv.failed_plans() if conv is not None else {}
         costs = conv.compile_costs() if conv is not None else {}
+        graphs = conv.graph_notes() if conv is not None else {}
         return dict({"cudnn_failed_plans": failed} if failed else {},
-                    **({"cudnn_compile_seconds": costs} if costs else {}))
+                    **({"cudnn_compile_seconds": costs} if costs else {}),
+                    **({"cudnn_graphs": graphs} if graphs else {}))
 
     def synchronize(self, stream=None):
         if stream is None:

@@ -450,3 +450,39 @@ def test_the_chosen_config_travels_in_the_plan_to_the_op_a_loaded_engine_runs():
     back = _graph_from_json(_graph_to_json(g, blob), memoryview(b"".join(blob.parts)))
     assert node_op(back.nodes[0]).config == "eng4_k24=3"
     assert node_op(Node(name="d", kind="Activation", inputs=["x"], outputs=["y"])).config == ""
+
+
+def test_a_warm_build_answers_from_the_graphs_the_cold_one_built_without_building_them(fake, monkeypatch):
+    """cuDNN's heuristics and support check cost ~10-50 ms a signature (yolov8n FP16 asks 88, ssdlite 218): the
+    timing cache's notes say per signature whether cuDNN declined it, which plans built (name, compiled) and why
+    no further plan would be offered; a warm build answers from them and builds a graph only for what they do
+    not say."""
+    import json
+    _costed(sys.modules["cudnn"], monkeypatch, seconds=0.3)         # compiles too slow for plans past the first
+    assert _plan0(15, 11) == 0
+    declined = LayerContext([[2, 24, 15, 11]] * 2, ["float32"] * 2)
+    why = unsupported_reason(_tactic(0), _conv(RESIDUAL_SIGMOID), declined)
+    assert "No execution plans support the graph" in why
+    notes = json.loads(json.dumps(cudnn_conv.graph_notes()))
+    assert len(notes) == 2
+    entry = next(v for v in notes.values() if v[1])
+    assert entry[0] == "" and entry[1] == [["cfg0", True]] and "past the first plan" in entry[2]
+    # the warm build: a new process with the notes (and the compile costs) of the cold one
+    costs = cudnn_conv.compile_costs()
+    for name in ("_FAILED", "_FAMILY", "_BUILT", "_BUILT_AT", "_GRAPHS", "_DECIDED", "_COMPILES", "_REMEMBERED"):
+        monkeypatch.setattr(cudnn_conv, name, {})
+    monkeypatch.setattr(cudnn_conv, "_SETTLED", set())
+    del fake[:]
+    cudnn_conv.remember_compile_costs(costs)
+    assert cudnn_conv.remember_graphs({**notes, "bad": ["", [["x"]], ""], "worse": 1}) == 2
+    ctx = _conv_at(15, 11)
+    assert unsupported_reason(_tactic(0), _conv_c(24), ctx) is None
+    assert "past the first plan" in unsupported_reason(_tactic(1), _conv_c(24), ctx)
+    assert _tactic(0).config(_conv_c(24), ctx) == "cfg0"
+    assert not _tactic(0).ready(_conv_c(24), ctx)
+    assert unsupported_reason(_tactic(0), _conv(RESIDUAL_SIGMOID), declined) == why
+    assert fake == []                                   # no graph built
+    assert unsupported_reason(_tactic(0), _conv_c(24), _conv_at(30, 22)) is None and len(fake) == 1   # not known
+    # the notes the warm build writes keep what it did not rebuild
+    again = cudnn_conv.graph_notes()
+    assert all(again[k] == v for k, v in notes.items())

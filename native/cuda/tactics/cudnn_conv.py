@@ -66,6 +66,11 @@ _SETTLED: set = set()
 # runtime-compiled (None: unknown), seconds, built), at most BUILD_LOG_MAX of them.
 BUILD_LOG: list = []
 BUILD_LOG_MAX = 4000
+# What earlier builds on this device learnt per graph signature (the timing cache's notes: graph_notes()): {repr(
+# graph key): (why cuDNN declined the graph, or "", [(name, runtime-compiled) of each plan that built, in plan
+# order])}. A warm build answers supports() from it without building the graph (cuDNN's heuristics and support
+# check, ~10-50 ms a signature: yolov8n FP16 asks 88, ssdlite 218); a question it cannot answer builds the graph.
+_REMEMBERED: dict = {}
 _clock = time.perf_counter     # what plan builds are timed with (the tests' fake cuDNN advances a fake one)
 # A kind of convolution none of whose first FAMILY_FAILURES graphs built a plan is not tried further: its layers
 # run on another tactic.
@@ -127,6 +132,7 @@ def release():
         _BUILT_AT.clear()
         _COMPILES.clear()
         _SETTLED.clear()
+        _REMEMBERED.clear()
         handles = list(_HANDLE.values())
         _HANDLE.clear()
     try:
@@ -521,6 +527,41 @@ def remember_compile_costs(notes) -> int:
     return n
 
 
+def graph_notes() -> dict:
+    """What this process learnt per graph signature ({repr(key): [why cuDNN declined it or "", [[plan name,
+    runtime-compiled] of each plan that built], why no further plan would be offered or ""]}, JSON-able): the
+    timing cache keeps it (Device.build_notes), so a warm build builds no graph to answer what the cold one asked
+    (_REMEMBERED). Signatures remembered and not rebuilt here are kept as they were."""
+    global _BOUNDED
+    out = {k: [why, [list(p) for p in good], beyond] for k, (why, good, beyond) in _REMEMBERED.items()}
+    was, _BOUNDED = _BOUNDED, True      # the answers a build gives (read after the build has ended)
+    try:
+        for key, why in list(_DECIDED.items()):
+            g = _GRAPHS.get(key)
+            if why or g is None:
+                out[repr(key)] = [why, [], ""]
+                continue
+            out[repr(key)] = ["", [[g._name(j) or "", g.compiles(j)] for j in g.good], g.may_have(len(g.good))]
+    finally:
+        _BOUNDED = was
+    return out
+
+
+def remember_graphs(notes) -> int:
+    """Take graph_notes() of an earlier build on this device (from its timing cache); malformed entries are
+    skipped. Returns how many signatures it named."""
+    n = 0
+    for k, v in (notes or {}).items() if isinstance(notes, dict) else ():
+        if not (isinstance(k, str) and isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and
+                isinstance(v[2], str) and isinstance(v[1], list) and
+                all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and
+                    (p[1] is None or isinstance(p[1], bool)) for p in v[1])):
+            continue
+        _REMEMBERED[k] = (v[0], [tuple(p) for p in v[1]], v[2])
+        n += 1
+    return n
+
+
 def _graph(key, *args):
     with _LOCK:
         g = _GRAPHS.get(key)
@@ -582,7 +623,10 @@ class _CudnnConv(Tactic):
         except TacticRefusal:
             return ""
         g = _GRAPHS.get(key)
-        if g is None or self.index >= len(g.good):
+        if g is None:
+            good = (_REMEMBERED.get(repr(key)) or ("", [], ""))[1]
+            return (good[self.index][0] or "") if self.index < len(good) else ""
+        if self.index >= len(g.good):
             return ""
         return g._name(g.good[self.index]) or ""
 
@@ -705,6 +749,16 @@ class _CudnnConv(Tactic):
         if 0 in y_shape:
             return None      # nothing to compute: run() returns the empty output
         known = _DECIDED.get(key)
+        if known is None and _BOUNDED:
+            remembered = _REMEMBERED.get(repr(key))
+            if remembered is not None:
+                why, good, beyond = remembered
+                if why:
+                    return why
+                if self.index < len(good):     # a plan an earlier build built: offered as it would be
+                    return (slow_compiles(compile_class(key)) if good[self.index][1] is not False else "") or None
+                if beyond:                     # why that build would offer no plan past those
+                    return beyond
         if known is None:
             gave_up = given_up(key)
             if gave_up:          # a kind given up in this build: not even the graph (cuDNN's heuristics) is built
