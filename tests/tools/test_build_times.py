@@ -36,3 +36,20 @@ def test_the_breakdown_lists_each_builds_work_largest_first():
     rows = [{"model": "yolov8n", "cold": cold, "warm": _build(9.0, 0)}]
     assert breakdown(rows) == ("yolov8n cold (136.4 s): pass: layout 1x 127.46 s; cuDNN conv plans built 690x "
                                "124.7 s; NVRTC compiles 4x 2.92 s")
+
+
+def test_the_breakdown_says_what_cuDNN_compiles_cost_and_the_slowest_plan_builds():
+    from tools.build_times import breakdown
+    fam = "('float32', True, False, (('bias',), ('act', 'SILU', 0.0, 0.0)), (3, 3), 1, (8, 8))"
+    cold = dict(_build(13.8, 194), breakdown={"pass: layout": [1, 12.41]},
+                cudnn_compiles={"('float32', True, False)": [3, 1.9087, 0.8479]},
+                cudnn_slowest_plans=[[fam, 15, "eng8", True, 0.8479, True], [fam, 3, "eng11_k2=4_k3=0", False,
+                                                                               0.0002, True]])
+    text = breakdown([{"model": "yolov8n", "cold": cold, "warm": None}])
+    assert "cuDNN runtime compiles ('float32', True, False): 3x 1.9087 s (longest 0.8479 s)" in text
+    assert "slow cuDNN plan build: 0.8479 s built plan 15 eng8 (runtime-compiled: True)" in text
+
+
+def test_a_stopped_build_is_not_an_exception_the_builder_swallows():
+    from tools.build_times import Stopped
+    assert not issubclass(Stopped, Exception)
