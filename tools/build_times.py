@@ -12,8 +12,9 @@ kernel an earlier build JIT-compiled helps it. The figures per build: the comman
 plan write), the tactic-timing work — candidates timed (`tactic_selection.time_candidates`: every tactic of every
 layer variant timed on the device), timed runs (the device's `time()` calls) — and the layers. `--breakdown` adds
 where the seconds went: the builder's passes, NVRTC compiles (summed over the threads compiling), cuDNN graphs
-(heuristics) and execution plans built, tactic timing (each with its count); `--profile DIR` writes each build's
-cProfile statistics to DIR/<model>-<cold|warm>.prof. A build past --timeout is stopped with SIGTERM first, so its
+(heuristics) and execution plans built, tactic timing (each with its count), and for cuDNN each compile class's
+runtime compiles and the slowest plan builds (config name, runtime-compiled or not); `--profile DIR` writes each
+build's cProfile statistics to DIR/<model>-<cold|warm>.prof. A build past --timeout is stopped with SIGTERM first, so its
 counts so far (and its profile) still come back. `--unbounded` times every candidate in the layout and precision
 probes (the build before they were bounded to the first plan of each tactic family), for the before/after. A model
 that cannot be had or fails to build is listed with the reason. The table ends with which models miss the limits
