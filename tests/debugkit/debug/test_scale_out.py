@@ -532,7 +532,7 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     s, b = json.loads(serial.read_text()), json.loads(beside.read_text())
     assert b["probe_slots"] == 3 and s["probe_slots"] == 1
     assert sorted(b["layer_precisions"]) == sorted(s["layer_precisions"]) == must
-    assert b["beside_base_build"]["all_higher_probe"] is True
+    assert b["beside_base_build"]["all_higher_probe"] is False   # one worker beside the base build: ranking only
     assert b["beside_base_build"]["layers_ranked"] == s["layers"] == b["layers"]
     assert b["beside_base_build"]["workers"] == [1]
     assert s["beside_base_build"] is None
@@ -541,6 +541,16 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     log = [json.loads(line) for line in open(tmp_path / "b_probes.jsonl")][1:]
     every = sorted(r["layer"] for r in rank[1])
     assert [rec["result"]["hit"] for rec in log if rec["artifact"] == every] == [True]   # the all-higher probe
+    # with every worker free (the base build times nothing: a --timing-cache file holds its timings) the
+    # all-higher probe runs beside it too
+    monkeypatch.setattr(P, "beside_base", lambda ex, shared, seeded: [0, 1] if ex.workers > 1 else None)
+    both = tmp_path / "c.json"
+    assert main(common + ["--workers", "2", "-o", str(both)]) == 0
+    c = json.loads(both.read_text())
+    assert c["beside_base_build"]["all_higher_probe"] is True and c["beside_base_build"]["workers"] == [0, 1]
+    assert sorted(c["layer_precisions"]) == must
+    log = [json.loads(line) for line in open(tmp_path / "c_probes.jsonl")][1:]
+    assert [rec["result"]["hit"] for rec in log if rec["artifact"] == every] == [True]
 
 
 class WhereAndWhether:
