@@ -528,6 +528,8 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
         init(self, *a, **k)
         self.driver_slot = True
     monkeypatch.setattr(E.LocalExecutor, "__init__", with_driver)
+    judged = P.PrecisionProbe.judged    # records made in this process say so (the workers import the original)
+    monkeypatch.setattr(P.PrecisionProbe, "judged", lambda self, out: {**judged(self, out), "here": os.getpid()})
     assert main(common + ["--workers", "2", "-o", str(beside)]) == 0
     s, b = json.loads(serial.read_text()), json.loads(beside.read_text())
     assert b["probe_slots"] == 3 and s["probe_slots"] == 1
@@ -541,6 +543,9 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     log = [json.loads(line) for line in open(tmp_path / "b_probes.jsonl")][1:]
     every = sorted(r["layer"] for r in rank[1])
     assert [rec["result"]["hit"] for rec in log if rec["artifact"] == every] == [True]   # the all-higher probe
+    # not beside the base build: in this process (the workers are cold), as the empty set's probe is
+    assert [rec["result"].get("here") for rec in log if rec["artifact"] in (every, [])] == [os.getpid()] * 2
+    assert any(rec["result"].get("here") is None for rec in log if isinstance(rec["artifact"], list))  # workers'
     # with every worker free (the base build times nothing: a --timing-cache file holds its timings) the
     # all-higher probe runs beside it too
     monkeypatch.setattr(P, "beside_base", lambda ex, shared, seeded: [0, 1] if ex.workers > 1 else None)
