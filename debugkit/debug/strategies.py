@@ -68,8 +68,11 @@ def _map_with_driver(executor, fn, items) -> list:
     t.start()
     try:
         first = fn(items[0])
-    finally:
-        t.join()
+    except Exception:
+        t.join()      # the pool is free again before the caller goes on
+        raise
+    # (Ctrl-C: no wait for the workers' probes; closing the executor, as the search's with-block does, stops them)
+    t.join()
     if "error" in box:
         raise box["error"]
     return [first] + box["out"]
