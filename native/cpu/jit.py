@@ -16,6 +16,11 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     depthwise_nchw(xp [C, Hp, Wp], taps [kh*kw, C], y [C, Ho, Wo], kh, kw, sh, sw, dh, dw)
         the same sums NCHW, a row of outputs at a time (the vectorised inner loop runs along the row; a strided
         row is split into its phases first, so every tap reads unit-stride): few channels over large maps.
+    depthwise_planes(x [C, H, W], taps [kh*kw, C], bias [C] (or empty), y [C, Ho, Wo], kh, kw, sh, sw, dh, dw,
+                     ph, pw, act)
+        depthwise_nchw's sums (zero padding included, in tap order) from the unpadded input, each channel padded
+        into a plane-sized scratch (its column phases for a stride), then + bias and the activation (0 none,
+        1 RELU, 2 HARD_SWISH: the numpy epilogue's operations) per output row: one pass, no padded input copy.
     hard_swish(x [n], y [n])  /  hard_sigmoid(x [n], y [n], alpha, beta)
         the activations' numpy passes (x * 1/6, + 0.5, clip to [0, 1], times x; x * alpha, + beta, clip) per element
         in one pass, each step rounded to x's type as numpy rounds it; `clip` as numpy's clip loop (NaN kept,
@@ -205,6 +210,81 @@ def _depthwise_nchw():
     return depthwise_nchw
 
 
+def _depthwise_planes():
+    import numba
+    import numpy as np
+
+    @numba.njit(nogil=True, cache=True)
+    def depthwise_planes(x, taps, bias, y, kh, kw, sh, sw, dh, dw, ph, pw, act):
+        # depthwise_nchw's sums from the unpadded input: each channel's plane is zero-padded into one flat scratch
+        # row by row, each row split into its sw column phases (so every tap reads a unit-stride run at an offset
+        # computed once per tap), then + bias and the activation (depthwise_cl_rows_nchw's codes) per output row:
+        # no padded copy of the whole input, no epilogue passes
+        c_n, h, wd = x.shape
+        ho, wo = y.shape[1], y.shape[2]
+        hp, wp = h + 2 * ph, wd + 2 * pw
+        span = (wp + sw - 1) // sw
+        rowlen = sw * span
+        flat = np.zeros(hp * rowlen + wo, y.dtype)
+        acc = np.empty(wo, y.dtype)
+        ntap = kh * kw
+        offs = np.empty(ntap, np.int64)
+        for i in range(kh):
+            for j in range(kw):
+                x0 = j * dw
+                offs[i * kw + j] = i * dh * rowlen + (x0 % sw) * span + x0 // sw
+        t = y.dtype.type
+        zero, one, sixth, half, inf = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf)
+        has_bias = bias.shape[0] == c_n
+        for c in range(c_n):
+            for r in range(h):
+                xr = x[c, r]
+                rb = (r + ph) * rowlen
+                for q in range(sw):
+                    m0 = (pw - q + sw - 1) // sw          # the phase's first and last columns inside the row
+                    m1 = (wd + pw - q + sw - 1) // sw
+                    base = m0 * sw + q - pw
+                    dst = flat[rb + q * span + m0:rb + q * span + m1]
+                    for m in range(m1 - m0):
+                        dst[m] = xr[base + m * sw]
+            for oh in range(ho):
+                rowb = oh * sh * rowlen
+                src = flat[rowb + offs[0]:rowb + offs[0] + wo]
+                wv = taps[0, c]
+                for ow in range(wo):
+                    acc[ow] = src[ow] * wv
+                for k in range(1, ntap):
+                    o = rowb + offs[k]
+                    src = flat[o:o + wo]
+                    wv = taps[k, c]
+                    for ow in range(wo):
+                        acc[ow] += src[ow] * wv
+                if has_bias:
+                    b = bias[c]
+                    for ow in range(wo):
+                        acc[ow] = acc[ow] + b
+                if act == 1:      # RELU: numpy's clip to [0, inf] (NaN kept, -0.0 to +0.0)
+                    for ow in range(wo):
+                        u = acc[ow]
+                        if u == u:
+                            u = u if u > zero else zero
+                            u = u if u < inf else inf
+                        acc[ow] = u
+                elif act == 2:    # HARD_SWISH: as activations._hard_swish
+                    for ow in range(wo):
+                        v = acc[ow]
+                        u = v * sixth
+                        u = u + half
+                        if u == u:
+                            u = u if u > zero else zero
+                            u = u if u < one else one
+                        acc[ow] = v * u
+                yr = y[c, oh]
+                for ow in range(wo):
+                    yr[ow] = acc[ow]
+    return depthwise_planes
+
+
 def _conv1d_direct():
     import numba
     import numpy as np
@@ -260,6 +340,7 @@ def _module(module, name):
 
 
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw,
+             "depthwise_planes": _depthwise_planes,
              "pointwise_chain": _module("jit_chain", "pointwise_chain"), "conv1d_direct": _conv1d_direct,
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
              "gemm_direct": _module("jit_gemm", "gemm_direct"), "lstm_steps": _module("jit_rnn", "lstm_steps"),

@@ -135,3 +135,43 @@ def test_depthwise_cl_epilogue_in_the_kernel_is_bit_identical(monkeypatch, case,
     monkeypatch.setattr(jit, "kernel", lambda name: None if name == "depthwise_cl_rows_nchw" else real(name))
     want = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
     assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+PLANE_CASES = [  # (C, H, W, k, stride, dilation, pad): output rows >= depthwise.PLANES_MIN_WIDTH
+    (12, 2, 96, 5, (1, 1), (1, 1), 2), (6, 9, 100, 3, (2, 2), (1, 1), 1), (5, 6, 97, 3, (1, 2), (2, 1), 2),
+    (3, 4, 150, 3, (2, 3), (1, 2), 2)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SIGMOID"])
+@pytest.mark.parametrize("case", PLANE_CASES)
+def test_depthwise_wide_rows_pad_planes_in_the_kernel_with_the_same_bits(monkeypatch, case, act, dtype):
+    """The depthwise tactic on wide rows pads each channel's plane inside the compiled loop and applies the bias and
+    RELU / HARD_SWISH there (jit.depthwise_planes): the bits of the padded-input compiled loop + numpy epilogue
+    (other activations run after it, in place), NaN and -0.0 included, and a float64 reference's values."""
+    pytest.importorskip("numba")
+    from native.cpu.kernels.conv import depthwise
+    from native.tactics import Op, tactics_for
+    c, h, w, k, stride, dil, pad = case
+    x = RNG.standard_normal((2, c, h, w)).astype(dtype)
+    x[0, 0, 0, :2] = [np.nan, -0.0]
+    kernel = RNG.standard_normal((c, 1, k, k)).astype(dtype)
+    bias = RNG.standard_normal(c).astype(dtype)
+    params = {"num_output_maps": c, "kernel_shape": [k, k], "strides": list(stride), "dilations": list(dil),
+              "pre_padding": [pad, pad], "post_padding": [pad, pad], "groups": c}
+    if act:
+        params["post_ops"] = [{"op": "activation", "type": act, "alpha": 0.2, "beta": 0.5}]
+    t = next(t for t in tactics_for("Convolution", "cpu") if t.name == "depthwise")
+    op = Op("Convolution", "dw", params, {"kernel": kernel, "bias": bias})
+    config.reload()
+    calls = []
+    real = jit.kernel
+    monkeypatch.setattr(jit, "kernel", lambda name: calls.append(name) or real(name))
+    got = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
+    assert "depthwise_planes" in calls and got.shape[-1] >= depthwise.PLANES_MIN_WIDTH
+    monkeypatch.setattr(jit, "kernel", lambda name: None if name == "depthwise_planes" else real(name))
+    want = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
+    assert got.dtype == want.dtype == dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+    if act is None:
+        ref = _reference(x, kernel.reshape(c, -1).T, bias, k, stride, dil, pad)
+        np.testing.assert_allclose(got[1], ref[1], rtol=1e-4, atol=1e-4)
