@@ -124,29 +124,34 @@ def _depthwise_cl_rows_nchw():
 
     @numba.njit(nogil=True, cache=True)
     def depthwise_cl_rows_nchw(xl, w, bias, y, r0, r1, sh, sw, dh, dw, act):
-        # depthwise_cl_rows' sums, then + bias and the activation per output, stored straight into NCHW y
+        # depthwise_cl_rows' sums, then + bias and the activation per output, stored straight into NCHW y; the
+        # taps read a flat view of xl at offsets computed once (no 2-D index and view per tap and pixel)
         kh, kw, c = w.shape
+        wp = xl.shape[1]
         wo = y.shape[2]
+        flat = xl.reshape(xl.shape[0] * wp * c)
+        wf = w.reshape(kh * kw * c)
+        ntap = kh * kw
+        offs = np.empty(ntap, np.int64)
+        for i in range(kh):
+            for j in range(kw):
+                offs[i * kw + j] = (i * dh * wp + j * dw) * c
         acc = np.empty(c, y.dtype)
         t = y.dtype.type
         zero, one, sixth, half, inf = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf)
         has_bias = bias.shape[0] == c
         for r in range(r0, r1):
-            y0 = r * sh
             for ow in range(wo):
-                x0 = ow * sw
-                xs = xl[y0, x0]
-                w0 = w[0, 0]
+                base = (r * sh * wp + ow * sw) * c
+                xs = flat[base:base + c]
                 for k in range(c):
-                    acc[k] = xs[k] * w0[k]
-                for i in range(kh):
-                    for j in range(kw):
-                        if i == 0 and j == 0:
-                            continue
-                        xs = xl[y0 + i * dh, x0 + j * dw]
-                        wv = w[i, j]
-                        for k in range(c):
-                            acc[k] += xs[k] * wv[k]
+                    acc[k] = xs[k] * wf[k]
+                for tap in range(1, ntap):
+                    o = base + offs[tap]
+                    xs = flat[o:o + c]
+                    wv = wf[tap * c:(tap + 1) * c]
+                    for k in range(c):
+                        acc[k] += xs[k] * wv[k]
                 if has_bias:
                     for k in range(c):
                         acc[k] = acc[k] + bias[k]
