@@ -87,7 +87,8 @@ def _model(args) -> int:
             stored = f" out={'+'.join(types)}" if types and set(types) != {layer["Precision"]} else ""
             math = f" math={layer['Math']}" if layer.get("Math") else ""
             math += f" ({layer['Int8']})" if layer.get("Int8") else ""
-            print(f"  Layer {i} | {layer['Fused']} [{layer['LayerType']}] tactic={layer['TacticName']} "
+            inside = f" ({layer['TacticConfig']})" if layer.get("TacticConfig") else ""
+            print(f"  Layer {i} | {layer['Fused']} [{layer['LayerType']}] tactic={layer['TacticName']}{inside} "
                   f"precision={layer['Precision']}{math}{stored}{shapes}{timing}")
         return 0
     from backends.runners import load_onnx

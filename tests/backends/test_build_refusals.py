@@ -273,3 +273,22 @@ def test_the_builds_runs_take_a_ready_candidate_before_one_that_compiles(tmp_pat
         np.testing.assert_array_equal(out[graph.output_names[0]], np.maximum(feeds["x"], 0))
     finally:
         bucket.remove(tactic)
+
+
+def test_the_inspector_shows_what_a_tactic_runs_inside(tmp_path):
+    from backends.engine.runtime.runtime import Runtime
+    from backends.engine.plan import serialize_plan
+    bucket = registry._REGISTRY.setdefault(("cpu", "Activation"), [])
+    tactic = CompilesFirst()
+    bucket.insert(0, tactic)
+    try:
+        relu_model(str(tmp_path / "m.onnx"))
+        net, _ = parse_onnx(str(tmp_path / "m.onnx"))
+        config = BuilderConfig()
+        config.set_flag("enable_tactic_heuristic")
+        graph = Builder().build_graph(net, config, timing_feeds={"x": np.ones((2, 8), np.float32)})
+        engine = Runtime().deserialize_engine(serialize_plan(graph, config))
+        (layer,) = [l for l in engine.create_engine_inspector().layers() if l["LayerType"] == "Activation"]
+        assert layer["TacticName"] == "compiles-first" and layer["TacticConfig"] == "kernel-7"
+    finally:
+        bucket.remove(tactic)

@@ -417,7 +417,10 @@ class EngineInspector:
         return {"Name": n.name, "Fused": n.fused_name, "SourceNodes": n.source_nodes, "LayerType": n.kind,
                 "Inputs": [i for i in n.inputs if i is not None], "Outputs": n.outputs,
                 "InputShapes": n.meta.get("input_shapes"), "OutputShapes": n.meta.get("output_shapes"),
-                "TacticName": n.tactic_name, "TacticValue": n.tactic_id, "Precision": n.precision,
+                "TacticName": n.tactic_name, "TacticValue": n.tactic_id,
+                # what the tactic runs inside, as its library names it (a cuDNN engine config): the loaded engine
+                # builds that one
+                "TacticConfig": n.meta.get("tactic_config") or None, "Precision": n.precision,
                 "Format": node_format(n),
                 "Math": n.meta.get("math") or None, "OutputTypes": output_types(n),
                 "Timings_ms": n.meta.get("timings_ms"), "OutputMemory": self._memory.get(n.name),
