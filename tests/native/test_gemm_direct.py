@@ -88,6 +88,7 @@ def test_gemm_direct_sigmoid_keeps_small_probabilities_relative():
     ({"post_ops": [{"op": "add", "input": 1}]}, [1, 8], "post-ops"),
     ({}, [9, 8], "rows at most"),
     ({}, [3, 3, 8], "rows at most"),
+    ({}, [-1, 8], "known shape"),
 ])
 def test_gemm_direct_refuses_with_a_reason(params, shape, why):
     op = Op("MatrixMultiply", "mm", {"transpose_a": False, "transpose_b": False, **params},

@@ -322,6 +322,8 @@ class PackedGemmDirect(Tactic):
             return "left operand of known shape only"
         rows = 1
         for d in input_shapes[0][:-1]:
+            if d is None or d < 0:
+                return "left operand of known shape only"
             rows *= d
         if rows > DIRECT_MAX_ROWS or rows < 1:
             return f"{DIRECT_MAX_ROWS} rows at most (BLAS wins on more)"
