@@ -19,7 +19,8 @@ import functools
 from backends.engine import schema as S
 from native.tactics import FUSED_PARAMS
 
-POST_OP_KINDS = {"Convolution", "Deconvolution", "MatrixMultiply", "ConvolutionNHWC", "Pooling", "PoolingNHWC"}
+POST_OP_KINDS = {"Convolution", "Deconvolution", "MatrixMultiply", "ConvolutionNHWC", "Pooling", "PoolingNHWC",
+                 "Normalization"}   # Normalization: activation steps only, on the CPU (fusion_epilogue.fuse_norm_activation)
 # fused param -> the layer kinds that may carry it
 FUSED_ON = {
     "post_ops": POST_OP_KINDS,

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from native.cpu.kernels import rows
+from native.cpu.kernels.activations import activation_inplace
 from native.tactics import Tactic, register_tactic, simple_tactic
 
 _ADD_REDUCE = np.add.reduce
@@ -160,11 +161,23 @@ _MODES = {"BATCH": _batch, "LAYER": _layer, "INSTANCE": _instance, "GROUP": _gro
           "MVN": _mvn}
 
 
-@simple_tactic("Normalization", name="float64-stats")
+@simple_tactic("Normalization", name="float64-stats", honours=("post_ops",))
 def normalization(op, inputs):
     """Dispatch on params['mode']; returns as many outputs as the mode defines (extra ones are ignored)."""
     x = np.asarray(inputs[0])
-    return _MODES[op.params.get("mode", "LAYER")](x, inputs, op.params)
+    return post_activation(op, _MODES[op.params.get("mode", "LAYER")](x, inputs, op.params))
+
+
+def post_activation(op, outs):
+    """outs with params['post_ops'] (activation steps: fusion_epilogue.fuse_norm_activation) applied to the
+    normalized result in place, as the Activation layer they replace computes them."""
+    post = op.params.get("post_ops")
+    if post:
+        y = outs[0]
+        for step in post:
+            y = activation_inplace(y, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
+        outs = [y] + list(outs[1:])
+    return outs
 
 
 @register_tactic
@@ -174,6 +187,7 @@ class LayerNormLaneStats(Tactic):
     with the numba extra, the same floats in numpy passes without it."""
     kind = "Normalization"
     name = "lane-stats"
+    honours = frozenset({"post_ops"})
 
     def supports(self, op, input_shapes):
         p = op.params
@@ -208,7 +222,7 @@ class LayerNormLaneStats(Tactic):
         shape, _, _, m, n, g, b, eps, stat_shape = cfg
         x2 = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(m, n)
         y, mean, inv = rows.layernorm_rows(x2, g, b, eps, np.empty_like(x2))
-        return [y.reshape(shape), mean.reshape(stat_shape), inv.reshape(stat_shape)]
+        return post_activation(op, [y.reshape(shape), mean.reshape(stat_shape), inv.reshape(stat_shape)])
 
 
 def _row_param(v, tail, n):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from native.cpu.kernels.norm import post_activation
 from native.tactics import Tactic, register_tactic
 
 _SEQ = ("SUM", "AVG", "SUM_SQUARE", "L1", "L2")
@@ -137,6 +138,7 @@ class WelfordLayerNorm(Tactic):
     """LAYER normalisation of float32 tensors with Welford's one-sweep statistics."""
     kind, name = "Normalization", "welford"
     precisions = ("float32",)
+    honours = frozenset({"post_ops"})
 
     def supports(self, op, input_shapes):
         p = op.params
@@ -154,4 +156,4 @@ class WelfordLayerNorm(Tactic):
         scale = inputs[1] if len(inputs) > 1 else None
         bias = inputs[2] if len(inputs) > 2 else None
         y, mean, inv = welford_layernorm(x, axis, op.params.get("epsilon", 1e-5), scale, bias)
-        return [y.astype(x.dtype, copy=False), mean, inv]
+        return post_activation(op, [y.astype(x.dtype, copy=False), mean, inv])

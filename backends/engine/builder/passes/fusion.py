@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from backends.engine.builder.passes.attention_heads import fold_attention_heads
 from backends.engine.builder.passes.dead import eliminate_dead_layers
-from backends.engine.builder.passes.fusion_epilogue import fold_conv_scale, fuse_epilogues
+from backends.engine.builder.passes.fusion_epilogue import fold_conv_scale, fuse_epilogues, fuse_norm_activation
 from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
                                                           fuse_softmax, merge_parallel_gemms)
 from backends.engine.builder.passes.fusion_pool import move_activation_past_maxpool
@@ -29,6 +29,7 @@ PASSES = [
     ("attention", fuse_attention),
     ("conv + BatchNorm/Scale folding", fold_conv_scale),
     ("conv/matmul epilogues", fuse_epilogues),
+    ("normalization + activation", fuse_norm_activation),
     ("parallel GEMM merging", merge_parallel_gemms),
     ("reshapes around GEMMs", sink_gemm_reshapes),
     ("conv/matmul epilogues (after reshape removal)", fuse_epilogues),

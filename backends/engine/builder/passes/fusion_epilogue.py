@@ -232,6 +232,42 @@ def fuse_epilogues(graph, config, logger) -> int:
     return count
 
 
+def fuse_norm_activation(graph, config, logger) -> int:
+    """A LAYER Normalization (its statistics outputs unread) followed by an activation (a keyword-spotting MLP's LayerNorm + Relu):
+    the activation as a post-op of the normalization, one layer fewer (on the CPU, whose Normalization tactics
+    apply it in place to their result, the Activation layer's own floats; RELU and CLIP only: a reduced-precision
+    layer rounds once, after the activation, and those two commute with rounding, so the pair's result is kept)."""
+    if not _on_cpu(config):
+        return 0
+    view, count = View(graph), 0
+    for node in list(graph.nodes):
+        if node not in graph.nodes or node.kind != "Normalization" or \
+                node.params.get("mode", "LAYER") != "LAYER" or node.params.get("post_ops"):
+            continue
+        stats = list(node.outputs[1:])    # ONNX LayerNormalization's mean / inverse std: only when nothing reads them
+        if any(s and (graph.users(s) or s in graph.output_names) for s in stats):
+            continue
+        t = node.outputs[0]
+        nxt = view.sole_consumer(t)
+        if nxt is None or not same_precision([node, nxt]) or not view.is_float(t) or nxt.kind != "Activation" or \
+                nxt.params.get("type") not in NORM_ACTIVATIONS or list(nxt.inputs) != [t]:
+            continue
+        step = {"op": "activation", "type": nxt.params["type"], "alpha": nxt.params.get("alpha", 0.0),
+                "beta": nxt.params.get("beta", 0.0)}
+        node.params = dict(node.params, post_ops=[step])
+        graph.set_outputs(node, list(nxt.outputs) + stats)
+        node.source_nodes = list(node.source_nodes or [node.name]) + list(nxt.source_nodes or [nxt.name])
+        logger.verbose(f"fusion: Normalization '{node.name}' + activation from '{nxt.name}'")
+        node.name = f"{node.name} + {nxt.name}"
+        graph.erase(nxt)
+        view.refresh()
+        count += 1
+    return count
+
+
+NORM_ACTIVATIONS = {"RELU", "CLIP"}   # piecewise x or a constant: rounding to a reduced precision commutes with them
+
+
 def _on_cpu(config) -> bool:
     dev = getattr(config, "device", None)
     return getattr(dev, "name", "cpu") == "cpu"
