@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from native.cpu import jit
 from native.cpu.kernels import rows
 from native.cpu.kernels.activations import activation_inplace
 from native.tactics import Tactic, register_tactic, simple_tactic
@@ -217,11 +218,19 @@ class LayerNormLaneStats(Tactic):
             if n == 0 or m == 0:
                 return normalization(op, inputs)
             g, b = (_row_param(v, tail, n) if v is not None else None for v in (g_in, b_in))
+            g = g if g is not None else np.ones(n, np.float32)
+            b = b if b is not None else np.zeros(n, np.float32)
             cfg = op.__dict__["_lane_stats"] = (x.shape, g_in, b_in, m, n, g, b, op.params.get("epsilon", 1e-5),
-                                                lead + (1,) * len(tail))
-        shape, _, _, m, n, g, b, eps, stat_shape = cfg
-        x2 = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(m, n)
-        y, mean, inv = rows.layernorm_rows(x2, g, b, eps, np.empty_like(x2))
+                                                lead + (1,) * len(tail), jit.kernel("layernorm_rows"),
+                                                np.float32(op.params.get("epsilon", 1e-5)), np.float32(n))
+        shape, _, _, m, n, g, b, eps, stat_shape, fn, eps32, n32 = cfg
+        if fn is not None and x.flags.c_contiguous:   # rows.layernorm_rows' compiled call, without its lookups
+            x2 = x.reshape(m, n)
+            y, mean, inv = np.empty_like(x2), np.empty(m, np.float32), np.empty(m, np.float32)
+            fn(x2, g, b, eps32, n32, y, mean, inv)
+        else:
+            x2 = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(m, n)
+            y, mean, inv = rows.layernorm_rows(x2, g, b, eps, np.empty_like(x2))
         return post_activation(op, [y.reshape(shape), mean.reshape(stat_shape), inv.reshape(stat_shape)])
 
 
