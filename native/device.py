@@ -48,6 +48,10 @@ class Device:
     attention_heads_as_strides = False
     fuses_gemm_residual = False   # a residual add after a GEMM becomes its post-op (passes/fusion_epilogue.py)
     fuses_squeeze_excite = False  # pool → 1x1 conv → 1x1 conv → scale becomes one layer (passes/fusion_se.py)
+    # max / min with a one-element constant after a convolution becomes its CLIP post-op, with the ElementWise
+    # layer's bits (passes/fusion_epilogue.py: the device's clip keeps NaN and returns the bound on ties)
+    fuses_bound_clip = False
+    norm_post_ops = False         # a LAYER Normalization carries a following RELU / CLIP as its post-op
     int8_rounding = "half_even"   # how FP32 -> INT8 rounds ties (passes/int8.py)
     calibrates_on = None          # the device name INT8 calibration runs on (None: this one)
     # fingerprint fields that must match for a plan built elsewhere to run here (see check_fingerprint)

@@ -15,6 +15,8 @@ class CpuDevice(Device):
     name = "cpu"
     # a CPU plan holds numpy arrays and tactic ids of numpy kernels: it runs wherever the architecture matches
     fingerprint_fields = ("device", "machine")
+    fuses_bound_clip = True       # numpy's clip: NaN kept, the bound returned on ties, as maximum(t, c) / minimum
+    norm_post_ops = True          # the LayerNorm kernels apply RELU / CLIP post-ops in their row pass
     fuses_squeeze_excite = True   # native/cpu/kernels/squeeze_excite.py: four tiny layers' dispatch and epilogues as one
 
     def load_tactics(self):

@@ -91,3 +91,17 @@ def test_fp16_builds_keep_the_pairs_result(act):
     assert [n.precision for n in graphs[0].nodes if n.kind == "Normalization"] == ["float16"]
     y, want = (run(g, {"x": X})[0] for g in graphs)
     assert y.tobytes() == want.tobytes()
+
+
+def test_the_cpu_only_epilogue_fusions_are_device_capabilities():
+    """The CLIP-from-max/min and LayerNorm post-op fusions ask the device (native/device.py), not its name: the CPU
+    declares them, the DLA (a CpuDevice whose rules place each layer) and the base Device do not."""
+    from backends.engine.builder.passes.fusion_epilogue import _device_can
+    from native.device import Device, get_device
+
+    class Cfg:
+        def __init__(self, device):
+            self.device = device
+    for cap in ("fuses_bound_clip", "norm_post_ops"):
+        assert _device_can(Cfg(get_device("cpu")), cap) and _device_can(Cfg(None), cap)
+        assert not _device_can(Cfg(get_device("dla")), cap) and not getattr(Device, cap)

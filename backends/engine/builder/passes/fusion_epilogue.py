@@ -198,7 +198,8 @@ def fuse_epilogues(graph, config, logger) -> int:
             if nxt.kind == "Activation" and nxt.params.get("type") in EPILOGUE_ACTIVATIONS and len(nxt.inputs) == 1:
                 step = {"op": "activation", "type": nxt.params["type"], "alpha": nxt.params.get("alpha", 0.0),
                         "beta": nxt.params.get("beta", 0.0)}
-            elif nxt.kind == "ElementWise" and nxt.params.get("op") in ("MAX", "MIN") and _on_cpu(config):
+            elif nxt.kind == "ElementWise" and nxt.params.get("op") in ("MAX", "MIN") and \
+                    _device_can(config, "fuses_bound_clip"):
                 step = _bound_as_clip(view, nxt, t)
             elif nxt.kind == "ElementWise" and nxt.params.get("op") == "SUM" and other_input(nxt, t) is not None:
                 o = other_input(nxt, t)
@@ -237,7 +238,7 @@ def fuse_norm_activation(graph, config, logger) -> int:
     the activation as a post-op of the normalization, one layer fewer (on the CPU, whose Normalization tactics
     apply it in place to their result, the Activation layer's own floats; RELU and CLIP only: a reduced-precision
     layer rounds once, after the activation, and those two commute with rounding, so the pair's result is kept)."""
-    if not _on_cpu(config):
+    if not _device_can(config, "norm_post_ops"):
         return 0
     view, count = View(graph), 0
     for node in list(graph.nodes):
@@ -268,9 +269,13 @@ def fuse_norm_activation(graph, config, logger) -> int:
 NORM_ACTIVATIONS = {"RELU", "CLIP"}   # piecewise x or a constant: rounding to a reduced precision commutes with them
 
 
-def _on_cpu(config) -> bool:
+def _device_can(config, capability: str) -> bool:
+    """What the build's device declares (native/device.py capabilities); a config without a device is the CPU's."""
+    from native.device import get_device
     dev = getattr(config, "device", None)
-    return getattr(dev, "name", "cpu") == "cpu"
+    if dev is None or isinstance(dev, str):
+        dev = get_device(dev or "cpu")
+    return bool(getattr(dev, capability, False))
 
 
 def _bound_as_clip(view, nxt, t):
