@@ -91,7 +91,7 @@ def _search(P, args, opts, command, options, ex) -> int:
     from debugkit.debug.probe_log import ProbeLog
     from debugkit.debug.reduce import Subgraphs, capture_values
     from debugkit.debug.report_html import error_svg, search_html
-    from debugkit.debug.strategies import Prober, bisect_prefix, linear, peel, probe_slots
+    from debugkit.debug.strategies import Prober, bisect_prefix, confirm_minimal, linear, peel, probe_slots
     from native.errors import DebugkitError
     from native.device import get_device
     get_device(args.device).warm_up()   # its context and kernel compiles beside the reference run
@@ -137,7 +137,7 @@ def _search(P, args, opts, command, options, ex) -> int:
     bar = _search_args.Progress(_work_bound(args.mode, len(layers), workers), f"precision ({args.mode})")
     search_id = f"precision-{meta['model (sha256)'][:16]}-{uuid.uuid4().hex[:12]}"   # workers' cache key
     rows, answer, extra = [], [], {}
-    rank_builds, rank_s, base_s, shared = 0, 0.0, 0.0, None
+    rank_builds, rank_s, base_s, shared, overflow = 0, 0.0, 0.0, None, None
     try:
         if args.share_base_timing and P.shares_timing(ex, calib) and not probe_fn.seeded_timings():
             # cold, one GPU each: the workers time the base build's variants, 1/N each
@@ -182,7 +182,14 @@ def _search(P, args, opts, command, options, ex) -> int:
             rows, rank_builds = _ranking(P, sub, layers, low_values, args, ex, search_id, calib, bar, opts.build,
                                          log, cache=probe_fn.timing_cache(), alone=alone)
             rank_s = time.perf_counter() - t_rank if alone is None else alone["seconds"]
-            answer = peel([r["layer"] for r in rows], prober)
+            guess = P.overflow_guess(rows)
+            if guess:   # a few layers overflow the low precision: confirm them as the answer in a round or two
+                confirmed = confirm_minimal(guess, prober)
+                overflow = {"layers": len(guess), "confirmed": confirmed}
+                G_LOGGER.info(f"the {len(guess)} layer(s) whose {args.low} output overflows "
+                              + ("are the answer: they pass and no one of them can be dropped" if confirmed else
+                                 "are not a 1-minimal answer; peeling the ranking"))
+            answer = list(guess) if overflow and overflow["confirmed"] else peel([r["layer"] for r in rows], prober)
             answer.sort(key=layers.index)
         else:
             order = layers if args.direction == "forward" else layers[::-1]
@@ -205,7 +212,7 @@ def _search(P, args, opts, command, options, ex) -> int:
               "seconds": round(seconds, 3), "workers": getattr(ex, "workers", 1), "probe_slots": workers,
               "base_builds": 1, "layer_runs": len(rows), "ranking_builds": rank_builds,
               "base_s": round(base_s, 2), "ranking_s": round(rank_s, 2), "base_timing_shared": shared,
-              "beside_base_build": None if early is None else early.summary(),
+              "beside_base_build": None if early is None else early.summary(), "overflow_guess": overflow,
               "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},
               "tactics_replayed": probe_fn.replay is not None,
               "options_fingerprint": opts.fingerprint(), "critical_path": prober.critical_path(), **extra}
@@ -317,8 +324,8 @@ def _work_bound(mode: str, n_layers: int, workers: int, answer_guess: int = 8) -
     needed layers off the ranking; bisect = the bisection; linear =
     one probe per prefix."""
     from debugkit.debug import strategies as S
-    if mode == "minimal":
-        rest = n_layers + S.peel_bound(n_layers, answer_guess, workers)
+    if mode == "minimal":   # + the overflow guess's confirmation (at most 8 layers: 9 probes)
+        rest = n_layers + 9 + S.peel_bound(n_layers, answer_guess, workers)
     elif mode == "bisect":
         rest = S.bisect_bound(n_layers, workers)
     else:

@@ -659,6 +659,14 @@ def sensitivity(sub: Subgraphs, layers, low_values: dict, alone: dict) -> list:
     return rows
 
 
+def overflow_guess(rows, limit: int = 8) -> list:
+    """The layers whose low-precision output is not finite alone or in the engine (score inf) when they are a few
+    (1..limit) of a ranking that also has finite ones: the likely answer, which the search confirms with |guess| + 1
+    independent probes (strategies.confirm_minimal) before it peels the ranking one layer per round."""
+    inf = [r["layer"] for r in rows if isinstance(r.get("score"), float) and math.isinf(r["score"])]
+    return inf if 0 < len(inf) <= limit and len(inf) < len(rows) else []
+
+
 def probe_costs(history) -> dict:
     """Build and run seconds per probe (medians and sums over the probes that report them) from a Prober's
     history; {} when none does (e.g. an external --check command)."""

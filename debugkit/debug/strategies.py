@@ -336,6 +336,26 @@ def peel_bound(n: int, answer_guess: int = 8, workers: int = 1) -> int:
     return greedy_bound(n, workers) + max(0, answer_guess - 1) * (workers + bisect_bound(n, workers)) + 1
 
 
+def confirm_minimal(guess, fails, *, log=None, executor=None) -> bool:
+    """Whether `guess` is 1-minimal for `fails`: it shows the property and no set with one item fewer does. Its
+    |guess| + 1 probes are independent, so they run in batches as wide as the workers (one round each batch), the
+    first answer against the guess ending it. For a monotone property with a unique minimal set, a confirmed guess
+    is that set: what `peel` would find, in one or two rounds instead of one per item."""
+    probe = _prober(fails, log, executor)
+    guess = list(guess)
+    if not guess:
+        return False
+    cands = [guess] + [[x for x in guess if x != y] for y in guess]
+    w = probe.workers
+    for start in range(0, len(cands), w):
+        res = probe.many(cands[start:start + w])
+        if start == 0 and not res[0]:
+            return False
+        if any(res[1:] if start == 0 else res):
+            return False
+    return True
+
+
 def peel(ranked, fails, *, log=None, executor=None) -> list:
     """The items of `ranked` (most suspect first) that are needed for `fails` (assumed for the whole list, and false
     for the empty one), found one per round: the shortest prefix P[:k] that, with the items kept so far, shows the

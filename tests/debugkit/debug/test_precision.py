@@ -495,3 +495,52 @@ def test_a_timing_cache_file_serves_the_search_that_wrote_it(tmp_path, planted):
     assert doc["header"]["flags"] == ["fp16"] and doc["entries"]
     rc, again = _search(tmp_path, model, "--timing-cache", str(cache))
     assert rc == 0 and sorted(again["layer_precisions"]) == must
+
+
+def test_the_overflowing_layers_are_confirmed_as_the_answer_in_one_batch(tmp_path, planted, capsys):
+    """The planted layers overflow FP16 (their score is inf): the search guesses them and confirms them with
+    |guess| + 1 independent probes (they pass; without any one of them the check fails) instead of peeling the
+    ranking one layer per round; the answer is the planted set."""
+    model, must = planted
+    rc, res = _search(tmp_path, model)
+    assert rc == 0 and sorted(res["layer_precisions"]) == must
+    assert res["overflow_guess"] == {"layers": len(must), "confirmed": True}
+    log = [json.loads(line) for line in open(tmp_path / "prec_probes.jsonl")][1:]
+    lists = [sorted(r["artifact"]) for r in log if isinstance(r["artifact"], list)]
+    for x in must:   # each leave-one-out probe was made and failed
+        rec = [r for r in log if r["artifact"] == sorted(set(must) - {x})]
+        assert len(rec) == 1 and rec[0]["result"]["hit"] is False
+    assert must in lists and res["probes"] <= 2 + len(must) + 1   # empty + all + the confirmation
+
+
+def test_confirm_minimal_answers_as_peel_on_a_monotone_property():
+    """confirm_minimal(guess) holds exactly when the guess is the unique minimal set of a monotone property, in
+    batches as wide as the workers, stopping at the first answer against it; peel finds the same set."""
+    from debugkit.debug.strategies import Prober, confirm_minimal, peel
+    need = {3, 7}
+
+    def fails(c):
+        return need <= set(c)
+    assert confirm_minimal([7, 3], fails)
+    assert not confirm_minimal([3], fails) and not confirm_minimal([3, 7, 9], fails) and not confirm_minimal([], fails)
+    p = Prober(fails)
+    # [3, 7, 9] passes, [7, 9] and [3, 9] fail, [3, 7] passes: the guess is not minimal (the fourth probe says so)
+    assert not confirm_minimal([3, 7, 9], p) and p.probes == 4
+    p2 = Prober(fails)
+    assert not confirm_minimal([3, 9], p2) and p2.probes == 1        # the guess itself fails: one probe
+    assert sorted(peel([9, 3, 7, 1, 2, 4], p)) == [3, 7]
+
+
+class _Wide:
+    """An inline executor that says it has 3 workers: batches of 3, one round each."""
+    workers = 3
+
+    def map(self, fn, items, on_done=None, slots=None):
+        return [fn(x) for x in items]
+
+
+def test_confirm_minimal_runs_in_batches_as_wide_as_the_workers():
+    from debugkit.debug.strategies import Prober, confirm_minimal
+    p = Prober(lambda c: {1, 2, 3, 4} <= set(c), executor=_Wide())
+    assert confirm_minimal([1, 2, 3, 4], p)
+    assert p.probes == 5 and p.rounds == 2      # [all, -1, -2] then [-3, -4]
