@@ -153,4 +153,8 @@ class SearchBar:
         self.bar.update(n)
 
     def close(self) -> None:
+        # the last count drawn, whatever tqdm's redraw throttling skipped (a search whose last probes came within
+        # its minimum interval would leave an early count as the bar's last frame); then the bar goes (leave=False)
+        if hasattr(self.bar, "refresh"):
+            self.bar.refresh()
         self.bar.close()

@@ -54,3 +54,26 @@ def test_quiet_silences_and_is_reversible(stderr_tty):
         bar.update(4)
         bar.set_postfix_str("batch 4")
     assert "calibrating" in stderr_tty.getvalue()
+
+
+def test_a_search_bar_draws_its_final_count_before_it_goes(monkeypatch):
+    """tqdm throttles redraws: steps that come within its minimum interval are not drawn. The search bar draws its
+    final count once when it closes (then clears itself), so the last frame on the terminal is the whole search,
+    not an early count (the terminal test of debug precision read `3/27` as the last frame of a quick search)."""
+    import io
+    import re
+
+    from native import progress as P
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    err = Tty()
+    monkeypatch.setattr(P.sys, "stderr", err)
+    bar = P.SearchBar("search", 30)
+    bar.bar.mininterval = 3600.0     # nothing after the first frame is drawn by the steps themselves
+    for _ in range(20):
+        bar.step()
+    bar.close()
+    counts = [int(n) for n in re.findall(r"(\d+)/30", err.getvalue())]
+    assert counts and counts[-1] == 20
