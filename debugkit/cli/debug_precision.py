@@ -139,7 +139,8 @@ def _search(P, args, opts, command, options, ex) -> int:
     rows, answer, extra = [], [], {}
     rank_builds, rank_s, base_s, shared, overflow = 0, 0.0, 0.0, None, None
     try:
-        if args.share_base_timing and P.shares_timing(ex, calib) and not probe_fn.seeded_timings():
+        seeded = probe_fn.seeded_timings()   # a --timing-cache file's timings: the base build has little to time
+        if args.share_base_timing and P.shares_timing(ex, calib) and not seeded:
             # cold, one GPU each: the workers time the base build's variants, 1/N each
             probe_fn.ship(model)
             shared = P.share_timing(probe_fn, ex)
@@ -148,7 +149,7 @@ def _search(P, args, opts, command, options, ex) -> int:
                           f"{', '.join(f'{x:.1f}' for x in shared['shares'])} s); this process replays them")
         prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
         early = None
-        slots = P.beside_base(ex, shared, probe_fn.seeded_timings()) if args.mode == "minimal" else None
+        slots = P.beside_base(ex, shared, seeded) if args.mode == "minimal" else None
         if slots:
             probe_fn.ship(model)
             early = _Alongside(P, prober, sub, layers, args, ex, search_id, calib, opts.build, log, slots).start()
@@ -324,8 +325,9 @@ def _work_bound(mode: str, n_layers: int, workers: int, answer_guess: int = 8) -
     needed layers off the ranking; bisect = the bisection; linear =
     one probe per prefix."""
     from debugkit.debug import strategies as S
-    if mode == "minimal":   # + the overflow guess's confirmation (at most 8 layers: 9 probes)
-        rest = n_layers + 9 + S.peel_bound(n_layers, answer_guess, workers)
+    if mode == "minimal":   # + the overflow guess's confirmation (|guess| + 1 probes)
+        from debugkit.debug.precision import OVERFLOW_GUESS_LIMIT
+        rest = n_layers + OVERFLOW_GUESS_LIMIT + 1 + S.peel_bound(n_layers, answer_guess, workers)
     elif mode == "bisect":
         rest = S.bisect_bound(n_layers, workers)
     else:
@@ -369,8 +371,7 @@ class _Alongside:
     ranking)."""
 
     def __init__(self, P, prober, sub, layers, args, ex, search_id, calib, build, log, slots):
-        self.P, self.prober, self.layers, self.ex, self.log = P, prober, list(layers), ex, log
-        self.slots = list(slots)
+        self.prober, self.layers, self.ex, self.slots = prober, list(layers), ex, list(slots)
         # the all-higher probe goes along only where every worker is free: a worker that is cold in the higher
         # precision builds it in ~3x the time this process does after its base build (10 s against 3.4 s on a
         # 368-layer ResNet), and on the one worker off this process's GPU it would hold up the ranking
@@ -439,15 +440,23 @@ def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=No
     if replayed is not None:
         G_LOGGER.info(f"ranking of {len(layers)} layers replayed from the probe log")
         return replayed, 0
-    if alone is not None:
-        rows = P.sensitivity(sub, layers, low_values, alone["errors"])
-        if log is not None:
-            log.record(RANKING, [{k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.items()}
-                                 for r in rows], alone["seconds"])
-        return rows, alone["builds"]
+    t0 = time.perf_counter()
+    if alone is not None:   # measured by the workers beside the base build
+        alone, builds, seconds = alone["errors"], alone["builds"], alone["seconds"]
+    else:
+        alone, builds = _alone_errors(P, sub, layers, args, ex, search_id, calib, bar, build, cache)
+        seconds = time.perf_counter() - t0
+    rows = P.sensitivity(sub, layers, low_values, alone)
+    if log is not None:
+        log.record(RANKING, [{k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.items()}
+                             for r in rows], seconds)
+    return rows, builds
+
+
+def _alone_errors(P, sub, layers, args, ex, search_id, calib, bar, build, cache):
+    """({layer: its error alone in the low precision}, engines built), in this process or on the workers."""
     G_LOGGER.info(f"ranking {len(layers)} layers: one layerwise {args.low} run and one run per layer alone")
     alone_fn = _alone_probe(P, sub, ex, search_id, args, calib, build)
-    t0 = time.perf_counter()
     if type(ex).__name__ == "InlineExecutor":   # one engine for every layer alone (LayerAloneProbe.many)
         alone_fn.shared_cache = cache
         alone = dict(zip(layers, alone_fn.many(layers)))
@@ -465,8 +474,4 @@ def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=No
         alone = {lab: e for chunk, es in zip(chunks, errs) for lab, e in zip(chunk, es)}
         alone = {lab: alone[lab] for lab in layers}
         builds = len(chunks)
-    rows = P.sensitivity(sub, layers, low_values, alone)
-    if log is not None:
-        log.record(RANKING, [{k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in r.items()}
-                             for r in rows], time.perf_counter() - t0)
-    return rows, builds
+    return alone, builds

@@ -564,16 +564,12 @@ class BaseOverlap:
     alone is fed FP32 values."""
 
     def __init__(self, probe: PrecisionProbe, alone: LayerAloneProbe):
-        self.probe, self.alone = probe, alone
+        from debugkit.debug.strategies import _Timed
+        self.probe, self.alone = _Timed(probe), alone
 
     def __call__(self, item):
-        import time
         kind, x = item
-        if kind == "probe":
-            t0 = time.perf_counter()
-            rec = self.probe(x)
-            return rec, time.perf_counter() - t0
-        return self.alone.many(x)
+        return self.probe(x) if kind == "probe" else self.alone.many(x)
 
 
 class LayerAloneChunk:
@@ -659,7 +655,10 @@ def sensitivity(sub: Subgraphs, layers, low_values: dict, alone: dict) -> list:
     return rows
 
 
-def overflow_guess(rows, limit: int = 8) -> list:
+OVERFLOW_GUESS_LIMIT = 8   # the most overflowing layers the search guesses as its answer
+
+
+def overflow_guess(rows, limit: int = OVERFLOW_GUESS_LIMIT) -> list:
     """The layers whose low-precision output is not finite alone or in the engine (score inf) when they are a few
     (1..limit) of a ranking that also has finite ones: the likely answer, which the search confirms with |guess| + 1
     independent probes (strategies.confirm_minimal) before it peels the ranking one layer per round."""

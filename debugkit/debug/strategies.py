@@ -346,12 +346,10 @@ def confirm_minimal(guess, fails, *, log=None, executor=None) -> bool:
     if not guess:
         return False
     cands = [guess] + [[x for x in guess if x != y] for y in guess]
+    expected = [True] + [False] * len(guess)
     w = probe.workers
     for start in range(0, len(cands), w):
-        res = probe.many(cands[start:start + w])
-        if start == 0 and not res[0]:
-            return False
-        if any(res[1:] if start == 0 else res):
+        if probe.many(cands[start:start + w]) != expected[start:start + w]:
             return False
     return True
 
