@@ -69,6 +69,7 @@ def test_conv_small_inline_and_threaded_agree(monkeypatch, c, m, h, k, stride):
     for limit in (0, 1 << 40):
         monkeypatch.setattr(conv_mod.tuning, "PARALLEL_MIN_MACS", limit)
         monkeypatch.setattr(conv_mod.tuning, "PARALLEL_MIN_DW_MACS", limit)
+        monkeypatch.setattr(conv_mod.tuning, "PARALLEL_MIN_DW_JIT_MACS", limit)
         monkeypatch.setattr(conv_mod.tuning, "PARALLEL_EPILOGUE_MIN", limit)
         for t in tactics_for("Convolution", "cpu"):
             op = Op("Convolution", "c", params, {"kernel": w, "bias": b})

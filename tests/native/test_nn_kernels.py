@@ -71,6 +71,7 @@ def test_depthwise_channels_last_writes_the_planned_buffer(monkeypatch, threads,
     from native.cpu.kernels.conv import tuning
     monkeypatch.setenv("DEBUGKIT_THREADS", str(threads))
     monkeypatch.setattr(tuning, "PARALLEL_MIN_DW_MACS", 1)
+    monkeypatch.setattr(tuning, "PARALLEL_MIN_DW_JIT_MACS", 1)
     x = RNG.standard_normal((2, c, hw, hw)).astype(np.float32)
     w = RNG.standard_normal((c, 1, k, k)).astype(np.float32)
     b = RNG.standard_normal(c).astype(np.float32)

@@ -84,7 +84,8 @@ def depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs):
                     acc += tm
             if region:
                 region_epilogue(y, (slice(ni, ni + 1), slice(c0, c1), slice(r0, r1)), op, inputs, bias)
-    parts = max(1, -(-num_threads() // n)) if c * ho * wo * kh * kw * n >= tuning.PARALLEL_MIN_DW_MACS else 1
+    bar = tuning.PARALLEL_MIN_DW_JIT_MACS if planes is not None or compiled is not None else tuning.PARALLEL_MIN_DW_MACS
+    parts = max(1, -(-num_threads() // n)) if c * ho * wo * kh * kw * n >= bar else 1
     parallel_for(task, [(ni, c0, c1) for ni in range(n) for c0, c1 in split(c, parts)])
     if not region:
         if bias is not None:

@@ -64,8 +64,11 @@ def depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=None, ac
         else np.empty((n, c, ho, wo), dtype)
     st = xl.strides
     w_ijc = taps_w.reshape(kh, kw, c)
-    threads = num_threads() if n * c * ho * wo * kh * kw >= tuning.PARALLEL_MIN_DW_MACS * 4 else 1
     direct = jit.kernel("depthwise_cl_rows_nchw") if act is not None and dtype in _JIT_DTYPES else None
+    compiled = jit.kernel("depthwise_cl_rows") if dtype in _JIT_DTYPES else None
+    bar = tuning.PARALLEL_MIN_DW_JIT_MACS if direct is not None or compiled is not None \
+        else tuning.PARALLEL_MIN_DW_MACS * 4
+    threads = num_threads() if n * c * ho * wo * kh * kw >= bar else 1
     if direct is not None:   # the same sums, + bias and the activation, stored NCHW (native/cpu/jit.py)
         b = _NO_BIAS[dtype] if bias is None else np.ascontiguousarray(bias, dtype)
 
@@ -78,7 +81,6 @@ def depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=None, ac
             direct_rows((0, ho))
         return y, True
     acc = np.empty((n, ho, wo, c), dtype)
-    compiled = jit.kernel("depthwise_cl_rows") if dtype in _JIT_DTYPES else None
 
     def rows(r):
         r0, r1 = r
