@@ -296,31 +296,40 @@ def _conv1d_direct():
 
     @numba.njit(nogil=True, cache=True)
     def conv1d_direct(x, wt, bias, y, k, s, d, pre):
+        # blocks of up to 16 output positions: each weights row is read once per block and its products go into
+        # the block's [positions, M] accumulators, every accumulator still summing its (channel, tap) products in
+        # order from zero (the same floats as one position at a time)
         n_, c_n, length = x.shape
         m_n, wo = y.shape[1], y.shape[2]
-        acc = np.empty(m_n, y.dtype)
+        blk = 16
+        acc = np.empty((blk, m_n), y.dtype)
         has_bias = bias.shape[0] == m_n
         for n in range(n_):
-            for o in range(wo):
-                base = o * s - pre
-                for m in range(m_n):
-                    acc[m] = 0
+            for o0 in range(0, wo, blk):
+                nb = min(blk, wo - o0)
+                for j in range(nb):
+                    for m in range(m_n):
+                        acc[j, m] = 0
                 for c in range(c_n):
                     xr = x[n, c]
                     for t in range(k):
-                        p = base + t * d
-                        if p < 0 or p >= length:
-                            continue
-                        xv = xr[p]
                         row = wt[c * k + t]
+                        for j in range(nb):
+                            p = (o0 + j) * s - pre + t * d
+                            if p < 0 or p >= length:
+                                continue
+                            xv = xr[p]
+                            a = acc[j]
+                            for m in range(m_n):
+                                a[m] += row[m] * xv
+                for j in range(nb):
+                    o = o0 + j
+                    if has_bias:
                         for m in range(m_n):
-                            acc[m] += row[m] * xv
-                if has_bias:
-                    for m in range(m_n):
-                        y[n, m, o] = acc[m] + bias[m]
-                else:
-                    for m in range(m_n):
-                        y[n, m, o] = acc[m]
+                            y[n, m, o] = acc[j, m] + bias[m]
+                    else:
+                        for m in range(m_n):
+                            y[n, m, o] = acc[j, m]
     return conv1d_direct
 
 

@@ -28,7 +28,7 @@ def _reference(x, w, b, s, d, pre, post):
 @pytest.mark.parametrize("n,c,m,length,k,s,d,pre,post,act,bias", [
     (1, 129, 128, 3, 3, 1, 1, 1, 1, "RELU", True), (2, 1, 258, 576, 256, 128, 1, 0, 0, None, False),
     (1, 128, 1, 1, 1, 1, 1, 0, 0, "SIGMOID", True), (2, 7, 5, 20, 4, 3, 2, 2, 1, "HARD_SWISH", True),
-    (1, 3, 4, 9, 3, 2, 1, 0, 2, None, True)])
+    (1, 3, 4, 9, 3, 2, 1, 0, 2, None, True), (2, 3, 6, 100, 5, 2, 1, 2, 2, "RELU", True)])   # 50 outputs: blocks
 def test_conv1d_direct_matches_the_reference(n, c, m, length, k, s, d, pre, post, act, bias):
     pytest.importorskip("numba")
     x = RNG.standard_normal((n, c, length)).astype(np.float32)
@@ -52,6 +52,22 @@ def test_conv1d_direct_matches_the_reference(n, c, m, length, k, s, d, pre, post
     planned = np.full(want.shape, np.nan, np.float32)          # it writes the planned buffer when given one
     got = t.run(Op("Convolution", "c", params, t.prepare(op)), [x], [planned])[0]
     assert got is planned and np.allclose(planned, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_recipe_follows_the_weights_and_the_input_shape():
+    """run() keeps its per-shape recipe on the op: new packed weights or another input length are not served stale."""
+    pytest.importorskip("numba")
+    t = _tactic()
+    params = {"num_output_maps": 4, "kernel_shape": [3], "strides": [1], "pre_padding": [1], "post_padding": [1],
+              "groups": 1}
+    op = Op("Convolution", "c", params, {"kernel": RNG.standard_normal((4, 2, 3)).astype(np.float32)})
+    op.weights = t.prepare(op)
+    for length in (5, 9, 5):
+        x = RNG.standard_normal((1, 2, length)).astype(np.float32)
+        w = RNG.standard_normal((4, 2, 3)).astype(np.float32)
+        t.run(op, [x])
+        op.weights = t.prepare(Op("Convolution", "c", params, {"kernel": w}))
+        np.testing.assert_allclose(t.run(op, [x])[0], _reference(x, w, None, 1, 1, 1, 1), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("params,shape,why", [

@@ -95,3 +95,15 @@ def test_reduce_mean_bits_equal_np_mean(dtype, shape, axes, keep):
     assert y.dtype == want.dtype and y.shape == want.shape
     np.testing.assert_array_equal(y, want)
     np.testing.assert_allclose(y, x.astype(np.float64).mean(axis=axes, keepdims=keep), rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [1e-44, 1e-39, 1e-20, 1.0, 3e4, 1e36])
+def test_float32_mean_divides_in_float32_with_np_means_floats(scale):
+    """A float32 mean divides by the count in float32 (correctly rounded, as np.mean's float64 division rounded
+    back to float32 is): the same bits over subnormal, ordinary and near-overflow sums, odd counts included."""
+    for shape, axes in (((1, 1), (1,)), ((3, 129, 7), (1, 2)), ((2, 12345), (1,)), ((5, 97, 3), (0, 2))):
+        x = (RNG.standard_normal(shape) * scale).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = reduce._avg(x, axes, False)
+            want = np.mean(x, axis=axes, dtype=np.float32)
+        np.testing.assert_array_equal(y.view(np.uint32), np.asarray(want).view(np.uint32))

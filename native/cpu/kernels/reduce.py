@@ -55,10 +55,19 @@ def _avg(x, axes, keep):
         count = x.size if axes is None else math.prod(x.shape[a] for a in axes)
         if axes is not None and count:   # np.mean's own two steps without its wrapper (~10 us a call: the
             s = np.add.reduce(x, axes, x.dtype, None, keep)   # squeeze-excite pools of mobilenets): same floats
-            np.true_divide(s, np.intp(count), out=s, casting="unsafe")
+            if count < _EXACT_COUNT and s.dtype == np.float32:
+                # np.mean divides by an intp in float64 and rounds to float32; a float32 division by the same
+                # (exactly representable) count is correctly rounded too, so it gives those floats, without the
+                # mixed-type loop's ~6 us of casting
+                np.true_divide(s, np.float32(count), out=s)
+            else:
+                np.true_divide(s, np.intp(count), out=s, casting="unsafe")
             return s
         return np.mean(x, axis=axes, keepdims=keep, dtype=x.dtype)
     return np.mean(x, axis=axes, keepdims=keep).astype(x.dtype)
+
+
+_EXACT_COUNT = 1 << 24   # counts below this are exact in float32
 
 
 def _l1(x, axes, keep):

@@ -68,30 +68,43 @@ class Conv1dDirect(Tactic):
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = np.asarray(inputs[0])
-        dtype = work_dtype(op, x)
-        if dtype not in _DTYPES:
-            dtype = np.dtype(np.float32)
-        x = np.ascontiguousarray(x, dtype)
-        wt = op.weights.get("kernel_ck_m")
-        if wt is None:
-            w = op.weights.get("kernel")
-            wt = pack(w if w is not None else inputs[1])
-        wt = wt.astype(dtype, copy=False)
-        b = conv_bias(op.weights)
-        if b is None and "kernel" not in op.weights and "kernel_ck_m" not in op.weights and len(inputs) > 2:
-            b = inputs[2]
-        c = x.shape[1]
-        k = wt.shape[0] // c
-        strides, dil, pre, post, out = geometry(op.params, x.shape, [k])
-        shape = (x.shape[0], wt.shape[1], out[0])
+        held = op.__dict__.get("_conv1d_direct")
+        if held is None or held[0] is not op.weights or held[1] != x.shape or held[2] != x.dtype:
+            held = _recipe(op, x, inputs)
+            if "kernel_ck_m" in op.weights:   # packed weights: the recipe holds until they or the input change
+                op.__dict__["_conv1d_direct"] = held
+        _, _, _, dtype, wt, bias, geo, shape = held
+        if x.dtype != dtype or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype)
         dst = outputs[0] if outputs else None
         y = dst if dst is not None and dst.shape == shape and dst.dtype == dtype and dst.flags.c_contiguous \
             else np.empty(shape, dtype)
-        bias = _NO_BIAS[dtype] if b is None else np.asarray(b, dtype).reshape(-1)
-        jit.kernel("conv1d_direct")(x, wt, bias, y, k, strides[0], dil[0], pre[0])
+        jit.kernel("conv1d_direct")(x, wt, bias, y, *geo)
         if op.params.get("post_ops"):
             region_epilogue(y[:, :, None, :], _ALL, op, inputs, None)
         return [y]
+
+
+def _recipe(op, x, inputs):
+    """What a run at x's shape needs that depends only on the op and that shape: (weights, shape, dtype, work
+    dtype, packed [C*k, M] weights, bias, (k, stride, dilation, leading pad), output shape)."""
+    dtype = work_dtype(op, x)
+    if dtype not in _DTYPES:
+        dtype = np.dtype(np.float32)
+    wt = op.weights.get("kernel_ck_m")
+    if wt is None:
+        w = op.weights.get("kernel")
+        wt = pack(w if w is not None else inputs[1])
+    wt = np.ascontiguousarray(wt, dtype)
+    b = conv_bias(op.weights)
+    if b is None and "kernel" not in op.weights and "kernel_ck_m" not in op.weights and len(inputs) > 2:
+        b = inputs[2]
+    c = x.shape[1]
+    k = wt.shape[0] // c
+    strides, dil, pre, post, out = geometry(op.params, x.shape, [k])
+    bias = _NO_BIAS[dtype] if b is None else np.ascontiguousarray(np.asarray(b, dtype).reshape(-1))
+    return (op.weights, x.shape, x.dtype, np.dtype(dtype), wt, bias, (k, strides[0], dil[0], pre[0]),
+            (x.shape[0], wt.shape[1], out[0]))
 
 
 _NO_BIAS = {d: np.empty(0, d) for d in _DTYPES}
