@@ -29,10 +29,10 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     bias_hard_act_inplace(y [N, C, S], bias [C], swish, alpha, beta)
         y + bias per channel, rounded, then HardSwish (swish) or HardSigmoid(alpha, beta) as above, in place: a
         convolution epilogue's bias pass and activation passes as one.
-    conv1d_direct(x [N, C, L], wt [C*k, M], bias [M] (or empty), y [N, M, Wo], k, s, d, pre)
+    conv1d_direct(x [N, C, L], wt [C*k, M], bias [M] (or empty), y [N, M, Wo], k, s, d, pre, relu)
         a small 1-D convolution without a patch matrix: per output position the products of every (channel, tap)
         with its weights row added into an [M] accumulator (vectorised over M), in (channel, tap) order from zero,
-        then the bias: the conv1d-direct tactic's own rounding (not a GEMM's).
+        then the bias, then (relu) numpy's clip to [0, inf]: the conv1d-direct tactic's own rounding (not a GEMM's).
     pointwise_chain(x0, x1, x2, x3, y, code [steps, 3], fval [steps, 4], buf [steps, B])
         a fused Pointwise program over full-size inputs and scalars, one block of B elements at a time through
         every step (native/cpu/kernels/pointwise_chain.py encodes it): each step's vectorised loop over the block
@@ -295,7 +295,7 @@ def _conv1d_direct():
     import numpy as np
 
     @numba.njit(nogil=True, cache=True)
-    def conv1d_direct(x, wt, bias, y, k, s, d, pre):
+    def conv1d_direct(x, wt, bias, y, k, s, d, pre, relu):
         # blocks of up to 16 output positions: each weights row is read once per block and its products go into
         # the block's [positions, M] accumulators, every accumulator still summing its (channel, tap) products in
         # order from zero (the same floats as one position at a time)
@@ -303,6 +303,7 @@ def _conv1d_direct():
         m_n, wo = y.shape[1], y.shape[2]
         blk = 16
         acc = np.empty((blk, m_n), y.dtype)
+        zero, inf = y.dtype.type(0.0), y.dtype.type(np.inf)
         has_bias = bias.shape[0] == m_n
         for n in range(n_):
             for o0 in range(0, wo, blk):
@@ -324,12 +325,19 @@ def _conv1d_direct():
                                 a[m] += row[m] * xv
                 for j in range(nb):
                     o = o0 + j
+                    a = acc[j]
                     if has_bias:
                         for m in range(m_n):
-                            y[n, m, o] = acc[j, m] + bias[m]
-                    else:
+                            a[m] = a[m] + bias[m]
+                    if relu:   # numpy's clip to [0, inf]: NaN kept, -0.0 to +0.0 (activations.relu's floats)
                         for m in range(m_n):
-                            y[n, m, o] = acc[j, m]
+                            u = a[m]
+                            if u == u:
+                                u = u if u > zero else zero
+                                u = u if u < inf else inf
+                            a[m] = u
+                    for m in range(m_n):
+                        y[n, m, o] = a[m]
     return conv1d_direct
 
 

@@ -73,21 +73,22 @@ class Conv1dDirect(Tactic):
             held = _recipe(op, x, inputs)
             if "kernel_ck_m" in op.weights:   # packed weights: the recipe holds until they or the input change
                 op.__dict__["_conv1d_direct"] = held
-        _, _, _, dtype, wt, bias, geo, shape = held
+        _, _, _, dtype, wt, bias, geo, shape, relu = held
         if x.dtype != dtype or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype)
         dst = outputs[0] if outputs else None
         y = dst if dst is not None and dst.shape == shape and dst.dtype == dtype and dst.flags.c_contiguous \
             else np.empty(shape, dtype)
-        jit.kernel("conv1d_direct")(x, wt, bias, y, *geo)
-        if op.params.get("post_ops"):
+        jit.kernel("conv1d_direct")(x, wt, bias, y, *geo, relu)
+        if op.params.get("post_ops") and not relu:
             region_epilogue(y[:, :, None, :], _ALL, op, inputs, None)
         return [y]
 
 
 def _recipe(op, x, inputs):
     """What a run at x's shape needs that depends only on the op and that shape: (weights, shape, dtype, work
-    dtype, packed [C*k, M] weights, bias, (k, stride, dilation, leading pad), output shape)."""
+    dtype, packed [C*k, M] weights, bias, (k, stride, dilation, leading pad), output shape, whether the post-ops are
+    one RELU, which the compiled loop then applies itself)."""
     dtype = work_dtype(op, x)
     if dtype not in _DTYPES:
         dtype = np.dtype(np.float32)
@@ -103,8 +104,10 @@ def _recipe(op, x, inputs):
     k = wt.shape[0] // c
     strides, dil, pre, post, out = geometry(op.params, x.shape, [k])
     bias = _NO_BIAS[dtype] if b is None else np.ascontiguousarray(np.asarray(b, dtype).reshape(-1))
+    post = op.params.get("post_ops") or ()
+    relu = len(post) == 1 and post[0]["op"] == "activation" and post[0]["type"] == "RELU"
     return (op.weights, x.shape, x.dtype, np.dtype(dtype), wt, bias, (k, strides[0], dil[0], pre[0]),
-            (x.shape[0], wt.shape[1], out[0]))
+            (x.shape[0], wt.shape[1], out[0]), relu)
 
 
 _NO_BIAS = {d: np.empty(0, d) for d in _DTYPES}
