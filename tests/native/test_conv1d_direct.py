@@ -88,3 +88,24 @@ def test_without_numba_it_is_not_offered(monkeypatch):
     finally:
         monkeypatch.delenv("DEBUGKIT_JIT")
         config.reload()
+
+
+def test_a_lone_relu_in_the_loop_gives_the_numpy_epilogues_floats():
+    """The compiled loop applies a lone RELU itself: the bits of the conv without it followed by activations.relu
+    (numpy's clip: NaN kept, -0.0 to +0.0), over NaN, infinities and zeros."""
+    pytest.importorskip("numba")
+    from native.cpu.kernels.activations import relu
+    t = _tactic()
+    x = RNG.standard_normal((2, 5, 40)).astype(np.float32)
+    x[0, 0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    x[1] = 0.0
+    w = RNG.standard_normal((6, 5, 3)).astype(np.float32)
+    b = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5], np.float32)
+    params = {"num_output_maps": 6, "kernel_shape": [3], "strides": [1], "pre_padding": [1], "post_padding": [1],
+              "groups": 1}
+    plain = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+    want = relu(t.run(Op("Convolution", "c", params, t.prepare(plain)), [x])[0])
+    fused = dict(params, post_ops=[{"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0}])
+    got = t.run(Op("Convolution", "c", fused, t.prepare(Op("Convolution", "c", fused, {"kernel": w, "bias": b}))),
+                [x])[0]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
