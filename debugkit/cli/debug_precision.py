@@ -91,7 +91,8 @@ def _search(P, args, opts, command, options, ex) -> int:
     from debugkit.debug.probe_log import ProbeLog
     from debugkit.debug.reduce import Subgraphs, capture_values
     from debugkit.debug.report_html import error_svg, search_html
-    from debugkit.debug.strategies import Prober, bisect_prefix, confirm_minimal, linear, peel, probe_slots
+    from debugkit.debug.strategies import (Prober, bisect_prefix, confirm_minimal, linear, minimal_candidates, peel,
+                                           probe_slots)
     from native.errors import DebugkitError
     from native.device import get_device
     get_device(args.device).warm_up()   # its context and kernel compiles beside the reference run
@@ -164,10 +165,22 @@ def _search(P, args, opts, command, options, ex) -> int:
         empty = None if prober.known([])[0] else probe_fn.empty_set_answer(low_values)
         if empty is not None:   # the base build was the empty set's engine: no second build of it
             prober.settle([], empty)
-        if getattr(ex, "driver_slot", False) and not prober.known(layers)[0]:
+        ranked = None
+        if alone is not None and prober.workers > 1:
+            # the ranking came from beside the base build, so the overflow guess is known before any probe: its
+            # confirmation goes into one batch with the all-higher and empty-set probes (speculative: wasted only
+            # where the base build passes, the all-higher one fails, or the guess is not the answer)
+            t_rank = time.perf_counter()
+            ranked = _ranking(P, sub, layers, low_values, args, ex, search_id, calib, bar, opts.build, log,
+                              cache=probe_fn.timing_cache(), alone=alone)
+            guess = P.overflow_guess(ranked[0])
+            if guess:
+                prober.many([layers, []] + minimal_candidates(guess))
+        if getattr(ex, "driver_slot", False):
             # the workers have built nothing yet: the all-higher engine costs one of them ~3x what it costs this
-            # process after its base build (10 s against 3.4 s, 368-layer ResNet): here, then the empty set here
-            prober.many([layers])
+            # process after its base build (10 s against 3.4 s, 368-layer ResNet): it goes first (this process
+            # takes the first item of a batch), the empty set's probe beside it on a worker
+            prober.many([layers, []])
         base, top = prober.many([[], layers])
         _warn_if_barely(prober.known(layers)[1], options, args, len(layers))
         if base:
@@ -179,9 +192,11 @@ def _search(P, args, opts, command, options, ex) -> int:
                 f"({rec.get('reason', '') if isinstance(rec, dict) else ''}); loosen the tolerances or check "
                 f"the reference")
         elif args.mode == "minimal":
-            t_rank = time.perf_counter()
-            rows, rank_builds = _ranking(P, sub, layers, low_values, args, ex, search_id, calib, bar, opts.build,
-                                         log, cache=probe_fn.timing_cache(), alone=alone)
+            if ranked is None:
+                t_rank = time.perf_counter()
+                ranked = _ranking(P, sub, layers, low_values, args, ex, search_id, calib, bar, opts.build, log,
+                                  cache=probe_fn.timing_cache(), alone=alone)
+            rows, rank_builds = ranked
             rank_s = time.perf_counter() - t_rank if alone is None else alone["seconds"]
             guess = P.overflow_guess(rows)
             if guess:   # a few layers overflow the low precision: confirm them as the answer in a round or two

@@ -29,12 +29,13 @@ class InlineExecutor:
     own_gpus = False   # whether each worker has a GPU of its own (debug precision then shares the base timing)
     driver_slot = False   # whether the caller's process evaluates one probe of each batch too (Prober)
 
-    def map(self, fn, items, on_done=None, slots=None):
+    def map(self, fn, items, on_done=None, slots=None, claim=None):
         """[fn(x) for x in items]; on_done(result) after each one (progress bars). `slots`: which workers may take
-        them (LocalExecutor; the others run everything anywhere)."""
+        them (LocalExecutor; the others run everything anywhere). `claim(i)`: asked before item i runs; False means
+        another thread took it (its result here is None)."""
         out = []
-        for x in items:
-            out.append(fn(x))
+        for i, x in enumerate(items):
+            out.append(fn(x) if claim is None or claim(i) else None)
             if on_done is not None:
                 on_done(out[-1])
         return out
@@ -131,8 +132,8 @@ class LocalExecutor(InlineExecutor):
         self._pool.spawn()
         return self
 
-    def map(self, fn, items, on_done=None, slots=None):
-        return self._pool.map(fn, items, on_done, slots)
+    def map(self, fn, items, on_done=None, slots=None, claim=None):
+        return self._pool.map(fn, items, on_done, slots, claim)
 
     def off_caller_gpu(self) -> list:
         """The workers (slots) whose GPU is not the one this process builds on (the first it may use): their load
@@ -196,9 +197,9 @@ class RayExecutor(InlineExecutor):
             self._refs = {digest: self._ray.put(fn)}   # the previous search's probe is released
         return self._refs[digest]
 
-    def map(self, fn, items, on_done=None, slots=None):
+    def map(self, fn, items, on_done=None, slots=None, claim=None):
         """Each idle actor takes the next probe; results are returned (and on_done called) in order. (`slots` is
-        not used: Ray places the actors.)"""
+        not used: Ray places the actors.) `claim`: as InlineExecutor.map's."""
         from debugkit.debug.pool import WorkerLostError, _Raised, describe_item, emit_in_order
         ray = self._ray
         items = list(items)
@@ -208,8 +209,15 @@ class RayExecutor(InlineExecutor):
         try:
             while emitted < len(items):
                 while idle and todo:
-                    i, actor = todo.pop(0), idle.pop(0)
+                    i = todo.pop(0)
+                    if claim is not None and not claim(i):
+                        results[i] = None
+                        continue
+                    actor = idle.pop(0)
                     running[actor.run.remote(ref, items[i])] = (i, actor)
+                if not running:     # every item left was claimed elsewhere
+                    emitted = emit_in_order(results, emitted, len(items), on_done)
+                    continue
                 done, _ = ray.wait(list(running), num_returns=1)
                 i, actor = running.pop(done[0])
                 idle.append(actor)

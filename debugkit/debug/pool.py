@@ -180,9 +180,10 @@ class WorkerPool:
         self._wait_ready([new])
         return new
 
-    def map(self, fn, items, on_done=None, slots=None) -> list:
+    def map(self, fn, items, on_done=None, slots=None, claim=None) -> list:
         """[fn(x) for x in items], in order; on_done(result) for each in order. fn is pickled once. `slots`: the
-        workers (by slot) that may take items; default every one."""
+        workers (by slot) that may take items; default every one. `claim(i)`: asked before item i goes to a worker;
+        False means another thread took it (its result here is None, the taker's to fill in)."""
         items = list(items)
         if not items:
             return []
@@ -198,6 +199,9 @@ class WorkerPool:
                 for w in list(self._workers):
                     if w.index is None and todo and (slots is None or w.slot in slots):
                         i = todo.pop()
+                        if claim is not None and not claim(i):
+                            results[i] = None
+                            continue
                         if not self._send(w, digest, blob, i, items[i]):   # it died while idle: replace it
                             G_LOGGER.warning(f"local worker {w.slot} (pid {w.process.pid}) died ("
                                              f"{_how(w.process)}) between probes; restarting it")
@@ -205,6 +209,9 @@ class WorkerPool:
                             if not self._send(w, digest, blob, i, items[i]):
                                 raise WorkerLostError(f"local worker {w.slot} died as soon as it started")
                 busy = [w for w in self._workers if w.index is not None]
+                if not busy:    # every item left was claimed elsewhere
+                    emitted = emit_in_order(results, emitted, len(items), on_done)
+                    continue
                 ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
                 for w in list(busy):
                     if w.conn in ready or (w.process.sentinel in ready and w.conn.poll()):

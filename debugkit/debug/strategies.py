@@ -52,30 +52,74 @@ def probe_slots(executor) -> int:
     return max(1, int(getattr(executor, "workers", 1))) + (1 if getattr(executor, "driver_slot", False) else 0)
 
 
+class _Failure:
+    """A probe's exception, carried back as a value (so the search can raise the first error in order)."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+class _Caught:
+    """Picklable wrapper: fn(x), or a _Failure holding the exception fn raised."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x):
+        try:
+            return self.fn(x)
+        except Exception as e:
+            return _Failure(e)
+
+
 def _map_with_driver(executor, fn, items) -> list:
-    """[fn(x) for x in items]: the first here, on this thread (the search's process keeps its parsed model, plans
-    and packed weights from the base build: its probes are the cheapest), the rest on the executor's workers
-    meanwhile. Errors are raised in order, as a serial run would."""
+    """[fn(x) for x in items], this process working beside the executor's workers: both take the lowest item no
+    one has taken yet, one at a time, so a slow probe on either side does not hold a batch's other items back
+    (the search's process keeps its parsed model, plans and packed weights from the base build: its probes are the
+    cheapest; a worker's first probe pays for its own). Errors are raised in order, as a serial run would."""
     import threading
+    lock, taken, state = threading.Lock(), set(), {"stop": False}
+
+    def claim(i) -> bool:
+        with lock:
+            if state["stop"] or i in taken:
+                return False
+            taken.add(i)
+            return True
+
     box = {}
+    taken.add(0)    # the first is this process's: the cheapest probe starts at once
 
     def rest():
         try:
-            box["out"] = executor.map(fn, items[1:])
-        except BaseException as e:   # raised below, after the first item's own error if it has one
+            box["out"] = executor.map(_Caught(fn), items, claim=claim)
+        except BaseException as e:   # a worker lost for good: raised below
             box["error"] = e
     t = threading.Thread(target=rest, name="probes on the workers", daemon=True)
     t.start()
-    try:
-        first = fn(items[0])
-    except Exception:
-        t.join()      # the pool is free again before the caller goes on
-        raise
+    mine, i = {}, 0
+    while i is not None:
+        try:
+            mine[i] = fn(items[i])
+        except Exception as e:
+            mine[i] = _Failure(e)
+            with lock:
+                state["stop"] = True   # what no one has taken comes after i: a serial run would not reach it
+        with lock:
+            i = None if state["stop"] else next((j for j in range(len(items)) if j not in taken), None)
+            if i is not None:
+                taken.add(i)
     # (Ctrl-C: no wait for the workers' probes; closing the executor, as the search's with-block does, stops them)
     t.join()
     if "error" in box:
         raise box["error"]
-    return [first] + box["out"]
+    out = [mine[i] if i in mine else box["out"][i] for i in range(len(items))]
+    for i, r in enumerate(out):
+        if isinstance(r, _Failure):
+            raise r.error
+        if r is None:     # not run: an earlier item failed (raised above)
+            break
+    return out
 
 
 def _truth(result) -> bool:
@@ -336,6 +380,12 @@ def peel_bound(n: int, answer_guess: int = 8, workers: int = 1) -> int:
     return greedy_bound(n, workers) + max(0, answer_guess - 1) * (workers + bisect_bound(n, workers)) + 1
 
 
+def minimal_candidates(guess) -> list:
+    """The probes that show `guess` 1-minimal: the guess, then each set with one item fewer (confirm_minimal)."""
+    guess = list(guess)
+    return [guess] + [[x for x in guess if x != y] for y in guess]
+
+
 def confirm_minimal(guess, fails, *, log=None, executor=None) -> bool:
     """Whether `guess` is 1-minimal for `fails`: it shows the property and no set with one item fewer does. Its
     |guess| + 1 probes are independent, so they run in batches as wide as the workers (one round each batch), the
@@ -345,7 +395,7 @@ def confirm_minimal(guess, fails, *, log=None, executor=None) -> bool:
     guess = list(guess)
     if not guess:
         return False
-    cands = [guess] + [[x for x in guess if x != y] for y in guess]
+    cands = minimal_candidates(guess)
     expected = [True] + [False] * len(guess)
     w = probe.workers
     for start in range(0, len(cands), w):

@@ -543,9 +543,14 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     log = [json.loads(line) for line in open(tmp_path / "b_probes.jsonl")][1:]
     every = sorted(r["layer"] for r in rank[1])
     assert [rec["result"]["hit"] for rec in log if rec["artifact"] == every] == [True]   # the all-higher probe
-    # not beside the base build: in this process (the workers are cold), as the empty set's probe is
-    assert [rec["result"].get("here") for rec in log if rec["artifact"] in (every, [])] == [os.getpid()] * 2
-    assert any(rec["result"].get("here") is None for rec in log if isinstance(rec["artifact"], list))  # workers'
+    # not beside the base build: in this process (the workers are cold), the first of the one batch that also
+    # holds the empty set and the overflow guess's confirmation (the ranking, made beside the base build, gave it)
+    assert [rec["result"].get("here") for rec in log if rec["artifact"] == every] == [os.getpid()]
+    assert [rec["result"]["hit"] for rec in log if rec["artifact"] == []] == [False]
+    assert b["overflow_guess"] == s["overflow_guess"] == {"layers": len(must), "confirmed": True}
+    assert b["critical_path"]["rounds"] == 1 and b["probes"] == 2 + len(must)   # the empty set: the base build
+    assert [rec["result"]["hit"] for rec in log if isinstance(rec["artifact"], list) and len(rec["artifact"]) ==
+            len(must) - 1 and set(rec["artifact"]) < set(must)] == [False] * len(must)
     # with every worker free (the base build times nothing: a --timing-cache file holds its timings) the
     # all-higher probe runs beside it too
     monkeypatch.setattr(P, "beside_base", lambda ex, shared, seeded: [0, 1] if ex.workers > 1 else None)
@@ -565,23 +570,64 @@ class WhereAndWhether:
         return {"hit": x >= 5, "pid": os.getpid()}
 
 
-def test_the_search_process_takes_one_probe_of_each_batch_beside_gpu_workers(pool, monkeypatch):
+def test_the_search_process_probes_beside_gpu_workers(pool, monkeypatch):
     """With a GPU per worker (forced here on the CPU pool) the search's own process evaluates the first probe of
-    each batch while the workers take the rest: batches are one wider, the answers and their order are those of a
-    serial search, and the first error in order is the one raised."""
+    each batch, and takes more while the workers are busy: batches are one wider, each probe runs once, the
+    answers and their order are those of a serial search, and the first error in order is the one raised."""
     from debugkit.debug.strategies import Prober, bisect_prefix, probe_slots
     monkeypatch.setattr(pool, "driver_slot", True, raising=False)
     assert probe_slots(pool) == 3
     prober = Prober(WhereAndWhether(), executor=pool)
     assert prober.many([7, 1, 9]) == [True, False, True]
     pids = [prober.known(x)[1]["pid"] for x in (7, 1, 9)]
-    assert pids[0] == os.getpid() and os.getpid() not in pids[1:] and len(set(pids)) >= 2
+    assert pids[0] == os.getpid() and prober.probes == 3
     assert bisect_prefix(20, prober, candidate=lambda k: k) == 5   # 3 points per round: a 4-fold shrink
     assert prober.rounds == 1 + 2
     with pytest.raises(ValueError, match="bad 1"):   # this process's error is the first in order
         Prober(Fails(), executor=pool).many([1, 2, 3])
     with pytest.raises(ValueError, match="bad 2"):   # the first (here) passes, the workers' first error is raised
         Prober(FailsFrom2(), executor=pool).many([0, 2, 3])
+
+
+class _ClaimingExecutor:
+    """A stand-in for the worker pool whose one "worker" (a thread) takes item 1, holds it until this process has
+    run items 2 and 3, then asks for the rest."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def map(self, fn, items, on_done=None, slots=None, claim=None):
+        out = [None] * len(items)
+        assert claim(0) is False          # the search's process took the first before the workers started
+        assert claim(1) is True
+        self.events["claimed 1"].set()
+        out[1] = fn(items[1])
+        for i in range(2, len(items)):    # this process took them while item 1 ran here
+            assert claim(i) is False
+        return out
+
+
+def test_the_search_process_takes_the_next_probe_while_the_workers_are_busy():
+    """_map_with_driver: this process and the workers each take the lowest probe no one has taken, so one slow
+    probe on a worker does not hold the batch's other probes back; results come back in order."""
+    import threading
+
+    from debugkit.debug.strategies import _map_with_driver
+    events = {"claimed 1": threading.Event(), "3 done": threading.Event()}
+    where = {}
+
+    def probe(x):
+        if x == 0:
+            assert events["claimed 1"].wait(10)
+        if x == 1:
+            assert events["3 done"].wait(10)
+        where[x] = threading.current_thread().name
+        if x == 3:
+            events["3 done"].set()
+        return x * 10
+    assert _map_with_driver(_ClaimingExecutor(events), probe, [0, 1, 2, 3]) == [0, 10, 20, 30]
+    here = threading.current_thread().name
+    assert [where[i] == here for i in range(4)] == [True, False, True, True]
 
 
 class FailsFrom2:
