@@ -38,6 +38,10 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         every step (native/cpu/kernels/pointwise_chain.py encodes it): each step's vectorised loop over the block
         rounds as numpy's pass over the whole tensor does, so the chain's floats are the interpreter's (sigmoid /
         tanh steps: polyexp's, the polyexp-chain tactic's own); compiled in native/cpu/jit_chain.py.
+    relu6_swish(x [n], y [n], a, lo, hi, d, divide)
+        the program `x + a, clip to [lo, hi], times x, / d` (divide) or `* d`: a hand-written hard-swish (PaddleOCR:
+        x + 3, clip to [0, 6], times x, / 6) as one loop with each step rounded as pointwise_chain rounds it, so the
+        same floats at ~3x its speed (pointwise_chain's four block passes, their buffers; jit_chain.py).
     gelu_rows(y [M, N], bias [N], has_bias, tanh, c0, c1) (columns c0:c1), softmax_rows(s [M, N]),
     layernorm_rows(x [M, N], gamma [N], beta [N], eps, n, y [M, N], mean [M], inv [M])
         float32 row kernels of native/cpu/polyexp.py (its polynomial exp, its 8-lane sums): the same floats as that
@@ -364,6 +368,7 @@ def _module(module, name):
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw,
              "depthwise_planes": _depthwise_planes,
              "pointwise_chain": _module("jit_chain", "pointwise_chain"), "conv1d_direct": _conv1d_direct,
+             "relu6_swish": _module("jit_chain", "relu6_swish"),
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
              "gemm_direct": _module("jit_gemm", "gemm_direct"), "lstm_steps": _module("jit_rnn", "lstm_steps"),
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows")},

@@ -169,3 +169,28 @@ def pointwise_chain(x0, x1, x2, x3, y, code, fval, buf):
             else:
                 binary(op, operand(x0, x1, x2, x3, buf, ka, ia, s0, m), operand(x0, x1, x2, x3, buf, kb, ib, s0, m),
                        out, m)
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def relu6_swish(x, y, a, lo, hi, d, divide):
+    # the hand-written hard-swish chain (x + a, clipped to [lo, hi], times x, then / d or * d) in one vectorised
+    # loop: each step rounded as the chain's own loops round it (binary_scalar's add, unary's clip with its NaN rule,
+    # binary's product, binary_scalar's divide or multiply), no block buffers, one pass over memory
+    if divide:
+        for k in range(x.shape[0]):
+            v = x[k]
+            t = v + a
+            r = t if t > lo else lo
+            r = r if r < hi else hi
+            t = t if t != t else r
+            t = v * t
+            y[k] = t / d
+    else:
+        for k in range(x.shape[0]):
+            v = x[k]
+            t = v + a
+            r = t if t > lo else lo
+            r = r if r < hi else hi
+            t = t if t != t else r
+            t = v * t
+            y[k] = t * d

@@ -35,8 +35,19 @@ def _step(kind, args, **params):
 HARD_SWISH = [_step("ElementWise", ["in:0", "w:c0"], op="SUM"),
               _step("Activation", ["s:0"], type="CLIP", alpha=0.0, beta=6.0),
               _step("ElementWise", ["in:0", "s:1"], op="PROD"), _step("ElementWise", ["s:2", "w:c1"], op="DIV")]
+# the same chain spelled otherwise: operands swapped, a RELU6 as min / max, times 1/6, on the second input
+HARD_SWISH_FORMS = {
+    "swapped operands": [_step("ElementWise", ["w:c0", "in:0"], op="SUM"), _step("Activation", ["s:0"], type="RELU"),
+                         _step("ElementWise", ["s:1", "in:0"], op="PROD"), _step("ElementWise", ["w:c2", "s:2"],
+                                                                                 op="PROD")],
+    "times a constant": HARD_SWISH[:3] + [_step("ElementWise", ["s:2", "w:c3"], op="PROD")],
+    "second input": [_step("ElementWise", ["in:1", "w:c0"], op="SUM"),
+                     _step("Activation", ["s:0"], type="CLIP", alpha=-1.0, beta=6.0),
+                     _step("ElementWise", ["in:1", "s:1"], op="PROD"), _step("ElementWise", ["s:2", "w:c1"], op="DIV")],
+}
 PROGRAMS = {
     "paddle hard-swish": (HARD_SWISH, 1),
+    **{f"hard-swish, {k}": (v, 2) for k, v in HARD_SWISH_FORMS.items()},
     "hard-swish then scale and shift": (HARD_SWISH + [_step("ElementWise", ["w:c2", "s:3"], op="PROD"),
                                                       _step("ElementWise", ["s:4", "w:c3"], op="SUM")], 1),
     "gate and residuals": ([_step("ElementWise", ["in:0", "in:1"], op="PROD"),
@@ -73,6 +84,30 @@ def test_compiled_chain_matches_the_interpreter_bit_for_bit(monkeypatch, name, s
     assert got is not None and got.dtype == want.dtype == dtype and got.shape == want.shape
     assert got.tobytes() == want.tobytes()
     assert fused.pointwise(op, inputs)[0].tobytes() == want.tobytes()    # the tactic takes the compiled pass
+
+
+@pytest.mark.parametrize("name,program", [("paddle", HARD_SWISH)] + list(HARD_SWISH_FORMS.items()) + [
+    ("times the other input", HARD_SWISH[:2] + [_step("ElementWise", ["in:1", "s:1"], op="PROD"), HARD_SWISH[3]]),
+    ("constant over the product", HARD_SWISH[:3] + [_step("ElementWise", ["w:c1", "s:2"], op="DIV")]),
+    ("subtract", [_step("ElementWise", ["in:0", "w:c0"], op="SUB")] + HARD_SWISH[1:]),
+    ("clip of the input", [HARD_SWISH[0], _step("Activation", ["in:0"], type="CLIP", alpha=0.0, beta=6.0)]
+     + HARD_SWISH[2:])])
+def test_hand_written_hard_swish_runs_as_one_loop(name, program):
+    """The chain `x + a, clip, times x, / d (or * d)` is recognised (jit_chain.relu6_swish runs it); near misses
+    are not (the general chain runs them): the floats are pinned by the bit-for-bit test above."""
+    pytest.importorskip("numba")
+    weights = {"c0": np.array(3.0, np.float32), "c1": np.array(6.0, np.float32), "c2": np.array([0.7], np.float32),
+               "c3": np.array([-0.25], np.float32)}
+    code, fval, _ = pointwise_chain.encode(program, weights, (2, 3), np.dtype(np.float32))
+    spec = pointwise_chain.relu6_swish(code, fval, np.dtype(np.float32))
+    near_miss = name in ("times the other input", "constant over the product", "subtract", "clip of the input")
+    assert (spec is None) == near_miss
+    if not near_miss:
+        lo = -1.0 if name == "second input" else 0.0
+        hi = np.inf if name == "swapped operands" else 6.0
+        d, divide = {"swapped operands": (0.7, False), "times a constant": (-0.25, False)}.get(name, (6.0, True))
+        assert spec == (1 if name == "second input" else 0, np.float32(3.0), np.float32(lo), np.float32(hi),
+                        np.float32(d), divide)
 
 
 @pytest.mark.parametrize("why,program,inputs,weights", [

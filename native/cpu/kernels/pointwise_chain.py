@@ -129,12 +129,20 @@ def run(op, inputs, polyexp=False):
     held = op.__dict__.get(slot)
     program = op.params["program"]
     if held is not None and held[0] is program and held[1] == key:
-        enc = held[2]
+        enc, swish = held[2], held[3]
     else:
         enc = encode(program, op.weights, x.shape, x.dtype, polyexp)
-        op.__dict__[slot] = (program, key, enc)
+        swish = relu6_swish(enc[0], enc[1], x.dtype) if enc is not None else None
+        op.__dict__[slot] = (program, key, enc, swish)
     if enc is None:
         return None
+    if swish is not None:
+        v = inputs[swish[0]] if swish[0] < len(inputs) else None
+        fn = jit.kernel("relu6_swish")
+        if type(v) is np.ndarray and v.shape == x.shape and v.dtype == x.dtype and fn is not None:
+            y = np.empty(x.shape, x.dtype)
+            fn((v if v.flags.c_contiguous else np.ascontiguousarray(v)).reshape(-1), y.reshape(-1), *swish[1:])
+            return y
     code, fval, used = enc
     flat = []
     for i in range(4):
@@ -157,3 +165,27 @@ def run(op, inputs, polyexp=False):
 
 
 _EMPTY = {d: np.empty(0, d) for d in _DTYPES}
+
+
+def relu6_swish(code, fval, dtype):
+    """(input, a, lo, hi, d, divide) when the encoded program is `in:i + a, clip to [lo, hi], times in:i, / d` (or
+    `* d`): a hand-written hard-swish, which jit_chain.relu6_swish runs as one loop with the same floats; else None."""
+    if len(code) != 4:
+        return None
+    t = dtype.type
+    c0, c1, c2, c3 = (tuple(int(v) for v in row) for row in code)
+    if c0[0] != jit.PW_SUM or sorted(c0[1:]) != [jit.PW_INPUT, jit.PW_SCALAR]:
+        return None
+    x_in, a = (int(fval[0, 1]), t(fval[0, 2])) if c0[1] == jit.PW_SCALAR else (int(fval[0, 0]), t(fval[0, 3]))
+    if c1 != (jit.PW_CLIP, jit.PW_STEP, 0) or int(fval[1, 0]) != 0:
+        return None
+    lo, hi = t(fval[1, 2]), t(fval[1, 3])
+    if c2[0] != jit.PW_PROD or sorted(c2[1:]) != [jit.PW_INPUT, jit.PW_STEP] or \
+            sorted([(c2[1], int(fval[2, 0])), (c2[2], int(fval[2, 1]))]) != [(jit.PW_INPUT, x_in), (jit.PW_STEP, 1)]:
+        return None
+    if c3[0] == jit.PW_DIV and c3[1:] == (jit.PW_STEP, jit.PW_SCALAR) and int(fval[3, 0]) == 2:
+        return x_in, a, lo, hi, t(fval[3, 3]), True
+    if c3[0] == jit.PW_PROD and sorted(c3[1:]) == [jit.PW_SCALAR, jit.PW_STEP] and \
+            int(fval[3, 0 if c3[1] == jit.PW_STEP else 1]) == 2:
+        return x_in, a, lo, hi, t(fval[3, 3 if c3[1] == jit.PW_STEP else 2]), False
+    return None
