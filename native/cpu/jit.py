@@ -52,6 +52,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     lstm_steps(xw [T, B, 4H], rt [H, 4H], b_r [4H], h [B, H], c [B, H], ys [T, B, H], g [4H])
         a plain forward LSTM's time loop (recurrence, gates, state update) in one call, sigmoid / tanh by polyexp's
         exp (native/cpu/jit_rnn.py: the lstm-direct tactic's own floats).
+    se_direct(x [N, C, S], w1t [C, M], b1, w2t [M, C], b2, act1, act2, y [N, C, S])
+        a squeeze-excite block (mean over S, two small products with their activations, x * gate) in one call:
+        the se-direct tactic's own floats (native/cpu/jit_se.py).
     (The HardSwish / HardSigmoid kernels are compiled in native/cpu/jit_act.py.)
 """
 from __future__ import annotations
@@ -368,7 +371,7 @@ def _module(module, name):
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw,
              "depthwise_planes": _depthwise_planes,
              "pointwise_chain": _module("jit_chain", "pointwise_chain"), "conv1d_direct": _conv1d_direct,
-             "relu6_swish": _module("jit_chain", "relu6_swish"),
+             "relu6_swish": _module("jit_chain", "relu6_swish"), "se_direct": _module("jit_se", "se_direct"),
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
              "gemm_direct": _module("jit_gemm", "gemm_direct"), "lstm_steps": _module("jit_rnn", "lstm_steps"),
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows")},

@@ -14,7 +14,7 @@ from tests.backends.fusion_helpers import const, kinds, model, run
 
 RNG = np.random.default_rng(26)
 # the unfused layers' default tactics, so the four-layer build is the one the fused layer reproduces bit for bit
-_PLAIN = {"1x1-gemm", "strided-taps", "numpy"}
+_PLAIN = {"1x1-gemm", "strided-taps", "numpy", "se-fused"}
 
 
 class _Plain(AlgorithmSelector):
@@ -128,3 +128,53 @@ def test_squeeze_excite_needs_the_block_shape():
     x = RNG.standard_normal((1, c, 4, 4)).astype(np.float32)
     ref = x * ((x.astype(np.float64).mean(axis=(2, 3)) @ w1.reshape(mm, c).T) @ w2.reshape(c, mm).T)[:, :, None, None]
     np.testing.assert_allclose(run(g, {"x": x})[0], ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch,hw,gate", [(1, (7, 5), "HARD_SIGMOID"), (2, (3, 37), "HARD_SWISH"),
+                                           (1, (16, 16), "CLIP")])
+def test_se_direct_tactic_computes_the_block(batch, hw, gate):
+    """se-direct (one compiled call, numba extra): its own floats, within float32 rounding of the float64 block;
+    sample by sample, tails of the 16-lane mean, every activation it takes; SIGMOID gates stay with se-fused."""
+    pytest.importorskip("numba")
+    from native.tactics import Op, tactics_for
+    c, m = 24, 6
+    x = (RNG.standard_normal((batch, c) + hw) * 3).astype(np.float32)
+    w1, w2 = (RNG.standard_normal(s).astype(np.float32) * 0.5 for s in ((m, c), (c, m)))
+    b1, b2 = RNG.standard_normal(m).astype(np.float32), RNG.standard_normal(c).astype(np.float32)
+    step = {"HARD_SIGMOID": {"type": gate, "alpha": 0.2, "beta": 0.5}, "HARD_SWISH": {"type": gate},
+            "CLIP": {"type": gate, "alpha": -0.5, "beta": 0.75}}[gate]
+    params = {"squeeze_ops": [{"type": "RELU"}], "excite_ops": [step], "mean_dtype": "float64"}
+    t = next(t for t in tactics_for("SqueezeExcite", "cpu") if t.name == "se-direct")
+    op = Op("SqueezeExcite", "se", params, {"squeeze_kernel": w1, "excite_kernel": w2, "squeeze_bias": b1,
+                                            "excite_bias": b2})
+    assert t.supports(op, [list(x.shape)]) is None
+    op.weights = t.prepare(op)
+    dst = np.full(x.shape, np.nan, np.float32)
+    y = t.run(op, [x], [dst])[0]
+    assert y is dst
+    z = np.maximum(x.astype(np.float64).mean(axis=(2, 3)) @ w1.T + b1, 0) @ w2.T + b2
+    g = {"HARD_SIGMOID": np.clip(z * 0.2 + 0.5, 0, 1), "HARD_SWISH": z * np.clip(z / 6 + 0.5, 0, 1),
+         "CLIP": np.clip(z, -0.5, 0.75)}[gate]
+    np.testing.assert_allclose(y, x * g[:, :, None, None], rtol=2e-5, atol=2e-5)
+    sig = Op("SqueezeExcite", "se", dict(params, excite_ops=[{"type": "SIGMOID"}]), op.weights)
+    assert "activations" in t.supports(sig, [list(x.shape)])
+
+
+def test_se_direct_builds_and_round_trips_through_a_plan():
+    pytest.importorskip("numba")
+
+    class Direct(AlgorithmSelector):
+        def select_algorithms(self, context, choices):
+            keep = [i for i, c in enumerate(choices) if getattr(c, "implementation", None) == "se-direct"]
+            return keep or list(range(len(choices)))
+    m, params = _se_model("GlobalAveragePool", batch=2)
+    x = RNG.standard_normal((2, 12, 7, 5)).astype(np.float32)
+    net, _ = parse_onnx(m)
+    cfg = BuilderConfig()
+    cfg.algorithm_selector = Direct()
+    graph = Builder().build_graph(net, cfg)
+    assert kinds(graph) == ["SqueezeExcite"] and graph.nodes[-1].tactic_name == "se-direct"
+    ctx = Runtime().deserialize_engine(serialize_plan(graph, cfg)).create_execution_context()
+    for scale in (1, 2, 1):    # the first run, then the arena's planned output
+        np.testing.assert_allclose(ctx.execute({"x": x * scale})["y"], _reference(x * scale, params), rtol=2e-5,
+                                   atol=2e-5)

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from native.cpu import jit
 from native.cpu.kernels.activations import activation_inplace
 from native.tactics import Tactic, register_tactic
 
@@ -92,3 +93,72 @@ def _bias(weights, key):
     if b is None or b.ndim == 2:
         return b
     return np.asarray(b, np.float32).reshape(-1, 1)
+
+
+_DIRECT_ACTS = {"RELU": 1, "HARD_SIGMOID": 2, "HARD_SWISH": 3, "CLIP": 4}
+_NUMBER = (int, float)
+
+
+def _direct_acts(steps):
+    """[k, 3] rows (code, alpha, beta) of jit_se's activations, or None when a step is not one of them."""
+    rows = []
+    for s in steps or ():
+        code, a, b = _DIRECT_ACTS.get(s.get("type")), s.get("alpha", 0.0), s.get("beta", 0.0)
+        if code is None or type(a) not in _NUMBER or type(b) not in _NUMBER:
+            return None
+        rows.append((code, a, b))
+    return np.array(rows, np.float64).reshape(-1, 3)
+
+
+@register_tactic
+class SqueezeExciteDirect(Tactic):
+    """The block as one compiled call (native/cpu/jit_se.py; numba extra): the mean by float64 running sums, the two
+    products as float32 running sums over the packed transposed kernels, the activations and the scale in the same
+    loop. Its own floats (not se-fused's numpy reduction and GEMM), so the builder's timing chooses it. float32,
+    RELU / HARD_SIGMOID / HARD_SWISH / CLIP activations."""
+    kind, name = "SqueezeExcite", "se-direct"
+    precisions = ("float32",)
+    writes_outputs = True
+
+    def supports(self, op, input_shapes):
+        s = input_shapes[0] if input_shapes else None
+        if s is not None and len(s) != 4:
+            return "4-D (NCHW) inputs only"
+        dtypes = getattr(input_shapes, "dtypes", None)
+        if dtypes and dtypes[0] not in (None, "float32"):
+            return "float32 input only"
+        if _direct_acts(op.params.get("squeeze_ops")) is None or _direct_acts(op.params.get("excite_ops")) is None:
+            return "activations other than RELU, HARD_SIGMOID, HARD_SWISH, CLIP"
+        if not jit.available():
+            return "needs the numba extra (pip install debugkit[jit])"
+        return None
+
+    def prepare(self, op):
+        """The kernels transposed ([K, M]: the products run vectorised over M), biases flat, activation rows."""
+        w = dict(op.weights)
+        for key, packed in (("squeeze_kernel", "squeeze_kernel_t"), ("excite_kernel", "excite_kernel_t")):
+            k = np.asarray(w[key], np.float32)
+            w[packed] = np.ascontiguousarray(k.reshape(k.shape[-2:]).T)
+        for key in ("squeeze_bias", "excite_bias"):
+            if key in w:
+                w[key] = np.ascontiguousarray(np.asarray(w[key], np.float32).reshape(-1))
+        return w
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        held = op.__dict__.get("_se_direct")
+        if held is None:
+            wt, p = op.weights, op.params
+            w1t, w2t = (wt[k] if k in wt else np.ascontiguousarray(np.asarray(wt[k[:-2]], np.float32).reshape(
+                np.shape(wt[k[:-2]])[-2:]).T) for k in ("squeeze_kernel_t", "excite_kernel_t"))
+            b1, b2 = (np.ascontiguousarray(np.asarray(wt[k], np.float32).reshape(-1)) if k in wt
+                      else np.empty(0, np.float32) for k in ("squeeze_bias", "excite_bias"))
+            held = op.__dict__["_se_direct"] = (w1t, b1, w2t, b2, _direct_acts(p.get("squeeze_ops")),
+                                                _direct_acts(p.get("excite_ops")))
+        dst = outputs[0] if outputs else None
+        if dst is None or dst.shape != x.shape or dst.dtype != x.dtype or not dst.flags.c_contiguous:
+            dst = np.empty(x.shape, x.dtype)
+        n, c = x.shape[:2]
+        w1t, b1, w2t, b2, a1, a2 = held
+        jit.kernel("se_direct")(x.reshape(n, c, -1), w1t, b1, w2t, b2, a1, a2, dst.reshape(n, c, -1))
+        return [dst]
