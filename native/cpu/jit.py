@@ -29,6 +29,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     bias_hard_act_inplace(y [N, C, S], bias [C], swish, alpha, beta)
         y + bias per channel, rounded, then HardSwish (swish) or HardSigmoid(alpha, beta) as above, in place: a
         convolution epilogue's bias pass and activation passes as one.
+    bias_steps_inplace(y [N, C, S], bias [C] (or empty), steps [k, 3], res [N, C, S])
+        y + bias, then per step (code, alpha, beta): 1 clip to [alpha, beta] (RELU: [0, inf]) as numpy's clip loop,
+        2 + res; in place, one pass per row: a convolution's bias, RELU / CLIP and residual add passes as one.
     conv1d_direct(x [N, C, L], wt [C*k, M], bias [M] (or empty), y [N, M, Wo], k, s, d, pre, relu)
         a small 1-D convolution without a patch matrix: per output position the products of every (channel, tap)
         with its weights row added into an [M] accumulator (vectorised over M), in (channel, tap) order from zero,
@@ -376,4 +379,5 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              "gemm_direct": _module("jit_gemm", "gemm_direct"), "lstm_steps": _module("jit_rnn", "lstm_steps"),
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows")},
              **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
-                                                   "hard_sigmoid_inplace", "bias_hard_act_inplace")}}
+                                                   "hard_sigmoid_inplace", "bias_hard_act_inplace",
+                                                   "bias_steps_inplace")}}

@@ -84,3 +84,34 @@ def bias_hard_act_inplace(y, bias, swish, alpha, beta):
                     u = (row[k] + bc) * a
                     u = u + b
                     row[k] = _clip01(u, zero, one)
+
+
+@numba.njit(**_NJIT)
+def bias_steps_inplace(y, bias, steps, res):
+    # y + bias per channel (bias may be empty), then each step in order, in place on y [N, C, S]: code 1 clip to
+    # [alpha, beta] as numpy's clip loop (RELU is [0, inf]), code 2 + res (same shape as y): the numpy epilogue's
+    # passes (each rounded as numpy rounds it) as one pass per row
+    t = y.dtype.type
+    n_, c_n, s_n = y.shape
+    has_bias = bias.shape[0] == c_n
+    k_n = steps.shape[0]
+    for n in range(n_):
+        for c in range(c_n):
+            row = y[n, c]
+            if has_bias:
+                bc = bias[c]
+                for k in range(s_n):
+                    row[k] = row[k] + bc
+            for s in range(k_n):
+                if steps[s, 0] == 1.0:
+                    lo, hi = t(steps[s, 1]), t(steps[s, 2])
+                    for k in range(s_n):
+                        v = row[k]
+                        if v == v:
+                            v = v if v > lo else lo
+                            v = v if v < hi else hi
+                        row[k] = v
+                else:
+                    r = res[n, c]
+                    for k in range(s_n):
+                        row[k] = row[k] + r[k]

@@ -175,3 +175,49 @@ def test_depthwise_wide_rows_pad_planes_in_the_kernel_with_the_same_bits(monkeyp
     if act is None:
         ref = _reference(x, kernel.reshape(c, -1).T, bias, k, stride, dil, pad)
         np.testing.assert_allclose(got[1], ref[1], rtol=1e-4, atol=1e-4)
+
+
+EPILOGUES = {   # a convolution's post-ops that bias_steps_inplace runs with its bias in one pass
+    "bias": [], "relu": [{"op": "activation", "type": "RELU"}],
+    "relu6 then residual": [{"op": "activation", "type": "CLIP", "alpha": 0.0, "beta": 6.0}, {"op": "add", "input": 3}],
+    "residual then relu": [{"op": "add", "input": 3}, {"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0}],
+    "clip, clip": [{"op": "activation", "type": "CLIP", "alpha": -1.0, "beta": np.inf},
+                   {"op": "activation", "type": "CLIP", "alpha": -np.inf, "beta": 0.5}]}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tactic", ["1x1-gemm", "im2col-gemm"])
+@pytest.mark.parametrize("name", list(EPILOGUES))
+def test_jit_conv_epilogue_is_bit_identical_to_numpy(monkeypatch, name, tactic, dtype):
+    """bias + RELU / CLIP / residual add as one compiled pass (conv epilogue `_bias_and_steps`) gives the numpy
+    passes' floats, NaN, infinities and -0.0 included."""
+    pytest.importorskip("numba")
+    from native.tactics import Op, tactics_for
+    c, m, k = 5, 7, (1 if tactic == "1x1-gemm" else 3)
+    x = RNG.standard_normal((2, c, 6, 9)).astype(dtype) * 4
+    x.reshape(-1)[:4] = (np.nan, np.inf, -np.inf, -0.0)
+    w = RNG.standard_normal((m, c, k, k)).astype(dtype)
+    b = RNG.standard_normal(m).astype(dtype)
+    b[0] = -0.0
+    res = RNG.standard_normal((2, m, 6, 9)).astype(dtype) * 4
+    res.reshape(-1)[:3] = (-0.0, np.nan, -np.inf)
+    params = {"num_output_maps": m, "kernel_shape": [k, k], "strides": [1, 1], "pre_padding": [k // 2] * 2,
+              "post_padding": [k // 2] * 2, "groups": 1, "post_ops": EPILOGUES[name]}
+    t = next(t for t in tactics_for("Convolution", "cpu") if t.name == tactic)
+
+    def conv():
+        op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+        op.weights = t.prepare(op)
+        with np.errstate(all="ignore"):
+            return t.run(op, [x, None, None, res])[0]
+    assert jit.kernel("bias_steps_inplace") is not None
+    got = conv()
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    try:
+        assert jit.kernel("bias_steps_inplace") is None
+        want = conv()
+    finally:
+        monkeypatch.delenv("DEBUGKIT_JIT")
+        config.reload()
+    assert got.tobytes() == want.tobytes()

@@ -60,6 +60,8 @@ def region_epilogue(y, sel, op, inputs, bias, half=False):
     yr = y[sel]
     csel = sel[1]
     steps = op.params.get("post_ops") or ()
+    if not half and _bias_and_steps(yr, None if bias is None else bias[csel], steps, inputs, sel):
+        return
     first = 0
     if bias is not None:
         if not half and steps and _bias_and_activation(yr, bias[csel], steps[0]):
@@ -104,6 +106,51 @@ def _bias_and_activation(yr, bias, step):
         return False
     fn(yr.reshape(yr.shape[0], yr.shape[1], -1), np.ascontiguousarray(bias), swish, float(a), float(b))
     return True
+
+
+_NUMBER = (int, float)
+_EMPTY3 = {d: np.empty((0, 0, 0), d) for d in _ONE_PASS_DTYPES}
+
+
+def _bias_and_steps(yr, bias, steps, inputs, sel):
+    """bias, then RELU / CLIP and residual-add post-ops, as one compiled pass in place on y[sel] (native/cpu/jit.py
+    `bias_steps_inplace`: the numpy passes' floats): True when done, False where numba is absent, a step is another
+    kind, or the arrays do not fit (then the numpy passes run)."""
+    if type(yr) is not np.ndarray or yr.dtype not in _ONE_PASS_DTYPES or yr.ndim < 2 or not yr.flags.c_contiguous \
+            or not yr.flags.writeable or (bias is None and not steps):
+        return False
+    if bias is not None and (type(bias) is not np.ndarray or bias.dtype != yr.dtype or bias.shape != (yr.shape[1],)):
+        return False
+    rows, res = [], None
+    for st in steps:
+        kind = st["op"]
+        if kind == "activation" and st["type"] in ("RELU", "CLIP"):
+            lo, hi = (0.0, np.inf) if st["type"] == "RELU" else (st.get("alpha", 0.0), st.get("beta", 0.0))
+            if type(lo) not in _NUMBER or type(hi) not in _NUMBER or not all(
+                    v in (-np.inf, np.inf) or abs(v) < 3e38 for v in (lo, hi)):   # as activations._clip's fast path
+                return False
+            rows.append((1.0, float(lo), float(hi)))
+        elif kind == "add" and res is None:
+            r = inputs[st["input"]]
+            if type(r) is not np.ndarray:
+                return False
+            r = r[sel]
+            if r.shape != yr.shape or r.dtype != yr.dtype or not r.flags.c_contiguous or np.may_share_memory(r, yr):
+                return False
+            res = r
+            rows.append((2.0, 0.0, 0.0))
+        else:
+            return False
+    fn = jit.kernel("bias_steps_inplace")
+    if fn is None:
+        return False
+    n, c = yr.shape[:2]
+    fn(yr.reshape(n, c, -1), _EMPTY1[yr.dtype] if bias is None else np.ascontiguousarray(bias),
+       np.array(rows, np.float64).reshape(-1, 3), _EMPTY3[yr.dtype] if res is None else res.reshape(n, c, -1))
+    return True
+
+
+_EMPTY1 = {d: np.empty(0, d) for d in _ONE_PASS_DTYPES}
 
 
 def whole_epilogue(y, op, inputs, bias, half, threads):
