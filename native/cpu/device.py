@@ -18,6 +18,7 @@ class CpuDevice(Device):
     fuses_bound_clip = True       # numpy's clip: NaN kept, the bound returned on ties, as maximum(t, c) / minimum
     norm_post_ops = True          # the LayerNorm kernels apply RELU / CLIP post-ops in their row pass
     fuses_squeeze_excite = True   # native/cpu/kernels/squeeze_excite.py: four tiny layers' dispatch and epilogues as one
+    fuses_relu6_swish = True      # activations.py HARD_SWISH_RELU6: the hard-swish chain's floats as a conv post-op
 
     def load_tactics(self):
         import native.cpu.kernels  # noqa: F401  (registers the CPU tactics)

@@ -10,8 +10,8 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         depthwise taps channels-last for output rows r0..r0+rows: per output, the first tap's product, then each
         further tap's product added in (i, j) order (the depthwise tactics' order); C is the vectorised inner loop.
     depthwise_cl_rows_nchw(xl, w, bias [C] (or empty), y [C, Ho, Wo], r0, r1, sh, sw, dh, dw, act)
-        the same sums for output rows r0..r1, then + bias and the activation (0 none, 1 RELU, 2 HARD_SWISH: the
-        numpy epilogue's operations) per output, stored straight into NCHW y: no channels-last accumulator, no
+        the same sums for output rows r0..r1, then + bias and the activation (0 none, 1 RELU, 2 HARD_SWISH, 3
+        HARD_SWISH_RELU6: the numpy epilogue's operations) per output, stored straight into NCHW y: no channels-last accumulator, no
         copy back, no epilogue passes.
     depthwise_nchw(xp [C, Hp, Wp], taps [kh*kw, C], y [C, Ho, Wo], kh, kw, sh, sw, dh, dw)
         the same sums NCHW, a row of outputs at a time (the vectorised inner loop runs along the row; a strided
@@ -31,7 +31,10 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         convolution epilogue's bias pass and activation passes as one.
     bias_steps_inplace(y [N, C, S], bias [C] (or empty), steps [k, 3], res [N, C, S])
         y + bias, then per step (code, alpha, beta): 1 clip to [alpha, beta] (RELU: [0, inf]) as numpy's clip loop,
-        2 + res; in place, one pass per row: a convolution's bias, RELU / CLIP and residual add passes as one.
+        2 + res, 3 HARD_SWISH_RELU6; in place, one pass per row: a convolution's bias, RELU / CLIP / hard-swish and
+        residual add passes as one.
+    hard_swish_relu6(x [n], y [n])  /  hard_swish_relu6_inplace(x [n])
+        x + 3, clip to [0, 6], times x, / 6, each step rounded as numpy's pass: the HARD_SWISH_RELU6 activation.
     conv1d_direct(x [N, C, L], wt [C*k, M], bias [M] (or empty), y [N, M, Wo], k, s, d, pre, relu)
         a small 1-D convolution without a patch matrix: per output position the products of every (channel, tap)
         with its weights row added into an [M] accumulator (vectorised over M), in (channel, tap) order from zero,
@@ -132,7 +135,7 @@ def _depthwise_cl_rows_nchw():
     import numba
     import numpy as np
 
-    @numba.njit(nogil=True, cache=True)
+    @numba.njit(nogil=True, cache=True, error_model="numpy")
     def depthwise_cl_rows_nchw(xl, w, bias, y, r0, r1, sh, sw, dh, dw, act):
         # depthwise_cl_rows' sums, then + bias and the activation per output, stored straight into NCHW y; the
         # taps read a flat view of xl at offsets computed once (no 2-D index and view per tap and pixel)
@@ -149,6 +152,7 @@ def _depthwise_cl_rows_nchw():
         acc = np.empty(c, y.dtype)
         t = y.dtype.type
         zero, one, sixth, half, inf = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf)
+        three, six = t(3.0), t(6.0)
         has_bias = bias.shape[0] == c
         for r in range(r0, r1):
             for ow in range(wo):
@@ -181,6 +185,15 @@ def _depthwise_cl_rows_nchw():
                             u = u if u > zero else zero
                             u = u if u < one else one
                         acc[k] = v * u
+                elif act == 3:    # HARD_SWISH_RELU6: as activations._hard_swish_relu6
+                    for k in range(c):
+                        v = acc[k]
+                        u = v + three
+                        if u == u:
+                            u = u if u > zero else zero
+                            u = u if u < six else six
+                        u = v * u
+                        acc[k] = u / six
                 for k in range(c):
                     y[k, r, ow] = acc[k]
     return depthwise_cl_rows_nchw
@@ -229,7 +242,7 @@ def _depthwise_planes():
     import numba
     import numpy as np
 
-    @numba.njit(nogil=True, cache=True)
+    @numba.njit(nogil=True, cache=True, error_model="numpy")
     def depthwise_planes(x, taps, bias, y, kh, kw, sh, sw, dh, dw, ph, pw, act):
         # depthwise_nchw's sums from the unpadded input: each channel's plane is zero-padded into one flat scratch
         # row by row, each row split into its sw column phases (so every tap reads a unit-stride run at an offset
@@ -250,6 +263,7 @@ def _depthwise_planes():
                 offs[i * kw + j] = i * dh * rowlen + (x0 % sw) * span + x0 // sw
         t = y.dtype.type
         zero, one, sixth, half, inf = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf)
+        three, six = t(3.0), t(6.0)
         has_bias = bias.shape[0] == c_n
         for c in range(c_n):
             for r in range(h):
@@ -294,6 +308,15 @@ def _depthwise_planes():
                             u = u if u > zero else zero
                             u = u if u < one else one
                         acc[ow] = v * u
+                elif act == 3:    # HARD_SWISH_RELU6: as activations._hard_swish_relu6
+                    for ow in range(wo):
+                        v = acc[ow]
+                        u = v + three
+                        if u == u:
+                            u = u if u > zero else zero
+                            u = u if u < six else six
+                        u = v * u
+                        acc[ow] = u / six
                 yr = y[c, oh]
                 for ow in range(wo):
                     yr[ow] = acc[ow]
@@ -380,4 +403,5 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows")},
              **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
                                                    "hard_sigmoid_inplace", "bias_hard_act_inplace",
-                                                   "bias_steps_inplace")}}
+                                                   "bias_steps_inplace", "hard_swish_relu6",
+                                                   "hard_swish_relu6_inplace")}}

@@ -43,6 +43,31 @@ def hard_swish_inplace(x):
         x[k] = v * _clip01(t, zero, one)
 
 
+@numba.njit(inline="always", **_NJIT)
+def _relu6_swish(v, three, six, zero):
+    """x + 3, clipped to [0, 6] as numpy's clip loop (NaN kept), times x, / 6: each step rounded to x's type."""
+    t = v + three
+    if t == t:
+        t = t if t > zero else zero
+        t = t if t < six else six
+    t = v * t
+    return t / six
+
+
+@numba.njit(error_model="numpy", **_NJIT)
+def hard_swish_relu6(x, y):
+    three, six, zero = x.dtype.type(3.0), x.dtype.type(6.0), x.dtype.type(0.0)
+    for k in range(x.shape[0]):
+        y[k] = _relu6_swish(x[k], three, six, zero)
+
+
+@numba.njit(error_model="numpy", **_NJIT)
+def hard_swish_relu6_inplace(x):
+    three, six, zero = x.dtype.type(3.0), x.dtype.type(6.0), x.dtype.type(0.0)
+    for k in range(x.shape[0]):
+        x[k] = _relu6_swish(x[k], three, six, zero)
+
+
 @numba.njit(**_NJIT)
 def hard_sigmoid(x, y, alpha, beta):
     a, b = x.dtype.type(alpha), x.dtype.type(beta)
@@ -86,12 +111,13 @@ def bias_hard_act_inplace(y, bias, swish, alpha, beta):
                     row[k] = _clip01(u, zero, one)
 
 
-@numba.njit(**_NJIT)
+@numba.njit(error_model="numpy", **_NJIT)
 def bias_steps_inplace(y, bias, steps, res):
     # y + bias per channel (bias may be empty), then each step in order, in place on y [N, C, S]: code 1 clip to
-    # [alpha, beta] as numpy's clip loop (RELU is [0, inf]), code 2 + res (same shape as y): the numpy epilogue's
-    # passes (each rounded as numpy rounds it) as one pass per row
+    # [alpha, beta] as numpy's clip loop (RELU is [0, inf]), code 2 + res (same shape as y), code 3
+    # HARD_SWISH_RELU6: the numpy epilogue's passes (each rounded as numpy rounds it) as one pass per row
     t = y.dtype.type
+    three, six, zero = t(3.0), t(6.0), t(0.0)
     n_, c_n, s_n = y.shape
     has_bias = bias.shape[0] == c_n
     k_n = steps.shape[0]
@@ -111,6 +137,9 @@ def bias_steps_inplace(y, bias, steps, res):
                             v = v if v > lo else lo
                             v = v if v < hi else hi
                         row[k] = v
+                elif steps[s, 0] == 3.0:
+                    for k in range(s_n):
+                        row[k] = _relu6_swish(row[k], three, six, zero)
                 else:
                     r = res[n, c]
                     for k in range(s_n):

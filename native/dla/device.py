@@ -9,6 +9,7 @@ class DlaDevice(CpuDevice):
     calibrates_on = "cpu"         # the DLA's calibration statistics are the host's FP32 activations
     precisions = frozenset({Precision.FP16, Precision.INT8, Precision.FP32})   # FP32: layers left on the host
     fuses_squeeze_excite = False  # the DLA rules place the four layers one by one (native/dla/rules.py)
+    fuses_relu6_swish = False     # nor do they know a HARD_SWISH_RELU6 post-op
     fuses_bound_clip = False      # nor do they know a convolution's CLIP post-op from a max / min
     norm_post_ops = False
 

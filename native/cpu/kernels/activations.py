@@ -317,6 +317,20 @@ def _hard_swish(x, a, b, out):
     return np.multiply(x, t, out=out)
 
 
+def _hard_swish_relu6(x, a, b, out):
+    """x * relu6(x + 3) / 6 as a hand-written hard-swish computes it (x + 3, clip to [0, 6], times x, divided by 6,
+    each step rounded): the floats of that Pointwise chain, which the builder folds into a convolution as this
+    post-op on the CPU (passes/fusion_epilogue.py). Not HARD_SWISH (x * clip(x / 6 + 1/2, 0, 1): other roundings)."""
+    y = _one_pass("hard_swish_relu6", x, out)
+    if y is not None:
+        return y
+    t = x.dtype.type if x.dtype.kind == "f" else np.float32
+    s = np.add(x, t(3))
+    _clip_fast(s, 0.0, 6.0, s)
+    np.multiply(x, s, out=s)
+    return np.divide(s, t(6), out=out)
+
+
 def _mish(x, a, b, out):
     t = np.logaddexp(x, 0)
     np.tanh(t, out=t)
@@ -348,6 +362,7 @@ ACTIVATIONS = {
     "SOFTSIGN": _softsign, "SOFTPLUS": _softplus, "CLIP": _clip, "HARD_SIGMOID": _hard_sigmoid,
     "SCALED_TANH": _scaled_tanh, "THRESHOLDED_RELU": _thresholded_relu, "GELU_ERF": _gelu_erf,
     "GELU_TANH": _gelu_tanh, "SILU": _silu, "SWISH": _swish, "HARD_SWISH": _hard_swish, "MISH": _mish,
+    "HARD_SWISH_RELU6": _hard_swish_relu6,
     "CELU": _celu, "SHRINK": _shrink,
 }
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from backends.engine.builder.passes.attention_heads import fold_attention_heads
 from backends.engine.builder.passes.dead import eliminate_dead_layers
-from backends.engine.builder.passes.fusion_epilogue import fold_conv_scale, fuse_epilogues, fuse_norm_activation
+from backends.engine.builder.passes.fusion_epilogue import (fold_conv_scale, fold_relu6_swish, fuse_epilogues,
+                                                           fuse_norm_activation)
 from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
                                                           fuse_softmax, merge_parallel_gemms)
 from backends.engine.builder.passes.fusion_pool import move_activation_past_maxpool
@@ -36,6 +37,7 @@ PASSES = [
     ("shortcut convs into their residual conv", merge_shortcut_convs),
     ("squeeze-excite blocks", fuse_squeeze_excite),
     ("pointwise chains", fuse_pointwise),
+    ("hard-swish chains into their conv", fold_relu6_swish),
     ("reshape/transpose merging", merge_reshape_transpose),
     ("attention heads as strides", fold_attention_heads),
 ]

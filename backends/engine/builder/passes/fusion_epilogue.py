@@ -313,3 +313,68 @@ def _move_after_inputs(graph, node):
         graph.move_after(node, last)
     elif rest:
         graph.move_before(node, rest[0])
+
+
+def _is_const(weights, ref, value) -> bool:
+    """`ref` ("w:<key>") names a one-element float32 constant equal to `value`."""
+    if not ref.startswith("w:"):
+        return False
+    c = weights.get(ref[2:])
+    return isinstance(c, np.ndarray) and c.dtype == np.float32 and c.size == 1 and c.ndim <= 4 and \
+        float(c.reshape(-1)[0]) == value
+
+
+def is_relu6_swish(node) -> bool:
+    """A Pointwise layer computing x + 3, clipped to [0, 6], times x, / 6 of its one input (a hand-written
+    hard-swish: PaddleOCR's models hold 18-28 of them), in float32 constants."""
+    prog, w = node.params.get("program") or [], node.weights
+    if node.kind != "Pointwise" or len(prog) != 4 or len(node.inputs) != 1 or len(node.outputs) != 1:
+        return False
+    s0, s1, s2, s3 = prog
+    return (s0["op"] == "ElementWise" and s0["params"].get("op") == "SUM" and len(s0["args"]) == 2
+            and "in:0" in s0["args"] and _is_const(w, other_arg(s0["args"], "in:0"), 3.0)
+            and s1["op"] == "Activation" and s1["args"] == ["s:0"] and s1["params"].get("type") == "CLIP"
+            and s1["params"].get("alpha") == 0.0 and s1["params"].get("beta") == 6.0
+            and s2["op"] == "ElementWise" and s2["params"].get("op") == "PROD" and sorted(s2["args"]) == ["in:0", "s:1"]
+            and s3["op"] == "ElementWise" and s3["params"].get("op") == "DIV" and s3["args"][0] == "s:2"
+            and _is_const(w, s3["args"][1], 6.0))
+
+
+def other_arg(args, ref):
+    return args[1] if args[0] == ref else args[0]
+
+
+def _fp32_build(config) -> bool:
+    from backends.engine.builder.config import BuilderFlag
+    return not config.enabled_precisions() and not config.get_flag(BuilderFlag.TF32) and \
+        getattr(config, "qdq_emulation", None) is None
+
+
+def fold_relu6_swish(graph, config, logger) -> int:
+    """Convolution → Pointwise `x + 3, clip to [0, 6], times x, / 6` (a hand-written hard-swish, after the pointwise
+    chains are formed): the chain becomes the convolution's HARD_SWISH_RELU6 post-op, applied in place by the
+    convolution's epilogue (in the compiled depthwise loops' own epilogue), one layer and one pass over memory
+    fewer. Its floats are the chain's (native/cpu/kernels/activations.py). Only where the device declares
+    `fuses_relu6_swish` (the CPU) and in FP32 builds: the post-op has an FP32 implementation only."""
+    if not _device_can(config, "fuses_relu6_swish") or not _fp32_build(config):
+        return 0
+    view, count = View(graph), 0
+    for pw in list(graph.nodes):
+        if pw not in graph.nodes or not is_relu6_swish(pw):
+            continue
+        t = pw.inputs[0]
+        conv = view.prod.get(t)
+        if conv is None or conv.kind != "Convolution" or conv.params.get("integer") or len(conv.outputs) != 1 or \
+                view.sole_consumer(t) is not pw or view.dtype(t) != "float32" or not same_precision([conv, pw]) or \
+                any(n.meta.get("precision_constraint") is not None or n.meta.get("output_types") for n in (conv, pw)):
+            continue
+        step = {"op": "activation", "type": "HARD_SWISH_RELU6", "alpha": 0.0, "beta": 0.0}
+        conv.params = dict(conv.params, post_ops=list(conv.params.get("post_ops") or []) + [step])
+        graph.set_outputs(conv, pw.outputs)
+        conv.source_nodes = list(conv.source_nodes or [conv.name]) + list(pw.source_nodes or [pw.name])
+        logger.verbose(f"fusion: convolution '{conv.name}' + hard-swish chain '{pw.name}' (HARD_SWISH_RELU6)")
+        conv.name = f"{conv.name} + {pw.name}"
+        graph.erase(pw)
+        view.refresh()
+        count += 1
+    return count

@@ -19,7 +19,7 @@ _JIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # output rows at least this wide run jit.depthwise_planes (its per-tap cost amortised over the row: PaddleOCR's
 # [C, 2-24, 96] maps 1.2-2x faster than the padded-input loop; 7-28-wide maps slower, so they keep it)
 PLANES_MIN_WIDTH = 48
-_ACT_CODES = {"RELU": 1, "HARD_SWISH": 2}
+_ACT_CODES = {"RELU": 1, "HARD_SWISH": 2, "HARD_SWISH_RELU6": 3}
 
 
 def _epilogue_code(op):

@@ -30,7 +30,7 @@ _JIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _NO_BIAS = {d: np.empty(0, d) for d in _JIT_DTYPES}
 
 
-_ACT_CODES = {None: 0, "RELU": 1, "HARD_SWISH": 2}   # what depthwise_cl_rows_nchw applies itself
+_ACT_CODES = {None: 0, "RELU": 1, "HARD_SWISH": 2, "HARD_SWISH_RELU6": 3}   # what depthwise_cl_rows_nchw applies itself
 
 
 def epilogue_code(op):
@@ -39,7 +39,7 @@ def epilogue_code(op):
     steps = op.params.get("post_ops") or ()
     if not steps:
         return 0
-    if len(steps) == 1 and steps[0]["op"] == "activation" and steps[0]["type"] in ("RELU", "HARD_SWISH"):
+    if len(steps) == 1 and steps[0]["op"] == "activation" and steps[0]["type"] in _ACT_CODES:
         return _ACT_CODES[steps[0]["type"]]
     return None
 

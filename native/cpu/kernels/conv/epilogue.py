@@ -113,7 +113,7 @@ _EMPTY3 = {d: np.empty((0, 0, 0), d) for d in _ONE_PASS_DTYPES}
 
 
 def _bias_and_steps(yr, bias, steps, inputs, sel):
-    """bias, then RELU / CLIP and residual-add post-ops, as one compiled pass in place on y[sel] (native/cpu/jit.py
+    """bias, then RELU / CLIP / HARD_SWISH_RELU6 and residual-add post-ops, as one compiled pass in place on y[sel] (native/cpu/jit.py
     `bias_steps_inplace`: the numpy passes' floats): True when done, False where numba is absent, a step is another
     kind, or the arrays do not fit (then the numpy passes run)."""
     if type(yr) is not np.ndarray or yr.dtype not in _ONE_PASS_DTYPES or yr.ndim < 2 or not yr.flags.c_contiguous \
@@ -130,6 +130,8 @@ def _bias_and_steps(yr, bias, steps, inputs, sel):
                     v in (-np.inf, np.inf) or abs(v) < 3e38 for v in (lo, hi)):   # as activations._clip's fast path
                 return False
             rows.append((1.0, float(lo), float(hi)))
+        elif kind == "activation" and st["type"] == "HARD_SWISH_RELU6":
+            rows.append((3.0, 0.0, 0.0))
         elif kind == "add" and res is None:
             r = inputs[st["input"]]
             if type(r) is not np.ndarray:
