@@ -4,15 +4,20 @@ from __future__ import annotations
 from debugkit.cli import _args
 
 
-def add_search_args(parser, default_log: str):
-    g = parser.add_argument_group("search")
+def add_executor_args(g, what: str = "independent probes"):
+    """--workers N|auto and --ray ADDRESS|auto on the argument group `g` (every command that spreads work)."""
     g.add_argument("--workers", type=_workers_arg, default=1, metavar="N|auto",
-                   help="evaluate independent probes in N local processes (default 1: in this process); auto: one "
+                   help=f"evaluate {what} in N local processes (default 1: in this process); auto: one "
                         "per core, or with --device cuda one per visible GPU (each worker owns one GPU). A worker "
-                        "that dies is restarted and its probe run again")
+                        "that dies is restarted and its work run again")
     g.add_argument("--ray", metavar="ADDRESS|auto", default=None,
-                   help="evaluate probes as tasks on a Ray cluster (pip install 'debugkit[ray]'); "
+                   help=f"evaluate {what} on a Ray cluster (pip install 'debugkit[ray]'); "
                         "auto joins a running cluster or starts a local one")
+    return g
+
+
+def add_search_args(parser, default_log: str):
+    g = add_executor_args(parser.add_argument_group("search"))
     g.add_argument("--log", default=default_log, metavar="FILE.jsonl",
                    help=f"probe log, one JSON line per probe (default {default_log})")
     g.add_argument("--resume", action="store_true",

@@ -6,6 +6,8 @@ The check is an in-process comparison against ONNX Runtime (--compare-onnxrt, th
 """
 from __future__ import annotations
 
+import os
+
 from debugkit.cli import _debug_common as common
 from native.errors import UsageError
 
@@ -24,6 +26,8 @@ def register(subparsers):
     options.add_outputs(p, "artifacts_dir", artifacts_dir={
         "default": "debug_build_artifacts", "help": "where good/ and bad/ go (default debug_build_artifacts)"})
     p.add_argument("--save-plans", action="store_true", help="keep every build's plan beside its replay file")
+    from debugkit.cli import _search_args
+    _search_args.add_executor_args(p.add_argument_group("workers"), "the builds (each builds and checks one)")
     common.add_check_args(p)
     p.set_defaults(func=run)
 
@@ -57,6 +61,7 @@ def run(args) -> int:
             plan = serialize_plan(graph, make_config())
         return graph, doc, plan
 
+    compare = None
     if args.check:
         check = command_check(args.check)
     else:
@@ -70,10 +75,18 @@ def run(args) -> int:
             def check(graph, plan_path, replay_path):
                 return compare(graph)
         else:
-            check = GraphCheck(feeds, onnxrt_outputs(args.model, feeds), CompareOptions.from_options(opts.compare),
-                               args.device)
+            check = compare = GraphCheck(feeds, onnxrt_outputs(args.model, feeds),
+                                         CompareOptions.from_options(opts.compare), args.device)
     loop = BuildLoop(build, check, args.artifacts_dir, until, args.save_plans)
-    results = loop.run(args.max_iterations)
+    if args.timing_cache:   # the workers' builds time what the file lacked: saved with the rest below
+        loop.on_timings = lambda timings: [make_config.cache.entries.setdefault(k, v) for k, v in timings.items()]
+    from debugkit.cli import _search_args
+    with _search_args.make_executor(args) as ex:
+        if type(ex).__name__ == "InlineExecutor":
+            results = loop.run(args.max_iterations)
+        else:
+            results = loop.run_on(ex, _iteration(args, opts, feeds, ex, compare if not args.check else None,
+                                                 make_config), args.max_iterations)
     make_config.save()
     good = sum(r["result"] == "good" for r in results)
     bad = len(results) - good
@@ -86,6 +99,23 @@ def run(args) -> int:
     verdict.fingerprint = opts.fingerprint()
     print(verdict.headline())
     return verdict.exit_code   # one rule for debug build and repeat: 0 only when every build passed (docs/run.md)
+
+
+def _iteration(args, opts, feeds, ex, compare, make_config):
+    """The picklable iteration the workers run (debugkit.debug.build.BuildIteration): the build options without
+    the replay files (the search makes its own), the --timing-cache file's timings when one was given (each build
+    starts from them; what the builds time is merged back and saved), the model's bytes when the workers may not
+    see this machine's files (Ray)."""
+    from debugkit.debug.build import BuildIteration
+    timings = dict(make_config.cache.entries) if args.timing_cache else None
+    it = BuildIteration(os.path.abspath(args.model),
+                        opts.build.replace(load_tactics=None, save_tactics=None, timing_cache=None), opts.data,
+                        opts.fingerprint(), feeds, check=compare, check_cmd=args.check,
+                        save_plans=args.save_plans, timings=timings)
+    if getattr(ex, "remote", False):
+        from backends.runners import load_onnx
+        it.ship(load_onnx(args.model))
+    return it
 
 
 def _fresh(make_config, args):

@@ -37,11 +37,14 @@ class BuildLoop:
             return not passed
         return i + 1 >= int(self.until)
 
-    def run(self, max_iterations=100) -> list:
-        from backends.engine.builder.tactic_replay import save_replay
+    def _limit(self, max_iterations) -> int:
         for sub in ("good", "bad"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
-        limit = int(self.until) if str(self.until).isdigit() else max_iterations
+        return int(self.until) if str(self.until).isdigit() else max_iterations
+
+    def run(self, max_iterations=100) -> list:
+        from backends.engine.builder.tactic_replay import save_replay
+        limit = self._limit(max_iterations)
         with search_scope(), progress(total=limit, desc="debug build", unit="build", outer=True) as bar:
             for i in range(limit):
                 t0 = time.perf_counter()
@@ -53,8 +56,7 @@ class BuildLoop:
                     plan_path = os.path.join(self.dir, "current.plan")
                     write_bytes(plan_path, plan, "plan")
                 checked = self.check(graph, plan_path, replay)
-                passed, detail = checked[0], checked[1]
-                verdict = checked[2] if len(checked) > 2 else None
+                passed = checked[0]
                 pile = "good" if passed else "bad"
                 name = f"iter{i:03d}"
                 # complete files (written by the output module above) filed into good/ or bad/ by a rename
@@ -64,16 +66,116 @@ class BuildLoop:
                         os.replace(plan_path, os.path.join(self.dir, pile, f"{name}.plan"))
                     else:
                         os.remove(plan_path)
-                self.results.append({"iteration": i, "result": pile, "detail": detail,
-                                     "seconds": round(time.perf_counter() - t0, 3),
-                                     **({"verdict": verdict} if verdict is not None else {})})
-                G_LOGGER.info(f"build {i}: {pile.upper()} ({detail})")
-                bar.update(1)
-                bar.set_postfix_str(f"good {sum(r['result'] == 'good' for r in self.results)} "
-                                    f"bad {sum(r['result'] == 'bad' for r in self.results)}")
+                self._record(i, checked, time.perf_counter() - t0, bar)
                 if self._done(passed, i):
                     break
         return self.results
+
+    def run_on(self, executor, iteration, max_iterations=100) -> list:
+        """The builds on `executor`'s workers, as many at once as it has (BuildIteration: each builds and checks
+        where it runs; the replay documents and plans come back and are filed here). The answer is the serial
+        loop's: the builds are filed in order, and the loop stops where a serial run would, so the builds of the
+        last batch after that one (started speculatively) are not filed."""
+        from backends.engine.builder.tactic_replay import save_replay
+        limit = self._limit(max_iterations)
+        width = max(1, int(getattr(executor, "workers", 1)))
+        with search_scope(), progress(total=limit, desc="debug build", unit="build", outer=True) as bar:
+            i = 0
+            while i < limit:
+                batch = list(range(i, min(limit, i + width)))
+                for k, r in zip(batch, executor.map(iteration, batch)):
+                    pile = "good" if r["passed"] else "bad"
+                    save_replay(r["doc"], os.path.join(self.dir, pile, f"iter{k:03d}_tactics.json"))
+                    if self.save_plans and r.get("plan") is not None:
+                        write_bytes(os.path.join(self.dir, pile, f"iter{k:03d}.plan"), r["plan"], "plan")
+                    if self.on_timings is not None and r.get("timings"):
+                        self.on_timings(r["timings"])
+                    self._record(k, (r["passed"], r["detail"], r.get("verdict")), r["seconds"], bar)
+                    if self._done(r["passed"], k):
+                        if k < batch[-1]:
+                            G_LOGGER.info(f"builds {k + 1}..{batch[-1]} ran beside build {k}, past where the loop "
+                                          f"stops: not filed")
+                        return self.results
+                i += len(batch)
+        return self.results
+
+    on_timings = None   # run_on: called with the timings each worker's build measured (the --timing-cache merge)
+
+    def _record(self, i, checked, seconds, bar):
+        passed, detail = checked[0], checked[1]
+        verdict = checked[2] if len(checked) > 2 else None
+        pile = "good" if passed else "bad"
+        self.results.append({"iteration": i, "result": pile, "detail": detail, "seconds": round(seconds, 3),
+                             **({"verdict": verdict} if verdict is not None else {})})
+        G_LOGGER.info(f"build {i}: {pile.upper()} ({detail})")
+        bar.update(1)
+        bar.set_postfix_str(f"good {sum(r['result'] == 'good' for r in self.results)} "
+                            f"bad {sum(r['result'] == 'bad' for r in self.results)}")
+
+
+class BuildIteration:
+    """One `debug build` iteration where a worker runs it (picklable): a fresh build of the model with the
+    command's build options (fresh tactic timing, or from the --timing-cache file's timings when they came along),
+    checked there by `check` (GraphCheck or OutputCheck, in process) or by the command `check_cmd`. Returns what
+    the search process files: {"doc": the replay document, "plan": its bytes (save_plans), "passed", "detail",
+    "verdict", "seconds", "timings": what this build timed}."""
+
+    def __init__(self, model_path, build, data, fingerprint, feeds, *, check=None, check_cmd=None,
+                 save_plans=False, timings=None):
+        self.model_path, self.build, self.data, self.fingerprint = model_path, build, data, fingerprint
+        self.feeds, self.check, self.check_cmd = feeds, check, check_cmd
+        self.save_plans, self.timings = save_plans, dict(timings or {})
+        self.model_bytes = self.model_key = None
+
+    def ship(self, model):
+        """Carry the model's bytes (workers on other nodes): written once per worker into its scratch directory."""
+        import hashlib
+        self.model_bytes = model.SerializeToString()
+        self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
+        self.model_path = os.path.basename(self.model_path)
+        return self
+
+    def _model_file(self) -> str:
+        if self.model_bytes is None:
+            return self.model_path
+        from debugkit.debug.executor import worker_model_file
+        return worker_model_file(self.model_key, self.model_path, self.model_bytes)
+
+    def __call__(self, iteration: int) -> dict:
+        import shutil
+        import tempfile
+
+        from backends.engine.builder import TimingCache
+        from backends.engine.builder.tactic_replay import save_replay
+        from backends.engine.plan import serialize_plan
+        from debugkit.debug.tactics import TacticBuilds
+        t0 = time.perf_counter()
+        path = self._model_file()
+        made = {}
+
+        def make_config(unrestricted=False):
+            config = self.build.builder_config(data=self.data, model_path=path, fingerprint=self.fingerprint)
+            config.timing_cache = made.setdefault("cache", TimingCache(dict(self.timings)))
+            config.algorithm_selector = None
+            made["config"] = config
+            return config
+        graph, doc = TacticBuilds(path, make_config, self.feeds[0], self.build.shape_ranges()).build()
+        plan = serialize_plan(graph, made["config"]) if self.save_plans or self.check_cmd else None
+        if self.check_cmd:
+            scratch = tempfile.mkdtemp(prefix=f"debugkit_build_pid{os.getpid()}_")
+            try:
+                replay, plan_path = os.path.join(scratch, "tactics.json"), os.path.join(scratch, "build.plan")
+                save_replay(doc, replay)
+                write_bytes(plan_path, plan, "plan")
+                checked = command_check(self.check_cmd)(graph, plan_path, replay)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            checked = self.check(graph)
+        timings = {k: v for k, v in made["cache"].entries.items() if k not in self.timings}
+        return {"doc": doc, "plan": plan if self.save_plans else None, "passed": bool(checked[0]),
+                "detail": checked[1], "verdict": checked[2] if len(checked) > 2 else None,
+                "seconds": time.perf_counter() - t0, "timings": timings}
 
 
 class GraphCheck:

@@ -113,3 +113,41 @@ def test_debug_build_in_fp16_judges_by_the_reduced_precision_default(model, caps
     assert main(["debug", "build", model, "--fp16", "--until", "1", "--artifacts-dir", "B", "--atol", "1e-7",
                  "--rtol", "0", "-q"]) == 1   # issue 21's exit rule: 0 only when every build passed
     assert "0 good, 1 bad" in capsys.readouterr().out
+
+
+def test_debug_build_on_workers_files_what_the_serial_loop_files(model, monkeypatch, capsys):
+    """--workers 2: the builds run two at a time on worker processes, each built and checked there; the search
+    process files them in order and stops where the serial loop stops, so the build that ran beside the first bad
+    one is not filed; plans and --timing-cache timings come back from the workers."""
+    monkeypatch.setenv("DEBUGKIT_FAULTY", "faulty-conv:cin=24")
+    common = ["debug", "build", model, "--tactics-module", FAULTY, "--tactic-sources", "faulty-conv",
+              "--tactic-heuristic", "-q"]
+    assert main(common + ["--until", "bad", "--artifacts-dir", "S"]) == 1
+    assert main(common + ["--until", "bad", "--artifacts-dir", "W", "--workers", "2"]) == 1
+    for d in ("S", "W"):
+        assert os.listdir(f"{d}/good") == [] and os.listdir(f"{d}/bad") == ["iter000_tactics.json"]
+        assert json.load(open(f"{d}/bad/iter000_tactics.json"))["layers"]["conv2 + relu2"]["tactic"] == "faulty-conv"
+    # every build bad, --until good: the loop gives up after --max-iterations, batch by batch
+    assert main(common + ["--until", "good", "--max-iterations", "3", "--artifacts-dir", "M", "--workers", "2"]) == 1
+    assert sorted(os.listdir("M/bad")) == [f"iter00{i}_tactics.json" for i in range(3)]
+    assert "3 build(s): 0 good, 3 bad" in capsys.readouterr().out
+    monkeypatch.delenv("DEBUGKIT_FAULTY")
+    assert main(["debug", "build", model, "--until", "3", "--workers", "2", "--save-plans", "--artifacts-dir", "P",
+                 "--timing-cache", "tc.json", "-q"]) == 0
+    assert sorted(os.listdir("P/good")) == sorted([f"iter00{i}_tactics.json" for i in range(3)] +
+                                                  [f"iter00{i}.plan" for i in range(3)])
+    from backends.engine.plan import deserialize_plan
+    graph = deserialize_plan(open("P/good/iter001.plan", "rb").read())[1]
+    assert [n.name for n in graph.nodes] and os.listdir("P/bad") == []
+    assert json.load(open("tc.json"))   # the workers' timings, merged and saved here
+
+
+def test_debug_build_on_workers_with_a_check_command(model, capsys):
+    """--check CMD on workers: each worker writes its build's plan and replay to a scratch directory of its own and
+    runs the command on them there; its exit status sorts the build."""
+    import sys
+    probe = "import json, os, sys; sys.exit(0 if os.path.getsize(sys.argv[1]) > 0 and json.load(open(sys.argv[2]))['layers'] else 1)"
+    assert main(["debug", "build", model, "--until", "2", "--workers", "2", "--artifacts-dir", "C", "-q",
+                 "--check", f"{sys.executable} -c \"{probe}\" {{plan}} {{tactics}}"]) == 0
+    assert sorted(os.listdir("C/good")) == ["iter000_tactics.json", "iter001_tactics.json"]
+    assert "2 build(s): 2 good, 0 bad" in capsys.readouterr().out
