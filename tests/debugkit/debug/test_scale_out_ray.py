@@ -168,6 +168,24 @@ def test_repeat_on_ray_without_the_drivers_files(cluster, tmp_path, monkeypatch)
     assert left == [] and not os.path.exists(os.path.join(cluster["cwd"], "arts"))
 
 
+def test_debug_build_on_ray_without_the_drivers_files(cluster, tmp_path, monkeypatch):
+    """debug build --ray: each build gets the model's bytes, builds and checks on its actor, and its replay file and
+    plan come back into --artifacts-dir on the driver; no plan is left on the workers."""
+    import onnx
+
+    from debugkit.cli.main import main
+    from tests.debugkit.conftest import chain_model
+    onnx.save(chain_model(), tmp_path / "chain.onnx")
+    monkeypatch.chdir(tmp_path)
+    assert main(["debug", "build", "chain.onnx", "--until", "2", "--ray", "auto", "--artifacts-dir", "arts",
+                 "--save-plans", "--input-shapes", "x:[2,4]", "-q"]) == 0
+    assert sorted(os.listdir(tmp_path / "arts" / "good")) == ["iter000.plan", "iter000_tactics.json",
+                                                                "iter001.plan", "iter001_tactics.json"]
+    assert (tmp_path / "arts" / "good" / "iter001.plan").read_bytes()[:6] == b"DKPLAN"
+    left = [f for _, _, files in os.walk(cluster["tmp"]) for f in files if f.endswith(".plan")]
+    assert left == [] and not os.path.exists(os.path.join(cluster["cwd"], "arts"))
+
+
 class _Square:
     """A probe object whose items 3 raise: the first error in item order surfaces, as in a serial run."""
 
