@@ -46,10 +46,23 @@ class _Timed:
         return r, time.perf_counter() - t0
 
 
+def probe_workers(executor):
+    """The workers (slots) that take probes beside this process, or None for all of them. Where this process
+    probes too (`driver_slot`: local workers with a GPU each), a worker on this process's GPU does not: cold, its
+    first probes cost it several of this process's, and its builds slow this process's own (measured on 2 H200s,
+    docs/scale-out.md); it still probes where every worker shares this process's GPU."""
+    if not getattr(executor, "driver_slot", False):
+        return None
+    off = executor.off_caller_gpu()
+    return off if off and len(off) < int(getattr(executor, "workers", 1)) else None
+
+
 def probe_slots(executor) -> int:
-    """How many probes a search evaluates at once on `executor`: its workers, plus one where this process takes a
-    probe of each batch itself (`driver_slot`: local workers with a GPU each, see LocalExecutor)."""
-    return max(1, int(getattr(executor, "workers", 1))) + (1 if getattr(executor, "driver_slot", False) else 0)
+    """How many probes a search evaluates at once on `executor`: its probing workers (probe_workers), plus one
+    where this process takes probes itself (`driver_slot`: local workers with a GPU each, see LocalExecutor)."""
+    some = probe_workers(executor)
+    n = len(some) if some is not None else max(1, int(getattr(executor, "workers", 1)))
+    return n + (1 if getattr(executor, "driver_slot", False) else 0)
 
 
 class _Failure:
@@ -92,7 +105,7 @@ def _map_with_driver(executor, fn, items) -> list:
 
     def rest():
         try:
-            box["out"] = executor.map(_Caught(fn), items, claim=claim)
+            box["out"] = executor.map(_Caught(fn), items, slots=probe_workers(executor), claim=claim)
         except BaseException as e:   # a worker lost for good: raised below
             box["error"] = e
     t = threading.Thread(target=rest, name="probes on the workers", daemon=True)
@@ -200,6 +213,19 @@ class Prober:
             self.critical_s += max(cost for _, cost in outs)
             self.probe_s += sum(cost for _, cost in outs)
             for c, (result, cost) in zip(todo, outs):
+                self.add(c, result, cost)
+        return [_truth(self.known(c)[1]) for c in candidates]
+
+    def here(self, candidates) -> list[bool]:
+        """Answers for the candidates, the unknown ones evaluated in this process one after another, without the
+        executor (debug precision: while its workers rank the layers). Each is a round of its own."""
+        timed = _Timed(self.fails)
+        for c in candidates:
+            if not self.known(c)[0]:
+                result, cost = timed(c)
+                self.rounds += 1
+                self.critical_s += cost
+                self.probe_s += cost
                 self.add(c, result, cost)
         return [_truth(self.known(c)[1]) for c in candidates]
 

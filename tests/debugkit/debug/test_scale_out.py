@@ -548,7 +548,8 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     assert [rec["result"].get("here") for rec in log if rec["artifact"] == every] == [os.getpid()]
     assert [rec["result"]["hit"] for rec in log if rec["artifact"] == []] == [False]
     assert b["overflow_guess"] == s["overflow_guess"] == {"layers": len(must), "confirmed": True}
-    assert b["critical_path"]["rounds"] == 1 and b["probes"] == 2 + len(must)   # the empty set: the base build
+    # the all-higher probe here while the workers finish the ranking, then one batch: the guess's confirmation
+    assert b["critical_path"]["rounds"] == 2 and b["probes"] == 2 + len(must)   # the empty set: the base build
     assert [rec["result"]["hit"] for rec in log if isinstance(rec["artifact"], list) and len(rec["artifact"]) ==
             len(must) - 1 and set(rec["artifact"]) < set(must)] == [False] * len(must)
     # with every worker free (the base build times nothing: a --timing-cache file holds its timings) the
@@ -635,3 +636,32 @@ class FailsFrom2:
         if x >= 2:
             raise ValueError(f"bad {x}")
         return False
+
+
+def test_gpu_workers_off_the_search_gpu_make_their_own_base_build_first(tmp_path, planted, monkeypatch):
+    """GPU workers, forced on the CPU pool with worker 1 "off this process's GPU": worker 1 makes the search's base
+    build itself while this process computes the reference and makes its own, then ranks the layers beside it;
+    worker 0 (on this process's GPU) takes no probe, so probes run two at a time (this process and worker 1); the
+    answer and the ranking's order are the serial search's."""
+    from debugkit.cli.main import main
+    from debugkit.debug import executor as E
+    model, must = planted
+    common = ["debug", "precision", model, "--fp16", "--atol", "1e-2"]
+    serial, gpus = tmp_path / "s.json", tmp_path / "g.json"
+    assert main(common + ["-o", str(serial)]) == 0
+    init = E.LocalExecutor.__init__
+
+    def gpu_like(self, *a, **k):
+        init(self, *a, **k)
+        self.own_gpus = self.driver_slot = True
+    monkeypatch.setattr(E.LocalExecutor, "__init__", gpu_like)
+    monkeypatch.setattr(E.LocalExecutor, "off_caller_gpu", lambda self: [1])
+    assert main(common + ["--workers", "2", "-o", str(gpus)]) == 0
+    s, g = json.loads(serial.read_text()), json.loads(gpus.read_text())
+    assert sorted(g["layer_precisions"]) == sorted(s["layer_precisions"]) == must
+    assert g["workers_base_builds"]["workers"] == [1] and g["workers_base_builds"]["seconds"] > 0
+    assert s["workers_base_builds"] is None
+    assert g["probe_slots"] == 2 and g["beside_base_build"]["workers"] == [1]
+    rank = [json.loads((tmp_path / f"{n}_sensitivity.json").read_text()) for n in ("s", "g")]
+    assert [r["layer"] for r in rank[0]] == [r["layer"] for r in rank[1]]
+    assert g["overflow_guess"] == {"layers": len(must), "confirmed": True}
