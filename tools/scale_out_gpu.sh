@@ -68,6 +68,10 @@ run() {   # run PHASE WORKERS [extra flags]
   grep -E "must run in|probe\(s\) in|spread over" "$out/${phase}_$w.log" | head -3
   echo "phase=$phase workers=$w rc=$rc wall_s=$($py -c "print(round($t1 - $t0, 1))")" | tee -a "$out/times.txt"
 }
+# WARMUP=1: one untimed one-worker search first. A machine's first CUDA search also pays for loading the CUDA
+# libraries' files and kernels (37.5 s against 28.6 s for the same search run second, 2x H200, 2026-11-28), which
+# would flatter whichever run of the pair comes later.
+[ "${WARMUP:-0}" = 1 ] && run warmup 1
 [ "${COLD1:-1}" = 1 ] && run cold 1   # COLD1=0 skips it (a short device budget: compare with an earlier run)
 run cold "$many" --timing-cache "$work/search.cache"
 if [ "${WARM:-1}" = 1 ] && [ -f "$work/search.cache" ]; then
@@ -128,7 +132,8 @@ for phase in ("cold", "warm"):
     print(f"{phase}: 1 worker {t[phase, '1'][1]:.1f} s, {b['workers']} workers {t[phase, many][1]:.1f} s: "
           f"{speed:.2f}x (target >= {target:.2f}x: {'met' if speed >= target else 'NOT met'}); critical path "
           f"{b['critical_path']}; probes at once {b.get('probe_slots')}; beside the base build "
-          f"{b.get('beside_base_build')}; base timing shared {b.get('base_timing_shared')}")
+          f"{b.get('beside_base_build')}; workers' own base builds {b.get('workers_base_builds')}; base timing "
+          f"shared {b.get('base_timing_shared')}")
 if ("ray", "auto") in t:
     p = f"{out}/ray_auto.json"
     r = json.load(open(p)) if os.path.exists(p) else None
