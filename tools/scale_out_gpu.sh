@@ -132,8 +132,7 @@ for phase in ("cold", "warm"):
     print(f"{phase}: 1 worker {t[phase, '1'][1]:.1f} s, {b['workers']} workers {t[phase, many][1]:.1f} s: "
           f"{speed:.2f}x (target >= {target:.2f}x: {'met' if speed >= target else 'NOT met'}); critical path "
           f"{b['critical_path']}; probes at once {b.get('probe_slots')}; beside the base build "
-          f"{b.get('beside_base_build')}; workers' own base builds {b.get('workers_base_builds')}; base timing "
-          f"shared {b.get('base_timing_shared')}")
+          f"{b.get('beside_base_build')}; base timing shared {b.get('base_timing_shared')}")
 if ("ray", "auto") in t:
     p = f"{out}/ray_auto.json"
     r = json.load(open(p)) if os.path.exists(p) else None

@@ -98,7 +98,6 @@ def _search(P, args, opts, command, options, ex) -> int:
     get_device(args.device).warm_up()   # its context and kernel compiles beside the reference run
     model = load_onnx(args.model)
     feeds = _search_args.generated_feeds(args, model)
-    warm = _WarmWorkers.start(P, args, opts, command or options, model, feeds, ex)
     if args.reference is None:
         args.reference = "onnxrt" if _have_onnxruntime() else "fp64"
     outputs = [o.name for o in model.graph.output]
@@ -133,8 +132,6 @@ def _search(P, args, opts, command, options, ex) -> int:
             os.remove(calib["cache"])   # a stale cache of an earlier search would silently fix the scales
     probe_fn = P.PrecisionProbe(args.model, feeds, reference, command or options, args.low, args.higher,
                                 extra_flags=_extra_flags(args), calib=calib, device=args.device, build=opts.build)
-    if warm is not None:
-        probe_fn.shipped_as(warm.join_shipped()).ship(model)
     t0 = time.perf_counter()
     bound = P.build_bound(len(layers))
     workers = probe_slots(ex)
@@ -156,13 +153,10 @@ def _search(P, args, opts, command, options, ex) -> int:
         slots = P.beside_base(ex, shared, seeded) if args.mode == "minimal" else None
         if slots:
             probe_fn.ship(model)
-            early = _Alongside(P, prober, sub, layers, args, ex, search_id, calib, opts.build, log, slots,
-                               after=warm).start()
+            early = _Alongside(P, prober, sub, layers, args, ex, search_id, calib, opts.build, log, slots).start()
         low_values = _base_run(P, probe_fn, args)
         base_s = time.perf_counter() - t0
         bar.step()
-        if warm is not None and early is None:   # the pool is free for the probes once the workers' builds end
-            warm.join()
         if type(ex).__name__ != "InlineExecutor":   # workers get the model's bytes, never a path of ours (and the
             probe_fn.ship(model)                   # timings the base build measured)
         empty = None if prober.known([])[0] else probe_fn.empty_set_answer(low_values)
@@ -237,7 +231,6 @@ def _search(P, args, opts, command, options, ex) -> int:
               "base_builds": 1, "layer_runs": len(rows), "ranking_builds": rank_builds,
               "base_s": round(base_s, 2), "ranking_s": round(rank_s, 2), "base_timing_shared": shared,
               "beside_base_build": None if early is None else early.summary(), "overflow_guess": overflow,
-              "workers_base_builds": None if warm is None else warm.summary(),
               "work": {"done": bar.done, "first_bound": bar.bar.first_total, "max_bound": bar.bar.max_total},
               "tactics_replayed": probe_fn.replay is not None,
               "options_fingerprint": opts.fingerprint(), "critical_path": prober.critical_path(), **extra}
@@ -394,9 +387,8 @@ class _Alongside:
     {"errors": {layer: alone error}, "seconds", "builds"} (None for the errors when the probe log replays the
     ranking)."""
 
-    def __init__(self, P, prober, sub, layers, args, ex, search_id, calib, build, log, slots, after=None):
+    def __init__(self, P, prober, sub, layers, args, ex, search_id, calib, build, log, slots):
         self.prober, self.layers, self.ex, self.slots = prober, list(layers), ex, list(slots)
-        self.after = after   # _WarmWorkers whose map runs first (one map at a time on the pool)
         # the all-higher probe goes along only where every worker is free: a worker that is cold in the higher
         # precision builds it in ~3x the time this process does after its base build (10 s against 3.4 s on a
         # 368-layer ResNet), and on the one worker off this process's GPU it would hold up the ranking
@@ -428,8 +420,6 @@ class _Alongside:
                 "seconds": round(self.seconds, 2)}
 
     def _run(self):
-        if self.after is not None:
-            self.after.join()
         t0 = time.perf_counter()
         try:
             self.out = self.ex.map(self.work, self.items, slots=self.slots)
@@ -455,66 +445,6 @@ class _Alongside:
                 bar.step()
         return {"errors": {lab: errors[lab] for lab in self.layers}, "seconds": round(self.seconds, 2),
                 "builds": len(self.chunks)}
-
-
-class _WarmWorkers:
-    """The GPU workers off this process's GPU make the search's base build on their own GPUs (P.WarmBase) while
-    this process computes the reference and makes its own: their later probes and ranking then find the parsed
-    model, the passes' prefix, timings, packed weights, plans and kernels ready. Only for a minimal-mode search on
-    local GPU workers (workers sharing this process's GPU would skew its tactic timing), with no external --check
-    command and no INT8 calibration (calibrated once, by this process). One thread: ships the model, then one map."""
-
-    def __init__(self, P, args, opts, options, model, feeds, ex, slots):
-        self.probe = P.PrecisionProbe(args.model, feeds, None, options, args.low, args.higher,
-                                      extra_flags=_extra_flags(args), device=args.device, build=opts.build)
-        self.P, self.model, self.ex, self.slots = P, model, ex, slots
-        self.shipped, self.seconds, self.error = None, None, None
-        import threading
-        self.shipped_event = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="debug precision: workers' base builds", daemon=True)
-
-    @classmethod
-    def start(cls, P, args, opts, options, model, feeds, ex):
-        from debugkit.debug.checks import CommandCheck
-        if args.mode != "minimal" or args.low == "int8" or isinstance(options, CommandCheck) or \
-                args.share_base_timing or not getattr(ex, "own_gpus", False):
-            return None
-        slots = ex.off_caller_gpu()
-        if not slots:
-            return None
-        self = cls(P, args, opts, options, model, feeds, ex, slots)
-        G_LOGGER.info(f"{len(slots)} GPU worker(s) off this process's GPU make the base build on their own GPU "
-                      f"meanwhile, so that their probes start warm")
-        self.thread.start()
-        return self
-
-    def _run(self):
-        try:
-            self.probe.ship(self.model)
-        finally:
-            self.shipped_event.set()
-        t0 = time.perf_counter()
-        try:
-            self.ex.map(self.P.WarmBase(self.probe), list(self.slots), slots=self.slots)
-        except Exception as e:   # best effort: a worker that could not warm up builds cold at its first probe
-            self.error = e
-        self.seconds = time.perf_counter() - t0
-
-    def summary(self) -> dict:
-        """For the answer file: which workers made their own base build, and how long that took."""
-        return {"workers": list(self.slots), "seconds": None if self.seconds is None else round(self.seconds, 2)}
-
-    def join_shipped(self):
-        """The probe that carries the model's bytes (shipped on the thread)."""
-        self.shipped_event.wait()
-        return self.probe
-
-    def join(self):
-        self.thread.join()
-        if self.error is not None:
-            G_LOGGER.warning(f"the GPU workers' base builds failed ({str(self.error).splitlines()[0][:200]}); "
-                             f"their first probes build cold")
-            self.error = None
 
 
 def _ranking(P, sub, layers, low_values, args, ex, search_id, calib=None, bar=None, build=None, log=None,

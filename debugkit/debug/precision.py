@@ -183,11 +183,6 @@ class PrecisionProbe:
             self.model_path = os.path.basename(self.model_path)
         return self
 
-    def shipped_as(self, other: "PrecisionProbe"):
-        """Carry the model bytes `other` was shipped with (no second serialisation of the model), then ship()."""
-        self.model_bytes, self.model_key, self.model_path = other.model_bytes, other.model_key, other.model_path
-        return self
-
     def model_source(self):
         """What a runner is built from: the model's bytes when shipped, else its path."""
         return self.model_bytes if self.model_bytes is not None else self.model_path
@@ -281,7 +276,7 @@ class PrecisionProbe:
         if profile is not None:
             config.add_optimization_profile(profile)
         memo = self._prefix
-        if self.model_key is not None:   # a worker's probes of one search share it (WarmBase made it first)
+        if self.model_key is not None:   # a worker's probe objects of one search (one per map) share it
             from debugkit.debug.executor import WorkerCache
             memo = self._prefix = WorkerCache.get(("prefix", self.model_key, self.low, self.higher),
                                                   lambda: self._prefix)
@@ -580,24 +575,6 @@ class BaseOverlap:
     def __call__(self, item):
         kind, x = item
         return self.probe(x) if kind == "probe" else self.alone.many(x)
-
-
-class WarmBase:
-    """What a GPU worker off the search process's GPU does first, while the search process computes the reference
-    and makes its own base build: the same base build on the worker's GPU (timed there, so it skews nothing of the
-    search process's). Its engine is thrown away; what it leaves in the worker — the parsed model, the passes'
-    prefix, timings, packed weights, cuDNN plans and compiled kernels — makes the worker's later probes and ranking
-    as cheap as the search process's own (a cold worker's first probe cost 3-4x one of the search process's on a
-    368-layer ResNet). Returns its seconds."""
-
-    def __init__(self, probe: PrecisionProbe):
-        self.probe = probe
-
-    def __call__(self, _item) -> float:
-        import time
-        t0 = time.perf_counter()
-        self.probe.engine_outputs([])
-        return time.perf_counter() - t0
 
 
 class LayerAloneChunk:

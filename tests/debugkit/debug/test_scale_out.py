@@ -638,13 +638,13 @@ class FailsFrom2:
         return False
 
 
-def test_gpu_workers_off_the_search_gpu_make_their_own_base_build_first(tmp_path, planted, monkeypatch):
-    """GPU workers, forced on the CPU pool with worker 1 "off this process's GPU": worker 1 makes the search's base
-    build itself while this process computes the reference and makes its own, then ranks the layers beside it;
-    worker 0 (on this process's GPU) takes no probe, so probes run two at a time (this process and worker 1); the
-    answer and the ranking's order are the serial search's."""
+def test_a_gpu_worker_on_the_search_process_gpu_takes_no_probe(tmp_path, planted, monkeypatch):
+    """GPU workers, forced on the CPU pool with worker 1 "off this process's GPU": worker 1 ranks the layers beside
+    the base build and takes probes; worker 0 (on this process's GPU) takes none, so probes run two at a time (this
+    process and worker 1); the answer and the ranking's order are the serial search's."""
     from debugkit.cli.main import main
     from debugkit.debug import executor as E
+    from debugkit.debug.strategies import probe_slots, probe_workers
     model, must = planted
     common = ["debug", "precision", model, "--fp16", "--atol", "1e-2"]
     serial, gpus = tmp_path / "s.json", tmp_path / "g.json"
@@ -656,11 +656,14 @@ def test_gpu_workers_off_the_search_gpu_make_their_own_base_build_first(tmp_path
         self.own_gpus = self.driver_slot = True
     monkeypatch.setattr(E.LocalExecutor, "__init__", gpu_like)
     monkeypatch.setattr(E.LocalExecutor, "off_caller_gpu", lambda self: [1])
+    with E.LocalExecutor(2) as ex:
+        assert probe_workers(ex) == [1] and probe_slots(ex) == 2
+        monkeypatch.setattr(E.LocalExecutor, "off_caller_gpu", lambda self: [0, 1])   # all off this GPU: all probe
+        assert probe_workers(ex) is None and probe_slots(ex) == 3
+    monkeypatch.setattr(E.LocalExecutor, "off_caller_gpu", lambda self: [1])
     assert main(common + ["--workers", "2", "-o", str(gpus)]) == 0
     s, g = json.loads(serial.read_text()), json.loads(gpus.read_text())
     assert sorted(g["layer_precisions"]) == sorted(s["layer_precisions"]) == must
-    assert g["workers_base_builds"]["workers"] == [1] and g["workers_base_builds"]["seconds"] > 0
-    assert s["workers_base_builds"] is None
     assert g["probe_slots"] == 2 and g["beside_base_build"]["workers"] == [1]
     rank = [json.loads((tmp_path / f"{n}_sensitivity.json").read_text()) for n in ("s", "g")]
     assert [r["layer"] for r in rank[0]] == [r["layer"] for r in rank[1]]
