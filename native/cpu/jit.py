@@ -276,18 +276,45 @@ def _depthwise_planes():
                     dst = flat[rb + q * span + m0:rb + q * span + m1]
                     for m in range(m1 - m0):
                         dst[m] = xr[base + m * sw]
+            finite = True    # a non-finite weight makes its padding products NaN: such a channel sums every tap
+            for k in range(ntap):
+                v = taps[k, c]
+                if v - v != 0:
+                    finite = False
             for oh in range(ho):
                 rowb = oh * sh * rowlen
-                src = flat[rowb + offs[0]:rowb + offs[0] + wo]
-                wv = taps[0, c]
+                # kernel rows [i0, i1) read input rows; the others read the zero padding rows, whose products
+                # (+-0) leave every sum unchanged except the sign of an all-zero sum: skipped, and a +0 added back
+                # where a skipped product is +0 (the full sum is -0 only if every product is -0)
+                i0, i1 = 0, kh
+                if finite:
+                    while i0 < kh and oh * sh + i0 * dh < ph:
+                        i0 += 1
+                    while i1 > i0 and oh * sh + (i1 - 1) * dh >= ph + h:
+                        i1 -= 1
+                    if i0 == i1:
+                        i0, i1 = 0, kh
+                plus_zero = False
+                for k in range(i0 * kw):
+                    if taps[k, c] >= zero and not (taps[k, c] == zero and np.signbit(taps[k, c])):
+                        plus_zero = True
+                for k in range(i1 * kw, ntap):
+                    if taps[k, c] >= zero and not (taps[k, c] == zero and np.signbit(taps[k, c])):
+                        plus_zero = True
+                k0 = i0 * kw
+                src = flat[rowb + offs[k0]:rowb + offs[k0] + wo]
+                wv = taps[k0, c]
                 for ow in range(wo):
                     acc[ow] = src[ow] * wv
-                for k in range(1, ntap):
+                for k in range(k0 + 1, i1 * kw):
                     o = rowb + offs[k]
                     src = flat[o:o + wo]
                     wv = taps[k, c]
                     for ow in range(wo):
                         acc[ow] += src[ow] * wv
+                if plus_zero:
+                    for ow in range(wo):
+                        acc[ow] = acc[ow] + zero
                 if has_bias:
                     b = bias[c]
                     for ow in range(wo):

@@ -177,6 +177,44 @@ def test_depthwise_wide_rows_pad_planes_in_the_kernel_with_the_same_bits(monkeyp
         np.testing.assert_allclose(got[1], ref[1], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("act", [None, "HARD_SWISH_RELU6"])
+@pytest.mark.parametrize("h,stride", [(2, 1), (3, 1), (6, 2)])
+def test_depthwise_planes_skip_padding_rows_with_the_same_bits(monkeypatch, h, stride, act, dtype):
+    """depthwise_planes skips the kernel rows that read only the zero padding (a 5x5 kernel over PaddleOCR's 2-3-row
+    maps: 60% of the taps): the sums keep their bits, the sign of an all-zero sum included (a +0 added back where a
+    skipped product is +0), and a channel with a non-finite weight sums every tap (its padding products are NaN)."""
+    pytest.importorskip("numba")
+    from native.tactics import Op, tactics_for
+    c, w, k = 8, 64, 5
+    x = RNG.standard_normal((1, c, h, w)).astype(dtype)
+    x[0, :4] = 0.0                     # all-zero channels: the sums are +-0, their sign set by every product
+    x[0, 1] = -0.0
+    kernel = RNG.standard_normal((c, 1, k, k)).astype(dtype)
+    kernel[0] = -np.abs(kernel[0])                       # every product -0: the sum stays -0
+    kernel[1, 0, 2:4] = np.abs(kernel[1, 0, 2:4])        # -0 inputs: +w gives -0, the padding rows' -w give +0
+    kernel[1, 0, [0, 1, 4]] = -np.abs(kernel[1, 0, [0, 1, 4]])
+    kernel[2, 0, 2:4] = -np.abs(kernel[2, 0, 2:4])       # +0 inputs, negative inside, -0.0 / positive outside
+    kernel[2, 0, [0, 1]] = -0.0
+    kernel[2, 0, 4] = np.abs(kernel[2, 0, 4])
+    kernel[3, 0, 0, 0] = np.inf                          # a padding row's product is NaN
+    kernel[4, 0, 4, 1] = np.nan
+    params = {"num_output_maps": c, "kernel_shape": [k, k], "strides": [stride, 1], "pre_padding": [2, 2],
+              "post_padding": [2, 2], "groups": c}
+    if act:
+        params["post_ops"] = [{"op": "activation", "type": act}]
+    t = next(t for t in tactics_for("Convolution", "cpu") if t.name == "depthwise")
+    op = Op("Convolution", "dw", params, {"kernel": kernel})
+    config.reload()
+    with np.errstate(all="ignore"):
+        got = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
+        real = jit.kernel
+        monkeypatch.setattr(jit, "kernel", lambda name: None if name == "depthwise_planes" else real(name))
+        want = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
+    assert got.tobytes() == want.tobytes()
+    assert np.signbit(want[0, 0]).all() and not np.signbit(want[0, 2]).any() and np.isnan(want[0, 3]).any()
+
+
 EPILOGUES = {   # a convolution's post-ops that bias_steps_inplace runs with its bias in one pass
     "bias": [], "relu": [{"op": "activation", "type": "RELU"}],
     "relu6 then residual": [{"op": "activation", "type": "CLIP", "alpha": 0.0, "beta": 6.0}, {"op": "add", "input": 3}],
