@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from backends.engine.builder.config import BuilderFlag
 from backends.engine.builder.passes.fusion_util import View, other_input, same_precision
 
 EPILOGUE_ACTIVATIONS = {"RELU", "CLIP", "GELU_ERF", "GELU_TANH", "SILU", "HARD_SWISH", "SIGMOID", "LEAKY_RELU",
@@ -345,7 +346,6 @@ def other_arg(args, ref):
 
 
 def _fp32_build(config) -> bool:
-    from backends.engine.builder.config import BuilderFlag
     return not config.enabled_precisions() and not config.get_flag(BuilderFlag.TF32) and \
         getattr(config, "qdq_emulation", None) is None
 
