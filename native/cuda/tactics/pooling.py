@@ -70,6 +70,10 @@ class _GpuPool(Tactic):
         exclude = bool(p.get("average_count_excludes_padding", True))
         if self.nhwc:
             n, h, w, c = x.shape
+            relu = _fused_relu(op)
+            y = _pool2d_nhwc_vec(x, p["window"], strides, dil, pre, post, mode, exclude, dtype, outputs, relu)
+            if y is not None:
+                return [y if relu else _post_ops(y, op)]
             y = _pool2d(x, (n, c, h, w), (h * w * c, 1, w * c, c), p["window"], strides, dil, pre, post, mode,
                         exclude, dtype, outputs, nhwc=True)
         elif window == 1:     # (N, C, L): a 2-D window of height 1
@@ -107,6 +111,36 @@ class _GpuPool(Tactic):
                    [np.uint64(y.ptr), np.uint64(x.ptr), np.int64(n), np.int64(P), np.int64(c),
                     np.int64(sN), np.int64(sP), np.int64(sC), np.int64(c), np.int64(1), np.int32(mode)])
         return y
+
+
+def _fused_relu(op) -> bool:
+    """Whether the layer's post-ops are exactly one ReLU (the vector kernel applies it as it stores)."""
+    steps = op.params.get("post_ops") or ()
+    return len(steps) == 1 and steps[0]["op"] == "activation" and steps[0]["type"] == "RELU"
+
+
+_INT_MAX = 2 ** 31 - 1
+
+
+def _pool2d_nhwc_vec(x, window, strides, dil, pre, post, mode, exclude, dtype, outputs, relu):
+    """tensor.cu's pool2d_nhwc_v: an NHWC window pool reading 16 bytes of channels per load; None where it does
+    not apply (channels not a multiple of the vector, unaligned buffers, 2^31 vectors or more): _pool2d then runs."""
+    n, h, w, c = (int(d) for d in x.shape)
+    vec = 16 // np.dtype(dtype).itemsize
+    kh, kw = (int(k) for k in window)
+    oh = (h + pre[0] + post[0] - (kh - 1) * dil[0] - 1) // strides[0] + 1
+    ow = (w + pre[1] + post[1] - (kw - 1) * dil[1] - 1) // strides[1] + 1
+    if oh <= 0 or ow <= 0 or c % vec or x.ptr % 16 or x.size // vec > _INT_MAX or n * max(oh, 0) * max(ow, 0) * c // vec > _INT_MAX:
+        return None
+    y = out_array(outputs, 0, (n, oh, ow, c), dtype)
+    if y.ptr % 16:
+        return None
+    params = np.array([n, c, h, w, oh, ow, kh, kw, strides[0], strides[1], pre[0], pre[1], dil[0], dil[1], mode,
+                       int(exclude), int(relu)], dtype=np.int32)
+    if y.size:
+        launch(kernel(SRC, "pool2d_nhwc_v" + suffix(dtype)), grid_for(y.size // vec), (256, 1, 1),
+               [np.uint64(y.ptr), np.uint64(x.ptr), params])
+    return y
 
 
 def _pool2d(x, dims, xs, window, strides, dil, pre, post, mode, exclude, dtype, outputs, nhwc=False,

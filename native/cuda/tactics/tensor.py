@@ -60,14 +60,36 @@ def strided_copy(src: GpuArray, src_offset: int, src_strides, dims, dst: GpuArra
            [np.uint64(dst.ptr + dst_offset * size), np.uint64(src.ptr + src_offset * size), s])
 
 
+_FEW = {1: "few_channels_1", 2: "few_channels_2", 4: "few_channels_4", 8: "few_channels_8"}
+FEW_CHANNELS = 4     # NCHW <-> NHWC transposes of at most this many channels run few_channels (tensor.cu)
+
+
 def transpose(x: GpuArray, perm) -> GpuArray:
     perm = [int(p) for p in perm]
     if perm == list(range(x.ndim)):
         return x
     strides = contiguous_strides(x.shape)
     out = GpuArray(tuple(x.shape[p] for p in perm), x.dtype)
+    if _few_channels(x, perm, out):
+        return out
     strided_copy(x, 0, [strides[p] for p in perm], out.shape, out)
     return out
+
+
+def _few_channels(x: GpuArray, perm, out: GpuArray) -> bool:
+    """NCHW -> NHWC (perm [0, 2, 3, 1]) or back ([0, 3, 1, 2]) of a 4-D tensor of at most FEW_CHANNELS channels
+    in one few_channels launch; False (nothing launched) for any other transpose."""
+    if x.ndim != 4 or perm not in ([0, 2, 3, 1], [0, 3, 1, 2]) or x.dtype.itemsize not in _FEW:
+        return False
+    to_nhwc = perm == [0, 2, 3, 1]
+    n, c, h, w = x.shape if to_nhwc else (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
+    total = int(n) * int(h) * int(w)
+    if not 1 <= c <= FEW_CHANNELS or total * int(c) >= 2 ** 31 or total == 0:
+        return False
+    launch(kernel(SRC, _FEW[x.dtype.itemsize]), grid_for(total), (256, 1, 1),
+           [np.uint64(out.ptr), np.uint64(x.ptr), np.int32(total), np.int32(int(h) * int(w)), np.int32(c),
+            np.int32(to_nhwc)])
+    return True
 
 
 def _gpu(tactic_cls):
