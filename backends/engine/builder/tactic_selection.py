@@ -201,6 +201,15 @@ def measure(node, cands, inputs, config, device, cache, prep=None) -> dict:
     return timings
 
 
+def still_offered(node, cands, shapes, config, device, said=None):
+    """`cands` less those the device stopped offering while they were timed, so the build chooses among what a
+    rebuild with its timing cache will offer: a cuDNN compile class whose compiles turn out slow in the middle of
+    a build withholds the plans it built (cudnn_conv.slow_compiles), also the one timed fastest a moment before
+    (a rebuild then chose im2col where the cold build had chosen cuDNN plan 0). All of `cands` when none is left."""
+    ok = {t.id for t in enumerate_candidates(node, shapes, config, device, said=said).ok}
+    return [t for t in cands if t.id in ok] or cands
+
+
 def fastest(cands, timings, device):
     """The tactic selection picks of `cands` given their timings (None when none ran)."""
     ranked = [t for t in cands if t.id in timings]
@@ -273,7 +282,7 @@ def select_tactics(graph, env, config, device="cpu", _said=None, cache=None, bod
         timings = {}
         if len(cands) > 1 and have_inputs and not config.get_flag("enable_tactic_heuristic"):
             timings = measure(node, cands, inputs, config, device, cache, prep)
-            chosen = fastest(cands, timings, device) or cands[0]
+            chosen = fastest(still_offered(node, cands, shapes, config, device, said), timings, device) or cands[0]
         else:
             chosen = cands[0]
         node.tactic_id, node.tactic_name = chosen.id, chosen.name
