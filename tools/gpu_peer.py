@@ -4,6 +4,7 @@ in one process (the peers PERFORMANCE.md reports ratios against).
     python tools/gpu_peer.py --model resnet50 --precision fp16 --batch 1 128 [--cuda-graph] [--json out.json]
     python tools/gpu_peer.py --model resnet50 --precision tf32 --batch 128 --cuda-graph
     python tools/gpu_peer.py --model bert --precision fp16 --batch 32 --seq 128 [--compile-mode max-autotune-no-cudagraphs]
+    python tools/gpu_peer.py --model resnet50 --precision fp16 --batch 128 --cuda-graph --kernels   # per-layer kernels
 
 Needs torch (and torchvision for the ResNets) on the GPU machine; models get random weights, nothing is
 downloaded. `bert` is BERT-base (12 layers, hidden 768, 12 heads, FFN 3072, GELU, post-LN) written here in plain
@@ -137,6 +138,9 @@ def main():
     ap.add_argument("--cuda-graph", action="store_true", help="time our engine with CUDA graphs")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="also print our slowest layers (per-layer synchronized)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also print every layer's GPU kernels and their times in a CUDA-graph replay (PyTorch's "
+                         "profiler; tools/gpu_kernels.py)")
     ap.add_argument("--compile-mode", default="default",
                     choices=["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"],
                     help="torch.compile's mode for the third peer (default: 'default'; max-autotune modes tune "
@@ -278,6 +282,17 @@ def main():
                 print("  profile by kind (ms):", json.dumps({k: round(v, 2) for k, v in
                                                               sorted(by_kind.items(), key=lambda kv: -kv[1])}))
                 print(prof.table(top=12), flush=True)
+            kernel_stats = {}
+            if args.kernels:
+                from tools.gpu_kernels import profile as kernel_profile, table as kernel_table
+                try:
+                    kp = kernel_profile(ctx, r.engine, feeds, torch)
+                    print(kernel_table(kp), flush=True)
+                    kernel_stats = {"ours_kernel_us": round(kp["kernel_us"], 1),
+                                    "ours_kernel_span_us": round(kp["span_us"], 1),
+                                    "ours_kernels": sum(len(row[2]) for row in kp["rows"])}
+                except Exception as e:    # the peer table still comes out
+                    print(f"  --kernels failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
             host = sorted({n.kind for n in nodes if (n.tactic_name or "").startswith("host:")})
             r.deactivate()
             y = np.asarray(y, np.float64)
@@ -302,7 +317,7 @@ def main():
                    "cosine_vs_torch_fp32": cos, "max_abs_vs_torch_fp32": float(np.abs(y - ref).max()),
                    "build_cold_s": round(builds[0], 1), "build_warm_s": round(builds[1], 1), "layers": len(nodes),
                    "host_layer_kinds": host, "gpu": torch.cuda.get_device_name(), "rounds": args.rounds,
-                   "date": time.strftime("%Y-%m-%d")}
+                   "date": time.strftime("%Y-%m-%d"), **kernel_stats}
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(table(rows))
