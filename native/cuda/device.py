@@ -10,6 +10,7 @@ from native.cuda import calibration
 from native.cuda.array import GpuArray, to_device, to_host
 from native.cuda.availability import available
 from native.cuda.driver import EventTraceClock, Timeline, context
+from native.cuda.nvrtc import kernel, launch
 from native.device import Device
 from native.errors import ExecutionError, UsageError
 from native.tactics import TacticRefusal
@@ -24,7 +25,6 @@ TIMING_HOLD_MS = 0.5
 def hold(ms: float):
     """Keep the GPU busy for `ms` milliseconds (tensor.cu's hold_ns: one thread spinning on the global timer),
     enqueued on the context's stream."""
-    from native.cuda.nvrtc import kernel, launch
     launch(kernel("tensor.cu", "hold_ns"), (1, 1, 1), (1, 1, 1), [np.uint64(int(ms * 1e6))])
 
 

@@ -18,6 +18,7 @@ from native.cuda.availability import missing
 from native.cuda.tactics.common import FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array, storage, weight
 from native.cuda.tactics.epilogue import epilogue
 from native.cuda.tactics.gemm_lt import ALGOS, gemm
+from native.cuda.tactics.pointwise import _ACT
 from native.tactics import Tactic, TacticRefusal, register_variants
 
 
@@ -71,7 +72,6 @@ class _LtPointwiseConv(Tactic):
             return "a convolution without a bias weight runs on cuDNN"
         if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
             return "only 4-D inputs"
-        from native.cuda.tactics.pointwise import _ACT
         for step in op.params.get("post_ops") or ():
             if step["op"] == "activation" and step["type"] not in _ACT:
                 return f"fused activation {step['type']} has no GPU kernel"
