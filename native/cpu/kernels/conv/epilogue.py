@@ -112,6 +112,48 @@ _NUMBER = (int, float)
 _EMPTY3 = {d: np.empty((0, 0, 0), d) for d in _ONE_PASS_DTYPES}
 
 
+def compiled_steps(steps):
+    """(rows [k, 3] for bias_steps_inplace, the input index of its residual add or None) for post-ops it runs
+    (RELU / CLIP / HARD_SWISH_RELU6, at most one residual add), else None. Made once per layer by callers that keep
+    it (the 1x1 small path); `_bias_and_steps` works it out per call."""
+    rows, res = [], None
+    for st in steps:
+        kind = st["op"]
+        if kind == "activation" and st["type"] in ("RELU", "CLIP"):
+            lo, hi = (0.0, np.inf) if st["type"] == "RELU" else (st.get("alpha", 0.0), st.get("beta", 0.0))
+            if type(lo) not in _NUMBER or type(hi) not in _NUMBER or not all(
+                    v in (-np.inf, np.inf) or abs(v) < 3e38 for v in (lo, hi)):   # as activations._clip's fast path
+                return None
+            rows.append((1.0, float(lo), float(hi)))
+        elif kind == "activation" and st["type"] == "HARD_SWISH_RELU6":
+            rows.append((3.0, 0.0, 0.0))
+        elif kind == "add" and res is None:
+            res = st["input"]
+            rows.append((2.0, 0.0, 0.0))
+        else:
+            return None
+    return np.array(rows, np.float64).reshape(-1, 3), res
+
+
+def run_compiled_steps(y, bias, plan, inputs) -> bool:
+    """y + bias and the post-ops of `plan` (compiled_steps) in place on the whole of y [N, C, ...] in one compiled
+    pass: True when done, False where numba is absent or the arrays do not fit (then region_epilogue runs)."""
+    rows, res_i = plan
+    res = None
+    if res_i is not None:
+        res = inputs[res_i]
+        if type(res) is not np.ndarray or res.shape != y.shape or res.dtype != y.dtype or \
+                not res.flags.c_contiguous or np.may_share_memory(res, y):
+            return False
+    fn = jit.kernel("bias_steps_inplace")
+    if fn is None or not y.flags.c_contiguous:
+        return False
+    n, c = y.shape[:2]
+    fn(y.reshape(n, c, -1), _EMPTY1[y.dtype] if bias is None else bias, rows,
+       _EMPTY3[y.dtype] if res is None else res.reshape(n, c, -1))
+    return True
+
+
 def _bias_and_steps(yr, bias, steps, inputs, sel):
     """bias, then RELU / CLIP / HARD_SWISH_RELU6 and residual-add post-ops, as one compiled pass in place on y[sel] (native/cpu/jit.py
     `bias_steps_inplace`: the numpy passes' floats): True when done, False where numba is absent, a step is another

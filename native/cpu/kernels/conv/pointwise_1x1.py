@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cpu.kernels.conv import tuning
-from native.cpu.kernels.conv.epilogue import finish, region_epilogue, view_as
+from native.cpu.kernels.conv.epilogue import compiled_steps, finish, region_epilogue, run_compiled_steps, view_as
 from native.cpu.kernels.conv.gemm2d import conv2d_gemm, recipe
 from native.cpu.kernels.conv.weights import (bias_in_gemm, gemm_scale, gemm_weights, kernel_and_bias, pack_gemm,
                                              side_cin, work_dtype)
@@ -68,7 +68,7 @@ class _SmallPointwise:
     epilogue, i.e. the same GEMM operands and the same floats as the banded driver, without its ~40 us of Python
     bookkeeping (which cost squeeze-excite 30-70 us per 15K-MAC layer)."""
 
-    __slots__ = ("shape", "dtype", "wm", "bias", "half", "g", "mg", "cg", "hw", "m", "adds")
+    __slots__ = ("shape", "dtype", "wm", "bias", "half", "g", "mg", "cg", "hw", "m", "adds", "steps")
 
     @classmethod
     def make(cls, op, x, inputs):
@@ -101,6 +101,11 @@ class _SmallPointwise:
         r.shape, r.dtype = x.shape, x.dtype
         r.wm, r.bias, r.half, r.g, r.mg, r.cg, r.hw, r.m = wm, bias, half, gg, mg, c // gg, h * w_, gg * mg
         r.adds = [st["input"] for st in op.params.get("post_ops") or () if st["op"] == "add"]
+        # the bias and post-ops as one compiled pass, worked out once (None: region_epilogue's steps)
+        r.steps = None if half or x.dtype not in (np.float32, np.float64) else compiled_steps(
+            op.params.get("post_ops") or ())
+        if r.steps is not None and r.bias is not None:
+            r.bias = np.ascontiguousarray(r.bias, x.dtype)
         return r
 
     def residual_ok(self, op, inputs):
@@ -121,5 +126,6 @@ class _SmallPointwise:
         for ni in range(n):
             np.matmul(wm, view_as(xp[ni], (g, cg, hw)), out=view_as(y[ni], (g, mg, hw)))
         if self.bias is not None or op.params.get("post_ops"):
-            region_epilogue(y, _ALL, op, inputs, self.bias, self.half)
+            if self.steps is None or not run_compiled_steps(y, self.bias, self.steps, inputs):
+                region_epilogue(y, _ALL, op, inputs, self.bias, self.half)
         return [y]
