@@ -31,7 +31,7 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         convolution epilogue's bias pass and activation passes as one.
     bias_steps_inplace(y [N, C, S], bias [C] (or empty), steps [k, 3], res [N, C, S])
         y + bias, then per step (code, alpha, beta): 1 clip to [alpha, beta] (RELU: [0, inf]) as numpy's clip loop,
-        2 + res, 3 HARD_SWISH_RELU6; in place, one pass per row: a convolution's bias, RELU / CLIP / hard-swish and
+        2 + res, 3 HARD_SWISH_RELU6, 4 HARD_SWISH; in place, one pass per row: a convolution's bias, RELU / CLIP / hard-swish and
         residual add passes as one.
     hard_swish_relu6(x [n], y [n])  /  hard_swish_relu6_inplace(x [n])
         x + 3, clip to [0, 6], times x, / 6, each step rounded as numpy's pass: the HARD_SWISH_RELU6 activation.

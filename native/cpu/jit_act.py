@@ -115,9 +115,11 @@ def bias_hard_act_inplace(y, bias, swish, alpha, beta):
 def bias_steps_inplace(y, bias, steps, res):
     # y + bias per channel (bias may be empty), then each step in order, in place on y [N, C, S]: code 1 clip to
     # [alpha, beta] as numpy's clip loop (RELU is [0, inf]), code 2 + res (same shape as y), code 3
-    # HARD_SWISH_RELU6: the numpy epilogue's passes (each rounded as numpy rounds it) as one pass per row
+    # HARD_SWISH_RELU6, code 4 HARD_SWISH: the numpy epilogue's passes (each rounded as numpy rounds it) as one pass
+    # per row
     t = y.dtype.type
     three, six, zero = t(3.0), t(6.0), t(0.0)
+    sixth, half, one = t(1.0 / 6.0), t(0.5), t(1.0)
     n_, c_n, s_n = y.shape
     has_bias = bias.shape[0] == c_n
     k_n = steps.shape[0]
@@ -140,6 +142,12 @@ def bias_steps_inplace(y, bias, steps, res):
                 elif steps[s, 0] == 3.0:
                     for k in range(s_n):
                         row[k] = _relu6_swish(row[k], three, six, zero)
+                elif steps[s, 0] == 4.0:     # HARD_SWISH: as activations._hard_swish
+                    for k in range(s_n):
+                        v = row[k]
+                        u = v * sixth
+                        u = u + half
+                        row[k] = v * _clip01(u, zero, one)
                 else:
                     r = res[n, c]
                     for k in range(s_n):

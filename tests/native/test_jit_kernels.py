@@ -219,6 +219,8 @@ EPILOGUES = {   # a convolution's post-ops that bias_steps_inplace runs with its
     "bias": [], "relu": [{"op": "activation", "type": "RELU"}],
     "relu6 then residual": [{"op": "activation", "type": "CLIP", "alpha": 0.0, "beta": 6.0}, {"op": "add", "input": 3}],
     "residual then relu": [{"op": "add", "input": 3}, {"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0}],
+    "hard-swish then residual": [{"op": "activation", "type": "HARD_SWISH"}, {"op": "add", "input": 3}],
+    "residual then relu6-swish": [{"op": "add", "input": 3}, {"op": "activation", "type": "HARD_SWISH_RELU6"}],
     "clip, clip": [{"op": "activation", "type": "CLIP", "alpha": -1.0, "beta": np.inf},
                    {"op": "activation", "type": "CLIP", "alpha": -np.inf, "beta": 0.5}]}
 

@@ -114,7 +114,7 @@ _EMPTY3 = {d: np.empty((0, 0, 0), d) for d in _ONE_PASS_DTYPES}
 
 def compiled_steps(steps):
     """(rows [k, 3] for bias_steps_inplace, the input index of its residual add or None) for post-ops it runs
-    (RELU / CLIP / HARD_SWISH_RELU6, at most one residual add), else None. Made once per layer by callers that keep
+    (RELU / CLIP / HARD_SWISH / HARD_SWISH_RELU6, at most one residual add), else None. Made once per layer by callers that keep
     it (the 1x1 small path); `_bias_and_steps` works it out per call."""
     rows, res = [], None
     for st in steps:
@@ -127,6 +127,8 @@ def compiled_steps(steps):
             rows.append((1.0, float(lo), float(hi)))
         elif kind == "activation" and st["type"] == "HARD_SWISH_RELU6":
             rows.append((3.0, 0.0, 0.0))
+        elif kind == "activation" and st["type"] == "HARD_SWISH":
+            rows.append((4.0, 0.0, 0.0))
         elif kind == "add" and res is None:
             res = st["input"]
             rows.append((2.0, 0.0, 0.0))
@@ -155,7 +157,7 @@ def run_compiled_steps(y, bias, plan, inputs) -> bool:
 
 
 def _bias_and_steps(yr, bias, steps, inputs, sel):
-    """bias, then RELU / CLIP / HARD_SWISH_RELU6 and residual-add post-ops, as one compiled pass in place on y[sel] (native/cpu/jit.py
+    """bias, then RELU / CLIP / HARD_SWISH(_RELU6) and residual-add post-ops, as one compiled pass in place on y[sel] (native/cpu/jit.py
     `bias_steps_inplace`: the numpy passes' floats): True when done, False where numba is absent, a step is another
     kind, or the arrays do not fit (then the numpy passes run)."""
     if type(yr) is not np.ndarray or yr.dtype not in _ONE_PASS_DTYPES or yr.ndim < 2 or not yr.flags.c_contiguous \
@@ -174,6 +176,8 @@ def _bias_and_steps(yr, bias, steps, inputs, sel):
             rows.append((1.0, float(lo), float(hi)))
         elif kind == "activation" and st["type"] == "HARD_SWISH_RELU6":
             rows.append((3.0, 0.0, 0.0))
+        elif kind == "activation" and st["type"] == "HARD_SWISH":
+            rows.append((4.0, 0.0, 0.0))
         elif kind == "add" and res is None:
             r = inputs[st["input"]]
             if type(r) is not np.ndarray:
