@@ -18,6 +18,8 @@ Every other module asks `settings()` instead of reading os.environ, so the knobs
     DEBUGKIT_CORPUS=DIR         the real-model corpus (tests/corpus, tools/corpus_run.py)
     DEBUGKIT_MODEL_CACHE=DIR    where fetched corpus models are kept
     DEBUGKIT_NO_FETCH=1         corpus tests skip models that are not cached instead of fetching them
+    DEBUGKIT_KERNEL_CACHE=DIR|0 where compiled CUDA kernels (NVRTC cubins) are kept between processes (default
+                                $XDG_CACHE_HOME/debugkit/kernels, else ~/.cache/debugkit/kernels; 0: not kept)
 
 Set for child processes (never read here), by `child_env()` and `single_core_env()`:
 
@@ -96,6 +98,16 @@ def check_environment() -> Settings:
 def settings() -> Settings:
     s = _SETTINGS.get("s")
     return s if s is not None else reload()
+
+
+def kernel_cache_dir() -> str | None:
+    """DEBUGKIT_KERNEL_CACHE, read live: the directory of compiled CUDA kernels kept between processes, or None
+    (set to 0/off/empty). Default: $XDG_CACHE_HOME/debugkit/kernels, else ~/.cache/debugkit/kernels."""
+    v = os.environ.get("DEBUGKIT_KERNEL_CACHE")
+    if v is not None:
+        return None if v.strip().lower() in ("", "0", "off", "false", "no") else v
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "debugkit", "kernels")
 
 
 def threads() -> int | None:

@@ -8,6 +8,14 @@ import pytest
 
 # Graph.lint() after every builder pass in every build the suite makes (docs/architecture.md, "Pass manager")
 os.environ.setdefault("DEBUGKIT_LINT", "1")
+# compiled CUDA kernels kept for this run only (the suite neither reads nor fills the user's kernel cache); its
+# workers and child processes inherit it
+if "DEBUGKIT_KERNEL_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+    os.environ["DEBUGKIT_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="debugkit_test_kernels_")
+    atexit.register(shutil.rmtree, os.environ["DEBUGKIT_KERNEL_CACHE"], True)
 
 
 def pytest_configure(config):

@@ -7,8 +7,8 @@ For each model of the corpus manifest (tests/corpus/models.json; exported models
 from the model cache: `python tests/corpus/fetch_models.py` first) two builds run, each in a fresh Python process
 so nothing of the first (cuDNN graphs, compiled kernels, imports) helps the second: cold, `debugkit convert MODEL
 --timing-cache C` with no C, then warm, the same command with the C (and C.prep) the cold build wrote. Each model's
-builds get a CUDA JIT cache of their own (CUDA_CACHE_PATH in a fresh directory): empty for the cold build, so no
-kernel an earlier build JIT-compiled helps it. The figures per build: the command's wall seconds (parse, build and
+builds get a CUDA JIT cache and a debugkit kernel cache of their own (CUDA_CACHE_PATH and DEBUGKIT_KERNEL_CACHE in
+a fresh directory): empty for the cold build, so no kernel an earlier build compiled helps it. The figures per build: the command's wall seconds (parse, build and
 plan write), the tactic-timing work — candidates timed (`tactic_selection.time_candidates`: every tactic of every
 layer variant timed on the device), timed runs (the device's `time()` calls) — and the layers. `--breakdown` adds
 where the seconds went: the builder's passes, NVRTC compiles (summed over the threads compiling), cuDNN graphs
@@ -177,8 +177,9 @@ def one_build(model, plan, cache, device, flags, timeout, profile=None, jit_cach
     if profile:
         cmd += ["--profile-to", profile]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    if jit_cache:     # the CUDA driver's JIT cache: empty for the model's cold build, what it left for the warm one
-        env["CUDA_CACHE_PATH"] = jit_cache
+    if jit_cache:     # the CUDA driver's JIT cache and debugkit's kernel cache (NVRTC cubins): empty for the
+        env["CUDA_CACHE_PATH"] = jit_cache                # model's cold build, what it left for the warm one
+        env["DEBUGKIT_KERNEL_CACHE"] = os.path.join(jit_cache, "debugkit-kernels")
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     timed_out = False

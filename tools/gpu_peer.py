@@ -151,6 +151,12 @@ def main():
                     help="convolution layout: chosen by timing (the CUDA device's default), or forced")
     ap.add_argument("--json")
     args = ap.parse_args()
+    # the "cold" build compiles its own kernels: a kernel cache of this run's own, not what an earlier process left
+    import atexit
+    import shutil
+    kernels = tempfile.mkdtemp(prefix="gpu_peer_kernels_")
+    os.environ["DEBUGKIT_KERNEL_CACHE"] = kernels
+    atexit.register(shutil.rmtree, kernels, True)
     import torch
     tf32 = args.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32

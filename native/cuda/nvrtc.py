@@ -1,6 +1,8 @@
 """NVRTC: compile the device's `.cu` sources (each beside its tactics in native/cuda/tactics/, sharing the `.cuh`
 headers there) and generated sources (fused pointwise programs) for this GPU's architecture, load them as modules
-and launch their kernels. Compiled code is cached per (source, architecture) for the process; `cubins()` /
+and launch their kernels. Compiled code is cached per (source, architecture) for the process and, between
+processes, in a kernel cache on disk (native.config.kernel_cache_dir: DEBUGKIT_KERNEL_CACHE=DIR, or 0 to keep
+nothing; entries keyed by source, headers, architecture, options and NVRTC version, checksummed); `cubins()` /
 `preload()` move the compiled code into and out of a plan, so loading a plan compiles nothing."""
 from __future__ import annotations
 
@@ -35,13 +37,81 @@ def _headers():
     return [open(os.path.join(KERNEL_DIR, f)).read().encode() for f in names], [f.encode() for f in names]
 
 
-def compile_source(source: str, name: str, arch: str) -> bytes:
-    """CUDA C++ source -> cubin for `arch` (e.g. sm_90)."""
+_DISK_MAGIC = b"DKCUBIN1"
+
+
+def disk_key(source: str, arch: str, opts, headers, version) -> str:
+    """The name of a compile's cubin in the kernel cache: everything the compile's output depends on (the source,
+    the headers it may include, the architecture and options, NVRTC's version)."""
+    h = hashlib.sha256()
+    for part in (source.encode(), arch.encode(), b" ".join(opts), repr(tuple(version)).encode(), *headers):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
+
+
+def disk_get(key: str) -> bytes | None:
+    """The cubin the kernel cache (native.config.kernel_cache_dir) holds under `key`, or None (no cache, no entry,
+    or an entry that fails its checksum: never loaded)."""
+    from native import config
+    d = config.kernel_cache_dir()
+    if d is None:
+        return None
+    try:
+        with open(os.path.join(d, key + ".cubin"), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    body = data[len(_DISK_MAGIC) + 32:]
+    if not data.startswith(_DISK_MAGIC) or not body or \
+            hashlib.sha256(body).digest() != data[len(_DISK_MAGIC):len(_DISK_MAGIC) + 32]:
+        return None
+    return body
+
+
+def disk_put(key: str, cubin: bytes) -> None:
+    """Keep `cubin` in the kernel cache (written whole, then renamed into place: a reader never sees a partial
+    file; several processes may write the same entry). A cache that cannot be written is skipped silently: it only
+    saves compile time."""
+    from native import config
+    d = config.kernel_cache_dir()
+    if d is None or not cubin:
+        return
+    try:
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f".{key}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(_DISK_MAGIC + hashlib.sha256(cubin).digest() + cubin)
+        os.replace(tmp, os.path.join(d, key + ".cubin"))
+    except OSError:
+        return
+
+
+def _nvrtc_version() -> tuple:
     from cuda.bindings import nvrtc
+    try:
+        return tuple(int(x) for x in _nvrtc_check(nvrtc.nvrtcVersion(), "version"))
+    except Exception:
+        return ()
+
+
+def compile_source(source: str, name: str, arch: str) -> bytes:
+    """CUDA C++ source -> cubin for `arch` (e.g. sm_90): from the kernel cache kept between processes when it has
+    this compile (DEBUGKIT_KERNEL_CACHE), else compiled by NVRTC and kept there."""
     contents, names = _headers()
+    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
+    key = disk_key(source, arch, opts, contents, _nvrtc_version())
+    cubin = disk_get(key)
+    if cubin is not None:
+        return cubin
+    cubin = _compile(source, name, opts, contents, names)
+    disk_put(key, cubin)
+    return cubin
+
+
+def _compile(source, name, opts, contents, names) -> bytes:
+    from cuda.bindings import nvrtc
     prog = _nvrtc_check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), len(names), contents, names),
                         "create")
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
     try:
         _nvrtc_check(nvrtc.nvrtcCompileProgram(prog, len(opts), opts), f"compile of {name}", prog)
         size = _nvrtc_check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
