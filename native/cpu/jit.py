@@ -39,6 +39,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         a small 1-D convolution without a patch matrix: per output position the products of every (channel, tap)
         with its weights row added into an [M] accumulator (vectorised over M), in (channel, tap) order from zero,
         then the bias, then (relu) numpy's clip to [0, inf]: the conv1d-direct tactic's own rounding (not a GEMM's).
+    conv1d_direct_pos(x, wt, bias, y, k, s, d, pre, relu)
+        the same floats for few output channels: vectorised over output positions (the input split into its
+        stride phases first), for a resampler's [1, 1, L] -> [1, 1, L / s] with a 28-tap kernel.
     pointwise_chain(x0, x1, x2, x3, y, code [steps, 3], fval [steps, 4], buf [steps, B])
         a fused Pointwise program over full-size inputs and scalars, one block of B elements at a time through
         every step (native/cpu/kernels/pointwise_chain.py encodes it): each step's vectorised loop over the block
@@ -401,6 +404,61 @@ def _conv1d_direct():
     return conv1d_direct
 
 
+def _conv1d_direct_pos():
+    import numba
+    import numpy as np
+
+    @numba.njit(nogil=True, cache=True)
+    def conv1d_direct_pos(x, wt, bias, y, k, s, d, pre, relu):
+        # conv1d_direct's sums for few output channels over many positions: the input split into its s phases
+        # (ph[r, q] = x[q * s + r]) so that each (channel, tap) product runs over a block of positions as one
+        # contiguous, vectorised loop; each output still sums its in-range (channel, tap) products in order from
+        # zero, then + bias, then RELU: conv1d_direct's floats
+        n_, c_n, length = x.shape
+        m_n, wo = y.shape[1], y.shape[2]
+        span = (length + s - 1) // s
+        ph = np.zeros((c_n, s, span), y.dtype)
+        blk = 512
+        acc = np.empty(blk, y.dtype)
+        zero, inf = y.dtype.type(0.0), y.dtype.type(np.inf)
+        has_bias = bias.shape[0] == m_n
+        for n in range(n_):
+            for c in range(c_n):
+                for r in range(s):
+                    row = ph[c, r]
+                    for q in range((length - r + s - 1) // s):
+                        row[q] = x[n, c, q * s + r]
+            for m in range(m_n):
+                for o0 in range(0, wo, blk):
+                    o1 = min(wo, o0 + blk)
+                    for j in range(o1 - o0):
+                        acc[j] = 0
+                    for c in range(c_n):
+                        for t in range(k):
+                            wv = wt[c * k + t, m]
+                            off = t * d - pre            # output o reads x[o * s + off]
+                            # the positions o in [o0, o1) with 0 <= o * s + off < length
+                            lo = o0 if off >= 0 else max(o0, (-off + s - 1) // s)
+                            hi = min(o1, (length - 1 - off) // s + 1) if length - 1 - off >= 0 else o0
+                            if hi <= lo:
+                                continue
+                            r = off % s
+                            q = (off - r) // s           # o * s + off = (o + q) * s + r
+                            a = acc[lo - o0:hi - o0]
+                            src = ph[c, r, lo + q:hi + q]
+                            for j in range(a.shape[0]):
+                                a[j] += wv * src[j]
+                    for j in range(o1 - o0):
+                        v = acc[j]
+                        if has_bias:
+                            v = v + bias[m]
+                        if relu and v == v:   # numpy's clip to [0, inf]: NaN kept, -0.0 to +0.0
+                            v = v if v > zero else zero
+                            v = v if v < inf else inf
+                        y[n, m, o0 + j] = v
+    return conv1d_direct_pos
+
+
 # pointwise_chain op codes (native/cpu/kernels/pointwise_chain.py holds the table that encodes a program)
 PW_SUM, PW_SUB, PW_PROD, PW_DIV, PW_MAX, PW_MIN = 1, 2, 3, 4, 5, 6
 PW_CLIP, PW_LEAKY, PW_HARD_SIGMOID, PW_HARD_SWISH, PW_ABS, PW_NEG, PW_SQRT, PW_SQUARE = 10, 11, 12, 13, 14, 15, 16, 17
@@ -425,6 +483,7 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              "depthwise_planes": _depthwise_planes,
              "pointwise_chain": _module("jit_chain", "pointwise_chain"), "conv1d_direct": _conv1d_direct,
              "relu6_swish": _module("jit_chain", "relu6_swish"), "se_direct": _module("jit_se", "se_direct"),
+             "conv1d_direct_pos": _conv1d_direct_pos,
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
              "gemm_direct": _module("jit_gemm", "gemm_direct"), "lstm_steps": _module("jit_rnn", "lstm_steps"),
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows")},

@@ -109,3 +109,49 @@ def test_a_lone_relu_in_the_loop_gives_the_numpy_epilogues_floats():
     got = t.run(Op("Convolution", "c", fused, t.prepare(Op("Convolution", "c", fused, {"kernel": w, "bias": b}))),
                 [x])[0]
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("n,c,m,length,k,s,d,pre,post,act,rank", [
+    (1, 1, 1, 4000, 28, 2, 1, 13, 15, None, 4),          # a polyphase resampler as a height-1 2-D Conv
+    (2, 3, 2, 500, 7, 3, 2, 5, 4, "RELU", 3), (1, 2, 4, 300, 5, 1, 1, 0, 0, "SIGMOID", 3),
+    (1, 1, 1, 64, 3, 1, 1, 70, 70, None, 3)])           # pads wider than the input: taps out of range skipped
+def test_few_channels_run_vectorised_over_positions_with_the_same_floats(monkeypatch, n, c, m, length, k, s, d, pre,
+                                                                        post, act, rank):
+    """Few output channels over many positions take the loop vectorised over positions: the reference's values,
+    and bit for bit the channel-vectorised loop's floats (NaN, infinities and -0.0 in the input included)."""
+    pytest.importorskip("numba")
+    from native.cpu.kernels.conv import conv1d_direct
+    x = RNG.standard_normal((n, c, length)).astype(np.float32)
+    w = (RNG.standard_normal((m, c, k)) / np.sqrt(c * k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    params = {"num_output_maps": m, "kernel_shape": [k], "strides": [s], "dilations": [d], "pre_padding": [pre],
+              "post_padding": [post], "groups": 1}
+    want = _reference(x, w, b, s, d, pre, post)
+    if act:
+        params["post_ops"] = [{"op": "activation", "type": act, "alpha": 0.0, "beta": 0.0}]
+        want = activation(want, act)
+    if rank == 4:
+        x, w, want = x[:, :, None], w[:, :, None], want[:, :, None]
+        params.update(kernel_shape=[1, k], strides=[1, s], dilations=[1, d], pre_padding=[0, pre],
+                      post_padding=[0, post])
+    t = _tactic()
+    assert t.supports(Op("Convolution", "c", params, {}), [list(x.shape)]) is None
+    runs = {}
+    for channels in (conv1d_direct.POS_MAX_CHANNELS, 0):     # positions-vectorised, then channel-vectorised
+        monkeypatch.setattr(conv1d_direct, "POS_MAX_CHANNELS", channels)
+        op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+        op.weights = t.prepare(op)
+        runs[channels] = t.run(op, [x])[0]
+        assert op.__dict__["_conv1d_direct"][-1] == ("conv1d_direct_pos" if channels else "conv1d_direct") \
+            or want.shape[-1] < conv1d_direct.POS_MIN_POSITIONS
+    got = runs[conv1d_direct.POS_MAX_CHANNELS]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    x_special = x.copy()
+    x_special.reshape(-1)[:3] = [np.nan, np.inf, -0.0]
+    outs = []
+    for channels in (conv1d_direct.POS_MAX_CHANNELS, 0):
+        monkeypatch.setattr(conv1d_direct, "POS_MAX_CHANNELS", channels)
+        op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
+        op.weights = t.prepare(op)
+        outs.append(t.run(op, [x_special])[0])
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))

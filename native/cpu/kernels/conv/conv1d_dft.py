@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cpu import threads as pool
-from native.cpu.kernels.conv.conv1d_frames import _as_1d
+from native.cpu.kernels.conv.conv1d_direct import as_1d
 from native.cpu.kernels.conv.epilogue import region_epilogue
 from native.cpu.kernels.conv.geometry import geometry
 from native.tactics import Tactic, register_tactic
@@ -81,7 +81,7 @@ class Conv1dDft(Tactic):
         p = op.params
         ks = list(p.get("kernel_shape") or [])
         shape = input_shapes[0] if input_shapes else None
-        if not _as_1d(shape, ks):
+        if not as_1d(shape, ks):
             return "1-D convolutions (or height-1 2-D ones) of known input shape only"
         if shape[1] != 1 or (p.get("groups", 1) or 1) != 1 or p.get("integer") or p.get("side"):
             return "ungrouped float convolutions of one input channel only"

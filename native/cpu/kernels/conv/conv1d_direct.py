@@ -29,6 +29,15 @@ def pack(w):
     return np.ascontiguousarray(w.reshape(w.shape[0], -1).T)
 
 
+def as_1d(shape, ks):
+    """[N, C, L] and kernel [k], or [N, C, 1, L] and kernel [1, k] (a height-1 2-D convolution): True."""
+    if shape is None:
+        return False
+    if len(shape) == 3 and len(ks) == 1:
+        return True
+    return len(shape) == 4 and len(ks) == 2 and shape[2] == 1 and ks[0] == 1
+
+
 @register_tactic
 class Conv1dDirect(Tactic):
     """Small ungrouped float 1-D convolutions as one compiled loop (see the module docstring)."""
@@ -38,22 +47,23 @@ class Conv1dDirect(Tactic):
 
     def supports(self, op, input_shapes):
         p = op.params
-        ks = p.get("kernel_shape")
-        if ks is None or len(ks) != 1:
-            return "1-D convolutions only"
+        ks = list(p.get("kernel_shape") or [])
+        shape = input_shapes[0] if input_shapes else None
+        if not as_1d(shape, ks):
+            return "1-D convolutions (or height-1 2-D ones) of known input shape only"
         if (p.get("groups", 1) or 1) != 1 or p.get("integer") or p.get("side"):
             return "ungrouped float convolutions only"
         if any(s["op"] == "add" or (s["op"] == "bias" and s.get("axis", 1) != 1) for s in p.get("post_ops") or ()):
             return "no fused residual add"
-        if not input_shapes or input_shapes[0] is None or len(input_shapes[0]) != 3:
-            return "[N, C, L] inputs of known shape only"
         if any(v < 0 for v in (p.get("pre_padding") or []) + (p.get("post_padding") or [])):
             return "no cropping pads"
+        if len(ks) == 2 and any((p.get(key) or [0, 0])[0] for key in ("pre_padding", "post_padding")):
+            return "no padding along the height-1 axis"
         if not jit.available():
             return "needs the numba extra (pip install debugkit[jit])"
-        n, c, length = input_shapes[0]
+        n, c, length = shape[0], shape[1], shape[-1]
         m = p.get("num_output_maps") or 0
-        k, s = ks[0], (p.get("strides") or [1])[0]
+        k, s = ks[-1], (p.get("strides") or [1])[-1]
         if n * m * c * k * max(1, length // max(1, s)) > tuning.PARALLEL_MIN_MACS:
             return "large: a GEMM tactic is faster"
         return None
@@ -73,22 +83,26 @@ class Conv1dDirect(Tactic):
             held = _recipe(op, x, inputs)
             if "kernel_ck_m" in op.weights:   # packed weights: the recipe holds until they or the input change
                 op.__dict__["_conv1d_direct"] = held
-        _, _, _, dtype, wt, bias, geo, shape, relu = held
+        _, _, _, dtype, wt, bias, geo, shape, relu, kernel = held
+        if x.ndim == 4:   # a height-1 2-D convolution: [N, C, 1, L] as [N, C, L]
+            x = x.reshape(x.shape[0], x.shape[1], x.shape[3])
         if x.dtype != dtype or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype)
         dst = outputs[0] if outputs else None
         y = dst if dst is not None and dst.shape == shape and dst.dtype == dtype and dst.flags.c_contiguous \
             else np.empty(shape, dtype)
-        jit.kernel("conv1d_direct")(x, wt, bias, y, *geo, relu)
+        y3 = y if y.ndim == 3 else y.reshape(shape[0], shape[1], shape[-1])
+        jit.kernel(kernel)(x, wt, bias, y3, *geo, relu)
         if op.params.get("post_ops") and not relu:
-            region_epilogue(y[:, :, None, :], _ALL, op, inputs, None)
+            region_epilogue(y3[:, :, None, :], _ALL, op, inputs, None)
         return [y]
 
 
 def _recipe(op, x, inputs):
     """What a run at x's shape needs that depends only on the op and that shape: (weights, shape, dtype, work
     dtype, packed [C*k, M] weights, bias, (k, stride, dilation, leading pad), output shape, whether the post-ops are
-    one RELU, which the compiled loop then applies itself)."""
+    one RELU, which the compiled loop then applies itself, the compiled loop: vectorised over output channels, or
+    over positions when there are few channels and many positions; the same floats either way)."""
     dtype = work_dtype(op, x)
     if dtype not in _DTYPES:
         dtype = np.dtype(np.float32)
@@ -102,12 +116,17 @@ def _recipe(op, x, inputs):
         b = inputs[2]
     c = x.shape[1]
     k = wt.shape[0] // c
-    strides, dil, pre, post, out = geometry(op.params, x.shape, [k])
+    strides, dil, pre, post, out = geometry(op.params, x.shape, [1, k] if x.ndim == 4 else [k])
     bias = _NO_BIAS[dtype] if b is None else np.ascontiguousarray(np.asarray(b, dtype).reshape(-1))
-    post = op.params.get("post_ops") or ()
-    relu = len(post) == 1 and post[0]["op"] == "activation" and post[0]["type"] == "RELU"
-    return (op.weights, x.shape, x.dtype, np.dtype(dtype), wt, bias, (k, strides[0], dil[0], pre[0]),
-            (x.shape[0], wt.shape[1], out[0]), relu)
+    post_ops = op.params.get("post_ops") or ()
+    relu = len(post_ops) == 1 and post_ops[0]["op"] == "activation" and post_ops[0]["type"] == "RELU"
+    m = wt.shape[1]
+    shape = (x.shape[0], m, 1, out[-1]) if x.ndim == 4 else (x.shape[0], m, out[-1])
+    kernel = "conv1d_direct_pos" if m <= POS_MAX_CHANNELS and out[-1] >= POS_MIN_POSITIONS else "conv1d_direct"
+    return (op.weights, x.shape, x.dtype, np.dtype(dtype), wt, bias, (k, strides[-1], dil[-1], pre[-1]), shape,
+            relu, kernel)
 
 
+POS_MAX_CHANNELS = 4     # at most this many output channels and
+POS_MIN_POSITIONS = 64   # at least this many positions: the loop vectorised over positions (same floats)
 _NO_BIAS = {d: np.empty(0, d) for d in _DTYPES}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cpu.kernels.conv import tuning
+from native.cpu.kernels.conv.conv1d_direct import as_1d
 from native.cpu.kernels.conv.epilogue import region_epilogue
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.weights import work_dtype
@@ -23,15 +24,6 @@ from native.tactics import Tactic, register_tactic
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 MIN_TAPS = 16   # shorter kernels: the frames are mostly copies of one another, the patch GEMMs do better
 BANDS = 2       # output-channel bands, one GEMM each (a 2-core machine's pool); fixed, see `run`
-
-
-def _as_1d(shape, ks):
-    """[N, C, L] and kernel [k], or [N, C, 1, L] and kernel [1, k] (a height-1 2-D convolution): True."""
-    if shape is None:
-        return False
-    if len(shape) == 3 and len(ks) == 1:
-        return True
-    return len(shape) == 4 and len(ks) == 2 and shape[2] == 1 and ks[0] == 1
 
 
 @register_tactic
@@ -45,7 +37,7 @@ class Conv1dFrames(Tactic):
         p = op.params
         ks = list(p.get("kernel_shape") or [])
         shape = input_shapes[0] if input_shapes else None
-        if not _as_1d(shape, ks):
+        if not as_1d(shape, ks):
             return "1-D convolutions (or height-1 2-D ones) of known input shape only"
         if (p.get("groups", 1) or 1) != 1 or p.get("integer") or p.get("side"):
             return "ungrouped float convolutions only"
