@@ -53,6 +53,7 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         same floats at ~3x its speed (pointwise_chain's four block passes, their buffers; jit_chain.py).
     gelu_rows(y [M, N], bias [N], has_bias, tanh, c0, c1) (columns c0:c1), softmax_rows(s [M, N]),
     layernorm_rows(x [M, N], gamma [N], beta [N], eps, n, y [M, N], mean [M], inv [M])
+    layernorm_rows_relu(...): layernorm_rows, then numpy clip's RELU on each output (lane-stats with a fused Relu)
         float32 row kernels of native/cpu/polyexp.py (its polynomial exp, its 8-lane sums): the same floats as that
         module's numpy passes, in one pass over each row instead of ~20; compiled in native/cpu/jit_rows.py.
     gemm_direct(a [M, K], w [K, N], bias [N] (or empty), has_bias, act, y [M, N])
@@ -486,7 +487,8 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              "conv1d_direct_pos": _conv1d_direct_pos,
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
              "gemm_direct": _module("jit_gemm", "gemm_direct"), "lstm_steps": _module("jit_rnn", "lstm_steps"),
-             **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows")},
+             **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows",
+                                                    "layernorm_rows_relu")},
              **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
                                                    "hard_sigmoid_inplace", "bias_hard_act_inplace",
                                                    "bias_steps_inplace", "hard_swish_relu6",

@@ -187,3 +187,22 @@ def layernorm_rows(x, gamma, beta, eps, n_f, y, mean, inv):
             out[j] = ((out[j] * iv) * gamma[j]) + beta[j]
         mean[i] = mu
         inv[i] = iv
+
+
+_INF = np.float32(np.inf)
+
+
+@numba.njit(**_NJIT)
+def layernorm_rows_relu(x, gamma, beta, eps, n_f, y, mean, inv):
+    """layernorm_rows, then RELU as numpy's clip to [0, inf] (NaN kept, -0.0 to +0.0) on each output: the floats of
+    the LayerNorm followed by activations.relu (fusion_epilogue.fuse_norm_activation's post-op), in one pass."""
+    layernorm_rows(x, gamma, beta, eps, n_f, y, mean, inv)
+    m, n = y.shape
+    for i in range(m):
+        out = y[i]
+        for j in range(n):
+            u = out[j]
+            if u == u:
+                u = u if u > _ZERO else _ZERO
+                u = u if u < _INF else _INF
+            out[j] = u

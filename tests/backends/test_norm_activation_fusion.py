@@ -55,6 +55,18 @@ def test_layernorm_and_activation_are_one_layer_with_the_pairs_floats(tactic, ac
     assert (y >= 0).all() if act == "Relu" else (y.min() >= -0.25 and y.max() <= 0.5)
 
 
+def test_lane_stats_relu_in_its_pass_keeps_the_pairs_floats_on_nan_and_signed_zero():
+    """lane-stats applies a lone RELU inside its compiled row pass (with numba): NaN rows stay NaN, -0.0 becomes
+    +0.0, exactly as the Relu layer after it does."""
+    m = _model("Relu")
+    fused, plain = _build(m, "lane-stats"), _build(m, "lane-stats", fusion=False)
+    x = X.copy()
+    x[0, 3] = np.nan
+    x[1] = 0.0           # a constant row: (x - mean) * inv is 0 * inf -> NaN, or beta alone
+    y, want = run(fused, {"x": x})[0], run(plain, {"x": x})[0]
+    assert y.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("kw", [{"act": "Sigmoid"}, {"second_reader": True}, {"stats": True}])
 def test_what_the_fusion_leaves_as_two_layers(kw):
     assert kinds(_build(_model(**kw), "float64-stats")).count("Normalization") == 1

@@ -220,14 +220,20 @@ class LayerNormLaneStats(Tactic):
             g, b = (_row_param(v, tail, n) if v is not None else None for v in (g_in, b_in))
             g = g if g is not None else np.ones(n, np.float32)
             b = b if b is not None else np.zeros(n, np.float32)
+            post = op.params.get("post_ops") or ()
+            relu = len(post) == 1 and post[0]["op"] == "activation" and post[0]["type"] == "RELU"
+            fn = jit.kernel("layernorm_rows_relu" if relu else "layernorm_rows")
             cfg = op.__dict__["_lane_stats"] = (x.shape, g_in, b_in, m, n, g, b, op.params.get("epsilon", 1e-5),
-                                                lead + (1,) * len(tail), jit.kernel("layernorm_rows"),
-                                                np.float32(op.params.get("epsilon", 1e-5)), np.float32(n))
-        shape, _, _, m, n, g, b, eps, stat_shape, fn, eps32, n32 = cfg
+                                                lead + (1,) * len(tail), fn,
+                                                np.float32(op.params.get("epsilon", 1e-5)), np.float32(n),
+                                                relu and fn is not None)
+        shape, _, _, m, n, g, b, eps, stat_shape, fn, eps32, n32, relu_done = cfg
         if fn is not None and x.flags.c_contiguous:   # rows.layernorm_rows' compiled call, without its lookups
             x2 = x.reshape(m, n)
             y, mean, inv = np.empty_like(x2), np.empty(m, np.float32), np.empty(m, np.float32)
-            fn(x2, g, b, eps32, n32, y, mean, inv)
+            fn(x2, g, b, eps32, n32, y, mean, inv)   # a lone RELU post-op applied in the same pass
+            if relu_done:
+                return [y.reshape(shape), mean.reshape(stat_shape), inv.reshape(stat_shape)]
         else:
             x2 = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(m, n)
             y, mean, inv = rows.layernorm_rows(x2, g, b, eps, np.empty_like(x2))
