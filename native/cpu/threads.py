@@ -24,7 +24,7 @@ import threading
 import numpy as np
 
 from native import config
-from native.cpu import allocator
+from native.cpu import allocator, jit
 
 _LOCK = threading.Lock()
 _STATE = {"pool": None, "blas": None, "tuned": False, "blas_before": None}
@@ -144,7 +144,6 @@ CALLER_SPIN_POLLS = 1 << 15
 
 def _spinner():
     """native/cpu/jit_spin.py where numba runs (and DEBUGKIT_JIT is not 0), else None: plain lock waits."""
-    from native.cpu import jit   # function-level: jit imports config only, but is optional machinery
     if not jit.available():
         return None
     try:
