@@ -90,6 +90,8 @@ class CompiledPlan:
         self.required = [(n, slot[n]) for n in executor.graph.input_names]
         self.device = dev
         self.max_bytes = default_limits().max_bytes
+        self.runs = 0          # plain runs so far: the straight-line function is made from the FAST_AFTER-th on
+        self.fast = None       # that function, once made (`straight_line`), or False where it cannot be
 
     def run(self, feeds: dict, parent_env=None, workspace=None, stream=None, profiler=None) -> dict | None:
         """Execute; returns {name: value} for outputs, taps and constants. None when a feed the graph needs is
@@ -113,6 +115,15 @@ class CompiledPlan:
                     slots[i] = parent_env[name]
         dev = self.device
         plan = self.arena_plan
+        if profiler is None:
+            fast = self.fast
+            if fast is None:
+                self.runs += 1
+                if self.runs >= FAST_AFTER:
+                    fast = self.fast = straight_line(self)
+            if fast:
+                fast(slots, workspace, stream)
+                return self._returned(slots)
         on_plan = plan is not None
         max_bytes = self.max_bytes
         sync = dev.synchronize
@@ -170,10 +181,103 @@ class CompiledPlan:
                     slots[i] = v
             for i in die:
                 slots[i] = None
+        return self._returned(slots)
+
+    def _returned(self, slots) -> dict:
+        plan = self.arena_plan
         if plan is not None:
+            dev = self.device
             for name, i in self.detach_outputs:
                 slots[i] = arena.detach(dev, slots[i], plan)
         return {name: slots[i] for name, i in self.returned}
+
+    # what the straight-line function calls out of line (rare paths), so it stays short
+    def _layer_failed(self, k, args, e):
+        fn, full, op, ins, outs_i, n_out, bufs, shapes, die, sub_outer, node, tactic = self.steps[k]
+        shapes_now = [getattr(a, "shape", None) for a in args]
+        return ExecutionError(f"layer '{node.name}' ({node.kind}, tactic {tactic.name}, ONNX nodes "
+                              f"{node.source_nodes}) failed on input shapes {shapes_now}: {type(e).__name__}: {e}")
+
+    def _off_plan_now(self, k, args) -> bool:
+        """False (the rest of this execution allocates) after logging why, as the loop does."""
+        node, shapes = self.steps[k][10], self.steps[k][7]
+        G_LOGGER.verbose(f"layer '{node.name}' reads shapes {[getattr(a, 'shape', None) for a in args]}, not the "
+                         f"arena plan's {shapes}: the rest of this execution allocates its outputs")
+        return False
+
+    def _backstop(self, k, outs):
+        op = self.steps[k][2]
+        for value in outs:
+            if getattr(value, "nbytes", 0) > self.max_bytes:
+                check_size(op, value.shape, value.itemsize)
+
+    def _too_few(self, k, outs):
+        node, tactic, n_out = self.steps[k][10], self.steps[k][11], self.steps[k][5]
+        return ExecutionError(f"layer '{node.name}' ({node.kind}, tactic {tactic.name}) returned {len(outs)} "
+                              f"outputs; it has {n_out} ({node.outputs})")
+
+    def _with_bodies(self, k, slots):
+        op, (subs, names) = self.steps[k][2], self.steps[k][9]
+        env = {n: slots[i] for n, i in names}
+        return with_subgraphs(op, {key: _bind(sub, env) for key, sub in subs.items()})
+
+
+FAST_AFTER = 3   # plain runs of a plan before it gets its straight-line function (one-off plans skip the cost)
+
+
+def straight_line(cp: CompiledPlan):
+    """The plan's plain run (no profiler) as one generated Python function, straight-line: per layer the slot
+    reads, the call, the stores and frees written out, its bound call, op and planned buffers as globals of the
+    function, so a layer costs no tuple unpacking, loop or per-layer branches on what the plan already knows
+    (~1 us a layer less: tools/dispatch_bench.py). The same calls with the same arguments in the same order as
+    `CompiledPlan.run`'s loop, the same off-plan fallback and size backstop, the same errors naming the layer.
+    False when the plan has no steps."""
+    if not cp.steps:
+        return False
+    g = {"cp": cp, "DebugkitError": DebugkitError, "MAXB": cp.max_bytes}
+    on_plan0 = cp.arena_plan is not None
+    lines = ["def run(slots, workspace, stream):",
+             f"    on_plan = {on_plan0}", "    k = 0", "    args = ()", "    try:"]
+    w = lines.append
+    for k, (fn, full, op, ins, outs_i, n_out, bufs, shapes, die, sub_outer, node, tactic) in enumerate(cp.steps):
+        g[f"f{k}"], g[f"o{k}"] = fn, op
+        w(f"        k = {k}")
+        w("        args = [" + ", ".join(f"slots[{i}]" for i in ins) + "]")
+        opname = f"o{k}"
+        if sub_outer is not None:
+            w(f"        op = cp._with_bodies({k}, slots)")
+            opname = "op"
+        if bufs is not None and on_plan0:
+            g[f"b{k}"], g[f"s{k}"] = bufs, shapes
+            checks = " or ".join(f"getattr(args[{j}], 'shape', None) != s{k}[{j}]" for j in range(min(len(ins), len(shapes))))
+            if checks:
+                w(f"        if on_plan and ({checks}):")
+                w(f"            on_plan = cp._off_plan_now({k}, args)")
+            call = f"f{k}({opname}, args, b{k} if on_plan else None, workspace, stream)" if full                 else f"f{k}({opname}, args)"
+            w(f"        r = {call}")
+            w("        if not on_plan:")
+            w(f"            cp._backstop({k}, r)")
+        else:
+            call = f"f{k}({opname}, args, None, workspace, stream)" if full else f"f{k}({opname}, args)"
+            w(f"        r = {call}")
+            w("        for v in r:")
+            w("            if getattr(v, 'nbytes', 0) > MAXB:")
+            w(f"                cp._backstop({k}, r)")
+        if n_out == 1:
+            w(f"        slots[{outs_i[0]}] = r[0]")
+        else:
+            w(f"        if len(r) < {n_out}:")
+            w(f"            raise cp._too_few({k}, r)")
+            for j, i in enumerate(outs_i):
+                w(f"        slots[{i}] = r[{j}]")
+        for i in die:
+            w(f"        slots[{i}] = None")
+    w("    except DebugkitError:")
+    w("        raise")
+    w("    except Exception as e:")
+    w("        raise cp._layer_failed(k, args, e) from e")
+    exec(compile("\n".join(lines), f"<compiled plan of {len(cp.steps)} layers>", "exec"), g)
+    return g["run"]
 
 
 def _off_plan(args, shapes) -> bool:
