@@ -5,7 +5,9 @@ idle vCPU's interrupt) costs 25-100 us: more than a band of a small GEMM. Here t
 word instead, with `pause` between polls, for a bounded number of polls, without holding the GIL (so the other
 thread runs Python meanwhile); the lock is still taken after the spin, so the spin only decides how the wait is
 spent, never whether it is correct. The flag is read with an atomic acquire load (a plain load would be hoisted
-out of the loop) and written with a release store.
+out of the loop) and written with a release store. No sched_yield between polls: on this kernel's scheduler (EEVDF)
+a thread that yields loses its place behind CPU-bound processes for a whole slice (a no-op hand-off measured 4 ms
+with two busy processes beside it); the polls are kept short instead and stop when the CPUs are taken (threads.py).
 
     wait_change(flags [n] int64, i, seen, polls) -> bool
         poll flags[i] until it differs from `seen` (True) or `polls` polls have passed (False).
@@ -24,9 +26,6 @@ import numba
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
-
-
-_YIELD_EVERY = 16   # polls between sched_yield calls: a spinning thread must not keep a runnable one off its CPU
 
 
 @intrinsic
@@ -71,26 +70,12 @@ def _pause(typingctx):
     return sig, codegen
 
 
-@intrinsic
-def _sched_yield(typingctx):
-    sig = types.void()
-
-    def codegen(context, builder, signature, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield")
-        builder.call(fn, [])
-        return context.get_dummy_value()
-    return sig, codegen
-
-
 @numba.njit(nogil=True, cache=True)
 def wait_change(flags, i, seen, polls):
     for k in range(polls):
         if _load_acquire(flags, i) != seen:
             return True
-        if k % _YIELD_EVERY == _YIELD_EVERY - 1:
-            _sched_yield()
-        else:
-            _pause()
+        _pause()
     return _load_acquire(flags, i) != seen
 
 

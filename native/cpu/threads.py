@@ -20,6 +20,7 @@ import ctypes
 import glob
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -94,7 +95,10 @@ class _Worker:
     queue, future and condition (~83-107 us measured for a no-op parallel_for). Where numba runs (native/cpu/jit_spin.py)
     both sides first poll a flag word outside the GIL for a bounded time (the worker for its next job, the caller
     for the worker's end), so hand-offs within a run do not wait for a sleeping thread to be woken: a no-op
-    parallel_for ~100 -> ~25 us; the locks still carry every hand-off."""
+    parallel_for ~100 -> ~25 us; the locks still carry every hand-off. Polling pays only while each thread has a
+    CPU of its own: when a worker has not even started its share a short while after the caller handed it over
+    (the CPUs are taken by other processes), nobody polls for the next BACKOFF_S seconds (`_contended`), since a
+    polling thread would keep the CPU from the very thread it waits for.""" 
 
     def __init__(self, index):
         self.go, self.done = threading.Lock(), threading.Lock()
@@ -102,7 +106,7 @@ class _Worker:
         self.done.acquire()
         self.job = None
         self.posted = 0
-        self.flags = np.zeros(2, np.int64)   # [jobs posted, jobs finished], read by the spins
+        self.flags = np.zeros(3, np.int64)   # [jobs posted, jobs finished, jobs started], read by the spins
         self.spin = _spinner()
         self.thread = threading.Thread(target=self._loop, name=f"debugkit-cpu-{index}", daemon=True)
         self.thread.start()
@@ -111,9 +115,13 @@ class _Worker:
         _LOCAL.worker = True
         finished = 0
         while True:
-            if self.spin is not None:   # publish the last job's end, then poll for the next job a while
+            if self.spin is not None and not _contended():
+                # publish the last job's end, then poll for the next job a while
                 self.spin.publish_wait_change(self.flags, 1, finished, 0, finished, WORKER_SPIN_POLLS)
+            else:
+                self.flags[1] = finished
             self.go.acquire()
+            self.flags[2] = self.flags[0]   # started
             fn, items, idxs, results = self.job
             try:
                 for i in idxs:
@@ -131,15 +139,28 @@ class _Worker:
         self.go.release()
 
     def wait(self):
-        if self.spin is not None:
-            self.spin.wait_change(self.flags, 1, self.posted - 1, CALLER_SPIN_POLLS)
+        if self.spin is not None and not _contended():
+            if self.flags[2] != self.posted and not self.spin.wait_change(self.flags, 2, self.posted - 1,
+                                                                          START_POLLS):
+                _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S   # not started: the CPUs are taken
+            else:
+                self.spin.wait_change(self.flags, 1, self.posted - 1, CALLER_SPIN_POLLS)
         self.done.acquire()
 
 
-# polls (~60 ns each on a 2.4 GHz x86, sched_yield included) a worker spends waiting for its next job after one, and a caller waiting for
-# its workers' ends, before sleeping on the lock: the layers of a run come closer together than this
-WORKER_SPIN_POLLS = 1 << 14
-CALLER_SPIN_POLLS = 1 << 15
+# polls (~30 ns each on a 2.4 GHz x86) a worker spends waiting for its next job after one (~120 us: the next
+# threaded layer of a run often comes sooner), a caller waiting for a worker to start its share, and then for its
+# end, before sleeping on the lock
+WORKER_SPIN_POLLS = 1 << 12
+START_POLLS = 1 << 10
+CALLER_SPIN_POLLS = 1 << 12
+BACKOFF_S = 0.2            # no polling for this long after a worker was seen not starting (other processes' CPUs)
+_SPIN = {"quiet_after": 0.0}
+
+
+def _contended() -> bool:
+    """A worker recently did not start its share in time: poll nowhere until BACKOFF_S has passed."""
+    return time.perf_counter() < _SPIN["quiet_after"]
 
 
 def _spinner():

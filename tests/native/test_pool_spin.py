@@ -49,3 +49,15 @@ def test_without_numba_the_pool_waits_on_its_locks(monkeypatch):
     finally:
         monkeypatch.delenv("DEBUGKIT_JIT")
         config.reload()
+
+
+def test_while_contended_nobody_polls_and_hand_offs_still_work(monkeypatch):
+    """After a worker was seen not starting its share in time, the pool waits on its locks only for BACKOFF_S."""
+    threads.init()
+    monkeypatch.setitem(threads._SPIN, "quiet_after", time.perf_counter() + 60)
+    assert threads._contended()
+    for _ in range(50):
+        assert threads.parallel_for(lambda i: i + 1, range(4)) == [1, 2, 3, 4]
+    monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
+    assert not threads._contended()
+    assert threads.parallel_for(lambda i: i * 2, range(4)) == [0, 2, 4, 6]
