@@ -11,10 +11,11 @@ with two busy processes beside it); the polls are kept short instead and stop wh
 
     wait_change(flags [n] int64, i, seen, polls) -> bool
         poll flags[i] until it differs from `seen` (True) or `polls` polls have passed (False).
-    publish_wait_change(flags, j, value, i, seen, polls) -> bool
+    publish_wait_change(flags, j, value, i, seen, polls, busy, seen_at) -> bool
         store `value` into flags[j] once the GIL is released, then wait_change(flags, i, seen, polls): the worker's
         "done" and its wait for the next job in one call, so the caller that polls flags[j] takes the GIL back
-        without waiting for it.
+        without waiting for it; flags[busy] is 1 while it polls (a job handed over then should start at once), and
+        the new value of flags[i] goes to flags[seen_at] as soon as it is seen, before the GIL is taken back.
 
 Module level, so numba's disk cache finds it in the next process. Imported only where numba is installed.
 """
@@ -80,6 +81,11 @@ def wait_change(flags, i, seen, polls):
 
 
 @numba.njit(nogil=True, cache=True)
-def publish_wait_change(flags, j, value, i, seen, polls):
+def publish_wait_change(flags, j, value, i, seen, polls, busy, seen_at):
+    _store_release(flags, busy, 1)
     _store_release(flags, j, value)
-    return wait_change(flags, i, seen, polls)
+    got = wait_change(flags, i, seen, polls)
+    if got:   # what it saw, stored before it waits for the GIL: the caller learns the worker is on a CPU
+        _store_release(flags, seen_at, _load_acquire(flags, i))
+    _store_release(flags, busy, 0)
+    return got

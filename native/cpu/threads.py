@@ -95,10 +95,11 @@ class _Worker:
     queue, future and condition (~83-107 us measured for a no-op parallel_for). Where numba runs (native/cpu/jit_spin.py)
     both sides first poll a flag word outside the GIL for a bounded time (the worker for its next job, the caller
     for the worker's end), so hand-offs within a run do not wait for a sleeping thread to be woken: a no-op
-    parallel_for ~100 -> ~25 us; the locks still carry every hand-off. Polling pays only while each thread has a
-    CPU of its own: when a worker has not even started its share a short while after the caller handed it over
-    (the CPUs are taken by other processes), nobody polls for the next BACKOFF_S seconds (`_contended`), since a
-    polling thread would keep the CPU from the very thread it waits for.""" 
+    parallel_for ~100 -> ~20 us; the locks still carry every hand-off. Polling and splitting pay only while each
+    thread has a CPU of its own: when a worker that was polling for its next job has not started it a short while
+    after the caller handed it over (the CPUs are taken by other processes), for the next BACKOFF_S seconds
+    nobody polls and parallel_for runs every item on the caller (`_contended`): a polling thread would keep the
+    CPU from the very thread it waits for, and a share handed to a preempted worker waits a scheduler slice."""
 
     def __init__(self, index):
         self.go, self.done = threading.Lock(), threading.Lock()
@@ -106,7 +107,8 @@ class _Worker:
         self.done.acquire()
         self.job = None
         self.posted = 0
-        self.flags = np.zeros(3, np.int64)   # [jobs posted, jobs finished, jobs started], read by the spins
+        self.flags = np.zeros(4, np.int64)   # [jobs posted, finished, started, polling now], read by the spins
+        self.polling = False
         self.spin = _spinner()
         self.thread = threading.Thread(target=self._loop, name=f"debugkit-cpu-{index}", daemon=True)
         self.thread.start()
@@ -117,7 +119,7 @@ class _Worker:
         while True:
             if self.spin is not None and not _contended():
                 # publish the last job's end, then poll for the next job a while
-                self.spin.publish_wait_change(self.flags, 1, finished, 0, finished, WORKER_SPIN_POLLS)
+                self.spin.publish_wait_change(self.flags, 1, finished, 0, finished, WORKER_SPIN_POLLS, 3, 2)
             else:
                 self.flags[1] = finished
             self.go.acquire()
@@ -135,6 +137,7 @@ class _Worker:
     def start(self, fn, items, idxs, results):
         self.job = (fn, items, idxs, results)
         self.posted += 1
+        self.polling = bool(self.flags[3])   # polling: it starts at once unless its CPU is taken
         self.flags[0] = self.posted
         self.go.release()
 
@@ -142,7 +145,8 @@ class _Worker:
         if self.spin is not None and not _contended():
             if self.flags[2] != self.posted and not self.spin.wait_change(self.flags, 2, self.posted - 1,
                                                                           START_POLLS):
-                _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S   # not started: the CPUs are taken
+                if self.polling:   # it was polling for this job and has not started: the CPUs are taken
+                    _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S
             else:
                 self.spin.wait_change(self.flags, 1, self.posted - 1, CALLER_SPIN_POLLS)
         self.done.acquire()
@@ -242,7 +246,7 @@ def parallel_for(fn, items):
     the workers the others); returns the results in order. Runs inline when there is one item, one thread, when
     called from a pool worker (no nested waits), or while another thread's parallel_for holds the pool."""
     items = list(items)
-    if len(items) <= 1 or num_threads() == 1 or getattr(_LOCAL, "worker", False):
+    if len(items) <= 1 or num_threads() == 1 or getattr(_LOCAL, "worker", False) or _contended():
         return [fn(i) for i in items]
     workers = _pool()[:len(items) - 1]
     if not workers or not _BUSY.acquire(blocking=False):

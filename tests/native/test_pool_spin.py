@@ -12,10 +12,11 @@ from native.cpu import threads
 
 def test_wait_change_sees_another_threads_store_and_gives_up_after_its_polls():
     spin = pytest.importorskip("native.cpu.jit_spin")
-    flags = np.zeros(2, np.int64)
+    flags = np.zeros(4, np.int64)
     assert not spin.wait_change(flags, 0, 0, 100)                   # nothing changed: False after 100 polls
     assert spin.wait_change(flags, 0, 7, 1)                         # already different
-    assert not spin.publish_wait_change(flags, 1, 5, 0, 0, 10) and flags[1] == 5
+    assert not spin.publish_wait_change(flags, 1, 5, 0, 0, 10, 2, 3) and flags[1] == 5
+    assert flags[2] == 0                                            # "polling" is 1 only while it polls
     setter = threading.Timer(0.02, lambda: flags.__setitem__(0, 3))
     setter.start()
     assert spin.wait_change(flags, 0, 0, 1 << 40)                   # returns once the other thread stores (no GIL held)
@@ -52,12 +53,15 @@ def test_without_numba_the_pool_waits_on_its_locks(monkeypatch):
 
 
 def test_while_contended_nobody_polls_and_hand_offs_still_work(monkeypatch):
-    """After a worker was seen not starting its share in time, the pool waits on its locks only for BACKOFF_S."""
+    """After a polling worker was seen not starting its share in time, for BACKOFF_S nobody polls and parallel_for
+    runs every item on the caller."""
     threads.init()
     monkeypatch.setitem(threads._SPIN, "quiet_after", time.perf_counter() + 60)
     assert threads._contended()
     for _ in range(50):
         assert threads.parallel_for(lambda i: i + 1, range(4)) == [1, 2, 3, 4]
+    me = threading.get_ident()      # and every item runs on the caller: a preempted worker would hold it up
+    assert threads.parallel_for(lambda i: threading.get_ident(), range(4)) == [me] * 4
     monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
     assert not threads._contended()
     assert threads.parallel_for(lambda i: i * 2, range(4)) == [0, 2, 4, 6]
