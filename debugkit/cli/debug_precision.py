@@ -172,7 +172,6 @@ def _search(P, args, opts, command, options, ex) -> int:
             # the ranking came from beside the base build, so the overflow guess is known before any probe: its
             # confirmation goes into one batch with the all-higher and empty-set probes (speculative: wasted only
             # where the base build passes, the all-higher one fails, or the guess is not the answer)
-            t_rank = time.perf_counter()
             ranked = _ranking(P, sub, layers, low_values, args, ex, search_id, calib, bar, opts.build, log,
                               cache=probe_fn.timing_cache(), alone=alone)
             guess = P.overflow_guess(ranked[0])

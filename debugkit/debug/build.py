@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import time
 
+from debugkit.debug.executor import ShippedModel
 from native.files import write_bytes
 from native import config
 from native.logger import G_LOGGER
@@ -113,7 +114,7 @@ class BuildLoop:
                             f"bad {sum(r['result'] == 'bad' for r in self.results)}")
 
 
-class BuildIteration:
+class BuildIteration(ShippedModel):
     """One `debug build` iteration where a worker runs it (picklable): a fresh build of the model with the
     command's build options (fresh tactic timing, or from the --timing-cache file's timings when they came along),
     checked there by `check` (GraphCheck or OutputCheck, in process) or by the command `check_cmd`. Returns what
@@ -125,21 +126,6 @@ class BuildIteration:
         self.model_path, self.build, self.data, self.fingerprint = model_path, build, data, fingerprint
         self.feeds, self.check, self.check_cmd = feeds, check, check_cmd
         self.save_plans, self.timings = save_plans, dict(timings or {})
-        self.model_bytes = self.model_key = None
-
-    def ship(self, model):
-        """Carry the model's bytes (workers on other nodes): written once per worker into its scratch directory."""
-        import hashlib
-        self.model_bytes = model.SerializeToString()
-        self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
-        self.model_path = os.path.basename(self.model_path)
-        return self
-
-    def _model_file(self) -> str:
-        if self.model_bytes is None:
-            return self.model_path
-        from debugkit.debug.executor import worker_model_file
-        return worker_model_file(self.model_key, self.model_path, self.model_bytes)
 
     def __call__(self, iteration: int) -> dict:
         import shutil

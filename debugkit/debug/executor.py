@@ -119,6 +119,7 @@ class LocalExecutor(InlineExecutor):
         # it holds the base build's plans and packed weights, and would otherwise wait; CPU workers have a core
         # each already, so there it only waits
         self.driver_slot = self.own_gpus
+        self._off_caller = None   # off_caller_gpu(), worked out on first use
         self._pool = WorkerPool(workers, self.envs, retries=retries)
 
     @property
@@ -140,8 +141,10 @@ class LocalExecutor(InlineExecutor):
         cannot skew this process's tactic timing. Empty without GPU workers."""
         if not self.own_gpus:
             return []
-        mine = (visible_gpus() or [None])[0]
-        return [i for i, e in enumerate(self.envs) if e.get("CUDA_VISIBLE_DEVICES") != mine]
+        if self._off_caller is None:   # asked per batch of probes: the driver query once per executor
+            mine = (visible_gpus() or [None])[0]
+            self._off_caller = [i for i, e in enumerate(self.envs) if e.get("CUDA_VISIBLE_DEVICES") != mine]
+        return list(self._off_caller)
 
     def close(self):
         self._pool.close()
@@ -272,6 +275,29 @@ class WorkerCache:
         cls._store[key] = value
         while len(cls._store) > cls.limit:
             cls._store.pop(next(iter(cls._store)))
+
+
+class ShippedModel:
+    """A picklable probe's model (debug repeat's iterations, debug build's): its path on this machine, or after
+    ship() the model's bytes, so workers on other nodes need none of this machine's files."""
+
+    model_path = None
+    model_bytes = model_key = None
+
+    def ship(self, model):
+        """Carry the model's bytes (external data included) and only the file's name; each worker writes them once
+        into its own scratch directory (worker_model_file)."""
+        import hashlib
+        self.model_bytes = model.SerializeToString()
+        self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
+        self.model_path = os.path.basename(self.model_path)
+        return self
+
+    def _model_file(self) -> str:
+        """The model's path here: the driver's file, or (shipped) this worker's copy, written once per process."""
+        if self.model_bytes is None:
+            return self.model_path
+        return worker_model_file(self.model_key, self.model_path, self.model_bytes)
 
 
 def worker_model_file(model_key: str, name: str, data: bytes) -> str:

@@ -11,36 +11,21 @@ from __future__ import annotations
 import os
 import shutil
 
+from debugkit.debug.executor import ShippedModel
 
-class RepeatProbe:
+
+class RepeatProbe(ShippedModel):
     """One iteration; picklable. check: CommandCheck or CompareOptions (then model/feeds/expected are used).
     build/data: the command's BuildOptions and DataOptions (debugkit/options.py): every iteration builds with all of
-    them (tactics modules, tactic sources, layer precisions, calibration, timing cache, ...), as `run` does."""
+    them (tactics modules, tactic sources, layer precisions, calibration, timing cache, ...), as `run` does.
+    Shipped (ShippedModel.ship, for Ray workers on other nodes), its artifacts come back in the result as bytes,
+    which the driver files into --art-dir (`land_artifacts`)."""
 
     def __init__(self, check, model_path=None, feeds=None, expected=None, build=None, art_dir=None, artifacts=(),
                  data=None):
         self.check, self.model_path, self.feeds, self.expected = check, model_path, feeds, expected
         self.build, self.data = build, data
         self.art_dir, self.artifacts = art_dir, list(artifacts)
-        self.model_bytes = self.model_key = None   # set by ship(): the model itself, not a path on this machine
-
-    def ship(self, model):
-        """Make the iterations independent of this machine's files (Ray workers on other nodes): the probe carries
-        the model's bytes (external data included), each worker writes them once into its own scratch directory,
-        and the artifacts come back in the result as bytes, which the driver files into --art-dir
-        (`land_artifacts`)."""
-        import hashlib
-        self.model_bytes = model.SerializeToString()
-        self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
-        self.model_path = os.path.basename(self.model_path)
-        return self
-
-    def _model_file(self) -> str:
-        """The model's path here: the driver's file, or (shipped) this worker's copy, written once per process."""
-        if self.model_bytes is None:
-            return self.model_path
-        from debugkit.debug.executor import worker_model_file
-        return worker_model_file(self.model_key, self.model_path, self.model_bytes)
 
     def __call__(self, iteration: int) -> dict:
         from debugkit.debug.checks import CommandCheck
