@@ -165,36 +165,25 @@ def _bias_and_steps(yr, bias, steps, inputs, sel):
         return False
     if bias is not None and (type(bias) is not np.ndarray or bias.dtype != yr.dtype or bias.shape != (yr.shape[1],)):
         return False
-    rows, res = [], None
-    for st in steps:
-        kind = st["op"]
-        if kind == "activation" and st["type"] in ("RELU", "CLIP"):
-            lo, hi = (0.0, np.inf) if st["type"] == "RELU" else (st.get("alpha", 0.0), st.get("beta", 0.0))
-            if type(lo) not in _NUMBER or type(hi) not in _NUMBER or not all(
-                    v in (-np.inf, np.inf) or abs(v) < 3e38 for v in (lo, hi)):   # as activations._clip's fast path
-                return False
-            rows.append((1.0, float(lo), float(hi)))
-        elif kind == "activation" and st["type"] == "HARD_SWISH_RELU6":
-            rows.append((3.0, 0.0, 0.0))
-        elif kind == "activation" and st["type"] == "HARD_SWISH":
-            rows.append((4.0, 0.0, 0.0))
-        elif kind == "add" and res is None:
-            r = inputs[st["input"]]
-            if type(r) is not np.ndarray:
-                return False
-            r = r[sel]
-            if r.shape != yr.shape or r.dtype != yr.dtype or not r.flags.c_contiguous or np.may_share_memory(r, yr):
-                return False
-            res = r
-            rows.append((2.0, 0.0, 0.0))
-        else:
+    plan = compiled_steps(steps)
+    if plan is None:
+        return False
+    rows, res_i = plan
+    res = None
+    if res_i is not None:
+        r = inputs[res_i]
+        if type(r) is not np.ndarray:
             return False
+        r = r[sel]
+        if r.shape != yr.shape or r.dtype != yr.dtype or not r.flags.c_contiguous or np.may_share_memory(r, yr):
+            return False
+        res = r
     fn = jit.kernel("bias_steps_inplace")
     if fn is None:
         return False
     n, c = yr.shape[:2]
-    fn(yr.reshape(n, c, -1), _EMPTY1[yr.dtype] if bias is None else np.ascontiguousarray(bias),
-       np.array(rows, np.float64).reshape(-1, 3), _EMPTY3[yr.dtype] if res is None else res.reshape(n, c, -1))
+    fn(yr.reshape(n, c, -1), _EMPTY1[yr.dtype] if bias is None else np.ascontiguousarray(bias), rows,
+       _EMPTY3[yr.dtype] if res is None else res.reshape(n, c, -1))
     return True
 
 
