@@ -27,6 +27,7 @@ from native.cpu.kernels.matmul import BlasMatMul
 from native.tactics import register_tactic
 
 _rng = random.Random(os.environ.get("DEBUGKIT_FAULTY_SEED"))
+_offers = {}    # id(layer params) -> (params, offered): flaky-conv's draw for one layer of one build
 
 
 def conditions(name: str):
@@ -182,7 +183,13 @@ class FlakyConv(Im2colGemm):
         reason = super().supports(op, input_shapes)
         if reason not in (None, True):
             return reason
-        return None if _rng.random() < 1 / 3 else "not offered in this build"
+        # one draw per layer per build: the builder asks again before it commits (still_offered), and a second
+        # draw there would withdraw two offers in three, so one build in nine would be bad, not one in three
+        # (a build's layer keeps its params dict; the dict is kept here so its id is not reused)
+        drawn = _offers.get(id(op.params))
+        if drawn is None or drawn[0] is not op.params:
+            drawn = _offers[id(op.params)] = (op.params, _rng.random() < 1 / 3)
+        return None if drawn[1] else "not offered in this build"
 
     def run(self, op, inputs):
         from native.cpu.kernels.conv.epilogue import finish

@@ -15,6 +15,9 @@ FAULTY = os.path.join(os.path.dirname(__file__), "faulty_tactics.py")
 @pytest.fixture
 def model(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # loaded afresh by each test: flaky-conv's offers come from a random stream seeded at import
+    # (DEBUGKIT_FAULTY_SEED), which a test that loaded the module before in this process would have moved on
+    unload_tactics_module(FAULTY)
     yield save(conv_chain(), tmp_path)
     unload_tactics_module(FAULTY)
 
