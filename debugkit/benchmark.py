@@ -3,11 +3,15 @@
 `timed_loop(fn, iterations, duration_s)` calls `fn` until both at least `iterations` calls and `duration_s` seconds
 have passed (trtexec's --iterations / --duration) and returns each call's seconds plus the loop's wall time;
 `warm_up(fn, ms)` calls it, untimed, for at least `ms` milliseconds. `interleaved` times several contenders in
-alternating blocks, so a shared machine's drift hits all of them alike and their ratio stays meaningful.
+alternating blocks, so a shared machine's drift hits all of them alike and their ratio stays meaningful; at each
+switch it first waits (`settle`) until the other contender's threads have gone idle, so neither is timed beside the
+other's spinning workers.
 `latency_stats` gives min/mean/median/p90/p99/max in ms.
 """
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 import numpy as np
@@ -51,17 +55,25 @@ def timed_loop(fn, iterations: int, duration_s: float, after=None) -> tuple[list
     return times, time.perf_counter() - start
 
 
-def interleaved(fns: dict, iterations: int, duration_s: float, block: int = 5, after=None) -> tuple[dict, dict]:
-    """Time every contender in alternating blocks of `block` calls (the order rotating each round, the first call
-    after each switch untimed), until each has at least `iterations` timed calls and `duration_s` has passed.
-    Returns ({name: [seconds]}, {name: timed seconds in total}); `after(name)` runs after each timed call."""
+def interleaved(fns: dict, iterations: int, duration_s: float, block: int = 5, after=None,
+                settle_s: float | None = None) -> tuple[dict, dict]:
+    """Time every contender in alternating blocks of `block` calls (the order rotating each round), until each has
+    at least `iterations` timed calls and `duration_s` has passed. Returns ({name: [seconds]}, {name: timed
+    seconds in total}); `after(name)` runs after each timed call.
+
+    At each switch the process's other threads are first let go idle (`settle`, at most `settle_s`, default
+    SETTLE_MAX_S): ONNX Runtime's intra-op workers keep spinning ~40 ms of CPU after each run (measured on 1.32,
+    spinning on), so a contender timed right after it had one core fewer for its whole block (our two-thread
+    kernels then ran at one thread's speed). Then one untimed call warms the contender's caches."""
     times = {k: [] for k in fns}
     order = list(fns.items())
     end = time.perf_counter() + duration_s
     r = 0
     while min(len(v) for v in times.values()) < iterations or time.perf_counter() < end:
         for name, fn in order[r % len(order):] + order[:r % len(order)]:
-            fn()   # untimed: another contender's threads may still be busy right after a switch
+            if len(fns) > 1:
+                settle(SETTLE_MAX_S if settle_s is None else settle_s)
+            fn()   # untimed: warms this contender's code and data after the other's block
             for _ in range(block):
                 t0 = time.perf_counter()
                 fn()
@@ -70,6 +82,51 @@ def interleaved(fns: dict, iterations: int, duration_s: float, block: int = 5, a
                     after(name)
         r += 1
     return times, {k: float(sum(v)) for k, v in times.items()}
+
+
+SETTLE_MAX_S = 0.2        # the longest `settle` waits (a thread that never goes idle costs this per switch)
+SETTLE_POLL_S = 0.001     # idle: no other thread runnable at two polls in a row this far apart
+SETTLE_FALLBACK_S = 0.05  # where threads' states cannot be read: a plain wait, ONNX Runtime's spin and some
+
+
+def settle(max_s: float = SETTLE_MAX_S) -> float:
+    """Wait until none of this process's other threads is running or waiting for a CPU (Linux: their states in
+    /proc/self/task; a spinning thread is runnable even while another process holds its CPU, which its CPU clock
+    would take for idle), for at most `max_s`; returns the seconds waited. Where the states cannot be read, waits
+    min(max_s, SETTLE_FALLBACK_S)."""
+    t0 = time.perf_counter()
+    quiet = 0
+    while quiet < 2:
+        busy = runnable_threads()
+        if busy is None:
+            time.sleep(max(0.0, min(max_s, SETTLE_FALLBACK_S) - (time.perf_counter() - t0)))
+            break
+        quiet = quiet + 1 if busy == 0 else 0
+        if quiet == 2 or time.perf_counter() - t0 >= max_s:
+            break
+        time.sleep(SETTLE_POLL_S)
+    return time.perf_counter() - t0
+
+
+def runnable_threads() -> int | None:
+    """How many of this process's threads other than the caller are running or runnable (state R in
+    /proc/self/task/*/stat), or None where that cannot be read (not Linux)."""
+    me = threading.get_native_id()
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n = 0
+    for t in tids:
+        if int(t) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{t}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split(None, 1)[0]
+        except (OSError, IndexError):   # the thread ended
+            continue
+        n += state == b"R"
+    return n
 
 
 def throughput(count: int, wall_s: float, batch: int | None) -> dict:
@@ -88,10 +145,8 @@ def onnxrt_settings(threads: int | None = None) -> dict:
     arena on, all graph optimisations)."""
     if threads is None:
         try:
-            import os
             threads = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
-            import os
             threads = os.cpu_count() or 1
     return {"intra_op_threads": int(threads), "inter_op_threads": 1, "execution_mode": "sequential",
             "spinning": True, "memory_arena": True, "graph_optimization": "all",

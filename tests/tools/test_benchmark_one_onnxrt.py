@@ -50,3 +50,57 @@ def test_onnxrt_settings_are_explicit_and_printed():
     assert (s["intra_op_threads"], s["inter_op_threads"], s["spinning"], s["memory_arena"]) == (3, 1, True, True)
     line = B.onnxrt_settings_line(s)
     assert "3 intra-op thread(s)" in line and "spinning on" in line and "memory arena on" in line
+
+
+def _spinner(seconds):
+    """A thread that stays runnable (a busy loop, as ONNX Runtime's workers after a run) for `seconds`, then parks."""
+    import threading
+    import time
+    park = threading.Event()
+    end = time.perf_counter() + seconds
+
+    def spin():
+        while time.perf_counter() < end and not park.is_set():
+            pass
+        park.wait()
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    return t, park, end
+
+
+@pytest.mark.skipif(B.runnable_threads() is None, reason="thread states are read from /proc (Linux)")
+def test_settle_waits_until_the_other_threads_stop_spinning():
+    import time
+    t, park, end = _spinner(0.06)
+    try:
+        waited = B.settle(max_s=5.0)
+        assert time.perf_counter() >= end          # not back before the spinner parked
+        assert waited < 5.0 and B.runnable_threads() == 0
+    finally:
+        park.set()
+        t.join()
+
+
+@pytest.mark.skipif(B.runnable_threads() is None, reason="thread states are read from /proc (Linux)")
+def test_settle_gives_up_at_its_limit_and_returns_at_once_when_idle():
+    t, park, _ = _spinner(60.0)
+    try:
+        assert 0.05 <= B.settle(max_s=0.05) < 2.0
+    finally:
+        park.set()
+        t.join()
+    assert B.settle(max_s=5.0) < 2.0   # nothing runnable: two polls
+
+
+def test_interleaved_settles_at_every_switch_and_times_each_block(monkeypatch):
+    calls = []
+    monkeypatch.setattr(B, "settle", lambda max_s=B.SETTLE_MAX_S: calls.append(max_s) or 0.0)
+    ran = {"a": 0, "b": 0}
+    times, _ = B.interleaved({"a": lambda: ran.__setitem__("a", ran["a"] + 1),
+                              "b": lambda: ran.__setitem__("b", ran["b"] + 1)}, 10, 0.0, block=5)
+    assert [len(times["a"]), len(times["b"])] == [10, 10]
+    assert ran == {"a": 12, "b": 12}          # one untimed call after each switch
+    assert calls == [B.SETTLE_MAX_S] * 4      # two rounds, two switches each
+    calls.clear()
+    B.interleaved({"a": lambda: None}, 5, 0.0)
+    assert calls == []                        # one contender: nothing to wait for
