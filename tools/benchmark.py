@@ -75,8 +75,9 @@ def model_feed_spec(path, shapes):
 
 def interleaved(fns: dict, iterations, warmup, block=5) -> dict:
     """`warmup` untimed calls of each contender, then debugkit.benchmark.interleaved (the loop `debugkit bench
-    --compare onnxrt` uses: alternating blocks, the order rotating each round, the first call after a switch untimed,
-    because ONNX Runtime's worker threads keep spinning after a run and would slow whoever always ran next)."""
+    --compare onnxrt` uses: alternating blocks, the order rotating each round; at each switch it waits until the
+    other contender's threads are idle, ONNX Runtime's workers spinning ~40 ms after a run, then makes one untimed
+    call)."""
     from debugkit import benchmark as B
     for _ in range(warmup):
         for fn in fns.values():
