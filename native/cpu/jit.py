@@ -65,7 +65,11 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     se_direct(x [N, C, S], w1t [C, M], b1, w2t [M, C], b2, act1, act2, y [N, C, S])
         a squeeze-excite block (mean over S, two small products with their activations, x * gate) in one call:
         the se-direct tactic's own floats (native/cpu/jit_se.py).
-    (The HardSwish / HardSigmoid kernels are compiled in native/cpu/jit_act.py.)
+    silu_polyexp_inplace(x [n] float32, double)
+        SiLU in place with polyexp's exp: v * sigmoid(v), sigmoid = e / (1 + e) below 0 and 1 / (1 + e) from 0 up,
+        e = exp(-|v|); double: v = x + x first (the GEMM's halved output). The floats of activations'
+        SILU_POLYEXP numpy passes (the *-polyexp convolution tactics' own, not numpy's tanh).
+    (The HardSwish / HardSigmoid / SiLU kernels are compiled in native/cpu/jit_act.py.)
 """
 from __future__ import annotations
 
@@ -492,4 +496,4 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
                                                    "hard_sigmoid_inplace", "bias_hard_act_inplace",
                                                    "bias_steps_inplace", "hard_swish_relu6",
-                                                   "hard_swish_relu6_inplace")}}
+                                                   "hard_swish_relu6_inplace", "silu_polyexp_inplace")}}

@@ -1,14 +1,18 @@
 """The HardSwish / HardSigmoid kernels compiled with numba (the `jit` extra), reached through
 `native.cpu.jit.kernel(name)`: hard_swish, hard_swish_inplace, hard_sigmoid, hard_sigmoid_inplace,
-bias_hard_act_inplace (signatures in jit.py's doc). Module-level functions sharing one module-level clip, so numba's
+bias_hard_act_inplace, silu_polyexp_inplace (signatures in jit.py's doc). Module-level functions sharing one module-level clip, so numba's
 on-disk cache finds them again in the next process (a closure over a compiled helper is keyed by that helper, which
 differs per process: such kernels recompiled every time). Imported only where numba is installed.
 """
 from __future__ import annotations
 
 import numba
+import numpy as np
+
+from native.cpu.jit_rows import _LO, _exp
 
 _NJIT = dict(nogil=True, cache=True)
+_F32_ONE, _F32_ZERO = np.float32(1.0), np.float32(0.0)
 
 
 @numba.njit(inline="always", **_NJIT)
@@ -152,3 +156,19 @@ def bias_steps_inplace(y, bias, steps, res):
                     r = res[n, c]
                     for k in range(s_n):
                         row[k] = row[k] + r[k]
+
+
+@numba.njit(error_model="numpy", **_NJIT)
+def silu_polyexp_inplace(x, double):
+    # v * sigmoid(v) with polyexp's exp (native/cpu/polyexp.py), sigmoid in the form without cancellation: e / (1 + e)
+    # below 0 and 1 / (1 + e) from 0 up, e = exp(-|v|) (0 below EXP_LO); double: v = x + x first (a GEMM pre-scaled
+    # by 1/2). Branch-free selects, so the loop vectorises; the floats of activations._silu_polyexp's numpy passes
+    for k in range(x.shape[0]):
+        v = x[k]
+        if double:
+            v = v + v
+        nv = -v if v >= _F32_ZERO else v
+        e = _exp(nv)
+        e = e if nv >= _LO else _F32_ZERO
+        num = _F32_ONE if v >= _F32_ZERO else e
+        x[k] = v * (num / (e + _F32_ONE))

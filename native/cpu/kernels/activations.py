@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from native.cpu import jit
+from native.cpu import jit, polyexp
 
 _SCIPY_ERF = []   # [erf or None] once looked up
 
@@ -302,6 +302,39 @@ def _silu(x, a, b, out):
     return y
 
 
+def silu_polyexp_inplace(y, double=False):
+    """SiLU of y (of y + y with double: a GEMM's halved output) in place on a float32 array, by polyexp's exp
+    (native/cpu/polyexp.py): v * sigmoid(v), sigmoid = e / (1 + e) below 0 and 1 / (1 + e) from 0 up, e = exp(-|v|)
+    (0 below EXP_LO). One compiled pass where numba is installed (jit_act.silu_polyexp_inplace), else these numpy
+    passes; the two give the same floats (tested). Not numpy's tanh: the *-polyexp convolution tactics' own floats
+    (native/cpu/kernels/conv/silu_polyexp.py), ~3x faster than _silu's four passes."""
+    fn = jit.kernel("silu_polyexp_inplace") if y.flags.c_contiguous else None
+    if fn is not None:
+        fn(y.reshape(-1), bool(double))
+        return y
+    v = y + y if double else y
+    nv = np.abs(v)
+    np.negative(nv, out=nv)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = polyexp.exp(nv)
+        np.copyto(e, polyexp.ZERO, where=nv < polyexp.EXP_LO)
+        num = np.where(v >= 0, polyexp.ONE, e)
+        e += polyexp.ONE
+        num /= e
+        np.multiply(v, num, out=y)
+    return y
+
+
+def _silu_polyexp(x, a, b, out):
+    # the *-polyexp convolution tactics' SiLU (float32; other types: numpy's SILU)
+    if x.dtype != np.float32:
+        return _silu(x, a, b, out)
+    y = x.copy() if out is None else out
+    if y is not x:
+        np.copyto(y, x)
+    return silu_polyexp_inplace(y)
+
+
 def _swish(x, a, b, out):
     s = np.multiply(x, a)
     return np.multiply(x, _sigmoid(s, 0, 0, s), out=out)
@@ -362,7 +395,7 @@ ACTIVATIONS = {
     "SOFTSIGN": _softsign, "SOFTPLUS": _softplus, "CLIP": _clip, "HARD_SIGMOID": _hard_sigmoid,
     "SCALED_TANH": _scaled_tanh, "THRESHOLDED_RELU": _thresholded_relu, "GELU_ERF": _gelu_erf,
     "GELU_TANH": _gelu_tanh, "SILU": _silu, "SWISH": _swish, "HARD_SWISH": _hard_swish, "MISH": _mish,
-    "HARD_SWISH_RELU6": _hard_swish_relu6,
+    "HARD_SWISH_RELU6": _hard_swish_relu6, "SILU_POLYEXP": _silu_polyexp,
     "CELU": _celu, "SHRINK": _shrink,
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cpu import jit
-from native.cpu.kernels.activations import activation_inplace
+from native.cpu.kernels.activations import activation_inplace, silu_polyexp_inplace
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.fused import apply_post_ops
 from native.cpu.threads import parallel_for, split
@@ -73,7 +73,10 @@ def region_epilogue(y, sel, op, inputs, bias, half=False):
         if i < first:
             continue
         if half and i == 0:
-            silu_from_half(yr)
+            if step["type"] == "SILU_POLYEXP" and yr.dtype == np.float32:
+                silu_polyexp_inplace(yr, double=True)   # the *-polyexp tactics' SiLU (silu_polyexp.py)
+            else:
+                silu_from_half(yr)
         elif kind == "bias":
             yr += np.asarray(op.weights[step["weight"]], y.dtype).reshape(-1)[csel].reshape(-1, 1, 1)
         elif kind == "activation":

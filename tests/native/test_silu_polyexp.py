@@ -1,0 +1,153 @@
+"""The *-polyexp convolution tactics (native/cpu/kernels/conv/silu_polyexp.py): their SiLU by polyexp's exp, one
+compiled pass or the numpy passes with the same floats; closer to the exact SiLU than numpy's tanh form; the base
+tactic's GEMM and other post-ops unchanged; offered only for float32 layers with a SiLU post-op and numba."""
+import numpy as np
+import pytest
+
+from native import config
+from native.cpu import jit, threads
+from native.cpu.kernels.activations import activation, silu_polyexp_inplace
+from native.cpu.kernels.conv import nhwc_bands, silu_polyexp, tuning
+from native.cpu.device import CpuDevice
+from native.tactics import Op, tactics_for
+from tests.native.test_nn_kernels import reference_conv
+
+RNG = np.random.default_rng(5)
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -86.5, -87.5, -90.0, -200.0, 88.0, 100.0, 1e-30, -1e-30,
+                    3e38, -3e38], np.float32)
+
+
+def _values(n=20011):
+    return np.concatenate([SPECIAL, (RNG.standard_normal(n) * 8).astype(np.float32)])
+
+
+def _numpy_path(monkeypatch, fn):
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    try:
+        return fn()
+    finally:
+        monkeypatch.delenv("DEBUGKIT_JIT")
+        config.reload()
+
+
+def _need_jit():
+    pytest.importorskip("numba")
+    config.reload()
+    if not jit.available():
+        pytest.skip("DEBUGKIT_JIT=0")
+
+
+def _silu(x, double, monkeypatch=None):
+    y = x.copy()
+    with np.errstate(over="ignore", invalid="ignore"):
+        if monkeypatch is None:
+            silu_polyexp_inplace(y, double)
+        else:
+            _numpy_path(monkeypatch, lambda: silu_polyexp_inplace(y, double))
+    return y
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_numpy_passes_are_close_to_the_exact_silu(monkeypatch, double):
+    x = _values()
+    got = _silu(x, double, monkeypatch)
+    v = x.astype(np.float64) * (2 if double else 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = v / (1 + np.exp(-v))
+    ok = np.isfinite(v) & (np.abs(v) < 80)
+    assert np.max(np.abs(got[ok] - ref[ok]) / np.maximum(np.abs(ref[ok]), 1e-37)) < 1e-6
+    # numpy's SILU (h + h * tanh(h)) cancels for negative arguments; this form does not
+    if not double:
+        with np.errstate(over="ignore", invalid="ignore"):
+            numpy_silu = activation(x, "SILU")
+        neg = ok & (v < -10)
+        assert np.max(np.abs(numpy_silu[neg] - ref[neg]) / np.abs(ref[neg])) > 1e-3
+    # specials: NaN stays NaN, +inf stays +inf, -inf gives NaN (-inf * 0, as numpy's SILU), below exp's range -0.0
+    sp = got[:len(SPECIAL)]
+    assert np.isnan(sp[0]) and sp[1] == np.inf and np.isnan(sp[2])
+    assert sp[3] == 0 and sp[4] == 0 and (sp[7:9] == 0).all() and np.signbit(sp[7:9]).all()
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_the_compiled_pass_gives_the_numpy_passes_floats(monkeypatch, double):
+    _need_jit()
+    assert jit.kernel("silu_polyexp_inplace") is not None
+    x = _values()
+    want = _silu(x, double, monkeypatch)
+    got = _silu(x, double)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got[~np.isnan(got)]), np.signbit(want[~np.isnan(want)]))
+    strided = x.reshape(1, -1)[:, ::2].copy()[:, ::1]
+    assert np.array_equal(_silu(strided, double), _silu(strided, double, monkeypatch), equal_nan=True)
+
+
+def _conv_case(k, stride, pad, post, c=6, m=5, hw=9):
+    x = RNG.standard_normal((2, c, hw, hw)).astype(np.float32) * 2
+    w = RNG.standard_normal((m, c, k, k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    z = reference_conv(x, w, b, stride, pad, 1, 1)
+    want = z / (1 + np.exp(-z))
+    inputs, post_ops = [x, None, None], [{"op": "activation", "type": "SILU", "alpha": 0.0, "beta": 0.0}]
+    if "add" in post:
+        r = RNG.standard_normal(want.shape).astype(np.float32)
+        post_ops.append({"op": "add", "input": len(inputs)})
+        inputs.append(r)
+        want = want + r
+    params = {"num_output_maps": m, "kernel_shape": [k, k], "strides": [stride] * 2, "pre_padding": [pad] * 2,
+              "post_padding": [pad] * 2, "dilations": [1, 1], "groups": 1, "post_ops": post_ops}
+    return params, {"kernel": w, "bias": b}, inputs, want
+
+
+def _tactic(name):
+    return next(t for t in tactics_for("Convolution", "cpu") if t.name == name)
+
+
+@pytest.mark.parametrize("base", ["im2col-gemm", "1x1-gemm", "nhwc-gemm", "nhwc-gemm-bands"])
+@pytest.mark.parametrize("post", [[], ["add"]])
+def test_variant_runs_its_base_with_the_polyexp_silu(monkeypatch, base, post):
+    _need_jit()
+    monkeypatch.setattr(nhwc_bands, "num_threads", lambda: 2)
+    monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    monkeypatch.setattr(tuning, "PARALLEL_MIN_MACS", 1)
+    k, stride, pad = (1, 1, 0) if base == "1x1-gemm" else (3, 2, 1)
+    params, weights, inputs, want = _conv_case(k, stride, pad, post)
+    t, b = _tactic(base + "-polyexp"), _tactic(base)
+    op = Op("Convolution", "c", params, dict(weights))
+    assert t.supports(op, [list(inputs[0].shape)]) is None
+    poly_params = dict(params, post_ops=[dict(params["post_ops"][0], type="SILU_POLYEXP")] + params["post_ops"][1:])
+    device = CpuDevice()
+    for ws in (dict(weights), t.prepare(op)):
+        layer = Op("Convolution", "c", params, ws)
+        fn, full = device.bind(t, layer)    # as the engine calls it (the short style: no adapter)
+        got = (fn(layer, inputs, None) if full else fn(layer, inputs))[0]
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+        # bit for bit the base tactic's code with the SiLU step as SILU_POLYEXP: the same GEMM and other steps
+        same = b.run(Op("Convolution", "c", poly_params, ws), inputs)[0]
+        assert got.tobytes() == same.tobytes()
+        # and not numpy's SiLU: other floats, hence a tactic of its own
+        assert got.tobytes() != b.run(Op("Convolution", "c", params, ws), inputs)[0].tobytes()
+
+
+def test_offered_only_for_float32_silu_layers_with_numba(monkeypatch):
+    t = _tactic("1x1-gemm-polyexp")
+    relu = Op("Convolution", "c", {"kernel_shape": [1, 1], "post_ops": [
+        {"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0}]})
+    assert "no SiLU" in t.supports(relu, [[1, 4, 8, 8]])
+    params, weights, _, _ = _conv_case(1, 1, 0, [])
+    assert "float32" in t.supports(Op("Convolution", "c", params, weights, precision="float16"), [[1, 6, 9, 9]])
+    if jit.available():
+        assert "pointwise" in _tactic("nhwc-gemm-polyexp").supports(Op("Convolution", "c", params, weights),
+                                                                    [[1, 6, 9, 9]])
+    monkeypatch.setattr(jit, "available", lambda: False)
+    assert "numba" in t.supports(Op("Convolution", "c", params, weights), [[1, 6, 9, 9]])
+
+
+def test_the_derived_layer_is_made_once_per_weights():
+    params, weights, _, _ = _conv_case(1, 1, 0, [])
+    op = Op("Convolution", "c", params, dict(weights))
+    d = silu_polyexp.polyexp_op(op)
+    assert silu_polyexp.polyexp_op(op) is d and d.weights is op.weights
+    assert d.params["post_ops"][0]["type"] == "SILU_POLYEXP" and op.params["post_ops"][0]["type"] == "SILU"
+    op.weights = dict(weights)
+    assert silu_polyexp.polyexp_op(op) is not d
