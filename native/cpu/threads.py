@@ -97,15 +97,20 @@ class _Worker:
     for the worker's end), so hand-offs within a run do not wait for a sleeping thread to be woken: a no-op
     parallel_for ~100 -> ~20 us; the locks still carry every hand-off. Polling and splitting pay only while each
     thread has a CPU of its own: when a worker that was polling for its next job has not started it a short while
-    after the caller handed it over (the CPUs are taken by other processes), for the next BACKOFF_S seconds
-    nobody polls and parallel_for runs every item on the caller (`_contended`): a polling thread would keep the
-    CPU from the very thread it waits for, and a share handed to a preempted worker waits a scheduler slice."""
+    after the caller handed it over (its CPU taken: another process, or ONNX Runtime's workers spinning ~40 ms
+    after a run), the caller takes the share back and runs it itself (`_take_over`: a share left to a preempted
+    worker waited a scheduler slice), the worker skips it when it wakes and gets no new share until it has, and
+    for the next BACKOFF_S seconds nobody polls and parallel_for runs every item on the caller (`_contended`): a
+    polling thread would keep the CPU from the very thread it waits for."""
 
     def __init__(self, index):
         self.go, self.done = threading.Lock(), threading.Lock()
         self.go.acquire()
         self.done.acquire()
         self.job = None
+        self.mine = None      # the caller's copy of the current job (fn, items, idxs, results), for `_take_over`
+        self.claim = None     # taken by whoever runs the current job's share: the worker, or the caller instead
+        self.owes = False     # the caller took a share over: the worker has not yet passed it (its `done` pending)
         self.posted = 0
         self.flags = np.zeros(4, np.int64)   # [jobs posted, finished, started, polling now], read by the spins
         self.polling = False
@@ -125,31 +130,66 @@ class _Worker:
             self.go.acquire()
             self.flags[2] = self.flags[0]   # started
             fn, items, idxs, results = self.job
-            try:
-                for i in idxs:
-                    results[i] = fn(items[i])
-            except BaseException as e:  # noqa: BLE001 - handed back to the caller, re-raised there
-                results[idxs[0]] = _Failed(e)
+            if self.claim.acquire(blocking=False):   # else the caller ran this share while this thread had no CPU
+                _run_share(fn, items, idxs, results)
             self.job = None
             finished += 1
             self.done.release()
 
+    def ready(self) -> bool:
+        """Whether a share can be handed over: not while the worker has yet to pass a share the caller took over
+        (it has had no CPU since). Called with the pool held (_BUSY)."""
+        if self.owes:
+            if not self.done.acquire(blocking=False):
+                return False
+            self.owes = False
+        return True
+
     def start(self, fn, items, idxs, results):
-        self.job = (fn, items, idxs, results)
+        self.job = self.mine = (fn, items, idxs, results)
+        self.claim = threading.Lock()
         self.posted += 1
         self.polling = bool(self.flags[3])   # polling: it starts at once unless its CPU is taken
         self.flags[0] = self.posted
         self.go.release()
 
     def wait(self):
-        if self.spin is not None and not _contended():
-            if self.flags[2] != self.posted and not self.spin.wait_change(self.flags, 2, self.posted - 1,
-                                                                          START_POLLS):
-                if self.polling:   # it was polling for this job and has not started: the CPUs are taken
+        try:
+            if self.spin is not None and not _contended():
+                if self._started():
+                    self.spin.wait_change(self.flags, 1, self.posted - 1, CALLER_SPIN_POLLS)
+                else:   # its CPU is taken: nobody polls for a while, and the share is run here if still unclaimed
                     _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S
-            else:
-                self.spin.wait_change(self.flags, 1, self.posted - 1, CALLER_SPIN_POLLS)
-        self.done.acquire()
+                    if self._take_over():
+                        return
+            self.done.acquire()
+        finally:
+            self.mine = None
+
+    def _started(self) -> bool:
+        """Whether the worker took up the current job soon enough: at once if it was polling for it (the polls
+        publish what they see before taking the GIL), within ~250 us more if it was asleep on its lock."""
+        if self.flags[2] == self.posted or self.spin.wait_change(self.flags, 2, self.posted - 1, START_POLLS):
+            return True
+        return not self.polling and self.spin.wait_change(self.flags, 2, self.posted - 1, WAKE_POLLS)
+
+    def _take_over(self) -> bool:
+        """Run the current share here if the worker has not claimed it yet (True: it will skip it, and owes its
+        `done`); False when it already has (then wait for it)."""
+        if not self.claim.acquire(blocking=False):
+            return False
+        self.owes = True
+        _run_share(*self.mine)
+        return True
+
+
+def _run_share(fn, items, idxs, results):
+    """results[i] = fn(items[i]) for a share's items; an exception is kept in the share's first slot."""
+    try:
+        for i in idxs:
+            results[i] = fn(items[i])
+    except BaseException as e:  # noqa: BLE001 - handed back to the caller, re-raised there
+        results[idxs[0]] = _Failed(e)
 
 
 # polls (~30 ns each on a 2.4 GHz x86) a worker spends waiting for its next job after one (~120 us: the next
@@ -157,8 +197,11 @@ class _Worker:
 # end, before sleeping on the lock
 WORKER_SPIN_POLLS = 1 << 12
 START_POLLS = 1 << 10
+WAKE_POLLS = 1 << 13       # further polls for a worker that was asleep on its lock (a wake-up costs 25-100 us here)
 CALLER_SPIN_POLLS = 1 << 12
-BACKOFF_S = 0.2            # no polling for this long after a worker was seen not starting (other processes' CPUs)
+BACKOFF_S = 0.02           # no polling for this long after a worker was seen not starting (its CPU taken); short,
+                           # since a share handed to a worker without a CPU is taken back (`_take_over`): ONNX
+                           # Runtime's spinning workers hold a CPU ~40 ms after a run, then both cores are ours
 _SPIN = {"quiet_after": 0.0}
 
 
@@ -248,10 +291,13 @@ def parallel_for(fn, items):
     items = list(items)
     if len(items) <= 1 or num_threads() == 1 or getattr(_LOCAL, "worker", False) or _contended():
         return [fn(i) for i in items]
-    workers = _pool()[:len(items) - 1]
-    if not workers or not _BUSY.acquire(blocking=False):
+    pool = _pool()[:len(items) - 1]
+    if not pool or not _BUSY.acquire(blocking=False):
         return [fn(i) for i in items]
     try:
+        workers = [w for w in pool if w.ready()]
+        if not workers:
+            return [fn(i) for i in items]
         t = len(workers) + 1
         results = [None] * len(items)
         for k, w in enumerate(workers):

@@ -65,3 +65,53 @@ def test_while_contended_nobody_polls_and_hand_offs_still_work(monkeypatch):
     monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
     assert not threads._contended()
     assert threads.parallel_for(lambda i: i * 2, range(4)) == [0, 2, 4, 6]
+
+
+def test_a_share_whose_worker_has_no_cpu_is_run_by_the_caller_and_the_worker_skips_it(monkeypatch):
+    """A worker that claims to poll for its next job but does not see it (here: held at a gate, as a preempted thread
+    is held by the scheduler) does not hold the caller up: the caller runs its share, the worker skips that share
+    when it gets going, gets no share until it has, and then takes shares again."""
+    real = pytest.importorskip("native.cpu.jit_spin")
+    gate = threading.Event()
+
+    class Held:
+        wait_change = staticmethod(real.wait_change)
+
+        @staticmethod
+        def publish_wait_change(flags, j, value, i, seen, polls, busy, seen_at):
+            flags[j] = value
+            flags[busy] = 1          # "polling", but it sees nothing until the gate opens
+            gate.wait()
+            flags[busy] = 0
+            return False
+    monkeypatch.setattr(threads, "_spinner", lambda: Held)
+    monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
+    w = threads._Worker(99)
+    deadline = time.perf_counter() + 10
+    while not w.flags[3] and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    ran_on = {}
+
+    def work(i):
+        ran_on[i] = threading.get_ident()
+        return i * 10
+    results = [None] * 3
+    opener = threading.Timer(3.0, gate.set)     # without the take-over the wait would last until the gate opens
+    opener.start()
+    t0 = time.perf_counter()
+    w.start(work, [0, 1, 2], [1, 2], results)
+    w.wait()
+    assert time.perf_counter() - t0 < 2.5                            # not held up by the gate
+    opener.cancel()
+    assert results[1:] == [10, 20] and set(ran_on.values()) == {threading.get_ident()}
+    assert threads._contended() and w.owes and not w.ready()          # the worker has not passed its share yet
+    gate.set()
+    while not w.ready() and time.perf_counter() < deadline:          # it skips the share, then is ready again
+        time.sleep(0.001)
+    assert w.ready() and not w.owes
+    monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
+    ran_on.clear()
+    results = [None] * 2
+    w.start(work, [0, 1], [1], results)
+    w.wait()
+    assert results == [None, 10] and list(ran_on) == [1]             # each item run once, by whichever thread
