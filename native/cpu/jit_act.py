@@ -119,8 +119,8 @@ def bias_hard_act_inplace(y, bias, swish, alpha, beta):
 def bias_steps_inplace(y, bias, steps, res):
     # y + bias per channel (bias may be empty), then each step in order, in place on y [N, C, S]: code 1 clip to
     # [alpha, beta] as numpy's clip loop (RELU is [0, inf]), code 2 + res (same shape as y), code 3
-    # HARD_SWISH_RELU6, code 4 HARD_SWISH: the numpy epilogue's passes (each rounded as numpy rounds it) as one pass
-    # per row
+    # HARD_SWISH_RELU6, code 4 HARD_SWISH, code 5 LEAKY_RELU with alpha: the numpy epilogue's passes (each rounded
+    # as numpy rounds it) as one pass per row
     t = y.dtype.type
     three, six, zero = t(3.0), t(6.0), t(0.0)
     sixth, half, one = t(1.0 / 6.0), t(0.5), t(1.0)
@@ -152,6 +152,11 @@ def bias_steps_inplace(y, bias, steps, res):
                         u = v * sixth
                         u = u + half
                         row[k] = v * _clip01(u, zero, one)
+                elif steps[s, 0] == 5.0:     # LEAKY_RELU: as activations._leaky_relu (x < 0: x * alpha)
+                    a = t(steps[s, 1])
+                    for k in range(s_n):
+                        v = row[k]
+                        row[k] = v * a if v < zero else v
                 else:
                     r = res[n, c]
                     for k in range(s_n):

@@ -222,15 +222,20 @@ EPILOGUES = {   # a convolution's post-ops that bias_steps_inplace runs with its
     "hard-swish then residual": [{"op": "activation", "type": "HARD_SWISH"}, {"op": "add", "input": 3}],
     "residual then relu6-swish": [{"op": "add", "input": 3}, {"op": "activation", "type": "HARD_SWISH_RELU6"}],
     "clip, clip": [{"op": "activation", "type": "CLIP", "alpha": -1.0, "beta": np.inf},
-                   {"op": "activation", "type": "CLIP", "alpha": -np.inf, "beta": 0.5}]}
+                   {"op": "activation", "type": "CLIP", "alpha": -np.inf, "beta": 0.5}],
+    "leaky then clip": [{"op": "activation", "type": "LEAKY_RELU", "alpha": 0.20000000298023224, "beta": 0.0},
+                        {"op": "activation", "type": "CLIP", "alpha": -0.4000000059604645, "beta": np.inf}],
+    "residual then leaky 1.5": [{"op": "add", "input": 3}, {"op": "activation", "type": "LEAKY_RELU", "alpha": 1.5}],
+    "leaky -0.3": [{"op": "activation", "type": "LEAKY_RELU", "alpha": -0.3}]}
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("tactic", ["1x1-gemm", "im2col-gemm"])
+@pytest.mark.parametrize("tactic", ["1x1-gemm", "im2col-gemm", "sliding-window", "nhwc-gemm"])
 @pytest.mark.parametrize("name", list(EPILOGUES))
 def test_jit_conv_epilogue_is_bit_identical_to_numpy(monkeypatch, name, tactic, dtype):
-    """bias + RELU / CLIP / residual add as one compiled pass (conv epilogue `_bias_and_steps`) gives the numpy
-    passes' floats, NaN, infinities and -0.0 included."""
+    """bias + RELU / CLIP / HARD_SWISH / LEAKY_RELU / residual add as one compiled pass (conv epilogue
+    `_bias_and_steps`, from region_epilogue and from `finish`) gives the numpy passes' floats, NaN, infinities and
+    -0.0 included."""
     pytest.importorskip("numba")
     from native.tactics import Op, tactics_for
     c, m, k = 5, 7, (1 if tactic == "1x1-gemm" else 3)

@@ -12,10 +12,16 @@ from native.cpu.threads import parallel_for, split
 
 
 def finish(op, y, b, inputs, x_dtype):
+    """The whole-output epilogue of a convolution tactic: the side term, then bias and post-ops as one compiled pass
+    in place where `_bias_and_steps` runs them (the numpy passes' floats), else as numpy passes."""
     if op.params.get("integer"):
         return [np.rint(y).astype(np.int32)]
     if op.params.get("side"):
         y += side_term(op, inputs, y.shape[2:], y.dtype)
+    steps = op.params.get("post_ops") or ()
+    if (b is not None or steps) and y.ndim >= 2 and _bias_and_steps(
+            y, None if b is None else np.asarray(b, y.dtype).reshape(-1), steps, inputs, _WHOLE):
+        return [y]
     if b is not None:
         y += np.asarray(b, y.dtype).reshape((1, -1) + (1,) * (y.ndim - 2))
     return [apply_post_ops(y, op, inputs)]
@@ -90,6 +96,7 @@ def region_epilogue(y, sel, op, inputs, bias, half=False):
 
 
 _ONE_PASS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_WHOLE = (slice(None), slice(None))
 
 
 def _bias_and_activation(yr, bias, step):
@@ -117,7 +124,7 @@ _EMPTY3 = {d: np.empty((0, 0, 0), d) for d in _ONE_PASS_DTYPES}
 
 def compiled_steps(steps):
     """(rows [k, 3] for bias_steps_inplace, the input index of its residual add or None) for post-ops it runs
-    (RELU / CLIP / HARD_SWISH / HARD_SWISH_RELU6, at most one residual add), else None. Made once per layer by callers that keep
+    (RELU / CLIP / HARD_SWISH / HARD_SWISH_RELU6 / LEAKY_RELU, at most one residual add), else None. Made once per layer by callers that keep
     it (the 1x1 small path); `_bias_and_steps` works it out per call."""
     rows, res = [], None
     for st in steps:
@@ -132,6 +139,11 @@ def compiled_steps(steps):
             rows.append((3.0, 0.0, 0.0))
         elif kind == "activation" and st["type"] == "HARD_SWISH":
             rows.append((4.0, 0.0, 0.0))
+        elif kind == "activation" and st["type"] == "LEAKY_RELU":
+            a = st.get("alpha", 0.0)
+            if type(a) not in _NUMBER or not abs(a) < 3e38:   # a finite number, as in the numpy pass
+                return None
+            rows.append((5.0, float(a), 0.0))
         elif kind == "add" and res is None:
             res = st["input"]
             rows.append((2.0, 0.0, 0.0))
@@ -160,7 +172,7 @@ def run_compiled_steps(y, bias, plan, inputs) -> bool:
 
 
 def _bias_and_steps(yr, bias, steps, inputs, sel):
-    """bias, then RELU / CLIP / HARD_SWISH(_RELU6) and residual-add post-ops, as one compiled pass in place on y[sel] (native/cpu/jit.py
+    """bias, then RELU / CLIP / HARD_SWISH(_RELU6) / LEAKY_RELU and residual-add post-ops, as one compiled pass in place on y[sel] (native/cpu/jit.py
     `bias_steps_inplace`: the numpy passes' floats): True when done, False where numba is absent, a step is another
     kind, or the arrays do not fit (then the numpy passes run)."""
     if type(yr) is not np.ndarray or yr.dtype not in _ONE_PASS_DTYPES or yr.ndim < 2 or not yr.flags.c_contiguous \
