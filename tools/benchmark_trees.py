@@ -5,7 +5,8 @@
 Each revision is exported (`git archive`, nothing in the repository changes) to a temporary directory; then, round by
 round and model by model, each tree's own `tools/benchmark.py` functions build the engine and time it interleaved with
 ONNX Runtime in a fresh process (tuned as the CLI runs it), the two trees in ABBA order, so a drifting shared machine
-hits both alike. Prints per model and round the median ms ours (ours / ORT) before and after, the machine's load
+hits both alike. Both are timed by this checkout's interleaved loop (debugkit/benchmark.py), not each tree's own, so
+the comparison measures the engines. Prints per model and round the median ms ours (ours / ORT) before and after, the machine's load
 average at each run, and a summary: the median over rounds of ratio_after / ratio_before (below 1: faster relative
 to ONNX Runtime). Models come from the corpus manifest (exported ones need DEBUGKIT_CORPUS). --json keeps the rows.
 """
@@ -24,10 +25,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODELS = "timm-resnet18,bert_mini,vit_tiny,yolov8n,ppocr_v4_det"
 
 # run inside one tree (cwd and PYTHONPATH = the tree): its own benchmark functions, as `--all-corpus` uses them,
-# without the fusion-off build
+# without the fusion-off build, but with the timing loop of the checkout running this tool (LOOP_FILE: its
+# debugkit/benchmark.py, loaded under another name), so both trees are timed alike: before 2026-11-28 20:05 the loop
+# timed us right after ONNX Runtime's block, beside its still-spinning workers (docs/PERFORMANCE.md)
 DRIVER = r"""
-import json, sys
+import importlib.util, json, sys
 sys.argv = ["benchmark"]
+import debugkit.benchmark as tree_loop
+spec = importlib.util.spec_from_file_location("_trees_timing_loop", LOOP_FILE)
+loop = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(loop)
+tree_loop.interleaved = loop.interleaved
 import tools.benchmark as b
 from native.config import cli_defaults
 try:
@@ -63,7 +71,8 @@ def export(rev, into):
 
 def run_tree(tree, name, iterations, warmup, timeout):
     env = dict(os.environ, PYTHONPATH=tree)
-    code = DRIVER.replace("sys.argv_extra", repr([name, str(iterations), str(warmup)]))
+    code = DRIVER.replace("sys.argv_extra", repr([name, str(iterations), str(warmup)])).replace(
+        "LOOP_FILE", repr(os.path.join(ROOT, "debugkit", "benchmark.py")))
     load = os.getloadavg()[0]
     p = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True,
                        timeout=timeout)
