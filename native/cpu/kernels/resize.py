@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 
+from native.cpu import jit
 from native.limits import check_size
 from native.shared.resize import axis_plan, cubic_kernel, interp_taps, nearest_index, source_coords  # noqa: F401
 from native.tactics import simple_tactic
@@ -151,11 +152,63 @@ def _grid_sample(x, grid, p):
     return y.reshape((n, c) + tuple(out_sp)).astype(x.dtype)
 
 
+def integer_upsample(x, p, roi, scales, sizes):
+    """(fh, fw) where this Resize is nearest upsampling of x's last two axes by integer factors (every other axis
+    kept, no crop-and-resize), else None: the output is then x's values repeated, the case `upsample_nearest` copies."""
+    if p.get("mode", "NEAREST").lower() != "nearest" or x.ndim < 2 or \
+            p.get("coordinate_transformation", "half_pixel") == "tf_crop_and_resize":
+        return None
+    factors = {}
+    for axis, out_len, scale, r0, r1 in axis_plan(x, p, roi, scales, sizes):
+        in_len = x.shape[axis]
+        if out_len == in_len and scale == 1.0:
+            continue
+        f = out_len // in_len if in_len else 0
+        if axis < x.ndim - 2 or f < 1 or f * in_len != out_len:
+            return None
+        coords = source_coords(p.get("coordinate_transformation", "half_pixel"), out_len, in_len, scale, r0, r1)
+        idx = nearest_index(coords, p.get("nearest_rounding", "round_prefer_floor"), in_len)
+        if not np.array_equal(idx, np.arange(out_len) // f):
+            return None
+        factors[axis] = f
+    return (factors.get(x.ndim - 2, 1), factors.get(x.ndim - 1, 1)) if factors else None
+
+
+def _data_key(v):
+    if v is None:
+        return None
+    v = np.asarray(v)
+    return v.dtype.str, v.shape, v.tobytes()
+
+
+def _upsample_plan(op, x, ins):
+    """`integer_upsample` for this layer, worked out once per input shape and roi / scales / sizes values (inputs:
+    a Constant's, or data that may change between runs) and kept on the op."""
+    scales = ins[2] if ins[2] is not None else op.params.get("scales")
+    sizes = ins[3] if ins[3] is not None else op.params.get("sizes")
+    key = (x.shape, x.dtype, _data_key(ins[1]), _data_key(scales), _data_key(sizes))
+    held = op.__dict__.get("_upsample")
+    if held is not None and held[0] == key and held[1] is op.params:
+        return held[2]
+    plan = integer_upsample(x, op.params, ins[1], scales, sizes)
+    if plan is not None:
+        check_size(op, list(x.shape[:-2]) + [x.shape[-2] * plan[0], x.shape[-1] * plan[1]], x.dtype.itemsize)
+    op.__dict__["_upsample"] = (key, op.params, plan)
+    return plan
+
+
 @simple_tactic("Resize", name="separable-gather")
 def resize(op, inputs):
     """Resize (or GridSample when mode is GRID_SAMPLE)."""
     x = np.asarray(inputs[0])
     ins = list(inputs) + [None] * (4 - len(inputs))
+    fast = jit.kernel("upsample_nearest") if op.params.get("mode") != "GRID_SAMPLE" else None
+    plan = _upsample_plan(op, x, ins) if fast is not None else None
+    if plan is not None:   # integer nearest upsampling: one compiled copy (the same values as _resize's)
+        h, w = x.shape[-2:]
+        y = np.empty(x.shape[:-2] + (h * plan[0], w * plan[1]), x.dtype)
+        fast(np.ascontiguousarray(x).reshape(-1, h, w), y.reshape(-1, h * plan[0], w * plan[1]), plan[0], plan[1])
+        return [y]
     if op.params.get("mode") == "GRID_SAMPLE":
         return [_grid_sample(x, np.asarray(ins[1]), op.params)]
     scales = ins[2] if ins[2] is not None else op.params.get("scales")
