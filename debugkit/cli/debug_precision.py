@@ -164,8 +164,16 @@ def _search(P, args, opts, command, options, ex) -> int:
             prober.settle([], empty)
         alone = None
         if early is not None:   # the workers' ranking and all-higher probe, run beside the base build
-            if getattr(ex, "driver_slot", False):   # meanwhile, the all-higher and empty-set probes here
-                prober.here([[]] if early.summary()["all_higher_probe"] else [layers, []])
+            if not getattr(ex, "driver_slot", False):
+                pass
+            elif early.summary()["all_higher_probe"]:   # a worker runs it: meanwhile the empty set's here
+                prober.here([[]])
+            elif not early.finished(within_s=0.2 * base_s):
+                # the ranking goes on: meanwhile the all-higher probe here (its build costs this process about
+                # half its base build; a cold worker three times that). The empty set's probe goes into the batch
+                # after the ranking, where the free worker takes it. A ranking about to end is waited for
+                # instead: that batch then starts this probe here and the others on the worker at once
+                prober.here([layers])
             alone = early.join(bar)
         ranked = None
         if alone is not None and prober.workers > 1:
@@ -425,6 +433,13 @@ class _Alongside:
         except BaseException as e:   # raised again on the search's thread, by join()
             self.error = e
         self.seconds = time.perf_counter() - t0
+
+    def finished(self, within_s: float = 0.0) -> bool:
+        """Whether the work is done, waiting up to `within_s` for it."""
+        if self.thread is None:
+            return True
+        self.thread.join(max(0.0, within_s))
+        return not self.thread.is_alive()
 
     def join(self, bar=None):
         if self.thread is None:

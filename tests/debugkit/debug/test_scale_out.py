@@ -83,6 +83,34 @@ def test_a_probe_object_crosses_to_each_worker_once_per_search(pool):
     assert {seen for _, seen in pool.map(Payload(b"y"), range(4))} == {2}   # a new search: sent again
 
 
+class BigDiesOnce(DiesOnce):
+    """DiesOnce carrying a payload large enough to go to the workers through a hand-off file."""
+
+    def __init__(self, victim, marker):
+        super().__init__(victim, marker)
+        self.blob = b"z" * 300_000
+
+    def __call__(self, x):
+        return super().__call__(x), len(self.blob)
+
+
+def test_a_large_probe_reaches_the_workers_through_a_file_removed_after_the_map(tmp_path, pool, monkeypatch):
+    import debugkit.debug.pool as pool_module
+    from debugkit.debug.scratch import process_scratch_dir
+    monkeypatch.setattr(pool_module, "FILE_HANDOFF_BYTES", 100_000)
+    pool.close()     # fresh workers: none holds a probe
+    scratch = process_scratch_dir()
+    fn = Payload(b"x" * 200_000)
+    rows = pool.map(fn, range(6)) + pool.map(fn, range(6))
+    assert {seen for _, seen in rows} == {1} and len({pid for pid, _ in rows}) == 2   # once per worker, as a pipe
+    assert not [f for f in os.listdir(scratch) if f.startswith("probe_")]   # the hand-off file is gone
+    # a worker killed mid-probe: its replacement reads the probe from the file again and the map completes
+    restarts = pool.restarts
+    assert pool.map(BigDiesOnce(3, str(tmp_path / "m")), range(6)) == [(x * x, 300_000) for x in range(6)]
+    assert pool.restarts == restarts + 1
+    assert not [f for f in os.listdir(scratch) if f.startswith("probe_")]
+
+
 def test_gpu_workers_own_one_gpu_each():
     envs = worker_envs(4, "cuda", gpus=["0", "1", "2", "3"])
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1", "2", "3"]
@@ -530,6 +558,8 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     monkeypatch.setattr(E.LocalExecutor, "__init__", with_driver)
     judged = P.PrecisionProbe.judged    # records made in this process say so (the workers import the original)
     monkeypatch.setattr(P.PrecisionProbe, "judged", lambda self, out: {**judged(self, out), "here": os.getpid()})
+    from debugkit.cli import debug_precision as D
+    monkeypatch.setattr(D._Alongside, "finished", lambda self, within_s=0.0: False)   # a ranking still going on
     assert main(common + ["--workers", "2", "-o", str(beside)]) == 0
     s, b = json.loads(serial.read_text()), json.loads(beside.read_text())
     assert b["probe_slots"] == 3 and s["probe_slots"] == 1
@@ -552,6 +582,15 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     assert b["critical_path"]["rounds"] == 2 and b["probes"] == 2 + len(must)   # the empty set: the base build
     assert [rec["result"]["hit"] for rec in log if isinstance(rec["artifact"], list) and len(rec["artifact"]) ==
             len(must) - 1 and set(rec["artifact"]) < set(must)] == [False] * len(must)
+    # a ranking done by the end of the base build: no probe here before it, one batch from the start with the
+    # all-higher probe in this process and the rest on the worker
+    monkeypatch.setattr(D._Alongside, "finished", lambda self, within_s=0.0: True)
+    done = tmp_path / "d.json"
+    assert main(common + ["--workers", "2", "-o", str(done)]) == 0
+    d = json.loads(done.read_text())
+    assert sorted(d["layer_precisions"]) == must and d["critical_path"]["rounds"] == 1
+    log = [json.loads(line) for line in open(tmp_path / "d_probes.jsonl")][1:]
+    assert [rec["result"].get("here") for rec in log if rec["artifact"] == every] == [os.getpid()]
     # with every worker free (the base build times nothing: a --timing-cache file holds its timings) the
     # all-higher probe runs beside it too
     monkeypatch.setattr(P, "beside_base", lambda ex, shared, seeded: [0, 1] if ex.workers > 1 else None)
