@@ -74,6 +74,11 @@ run() {   # run PHASE WORKERS [extra flags]
 [ "${WARMUP:-0}" = 1 ] && run warmup 1
 [ "${COLD1:-1}" = 1 ] && run cold 1   # COLD1=0 skips it (a short device budget: compare with an earlier run)
 run cold "$many" --timing-cache "$work/search.cache"
+# PAIRS=K (K > 1): K - 1 more cold pairs, in alternating order (the N-worker run first in the even ones), so the
+# summary's median ratio is not one pair's machine noise (the same one-worker search took 28.6-42.8 s on one host)
+for k in $(seq 2 "${PAIRS:-1}"); do
+  if [ $((k % 2)) = 0 ]; then run "cold$k" "$many"; run "cold$k" 1; else run "cold$k" 1; run "cold$k" "$many"; fi
+done
 if [ "${WARM:-1}" = 1 ] && [ -f "$work/search.cache" ]; then
   for w in 1 "$many"; do
     cp "$work/search.cache" "$work/tc_$w.cache"; cp "$work/search.cache.prep" "$work/tc_$w.cache.prep" 2>/dev/null
@@ -108,8 +113,9 @@ for line in open(f"{out}/times.txt"):
     t[kv["phase"], kv["workers"]] = (int(kv["rc"]), float(kv["wall_s"]))
 must = sorted(json.load(open(f"{out}/answer.json"))["must_stay_fp32"])
 ok = True
-for phase in ("cold", "warm"):
-    if (phase, "1") not in t:
+ratios = []
+for phase in dict.fromkeys(ph for ph, _ in t):
+    if phase in ("warmup", "ray") or (phase, "1") not in t:
         continue
     docs = {}
     for w in ("1", many):
@@ -126,6 +132,8 @@ for phase in ("cold", "warm"):
     ok = ok and equal and found
     speed = t[phase, "1"][1] / t[phase, many][1]
     target = 0.7 * max(n, 1) if many == "auto" else 0.7 * b["workers"]
+    if phase.startswith("cold"):
+        ratios.append(speed)
     print(f"{phase}: layers {a['layers']}; answers equal: {equal}; planted found: {found} ({len(must)} layers); "
           f"probes {a['probes']} (1 worker) / {b['probes']} ({b['workers']} workers); base build "
           f"{a.get('base_s')} s / {b.get('base_s')} s, ranking {a.get('ranking_s')} s / {b.get('ranking_s')} s")
@@ -133,6 +141,11 @@ for phase in ("cold", "warm"):
           f"{speed:.2f}x (target >= {target:.2f}x: {'met' if speed >= target else 'NOT met'}); critical path "
           f"{b['critical_path']}; probes at once {b.get('probe_slots')}; beside the base build "
           f"{b.get('beside_base_build')}; base timing shared {b.get('base_timing_shared')}")
+if len(ratios) > 1:
+    import statistics
+    med = statistics.median(ratios)
+    print(f"cold pairs: {len(ratios)}, ratios {', '.join(f'{r:.2f}' for r in ratios)}; median {med:.2f}x "
+          f"(target >= {target:.2f}x: {'met' if med >= target else 'NOT met'})")
 if ("ray", "auto") in t:
     p = f"{out}/ray_auto.json"
     r = json.load(open(p)) if os.path.exists(p) else None
