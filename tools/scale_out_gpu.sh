@@ -73,7 +73,9 @@ run() {   # run PHASE WORKERS [extra flags]
 # would flatter whichever run of the pair comes later.
 [ "${WARMUP:-0}" = 1 ] && run warmup 1
 [ "${COLD1:-1}" = 1 ] && run cold 1   # COLD1=0 skips it (a short device budget: compare with an earlier run)
-run cold "$many" --timing-cache "$work/search.cache"
+# the N-worker run writes the cache the warm runs start from only when they run (WARM=0: both runs of the pair
+# take the same options; writing a 240 MB model's timing cache and prepared weights after each probe costs seconds)
+if [ "${WARM:-1}" = 1 ]; then run cold "$many" --timing-cache "$work/search.cache"; else run cold "$many"; fi
 # PAIRS=K (K > 1): K - 1 more cold pairs, in alternating order (the N-worker run first in the even ones), so the
 # summary's median ratio is not one pair's machine noise (the same one-worker search took 28.6-42.8 s on one host)
 for k in $(seq 2 "${PAIRS:-1}"); do

@@ -151,9 +151,12 @@ def _search(P, args, opts, command, options, ex) -> int:
         prober = Prober(probe_fn, log=log, executor=ex, on_probe=bar)
         early = None
         slots = P.beside_base(ex, shared, seeded) if args.mode == "minimal" else None
+        exchange = None
         if slots:
             probe_fn.ship(model)
-            early = _Alongside(P, prober, sub, layers, args, ex, search_id, calib, opts.build, log, slots).start()
+            exchange = _timing_exchange(ex, probe_fn, seeded, shared)
+            early = _Alongside(P, prober, sub, layers, args, ex, search_id, calib, opts.build, log, slots,
+                               exchange).start()
         low_values = _base_run(P, probe_fn, args)
         base_s = time.perf_counter() - t0
         bar.step()
@@ -175,6 +178,8 @@ def _search(P, args, opts, command, options, ex) -> int:
                 # instead: that batch then starts this probe here and the others on the worker at once
                 prober.here([layers])
             alone = early.join(bar)
+        if exchange is not None:
+            early.exchanged = _end_exchange(probe_fn, exchange)
         ranked = None
         if alone is not None and prober.workers > 1:
             # the ranking came from beside the base build, so the overflow guess is known before any probe: its
@@ -372,6 +377,31 @@ def _replayed_ranking(log, layers):
     return None
 
 
+def _timing_exchange(ex, probe_fn, seeded, shared):
+    """A TimingExchange between this process's base build and the ranking workers' builds, on this machine's
+    local GPU workers when the base build times its own variants (none from a --timing-cache file or the workers'
+    shares); else None. (builder/timing_exchange.py)"""
+    from debugkit.debug.executor import LocalExecutor
+    if not isinstance(ex, LocalExecutor) or seeded or shared is not None:
+        return None
+    import tempfile
+    from backends.engine.builder.timing_exchange import TimingExchange
+    from debugkit.debug.scratch import process_scratch_dir
+    exchange = TimingExchange(tempfile.mkdtemp(prefix="timing_exchange_", dir=process_scratch_dir()))
+    probe_fn.timing_cache().exchange = exchange
+    return exchange
+
+
+def _end_exchange(probe_fn, exchange):
+    """The base build and the ranking are done: the search's cache stops looking in the exchange, which goes."""
+    import shutil
+    probe_fn.timing_cache().exchange = None
+    shutil.rmtree(exchange.directory, ignore_errors=True)
+    G_LOGGER.info(f"base build and ranking timed together: the base build took {exchange.taken} layer variant "
+                  f"timing(s) from the ranking worker and handed it {exchange.given}")
+    return {"base_build_took": exchange.taken, "base_build_gave": exchange.given}
+
+
 def _alone_probe(P, sub, ex, search_id, args, calib, build):
     # a layer alone is its subgraph's output: without the flag, the FP32 rule for probability outputs would keep every
     # Sigmoid/Softmax FP32 there and rank it error-free
@@ -394,7 +424,7 @@ class _Alongside:
     {"errors": {layer: alone error}, "seconds", "builds"} (None for the errors when the probe log replays the
     ranking)."""
 
-    def __init__(self, P, prober, sub, layers, args, ex, search_id, calib, build, log, slots):
+    def __init__(self, P, prober, sub, layers, args, ex, search_id, calib, build, log, slots, exchange=None):
         self.prober, self.layers, self.ex, self.slots = prober, list(layers), ex, list(slots)
         # the all-higher probe goes along only where every worker is free: a worker that is cold in the higher
         # precision builds it in ~3x the time this process does after its base build (10 s against 3.4 s on a
@@ -402,12 +432,18 @@ class _Alongside:
         self.items = [] if prober.known(self.layers)[0] or len(self.slots) < 2 else [("probe", self.layers)]
         # 2k - 1 shares of the ranking beside the probe on k workers: one side-by-side engine each, few enough
         # that their builds stay cheap, enough that no worker waits long for another
+        # with a timing exchange, last layer first: the base build times from the first, so the two meet in the
+        # middle instead of timing the same variants twice
+        order = self.layers[::-1] if exchange is not None else self.layers
         self.chunks = [] if _replayed_ranking(log, self.layers) is not None else \
-            _chunks(self.layers, 2 * len(self.slots) - 1)
+            _chunks(order, 2 * len(self.slots) - 1)
         self.items += [("rank", c) for c in self.chunks]
-        self.work = P.BaseOverlap(prober.fails, _alone_probe(P, sub, ex, search_id, args, calib, build)) \
-            if self.items else None
+        alone = _alone_probe(P, sub, ex, search_id, args, calib, build)
+        if exchange is not None:
+            alone.exchange_dir = exchange.directory
+        self.work = P.BaseOverlap(prober.fails, alone) if self.items else None
         self.out, self.error, self.thread, self.seconds = None, None, None, 0.0
+        self.exchanged = None   # what the base build and the ranking handed each other (_end_exchange)
 
     def start(self):
         import threading
@@ -424,7 +460,7 @@ class _Alongside:
         """What ran beside the base build, for the answer file."""
         return {"all_higher_probe": bool(self.items) and self.items[0][0] == "probe",
                 "layers_ranked": sum(len(c) for c in self.chunks), "workers": self.slots,
-                "seconds": round(self.seconds, 2)}
+                "seconds": round(self.seconds, 2), "timings_exchanged": self.exchanged}
 
     def _run(self):
         t0 = time.perf_counter()

@@ -393,6 +393,7 @@ class LayerAloneProbe(ReduceProbe):
         self.calib = None if calib is None else {**calib, "cache": None}   # its own tensors: calibrated afresh
         self.builds = 0   # engines built by this process's calls (`many` builds one for many layers)
         self.shared_cache = None   # the search's own TimingCache, when the layers alone are built in its process
+        self.exchange_dir = None   # a TimingExchange directory shared with the base build running meanwhile
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -411,7 +412,11 @@ class LayerAloneProbe(ReduceProbe):
         def make():
             from backends.engine.builder import TimingCache
             return TimingCache()
-        return WorkerCache.get(("alone-timing", self.key, self.low), make)
+        cache = WorkerCache.get(("alone-timing", self.key, self.low), make)
+        if self.exchange_dir and cache.exchange is None:
+            from backends.engine.builder.timing_exchange import TimingExchange
+            cache.exchange = TimingExchange(self.exchange_dir)
+        return cache
 
     def __call__(self, label) -> float:
         from backends.runners import EngineRunner

@@ -68,11 +68,18 @@ class TimingCache:
         # (i, n): this process times only the variants in share i of n (in_share), the others left to other workers
         # (a search's base build spread over its GPU workers: debug/precision.py TimingShare); None: time all
         self.share = None
+        # a TimingExchange shared with another process building at the same time (builder/timing_exchange.py):
+        # a miss looks there before anything is timed, and what is timed here goes there too; None: off
+        self.exchange = None
         self.hits = 0
         self.misses = 0
 
     def get(self, key):
         v = self.entries.get(key)
+        if v is None and self.exchange is not None:
+            v = self.exchange.get(key)
+            if v is not None:
+                self.entries[key] = v
         if v is None:
             self.misses += 1
         else:
@@ -81,6 +88,8 @@ class TimingCache:
 
     def put(self, key, timings: dict):
         self.entries[key] = timings
+        if self.exchange is not None:
+            self.exchange.put(key, timings)
 
     def serialize(self) -> bytes:
         return json.dumps({"format": self.FORMAT, "entries": self.entries}, sort_keys=True).encode()

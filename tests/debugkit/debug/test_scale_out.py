@@ -567,6 +567,9 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     assert b["beside_base_build"]["all_higher_probe"] is False   # one worker beside the base build: ranking only
     assert b["beside_base_build"]["layers_ranked"] == s["layers"] == b["layers"]
     assert b["beside_base_build"]["workers"] == [1]
+    # the base build and the ranking's build timed together (a timing exchange between the two processes): the
+    # base build handed its measurements over, and each side timed only what the other had not yet
+    assert b["beside_base_build"]["timings_exchanged"]["base_build_gave"] >= 1
     assert s["beside_base_build"] is None
     rank = [json.loads((tmp_path / f"{n}_sensitivity.json").read_text()) for n in ("s", "b")]
     assert [r["layer"] for r in rank[0]] == [r["layer"] for r in rank[1]]
