@@ -97,6 +97,9 @@ def _search(P, args, opts, command, options, ex) -> int:
     from native.device import get_device
     get_device(args.device).warm_up()   # its context and kernel compiles beside the reference run
     model = load_onnx(args.model)
+    # the workers get the model's bytes: serialized on a thread while ONNX Runtime computes the reference (it
+    # releases the interpreter), not after it on the way to the ranking and the probes
+    serialized = _Serialized(model) if type(ex).__name__ != "InlineExecutor" else None
     feeds = _search_args.generated_feeds(args, model)
     if args.reference is None:
         args.reference = "onnxrt" if _have_onnxruntime() else "fp64"
@@ -141,6 +144,8 @@ def _search(P, args, opts, command, options, ex) -> int:
     rank_builds, rank_s, base_s, shared, overflow = 0, 0.0, 0.0, None, None
     try:
         seeded = probe_fn.seeded_timings()   # a --timing-cache file's timings: the base build has little to time
+        if serialized is not None:
+            probe_fn.serialized = serialized.result()
         if args.share_base_timing and P.shares_timing(ex, calib) and not seeded:
             # cold, one GPU each: the workers time the base build's variants, 1/N each
             probe_fn.ship(model)
@@ -375,6 +380,26 @@ def _replayed_ranking(log, layers):
         return [{**r, **{k: math.inf for k in ("alone", "added", "score", "full") if r.get(k) == "inf"}}
                 for r in rec["result"]]
     return None
+
+
+class _Serialized:
+    """A model's bytes, serialized on a thread of their own; result() waits for them."""
+
+    def __init__(self, model):
+        import threading
+        self.data, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=(model,), name="serialize the model", daemon=True)
+        self.thread.start()
+
+    def _run(self, model):
+        try:
+            self.data = model.SerializeToString()
+        except BaseException as e:   # ship() serializes again and raises it there
+            self.error = e
+
+    def result(self):
+        self.thread.join()
+        return self.data
 
 
 def _timing_exchange(ex, probe_fn, seeded, shared):

@@ -315,6 +315,14 @@ class WorkerPool:
         return [w.process.pid for w in self._workers]
 
     def close(self):
+        """Stop every worker: all are told first, then each is waited for, so their exits (a GPU worker tears down
+        its CUDA context) overlap instead of queueing."""
         for w in self._workers:
-            w.stop()
+            try:
+                if w.process.is_alive():
+                    w.conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        for w in self._workers:
+            w.stop()    # sends again (a closed pipe is ignored), waits, kills a worker that does not end
         self._workers = []

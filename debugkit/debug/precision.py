@@ -166,6 +166,7 @@ class PrecisionProbe:
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_cache"] = state["_network"] = None
+        state["serialized"] = None
         state["last_cost"] = {}
         state["_prefix"] = {}
         return state
@@ -178,7 +179,9 @@ class PrecisionProbe:
         # the timings measured here so far go along, so workers time only what the search has not met
         self.seed_timings = dict(self.timing_cache().entries)
         if self.model_bytes is None:   # shipped again (after the base build): only the timings are new
-            self.model_bytes = model.SerializeToString()
+            # `serialized`: the same model's bytes, made beforehand (the search serializes them on a thread)
+            self.model_bytes = getattr(self, "serialized", None) or model.SerializeToString()
+            self.serialized = None
             self.model_key = hashlib.sha256(self.model_bytes).hexdigest()
             self.model_path = os.path.basename(self.model_path)
         return self
