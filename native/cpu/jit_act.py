@@ -119,8 +119,9 @@ def bias_hard_act_inplace(y, bias, swish, alpha, beta):
 def bias_steps_inplace(y, bias, steps, res):
     # y + bias per channel (bias may be empty), then each step in order, in place on y [N, C, S]: code 1 clip to
     # [alpha, beta] as numpy's clip loop (RELU is [0, inf]), code 2 + res (same shape as y), code 3
-    # HARD_SWISH_RELU6, code 4 HARD_SWISH, code 5 LEAKY_RELU with alpha: the numpy epilogue's passes (each rounded
-    # as numpy rounds it) as one pass per row
+    # HARD_SWISH_RELU6, code 4 HARD_SWISH, code 5 LEAKY_RELU with alpha, code 6 SILU_POLYEXP, code 7 SILU_POLYEXP
+    # of 2x (float32 only, the caller checks): the numpy epilogue's passes (each rounded as numpy rounds it) as one
+    # pass per row
     t = y.dtype.type
     three, six, zero = t(3.0), t(6.0), t(0.0)
     sixth, half, one = t(1.0 / 6.0), t(0.5), t(1.0)
@@ -157,23 +158,36 @@ def bias_steps_inplace(y, bias, steps, res):
                     for k in range(s_n):
                         v = row[k]
                         row[k] = v * a if v < zero else v
+                elif steps[s, 0] == 6.0:     # SILU_POLYEXP (float32 only): as silu_polyexp_inplace
+                    for k in range(s_n):
+                        row[k] = _silu_poly(row[k])
+                elif steps[s, 0] == 7.0:     # the same of 2x (a GEMM pre-scaled by 1/2, the bias halved with it)
+                    for k in range(s_n):
+                        v = row[k]
+                        row[k] = _silu_poly(v + v)
                 else:
                     r = res[n, c]
                     for k in range(s_n):
                         row[k] = row[k] + r[k]
 
 
+@numba.njit(inline="always", error_model="numpy", **_NJIT)
+def _silu_poly(v):
+    """v * sigmoid(v) with polyexp's exp (native/cpu/polyexp.py), sigmoid in the form without cancellation: e / (1 + e)
+    below 0 and 1 / (1 + e) from 0 up, e = exp(-|v|) (0 below EXP_LO). Branch-free selects, so loops vectorise; the
+    floats of activations.silu_polyexp_inplace's numpy passes."""
+    nv = -v if v >= _F32_ZERO else v
+    e = _exp(nv)
+    e = e if nv >= _LO else _F32_ZERO
+    num = _F32_ONE if v >= _F32_ZERO else e
+    return v * (num / (e + _F32_ONE))
+
+
 @numba.njit(error_model="numpy", **_NJIT)
 def silu_polyexp_inplace(x, double):
-    # v * sigmoid(v) with polyexp's exp (native/cpu/polyexp.py), sigmoid in the form without cancellation: e / (1 + e)
-    # below 0 and 1 / (1 + e) from 0 up, e = exp(-|v|) (0 below EXP_LO); double: v = x + x first (a GEMM pre-scaled
-    # by 1/2). Branch-free selects, so the loop vectorises; the floats of activations._silu_polyexp's numpy passes
+    # _silu_poly of x (of x + x with double: a GEMM pre-scaled by 1/2) in place
     for k in range(x.shape[0]):
         v = x[k]
         if double:
             v = v + v
-        nv = -v if v >= _F32_ZERO else v
-        e = _exp(nv)
-        e = e if nv >= _LO else _F32_ZERO
-        num = _F32_ONE if v >= _F32_ZERO else e
-        x[k] = v * (num / (e + _F32_ONE))
+        x[k] = _silu_poly(v)

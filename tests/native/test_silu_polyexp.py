@@ -151,3 +151,38 @@ def test_the_derived_layer_is_made_once_per_weights():
     assert d.params["post_ops"][0]["type"] == "SILU_POLYEXP" and op.params["post_ops"][0]["type"] == "SILU"
     op.weights = dict(weights)
     assert silu_polyexp.polyexp_op(op) is not d
+
+
+@pytest.mark.parametrize("half", [False, True])
+@pytest.mark.parametrize("with_bias,with_add", [(True, False), (True, True), (False, True)])
+@pytest.mark.parametrize("sel", [(slice(None), slice(None)), (slice(None), slice(1, 4))])
+def test_the_one_pass_epilogue_gives_the_numpy_passes_floats(monkeypatch, half, with_bias, with_add, sel):
+    """bias (+ the halved GEMM's doubling) + SILU_POLYEXP (+ residual) as bias_steps_inplace's codes 6 / 7: the
+    floats of region_epilogue's numpy passes; a region that is not contiguous, or float64, runs those passes."""
+    _need_jit()
+    from native.cpu.kernels.conv.epilogue import compiled_steps, region_epilogue
+    y0 = _values(2 * 5 * 7 * 9 - len(SPECIAL)).reshape(2, 5, 7, 9)
+    bias = RNG.standard_normal(5).astype(np.float32) if with_bias else None
+    res = RNG.standard_normal(y0.shape).astype(np.float32)
+    post = [{"op": "activation", "type": "SILU_POLYEXP", "alpha": 0.0, "beta": 0.0}]
+    if with_add:
+        post.append({"op": "add", "input": 1})
+    op = Op("Convolution", "c", {"post_ops": post})
+    rows, _ = compiled_steps(post, half)
+    assert rows[0, 0] == (7.0 if half else 6.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = y0.copy()
+        region_epilogue(got, sel, op, [None, res], bias, half)
+        want = y0.copy()
+        _numpy_path(monkeypatch, lambda: region_epilogue(want, sel, op, [None, res], bias, half))
+        got64 = y0.astype(np.float64)
+        region_epilogue(got64, sel, op, [None, res.astype(np.float64)], None if bias is None else
+                        bias.astype(np.float64), half)   # float64: numpy's SILU passes, not the float32 formula
+    assert got.tobytes() == want.tobytes()
+    assert np.isfinite(got64).any()
+    from native.cpu.kernels.conv.epilogue import _bias_and_steps
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert _bias_and_steps(y0.copy()[sel], None if bias is None else bias[sel[1]], post, [None, res], sel,
+                               half) == (sel[1] == slice(None))
+    # non-poly steps under half are not compiled (the base tactics' numpy tanh form)
+    assert compiled_steps([{"op": "activation", "type": "SILU", "alpha": 0.0, "beta": 0.0}], True) is None

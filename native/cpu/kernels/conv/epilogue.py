@@ -66,7 +66,7 @@ def region_epilogue(y, sel, op, inputs, bias, half=False):
     yr = y[sel]
     csel = sel[1]
     steps = op.params.get("post_ops") or ()
-    if not half and _bias_and_steps(yr, None if bias is None else bias[csel], steps, inputs, sel):
+    if _bias_and_steps(yr, None if bias is None else bias[csel], steps, inputs, sel, half):
         return
     first = 0
     if bias is not None:
@@ -122,13 +122,20 @@ _NUMBER = (int, float)
 _EMPTY3 = {d: np.empty((0, 0, 0), d) for d in _ONE_PASS_DTYPES}
 
 
-def compiled_steps(steps):
+def compiled_steps(steps, half=False):
     """(rows [k, 3] for bias_steps_inplace, the input index of its residual add or None) for post-ops it runs
-    (RELU / CLIP / HARD_SWISH / HARD_SWISH_RELU6 / LEAKY_RELU, at most one residual add), else None. Made once per layer by callers that keep
-    it (the 1x1 small path); `_bias_and_steps` works it out per call."""
+    (RELU / CLIP / HARD_SWISH / HARD_SWISH_RELU6 / LEAKY_RELU / SILU_POLYEXP, at most one residual add), else None.
+    half: y holds z/2 (a GEMM pre-scaled for its first post-op, SiLU): only a first SILU_POLYEXP step, which then
+    doubles first, can take it. Made once per layer by callers that keep it (the 1x1 small path); `_bias_and_steps`
+    works it out per call. SILU_POLYEXP rows (codes 6, 7) are float32 only (`_fits`)."""
     rows, res = [], None
-    for st in steps:
+    if half and not (steps and steps[0]["op"] == "activation" and steps[0]["type"] == "SILU_POLYEXP"):
+        return None
+    for i, st in enumerate(steps):
         kind = st["op"]
+        if kind == "activation" and st["type"] == "SILU_POLYEXP":
+            rows.append((7.0 if half and i == 0 else 6.0, 0.0, 0.0))
+            continue
         if kind == "activation" and st["type"] in ("RELU", "CLIP"):
             lo, hi = (0.0, np.inf) if st["type"] == "RELU" else (st.get("alpha", 0.0), st.get("beta", 0.0))
             if type(lo) not in _NUMBER or type(hi) not in _NUMBER or not all(
@@ -152,10 +159,17 @@ def compiled_steps(steps):
     return np.array(rows, np.float64).reshape(-1, 3), res
 
 
+def _fits(rows, dtype) -> bool:
+    """The compiled pass computes these rows in this dtype: SILU_POLYEXP (codes 6, 7) is polyexp's float32 formula."""
+    return dtype == np.float32 or not (rows[:, 0] >= 6.0).any()
+
+
 def run_compiled_steps(y, bias, plan, inputs) -> bool:
     """y + bias and the post-ops of `plan` (compiled_steps) in place on the whole of y [N, C, ...] in one compiled
     pass: True when done, False where numba is absent or the arrays do not fit (then region_epilogue runs)."""
     rows, res_i = plan
+    if not _fits(rows, y.dtype):
+        return False
     res = None
     if res_i is not None:
         res = inputs[res_i]
@@ -171,7 +185,7 @@ def run_compiled_steps(y, bias, plan, inputs) -> bool:
     return True
 
 
-def _bias_and_steps(yr, bias, steps, inputs, sel):
+def _bias_and_steps(yr, bias, steps, inputs, sel, half=False):
     """bias, then RELU / CLIP / HARD_SWISH(_RELU6) / LEAKY_RELU and residual-add post-ops, as one compiled pass in place on y[sel] (native/cpu/jit.py
     `bias_steps_inplace`: the numpy passes' floats): True when done, False where numba is absent, a step is another
     kind, or the arrays do not fit (then the numpy passes run)."""
@@ -180,8 +194,8 @@ def _bias_and_steps(yr, bias, steps, inputs, sel):
         return False
     if bias is not None and (type(bias) is not np.ndarray or bias.dtype != yr.dtype or bias.shape != (yr.shape[1],)):
         return False
-    plan = compiled_steps(steps)
-    if plan is None:
+    plan = compiled_steps(steps, half)
+    if plan is None or not _fits(plan[0], yr.dtype):
         return False
     rows, res_i = plan
     res = None

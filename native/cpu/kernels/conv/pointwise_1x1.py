@@ -102,8 +102,8 @@ class _SmallPointwise:
         r.wm, r.bias, r.half, r.g, r.mg, r.cg, r.hw, r.m = wm, bias, half, gg, mg, c // gg, h * w_, gg * mg
         r.adds = [st["input"] for st in op.params.get("post_ops") or () if st["op"] == "add"]
         # the bias and post-ops as one compiled pass, worked out once (None: region_epilogue's steps)
-        r.steps = None if half or x.dtype not in (np.float32, np.float64) else compiled_steps(
-            op.params.get("post_ops") or ())
+        r.steps = None if x.dtype not in (np.float32, np.float64) else compiled_steps(
+            op.params.get("post_ops") or (), half)
         if r.steps is not None and r.bias is not None:
             r.bias = np.ascontiguousarray(r.bias, x.dtype)
         return r
