@@ -285,8 +285,9 @@ def _search(P, args, opts, command, options, ex) -> int:
     cp = result["critical_path"]
     if cp["rounds"] and result["workers"] > 1:
         where = f"{result['workers']} workers" + (" and this process" if workers > result["workers"] else "")
-        print(f"{cp['probes']} probe(s) in {cp['rounds']} round(s) on {where}: critical path "
-              f"{cp['critical_path_s']:.1f} s of {cp['probe_s']:.1f} s of probing ({cp['speedup']:.2f}x)")
+        print(f"{cp['probes']} probe(s) in {cp['rounds']} round(s) on {where}: {cp['wall_s']:.1f} s of wall time "
+              f"for {cp['probe_s']:.1f} s of probing ({cp['wall_speedup']:.2f}x over one worker); critical path "
+              f"{cp['critical_path_s']:.1f} s with a worker per probe ({cp['speedup']:.2f}x)")
     for n in answer[:50]:
         print(f"  {n}")
     if len(answer) > 50:

@@ -162,6 +162,7 @@ class Prober:
         self.rounds = 0          # batches evaluated at once: the search's critical path in probes
         self.critical_s = 0.0    # sum over rounds of the slowest probe: the wall time of unlimited workers
         self.probe_s = 0.0       # sum of every probe's seconds: the wall time of one worker
+        self.wall_s = 0.0        # the rounds' measured wall time on this search's slots
 
     @property
     def workers(self):
@@ -205,10 +206,12 @@ class Prober:
                 todo.append(c)
         if todo:
             timed = _Timed(self.fails)
+            t0 = time.perf_counter()
             if getattr(self.executor, "driver_slot", False):   # one here, any others on the workers meanwhile
                 outs = _map_with_driver(self.executor, timed, todo) if len(todo) > 1 else [timed(todo[0])]
             else:
                 outs = self.executor.map(timed, todo) if len(todo) > 1 or self.workers > 1 else [timed(todo[0])]
+            self.wall_s += time.perf_counter() - t0
             self.rounds += 1
             self.critical_s += max(cost for _, cost in outs)
             self.probe_s += sum(cost for _, cost in outs)
@@ -226,6 +229,7 @@ class Prober:
                 self.rounds += 1
                 self.critical_s += cost
                 self.probe_s += cost
+                self.wall_s += cost
                 self.add(c, result, cost)
         return [_truth(self.known(c)[1]) for c in candidates]
 
@@ -249,11 +253,15 @@ class Prober:
 
     def critical_path(self) -> dict:
         """How parallel the search was: its probes, the rounds they ran in (each round's probes at once), the sum of
-        each round's slowest probe (critical path) and of all probes, and their ratio (the speed-up the workers
-        gave over one worker, executor overheads aside)."""
+        each round's slowest probe (critical path: the wall time with a worker per probe) and of all probes (one
+        worker's), their ratio (`speedup`: what unlimited workers would give), and the rounds' measured wall time
+        on the search's slots with the speed-up it is over one worker (`wall_speedup`: what they gave, a round of
+        more probes than slots included)."""
         return {"probes": self.probes, "rounds": self.rounds, "critical_path_s": round(self.critical_s, 3),
                 "probe_s": round(self.probe_s, 3),
-                "speedup": round(self.probe_s / self.critical_s, 2) if self.critical_s > 0 else None}
+                "speedup": round(self.probe_s / self.critical_s, 2) if self.critical_s > 0 else None,
+                "wall_s": round(self.wall_s, 3),
+                "wall_speedup": round(self.probe_s / self.wall_s, 2) if self.wall_s > 0 else None}
 
     def first(self, candidates):
         """Index of the first candidate that shows the property (batches of `workers`), or None."""

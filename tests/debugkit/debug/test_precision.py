@@ -120,6 +120,8 @@ def test_two_workers_give_the_same_answer(tmp_path, planted):
     assert rc == 0 and sorted(res["layer_precisions"]) == must and res["workers"] == 2
     cp = res["critical_path"]
     assert cp["rounds"] < cp["probes"] and cp["speedup"] > 1.0   # probes ran two at a time
+    # what two workers gave, measured: each worker's probes run one after another within the rounds' wall time
+    assert cp["wall_s"] > 0 and 0 < cp["wall_speedup"] <= 2.0
     # the ranking: one side-by-side engine per worker (not one build per layer), the same scores as inline
     assert res["ranking_builds"] == 2
     two = json.loads((tmp_path / "prec_sensitivity.json").read_text())
