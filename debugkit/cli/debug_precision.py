@@ -172,16 +172,15 @@ def _search(P, args, opts, command, options, ex) -> int:
             prober.settle([], empty)
         alone = None
         if early is not None:   # the workers' ranking and all-higher probe, run beside the base build
-            if not getattr(ex, "driver_slot", False):
-                pass
-            elif early.summary()["all_higher_probe"]:   # a worker runs it: meanwhile the empty set's here
-                prober.here([[]])
-            elif not early.finished(within_s=0.2 * base_s):
-                # the ranking goes on: meanwhile the all-higher probe here (its build costs this process about
-                # half its base build; a cold worker three times that). The empty set's probe goes into the batch
-                # after the ranking, where the free worker takes it. A ranking about to end is waited for
-                # instead: that batch then starts this probe here and the others on the worker at once
-                prober.here([layers])
+            if getattr(ex, "driver_slot", False):
+                if early.summary()["all_higher_probe"]:   # a worker runs it: meanwhile the empty set's here
+                    prober.here([[]])
+                elif not early.finished(within_s=0.2 * base_s):
+                    # the ranking goes on: meanwhile the all-higher probe here (its build costs this process about
+                    # half its base build; a cold worker three times that). The empty set's probe goes into the
+                    # batch after the ranking, where the free worker takes it. A ranking about to end is waited for
+                    # instead: that batch then starts this probe here and the others on the worker at once
+                    prober.here([layers])
             alone = early.join(bar)
         if exchange is not None:
             early.exchanged = _end_exchange(probe_fn, exchange)
@@ -388,15 +387,15 @@ class _Serialized:
 
     def __init__(self, model):
         import threading
-        self.data, self.error = None, None
+        self.data = None
         self.thread = threading.Thread(target=self._run, args=(model,), name="serialize the model", daemon=True)
         self.thread.start()
 
     def _run(self, model):
         try:
             self.data = model.SerializeToString()
-        except BaseException as e:   # ship() serializes again and raises it there
-            self.error = e
+        except BaseException:   # result() is None: ship() serializes again and raises the error there
+            pass
 
     def result(self):
         self.thread.join()

@@ -134,12 +134,16 @@ class _Worker:
         self.digest = None    # the probe function this worker holds
         self.index = None     # the item it is running
 
-    def stop(self, grace_s: float = 2.0):
+    def ask_to_stop(self):
+        """Tell the worker to end after its current item (a dead one or a closed pipe: nothing to tell)."""
         try:
             if self.process.is_alive():
                 self.conn.send(("stop",))
         except (OSError, ValueError):
             pass
+
+    def stop(self, grace_s: float = 2.0):
+        self.ask_to_stop()
         self.process.join(grace_s)
         if self.process.is_alive():
             self.process.kill()
@@ -318,11 +322,7 @@ class WorkerPool:
         """Stop every worker: all are told first, then each is waited for, so their exits (a GPU worker tears down
         its CUDA context) overlap instead of queueing."""
         for w in self._workers:
-            try:
-                if w.process.is_alive():
-                    w.conn.send(("stop",))
-            except (OSError, ValueError):
-                pass
+            w.ask_to_stop()
         for w in self._workers:
-            w.stop()    # sends again (a closed pipe is ignored), waits, kills a worker that does not end
+            w.stop()    # asks again (harmless), waits, kills a worker that does not end
         self._workers = []

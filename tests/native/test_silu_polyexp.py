@@ -10,6 +10,7 @@ from native.cpu.kernels.activations import activation, silu_polyexp_inplace
 from native.cpu.kernels.conv import nhwc_bands, silu_polyexp, tuning
 from native.cpu.device import CpuDevice
 from native.tactics import Op, tactics_for
+from tests.native.test_activation_passes import _numpy_path   # the numba kernels off for fn()
 from tests.native.test_nn_kernels import reference_conv
 
 RNG = np.random.default_rng(5)
@@ -19,16 +20,6 @@ SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -86.5, -87.5, -90.0, -20
 
 def _values(n=20011):
     return np.concatenate([SPECIAL, (RNG.standard_normal(n) * 8).astype(np.float32)])
-
-
-def _numpy_path(monkeypatch, fn):
-    monkeypatch.setenv("DEBUGKIT_JIT", "0")
-    config.reload()
-    try:
-        return fn()
-    finally:
-        monkeypatch.delenv("DEBUGKIT_JIT")
-        config.reload()
 
 
 def _need_jit():
