@@ -132,9 +132,52 @@ def test_depthwise_cl_epilogue_in_the_kernel_is_bit_identical(monkeypatch, case,
     config.reload()
     got = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
     real = jit.kernel
-    monkeypatch.setattr(jit, "kernel", lambda name: None if name == "depthwise_cl_rows_nchw" else real(name))
+    monkeypatch.setattr(jit, "kernel", lambda name: None if name.startswith("depthwise_cl_rows_nchw") else real(name))
     want = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
     assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+UNROLLED_CASES = [  # (C, H, W, (kh, kw), stride, dilation, (pad_h, pad_w))
+    (72, 12, 11, (3, 3), (2, 2), (1, 1), (1, 1)), (13, 9, 10, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (240, 7, 7, (5, 5), (1, 1), (1, 1), (2, 2)), (21, 11, 9, (5, 5), (2, 1), (1, 2), (2, 4)),
+    (8, 6, 20, (1, 5), (1, 2), (1, 1), (0, 2)), (33, 10, 6, (5, 3), (1, 1), (2, 1), (4, 1))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("act", [0, 1, 2, 3])
+@pytest.mark.parametrize("case", UNROLLED_CASES)
+def test_unrolled_depthwise_kernels_give_the_general_kernels_bits(case, act, dtype):
+    """jit_dw's kernels (a kernel row's 3 or 5 taps unrolled) give depthwise_cl_rows_nchw's bits: every output
+    row range, bias or none, each activation code, NaN / inf / -0.0 in the input and a zero weight's signed zeros."""
+    pytest.importorskip("numba")
+    config.reload()
+    c, h, w, (kh, kw), (sh, sw), (dh, dw), (ph, pw) = case
+    ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    xl = np.zeros((h + 2 * ph, w + 2 * pw, c), dtype)
+    xl[ph:ph + h, pw:pw + w] = RNG.standard_normal((h, w, c)) * 4
+    xl[ph, pw, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    taps = RNG.standard_normal((kh, kw, c)).astype(dtype)
+    taps[0, 0, 1] = -0.0
+    fast = jit.kernel(f"depthwise_cl_rows_nchw_k{kw}")
+    general = jit.kernel("depthwise_cl_rows_nchw")
+    for bias in (RNG.standard_normal(c).astype(dtype), np.empty(0, dtype)):
+        want = np.full((c, ho, wo), 7, dtype)
+        got = np.full((c, ho, wo), 7, dtype)
+        general(xl, taps, bias, want, 0, ho, sh, sw, dh, dw, act)
+        fast(xl, taps, bias, got, 0, ho - 1, sh, sw, dh, dw, act)   # row ranges: the last row in a call of its own
+        fast(xl, taps, bias, got, ho - 1, ho, sh, sw, dh, dw, act)
+        assert got.tobytes() == want.tobytes()
+        if act == 0 and bias.size:   # and the sums are a depthwise convolution's
+            x = xl[ph:ph + h, pw:pw + w].transpose(2, 0, 1)[None].astype(np.float64)
+            ref = _reference(np.nan_to_num(x, nan=0, posinf=0, neginf=0), taps.reshape(kh * kw, c), bias,
+                             kh, (sh, sw), (dh, dw), ph) if kh == kw and ph == pw else None
+            if ref is not None:
+                fin = np.isfinite(want)
+                clean = np.full((c, ho, wo), 7, dtype)
+                xl2 = np.nan_to_num(xl, nan=0, posinf=0, neginf=0)
+                fast(xl2, taps, bias, clean, 0, ho, sh, sw, dh, dw, act)
+                np.testing.assert_allclose(clean, ref[0], rtol=1e-4, atol=1e-4)
+                assert fin.sum() < fin.size   # the NaN / inf reached some outputs
 
 
 PLANE_CASES = [  # (C, H, W, k, stride, dilation, pad): output rows >= depthwise.PLANES_MIN_WIDTH

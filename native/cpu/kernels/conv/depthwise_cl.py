@@ -30,6 +30,7 @@ _JIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _NO_BIAS = {d: np.empty(0, d) for d in _JIT_DTYPES}
 
 
+_UNROLLED = {3: "depthwise_cl_rows_nchw_k3", 5: "depthwise_cl_rows_nchw_k5"}   # native/cpu/jit_dw.py, by kw
 _ACT_CODES = {None: 0, "RELU": 1, "HARD_SWISH": 2, "HARD_SWISH_RELU6": 3}   # what depthwise_cl_rows_nchw applies itself
 
 
@@ -64,7 +65,9 @@ def depthwise_cl(x, taps_w, bias, ks, strides, dil, pre, post, out, dst=None, ac
         else np.empty((n, c, ho, wo), dtype)
     st = xl.strides
     w_ijc = taps_w.reshape(kh, kw, c)
-    direct = jit.kernel("depthwise_cl_rows_nchw") if act is not None and dtype in _JIT_DTYPES else None
+    direct = None
+    if act is not None and dtype in _JIT_DTYPES:   # a kernel row's taps unrolled where there is one for kw
+        direct = (jit.kernel(_UNROLLED[kw]) if kw in _UNROLLED else None) or jit.kernel("depthwise_cl_rows_nchw")
     compiled = jit.kernel("depthwise_cl_rows") if dtype in _JIT_DTYPES else None
     bar = tuning.PARALLEL_MIN_DW_JIT_MACS if direct is not None or compiled is not None \
         else tuning.PARALLEL_MIN_DW_MACS * 4
