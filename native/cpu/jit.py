@@ -23,7 +23,8 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
                      ph, pw, act)
         depthwise_nchw's sums (zero padding included, in tap order) from the unpadded input, each channel padded
         into a plane-sized scratch (its column phases for a stride), then + bias and the activation (0 none,
-        1 RELU, 2 HARD_SWISH: the numpy epilogue's operations) per output row: one pass, no padded input copy.
+        1 RELU, 2 HARD_SWISH: the numpy epilogue's operations) per output row: one pass, no padded input copy;
+        a kernel row of 3 or 5 taps is one loop over the output row (compiled in native/cpu/jit_dw.py).
     hard_swish(x [n], y [n])  /  hard_sigmoid(x [n], y [n], alpha, beta)
         the activations' numpy passes (x * 1/6, + 0.5, clip to [0, 1], times x; x * alpha, + beta, clip) per element
         in one pass, each step rounded to x's type as numpy rounds it; `clip` as numpy's clip loop (NaN kept,
@@ -285,118 +286,6 @@ def _depthwise_nchw():
     return depthwise_nchw
 
 
-def _depthwise_planes():
-    import numba
-    import numpy as np
-
-    @numba.njit(nogil=True, cache=True, error_model="numpy")
-    def depthwise_planes(x, taps, bias, y, kh, kw, sh, sw, dh, dw, ph, pw, act):
-        # depthwise_nchw's sums from the unpadded input: each channel's plane is zero-padded into one flat scratch
-        # row by row, each row split into its sw column phases (so every tap reads a unit-stride run at an offset
-        # computed once per tap), then + bias and the activation (depthwise_cl_rows_nchw's codes) per output row:
-        # no padded copy of the whole input, no epilogue passes
-        c_n, h, wd = x.shape
-        ho, wo = y.shape[1], y.shape[2]
-        hp, wp = h + 2 * ph, wd + 2 * pw
-        span = (wp + sw - 1) // sw
-        rowlen = sw * span
-        flat = np.zeros(hp * rowlen + wo, y.dtype)
-        acc = np.empty(wo, y.dtype)
-        ntap = kh * kw
-        offs = np.empty(ntap, np.int64)
-        for i in range(kh):
-            for j in range(kw):
-                x0 = j * dw
-                offs[i * kw + j] = i * dh * rowlen + (x0 % sw) * span + x0 // sw
-        t = y.dtype.type
-        zero, one, sixth, half, inf = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf)
-        three, six = t(3.0), t(6.0)
-        has_bias = bias.shape[0] == c_n
-        for c in range(c_n):
-            for r in range(h):
-                xr = x[c, r]
-                rb = (r + ph) * rowlen
-                for q in range(sw):
-                    m0 = (pw - q + sw - 1) // sw          # the phase's first and last columns inside the row
-                    m1 = (wd + pw - q + sw - 1) // sw
-                    base = m0 * sw + q - pw
-                    dst = flat[rb + q * span + m0:rb + q * span + m1]
-                    for m in range(m1 - m0):
-                        dst[m] = xr[base + m * sw]
-            finite = True    # a non-finite weight makes its padding products NaN: such a channel sums every tap
-            for k in range(ntap):
-                v = taps[k, c]
-                if v - v != 0:
-                    finite = False
-            for oh in range(ho):
-                rowb = oh * sh * rowlen
-                # kernel rows [i0, i1) read input rows; the others read the zero padding rows, whose products
-                # (+-0) leave every sum unchanged except the sign of an all-zero sum: skipped, and a +0 added back
-                # where a skipped product is +0 (the full sum is -0 only if every product is -0)
-                i0, i1 = 0, kh
-                if finite:
-                    while i0 < kh and oh * sh + i0 * dh < ph:
-                        i0 += 1
-                    while i1 > i0 and oh * sh + (i1 - 1) * dh >= ph + h:
-                        i1 -= 1
-                    if i0 == i1:
-                        i0, i1 = 0, kh
-                plus_zero = False
-                for k in range(i0 * kw):
-                    if taps[k, c] >= zero and not (taps[k, c] == zero and np.signbit(taps[k, c])):
-                        plus_zero = True
-                for k in range(i1 * kw, ntap):
-                    if taps[k, c] >= zero and not (taps[k, c] == zero and np.signbit(taps[k, c])):
-                        plus_zero = True
-                k0 = i0 * kw
-                src = flat[rowb + offs[k0]:rowb + offs[k0] + wo]
-                wv = taps[k0, c]
-                for ow in range(wo):
-                    acc[ow] = src[ow] * wv
-                for k in range(k0 + 1, i1 * kw):
-                    o = rowb + offs[k]
-                    src = flat[o:o + wo]
-                    wv = taps[k, c]
-                    for ow in range(wo):
-                        acc[ow] += src[ow] * wv
-                if plus_zero:
-                    for ow in range(wo):
-                        acc[ow] = acc[ow] + zero
-                if has_bias:
-                    b = bias[c]
-                    for ow in range(wo):
-                        acc[ow] = acc[ow] + b
-                if act == 1:      # RELU: numpy's clip to [0, inf] (NaN kept, -0.0 to +0.0)
-                    for ow in range(wo):
-                        u = acc[ow]
-                        if u == u:
-                            u = u if u > zero else zero
-                            u = u if u < inf else inf
-                        acc[ow] = u
-                elif act == 2:    # HARD_SWISH: as activations._hard_swish
-                    for ow in range(wo):
-                        v = acc[ow]
-                        u = v * sixth
-                        u = u + half
-                        if u == u:
-                            u = u if u > zero else zero
-                            u = u if u < one else one
-                        acc[ow] = v * u
-                elif act == 3:    # HARD_SWISH_RELU6: as activations._hard_swish_relu6
-                    for ow in range(wo):
-                        v = acc[ow]
-                        u = v + three
-                        if u == u:
-                            u = u if u > zero else zero
-                            u = u if u < six else six
-                        u = v * u
-                        acc[ow] = u / six
-                yr = y[c, oh]
-                for ow in range(wo):
-                    yr[ow] = acc[ow]
-    return depthwise_planes
-
-
 def _conv1d_direct():
     import numba
     import numpy as np
@@ -524,7 +413,7 @@ def _module(module, name):
 
 
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw,
-             "depthwise_planes": _depthwise_planes,
+             "depthwise_planes": _module("jit_dw", "depthwise_planes"),
              "pointwise_chain": _module("jit_chain", "pointwise_chain"), "conv1d_direct": _conv1d_direct,
              "relu6_swish": _module("jit_chain", "relu6_swish"), "se_direct": _module("jit_se", "se_direct"),
              "conv1d_direct_pos": _conv1d_direct_pos, "upsample_nearest": _upsample_nearest,
