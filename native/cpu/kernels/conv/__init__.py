@@ -11,6 +11,7 @@ Convolution tactics the builder times against each other (registration order bre
   sliding_window.py sliding-window  kh GEMMs of K = C*kw, one per kernel row (any stride; row partial sums)
   nhwc_gemm.py      nhwc-gemm     channel-last patches and one GEMM between two reformats (timed with them)
   nhwc_bands.py     nhwc-gemm-bands  the same in bands of output rows over the CPU pool, epilogue in the band
+  row_bands.py      shifted-gemm-bands, sliding-window-bands: those two in bands of output rows over the CPU pool
   conv1d_direct.py  conv1d-direct small 1-D convolutions as a compiled loop (numba extra): no patch matrix, no GEMM
   conv1d_frames.py  conv1d-frames long-kernel 1-D convolutions (STFT, resampler) as frames x weights in channel bands
   conv1d_dft.py     conv1d-dft    an STFT as Conv (weights a windowed DFT basis) as real FFTs of windowed frames
@@ -26,6 +27,7 @@ GEMM driver of im2col-gemm and 1x1-gemm), tuning.py (cache blocks and parallel t
 from native.cpu.kernels.conv import im2col_gemm, pointwise_1x1, depthwise, shifted_gemm, winograd, deconv  # noqa: F401
 from native.cpu.kernels.conv import sliding_window, nhwc_gemm, fft, depthwise_cl, conv1d_gemm  # noqa: F401,E402
 from native.cpu.kernels.conv import nhwc_bands, conv1d_direct, conv1d_frames, conv1d_dft  # noqa: F401,E402
+from native.cpu.kernels.conv import row_bands  # noqa: F401,E402
 from native.cpu.kernels.conv import silu_polyexp  # noqa: F401,E402  (after their bases: a near tie keeps the base)
 # (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401

@@ -29,6 +29,16 @@ class ShiftedGemm(Tactic):
         return repacked(op, "kernel_tap_gemm", lambda w: w.reshape(w.shape[0], w.shape[1], -1).transpose(2, 0, 1))
 
     def run(self, op, inputs):
+        x, xf, wt, b, ks, dil, (ho, wo), wp = self.operands(op, inputs)
+        n, m = x.shape[0], wt.shape[1]
+        y = np.empty((n, m, ho * wp), xf.dtype)
+        shifted_taps(xf, wt, ks, dil, wp, y, 0, ho * wp)
+        return finish(op, y.reshape(n, m, ho, wp)[:, :, :, :wo], b, inputs, x.dtype)
+
+    @staticmethod
+    def operands(op, inputs):
+        """(x, the flattened padded input [N, C, Hp*Wp], the tap weights [taps, M, C], bias, kernel, dilations,
+        (Ho, Wo), Wp) in the work dtype."""
         x = np.asarray(inputs[0])
         w, b = kernel_and_bias(op, inputs)
         ks = kernel_spatial(op, w)
@@ -40,21 +50,24 @@ class ShiftedGemm(Tactic):
             wt = w.reshape(w.shape[0], w.shape[1], -1).transpose(2, 0, 1)
         wt = wt.astype(dtype, copy=False)
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
-        ho, wo = out
         extra = 1 if ks[1] > 1 else 0
         xp = np.pad(x, [(0, 0), (0, 0), (max(pre[0], 0), max(post[0], 0) + extra), (max(pre[1], 0), max(post[1], 0))])
         n, c, hp, wp = xp.shape
-        xf = xp.reshape(n, c, hp * wp)
-        length = ho * wp
-        y = tmp = None
-        for t, (i, j) in enumerate(itertools.product(range(ks[0]), range(ks[1]))):
-            off = i * dil[0] * wp + j * dil[1]
-            view = xf[:, :, off:off + length]
-            if y is None:
-                y = np.matmul(wt[t], view)
-                tmp = np.empty_like(y)
-            else:
-                np.matmul(wt[t], view, out=tmp)
-                y += tmp
-        y = y.reshape(n, -1, ho, wp)[:, :, :, :wo]
-        return finish(op, y, b, inputs, x.dtype)
+        return x, xp.reshape(n, c, hp * wp), wt, b, ks, dil, out, wp
+
+
+def shifted_taps(xf, wt, ks, dil, wp, y, c0, c1):
+    """y[:, :, c0:c1] = the sum over taps, in tap order, of W[tap] @ the input window at the tap's offset (columns
+    c0..c1 of the [M, Ho*Wp] result: Wp - Wo wrap-around columns per output row, cropped by the caller)."""
+    yb = y[:, :, c0:c1]
+    tmp = None
+    for t, (i, j) in enumerate(itertools.product(range(ks[0]), range(ks[1]))):
+        off = i * dil[0] * wp + j * dil[1]
+        view = xf[:, :, off + c0:off + c1]
+        if t == 0:
+            np.matmul(wt[t], view, out=yb)
+        else:
+            if tmp is None:
+                tmp = np.empty_like(yb)
+            np.matmul(wt[t], view, out=tmp)
+            yb += tmp
