@@ -309,3 +309,44 @@ def test_jit_conv_epilogue_is_bit_identical_to_numpy(monkeypatch, name, tactic, 
         monkeypatch.delenv("DEBUGKIT_JIT")
         config.reload()
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("tactic,shape,k,stride", [("depthwise", (2, 24, 3, 96), 5, (1, 1)),
+                                                   ("depthwise", (1, 8, 12, 64), 3, (2, 1)),
+                                                   ("depthwise-cl", (2, 40, 14, 14), 5, (1, 1)),
+                                                   ("depthwise-cl", (1, 72, 9, 9), 3, (2, 2))])
+@pytest.mark.parametrize("post", [[], ["RELU"], ["HARD_SWISH"], ["add"]])
+def test_depthwise_recipes_make_the_general_paths_calls(monkeypatch, tactic, shape, k, stride, post):
+    """The depthwise tactics' per-shape recipes (operands worked out once) give the general path's bits, and a
+    layer they do not cover (a residual add) takes the general path."""
+    pytest.importorskip("numba")
+    from native.cpu.kernels.conv import depthwise
+    from native.tactics import Op, tactics_for
+    config.reload()
+    n, c, h, w = shape
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x[0, 0, 0, :2] = [np.nan, -0.0]
+    kernel = RNG.standard_normal((c, 1, k, k)).astype(np.float32)
+    bias = RNG.standard_normal(c).astype(np.float32)
+    pad = k // 2
+    ho, wo = (h + 2 * pad - k) // stride[0] + 1, (w + 2 * pad - k) // stride[1] + 1
+    inputs, post_ops = [x], []
+    for p in post:
+        if p == "add":
+            post_ops.append({"op": "add", "input": 1})
+            inputs.append(RNG.standard_normal((n, c, ho, wo)).astype(np.float32))
+        else:
+            post_ops.append({"op": "activation", "type": p})
+    params = {"num_output_maps": c, "kernel_shape": [k, k], "strides": list(stride), "dilations": [1, 1],
+              "pre_padding": [pad, pad], "post_padding": [pad, pad], "groups": c, "post_ops": post_ops}
+    t = next(t for t in tactics_for("Convolution", "cpu") if t.name == tactic)
+    op = Op("Convolution", "dw", params, {"kernel": kernel, "bias": bias})
+    op = Op("Convolution", "dw", params, t.prepare(op))
+    got = [t.run(op, inputs)[0] for _ in range(2)]   # the second call reuses the recipe
+    key = "_dw_planes" if tactic == "depthwise" else "_dw_cl"
+    made = op.__dict__.get(key)
+    assert (made is not None and made[1] is not None) == ("add" not in post)
+    monkeypatch.setattr(depthwise if tactic == "depthwise" else dcl, "recipe", lambda *a: None)
+    want = t.run(Op("Convolution", "dw", params, dict(op.weights)), inputs)[0]
+    for g in got:
+        assert g.tobytes() == want.tobytes()
