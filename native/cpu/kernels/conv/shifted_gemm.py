@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 
 from native.cpu.kernels.conv.epilogue import finish
-from native.cpu.kernels.conv.geometry import geometry
+from native.cpu.kernels.conv.geometry import geometry, pad_input
 from native.cpu.kernels.conv.weights import kernel_and_bias, kernel_spatial, repacked, work_dtype
 from native.tactics import Tactic, register_tactic
 
@@ -51,7 +51,7 @@ class ShiftedGemm(Tactic):
         wt = wt.astype(dtype, copy=False)
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
         extra = 1 if ks[1] > 1 else 0
-        xp = np.pad(x, [(0, 0), (0, 0), (max(pre[0], 0), max(post[0], 0) + extra), (max(pre[1], 0), max(post[1], 0))])
+        xp = pad_input(x, [max(pre[0], 0), max(pre[1], 0)], [max(post[0], 0) + extra, max(post[1], 0)])
         n, c, hp, wp = xp.shape
         return x, xp.reshape(n, c, hp * wp), wt, b, ks, dil, out, wp
 
