@@ -62,3 +62,19 @@ def test_one_thread_is_not_offered(monkeypatch):
     monkeypatch.setattr(nhwc_bands, "num_threads", lambda: 2)
     assert _tactic().supports(op, [[1, 4, 8, 8]]) is None
     assert "pointwise" in _tactic().supports(Op("Convolution", "c", {"kernel_shape": [1, 1]}, {}), [[1, 4, 8, 8]])
+
+
+@pytest.mark.parametrize("pre,post", [([1, 2], [1, 0]), ([0, 0], [0, 0]), ([-1, 1], [2, -2])])
+@pytest.mark.parametrize("threads_n", [1, 2, 3])
+def test_the_padded_channel_last_input_is_the_same_split_or_not(monkeypatch, pre, post, threads_n):
+    """nhwc_padded: zeros around the transposed input (negative pads crop), the same array whether the copy is
+    split into bands of rows over the pool or not."""
+    from native.cpu.kernels.conv import nhwc_gemm
+    monkeypatch.setattr(nhwc_gemm, "NHWC_SPLIT_MIN", 1)
+    monkeypatch.setattr(threads, "num_threads", lambda: threads_n)
+    x = RNG.standard_normal((2, 5, 7, 6)).astype(np.float32)
+    want = np.pad(x, [(0, 0), (0, 0), (max(pre[0], 0), max(post[0], 0)), (max(pre[1], 0), max(post[1], 0))])
+    want = want[:, :, max(-pre[0], 0):want.shape[2] - max(-post[0], 0),
+                max(-pre[1], 0):want.shape[3] - max(-post[1], 0)].transpose(0, 2, 3, 1)
+    got = nhwc_gemm.nhwc_padded(x, pre, post, threads_n)
+    assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want).tobytes()

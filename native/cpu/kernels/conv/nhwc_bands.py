@@ -5,7 +5,8 @@ the bias, activation and residual add in NCHW after the reformat back: on a 2-co
 the layer (yolov8n's 3x3 convolutions on 40x40-80x80 maps: 20-60M multiply-adds each). Here the output rows are cut
 into bands, one per pool thread, and each band gathers its own patches (in cache-sized sub-bands), runs its GEMM, its
 epilogue (bias, activations, the residual read through a channel-last view: elementwise, the same operations as
-the NCHW epilogue) and writes its rows of the NCHW output. The input reformat stays one copy.
+the NCHW epilogue) and writes its rows of the NCHW output. The input reformat is one copy, itself split into bands of
+rows over the pool when large (nhwc_gemm.nhwc_padded).
 
 Numerics: per output, the GEMM's reduction over (kh, kw, C) as in nhwc-gemm, but BLAS may sum a sub-band's rows in
 another order than the whole matrix's, so this is its own tactic (the builder times it; one thread: not offered).
@@ -18,7 +19,7 @@ from native.cpu.kernels.activations import activation_inplace
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
-from native.cpu.kernels.conv.nhwc_gemm import NhwcGemm, nhwc_windows
+from native.cpu.kernels.conv.nhwc_gemm import NhwcGemm, nhwc_padded, nhwc_windows
 from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import register_tactic
 
@@ -78,15 +79,14 @@ class NhwcGemmBands(NhwcGemm):
         m = k.shape[1]
         if x.ndim != 4 or min(pre) < 0 or min(post) < 0 or k.shape[0] != c * ks[0] * ks[1]:
             return NhwcGemm.run(self, op, inputs)
-        xh = np.zeros((n, x.shape[2] + pre[0] + post[0], x.shape[3] + pre[1] + post[1], c), dtype)
-        xh[:, pre[0]:pre[0] + x.shape[2], pre[1]:pre[1] + x.shape[3]] = x.transpose(0, 2, 3, 1)
+        kdim = k.shape[0]
+        threads = num_threads() if n * ho * wo * kdim * m >= tuning.PARALLEL_MIN_MACS else 1
+        xh = nhwc_padded(x, pre, post, threads)
         win = nhwc_windows(xh, ks, strides, dil, out)                   # [N, Ho, Wo, kh, kw, C], a view
         y = np.empty((n, m, ho, wo), dtype)
         in_band = _band_epilogue_ok(op, inputs, y.shape)
         bias = None if b is None else np.asarray(b, dtype).reshape(-1)
-        kdim = k.shape[0]
         step = max(1, tuning.COLS_BYTES // max(1, wo * kdim * k.itemsize))   # patch rows that stay in cache
-        threads = num_threads() if n * ho * wo * kdim * m >= tuning.PARALLEL_MIN_MACS else 1
         tasks = [(ni, r0, r1) for ni in range(n) for r0, r1 in split(ho, max(1, -(-threads // n)))]
 
         def band(task):
