@@ -54,7 +54,7 @@ def test_selector_sees_typed_context_and_choices(model):
     assert report[0] == "report" and all(a.timing_ms is None or a.timing_ms > 0 for a in report[2])
 
 
-@pytest.mark.parametrize("answer,match", [([7], "out-of-range indices \\[7\\]"), ([], "no choice")])
+@pytest.mark.parametrize("answer,match", [([999], "out-of-range indices \\[999\\]"), ([], "no choice")])
 def test_selector_bad_answers_are_clear_errors(model, answer, match):
     class Bad:
         def select_algorithms(self, context, choices):
