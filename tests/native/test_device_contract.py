@@ -55,6 +55,25 @@ def test_cuda_tactics_use_no_type_error_as_control_flow():
     assert raised == []
 
 
+def test_every_tactic_under_native_cuda_registers_for_the_cuda_device():
+    """A GPU tactic that forgets `device = "cuda"` is registered as a CPU tactic, and the CUDA device then sees only
+    its host twin (`host:<name>`): ResNet-50's INT8 Reformat layers ran as host layers, timed 1.2 s each in the
+    build, and the engine could not be captured in a CUDA graph. Checked without a GPU: the modules import."""
+    import importlib
+    import pkgutil
+
+    import native.cuda.tactics as package
+    from native.tactics import _REGISTRY
+    for m in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"native.cuda.tactics.{m.name}")
+    cuda = [t for (dev, _), ts in _REGISTRY.items() for t in ts if type(t).__module__.startswith("native.cuda.")]
+    wrong = [f"{type(t).__module__}.{type(t).__name__} ({t.kind} '{t.name}') on {t.device}" for t in
+             [t for (dev, _), ts in _REGISTRY.items() for t in ts if dev != "cuda"
+              and type(t).__module__.startswith("native.cuda.")]]
+    assert len(cuda) > 40 and wrong == []
+    assert any(t.name == "int8-kernel" for t in _REGISTRY[("cuda", "Reformat")])
+
+
 def test_devices_declare_capabilities_and_print_as_their_name():
     cpu, cuda, dla = get_device("cpu"), get_device("cuda"), get_device("dla")
     assert get_device(cpu) is cpu and str(cuda) == "cuda" and f"{dla}" == "dla"

@@ -281,8 +281,10 @@ _REFORMAT_FLOATS = ("float32", "float16")
 class GpuInt8Reformat(Tactic):
     """Reformat layers at the edges of the int8 tensors between INT8 layers (passes/int8_io.py): float32 / float16
     -> int8 as clamp(round(x / scale)) with the layer's rounding, int8 -> float32 / float16 as q * scale (then
-    rounded once to float16): the CPU Reformat's numerics."""
+    rounded once to float16): the CPU Reformat's numerics. A quantizing Reformat takes either float type, as the CPU's
+    does (it quantizes the values it is given)."""
 
+    device = "cuda"
     kind, name = "Reformat", "int8-kernel"
     writes_outputs = True
     own_precisions = True
@@ -299,7 +301,8 @@ class GpuInt8Reformat(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = on_device(inputs[0])
         src, dst, s = op.params["from"], op.params["to"], np.float32(op.params["scale"])
-        if np.dtype(x.dtype).name != src:
+        have = np.dtype(x.dtype).name
+        if have != src and not (dst == "int8" and have in _REFORMAT_FLOATS):
             raise TacticRefusal(f"Reformat {src} -> {dst} got a {x.dtype} tensor")
         out = out_array(outputs, 0, x.shape, np.int8 if dst == "int8" else np.dtype(dst))
         if not x.size:
@@ -307,7 +310,7 @@ class GpuInt8Reformat(Tactic):
         if dst == "int8":
             mode = _rounding(op.params)
             args = [np.uint64(out.ptr), np.uint64(x.ptr), np.int64(x.size), s, np.int32(mode)]
-            if src == "float32":
+            if have == "float32":
                 launch(kernel(SRC, "quantize_i8"), grid_for(x.size), (256, 1, 1), args + [np.int32(0)])
             else:
                 launch(kernel(SRC, "quantize_f16_i8"), grid_for(x.size), (256, 1, 1), args)
