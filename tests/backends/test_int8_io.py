@@ -149,6 +149,7 @@ def test_int8_io_layers_are_chosen_by_timing_against_float(int8_io_on_cpu, monke
     asked = []
     monkeypatch.setattr(int8_io, "time_against_float",
                         lambda probe, node, op, shape, config: asked.append(node.name) or (int8_ms, float_ms, "float32"))
+    monkeypatch.setattr(int8_io, "_reformat_ms", lambda probe, shape, src, dst: 0.0)   # (the next test's subject)
     model, batches, x = _resnet_block()
     config = BuilderConfig()
     config.prefer_nhwc = True
@@ -163,6 +164,36 @@ def test_int8_io_layers_are_chosen_by_timing_against_float(int8_io_on_cpu, monke
     # slower in INT8 on int8 tensors: the layer leaves INT8 (a float layer, its timings kept for the inspector)
     assert len(left) == 3 - marked and all(n.precision == "float32" and "int8" not in n.params for n in left)
     assert all(n.meta["precision_ms"]["int8"] == int8_ms for n in left), [n.meta.get("precision_ms") for n in left]
+
+
+@pytest.mark.parametrize("reformat_ms,marked", [(0.01, 3), (0.2, 0)])
+def test_int8_io_chain_leaves_int8_when_its_reformats_cost_more_than_it_saves(int8_io_on_cpu, monkeypatch,
+                                                                             reformat_ms, marked):
+    """Each layer is timed alone as if its neighbours were INT8 too; the chain conv1 -> conv2 -> conv3 then pays a
+    quantizing Reformat (conv0's float output) and a dequantizing one (y): at 0.1 ms saved per layer, two
+    Reformat layers of 0.2 ms make the chain slower than float, and all three layers leave INT8."""
+    from backends.engine import Calibrator
+    from backends.engine.builder.config import BuilderConfig
+    from backends.engine.builder.passes import int8_io
+    from backends.runners import EngineRunner
+    monkeypatch.setattr(int8_io, "time_against_float", lambda probe, node, op, shape, config: (1.0, 1.1, "float32"))
+    reformats = []
+    monkeypatch.setattr(int8_io, "_reformat_ms",
+                        lambda probe, shape, src, dst: reformats.append((shape, src, dst)) or reformat_ms)
+    model, batches, x = _resnet_block()
+    config = BuilderConfig()
+    config.prefer_nhwc = True
+    with EngineRunner(model, flags=("int8",), config=config, calibrator=Calibrator(batches)) as io:
+        y = io.infer({"x": x})["y"]
+        nodes = io.engine.graph.nodes
+        got = sum(n.tactic_name == NumpyInt8IO.name for n in nodes)
+        notes = [n.meta.get("int8_note") or "" for n in nodes
+                 if "Convolution" in n.kind and n.name.split(" ")[0] in ("conv1", "conv2", "conv3")]
+    assert sorted(reformats) == [((2, 8, 10, 10), "float32", "int8"), ((2, 8, 10, 10), "int8", "float32")]
+    assert got == marked and np.isfinite(y).all()
+    if not marked:
+        assert len(notes) == 3 and all("chain of 3 INT8 layer(s) saves 0.300 ms" in s and "cost 0.400 ms" in s
+                                       for s in notes), notes
 
 
 def test_int8_io_timing_runs_the_int8_and_float_variants(int8_io_on_cpu):

@@ -158,6 +158,99 @@ def _leave_int8(n, ms8, msf, fp):
     n.meta.pop("precision_ms", None)
 
 
+def chains(graph) -> list:
+    """The marked layers (meta["int8_io"]) grouped into chains: layers joined by a tensor one of them writes and
+    another reads (as its data input or its residual) share a chain. In graph order."""
+    marked = [n for n in graph.nodes if n.meta.get("int8_io")]
+    parent = {id(n): id(n) for n in marked}
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    for n in marked:
+        for x in [n.inputs[0]] + [n.inputs[i] for i in [_residual_index(n)] if i is not None and i < len(n.inputs)]:
+            p = graph.producer(x)
+            if p is not None and id(p) in parent:
+                parent[root(id(p))] = root(id(n))
+    groups = {}
+    for n in marked:
+        groups.setdefault(root(id(n)), []).append(n)
+    return list(groups.values())
+
+
+def chain_edges(graph, chain) -> tuple:
+    """(tensors the chain reads from outside it through a quantizing Reformat, tensors it writes that something
+    outside it reads: a dequantizing Reformat each): the Reformat layers `apply` will put at the chain's edges."""
+    ids = {id(n) for n in chain}
+    consumers = graph.consumers()
+    outs = set(graph.output_names)
+    into = list(dict.fromkeys(n.inputs[0] for n in chain
+                              if graph.producer(n.inputs[0]) is None or id(graph.producer(n.inputs[0])) not in ids))
+    out_of = [n.outputs[0] for n in chain if n.outputs[0] in outs or
+              any(id(r) not in ids for r in consumers.get(n.outputs[0], []))]
+    return into, out_of
+
+
+def _reformat_ms(probe, shape, from_type, to_type):
+    """The device's time to quantize (float -> int8) or dequantize (int8 -> float) a tensor of `shape` (unit scale:
+    the time does not depend on it, and one timing-cache entry serves every tensor of the shape)."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(-127, 128, shape).astype(np.int8) if from_type == "int8" else \
+        rng.standard_normal(shape).astype(storage_numpy_dtype(from_type))
+    node = Node(name=f"Reformat {from_type}->{to_type}", kind="Reformat", inputs=["x"], outputs=["y"],
+                params={"from": from_type, "to": to_type, "scale": 1.0}, precision=as_precision(to_type),
+                meta={"output_types": [to_type]})
+    m = probe.best(node, [x])
+    return None if m is None else m.ms
+
+
+def drop_unprofitable_chains(graph, probe, config, logger) -> int:
+    """Unmark the chains whose INT8 layers save less time than the Reformat layers at their edges cost; returns how
+    many layers left INT8. Each layer was timed alone on the chain assumption (time_against_float: its neighbours
+    INT8 too); a chain of one or two INT8 layers between float ones pays a quantizing and a dequantizing pass over
+    its tensors, which on ResNet-50 at batch 128 cost more than the layers' INT8 kernels saved."""
+    fp = _float_storage(config)
+    memo, dropped = {}, 0
+    for chain in chains(graph):
+        timed = [n.meta.get("precision_ms") or {} for n in chain]
+        if not all("int8" in t and fp in t for t in timed):
+            continue      # a layer marked without timing (by the rule): the chain stays as the rule says
+        saved = sum(t[fp] - t["int8"] for t in timed)
+        into, out_of = chain_edges(graph, chain)
+        cost, unknown = 0.0, False
+        for names, pair in ((into, (fp, "int8")), (out_of, ("int8", fp))):
+            for name in names:
+                value = probe.env.get(name)
+                shape = tuple(int(d) for d in value.shape) if hasattr(value, "shape") else _static_shape(graph, name)
+                if shape is None:
+                    unknown = True
+                    continue
+                key = (int(np.prod(shape)),) + pair
+                if key not in memo:
+                    memo[key] = _reformat_ms(probe, shape, *pair)
+                if memo[key] is None:
+                    unknown = True
+                else:
+                    cost += memo[key]
+        float_ms = sum(t[fp] for t in timed)
+        if unknown or float_ms - saved + cost <= float_ms * (1 + TIE_MARGIN):   # (the per-layer rule's tie margin)
+            logger.verbose(f"INT8 I/O: chain of {len(chain)} from '{chain[0].name}': INT8 saves {saved:.3f} ms, its "
+                           f"{len(into)} + {len(out_of)} Reformat layers cost {cost:.3f} ms -> INT8"
+                           + (" (a Reformat could not be timed)" if unknown else ""))
+            continue
+        for n, t in zip(chain, timed):
+            n.meta.pop("int8_io")
+            _leave_int8(n, t["int8"], t[fp], fp)
+            n.meta["int8_note"] = (f"not INT8: its chain of {len(chain)} INT8 layer(s) saves {saved:.3f} ms and the "
+                                   f"Reformat layers at its edges cost {cost:.3f} ms")
+        dropped += len(chain)
+        logger.verbose(f"INT8 I/O: chain of {len(chain)} from '{chain[0].name}' runs {fp}: INT8 saves {saved:.3f} "
+                       f"ms, its {len(into)} + {len(out_of)} Reformat layers would cost {cost:.3f} ms")
+    return dropped
+
+
 def mark(graph, config, logger, ctx=None) -> tuple:
     """Step 1: mark the INT8 convolutions that will read and write int8 NHWC tensors; returns (how many, how many
     left INT8). With the pass context `ctx` (precision by timing on), a layer is marked only where its INT8 NHWC
@@ -213,6 +306,9 @@ def mark(graph, config, logger, ctx=None) -> tuple:
             continue
         n.meta["int8_io"] = True
         marked += 1
+    if probe is not None and marked:
+        dropped = drop_unprofitable_chains(graph, probe, config, logger)
+        marked, slower = marked - dropped, slower + dropped
     if marked or refused or slower:
         logger.info(f"INT8 I/O: {marked} INT8 convolutions read and write int8 NHWC tensors"
                     + (f"; {slower} leave INT8 (a float precision is faster; -v: each one's timings)" if slower else "")
