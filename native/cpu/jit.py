@@ -55,6 +55,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         the program `x + a, clip to [lo, hi], times x, / d` (divide) or `* d`: a hand-written hard-swish (PaddleOCR:
         x + 3, clip to [0, 6], times x, / 6) as one loop with each step rounded as pointwise_chain rounds it, so the
         same floats at ~3x its speed (pointwise_chain's four block passes, their buffers; jit_chain.py).
+    relu6_swish_affine(x [n], y [n], a, lo, hi, d, divide, op1, v1, op2, v2)
+        relu6_swish, then one or two scalar steps (op 3: times v, 1: plus v, 0: none), each rounded as the chain's
+        step: PaddleOCR v4's hard-swish + learnable affine block (`* s, + t`) in one loop (jit_chain.py).
     gelu_rows(y [M, N], bias [N], has_bias, tanh, c0, c1) (columns c0:c1), softmax_rows(s [M, N]),
     layernorm_rows(x [M, N], gamma [N], beta [N], eps, n, y [M, N], mean [M], inv [M])
     layernorm_rows_relu(...): layernorm_rows, then numpy clip's RELU on each output (lane-stats with a fused Relu)
@@ -415,7 +418,9 @@ def _module(module, name):
 _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwise_nchw,
              "depthwise_planes": _module("jit_dw", "depthwise_planes"),
              "pointwise_chain": _module("jit_chain", "pointwise_chain"), "conv1d_direct": _conv1d_direct,
-             "relu6_swish": _module("jit_chain", "relu6_swish"), "se_direct": _module("jit_se", "se_direct"),
+             "relu6_swish": _module("jit_chain", "relu6_swish"),
+             "relu6_swish_affine": _module("jit_chain", "relu6_swish_affine"),
+             "se_direct": _module("jit_se", "se_direct"),
              "conv1d_direct_pos": _conv1d_direct_pos, "upsample_nearest": _upsample_nearest,
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
              **{k: _module("jit_dw", k) for k in ("depthwise_cl_rows_nchw_k3", "depthwise_cl_rows_nchw_k5")},

@@ -7,6 +7,10 @@ native/cpu/kernels/pointwise_chain.py encodes a program into op codes (jit.PW_*)
         (ops 1-17), so the chain's floats are the interpreter's; ops 18 / 19 (sigmoid / tanh by polyexp's exp,
         native/cpu/jit_rnn.py) are the polyexp-chain tactic's own.
 
+    relu6_swish(x, y, a, lo, hi, d, divide) / relu6_swish_affine(x, y, a, lo, hi, d, divide, op1, v1, op2, v2)
+        the hand-written hard-swish chain `x + a, clip to [lo, hi], times x, / d` (or `* d`) in one loop, and the
+        same followed by one or two scalar steps (op 3 times v, op 1 plus v, 0 none): the chain's floats.
+
 Module level, so numba's disk cache finds it again in the next process (native/cpu/jit_rows.py says why).
 """
 from __future__ import annotations
@@ -194,3 +198,28 @@ def relu6_swish(x, y, a, lo, hi, d, divide):
             t = t if t != t else r
             t = v * t
             y[k] = t * d
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _affine(t, op, v):
+    # a trailing scalar step of the chain: 3 PROD, 1 SUM (binary_scalar's rounding), 0 none
+    if op == 3:
+        return t * v
+    if op == 1:
+        return t + v
+    return t
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def relu6_swish_affine(x, y, a, lo, hi, d, divide, op1, v1, op2, v2):
+    # relu6_swish's loop, then one or two scalar steps (times s, plus t: PP-LCNetV3's learnable affine block after
+    # its hard-swish), each rounded as the chain's binary_scalar rounds it: one pass instead of the interpreter's six
+    for k in range(x.shape[0]):
+        v = x[k]
+        t = v + a
+        r = t if t > lo else lo
+        r = r if r < hi else hi
+        t = t if t != t else r
+        t = v * t
+        t = t / d if divide else t * d
+        y[k] = _affine(_affine(t, op1, v1), op2, v2)

@@ -50,6 +50,9 @@ PROGRAMS = {
     **{f"hard-swish, {k}": (v, 2) for k, v in HARD_SWISH_FORMS.items()},
     "hard-swish then scale and shift": (HARD_SWISH + [_step("ElementWise", ["w:c2", "s:3"], op="PROD"),
                                                       _step("ElementWise", ["s:4", "w:c3"], op="SUM")], 1),
+    "hard-swish then a shift": (HARD_SWISH + [_step("ElementWise", ["w:c3", "s:3"], op="SUM")], 1),
+    "hard-swish times a constant, then a scale": (HARD_SWISH_FORMS["times a constant"]
+                                                 + [_step("ElementWise", ["s:3", "w:c2"], op="PROD")], 1),
     "gate and residuals": ([_step("ElementWise", ["in:0", "in:1"], op="PROD"),
                             _step("ElementWise", ["in:0", "s:0"], op="SUM"),
                             _step("ElementWise", ["s:1", "in:2"], op="SUM")], 3),
@@ -181,3 +184,29 @@ def test_polyexp_chain_refuses_with_a_reason(why, program, shapes, dtype):
     op = Op("Pointwise", "pw", {"program": program}, {"c0": np.array(3.0, np.float32), "c1": np.array(6.0, np.float32)})
     reason = _polyexp_chain().supports(op, LayerContext(shapes, [dtype] * len(shapes)))
     assert isinstance(reason, str) and why in reason
+
+
+@pytest.mark.parametrize("name,tail,want", [
+    ("scale and shift", [_step("ElementWise", ["w:c2", "s:3"], op="PROD"), _step("ElementWise", ["s:4", "w:c3"], op="SUM")],
+     (3, 0.7, 1, -0.25)),
+    ("shift", [_step("ElementWise", ["s:3", "w:c3"], op="SUM")], (1, -0.25, 0, 0.0)),
+    ("shift of the input", [_step("ElementWise", ["in:0", "w:c3"], op="SUM")], None),
+    ("times a tensor step", [_step("ElementWise", ["s:3", "s:2"], op="PROD")], None),
+    ("a step before the last", [_step("ElementWise", ["s:2", "w:c3"], op="SUM")], None),
+    ("divide", [_step("ElementWise", ["s:3", "w:c2"], op="DIV")], None),
+    ("three more steps", [_step("ElementWise", ["s:3", "w:c3"], op="SUM")] * 1
+     + [_step("ElementWise", ["s:4", "w:c3"], op="SUM"), _step("ElementWise", ["s:5", "w:c3"], op="SUM")], None)])
+def test_hard_swish_with_an_affine_tail_runs_as_one_loop(name, tail, want):
+    """PaddleOCR v4's hard-swish + learnable affine block (`* s, + t`) is recognised (jit_chain.relu6_swish_affine
+    runs it); a tail that reads anything but the previous step and a scalar is not (the floats: the bit-for-bit
+    test above)."""
+    pytest.importorskip("numba")
+    weights = {"c0": np.array(3.0, np.float32), "c1": np.array(6.0, np.float32), "c2": np.array([0.7], np.float32),
+               "c3": np.array([-0.25], np.float32)}
+    code, fval, _ = pointwise_chain.encode(HARD_SWISH + tail, weights, (2, 3), np.dtype(np.float32))
+    spec = pointwise_chain.relu6_swish_affine(code, fval, np.dtype(np.float32))
+    if want is None:
+        assert spec is None
+    else:
+        head = (0, np.float32(3.0), np.float32(0.0), np.float32(6.0), np.float32(6.0), True)
+        assert spec == head + (want[0], np.float32(want[1]), want[2], np.float32(want[3]))

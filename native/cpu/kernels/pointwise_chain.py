@@ -132,13 +132,14 @@ def run(op, inputs, polyexp=False):
         enc, swish = held[2], held[3]
     else:
         enc = encode(program, op.weights, x.shape, x.dtype, polyexp)
-        swish = relu6_swish(enc[0], enc[1], x.dtype) if enc is not None else None
+        swish = None if enc is None else (relu6_swish(enc[0], enc[1], x.dtype)
+                                          or relu6_swish_affine(enc[0], enc[1], x.dtype))
         op.__dict__[slot] = (program, key, enc, swish)
     if enc is None:
         return None
     if swish is not None:
         v = inputs[swish[0]] if swish[0] < len(inputs) else None
-        fn = jit.kernel("relu6_swish")
+        fn = jit.kernel("relu6_swish" if len(swish) == 6 else "relu6_swish_affine")
         if type(v) is np.ndarray and v.shape == x.shape and v.dtype == x.dtype and fn is not None:
             y = np.empty(x.shape, x.dtype)
             fn((v if v.flags.c_contiguous else np.ascontiguousarray(v)).reshape(-1), y.reshape(-1), *swish[1:])
@@ -189,3 +190,28 @@ def relu6_swish(code, fval, dtype):
             int(fval[3, 0 if c3[1] == jit.PW_STEP else 1]) == 2:
         return x_in, a, lo, hi, t(fval[3, 3 if c3[1] == jit.PW_STEP else 2]), False
     return None
+
+
+_AFFINE_OPS = (jit.PW_PROD, jit.PW_SUM)
+
+
+def relu6_swish_affine(code, fval, dtype):
+    """relu6_swish's tuple + (op1, v1, op2, v2) when the encoded program is that hard-swish followed by one or two
+    steps `previous step times / plus a scalar` (PaddleOCR v4's learnable affine block: hard-swish, * s, + t), which
+    jit_chain.relu6_swish_affine runs as one loop with the same floats; else None. op: jit.PW_PROD or PW_SUM, 0 none."""
+    if not 5 <= len(code) <= 6:
+        return None
+    head = relu6_swish(code[:4], fval[:4], dtype)
+    if head is None:
+        return None
+    t = dtype.type
+    tail = []
+    for i in range(4, len(code)):
+        op, ka, kb = (int(v) for v in code[i])
+        if op not in _AFFINE_OPS or sorted((ka, kb)) != [jit.PW_SCALAR, jit.PW_STEP]:
+            return None
+        step, value = (0, 3) if ka == jit.PW_STEP else (1, 2)   # fval row: [index a, index b, value a, value b]
+        if int(fval[i, step]) != i - 1:
+            return None
+        tail += [op, t(fval[i, value])]
+    return head + tuple(tail + [0, t(0)] * (6 - len(code)))
