@@ -164,6 +164,7 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._ready_timeout_s = ready_timeout_s
         self._files: dict = {}     # digest -> [hand-off file, maps using it] (_handoff)
+        self._piped: set = set()   # digests whose hand-off file could not be written: sent through the pipes
         self._lock = threading.Lock()
 
     def spawn(self):
@@ -196,17 +197,30 @@ class WorkerPool:
     def _handoff(self, digest, blob):
         """What a worker is sent to load the probe function `blob`: itself, or (large) a file holding it, written
         once per map and removed when the map ends (_release). Returns the message."""
-        if len(blob) < FILE_HANDOFF_BYTES:
+        if len(blob) < FILE_HANDOFF_BYTES or digest in self._piped:
             return ("fn", digest, blob)
         with self._lock:
             entry = self._files.get(digest)
             if entry is None:
                 from debugkit.debug.scratch import process_scratch_dir
-                path = os.path.join(process_scratch_dir(), f"probe_{digest[:16]}.pkl")
                 t0 = time.perf_counter()
-                with open(path + ".tmp", "wb") as f:
-                    f.write(blob)
-                os.replace(path + ".tmp", path)
+                path = None
+                try:
+                    path = os.path.join(process_scratch_dir(), f"probe_{digest[:16]}.pkl")
+                    with open(path + ".tmp", "wb") as f:
+                        f.write(blob)
+                    os.replace(path + ".tmp", path)
+                except OSError as e:   # a full or read-only scratch disk: the pipe still works, only slower
+                    if path is not None:
+                        try:
+                            os.remove(path + ".tmp")
+                        except OSError:
+                            pass
+                    self._piped.add(digest)
+                    G_LOGGER.warning(f"could not write the probe's hand-off file ({e}); the workers get the probe "
+                                     f"({len(blob) / 1e6:.0f} MB) through their pipes instead (slower: free space "
+                                     f"in the scratch directory, or set TMPDIR, to avoid it)")
+                    return ("fn", digest, blob)
                 G_LOGGER.verbose(f"probe function ({len(blob) / 1e6:.0f} MB) handed to the workers through {path} "
                                  f"(written in {time.perf_counter() - t0:.2f} s)")
                 entry = self._files[digest] = [path, 0]

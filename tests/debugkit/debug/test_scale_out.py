@@ -111,6 +111,39 @@ def test_a_large_probe_reaches_the_workers_through_a_file_removed_after_the_map(
     assert not [f for f in os.listdir(scratch) if f.startswith("probe_")]
 
 
+def test_a_hand_off_file_that_cannot_be_written_goes_through_the_pipes(pool, monkeypatch, capsys):
+    """A full or read-only scratch disk: the probe reaches the workers through their pipes, with a warning that
+    says why and what to do, instead of the search failing with the raw OSError."""
+    import debugkit.debug.pool as pool_module
+    import debugkit.debug.scratch as scratch_module
+    monkeypatch.setattr(pool_module, "FILE_HANDOFF_BYTES", 100_000)
+
+    def full_disk():
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(scratch_module, "process_scratch_dir", full_disk)
+    pool.close()
+    fn = Payload(b"w" * 200_000)
+    rows = pool.map(fn, range(4)) + pool.map(fn, range(4))
+    assert [r[1] for r in rows] == [1] * 8 and len({pid for pid, _ in rows}) == 2
+    err = capsys.readouterr().err
+    assert err.count("could not write the probe's hand-off file") == 1 and "No space left on device" in err
+
+
+def test_a_hand_off_file_a_worker_cannot_read_fails_the_map_naming_it(pool, monkeypatch):
+    import debugkit.debug.pool as pool_module
+    monkeypatch.setattr(pool_module, "FILE_HANDOFF_BYTES", 100_000)
+    real = pool_module.WorkerPool._handoff
+
+    def lost_file(self, digest, blob):
+        msg = real(self, digest, blob)
+        os.remove(msg[2])       # gone before the worker reads it (another user's cleanup, a full tmpfs)
+        return msg
+    monkeypatch.setattr(pool_module.WorkerPool, "_handoff", lost_file)
+    pool.close()
+    with pytest.raises(WorkerLostError, match=r"could not read the probe's hand-off file .*probe_.*\.pkl"):
+        pool.map(Payload(b"v" * 200_000), range(4))
+
+
 def test_gpu_workers_own_one_gpu_each():
     envs = worker_envs(4, "cuda", gpus=["0", "1", "2", "3"])
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1", "2", "3"]
