@@ -183,7 +183,7 @@ def _search(P, args, opts, command, options, ex) -> int:
                     prober.here([layers])
             alone = early.join(bar)
         if exchange is not None:
-            early.exchanged = _end_exchange(probe_fn, exchange)
+            early.end_exchange(probe_fn)
         ranked = None
         if alone is not None and prober.workers > 1:
             # the ranking came from beside the base build, so the overflow guess is known before any probe: its
@@ -468,7 +468,8 @@ class _Alongside:
             alone.exchange_dir = exchange.directory
         self.work = P.BaseOverlap(prober.fails, alone) if self.items else None
         self.out, self.error, self.thread, self.seconds = None, None, None, 0.0
-        self.exchanged = None   # what the base build and the ranking handed each other (_end_exchange)
+        self.exchange = exchange
+        self.exchanged = None   # what the base build and the ranking handed each other (end_exchange)
 
     def start(self):
         import threading
@@ -480,6 +481,12 @@ class _Alongside:
                                            daemon=True)
             self.thread.start()
         return self
+
+    def end_exchange(self, probe_fn):
+        """The base build and the ranking are done: close the timing exchange and keep what went through it."""
+        if self.exchange is not None:
+            self.exchanged = _end_exchange(probe_fn, self.exchange)
+            self.exchange = None
 
     def summary(self) -> dict:
         """What ran beside the base build, for the answer file."""
