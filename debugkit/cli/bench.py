@@ -17,7 +17,7 @@ import numpy as np
 
 from debugkit.cli import _args
 from native.device import get_device
-from native.errors import InputFileError, UsageError
+from native.errors import ExecutionError, InputFileError, UsageError
 from native.logger import G_LOGGER
 
 
@@ -128,20 +128,24 @@ def run(args) -> int:
         feeds = _feeds(args, runner)
         runner.infer(feeds)   # builds here when the model has dynamic shapes (the feed fixes them)
         ctx, engine = runner.context, runner.engine
+        graph_note = None
         if args.use_cuda_graph:
             if not engine.device.supports_graphs:
                 raise UsageError(f"--use-cuda-graph: CUDA graphs need --device cuda (this plan runs on "
                                  f"{engine.device})")
             if not hasattr(ctx, "enable_cuda_graph"):
                 raise UsageError("--use-cuda-graph: this engine's execution context has no CUDA graph support")
-            ctx.enable_cuda_graph()
+            graph_note = _enable_cuda_graph(ctx, engine, feeds)
         result = {"model": os.path.abspath(args.model), "plan": os.path.abspath(args.load_engine or args.model)
                   if (args.load_engine or plan_only) else None, "saved_engine": args.save_engine,
                   "device": engine.device.name, "build_seconds": runner.build_seconds,
                   "precision_flags": opts.build.flags(), "options_fingerprint": opts.fingerprint(), "layers": len(engine.graph.nodes),
                   "inputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in feeds.items()},
-                  "batch": _batch(feeds, engine), "cuda_graph": bool(args.use_cuda_graph),
+                  "batch": _batch(feeds, engine), "cuda_graph": bool(args.use_cuda_graph) and not graph_note,
                   "iterations_min": args.iterations, "duration_min_s": args.duration, "machine": _machine()}
+        if graph_note:
+            result["cuda_graph_note"] = graph_note
+            args.use_cuda_graph = False   # the rest of the run (streams, timeline) times without the graph
         dev = engine.device
         graph_streams = args.streams > 1 and not dev.concurrent_contexts and dev.concurrent_graphs
         if args.streams > 1 and not dev.concurrent_contexts and not (graph_streams and args.use_cuda_graph):
@@ -345,6 +349,35 @@ def _streams_loop(engine, ctx, feeds, args, device_times, host_times):
     if errors:
         raise errors[0]
     return [x for r in results for x in r[0]], wall, [len(r[0]) for r in results]
+
+
+def host_layers(engine) -> list:
+    """The engine's layers that run on the host between copies (`host:*` tactics): each synchronizes the stream."""
+    return [n.name for n in engine.graph.nodes if (getattr(n, "tactic_name", None) or "").startswith("host:")]
+
+
+def _enable_cuda_graph(ctx, engine, feeds):
+    """Capture the execution as a CUDA graph, as trtexec --useCudaGraph does; None when it is captured, else why
+    not, after a warning: an engine with host layers (or another layer that synchronizes) cannot be captured, and
+    bench then times it without the graph, as trtexec does, instead of failing."""
+    hosts = host_layers(engine)
+    if hosts:
+        why = (f"{len(hosts)} layer(s) run on the host ('{hosts[0]}'" + (f" and {len(hosts) - 1} more"
+               if len(hosts) > 1 else "") + ") and synchronize the stream")
+    else:
+        ctx.enable_cuda_graph()
+        try:
+            ctx.execute(feeds)        # the capture, now: a failure is reported here, not in the warm-up
+            return None
+        except ExecutionError as e:
+            if "graph capture failed" not in str(e):
+                raise
+            ctx.enable_cuda_graph(False)
+            why = str(e).split("; ")[0]
+    G_LOGGER.warning(f"--use-cuda-graph: the execution cannot be captured as a CUDA graph: {why}; timing without "
+                     f"a CUDA graph, as trtexec does (save the plan with --save-engine and `debugkit inspect model "
+                     f"PLAN --show layers` lists each layer's tactic)")
+    return f"not captured: {why}"
 
 
 def _streams_graph_loop(engine, ctx, feeds, args):

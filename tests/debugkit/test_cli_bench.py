@@ -259,3 +259,47 @@ def test_bad_stream_and_timeline_options_exit_2(tmp_path, model, capsys, extra, 
     rc, r = _bench(tmp_path, model, *extra)
     assert rc == 2 and r is None
     assert message in capsys.readouterr().err
+
+
+class _Ctx:
+    """An execution context whose capture fails (or not) as `error` says."""
+
+    def __init__(self, error=None):
+        self.error, self.graph, self.runs = error, [], 0
+
+    def enable_cuda_graph(self, on=True):
+        self.graph.append(on)
+
+    def execute(self, feeds):
+        self.runs += 1
+        if self.error is not None:
+            raise self.error
+
+
+def _engine(*tactics):
+    from types import SimpleNamespace
+    return SimpleNamespace(graph=SimpleNamespace(nodes=[SimpleNamespace(name=f"l{i}", tactic_name=t)
+                                                        for i, t in enumerate(tactics)]))
+
+
+def test_use_cuda_graph_falls_back_like_trtexec_when_the_execution_cannot_be_captured(capsys):
+    """Host layers are named without trying a capture; a capture that fails for another reason (a layer that
+    synchronizes) is turned off again; both warn and bench times without the graph. Any other error is raised."""
+    from debugkit.cli.bench import _enable_cuda_graph, host_layers
+    from native.errors import ExecutionError
+    assert host_layers(_engine("cublas", "host:numpy", None, "host:blas")) == ["l1", "l3"]
+    ctx = _Ctx()
+    note = _enable_cuda_graph(ctx, _engine("cublas", "host:numpy", "host:blas"), {})
+    assert ctx.graph == [] and ctx.runs == 0
+    assert note == "not captured: 2 layer(s) run on the host ('l1' and 1 more) and synchronize the stream"
+    assert "timing without a CUDA graph" in capsys.readouterr().err
+    ctx = _Ctx(ExecutionError("CUDA graph capture failed (cuStreamSynchronize failed: CUDA_ERROR_STREAM_CAPTURE_"
+                              "UNSUPPORTED); a layer that synchronizes (a host layer) cannot be captured: ..."))
+    note = _enable_cuda_graph(ctx, _engine("cublas"), {})
+    assert ctx.graph == [True, False] and ctx.runs == 1
+    assert note == ("not captured: CUDA graph capture failed (cuStreamSynchronize failed: "
+                    "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)")
+    ctx = _Ctx()
+    assert _enable_cuda_graph(ctx, _engine("cublas"), {}) is None and ctx.graph == [True] and ctx.runs == 1
+    with pytest.raises(ExecutionError, match="out of memory"):
+        _enable_cuda_graph(_Ctx(ExecutionError("cuMemAlloc failed: out of memory")), _engine("cublas"), {})

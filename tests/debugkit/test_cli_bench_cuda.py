@@ -25,6 +25,22 @@ def test_bench_on_cuda_with_graphs_reports_device_times(tmp_path):
     assert shares and abs(sum(shares) - 100) < 2
 
 
+def test_use_cuda_graph_on_an_engine_with_host_layers_times_without_the_graph(tmp_path, capsys):
+    """Host layers synchronize the stream, so the execution cannot be captured: bench warns naming one, times
+    without the graph (trtexec's fallback) and says so in the JSON, instead of failing (the corpus's audio and
+    detection models, whose engines keep host layers, all failed `--use-cuda-graph` with exit 2)."""
+    path, out = tmp_path / "mlp.onnx", tmp_path / "bench.json"
+    onnx.save(mlp(), path)
+    rc = main(["bench", str(path), "--input-shapes", "x:[64,16]", "--device", "cuda", "--use-cuda-graph",
+               "--tactic-sources", "host:numpy", "--iterations", "5", "--duration", "0", "--warm-up", "0",
+               "--json", str(out)])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    assert r["cuda_graph"] is False and r["inferences"] >= 5
+    assert r["cuda_graph_note"].startswith("not captured: ") and "run on the host" in r["cuda_graph_note"]
+    assert "timing without a CUDA graph" in capsys.readouterr().err
+
+
 def test_timeline_on_cuda_places_layers_on_the_stream_and_enqueue_apart(tmp_path):
     """--timeline on the GPU: device spans from events (no synchronisation between layers), in order and inside
     each execute; enqueue time and GPU busy reported; --streams > 1 refused (one stream per process)."""
