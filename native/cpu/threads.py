@@ -112,17 +112,28 @@ class _Worker:
         self.claim = None     # taken by whoever runs the current job's share: the worker, or the caller instead
         self.owes = False     # the caller took a share over: the worker has not yet passed it (its `done` pending)
         self.posted = 0
-        self.flags = np.zeros(4, np.int64)   # [jobs posted, finished, started, polling now], read by the spins
+        # [jobs posted, finished, started, polling now, GEMM shares posted, claimed, done, -], read by the spins
+        self.flags = np.zeros(8, np.int64)
         self.polling = False
         self.spin = _spinner()
+        self.gemm = np.zeros(10, np.int64)   # the GEMM share posted to it (jit_gemm_share's descriptor)
+        self.gemm_posted = 0
+        self.gemm_wanted = False             # a GEMM found it not polling: after this job, poll GEMM_KICK_POLLS
+        self.serve = _gemm_server(self.spin)
         self.thread = threading.Thread(target=self._loop, name=f"debugkit-cpu-{index}", daemon=True)
         self.thread.start()
 
     def _loop(self):
         _LOCAL.worker = True
         finished = 0
+        for_gemm = False
         while True:
-            if self.spin is not None and not _contended():
+            if self.serve is not None and not _contended():
+                # publish the last job's end, then poll for the next job a while, running GEMM shares meanwhile
+                # (longer when a GEMM share found it asleep: `gemm_shares`)
+                self.serve(self.flags, self.gemm, 1, finished, 0, finished,
+                           GEMM_KICK_POLLS if for_gemm else WORKER_SPIN_POLLS, 3, 2, GEMM_SPIN_POLLS)
+            elif self.spin is not None and not _contended():
                 # publish the last job's end, then poll for the next job a while
                 self.spin.publish_wait_change(self.flags, 1, finished, 0, finished, WORKER_SPIN_POLLS, 3, 2)
             else:
@@ -130,6 +141,7 @@ class _Worker:
             self.go.acquire()
             self.flags[2] = self.flags[0]   # started
             fn, items, idxs, results = self.job
+            for_gemm, self.gemm_wanted = self.gemm_wanted, False
             if self.claim.acquire(blocking=False):   # else the caller ran this share while this thread had no CPU
                 _run_share(fn, items, idxs, results)
             self.job = None
@@ -199,6 +211,9 @@ WORKER_SPIN_POLLS = 1 << 12
 START_POLLS = 1 << 10
 WAKE_POLLS = 1 << 13       # further polls for a worker that was asleep on its lock (a wake-up costs 25-100 us here)
 CALLER_SPIN_POLLS = 1 << 12
+GEMM_SPIN_POLLS = 1 << 15  # ~1 ms: after a GEMM share (jit_gemm_share) a worker polls on through a run's small layers
+GEMM_KICK_POLLS = 1 << 17  # ~4 ms: after the Python share of a GEMM that found it asleep: the next GEMM may come after a
+                           # few other layers (or, in the build's round-robin timing, after every other candidate's run)
 BACKOFF_S = 0.02           # no polling for this long after a worker was seen not starting (its CPU taken); short,
                            # since a share handed to a worker without a CPU is taken back (`_take_over`): ONNX
                            # Runtime's spinning workers hold a CPU ~40 ms after a run, then both cores are ours
@@ -219,6 +234,78 @@ def _spinner():
     except Exception:  # noqa: BLE001 - any failure to compile means plain waits
         return None
     return jit_spin
+
+
+def _gemm_share():
+    """native/cpu/jit_gemm_share.py and the address of numpy's 64-bit-integer cblas_sgemm, or (None, 0) where numba
+    or that symbol is missing. Asked once per process."""
+    got = _STATE.get("gemm_share")
+    if got is None:
+        got = (None, 0)
+        if jit.available():
+            try:
+                from native.cpu import jit_gemm_share as gs   # function-level: imports numba (the jit extra)
+                addr = gs.sgemm_address(_blas_fn)
+                if addr:
+                    got = (gs, addr)
+            except Exception:  # noqa: BLE001 - any failure to compile means the GIL-holding path
+                got = (None, 0)
+        _STATE["gemm_share"] = got
+    return got
+
+
+def _gemm_server(spin):
+    """The worker's poll that also runs GEMM shares (jit_gemm_share.serve), where the spinner is jit_spin's and
+    jit_gemm_share loads; else None (the spinner's publish_wait_change, or plain lock waits)."""
+    if spin is None or getattr(spin, "__name__", "") != "native.cpu.jit_spin":
+        return None
+    gs, addr = _gemm_share()
+    return gs.serve if gs is not None else None
+
+
+def gemm_shares(shares) -> bool:
+    """Run GEMM shares at once, outside the GIL: each an int64 [9] (m, n, k, a, lda, b, ldb, c, ldc: one row-major
+    float32 cblas_sgemm, alpha 1, beta 0, addresses of live arrays; jit_gemm_share), the first on the caller, each
+    other on a pool worker that is polling for work right now. A worker that does not claim its share in time (its
+    CPU taken) has it run by the caller instead, as parallel_for's take-over. Returns False, having run nothing,
+    where that cannot be (no numba or no 64-bit cblas_sgemm, BLAS threading not switched off by `tune()`, one
+    thread, a pool worker calling, the pool busy, contended or owed a share, or a worker not polling now): the
+    caller then runs the product as Python shares (parallel_for), after which a worker that was not polling polls
+    for GEMM shares ~4 ms (`GEMM_KICK_POLLS`), so the next GEMM finds it."""
+    if len(shares) < 2 or num_threads() == 1 or _STATE["blas"] is None or getattr(_LOCAL, "worker", False) \
+            or _contended():
+        return False
+    gs, addr = _gemm_share()
+    if gs is None:
+        return False
+    pool = _pool()[:len(shares) - 1]
+    if len(pool) < len(shares) - 1 or not _BUSY.acquire(blocking=False):
+        return False
+    try:
+        if not all(w.serve is not None and w.ready() for w in pool):
+            return False
+        if not all(w.flags[3] for w in pool):
+            for w in pool:
+                w.gemm_wanted = True
+            return False
+        for w, share in zip(pool, shares[1:]):
+            w.gemm_posted += 1
+            w.gemm[0] = addr                  # before the post's release store publishes the share
+            gs.post(w.flags, w.gemm, share, w.gemm_posted)
+        own = np.empty(10, np.int64)
+        own[0] = addr
+        own[1:] = shares[0]
+        gs.run_share(own)
+        for w in pool:
+            got = gs.finish(w.flags, w.gemm, w.gemm_posted, START_POLLS)
+            if got == 1 and w.flags[3]:   # run here: still "polling" but it did not claim it (its CPU taken),
+                _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S    # so nobody polls for a while
+            elif got == 2:      # claimed, then preempted mid-share: sleep on it rather than spin
+                while w.flags[6] != w.gemm_posted:
+                    time.sleep(1e-5)
+        return True
+    finally:
+        _BUSY.release()
 
 
 class _Failed:

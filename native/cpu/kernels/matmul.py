@@ -445,6 +445,11 @@ def gemm_columns(a, b, epilogue=None, out=None):
         return y
     blocks = n // _COLUMN_ALIGN
     edges = [_COLUMN_ALIGN * (blocks * i // COLUMN_PARTS) for i in range(COLUMN_PARTS)] + [n]
+    if _native_shares(a, b, y, edges):
+        if epilogue is not None:
+            for i in range(COLUMN_PARTS):
+                epilogue(y, edges[i], edges[i + 1])
+        return y
 
     def part(i):
         c0, c1 = edges[i], edges[i + 1]
@@ -453,6 +458,22 @@ def gemm_columns(a, b, epilogue=None, out=None):
             epilogue(y, c0, c1)
     threads.parallel_for(part, range(COLUMN_PARTS))
     return y
+
+
+def _native_shares(a, b, y, edges) -> bool:
+    """y[:, c0:c1] = a @ b[:, c0:c1] for each pair of `edges`, all at once on the CPU pool without the GIL
+    (threads.gemm_shares: one cblas_sgemm each, the call numpy's matmul makes for these slices, so the same
+    floats). False, with nothing computed, where the pool cannot (then parallel_for runs the parts). a, b, y:
+    float32 with unit column stride; numpy takes gemv instead of gemm for one row, so a needs two."""
+    m, k = a.shape
+    if m < 2 or a.dtype != np.float32 or b.dtype != np.float32 or y.dtype != np.float32 or \
+            a.strides[1] != 4 or b.strides[1] != 4 or y.strides[1] != 4:
+        return False
+    lda, ldb, ldc = a.strides[0] // 4, b.strides[0] // 4, y.strides[0] // 4
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, y.ctypes.data
+    shares = [np.array([m, c1 - c0, k, pa, lda, pb + 4 * c0, ldb, pc + 4 * c0, ldc], np.int64)
+              for c0, c1 in zip(edges[:-1], edges[1:])]
+    return threads.gemm_shares(shares)
 
 
 @simple_tactic("Einsum")

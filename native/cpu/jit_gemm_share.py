@@ -1,0 +1,144 @@
+"""GEMM shares that the CPU pool's worker runs without the GIL (the `jit` extra; native/cpu/threads.py).
+
+A GEMM split over the pool (matmul.gemm_columns: BERT's [16..32, K] x [K, N] layers, ~100-300 us) handed its
+worker a Python function: the worker, polling outside the GIL, saw the job at once but then waited for the GIL,
+which the caller held until its own share reached BLAS, and took it through a futex wake-up (25-100 us on this
+2-vCPU VM): measured, the worker's half of [32, 256] x [256, 1024] started 30-100 us after the caller's, and the
+split ran at 0.9-1.15x one thread. Here the share is a descriptor of one OpenBLAS `cblas_sgemm` call (row-major,
+no transposes, alpha 1, beta 0; pointers and leading dimensions) that the worker runs from inside its poll loop
+(`serve`), and the caller runs its own share through the same call (`run_share`), so neither side takes the GIL:
+the same routine with the same arguments numpy's matmul passes for a 2-D float32 product of at least 2 rows and 2
+columns, so the same floats (tested bitwise).
+
+    serve(flags, job, j, value, i, seen, polls, busy, seen_at, polls_after) -> bool
+        jit_spin.publish_wait_change, and meanwhile run every GEMM share posted in `job` (flags[GEMM_POSTED]
+        bumped): claim it (compare-and-swap of flags[GEMM_CLAIMED] from n - 1 to n), run it, store
+        flags[GEMM_DONE] = n, then poll `polls_after` more times (the next GEMM layer of a run often comes after a
+        few small layers: a worker that went back to Python to sleep would need the GIL, held by the caller's
+        Python, to return).
+    post(flags, job, share, n)        the caller: job[1:] = share, then flags[GEMM_POSTED] = n (release).
+    finish(flags, job, n, polls) -> int
+        the caller, after its own share: 0 once the worker has run share n; 1 when the worker had not claimed it
+        within `polls` polls (its CPU taken) and the caller ran it here instead; 2 when the worker claimed it but is
+        still running it after 1 << 22 polls (the caller then sleeps on it, threads.py).
+    run_share(job_or_share)           one share here (job[0] is the cblas_sgemm address).
+
+Module level, so numba's disk cache finds it in the next process (the address is an argument, not a constant).
+Imported only where numba is installed.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numba
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+from native.cpu.jit_spin import _load_acquire, _pause, _store_release, wait_change  # noqa: F401
+
+GEMM_POSTED, GEMM_CLAIMED, GEMM_DONE = 4, 5, 6
+FLAG_WORDS = 8
+JOB_WORDS = 10        # [cblas_sgemm address, m, n, k, a, lda, b, ldb, c, ldc]
+_ROW_MAJOR, _NO_TRANS = 101, 111
+
+
+@intrinsic
+def _cas(typingctx, arr, idx, expected, value):
+    """Atomic compare-and-swap of arr[idx] (int64) from `expected` to `value`; True when it swapped."""
+    sig = types.boolean(arr, idx, expected, value)
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]])
+        res = builder.cmpxchg(ptr, args[2], args[3], "acq_rel", "acquire")
+        return builder.extract_value(res, 1)
+    return sig, codegen
+
+
+@intrinsic
+def _sgemm(typingctx, fn, m, n, k, a, lda, b, ldb, c, ldc):
+    """cblas_sgemm(RowMajor, NoTrans, NoTrans, m, n, k, 1, a, lda, b, ldb, 0, c, ldc) through the address `fn`
+    (OpenBLAS built with 64-bit integers, as numpy's scipy-openblas64 wheels are: threads.sgemm_address checks)."""
+    sig = types.void(fn, m, n, k, a, lda, b, ldb, c, ldc)
+
+    def codegen(context, builder, signature, args):
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+        p = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, f32, p, i64, p, i64, f32, p, i64])
+        f = builder.inttoptr(args[0], fnty.as_pointer())
+        m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_ = args[1:]
+        builder.call(f, [ir.Constant(i32, _ROW_MAJOR), ir.Constant(i32, _NO_TRANS), ir.Constant(i32, _NO_TRANS),
+                         m_, n_, k_, ir.Constant(f32, 1.0), builder.inttoptr(a_, p), lda_, builder.inttoptr(b_, p),
+                         ldb_, ir.Constant(f32, 0.0), builder.inttoptr(c_, p), ldc_])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def run_share(job):
+    _sgemm(job[0], job[1], job[2], job[3], job[4], job[5], job[6], job[7], job[8], job[9])
+
+
+@numba.njit(nogil=True, cache=True)
+def serve(flags, job, j, value, i, seen, polls, busy, seen_at, polls_after):
+    _store_release(flags, busy, 1)
+    _store_release(flags, j, value)
+    got = False
+    k = 0
+    left = polls
+    while k < left:
+        if _load_acquire(flags, i) != seen:
+            got = True
+            break
+        n = _load_acquire(flags, GEMM_POSTED)
+        if n != _load_acquire(flags, GEMM_DONE) and _cas(flags, GEMM_CLAIMED, n - 1, n):
+            run_share(job)
+            _store_release(flags, GEMM_DONE, n)
+            k = 0
+            left = polls_after
+            continue
+        _pause()
+        k += 1
+    if not got:
+        got = _load_acquire(flags, i) != seen
+    if got:
+        _store_release(flags, seen_at, _load_acquire(flags, i))
+    _store_release(flags, busy, 0)
+    return got
+
+
+@numba.njit(nogil=True, cache=True)
+def post(flags, job, share, n):
+    for q in range(JOB_WORDS - 1):
+        job[q + 1] = share[q]
+    _store_release(flags, GEMM_POSTED, n)
+
+
+@numba.njit(nogil=True, cache=True)
+def finish(flags, job, n, polls):
+    claimed = False
+    for _ in range(polls):
+        if _load_acquire(flags, GEMM_CLAIMED) == n:
+            claimed = True
+            break
+        _pause()
+    if not claimed and _cas(flags, GEMM_CLAIMED, n - 1, n):
+        run_share(job)
+        _store_release(flags, GEMM_DONE, n)
+        return 1
+    for _ in range(1 << 22):
+        if _load_acquire(flags, GEMM_DONE) == n:
+            return 0
+        _pause()
+    return 2
+
+
+def sgemm_address(lib_path_fns):
+    """The address of the 64-bit-integer cblas_sgemm in numpy's OpenBLAS (the library `lib_path_fns` finds), or 0."""
+    fn = lib_path_fns(("scipy_cblas_sgemm64_", "cblas_sgemm64_"))
+    if fn is None:
+        return 0
+    return ctypes.cast(fn, ctypes.c_void_p).value or 0
