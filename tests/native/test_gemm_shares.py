@@ -1,0 +1,136 @@
+"""GEMM shares the CPU pool's worker runs without the GIL (native/cpu/jit_gemm_share.py, numba extra): a posted share
+is claimed once, by the worker polling in `serve` or by the caller after its polls (take-over); both run numpy's
+own cblas_sgemm call, so packed-gemm-cols's floats do not depend on which path ran (bitwise)."""
+import threading
+
+import numpy as np
+import pytest
+
+from native.cpu import threads
+from native.cpu.kernels import matmul
+
+
+def _share(a, b, y, c0, c1):
+    m, k = a.shape
+    n = b.shape[1]
+    return np.array([m, c1 - c0, k, a.ctypes.data, k, b.ctypes.data + 4 * c0, n, y.ctypes.data + 4 * c0, n],
+                    np.int64)
+
+
+def _parts(a, b, edges):
+    """numpy's matmul per column part: the floats packed-gemm-cols had before shares."""
+    y = np.empty((a.shape[0], b.shape[1]), np.float32)
+    for c0, c1 in zip(edges[:-1], edges[1:]):
+        np.matmul(a, b[:, c0:c1], out=y[:, c0:c1])
+    return y
+
+
+def _operands(m, k, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+
+
+@pytest.fixture
+def share_kit():
+    threads.tune()
+    gs, addr = threads._gemm_share()
+    if gs is None:
+        pytest.skip("needs numba and numpy's 64-bit-integer OpenBLAS")
+    return gs, addr
+
+
+def test_a_serving_thread_runs_each_posted_share_once_with_numpys_floats(share_kit):
+    gs, addr = share_kit
+    flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
+    job[0] = addr
+    got = {}
+    server = threading.Thread(target=lambda: got.setdefault("r", gs.serve(flags, job, 1, 0, 0, 0, 1 << 40, 3, 2,
+                                                                           1 << 40)))
+    server.start()
+    try:
+        for n, (m, k, cols) in enumerate([(32, 256, 1024), (16, 1024, 256), (3, 40, 48)], start=1):
+            a, b = _operands(m, k, cols, n)
+            y = np.full((m, cols), np.nan, np.float32)
+            gs.post(flags, job, _share(a, b, y, 0, cols), n)
+            while not flags[3] and flags[gs.GEMM_CLAIMED] != n:   # the server may not be polling yet: then
+                pass                                              # the caller's take-over would run it
+            assert gs.finish(flags, job, n, 1 << 40) == 0         # the server claimed it and ran it
+            assert flags[gs.GEMM_CLAIMED] == flags[gs.GEMM_DONE] == n
+            assert np.array_equal(y.view(np.int32), (a @ b).view(np.int32))
+    finally:
+        flags[0] = 1            # a job for the Python side: serve returns
+        server.join(10)
+    assert got["r"] is True and not flags[3]
+
+
+def test_an_unclaimed_share_is_run_by_the_caller(share_kit):
+    gs, addr = share_kit
+    flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
+    job[0] = addr
+    a, b = _operands(8, 64, 96)
+    y = np.zeros((8, 96), np.float32)
+    gs.post(flags, job, _share(a, b, y, 32, 96), 1)     # nobody serves
+    assert gs.finish(flags, job, 1, 100) == 1
+    assert flags[gs.GEMM_CLAIMED] == flags[gs.GEMM_DONE] == 1
+    assert np.array_equal(y[:, 32:], _parts(a, b, [32, 96])[:, 32:]) and not y[:, :32].any()
+
+
+@pytest.mark.parametrize("m,k,n", [(32, 256, 1024), (16, 1024, 256), (32, 256, 768), (2, 64, 48), (5, 33, 80)])
+def test_packed_gemm_cols_floats_do_not_depend_on_the_path(share_kit, m, k, n):
+    """gemm_columns through shares (whether the worker or the caller runs the second part) gives numpy's floats for
+    the same column parts, bit for bit, and so does its path without numba."""
+    a, b = _operands(m, k, n, m)
+    edges = [0, matmul._COLUMN_ALIGN * ((n // matmul._COLUMN_ALIGN) // 2), n]
+    want = _parts(a, b, edges)
+    worker = threads._pool()[0]
+    before = int(worker.flags[6])
+    for _ in range(50):
+        got = matmul.gemm_columns(a, b)
+        assert np.array_equal(got.view(np.int32), want.view(np.int32))
+    assert worker.flags[6] >= before    # (how many the worker ran is the machine's business)
+
+
+def test_without_the_jit_gemm_columns_keeps_its_python_parts(monkeypatch):
+    threads.tune()
+    monkeypatch.setitem(threads._STATE, "gemm_share", (None, 0))
+    assert threads.gemm_shares([np.zeros(9, np.int64)] * 2) is False
+    a, b = _operands(32, 256, 1024)
+    assert np.array_equal(matmul.gemm_columns(a, b).view(np.int32), _parts(a, b, [0, 512, 1024]).view(np.int32))
+
+
+def test_one_row_is_left_to_numpy(share_kit):
+    """numpy's matmul takes gemv for a single row: shares (gemm) would change the floats, so one row never uses them."""
+    a, b = _operands(1, 256, 1024)
+    y = np.empty((1, 1024), np.float32)
+    assert matmul._native_shares(a, b, y, [0, 512, 1024]) is False
+
+
+def test_a_gemm_that_finds_the_worker_asleep_leaves_it_polling_for_the_next(share_kit, monkeypatch):
+    """The first GEMM of a run finds the worker asleep: it runs as Python parts, after which the worker polls for GEMM
+    shares (GEMM_KICK_POLLS; unbounded here), and the next GEMM is handed over as a share."""
+    import time
+    monkeypatch.setattr(threads, "GEMM_KICK_POLLS", 1 << 40)
+    monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
+    w = threads._pool()[0]
+    deadline = time.perf_counter() + 10
+    while w.flags[3] and time.perf_counter() < deadline:     # let a poll of an earlier test run out
+        time.sleep(0.001)
+    took = []
+    real = threads.gemm_shares
+    monkeypatch.setattr(threads, "gemm_shares", lambda shares: took.append(real(shares)) or took[-1])
+    a, b = _operands(32, 256, 1024, 7)
+    want = _parts(a, b, [0, 512, 1024]).view(np.int32)
+    try:
+        assert np.array_equal(matmul.gemm_columns(a, b).view(np.int32), want)
+        assert took == [False]
+        while not w.flags[3] and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert w.flags[3]
+        assert np.array_equal(matmul.gemm_columns(a, b).view(np.int32), want)
+        assert took == [False, True]
+    finally:
+        monkeypatch.setattr(threads, "GEMM_KICK_POLLS", 1 << 17)
+        end = time.perf_counter() + 10
+        while w.flags[3] and time.perf_counter() < end:          # a Python job: the unbounded poll returns
+            threads._SPIN["quiet_after"] = 0.0
+            threads.parallel_for(lambda i: time.sleep(0.001), range(2))
