@@ -217,13 +217,34 @@ def depthwise_planes(x, taps, bias, y, kh, kw, sh, sw, dh, dw, ph, pw, act):
         for r in range(h):
             xr = x[c, r]
             rb = (r + ph) * rowlen
+            if sw == 2:   # both column phases in one pass over the row (a de-interleave, vectorised)
+                a0, a1 = (pw + 1) // 2, (wd + pw + 1) // 2        # phase 0: columns 2a - pw, a in [a0, a1)
+                b0, b1 = pw // 2, (wd + pw) // 2                  # phase 1: columns 2b + 1 - pw, b in [b0, b1)
+                d0 = flat[rb + a0:rb + a1]
+                d1 = flat[rb + span + b0:rb + span + b1]
+                s0, s1 = 2 * a0 - pw, 2 * b0 + 1 - pw
+                n0, n1 = a1 - a0, b1 - b0
+                nn = min(n0, n1)
+                for m in range(nn):
+                    d0[m] = xr[s0 + 2 * m]
+                    d1[m] = xr[s1 + 2 * m]
+                for m in range(nn, n0):
+                    d0[m] = xr[s0 + 2 * m]
+                for m in range(nn, n1):
+                    d1[m] = xr[s1 + 2 * m]
+                continue
             for q in range(sw):
                 m0 = (pw - q + sw - 1) // sw          # the phase's first and last columns inside the row
                 m1 = (wd + pw - q + sw - 1) // sw
                 base = m0 * sw + q - pw
                 dst = flat[rb + q * span + m0:rb + q * span + m1]
-                for m in range(m1 - m0):
-                    dst[m] = xr[base + m * sw]
+                if sw == 1:      # a constant stride: a vectorised copy (a runtime stride is not)
+                    src = xr[base:base + m1 - m0]
+                    for m in range(m1 - m0):
+                        dst[m] = src[m]
+                else:
+                    for m in range(m1 - m0):
+                        dst[m] = xr[base + m * sw]
         finite = True    # a non-finite weight makes its padding products NaN: such a channel sums every tap
         for k in range(ntap):
             v = taps[k, c]
