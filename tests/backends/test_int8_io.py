@@ -257,3 +257,18 @@ def test_int8_reformats_quantize_and_dequantize_like_numerics(src):
     back = Reformat().run(Op("Reformat", "r", {"from": "int8", "to": "float16", "scale": 0.1}), [q])[0]
     assert back.dtype == np.float16
     np.testing.assert_array_equal(back, (q.astype(np.float32) * np.float32(0.1)).astype(np.float16))
+
+
+def test_probe_random_values_are_views_of_one_seeded_buffer_per_dtype():
+    """Timing inputs cost no fresh draw per layer: one seeded buffer per dtype, grown to the largest size asked."""
+    from backends.engine.builder.timed_choice import Probe
+    p = object.__new__(Probe)      # (random() needs none of a probe's run)
+    a = p.random((2, 3, 4), np.int8)
+    b = p.random((4, 6), np.int8)
+    assert a.shape == (2, 3, 4) and b.shape == (4, 6) and a.dtype == b.dtype == np.int8
+    assert np.shares_memory(a, b) and a.min() >= -127 and a.max() <= 127
+    big = p.random((10, 10), np.float16)
+    assert big.dtype == np.float16 and abs(float(big.astype(np.float32).std()) - 1.0) < 0.3
+    assert np.array_equal(p.random((5,), np.float16), big.reshape(-1)[:5])
+    q = object.__new__(Probe)
+    np.testing.assert_array_equal(q.random((2, 3, 4), np.int8), a)   # seeded: every build draws the same values

@@ -120,12 +120,11 @@ def time_against_float(probe, node, op, shape, config):
     dil = op.params.get("dilations") or [1, 1]
     oh = (h + pre[0] + post[0] - (kh - 1) * dil[0] - 1) // st[0] + 1
     ow = (w + pre[1] + post[1] - (kw - 1) * dil[1] - 1) // st[1] + 1
-    rng = np.random.default_rng(0)
     has_res = any(s["op"] == "add" for s in op.params["post_ops"])
     v8 = variant(node, kind="ConvolutionNHWC", params=op.params, weights=op.weights, precision="int8",
                  inputs=[node.inputs[0], None, None] + ([node.inputs[0]] if has_res else []))
-    x8 = rng.integers(-127, 128, (n, h, w, c)).astype(np.int8)
-    i8 = [x8, None, None] + ([rng.integers(-127, 128, (n, oh, ow, m)).astype(np.int8)] if has_res else [])
+    x8 = probe.random((n, h, w, c), np.int8)
+    i8 = [x8, None, None] + ([probe.random((n, oh, ow, m), np.int8)] if has_res else [])
     # unit scales: the time does not depend on them, and layers of one shape then share one timing-cache entry
     p8 = dict(op.params["int8"], input_scale=1.0, output_scale=1.0 if op.params["int8"].get("output_scale") else None)
     if has_res:
@@ -142,8 +141,8 @@ def time_against_float(probe, node, op, shape, config):
             m8 = timed
     dt = storage_numpy_dtype(fp)
     vf = variant(v8, precision=fp, params={k: v for k, v in op.params.items() if k != "int8"})
-    xf = rng.standard_normal((n, h, w, c)).astype(dt)
-    mf = probe.best(vf, [xf, None, None] + ([rng.standard_normal((n, oh, ow, m)).astype(dt)] if has_res else []))
+    xf = probe.random((n, h, w, c), dt)
+    mf = probe.best(vf, [xf, None, None] + ([probe.random((n, oh, ow, m), dt)] if has_res else []))
     return (None if m8 is None else m8.ms), (None if mf is None else mf.ms), fp
 
 
@@ -196,9 +195,7 @@ def chain_edges(graph, chain) -> tuple:
 def _reformat_ms(probe, shape, from_type, to_type):
     """The device's time to quantize (float -> int8) or dequantize (int8 -> float) a tensor of `shape` (unit scale:
     the time does not depend on it, and one timing-cache entry serves every tensor of the shape)."""
-    rng = np.random.default_rng(0)
-    x = rng.integers(-127, 128, shape).astype(np.int8) if from_type == "int8" else \
-        rng.standard_normal(shape).astype(storage_numpy_dtype(from_type))
+    x = probe.random(shape, np.int8 if from_type == "int8" else storage_numpy_dtype(from_type))
     node = Node(name=f"Reformat {from_type}->{to_type}", kind="Reformat", inputs=["x"], outputs=["y"],
                 params={"from": from_type, "to": to_type, "scale": 1.0}, precision=as_precision(to_type),
                 meta={"output_types": [to_type]})
