@@ -311,3 +311,35 @@ def test_calibration_statistics_of_device_tensors_equal_the_host_numbers():
     assert held.amax == host.amax == float(np.abs(np.concatenate(batches)).max())
     np.testing.assert_array_equal(held.hist, host.hist)
     assert held.nonzero == host.nonzero == 10000 - 300 and held.count == host.count == 10000
+
+
+def test_kl_threshold_is_the_per_bin_loops_answer_to_the_bit():
+    """kl_threshold_bins finds the minimum for every i at once and decides among the i near it with the per-i
+    arithmetic (_kl_at): the same answer as trying every i = 128..2048 in turn, ties (a tensor of few distinct
+    values) and heavy tails included."""
+    from backends.engine.calibration.histogram import BINS, LEVELS, _kl_at, kl_threshold_bins
+
+    def every_i(hist):
+        hist = np.asarray(hist, np.float64)
+        tail = np.concatenate([np.cumsum(hist[::-1])[::-1], [0.0]])
+        best_i, best = BINS, np.inf
+        for i in range(LEVELS, BINS + 1):
+            kl = _kl_at(hist, tail, i)
+            if kl is not None and kl < best:
+                best_i, best = i, kl
+        return best_i
+
+    def hist_of(a):
+        a = np.abs(a)
+        a = a[a != 0]
+        idx = np.minimum((a * np.float32(BINS / a.max())).astype(np.int64), BINS - 1)
+        return np.bincount(idx, minlength=BINS)
+    rng = np.random.default_rng(3)
+    hists = [hist_of(np.maximum(rng.standard_normal(200000), 0)),      # a ReLU output
+             hist_of(rng.standard_t(2, 100000)),                         # heavy tails
+             hist_of(rng.integers(0, 7, 50000).astype(float)),          # 6 values: exact ties between i
+             hist_of(np.concatenate([rng.standard_normal(80000), [400.0]])),   # one outlier
+             np.ones(BINS, np.int64)]
+    got = [kl_threshold_bins(h) for h in hists]
+    assert got == [every_i(h) for h in hists]
+    assert got[3] < BINS // 4 and got[4] == BINS     # the outlier clipped; a flat histogram kept whole

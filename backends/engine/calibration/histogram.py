@@ -58,31 +58,76 @@ class TensorStats:
         self.nonzero += a.size
 
 
+def _kl_at(hist, total_tail, i):
+    """KL(P || Q) for the first i bins (the clipped P against its LEVELS-level quantization Q); None when P or Q has
+    no mass. The reference arithmetic: kl_threshold_bins' answer is the first i where this is smallest."""
+    p = hist[:i].copy()
+    p[i - 1] += total_tail[i]
+    if p.sum() == 0:
+        return None
+    ref = hist[:i]
+    nonzero = ref != 0
+    edges = (np.arange(LEVELS + 1) * i) // LEVELS
+    sums = np.add.reduceat(ref, edges[:-1])
+    counts = np.add.reduceat(nonzero.astype(np.float64), edges[:-1])
+    per = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+    q = np.repeat(per, np.diff(edges)) * nonzero
+    p = p / p.sum()
+    if q.sum() == 0:
+        return None
+    q = q / q.sum()
+    mask = p > 0   # where Q has no mass but P has (the folded-in tail), a tiny floor keeps KL finite
+    return float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-12))))
+
+
+def _kl_all(hist, total_tail) -> np.ndarray:
+    """KL for every i = LEVELS..BINS at once (inf where P or Q has no mass), equal to _kl_at up to float rounding.
+    Inside a level, Q is one value on every non-zero bin, so sum_j p_j log q_j is a per-level sum (of p over the
+    level times log q): KL(i) = sum_{j<i-1} p_j log p_j (one cumulative sum for every i) - sum_k P_k log q_k + the
+    last bin's term, O(LEVELS) per i instead of O(i). Bin counts are integers, so the sums of counts are exact."""
+    n = hist.size
+    total = float(hist.sum())
+    if total <= 0:
+        return np.full(n - LEVELS + 1, np.inf)
+    ii = np.arange(LEVELS, n + 1)
+    c = np.concatenate([[0.0], np.cumsum(hist)])                 # c[j] = sum(hist[:j])
+    cn = np.concatenate([[0.0], np.cumsum((hist != 0).astype(np.float64))])
+    edges = (np.arange(LEVELS + 1)[None, :] * ii[:, None]) // LEVELS   # [I, LEVELS + 1]
+    sums, counts = c[edges[:, 1:]] - c[edges[:, :-1]], cn[edges[:, 1:]] - cn[edges[:, :-1]]
+    per = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+    qsum = sums.sum(axis=1)                                      # Q's mass: sum_k per_k * counts_k
+    safe = np.where(qsum > 0, qsum, 1.0)
+    p = hist / total
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.concatenate([[0.0], np.cumsum(np.where(p > 0, p * np.log(p), 0.0))])
+        last = ii - 1
+        mass = sums / total                                      # P's mass per level, the last bin's taken out:
+        mass[:, -1] -= hist[last] / total
+        logq = np.where(per > 0, np.log(per / safe[:, None]), 0.0)
+        kl = plogp[last] - (mass * logq).sum(axis=1)
+        p_last = (hist[last] + total_tail[ii]) / total
+        q_last = per[:, -1] * (hist[last] != 0) / safe
+        kl += np.where(p_last > 0, p_last * np.log(p_last / np.maximum(q_last, 1e-12)), 0.0)
+    return np.where(qsum > 0, kl, np.inf)
+
+
 def kl_threshold_bins(hist) -> int:
-    """The number of bins i (128..2048) whose clipped distribution is closest in KL to its 128-level quantization."""
+    """The number of bins i (128..2048) whose clipped distribution is closest in KL to its 128-level quantization:
+    the first i where _kl_at is smallest. _kl_all finds the few i near the minimum at once (a per-i loop cost ~60 ms a
+    tensor, 13 s of a ResNet-50 calibration), and _kl_at decides among them in its own arithmetic, so the answer is
+    the loop's to the bit."""
     hist = np.asarray(hist, np.float64)
     total_tail = np.concatenate([np.cumsum(hist[::-1])[::-1], [0.0]])   # total_tail[i] = sum(hist[i:])
-    best_i, best_kl = BINS, np.inf
-    for i in range(LEVELS, BINS + 1):
-        p = hist[:i].copy()
-        p[i - 1] += total_tail[i]
-        if p.sum() == 0:
-            continue
-        ref = hist[:i]
-        nonzero = ref != 0
-        edges = (np.arange(LEVELS + 1) * i) // LEVELS
-        sums = np.add.reduceat(ref, edges[:-1])
-        counts = np.add.reduceat(nonzero.astype(np.float64), edges[:-1])
-        per = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
-        q = np.repeat(per, np.diff(edges)) * nonzero
-        p = p / p.sum()
-        if q.sum() == 0:
-            continue
-        q = q / q.sum()
-        mask = p > 0   # where Q has no mass but P has (the folded-in tail), a tiny floor keeps KL finite
-        kl = float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-12))))
-        if kl < best_kl:
-            best_kl, best_i = kl, i
+    approx = _kl_all(hist, total_tail)
+    if not np.isfinite(approx).any():
+        return hist.size
+    low = float(np.min(approx))
+    near = np.flatnonzero(approx <= low + 1e-9 * abs(low) + 1e-12) + LEVELS
+    best_i, best_kl = hist.size, np.inf
+    for i in near:
+        kl = _kl_at(hist, total_tail, int(i))
+        if kl is not None and kl < best_kl:
+            best_kl, best_i = kl, int(i)
     return best_i
 
 
