@@ -144,8 +144,11 @@ def run(args) -> int:
                   "batch": _batch(feeds, engine), "cuda_graph": bool(args.use_cuda_graph) and not graph_note,
                   "iterations_min": args.iterations, "duration_min_s": args.duration, "machine": _machine()}
         if graph_note:
+            if args.streams > 1 and not engine.device.concurrent_contexts:
+                raise UsageError(f"--streams {args.streams} replays captured executions on streams of their own, "
+                                 f"and this engine's execution cannot be captured ({graph_note}); use --streams 1")
             result["cuda_graph_note"] = graph_note
-            args.use_cuda_graph = False   # the rest of the run (streams, timeline) times without the graph
+            args.use_cuda_graph = False   # the rest of the run (the timeline) times without the graph
         dev = engine.device
         graph_streams = args.streams > 1 and not dev.concurrent_contexts and dev.concurrent_graphs
         if args.streams > 1 and not dev.concurrent_contexts and not (graph_streams and args.use_cuda_graph):

@@ -39,6 +39,10 @@ def test_use_cuda_graph_on_an_engine_with_host_layers_times_without_the_graph(tm
     assert r["cuda_graph"] is False and r["inferences"] >= 5
     assert r["cuda_graph_note"].startswith("not captured: ") and "run on the host" in r["cuda_graph_note"]
     assert "timing without a CUDA graph" in capsys.readouterr().err
+    # --streams N replays captured graphs on streams of their own: without a graph that is a usage error
+    assert main(["bench", str(path), "--input-shapes", "x:[64,16]", "--device", "cuda", "--use-cuda-graph",
+                 "--tactic-sources", "host:numpy", "--streams", "2", "--iterations", "2", "--duration", "0"]) == 2
+    assert "cannot be captured" in capsys.readouterr().err
 
 
 def test_timeline_on_cuda_places_layers_on_the_stream_and_enqueue_apart(tmp_path):
