@@ -54,3 +54,39 @@ def test_a_cpu_plan_with_device_cuda_is_an_error_and_a_cuda_plan_runs(tmp_path, 
     assert "built for device 'cpu', but device 'cuda' was asked for" in capsys.readouterr().err
     assert main(["run", model, "--engine", "--load-engine", gpu_plan, "--onnxrt", "--device", "cuda"]) == 0
     assert main(["run", model, "--engine", "--load-engine", gpu_plan, "--onnxrt"]) == 0   # runs where built
+
+
+@pytest.mark.parametrize("which", ["mlp", "resnet"])
+def test_the_gpu_base_build_answers_the_empty_set_bit_for_bit(tmp_path, planted, which):  # noqa: F811
+    """On the GPU too the base build (every tensor tapped) computes the empty candidate's outputs to the bit, run
+    after run (cuDNN convolutions with residual epilogues, cuBLASLt GEMMs, FP16): the search takes the empty set's
+    answer from it instead of building that engine again."""
+    import numpy as np
+
+    from backends.runners import OnnxrtRunner
+    from debugkit.debug import precision as P
+    from debugkit.debug.checks import CompareOptions
+    if which == "mlp":
+        model, _ = planted
+        feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
+    else:
+        import onnx
+
+        from tools.make_resnet50 import resnet50
+        model = str(tmp_path / "resnet.onnx")
+        onnx.save(resnet50(size=32, blocks=(1, 2, 1, 1), classes=64), model)
+        feeds = {"input": np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    with OnnxrtRunner(model) as r:
+        reference = r.infer(feeds)
+    probe = P.PrecisionProbe(model, feeds, reference, CompareOptions(atol={"": 1e-2}), "fp16", "fp32",
+                             device="cuda")
+    recorder = P.tactic_recorder()
+    base = probe.engine_outputs([], taps="all", recorder=recorder)
+    probe.replay = recorder.document
+    assert len(base) > len(reference)
+    for _ in range(2):
+        empty = probe.engine_outputs([])
+        for k in reference:
+            assert base[k].dtype == empty[k].dtype and base[k].tobytes() == empty[k].tobytes(), k
+    answer = probe.empty_set_answer(base)
+    assert answer["from"] == "base build" and answer["hit"] == probe([])["hit"]

@@ -378,27 +378,6 @@ def test_probe_replayer_memo_token_is_the_documents_content():
     assert _precision_replayer(other).memo_token != same
 
 
-def test_on_a_device_without_host_memory_the_empty_set_is_built(planted, monkeypatch):
-    """The base build's tapped run stands for the empty candidate only where that is tested (host-memory devices):
-    on a GPU the search builds both, as before."""
-    import native.device
-    from backends.runners import OnnxrtRunner
-    from debugkit.debug import precision as P
-    from debugkit.debug.checks import CompareOptions
-    model, _ = planted
-    feeds = {"x": np.random.default_rng(1).random((4, 16), dtype=np.float32)}
-    with OnnxrtRunner(model) as r:
-        reference = r.infer(feeds)
-    probe = P.PrecisionProbe(model, feeds, reference, CompareOptions(atol={"": 1e-2}), "fp16", "fp32")
-    outputs = {k: v.copy() for k, v in reference.items()}
-    assert probe.empty_set_answer(outputs)["hit"] is True      # on the CPU: answered from the values given
-
-    class Gpu:   # a device whose tensors live off the host
-        host_memory = False
-    monkeypatch.setattr(native.device, "get_device", lambda name=None: Gpu())
-    assert probe.empty_set_answer(outputs) is None
-
-
 def test_a_saturated_reference_is_no_error_where_the_low_precision_value_is_the_same_infinity():
     """An attention mask's float32 lowest is "minus infinity" to the model: FP16 holding -inf there adds no error
     (the ranking's _rel_err), while an overflow of a finite reference, or the wrong infinity, is still inf."""
