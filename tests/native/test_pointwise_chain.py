@@ -210,3 +210,27 @@ def test_hard_swish_with_an_affine_tail_runs_as_one_loop(name, tail, want):
     else:
         head = (0, np.float32(3.0), np.float32(0.0), np.float32(6.0), np.float32(6.0), True)
         assert spec == head + (want[0], np.float32(want[1]), want[2], np.float32(want[3]))
+
+
+@pytest.mark.parametrize("name", ["paddle hard-swish", "hard-swish then scale and shift", "gate and residuals"])
+def test_a_chain_split_over_the_pool_gives_the_same_floats(monkeypatch, name):
+    """From SPLIT_MIN elements the compiled chain runs in parts over the pool: each element alone, the same bits."""
+    pytest.importorskip("numba")
+    from native.cpu import threads
+    config.reload()
+    program, n_in = PROGRAMS[name]
+    weights = {"c0": np.array(3.0, np.float32), "c1": np.array(6.0, np.float32), "c2": np.array([0.7], np.float32),
+               "c3": np.array([-0.25], np.float32)}
+    inputs = [_x((3, 1001), np.float32, i) for i in range(n_in)]
+    op = Op("Pointwise", "pw", {"program": program}, weights)
+    with np.errstate(all="ignore"):
+        whole = pointwise_chain.run(op, inputs)
+        monkeypatch.setattr(pointwise_chain, "SPLIT_MIN", 1)
+        monkeypatch.setattr(pointwise_chain, "num_threads", lambda: 3)
+        monkeypatch.setattr(threads, "num_threads", lambda: 3)
+        calls = []
+        real = pointwise_chain.parallel_for
+        monkeypatch.setattr(pointwise_chain, "parallel_for", lambda fn, items: calls.append(len(items)) or real(fn, items))
+        parts = pointwise_chain.run(op, inputs)
+    assert calls == [3]
+    assert parts.tobytes() == whole.tobytes()

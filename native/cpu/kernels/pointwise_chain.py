@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cpu import jit
+from native.cpu.threads import num_threads, parallel_for, split
 
 BLOCK = 4096   # elements per block: a step's row of the scratch buffer stays in L1 while the next step reads it
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -142,7 +143,8 @@ def run(op, inputs, polyexp=False):
         fn = jit.kernel("relu6_swish" if len(swish) == 6 else "relu6_swish_affine")
         if type(v) is np.ndarray and v.shape == x.shape and v.dtype == x.dtype and fn is not None:
             y = np.empty(x.shape, x.dtype)
-            fn((v if v.flags.c_contiguous else np.ascontiguousarray(v)).reshape(-1), y.reshape(-1), *swish[1:])
+            src, dst = (v if v.flags.c_contiguous else np.ascontiguousarray(v)).reshape(-1), y.reshape(-1)
+            _spread(lambda a, b: fn(src[a:b], dst[a:b], *swish[1:]), y.size)
             return y
     code, fval, used = enc
     flat = []
@@ -160,9 +162,26 @@ def run(op, inputs, polyexp=False):
     if fn is None:
         return None
     y = np.empty(x.shape, x.dtype)
-    buf = np.empty((len(program), min(BLOCK, x.size)), x.dtype)
-    fn(flat[0], flat[1], flat[2], flat[3], y.reshape(-1), code, fval, buf)
+    dst = y.reshape(-1)
+
+    def part(a, b):
+        buf = np.empty((len(program), min(BLOCK, b - a)), x.dtype)
+        fn(*(f[a:b] if f.size else f for f in flat), dst[a:b], code, fval, buf)
+    _spread(part, y.size)
     return y
+
+
+SPLIT_MIN = 1 << 20   # elements from which a chain is split over the pool (a hand-off costs 25-100 us on a VM)
+
+
+def _spread(run, size):
+    """run(start, stop) over [0, size): in parts over the CPU pool from SPLIT_MIN elements (every element is
+    computed alone, so the parts give the same floats), else in one call."""
+    threads = num_threads() if size >= SPLIT_MIN else 1
+    if threads < 2:
+        run(0, size)
+        return
+    parallel_for(lambda r: run(*r), split(size, threads))
 
 
 _EMPTY = {d: np.empty(0, d) for d in _DTYPES}
