@@ -187,8 +187,8 @@ def test_polyexp_chain_refuses_with_a_reason(why, program, shapes, dtype):
 
 
 @pytest.mark.parametrize("name,tail,want", [
-    ("scale and shift", [_step("ElementWise", ["w:c2", "s:3"], op="PROD"), _step("ElementWise", ["s:4", "w:c3"], op="SUM")],
-     (3, 0.7, 1, -0.25)),
+    ("scale and shift", [_step("ElementWise", ["w:c2", "s:3"], op="PROD"),
+                         _step("ElementWise", ["s:4", "w:c3"], op="SUM")], (3, 0.7, 1, -0.25)),
     ("shift", [_step("ElementWise", ["s:3", "w:c3"], op="SUM")], (1, -0.25, 0, 0.0)),
     ("shift of the input", [_step("ElementWise", ["in:0", "w:c3"], op="SUM")], None),
     ("times a tensor step", [_step("ElementWise", ["s:3", "s:2"], op="PROD")], None),
@@ -230,7 +230,8 @@ def test_a_chain_split_over_the_pool_gives_the_same_floats(monkeypatch, name):
         monkeypatch.setattr(threads, "num_threads", lambda: 3)
         calls = []
         real = pointwise_chain.parallel_for
-        monkeypatch.setattr(pointwise_chain, "parallel_for", lambda fn, items: calls.append(len(items)) or real(fn, items))
+        monkeypatch.setattr(pointwise_chain, "parallel_for",
+                            lambda fn, items: calls.append(len(items)) or real(fn, items))
         parts = pointwise_chain.run(op, inputs)
     assert calls == [3]
     assert parts.tobytes() == whole.tobytes()

@@ -94,7 +94,8 @@ class SlidingWindowBands(SlidingWindow):
             for i in range(kh):
                 for j in range(kw):
                     rs, cs = tap_slices((i, j), dil, strides, (ho, wo))
-                    rows[:, j] = xp[ni, :, rs.start + r0 * strides[0]:rs.start + (r1 - 1) * strides[0] + 1:strides[0], cs]
+                    top = rs.start + r0 * strides[0]   # the tap's input row for output row r0
+                    rows[:, j] = xp[ni, :, top:top + (rows_out - 1) * strides[0] + 1:strides[0], cs]
                 part = rows.reshape(c * kw, rows_out * wo)
                 if i == 0:
                     np.matmul(wr[i], part, out=yb)
