@@ -87,13 +87,10 @@ def run(args) -> int:
 def _search(P, args, opts, command, options, ex) -> int:
     """The search proper, on the executor `ex` (its workers already starting)."""
     from backends.runners import load_onnx
-    from debugkit.debug.checks import ReferenceFailedError
     from debugkit.debug.probe_log import ProbeLog
-    from debugkit.debug.reduce import Subgraphs, capture_values
     from debugkit.debug.report_html import error_svg, search_html
     from debugkit.debug.strategies import (Prober, bisect_prefix, confirm_minimal, linear, minimal_candidates, peel,
                                            probe_slots)
-    from native.errors import DebugkitError
     from native.device import get_device
     get_device(args.device).warm_up()   # its context and kernel compiles beside the reference run
     model = load_onnx(args.model)
@@ -104,25 +101,7 @@ def _search(P, args, opts, command, options, ex) -> int:
     if args.reference is None:
         args.reference = "onnxrt" if _have_onnxruntime() else "fp64"
     outputs = [o.name for o in model.graph.output]
-    if _have_onnxruntime():
-        G_LOGGER.info("FP32 reference: every tensor from ONNX Runtime")
-        values = capture_values(model, feeds)
-    else:
-        G_LOGGER.info("ONNX Runtime is not installed: every tensor from the fp64 oracle (rounded to float32)")
-        values = _oracle_values(model, feeds)
-    if args.reference == "fp64":
-        from backends.runners.oracle import Fp64OracleRunner
-        try:
-            with Fp64OracleRunner(model, shapes={k: v.shape for k, v in feeds.items()}) as r:
-                reference = r.infer(feeds)
-        except DebugkitError as e:
-            raise ReferenceFailedError(f"the fp64 oracle fails on {args.model}: {str(e).splitlines()[0]}") from None
-    else:
-        reference = {k: values[k] for k in outputs}
-    sub = Subgraphs(model, feeds, values)
-    layers = P.candidate_layers(sub)
-    if not layers:
-        raise P.PrecisionSearchError(f"{args.model} has no layers that compute float values")
+    ref = _Reference(P, model, feeds, outputs, args).start(beside=_reference_beside_base(args))
     log_path = args.log.replace("<output>", _stem(args.output))
     from debugkit.debug.fingerprint import search_fingerprint
     meta = search_fingerprint("precision", args, args.model, feeds, check=_describe_check(command, options))
@@ -133,12 +112,14 @@ def _search(P, args, opts, command, options, ex) -> int:
                  "cache": args.calibration_cache or _stem(args.output) + "_calibration.cache"}
         if not args.calibration_cache and os.path.exists(calib["cache"]) and not args.resume:
             os.remove(calib["cache"])   # a stale cache of an earlier search would silently fix the scales
-    probe_fn = P.PrecisionProbe(args.model, feeds, reference, command or options, args.low, args.higher,
+    probe_fn = P.PrecisionProbe(args.model, feeds, ref.reference, command or options, args.low, args.higher,
                                 extra_flags=_extra_flags(args), calib=calib, device=args.device, build=opts.build)
+    ref.then(lambda: setattr(probe_fn, "reference", ref.reference))   # (beside the base build: once it is known)
     t0 = time.perf_counter()
-    bound = P.build_bound(len(layers))
     workers = probe_slots(ex)
-    bar = _search_args.Progress(_work_bound(args.mode, len(layers), workers), f"precision ({args.mode})")
+    # the search's bound needs the layers: planned now, or once the reference beside the base build has them
+    bar = _search_args.Progress(0 if ref.thread else _work_bound(args.mode, len(ref.layers), workers),
+                                f"precision ({args.mode})")
     search_id = f"precision-{meta['model (sha256)'][:16]}-{uuid.uuid4().hex[:12]}"   # workers' cache key
     rows, answer, extra = [], [], {}
     rank_builds, rank_s, base_s, shared, overflow = 0, 0.0, 0.0, None, None
@@ -157,12 +138,20 @@ def _search(P, args, opts, command, options, ex) -> int:
         early = None
         slots = P.beside_base(ex, shared, seeded) if args.mode == "minimal" else None
         exchange = None
+        alongside = []
         if slots:
             probe_fn.ship(model)
             exchange = _timing_exchange(ex, probe_fn, seeded, shared)
-            early = _Alongside(P, prober, sub, layers, args, ex, search_id, calib, opts.build, log, slots,
-                               exchange).start()
-        low_values = _base_run(P, probe_fn, args)
+            ref.then(lambda: alongside.append(_Alongside(P, prober, ref.sub, ref.layers, args, ex, search_id, calib,
+                                                         opts.build, log, slots, exchange).start()))
+        low_values, replay = _base_run(P, probe_fn, args)
+        ref.result()    # the reference, every tensor and the layers (beside the base build: waited for here)
+        sub, layers = ref.sub, ref.layers
+        early = alongside[0] if alongside else None
+        if replay is not None:   # (set now, not while the ranking beside the base build was being sent out)
+            probe_fn.replay = replay
+        if ref.thread is not None:
+            bar.plan(_work_bound(args.mode, len(layers), workers))
         base_s = time.perf_counter() - t0
         bar.step()
         if type(ex).__name__ != "InlineExecutor":   # workers get the model's bytes, never a path of ours (and the
@@ -237,6 +226,7 @@ def _search(P, args, opts, command, options, ex) -> int:
     seconds = time.perf_counter() - t0
     costs = P.probe_costs(prober.history)
     rate = prober.probes / seconds if seconds > 0 else 0.0
+    bound = P.build_bound(len(layers))
     result = {"layer_precisions": {n: args.higher for n in answer}, "probes": prober.probes,
               "probes_per_second": round(rate, 3), **costs,
               "replayed": prober.replayed, "builds_bound": bound, "layers": len(layers), "mode": args.mode,
@@ -339,18 +329,108 @@ def _oracle_values(model, feeds) -> dict:
 
 
 def _base_run(P, probe_fn, args):
-    """The base low-precision build, once, in this process: every observable tensor (for the ranking) and the tactic
-    of every layer (replayed by the probes, so untouched layers keep their tactics)."""
+    """The base low-precision build, once, in this process: (every observable tensor, for the ranking; the tactic
+    replay document of every layer, replayed by the probes so untouched layers keep their tactics, or None)."""
     recorder = P.tactic_recorder()
     try:
         low_values = probe_fn.engine_outputs([], taps="all", recorder=recorder)
     except Exception as e:   # a low-precision build that cannot run layerwise still ranks by the alone errors
         G_LOGGER.warning(f"layerwise {args.low} run failed ({str(e).splitlines()[0][:120]}); ranking by each "
                          f"layer alone")
-        return {}
-    if recorder is not None and recorder.document is not None:
-        probe_fn.replay = recorder.document
-    return low_values
+        return {}, None
+    return low_values, (recorder.document if recorder is not None else None)
+
+
+# None: beside the base build on a device with memory of its own (a GPU), first on the CPU; tests set True/False
+REFERENCE_BESIDE_BASE = None
+
+
+def _reference_beside_base(args) -> bool:
+    """Whether the FP32 reference runs on a thread beside the base build: where the build runs on a device of its
+    own (ONNX Runtime on the host's cores meanwhile, the interpreter released while it runs: on a 368-layer
+    ResNet on an H200 it took 2.6 s before the base build could start), not on the CPU, whose cores both need."""
+    if REFERENCE_BESIDE_BASE is not None:
+        return REFERENCE_BESIDE_BASE
+    from native.device import get_device
+    return not get_device(args.device).host_memory
+
+
+class _Reference:
+    """The FP32 values of every tensor (ONNX Runtime, else the fp64 oracle), the reference outputs, the model's
+    Subgraphs and the candidate layers: computed here and now, or on a thread (start(beside=True)) while this
+    process makes the base build. then(fn) runs fn once they are known (at once, or on that thread); result()
+    waits for them and raises what computing them raised."""
+
+    def __init__(self, P, model, feeds, outputs, args):
+        import threading
+        self.P, self.model, self.feeds, self.outputs, self.args = P, model, feeds, outputs, args
+        self.values = self.reference = self.sub = self.layers = None
+        self.error, self.thread, self.ready = None, None, False
+        self._then, self._lock = [], threading.Lock()
+
+    def start(self, beside: bool):
+        if beside:
+            import threading
+            G_LOGGER.verbose("the FP32 reference runs beside the base build")
+            self.thread = threading.Thread(target=self._compute, name="debug precision: the FP32 reference",
+                                           daemon=True)
+            self.thread.start()
+        else:
+            self._compute()
+            self.result()
+        return self
+
+    def _compute(self):
+        try:
+            self._values()
+            with self._lock:
+                self.ready = True
+                todo, self._then = self._then, []
+            for fn in todo:
+                fn()
+        except BaseException as e:   # raised again on the search's thread, by result()
+            self.error = e
+
+    def _values(self):
+        from debugkit.debug.checks import ReferenceFailedError
+        from debugkit.debug.reduce import Subgraphs, capture_values
+        from native.errors import DebugkitError
+        model, feeds, args = self.model, self.feeds, self.args
+        if _have_onnxruntime():
+            G_LOGGER.info("FP32 reference: every tensor from ONNX Runtime")
+            values = capture_values(model, feeds)
+        else:
+            G_LOGGER.info("ONNX Runtime is not installed: every tensor from the fp64 oracle (rounded to float32)")
+            values = _oracle_values(model, feeds)
+        if args.reference == "fp64":
+            from backends.runners.oracle import Fp64OracleRunner
+            try:
+                with Fp64OracleRunner(model, shapes={k: v.shape for k, v in feeds.items()}) as r:
+                    reference = r.infer(feeds)
+            except DebugkitError as e:
+                raise ReferenceFailedError(f"the fp64 oracle fails on {args.model}: "
+                                           f"{str(e).splitlines()[0]}") from None
+        else:
+            reference = {k: values[k] for k in self.outputs}
+        sub = Subgraphs(model, feeds, values)
+        layers = self.P.candidate_layers(sub)
+        if not layers:
+            raise self.P.PrecisionSearchError(f"{args.model} has no layers that compute float values")
+        self.values, self.reference, self.sub, self.layers = values, reference, sub, layers
+
+    def then(self, fn):
+        with self._lock:
+            if not self.ready:
+                self._then.append(fn)
+                return
+        fn()
+
+    def result(self):
+        if self.thread is not None:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self
 
 
 def _work_bound(mode: str, n_layers: int, workers: int, answer_guess: int = 8) -> int:

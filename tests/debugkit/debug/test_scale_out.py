@@ -639,6 +639,57 @@ def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, pla
     assert [rec["result"]["hit"] for rec in log if rec["artifact"] == every] == [True]
 
 
+def test_the_reference_beside_the_base_build_gives_the_serial_answer(tmp_path, planted, monkeypatch):
+    """On a GPU the FP32 reference (ONNX Runtime, every tensor) runs on a thread while the search process makes its
+    base build, and the workers' ranking starts once it is known; forced here on the CPU, alone and with the GPU
+    workers' path: the answer, the ranking, the probes and their verdicts are the serial search's."""
+    import threading
+
+    from debugkit.cli import debug_precision as D
+    from debugkit.cli.main import main
+    from debugkit.debug import executor as E
+    from debugkit.debug import precision as P
+    from debugkit.debug import reduce as R
+    model, must = planted
+    common = ["debug", "precision", model, "--fp16", "--atol", "1e-2"]
+    serial = tmp_path / "s.json"
+    assert main(common + ["-o", str(serial)]) == 0
+    where = []
+    capture = R.capture_values
+    monkeypatch.setattr(R, "capture_values", lambda *a: where.append(threading.current_thread().name) or capture(*a))
+    monkeypatch.setattr(D, "REFERENCE_BESIDE_BASE", True)
+    inline = tmp_path / "i.json"
+    assert main(common + ["-o", str(inline)]) == 0
+    assert where == ["debug precision: the FP32 reference"]
+    s, i = json.loads(serial.read_text()), json.loads(inline.read_text())
+    assert sorted(i["layer_precisions"]) == sorted(s["layer_precisions"]) == must
+    assert i["probes"] == s["probes"] and i["layers"] == s["layers"] and i["builds_bound"] == s["builds_bound"]
+    assert i["work"]["first_bound"] == s["work"]["first_bound"]
+    logs = [[(r["artifact"], r["result"].get("hit") if isinstance(r["result"], dict) else r["result"])
+             for r in map(json.loads, list(open(tmp_path / f"{n}_probes.jsonl"))[1:])] for n in ("s", "i")]
+    assert logs[0] == logs[1]
+    # with GPU workers ranking and running the all-higher probe beside the base build (started once the
+    # reference is known, on its thread)
+    monkeypatch.setattr(P, "beside_base", lambda ex, shared, seeded: [0, 1] if ex.workers > 1 else None)
+    init = E.LocalExecutor.__init__
+
+    def with_driver(self, *a, **k):
+        init(self, *a, **k)
+        self.driver_slot = True
+    monkeypatch.setattr(E.LocalExecutor, "__init__", with_driver)
+    both = tmp_path / "b.json"
+    assert main(common + ["--workers", "2", "-o", str(both)]) == 0
+    b = json.loads(both.read_text())
+    assert sorted(b["layer_precisions"]) == must and b["beside_base_build"]["all_higher_probe"] is True
+    assert b["beside_base_build"]["layers_ranked"] == s["layers"]
+    rank = [json.loads((tmp_path / f"{n}_sensitivity.json").read_text()) for n in ("s", "b")]
+    assert [r["layer"] for r in rank[0]] == [r["layer"] for r in rank[1]]
+    every = sorted(r["layer"] for r in rank[1])
+    log = [json.loads(line) for line in open(tmp_path / "b_probes.jsonl")][1:]
+    assert [rec["result"]["hit"] for rec in log if rec["artifact"] == every] == [True]
+    assert [rec["result"]["hit"] for rec in log if rec["artifact"] == []] == [False]
+
+
 class WhereAndWhether:
     """(pid, x >= 5): a monotone property, and which process evaluated it."""
 
@@ -743,3 +794,27 @@ def test_a_gpu_worker_on_the_search_process_gpu_takes_no_probe(tmp_path, planted
     rank = [json.loads((tmp_path / f"{n}_sensitivity.json").read_text()) for n in ("s", "g")]
     assert [r["layer"] for r in rank[0]] == [r["layer"] for r in rank[1]]
     assert g["overflow_guess"] == {"layers": len(must), "confirmed": True}
+
+
+def test_a_reference_that_fails_beside_the_base_build_fails_the_search_as_before(tmp_path, monkeypatch, capsys):
+    """The reference's error, raised on its thread, reaches the user as it did when it ran first: same message,
+    same exit code."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from debugkit.cli import debug_precision as D
+    from debugkit.cli.main import main
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"], name="add")], "ints",
+                          [helper.make_tensor_value_info(n, TensorProto.INT32, [2]) for n in "ab"],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(tmp_path / "ints.onnx")
+    onnx.save(m, path)
+    codes, errors = [], []
+    for beside in (False, True):
+        monkeypatch.setattr(D, "REFERENCE_BESIDE_BASE", beside)
+        codes.append(main(["debug", "precision", path, "--fp16", "-o", str(tmp_path / f"{beside}.json")]))
+        errors.append([ln for ln in capsys.readouterr().err.splitlines() if "error:" in ln])
+    assert codes[0] == codes[1] != 0 and errors[0] == errors[1]
+    assert "has no layers that compute float values" in errors[0][0]
