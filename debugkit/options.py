@@ -613,7 +613,7 @@ class BuildOptions:
         elif mode == "obey":
             config.set_flag(BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
         config.device = self.device or config.device
-        config.tactic_sources = _parse_sources(self.tactic_sources)
+        config.tactic_sources = _parse_sources(self.tactic_sources, config.device)
         if self.avg_timing_iterations is not None:
             if self.avg_timing_iterations < 1:
                 raise UsageError("--avg-timing-iterations must be >= 1")
@@ -707,12 +707,14 @@ class _CalibrationBatches:
             yield coerce_feeds(feed, metadata)
 
 
-def _parse_sources(text):
+def _parse_sources(text, device="cpu"):
+    """--tactic-sources as the config holds it, its names checked against the tactics of the build's device (a CUDA
+    build's `cublas` or `host:numpy`, a DLA build's `dla:*`: not only the CPU's)."""
     if text is None:
         return None
     from backends.engine.builder.tactic_sources import normalise
     from native.tactic_modules import known_tactic_names
-    return normalise(str(text), known_tactic_names())
+    return normalise(str(text), known_tactic_names(str(device or "cpu")))
 
 
 def parse_profiles(items) -> dict:

@@ -80,3 +80,13 @@ def test_verbose_line_for_kinds_that_keep_theirs(model, tmp_path, capsys):
     assert main(["convert", model, "-o", str(tmp_path / "a.plan"), "--tactic-sources", "-blas", "-vv"]) == 0
     out = capsys.readouterr()
     assert "MatrixMultiply: ['blas'] excluded, ['packed-gemm'," in out.out + out.err
+
+
+def test_names_are_the_build_devices_tactics():
+    """--tactic-sources names the tactics of the device the build runs on: a DLA build's `dla:*` (a CUDA build's
+    `cublas`, `host:numpy`) were refused as unknown because the CLI checked every name against the CPU's."""
+    from debugkit.options import _parse_sources
+    assert _parse_sources("dla:numpy,-dla:blas", "dla") == {"dla:numpy", "-dla:blas"}
+    assert _parse_sources("-blas", "cpu") == {"-blas"}
+    with pytest.raises(UsageError, match=r"unknown tactic name\(s\) \['blas'\]; registered tactics: dla:"):
+        _parse_sources("-blas", "dla")
