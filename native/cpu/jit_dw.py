@@ -25,43 +25,50 @@ _NJIT = dict(nogil=True, cache=True, error_model="numpy")
 
 
 @numba.njit(**_NJIT)
+def _activate(a, act):
+    """The activation codes on the vector `a`, in place, in its dtype (jit.depthwise_cl_rows_nchw's operations):
+    1 RELU (numpy's clip to [0, inf]: NaN kept, -0.0 to +0.0), 2 HARD_SWISH, 3 HARD_SWISH_RELU6; 0 nothing."""
+    t = a.dtype.type
+    zero, one, sixth, half, inf = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf)
+    three, six = t(3.0), t(6.0)
+    if act == 1:
+        for k in range(a.shape[0]):
+            u = a[k]
+            if u == u:
+                u = u if u > zero else zero
+                u = u if u < inf else inf
+            a[k] = u
+    elif act == 2:    # as activations._hard_swish
+        for k in range(a.shape[0]):
+            v = a[k]
+            u = v * sixth
+            u = u + half
+            if u == u:
+                u = u if u > zero else zero
+                u = u if u < one else one
+            a[k] = v * u
+    elif act == 3:    # as activations._hard_swish_relu6
+        for k in range(a.shape[0]):
+            v = a[k]
+            u = v + three
+            if u == u:
+                u = u if u > zero else zero
+                u = u if u < six else six
+            u = v * u
+            a[k] = u / six
+
+
+@numba.njit(**_NJIT)
 def _store_row(row, bias, y, r, act):
     """row [Wo, C] + bias, the activation (jit.depthwise_cl_rows_nchw's operations), into y[:, r, :]."""
     wo, c = row.shape
-    t = y.dtype.type
-    zero, one, sixth, half, inf = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf)
-    three, six = t(3.0), t(6.0)
     has_bias = bias.shape[0] == c
     for ow in range(wo):
         a = row[ow]
         if has_bias:
             for k in range(c):
                 a[k] = a[k] + bias[k]
-        if act == 1:      # RELU: numpy's clip to [0, inf] (NaN kept, -0.0 to +0.0)
-            for k in range(c):
-                u = a[k]
-                if u == u:
-                    u = u if u > zero else zero
-                    u = u if u < inf else inf
-                a[k] = u
-        elif act == 2:    # HARD_SWISH: as activations._hard_swish
-            for k in range(c):
-                v = a[k]
-                u = v * sixth
-                u = u + half
-                if u == u:
-                    u = u if u > zero else zero
-                    u = u if u < one else one
-                a[k] = v * u
-        elif act == 3:    # HARD_SWISH_RELU6: as activations._hard_swish_relu6
-            for k in range(c):
-                v = a[k]
-                u = v + three
-                if u == u:
-                    u = u if u > zero else zero
-                    u = u if u < six else six
-                u = v * u
-                a[k] = u / six
+        _activate(a, act)
     for k in range(c):
         yk = y[k, r]
         for ow in range(wo):
@@ -209,9 +216,7 @@ def depthwise_planes(x, taps, bias, y, kh, kw, sh, sw, dh, dw, ph, pw, act):
         for j in range(kw):
             x0 = j * dw
             offs[i * kw + j] = i * dh * rowlen + (x0 % sw) * span + x0 // sw
-    t = y.dtype.type
-    zero, one, sixth, half, inf = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf)
-    three, six = t(3.0), t(6.0)
+    zero = y.dtype.type(0.0)
     has_bias = bias.shape[0] == c_n
     for c in range(c_n):
         for r in range(h):
@@ -297,31 +302,7 @@ def depthwise_planes(x, taps, bias, y, kh, kw, sh, sw, dh, dw, ph, pw, act):
                 b = bias[c]
                 for ow in range(wo):
                     acc[ow] = acc[ow] + b
-            if act == 1:      # RELU: numpy's clip to [0, inf] (NaN kept, -0.0 to +0.0)
-                for ow in range(wo):
-                    u = acc[ow]
-                    if u == u:
-                        u = u if u > zero else zero
-                        u = u if u < inf else inf
-                    acc[ow] = u
-            elif act == 2:    # HARD_SWISH: as activations._hard_swish
-                for ow in range(wo):
-                    v = acc[ow]
-                    u = v * sixth
-                    u = u + half
-                    if u == u:
-                        u = u if u > zero else zero
-                        u = u if u < one else one
-                    acc[ow] = v * u
-            elif act == 3:    # HARD_SWISH_RELU6: as activations._hard_swish_relu6
-                for ow in range(wo):
-                    v = acc[ow]
-                    u = v + three
-                    if u == u:
-                        u = u if u > zero else zero
-                        u = u if u < six else six
-                    u = v * u
-                    acc[ow] = u / six
+            _activate(acc, act)
             yr = y[c, oh]
             for ow in range(wo):
                 yr[ow] = acc[ow]
