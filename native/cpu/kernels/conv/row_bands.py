@@ -17,10 +17,9 @@ import numpy as np
 
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import finish
-from native.cpu.kernels.conv.geometry import geometry, pad_input, tap_slices
+from native.cpu.kernels.conv.geometry import tap_slices
 from native.cpu.kernels.conv.shifted_gemm import ShiftedGemm, shifted_taps
-from native.cpu.kernels.conv.sliding_window import SlidingWindow, row_weights
-from native.cpu.kernels.conv.weights import conv_bias, work_dtype
+from native.cpu.kernels.conv.sliding_window import SlidingWindow
 from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import register_tactic
 
@@ -68,20 +67,9 @@ class SlidingWindowBands(SlidingWindow):
         return why if why is not None else _pool_refusal()
 
     def run(self, op, inputs):
-        x = np.asarray(inputs[0])
-        dtype = work_dtype(op, x)
-        x = x.astype(dtype, copy=False)
-        wr = op.weights.get("kernel_rows")
-        if wr is None:
-            wr = row_weights(op.weights["kernel"] if "kernel" in op.weights else inputs[1])
-        wr = wr.astype(dtype, copy=False)
-        b = conv_bias(op.weights)
-        if b is None and len(inputs) > 2 and "kernel" not in op.weights and "kernel_rows" not in op.weights:
-            b = inputs[2]
+        x, xp, wr, b, kw, strides, dil, (ho, wo) = self.operands(op, inputs)
+        dtype = x.dtype
         kh, m = wr.shape[:2]
-        kw = wr.shape[2] // x.shape[1]
-        strides, dil, pre, post, (ho, wo) = geometry(op.params, x.shape, [kh, kw])
-        xp = pad_input(x, pre, post)
         n, c = x.shape[:2]
         y = np.empty((n, m, ho * wo), dtype)
 

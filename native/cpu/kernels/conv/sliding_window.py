@@ -49,7 +49,10 @@ class SlidingWindow(Tactic):
     def prepare(self, op):
         return repacked(op, "kernel_rows", row_weights)
 
-    def run(self, op, inputs):
+    @staticmethod
+    def operands(op, inputs):
+        """(x, the padded input, the row weights [kh, M, C*kw], bias, kw, strides, dilations, (Ho, Wo)) in the
+        work dtype."""
         x = np.asarray(inputs[0])
         dtype = work_dtype(op, x)
         x = x.astype(dtype, copy=False)
@@ -60,10 +63,15 @@ class SlidingWindow(Tactic):
         b = conv_bias(op.weights)
         if b is None and len(inputs) > 2 and "kernel" not in op.weights and "kernel_rows" not in op.weights:
             b = inputs[2]
-        kh, m = wr.shape[:2]
+        kh = wr.shape[0]
         kw = wr.shape[2] // x.shape[1]
         strides, dil, pre, post, out = geometry(op.params, x.shape, [kh, kw])
-        xp = pad_input(x, pre, post)
+        return x, pad_input(x, pre, post), wr, b, kw, strides, dil, out
+
+    def run(self, op, inputs):
+        x, xp, wr, b, kw, strides, dil, out = self.operands(op, inputs)
+        dtype = x.dtype
+        kh, m = wr.shape[:2]
         n, c = x.shape[:2]
         p = out[0] * out[1]
         rows = np.empty((n, c, kw, out[0], out[1]), dtype)
