@@ -176,28 +176,26 @@ def pointwise_chain(x0, x1, x2, x3, y, code, fval, buf):
 
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
+def _times_clipped(v, a, lo, hi):
+    # v * clip(v + a, lo, hi): binary_scalar's add, unary's clip with its NaN rule (NaN stays NaN), binary's product
+    t = v + a
+    r = t if t > lo else lo
+    r = r if r < hi else hi
+    t = t if t != t else r
+    return v * t
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def relu6_swish(x, y, a, lo, hi, d, divide):
     # the hand-written hard-swish chain (x + a, clipped to [lo, hi], times x, then / d or * d) in one vectorised
     # loop: each step rounded as the chain's own loops round it (binary_scalar's add, unary's clip with its NaN rule,
     # binary's product, binary_scalar's divide or multiply), no block buffers, one pass over memory
     if divide:
         for k in range(x.shape[0]):
-            v = x[k]
-            t = v + a
-            r = t if t > lo else lo
-            r = r if r < hi else hi
-            t = t if t != t else r
-            t = v * t
-            y[k] = t / d
+            y[k] = _times_clipped(x[k], a, lo, hi) / d
     else:
         for k in range(x.shape[0]):
-            v = x[k]
-            t = v + a
-            r = t if t > lo else lo
-            r = r if r < hi else hi
-            t = t if t != t else r
-            t = v * t
-            y[k] = t * d
+            y[k] = _times_clipped(x[k], a, lo, hi) * d
 
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
@@ -215,11 +213,6 @@ def relu6_swish_affine(x, y, a, lo, hi, d, divide, op1, v1, op2, v2):
     # relu6_swish's loop, then one or two scalar steps (times s, plus t: PP-LCNetV3's learnable affine block after
     # its hard-swish), each rounded as the chain's binary_scalar rounds it: one pass instead of the interpreter's six
     for k in range(x.shape[0]):
-        v = x[k]
-        t = v + a
-        r = t if t > lo else lo
-        r = r if r < hi else hi
-        t = t if t != t else r
-        t = v * t
+        t = _times_clipped(x[k], a, lo, hi)
         t = t / d if divide else t * d
         y[k] = _affine(_affine(t, op1, v1), op2, v2)
