@@ -179,14 +179,13 @@ def chains(graph) -> list:
     return list(groups.values())
 
 
-def chain_edges(graph, chain) -> tuple:
+def chain_edges(graph, chain, consumers) -> tuple:
     """(tensors the chain reads from outside it through a quantizing Reformat, tensors it writes that something
-    outside it reads: a dequantizing Reformat each): the Reformat layers `apply` will put at the chain's edges."""
+    outside it reads: a dequantizing Reformat each): the Reformat layers `apply` will put at the chain's edges.
+    `consumers`: graph.consumers(), made once for every chain."""
     ids = {id(n) for n in chain}
-    consumers = graph.consumers()
     outs = set(graph.output_names)
-    into = list(dict.fromkeys(n.inputs[0] for n in chain
-                              if graph.producer(n.inputs[0]) is None or id(graph.producer(n.inputs[0])) not in ids))
+    into = list(dict.fromkeys(n.inputs[0] for n in chain if id(graph.producer(n.inputs[0])) not in ids))
     out_of = [n.outputs[0] for n in chain if n.outputs[0] in outs or
               any(id(r) not in ids for r in consumers.get(n.outputs[0], []))]
     return into, out_of
@@ -210,12 +209,13 @@ def drop_unprofitable_chains(graph, probe, config, logger) -> int:
     its tensors, which on ResNet-50 at batch 128 cost more than the layers' INT8 kernels saved."""
     fp = _float_storage(config)
     memo, dropped = {}, 0
+    consumers = graph.consumers()   # (leaving INT8 changes layers' precisions, not the graph's edges)
     for chain in chains(graph):
         timed = [n.meta.get("precision_ms") or {} for n in chain]
         if not all("int8" in t and fp in t for t in timed):
             continue      # a layer marked without timing (by the rule): the chain stays as the rule says
         saved = sum(t[fp] - t["int8"] for t in timed)
-        into, out_of = chain_edges(graph, chain)
+        into, out_of = chain_edges(graph, chain, consumers)
         cost, unknown = 0.0, False
         for names, pair in ((into, (fp, "int8")), (out_of, ("int8", fp))):
             for name in names:
