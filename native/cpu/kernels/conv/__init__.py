@@ -22,7 +22,9 @@ Transposed convolution: deconv.py (gemm-col2im, and ONNX Col2Im).
 
 Shared by the tactics: geometry.py (pads, output sizes, tap views; pooling uses it too), weights.py (finding and
 packing kernel/bias), epilogue.py (bias, fused post-ops, merged shortcut), gemm2d.py (the threaded banded 2-D
-GEMM driver of im2col-gemm and 1x1-gemm), tuning.py (cache blocks and parallel thresholds).
+GEMM driver of im2col-gemm and 1x1-gemm), flat_patches.py (im2col-gemm's single-threaded path for stride-1 layers
+whose output rows are as wide as their input's: patches copied from the flattened input, the same floats),
+tuning.py (cache blocks and parallel thresholds).
 """
 from native.cpu.kernels.conv import im2col_gemm, pointwise_1x1, depthwise, shifted_gemm, winograd, deconv  # noqa: F401
 from native.cpu.kernels.conv import sliding_window, nhwc_gemm, fft, depthwise_cl, conv1d_gemm  # noqa: F401,E402

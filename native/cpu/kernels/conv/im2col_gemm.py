@@ -7,8 +7,9 @@ import itertools
 import numpy as np
 
 from native.cpu.kernels.conv.epilogue import finish
+from native.cpu.kernels.conv.flat_patches import FlatPatches
 from native.cpu.kernels.conv.geometry import geometry, pad_input, tap_slices
-from native.cpu.kernels.conv.gemm2d import conv2d_gemm, fast_path_ok
+from native.cpu.kernels.conv.gemm2d import conv2d_gemm, fast_path_ok, recipe
 from native.cpu.kernels.conv.weights import (bias_in_gemm, gemm_scale, gemm_weights, integer_inputs, kernel_and_bias,
                                              kernel_spatial, pack_gemm, work_dtype)
 from native.tactics import Tactic, register_tactic
@@ -26,6 +27,9 @@ class Im2colGemm(Tactic):
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x = np.asarray(inputs[0])
+        fast = recipe(op, "_flat_patches", x, inputs, FlatPatches.make) if x.ndim == 4 else None
+        if fast is not None and fast.residual_ok(op, inputs):
+            return fast.run(op, x, outputs, inputs)
         w, b = kernel_and_bias(op, inputs)
         if op.params.get("integer"):
             x, w = integer_inputs(op, x, w, inputs)
