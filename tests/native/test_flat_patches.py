@@ -113,3 +113,25 @@ def test_flat_patches_declines_where_rows_change_width(k, pre, post, stride):
     assert op.__dict__["_flat_patches"][1] is None
     ref = reference(x, wt, None, pre, post, (1, 1), 1)[:, :, ::stride, ::stride]
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def _two_threads(monkeypatch):
+    """Both paths see a pool of two (their parallel_for still runs inline: the process is not tuned)."""
+    from native.cpu.kernels.conv import gemm2d
+    monkeypatch.setattr(flat_patches, "num_threads", lambda: 2)
+    monkeypatch.setattr(gemm2d, "num_threads", lambda: 2)
+
+
+@pytest.mark.parametrize("n,h,held", [(1, 13, True), (2, 9, True), (1, 13, False)])
+def test_flat_patches_split_over_the_pool_is_conv2d_gemms_split(monkeypatch, n, h, held):
+    """Above PARALLEL_MIN_MACS both cut the rows into conv2d_gemm's tasks (one per thread and sample)."""
+    _two_threads(monkeypatch)
+    monkeypatch.setattr(tuning, "PARALLEL_MIN_MACS", 0)
+    monkeypatch.setattr(flat_patches, "HELD_BYTES", 1 << 30 if held else 0)
+    x = RNG.standard_normal((n, 12, h, 8)).astype(np.float32)
+    wt = (RNG.standard_normal((16, 12, 1, 3)) * 0.3).astype(np.float32)
+    b = RNG.standard_normal(16).astype(np.float32)
+    got, want, op = _run_both(x, wt, b, (0, 1), (0, 1), (1, 1), 1, LEAKY_CLIP)
+    assert op.__dict__["_flat_patches"][1].parts == (2 if n == 1 else n)
+    for y in got:
+        np.testing.assert_array_equal(y, want)

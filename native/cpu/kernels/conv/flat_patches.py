@@ -23,7 +23,7 @@ from native.cpu.kernels.conv.epilogue import (compiled_steps, region_epilogue, r
                                               view_as)
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.weights import bias_in_gemm, conv_bias, gemm_scale, gemm_weights, kernel_spatial
-from native.cpu.threads import num_threads
+from native.cpu.threads import num_threads, parallel_for, split
 
 _ALL = (slice(None), slice(None))
 # a layer keeps its flat input and patch matrices (per thread) when they fit in this many bytes, else allocates them
@@ -34,10 +34,11 @@ _as_strided = np.lib.stride_tricks.as_strided
 
 class FlatPatches:
     """The recipe (gemm2d.recipe): made once per layer and input shape, None where conv2d_gemm's general path must
-    run (strides, Wo != W, groups with a bias column, a merged shortcut, unpacked weights, a split over the pool)."""
+    run (strides, Wo != W, a merged shortcut, weights given as inputs, a broadcast residual). Above
+    PARALLEL_MIN_MACS it cuts the rows over the pool as conv2d_gemm does (its tasks, the same floats)."""
 
     __slots__ = ("shape", "dtype", "wm", "bias", "half", "g", "mg", "m", "ks", "dil", "pre", "out", "margin",
-                 "length", "bands", "biased", "zero_cols", "adds", "steps", "held")
+                 "length", "bands", "parts", "biased", "zero_cols", "adds", "steps", "held")
 
     @classmethod
     def make(cls, op, x, inputs):
@@ -64,8 +65,6 @@ class FlatPatches:
         kdim -= int(biased)
         if kdim * gg != c * ks[0] * ks[1] or not regionable(op, inputs, (n, gg * mg) + tuple(out)):
             return None
-        if num_threads() > 1 and n * gg * mg * kdim * out[0] * out[1] >= tuning.PARALLEL_MIN_MACS:
-            return None   # conv2d_gemm splits this one over the pool
         scale = gemm_scale(op)
         b = None if biased else conv_bias(op.weights)
         bias = None if b is None else np.asarray(b, x.dtype).reshape(-1)
@@ -78,7 +77,12 @@ class FlatPatches:
         r.margin = pre[0] * w + pre[1]
         r.length = r.margin + h * w + post[0] * w + post[1]
         step = max(1, tuning.COLS_BYTES // max(1, c * ks[0] * ks[1] * out[1] * x.dtype.itemsize))  # as conv2d_gemm
-        r.bands = [(s0, min(out[0], s0 + step)) for s0 in range(0, out[0], step)]
+        threads, macs = num_threads(), n * gg * mg * kdim * out[0] * out[1]
+        parts = max(1, -(-threads // n)) if threads > 1 and macs >= tuning.PARALLEL_MIN_MACS else 1
+        # (sample, first row, end row, part): conv2d_gemm's tasks (rows split over the pool) in bands of `step` rows
+        r.bands = [(ni, s0, min(r1, s0 + step), k) for ni in range(n) for k, (r0, r1) in enumerate(split(out[0], parts))
+                   for s0 in range(r0, r1, step)]
+        r.parts = len({(b_[0], b_[3]) for b_ in r.bands})
         # per kernel column j: the output columns whose tap reads outside its row (zeroed after the copy)
         r.zero_cols = []
         for j in range(ks[1]):
@@ -91,7 +95,7 @@ class FlatPatches:
         r.steps = None if x.dtype not in (np.float32, np.float64) else compiled_steps(p.get("post_ops") or (), half)
         if r.steps is not None and r.bias is not None:
             r.bias = np.ascontiguousarray(r.bias, x.dtype)
-        size = n * c * r.length + max(c * ks[0] * ks[1] + 1, 1) * step * w * max(1, len(r.bands))
+        size = n * c * r.length + (c * ks[0] * ks[1] + 1) * out[0] * w
         r.held = threading.local() if size * x.dtype.itemsize <= HELD_BYTES else None
         return r
 
@@ -104,52 +108,39 @@ class FlatPatches:
                 return False
         return True
 
-    def flat_input(self, x):
-        """x [N, C, H, W] as [N, C, margin + H*W + margin'] with zero margins (one copy of the interior)."""
-        n, c, h, w = self.shape
-        xs = np.empty((n, c, self.length), self.dtype)
-        xs[:, :, :self.margin] = 0
-        xs[:, :, self.margin + h * w:] = 0
-        xs[:, :, self.margin:self.margin + h * w] = x.reshape(n, c, h * w)
-        return xs
-
-    def patches(self, xs_n, r0, r1):
-        """The band's patch matrix [g, C/g*kh*kw (+1), rows*W], conv2d_gemm's layout and values."""
+    def _patch_buffer(self, rows):
+        """A band's patch matrix [g, C/g*kh*kw (+1), rows*W], conv2d_gemm's layout: its ones row filled."""
         c, w = self.shape[1], self.shape[3]
-        (kh, kw), (dh, dw) = self.ks, self.dil
-        rows = r1 - r0
-        size = c * kh * kw * rows * w
+        size = c * self.ks[0] * self.ks[1] * rows * w
         buf = np.empty(size + (rows * w if self.biased else 0), self.dtype)
         if self.biased:
             buf[size:] = 1
-        cols = buf[:size].reshape(c, kh, kw, rows * w)
-        st = xs_n.strides
-        np.copyto(cols, _as_strided(xs_n[:, r0 * w:], (c, kh, kw, rows * w),
-                                    (st[0], st[1] * dh * w, st[1] * dw, st[1])))
-        for j, a, b in self.zero_cols:
-            cols[:, :, j].reshape(c, kh, rows, w)[..., a:b] = 0
         return buf.reshape(self.g, -1, rows * w)
 
     def buffers(self):
-        """This thread's kept buffers and their views (made on its first call): the flat input with its margins
-        zeroed once, and per sample and band the patch matrix (its ones row filled once), the strided source of its
-        copy and the views of the columns to zero. Kept per thread: two contexts may run the layer at once."""
+        """The flat input (margins zeroed) and per band (ni, r0, r1, part, patch matrix, its [C, kh, kw, rows*W]
+        view, the strided source of its copy, the views of the columns to zero): kept per thread where they fit
+        (`held`: two contexts may run the layer at once), else made per call."""
+        held = self.held
+        kept = None if held is None else getattr(held, "kept", None)
+        if kept is not None:
+            return kept
         n, c, h, w = self.shape
+        (kh, kw), (dh, dw) = self.ks, self.dil
         xs = np.zeros((n, c, self.length), self.dtype)
-        interior = xs[:, :, self.margin:self.margin + h * w]
+        st = xs.strides
         plans = []
-        for ni in range(n):
-            for r0, r1 in self.bands:
-                b = self.patches(xs[ni], r0, r1)
-                rows = r1 - r0
-                cols = b.reshape(-1)[:c * self.ks[0] * self.ks[1] * rows * w].reshape(c, self.ks[0], self.ks[1],
-                                                                                        rows * w)
-                st = xs.strides
-                src = _as_strided(xs[ni, :, r0 * w:], cols.shape,
-                                  (st[1], st[2] * self.dil[0] * w, st[2] * self.dil[1], st[2]))
-                zeros = [cols[:, :, j].reshape(c, self.ks[0], rows, w)[..., a0:a1] for j, a0, a1 in self.zero_cols]
-                plans.append((ni, r0, r1, b, cols, src, zeros))
-        return interior, plans
+        for ni, r0, r1, part in self.bands:
+            rows = r1 - r0
+            b = self._patch_buffer(rows)
+            cols = b.reshape(-1)[:c * kh * kw * rows * w].reshape(c, kh, kw, rows * w)
+            src = _as_strided(xs[ni, :, r0 * w:], cols.shape, (st[1], st[2] * dh * w, st[2] * dw, st[2]))
+            zeros = [cols[:, :, j].reshape(c, kh, rows, w)[..., a0:a1] for j, a0, a1 in self.zero_cols]
+            plans.append((ni, r0, r1, part, b, cols, src, zeros))
+        kept = (xs[:, :, self.margin:self.margin + h * w], plans)
+        if held is not None:
+            held.kept = kept
+        return kept
 
     def run(self, op, x, outputs, inputs):
         n = self.shape[0]
@@ -157,25 +148,30 @@ class FlatPatches:
         shape = (n, self.m, ho, wo)
         dst = outputs[0] if outputs else None
         y = dst if dst is not None and dst.shape == shape and dst.dtype == self.dtype else np.empty(shape, self.dtype)
-        wm, g, mg = self.wm, self.g, self.mg
-        held = self.held
-        if held is not None:
-            kept = getattr(held, "kept", None)
-            if kept is None:
-                kept = held.kept = self.buffers()
-            interior, plans = kept
-            np.copyto(interior, x.reshape(interior.shape))
-            for ni, r0, r1, b, cols, src, zeros in plans:
-                np.copyto(cols, src)
-                for z in zeros:
-                    z.fill(0)
-                np.matmul(wm, b, out=view_as(y[ni, :, r0:r1], (g, mg, (r1 - r0) * wo)))
-        else:
-            xs = self.flat_input(np.ascontiguousarray(x))
-            for ni in range(n):
-                for r0, r1 in self.bands:
-                    np.matmul(wm, self.patches(xs[ni], r0, r1), out=view_as(y[ni, :, r0:r1], (g, mg, (r1 - r0) * wo)))
+        interior, plans = self.buffers()
+        np.copyto(interior, x.reshape(interior.shape))
+        if self.parts == 1:
+            for plan in plans:
+                self._band(plan, y)
+        else:   # conv2d_gemm's tasks over the pool: each thread copies and multiplies its own bands
+            keys = dict.fromkeys((pl[0], pl[3]) for pl in plans)
+            parallel_for(lambda key: [self._band(pl, y) for pl in plans if (pl[0], pl[3]) == key], list(keys))
         if self.bias is not None or op.params.get("post_ops"):
             if self.steps is None or not run_compiled_steps(y, self.bias, self.steps, inputs):
                 region_epilogue(y, _ALL, op, inputs, self.bias, self.half)
         return [y]
+
+    @staticmethod
+    def _fill(plan):
+        _, _, _, _, _, cols, src, zeros = plan
+        np.copyto(cols, src)
+        for z in zeros:
+            z.fill(0)
+
+    def _gemm(self, plan, y):
+        ni, r0, r1, _, b = plan[:5]
+        np.matmul(self.wm, b, out=view_as(y[ni, :, r0:r1], (self.g, self.mg, (r1 - r0) * self.out[1])))
+
+    def _band(self, plan, y):
+        self._fill(plan)
+        self._gemm(plan, y)
