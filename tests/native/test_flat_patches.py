@@ -135,3 +135,17 @@ def test_flat_patches_split_over_the_pool_is_conv2d_gemms_split(monkeypatch, n, 
     assert op.__dict__["_flat_patches"][1].parts == (2 if n == 1 else n)
     for y in got:
         np.testing.assert_array_equal(y, want)
+
+
+def test_flat_patches_leaves_channel_splits_to_conv2d_gemm(monkeypatch):
+    """A split layer whose map has fewer pixels than output channels: conv2d_gemm cuts it by channels (its floats),
+    so the recipe declines it (YOLO's 256-channel 10x10 layers at two threads)."""
+    _two_threads(monkeypatch)
+    monkeypatch.setattr(tuning, "PARALLEL_MIN_MACS", 0)
+    x = RNG.standard_normal((1, 8, 4, 4)).astype(np.float32)
+    wt = (RNG.standard_normal((32, 8, 1, 1)) * 0.3).astype(np.float32)
+    got, want, op = _run_both(x, wt, RNG.standard_normal(32).astype(np.float32), (0, 0), (0, 0), (1, 1), 1,
+                              [{"op": "activation", "type": "SILU"}])
+    assert op.__dict__["_flat_patches"][1] is None
+    for y in got:
+        np.testing.assert_array_equal(y, want)

@@ -79,6 +79,8 @@ class FlatPatches:
         step = max(1, tuning.COLS_BYTES // max(1, c * ks[0] * ks[1] * out[1] * x.dtype.itemsize))  # as conv2d_gemm
         threads, macs = num_threads(), n * gg * mg * kdim * out[0] * out[1]
         parts = max(1, -(-threads // n)) if threads > 1 and macs >= tuning.PARALLEL_MIN_MACS else 1
+        if parts > 1 and out[0] * out[1] < gg * mg and gg == 1:
+            return None   # conv2d_gemm splits this one by output channels (a small map), not rows
         # (sample, first row, end row, part): conv2d_gemm's tasks (rows split over the pool) in bands of `step` rows
         r.bands = [(ni, s0, min(r1, s0 + step), k) for ni in range(n) for k, (r0, r1) in enumerate(split(out[0], parts))
                    for s0 in range(r0, r1, step)]
