@@ -66,16 +66,13 @@ def _run_both(x, w, b, pre, post, dil, groups, post_ops, extra=()):
     (1, 3, 4, 3, 2, (1, 5), (0, 2), (0, 2), (1, 1), 1, True, []),               # kernel wider than a half row
     (1, 16, 16, 6, 2, (1, 3), (0, 1), (0, 1), (1, 1), 1, True, [{"op": "activation", "type": "SILU"}]),
 ])
-@pytest.mark.parametrize("held", [True, False])
-def test_flat_patches_is_conv2d_gemm_bit_for_bit(monkeypatch, held, n, c, m, h, w, k, pre, post, dil, groups, bias,
-                                                 post_ops):
-    """Kept buffers (views made once per thread) or buffers per call: conv2d_gemm's floats, and the reference's."""
-    monkeypatch.setattr(flat_patches, "HELD_BYTES", 1 << 30 if held else 0)
+def test_flat_patches_is_conv2d_gemm_bit_for_bit(n, c, m, h, w, k, pre, post, dil, groups, bias, post_ops):
+    """Buffers and views made once, kept: conv2d_gemm's floats, and the reference's."""
     x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
     wt = (RNG.standard_normal((m, c // groups) + k) * 0.3).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32) if bias else None
     got, want, op = _run_both(x, wt, b, pre, post, dil, groups, post_ops)
-    assert (op.__dict__["_flat_patches"][1].held is not None) == held
+    assert op.__dict__["_flat_patches"][1] is not None
     for y in got:
         np.testing.assert_array_equal(y, want)
     if not post_ops:
@@ -93,15 +90,19 @@ def test_flat_patches_bands_and_residual_add(monkeypatch):
     b = RNG.standard_normal(8).astype(np.float32)
     res = RNG.standard_normal((1, 8, 20, 6)).astype(np.float32)
     got, want, op = _run_both(x, wt, b, (1, 1), (1, 1), (1, 1), 1, [{"op": "add", "input": 1}], extra=[res])
-    assert len(op.__dict__["_flat_patches"][1].bands) > 1 and op.__dict__["_flat_patches"][1].held is not None
+    assert len(op.__dict__["_flat_patches"][1].bands) > 1
     for y in got:
         np.testing.assert_array_equal(y, want)
     np.testing.assert_allclose(want, reference(x, wt, b, (1, 1), (1, 1), (1, 1), 1) + res, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("k,pre,post,stride", [((1, 3), (0, 0), (0, 0), 1), ((3, 3), (1, 1), (1, 1), 2)])
-def test_flat_patches_declines_where_rows_change_width(k, pre, post, stride):
-    """Output rows narrower than the input's (valid 1x3) or strided: the general path runs (no recipe)."""
+@pytest.mark.parametrize("k,pre,post,stride,held", [((1, 3), (0, 0), (0, 0), 1, 1 << 21),
+                                                    ((3, 3), (1, 1), (1, 1), 2, 1 << 21),
+                                                    ((3, 3), (1, 1), (1, 1), 1, 1000)])
+def test_flat_patches_declines_where_rows_change_width(monkeypatch, k, pre, post, stride, held):
+    """Output rows narrower than the input's (valid 1x3), strided, or buffers over HELD_BYTES: the general path
+    runs (no recipe)."""
+    monkeypatch.setattr(flat_patches, "HELD_BYTES", held)
     x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
     wt = RNG.standard_normal((4, 4) + k).astype(np.float32)
     t = _im2col()
@@ -122,12 +123,11 @@ def _two_threads(monkeypatch):
     monkeypatch.setattr(gemm2d, "num_threads", lambda: 2)
 
 
-@pytest.mark.parametrize("n,h,held", [(1, 13, True), (2, 9, True), (1, 13, False)])
-def test_flat_patches_split_over_the_pool_is_conv2d_gemms_split(monkeypatch, n, h, held):
+@pytest.mark.parametrize("n,h", [(1, 13), (2, 9)])
+def test_flat_patches_split_over_the_pool_is_conv2d_gemms_split(monkeypatch, n, h):
     """Above PARALLEL_MIN_MACS both cut the rows into conv2d_gemm's tasks (one per thread and sample)."""
     _two_threads(monkeypatch)
     monkeypatch.setattr(tuning, "PARALLEL_MIN_MACS", 0)
-    monkeypatch.setattr(flat_patches, "HELD_BYTES", 1 << 30 if held else 0)
     x = RNG.standard_normal((n, 12, h, 8)).astype(np.float32)
     wt = (RNG.standard_normal((16, 12, 1, 3)) * 0.3).astype(np.float32)
     b = RNG.standard_normal(16).astype(np.float32)
@@ -149,3 +149,19 @@ def test_flat_patches_leaves_channel_splits_to_conv2d_gemm(monkeypatch):
     assert op.__dict__["_flat_patches"][1] is None
     for y in got:
         np.testing.assert_array_equal(y, want)
+
+
+def test_flat_patches_keeps_buffers_per_thread():
+    """Two threads running the same layer each fill their own kept buffers (contexts may run a layer at once)."""
+    import threading
+    x = RNG.standard_normal((1, 6, 5, 4)).astype(np.float32)
+    wt = (RNG.standard_normal((6, 6, 1, 3)) * 0.3).astype(np.float32)
+    got, want, op = _run_both(x, wt, None, (0, 1), (0, 1), (1, 1), 1, [])
+    recipe = op.__dict__["_flat_patches"][1]
+    mine = recipe.buffers()
+    seen = {}
+    t = threading.Thread(target=lambda: seen.update(y=_im2col().run(op, [x])[0], kept=recipe.buffers()))
+    t.start()
+    t.join()
+    np.testing.assert_array_equal(seen["y"], want)
+    assert seen["kept"][0] is not mine[0] and not np.shares_memory(seen["kept"][0], mine[0])

@@ -26,15 +26,17 @@ from native.cpu.kernels.conv.weights import bias_in_gemm, conv_bias, gemm_scale,
 from native.cpu.threads import num_threads, parallel_for, split
 
 _ALL = (slice(None), slice(None))
-# a layer keeps its flat input and patch matrices (per thread) when they fit in this many bytes, else allocates them
-# per call: on the small layers this path is for, the views cost more than the copies (7.5 of 24 us a layer)
+# the path keeps a layer's flat input and patch matrices (per thread, made once with their views: on the small layers
+# it is for, making the views cost more than the copies, 7.5 of 24 us a layer); above this many bytes it declines
+# (conv2d_gemm's band-by-band buffers: ppocr_v4_det's large layers ran 8-13% slower with all bands' buffers at once)
 HELD_BYTES = 1 << 21
 _as_strided = np.lib.stride_tricks.as_strided
 
 
 class FlatPatches:
     """The recipe (gemm2d.recipe): made once per layer and input shape, None where conv2d_gemm's general path must
-    run (strides, Wo != W, a merged shortcut, weights given as inputs, a broadcast residual). Above
+    run (strides, Wo != W, a merged shortcut, weights given as inputs, a broadcast residual, buffers over
+    HELD_BYTES, a split by output channels). Above
     PARALLEL_MIN_MACS it cuts the rows over the pool as conv2d_gemm does (its tasks, the same floats)."""
 
     __slots__ = ("shape", "dtype", "wm", "bias", "half", "g", "mg", "m", "ks", "dil", "pre", "out", "margin",
@@ -98,7 +100,9 @@ class FlatPatches:
         if r.steps is not None and r.bias is not None:
             r.bias = np.ascontiguousarray(r.bias, x.dtype)
         size = n * c * r.length + (c * ks[0] * ks[1] + 1) * out[0] * w
-        r.held = threading.local() if size * x.dtype.itemsize <= HELD_BYTES else None
+        if size * x.dtype.itemsize > HELD_BYTES:
+            return None   # large: conv2d_gemm's band-by-band buffers stay in cache, all the bands' would not
+        r.held = threading.local()
         return r
 
     def residual_ok(self, op, inputs):
@@ -121,10 +125,9 @@ class FlatPatches:
 
     def buffers(self):
         """The flat input (margins zeroed) and per band (ni, r0, r1, part, patch matrix, its [C, kh, kw, rows*W]
-        view, the strided source of its copy, the views of the columns to zero): kept per thread where they fit
-        (`held`: two contexts may run the layer at once), else made per call."""
-        held = self.held
-        kept = None if held is None else getattr(held, "kept", None)
+        view, the strided source of its copy, the views of the columns to zero), made on a thread's first call and
+        kept per thread (two contexts may run the layer at once)."""
+        kept = getattr(self.held, "kept", None)
         if kept is not None:
             return kept
         n, c, h, w = self.shape
@@ -139,9 +142,7 @@ class FlatPatches:
             src = _as_strided(xs[ni, :, r0 * w:], cols.shape, (st[1], st[2] * dh * w, st[2] * dw, st[2]))
             zeros = [cols[:, :, j].reshape(c, kh, rows, w)[..., a0:a1] for j, a0, a1 in self.zero_cols]
             plans.append((ni, r0, r1, part, b, cols, src, zeros))
-        kept = (xs[:, :, self.margin:self.margin + h * w], plans)
-        if held is not None:
-            held.kept = kept
+        kept = self.held.kept = (xs[:, :, self.margin:self.margin + h * w], plans)
         return kept
 
     def run(self, op, x, outputs, inputs):
