@@ -97,11 +97,12 @@ def test_flat_patches_bands_and_residual_add(monkeypatch):
 
 
 @pytest.mark.parametrize("k,pre,post,stride,held", [((1, 3), (0, 0), (0, 0), 1, 1 << 21),
+                                                    ((1, 1), (0, 0), (0, 0), 1, 1 << 21),
                                                     ((3, 3), (1, 1), (1, 1), 2, 1 << 21),
                                                     ((3, 3), (1, 1), (1, 1), 1, 1000)])
 def test_flat_patches_declines_where_rows_change_width(monkeypatch, k, pre, post, stride, held):
-    """Output rows narrower than the input's (valid 1x3), strided, or buffers over HELD_BYTES: the general path
-    runs (no recipe)."""
+    """Output rows narrower than the input's (valid 1x3), strided, a 1x1 kernel, or buffers over HELD_BYTES: the
+    general path runs (no recipe)."""
     monkeypatch.setattr(flat_patches, "HELD_BYTES", held)
     x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
     wt = RNG.standard_normal((4, 4) + k).astype(np.float32)
@@ -139,12 +140,12 @@ def test_flat_patches_split_over_the_pool_is_conv2d_gemms_split(monkeypatch, n, 
 
 def test_flat_patches_leaves_channel_splits_to_conv2d_gemm(monkeypatch):
     """A split layer whose map has fewer pixels than output channels: conv2d_gemm cuts it by channels (its floats),
-    so the recipe declines it (YOLO's 256-channel 10x10 layers at two threads)."""
+    so the recipe declines it (YOLO's 256-channel 10x10 layers at two threads, here a 3x3 one)."""
     _two_threads(monkeypatch)
     monkeypatch.setattr(tuning, "PARALLEL_MIN_MACS", 0)
     x = RNG.standard_normal((1, 8, 4, 4)).astype(np.float32)
-    wt = (RNG.standard_normal((32, 8, 1, 1)) * 0.3).astype(np.float32)
-    got, want, op = _run_both(x, wt, RNG.standard_normal(32).astype(np.float32), (0, 0), (0, 0), (1, 1), 1,
+    wt = (RNG.standard_normal((32, 8, 3, 3)) * 0.3).astype(np.float32)
+    got, want, op = _run_both(x, wt, RNG.standard_normal(32).astype(np.float32), (1, 1), (1, 1), (1, 1), 1,
                               [{"op": "activation", "type": "SILU"}])
     assert op.__dict__["_flat_patches"][1] is None
     for y in got:

@@ -52,8 +52,8 @@ class FlatPatches:
         if conv_bias(op.weights) is None and len(inputs) > 2 and inputs[2] is not None:
             return None
         ks = kernel_spatial(op, op.weights.get("kernel"))
-        if len(ks) != 2:
-            return None
+        if len(ks) != 2 or list(ks) == [1, 1]:
+            return None   # (a 1x1 kernel's patches are its input: 1x1-gemm's direct GEMM, not a copy)
         strides, dil, pre, post, out = geometry(p, x.shape, ks)
         n, c, h, w = x.shape
         if any(s != 1 for s in strides) or min(pre) < 0 or min(post) < 0 or out[1] != w or out[0] < 1:
