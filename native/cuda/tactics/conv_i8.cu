@@ -79,16 +79,25 @@ __device__ __forceinline__ void conv_i8(
         s_rs[i] = rscale[n0 + i];
     }
 
+    // the K slice this thread's row walks: its filter tap (r, s) and channel c, advanced incrementally by BK
+    int kr = 0, ks = 0, kcn = 0;
+    const signed char* wrow = w + (long long)(n0 + (arow < BN ? arow : 0)) * K + half * 16;
+    const long long xrow = (long long)an * H * W;
+
     auto load = [&](int stage, int kc) {
-        int k0 = kc * BK;
-        int tap = k0 / C, c0 = k0 - tap * C;
-        int r = tap / KW, s = tap - r * KW;
-        int ih = ih0 + r * dh, iw = iw0 + s * dw;
+        int ih = ih0 + kr * dh, iw = iw0 + ks * dw;
         bool v = prow && ih >= 0 && ih < H && iw >= 0 && iw < W;
-        const signed char* src = v ? x + (((long long)an * H + ih) * W + iw) * C + c0 + half * 16 : x;
+        const signed char* src = v ? x + (xrow + (long long)ih * W + iw) * C + kcn + half * 16 : x;
         cp16(As + (stage * BM + arow) * SROW + half * 16, src, v);
-        if (tid < 2 * BN)
-            cp16(Bs + (stage * BN + arow) * SROW + half * 16, w + (long long)(n0 + arow) * K + k0 + half * 16, true);
+        if (tid < 2 * BN) cp16(Bs + (stage * BN + arow) * SROW + half * 16, wrow + kc * BK, true);
+        kcn += BK;
+        if (kcn == C) {
+            kcn = 0;
+            if (++ks == KW) {
+                ks = 0;
+                ++kr;
+            }
+        }
     };
 
     int acc[MT][NT][4];
