@@ -1,7 +1,7 @@
 """Write a ResNet-50-shaped ONNX model (random weights, BatchNorm folded into the convolutions, as a deployment
 export has it) for benchmarks and searches that need a real-sized CNN without torchvision.
 
-    python tools/make_resnet50.py -o resnet50.onnx [--size 224] [--seed 0] [--blocks 3 4 6 3]
+    python tools/make_resnet50.py -o resnet50.onnx [--size 224] [--seed 0] [--blocks 3 4 6 3] [--batch 1|N]
 
 Stem conv 7x7/2 + ReLU + MaxPool 3x3/2, four stages of bottleneck blocks (1x1 -> 3x3 -> 1x1, x4 expansion, a 1x1
 projection on the first block of a stage), global average pool, a 1000-way Gemm: 53 Conv, 49 ReLU, 16 Add, 122
@@ -21,7 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def resnet50(size: int = 224, seed: int = 0, blocks=(3, 4, 6, 3), classes: int = 1000) -> onnx.ModelProto:
+def resnet50(size: int = 224, seed: int = 0, blocks=(3, 4, 6, 3), classes: int = 1000,
+             batch=1) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
 
@@ -60,8 +61,8 @@ def resnet50(size: int = 224, seed: int = 0, blocks=(3, 4, 6, 3), classes: int =
                   numpy_helper.from_array(np.zeros(classes, np.float32), "fc.bias")])
     nodes.append(helper.make_node("Gemm", ["flat.out", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1))
     graph = helper.make_graph(nodes, "resnet50",
-                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], inits)
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, size, size])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_resnet50")
     model.ir_version = 8
     return model
@@ -73,12 +74,15 @@ def main(argv=None):
     p.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--blocks", type=int, nargs=4, default=[3, 4, 6, 3], help="blocks per stage (ResNet-50: 3 4 6 3)")
+    p.add_argument("--batch", default="1", help="the input's batch dimension: a number, or a name for a dynamic "
+                   "one (default 1)")
     a = p.parse_args(argv)
-    model = resnet50(a.size, a.seed, a.blocks)
+    batch = int(a.batch) if a.batch.isdigit() else a.batch
+    model = resnet50(a.size, a.seed, a.blocks, batch=batch)
     onnx.checker.check_model(model)
     from debugkit.surgeon.external_data import save_model
     save_model(model, a.output)
-    print(f"wrote {a.output}: {len(model.graph.node)} nodes, input [1, 3, {a.size}, {a.size}]")
+    print(f"wrote {a.output}: {len(model.graph.node)} nodes, input [{batch}, 3, {a.size}, {a.size}]")
     return 0
 
 

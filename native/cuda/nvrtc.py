@@ -94,11 +94,20 @@ def _nvrtc_version() -> tuple:
         return ()
 
 
+ARCH_SPECIFIC = "// nvrtc-arch: a"    # a source's first line: it uses arch-specific instructions (Hopper's wgmma)
+
+
+def target(source: str, arch: str) -> str:
+    """The architecture NVRTC compiles `source` for: sm_90 -> sm_90a for a source that starts with ARCH_SPECIFIC
+    (its cubin runs on that GPU only, which is what the plan's cubins keyed by architecture already assume)."""
+    return arch + "a" if arch == "sm_90" and source.startswith(ARCH_SPECIFIC) else arch
+
+
 def compile_source(source: str, name: str, arch: str) -> bytes:
     """CUDA C++ source -> cubin for `arch` (e.g. sm_90): from the kernel cache kept between processes when it has
     this compile (DEBUGKIT_KERNEL_CACHE), else compiled by NVRTC and kept there."""
     contents, names = _headers()
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
+    opts = [f"--gpu-architecture={target(source, arch)}".encode(), b"-std=c++17"]
     key = disk_key(source, arch, opts, contents, _nvrtc_version())
     cubin = disk_get(key)
     if cubin is not None:
@@ -237,6 +246,19 @@ def _function(mod, name: str):
         fn = mod["fns"][name] = check(_cu().cuModuleGetFunction(mod["handle"], name.encode()),
                                       f"cuModuleGetFunction({name})")
     return fn
+
+
+_DYNAMIC_SHARED: dict = {}    # function handle -> the dynamic shared memory it may take (set once)
+
+
+def allow_dynamic_shared(fn, nbytes: int):
+    """Let `fn` take more than 48 KiB of dynamic shared memory (the default limit), once per function."""
+    key = int(fn)
+    if _DYNAMIC_SHARED.get(key, 0) < nbytes:
+        cu = _cu()
+        check(cu.cuFuncSetAttribute(fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    int(nbytes)), "cuFuncSetAttribute")
+        _DYNAMIC_SHARED[key] = int(nbytes)
 
 
 def launch(fn, grid, block, args, shared=0):

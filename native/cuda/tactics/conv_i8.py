@@ -1,0 +1,194 @@
+"""INT8 convolutions on int8 NHWC tensors through implicit-GEMM kernels of our own on the integer tensor cores:
+conv_i8.cu (mma.sync m16n8k32) and, on Hopper, conv_i8w.cu (wgmma m64nNk32, compiled for sm_90a). Both fuse the INT8
+I/O epilogue and evaluate it in float32 in native/shared/int8_io.py's order, so their outputs equal that contract
+bit for bit.
+
+Why kernels of our own: on Hopper, cuDNN runs INT8 convolution + bias + rescale + residual graphs on its
+runtime-fusion engines, which lose to FP16 on ResNet-50's residual 1x1 convolutions (0.20 ms against FP16's 0.12 at
+[128, 56, 56, 64] -> 256 on an H200), and cuBLASLt's IMMA GEMMs take a per-channel scale only on slow kernels (one
+or two algorithms, 0.20 ms there). These win on such memory-bound layers and lose to cuDNN where K is large
+(docs/PERFORMANCE.md, 2026-11-29): the builder times them against cuDNN's INT8 plans. One tactic per tile shape;
+channels in multiples of the kernel's input step (input) and of the tile width (output), groups 1."""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cuda.driver import context
+from native.cuda.nvrtc import allow_dynamic_shared, kernel, launch
+from native.cuda.tactics.common import on_device, out_array, weight
+from native.shared.int8 import int8_params
+from native.shared.int8_io import epilogue_plan, io_of, prepared_weights
+from native.tactics import Tactic, TacticRefusal, register_tactic
+
+BM, BK = 128, 32                   # the kernel's pixel tile and K slice (conv_i8.cu)
+_RES = {None: 0, "int8": 1, "float32": 2, "float16": 3}
+_OUT = {"int8": 0, "float32": 1}
+
+
+def geometry(op, x_shape) -> tuple:
+    """(strides, pads, dilations, (oh, ow)) of an NHWC convolution; TacticRefusal for what the kernel does not take."""
+    if len(x_shape) != 4:
+        raise TacticRefusal("only 4-D NHWC inputs")
+    _, h, w, _ = x_shape
+    kh, kw = (int(k) for k in op.params["kernel_spatial"])
+    st = [int(s) for s in op.params.get("strides") or [1, 1]]
+    dil = [int(d) for d in op.params.get("dilations") or [1, 1]]
+    pre = [int(p) for p in op.params.get("pre_padding") or [0, 0]]
+    post = [int(p) for p in op.params.get("post_padding") or [0, 0]]
+    if any(v < 0 for v in pre + post):
+        raise TacticRefusal("negative pads run on another tactic")
+    oh = (h + pre[0] + post[0] - (kh - 1) * dil[0] - 1) // st[0] + 1
+    ow = (w + pre[1] + post[1] - (kw - 1) * dil[1] - 1) // st[1] + 1
+    return st, pre, dil, (oh, ow)
+
+
+class _MmaInt8Conv(Tactic):
+    device = "cuda"
+    kind = "ConvolutionNHWC"
+    precisions = ("int8",)
+    formats = ("nhwc",)
+    honours = frozenset({"post_ops"})
+    writes_outputs = True
+    input_dtypes, dtype_inputs = frozenset({"int8"}), (0,)
+    int8_io = True      # reads and writes int8 NHWC tensors (passes/int8_io.py looks for this)
+    bn = 128
+    c_align = BK        # input channels in multiples of this (a K slice, or a 16-byte chunk, within one tap)
+
+    def hardware(self) -> str | None:
+        """Why this GPU cannot run the kernel (None: it can)."""
+        return None
+
+    def kernel(self, res_kind: int, out_kind: int):
+        """(function, dynamic shared memory bytes) of the kernel for this residual and output storage."""
+        return kernel("conv_i8.cu", f"conv_i8_nhwc_bn{self.bn}_r{res_kind}_o{out_kind}"), 0
+
+    def supports(self, op, input_shapes):
+        why = self.hardware()
+        if why:
+            return why
+        if "input_scale" not in int8_params(op):
+            return "no INT8 input scale (params['int8'])"
+        if op.weights.get("kernel_hwio") is None and op.weights.get("int8_krsc") is None:
+            return "kernel is not a constant weight"
+        io = io_of(op)
+        if io.get("input") != "int8" or io.get("output") not in _OUT:
+            return "the layer's tensors are not stored int8 (the INT8 I/O pass did not prepare it)"
+        if (op.params.get("groups", 1) or 1) != 1:
+            return "grouped INT8 convolutions run on another tactic"
+        m = int(op.params["num_output_maps"])
+        if m % self.bn:
+            return f"{m} output channels are not a multiple of this tile's {self.bn}"
+        try:
+            res_idx, _ = epilogue_plan(op)
+            if input_shapes and input_shapes[0] is not None:
+                x_shape = tuple(input_shapes[0])
+                if len(x_shape) == 4 and x_shape[3] % self.c_align:
+                    return f"{x_shape[3]} input channels are not a multiple of {self.c_align}"
+                _, _, _, (oh, ow) = geometry(op, x_shape)
+                dtypes = getattr(input_shapes, "dtypes", None)
+                if res_idx is not None and dtypes and res_idx < len(dtypes) and dtypes[res_idx] and \
+                        dtypes[res_idx] not in _RES:
+                    return f"residual stored {dtypes[res_idx]}"
+                if res_idx is not None and res_idx < len(input_shapes) and input_shapes[res_idx] is not None and \
+                        tuple(input_shapes[res_idx]) != (x_shape[0], oh, ow, m):
+                    return f"residual {tuple(input_shapes[res_idx])} does not match the output {(x_shape[0], oh, ow, m)}"
+        except TacticRefusal as e:
+            return str(e)
+        return None
+
+    def prepare(self, op):
+        return prepared_weights(op)
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        if "int8_krsc" not in op.weights:
+            op.weights = prepared_weights(op)
+        x = on_device(inputs[0])
+        if x.dtype != np.int8:
+            raise TacticRefusal(f"the INT8 implicit-GEMM convolution reads int8 NHWC input, got {x.dtype}")
+        n, h, w, c = x.shape
+        m = int(op.params["num_output_maps"])
+        kh, kw = (int(k) for k in op.params["kernel_spatial"])
+        if c % self.c_align or m % self.bn:
+            raise TacticRefusal(f"channels {c} -> {m} do not fit this kernel ({self.c_align}-channel input steps, "
+                                f"{self.bn}-wide tiles)")
+        st, pre, dil, (oh, ow) = geometry(op, x.shape)
+        out = io_of(op)["output"]
+        y = out_array(outputs, 0, (n, oh, ow, m), np.dtype(out))
+        if y.size == 0:
+            return [y]
+        res_idx, relu = epilogue_plan(op)
+        r = on_device(inputs[res_idx]) if res_idx is not None else None
+        res_kind = _RES.get(np.dtype(r.dtype).name if r is not None else None)
+        if res_kind is None:
+            raise TacticRefusal(f"residual stored {r.dtype}")
+        for a in (x, y, r):
+            if a is not None and a.ptr % 16:
+                raise TacticRefusal("the kernel reads and writes 16-byte aligned tensors")
+        wts = op.weights
+        # the per-channel float32 vectors as prepared_weights keeps them ([1, M, 1, 1], contiguous: M floats)
+        scale_args = [weight(wts["int8_krsc"]), weight(wts["int8_bias"]), weight(wts["int8_scale"])]
+        p = n * oh * ow
+        if p >= 2 ** 31 or n * h * w >= 2 ** 31:
+            raise TacticRefusal("more than 2^31 pixels: the kernel indexes pixels with 32-bit integers")
+        grid = ((p + BM - 1) // BM, m // self.bn, 1)
+        i32 = np.int32
+        fn, shared = self.kernel(res_kind, _OUT[out])
+        launch(fn, grid, (256, 1, 1),
+               [np.uint64(x.ptr)] + [np.uint64(a.ptr) for a in scale_args] +
+               [np.uint64(r.ptr if r is not None else 0), np.uint64(weight(wts["int8_res_scale"]).ptr), np.uint64(y.ptr),
+                i32(n), i32(h), i32(w), i32(c), i32(m), i32(kh), i32(kw), i32(oh), i32(ow), i32(st[0]), i32(st[1]),
+                i32(pre[0]), i32(pre[1]), i32(dil[0]), i32(dil[1]), i32(relu)], shared=shared)
+        return [y]
+
+
+@register_tactic
+class MmaInt8Conv128(_MmaInt8Conv):
+    """Implicit-GEMM INT8 convolution, 128-pixel x 128-channel tiles."""
+    name = "mma-int8-128x128"
+    bn = 128
+
+
+@register_tactic
+class MmaInt8Conv64(_MmaInt8Conv):
+    """Implicit-GEMM INT8 convolution, 128-pixel x 64-channel tiles."""
+    name = "mma-int8-128x64"
+    bn = 64
+
+
+class _WgmmaInt8Conv(_MmaInt8Conv):
+    """The same convolution on Hopper's warpgroup tensor cores (conv_i8w.cu: wgmma m64nNk32, operands in 128-byte
+    swizzled shared memory filled by cp.async, `stages` K steps of 128 in flight). sm_90 only. (Four stages, one
+    block per SM, timed slower than two on every ResNet-50 shape: not offered.)"""
+    c_align = 16
+    stages = 2
+
+    def hardware(self):
+        try:
+            cc = context().cc
+        except Exception as e:  # noqa: BLE001 - no GPU: said as the refusal
+            return f"no CUDA device ({e})"
+        return None if tuple(cc) == (9, 0) else f"wgmma needs an sm_90 GPU (Hopper), this one is sm_{cc[0]}{cc[1]}"
+
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory: the stages (128 x 128 pixels' bytes + bn x 128 kernel bytes each), 1 KiB of
+        alignment slack, the int8 output tile and three per-channel float vectors (conv_i8w.cu's layout)."""
+        return self.stages * (128 * 128 + self.bn * 128) + 1023 + 128 * (self.bn + 16) + 3 * self.bn * 4
+
+    def kernel(self, res_kind, out_kind):
+        fn = kernel("conv_i8w.cu", f"conv_i8w_bn{self.bn}_s{self.stages}_r{res_kind}_o{out_kind}")
+        allow_dynamic_shared(fn, self.shared_bytes())
+        return fn, self.shared_bytes()
+
+
+@register_tactic
+class WgmmaInt8Conv128x2(_WgmmaInt8Conv):
+    """wgmma INT8 convolution, 128 x 128 tiles, 2 K stages (two blocks per SM)."""
+    name = "wgmma-int8-128x128-s2"
+    bn, stages = 128, 2
+
+
+@register_tactic
+class WgmmaInt8Conv64x3(_WgmmaInt8Conv):
+    """wgmma INT8 convolution, 128 x 64 tiles, 3 K stages (two blocks per SM)."""
+    name = "wgmma-int8-128x64-s3"
+    bn, stages = 64, 3

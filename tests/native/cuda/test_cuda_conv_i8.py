@@ -1,0 +1,77 @@
+"""Our implicit-GEMM INT8 convolutions on int8 NHWC tensors (native/cuda/tactics/conv_i8.py: mma.sync and Hopper's
+wgmma kernels): each one's output equals the
+INT8 I/O contract (tests.backends.test_int8_io.NumpyInt8IO: the fused epilogue in float32, in its order) bit for
+bit — 1x1 and 3x3 windows, strides, padding, partial pixel tiles, int8 / float32 / float16 residuals, int8 and
+float32 outputs — and it refuses channel counts its tiles do not take. Skipped without a GPU."""
+import numpy as np
+import pytest
+
+from tests.backends.test_int8_io import NumpyInt8IO
+from tests.native.cuda.test_cuda_int8_io import _op
+
+pytestmark = pytest.mark.cuda
+
+
+NAMES = ["mma-int8-128x128", "mma-int8-128x64", "wgmma-int8-128x128-s2", "wgmma-int8-128x64-s3"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("c,m,k,stride,residual,relu,out,n,h", [
+    (64, 128, 1, 1, None, True, "int8", 2, 9), (32, 128, 3, 1, None, True, "int8", 2, 9),
+    (64, 128, 1, 2, None, False, "int8", 3, 15), (96, 128, 3, 2, None, True, "int8", 1, 17),
+    (64, 128, 1, 1, "int8", True, "int8", 2, 12), (64, 128, 1, 1, "int8", False, "int8", 1, 5),
+    (64, 128, 1, 1, "float32", True, "int8", 2, 9), (64, 128, 1, 1, "float16", False, "int8", 2, 9),
+    (32, 128, 3, 2, None, True, "float32", 2, 9), (64, 256, 1, 1, "int8", False, "float32", 2, 9),
+    (128, 256, 1, 1, "int8", True, "int8", 4, 16)])
+def test_mma_int8_conv_equals_the_int8_io_contract_bit_for_bit(name, c, m, k, stride, residual, relu, out, n, h):
+    _check(name, c, m, k, stride, residual, relu, out, n, h)
+
+
+@pytest.mark.parametrize("name", NAMES[2:])
+@pytest.mark.parametrize("c,m,k,stride,residual,relu,out,n,h", [
+    (16, 128, 3, 1, "int8", True, "int8", 2, 9), (48, 128, 3, 2, None, False, "int8", 2, 11),
+    (1024, 256, 1, 1, None, True, "int8", 2, 7), (512, 128, 3, 1, "float32", True, "float32", 1, 7)])
+def test_wgmma_int8_conv_takes_16_channel_steps_and_long_k(name, c, m, k, stride, residual, relu, out, n, h):
+    """K that is not a multiple of the 128-deep step (16 and 48 channels: zero-filled tails, chunks from several
+    taps in one step) and K of 1024 and 4608 (many stages through the pipeline)."""
+    _check(name, c, m, k, stride, residual, relu, out, n, h)
+
+
+def _check(name, c, m, k, stride, residual, relu, out, n, h):
+    from native.cuda.array import GpuArray
+    from native.tactics import LayerContext, tactics_for
+    rng = np.random.default_rng(11)
+    op = _op(c, m, k, stride, residual, relu, out, rng)
+    if residual == "float16":
+        op.params["int8"].pop("residual_scales", None)
+    x = rng.integers(-128, 128, (n, h, h, c)).astype(np.int8)
+    oh = (h + 2 * (k // 2) - k) // stride + 1
+    r = None
+    if residual == "int8":
+        r = rng.integers(-128, 128, (n, oh, oh, m)).astype(np.int8)
+    elif residual:
+        r = (rng.standard_normal((n, oh, oh, m)) * 2).astype(residual)
+    inputs = [x, None, None] + ([r] if r is not None else [])
+    want = NumpyInt8IO().run(op, inputs)[0]
+    tactic = next(t for t in tactics_for("ConvolutionNHWC", "cuda") if t.name == name)
+    dev = [GpuArray.from_host(a) if a is not None else None for a in inputs]
+    assert tactic.supports(op, LayerContext.of(dev)) is None
+    got = tactic.run(op, dev)[0].get()
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype)
+    np.testing.assert_array_equal(got, want)
+    if out == "int8":       # the values are not all saturated: the test sees the epilogue, not just the clamp
+        assert len(np.unique(got)) > 50
+
+
+def test_mma_int8_conv_refuses_channels_its_tiles_do_not_take():
+    from native.tactics import tactics_for
+    rng = np.random.default_rng(0)
+    by = {t.name: t for t in tactics_for("ConvolutionNHWC", "cuda")}
+    assert "multiple of 32" in by["mma-int8-128x64"].supports(_op(48, 64, 1, 1, None, True, "int8", rng),
+                                                              [[2, 9, 9, 48]])
+    assert "multiple of this tile's 128" in by["mma-int8-128x128"].supports(
+        _op(64, 64, 1, 1, None, True, "int8", rng), [[2, 9, 9, 64]])
+    assert by["mma-int8-128x64"].supports(_op(64, 64, 1, 1, None, True, "int8", rng), [[2, 9, 9, 64]]) is None
+    assert "multiple of 16" in by["wgmma-int8-128x64-s3"].supports(_op(24, 64, 1, 1, None, True, "int8", rng),
+                                                                   [[2, 9, 9, 24]])
+    assert by["wgmma-int8-128x64-s3"].supports(_op(48, 64, 1, 1, None, True, "int8", rng), [[2, 9, 9, 48]]) is None
