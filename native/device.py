@@ -38,6 +38,9 @@ class Device:
     # (builder/timed_choice.py); False: the rules hold (the layout preference above, choose_precision below)
     chooses_by_timing = False
     host_memory = True            # tensors are numpy arrays in host memory (False: the runtime copies in and out)
+    # the builder times each candidate in blocks of this many runs back to back, the first not scored
+    # (tactic_selection.time_candidates); 1: one run per turn, the candidates alternating run by run
+    timing_block = 1
     supports_graphs = False       # a whole execution can be captured and replayed (capture())
     has_timeline = False          # per-layer device timings of an execution (timeline())
     concurrent_contexts = True    # several execution contexts may run at once, one per host thread (bench --streams)

@@ -20,6 +20,15 @@ class CpuDevice(Device):
     fuses_squeeze_excite = True   # native/cpu/kernels/squeeze_excite.py: four tiny layers' dispatch and epilogues as one
     fuses_relu6_swish = True      # activations.py HARD_SWISH_RELU6: the hard-swish chain's floats as a conv post-op
 
+    @property
+    def timing_block(self):
+        """3 while the CPU pool is on: a tactic that splits over it is timed as the engine runs it, right after
+        itself (one run a turn read the column-split GEMM 1.3-1.8x packed-gemm, its worker asleep again each turn,
+        where the engine runs it at 0.8x). 1 without the pool: nothing carries over from run to run but the caches,
+        which round-robin leaves as cold as the engine does (blocks made single-thread bert_mini 4% slower)."""
+        from native.cpu import threads
+        return 3 if threads.num_threads() > 1 else 1
+
     def load_tactics(self):
         import native.cpu.kernels  # noqa: F401  (registers the CPU tactics)
         import native.dla.tactics  # noqa: F401  (DLA loadables and reformats are launched from the host)

@@ -90,8 +90,10 @@ def test_threads_init_starts_pool_once():
 
 
 @pytest.mark.timing
-def test_time_candidates_interleaves_and_skips_failures():
+def test_time_candidates_interleaves_and_skips_failures(monkeypatch):
     import time
+    from native.cpu.device import CpuDevice
+    monkeypatch.setattr(CpuDevice, "timing_block", 1)   # one run a turn (the CPU without its pool)
     from types import SimpleNamespace
     from backends.engine.builder.tactic_selection import time_candidates
     calls = []

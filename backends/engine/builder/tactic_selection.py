@@ -37,10 +37,13 @@ def in_share(key: str, share) -> bool:
 
 
 def time_candidates(node, candidates, inputs, iterations, device=None, prep=None) -> dict:
-    """{tactic id: best ms} for the candidates that run. Runs are interleaved round-robin (A B C A B C ...) so a
-    burst of load on a shared machine slows every candidate alike instead of disqualifying whichever was being
-    timed; each candidate is warmed up first (pool threads, caches) and scored by its fastest run. The device
-    runs and times them (a clock on the CPU, events on a GPU)."""
+    """{tactic id: best ms} for the candidates that run. Each candidate is warmed up first (pool threads, caches),
+    then timed in rounds (timing_plan): each round runs every candidate in turn, in a block of `block` runs back to
+    back, so a burst of load on a shared machine slows every candidate alike instead of disqualifying whichever
+    was being timed. With blocks (the device's `timing_block` > 1, the CPU) a block's first run is not scored: it
+    pays for what the candidates before it left behind (a pool worker gone back to sleep, their weights in the
+    caches), which in the engine, where a layer runs right after the layers before it, its own runs do not; a
+    score is the fastest of the later runs. The device runs and times them (a clock on the CPU, events on a GPU)."""
     dev = get_device(device or "cpu")
     if not dev.host_memory:   # time device tactics on device-resident inputs (uploaded once, not per run)
         inputs = [dev.copy_to_device(x) if isinstance(x, np.ndarray) else x for x in inputs]
@@ -59,12 +62,25 @@ def time_candidates(node, candidates, inputs, iterations, device=None, prep=None
         except Exception as e:   # a failure, not a refusal: said apart in the verbose log
             G_LOGGER.verbose(f"tactic {t.name} failed on layer '{node.name}' while timed "
                              f"({type(e).__name__}: {str(e)[:300]}); not a candidate")
+    rounds, block = timing_plan(iterations, getattr(dev, "timing_block", 1), len(live))
     best = {t.id: float("inf") for t, _, _ in live}
-    for _ in range(max(1, iterations)):
+    for _ in range(rounds):
         for t, prepared, ws in live:
-            ms = dev.time(lambda: dev.run(t, prepared, inputs, None, ws))
-            best[t.id] = min(best[t.id], ms)
+            for i in range(block):
+                ms = dev.time(lambda: dev.run(t, prepared, inputs, None, ws))
+                if i or block == 1:
+                    best[t.id] = min(best[t.id], ms)
     return best
+
+
+def timing_plan(iterations, block, candidates):
+    """(rounds, runs per block) that score each candidate on about `iterations` runs: blocks of `block` runs (the
+    first of each not scored) where there is more than one candidate to alternate with, else one run a round, the
+    candidates taking turns (A B C A B C ...)."""
+    iterations = max(1, int(iterations))
+    if block <= 1 or candidates < 2:
+        return iterations, 1
+    return -(-iterations // (block - 1)), block
 
 
 def _recorded_context(graph, node):
