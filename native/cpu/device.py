@@ -6,7 +6,7 @@ import types
 
 import numpy as np
 
-from native.cpu import precision
+from native.cpu import precision, threads
 from native.device import Device
 from native.errors import UsageError
 
@@ -26,7 +26,6 @@ class CpuDevice(Device):
         itself (one run a turn read the column-split GEMM 1.3-1.8x packed-gemm, its worker asleep again each turn,
         where the engine runs it at 0.8x). 1 without the pool: nothing carries over from run to run but the caches,
         which round-robin leaves as cold as the engine does (blocks made single-thread bert_mini 4% slower)."""
-        from native.cpu import threads
         return 3 if threads.num_threads() > 1 else 1
 
     def load_tactics(self):
