@@ -13,7 +13,7 @@ from native.device import Device
 
 
 class CountingDevice(Device):
-    """A host-memory device whose clock reads the cost the tactic just run reports (ms), and which logs the run order."""
+    """A host-memory device whose clock reads the cost the tactic just run reports (ms); it logs the run order."""
     name = "counting"
 
     def __init__(self, block):

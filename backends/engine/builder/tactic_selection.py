@@ -62,7 +62,7 @@ def time_candidates(node, candidates, inputs, iterations, device=None, prep=None
         except Exception as e:   # a failure, not a refusal: said apart in the verbose log
             G_LOGGER.verbose(f"tactic {t.name} failed on layer '{node.name}' while timed "
                              f"({type(e).__name__}: {str(e)[:300]}); not a candidate")
-    rounds, block = timing_plan(iterations, getattr(dev, "timing_block", 1), len(live))
+    rounds, block = timing_plan(iterations, dev.timing_block, len(live))
     best = {t.id: float("inf") for t, _, _ in live}
     for _ in range(rounds):
         for t, prepared, ws in live:
