@@ -1,6 +1,7 @@
 """The blas MatrixMultiply tactic's per-op recipe (matmul.py `_blas_recipe`): the same floats as np.matmul followed
 by fused.apply_post_ops, in every calling form (planned buffer or not, transposes, bias with and without an
-activation, post-ops it leaves to the general path), and re-derived when the op's weights or params change."""
+activation, post-ops it leaves to the general path), and re-derived when the op's weights or params change.
+packed-gemm-t's bias in the copy back to row-major: the same floats as the copy, then the post-ops."""
 import numpy as np
 import pytest
 
@@ -8,6 +9,7 @@ from native.cpu.kernels.fused import apply_post_ops
 from native.tactics import Op, tactics_for
 
 BLAS = next(t for t in tactics_for("MatrixMultiply") if t.name == "blas")
+GEMM_T = next(t for t in tactics_for("MatrixMultiply") if t.name == "packed-gemm-t")
 RNG = np.random.default_rng(7)
 
 
@@ -86,3 +88,21 @@ def test_blas_recipe_half_precision_and_vector_operands():
     w = RNG.standard_normal(8).astype(np.float32)
     op1 = Op("MatrixMultiply", "m", {}, {})
     np.testing.assert_array_equal(BLAS.run(op1, [w, w])[0], np.matmul(w, w))
+
+
+@pytest.mark.parametrize("post,a_shape", [c for c in CASES if c[0] != "bias-axis1"])
+@pytest.mark.parametrize("bias_dtype", [np.float32, np.float64])
+def test_packed_gemm_t_bias_in_the_transposing_copy_bit_for_bit(post, a_shape, bias_dtype):
+    n = 40
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    b = RNG.standard_normal((n, 96)).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(bias_dtype)
+    op = Op("MatrixMultiply", "m", {"transpose_b": True, "post_ops": POSTS[post]}, {"b": b, "bias": bias})
+    op.weights = GEMM_T.prepare(op)
+    bt = op.weights["bt_packed"]
+    y_t = np.ascontiguousarray(np.dot(bt, a.reshape(-1, 96).T).T).reshape(a_shape[:-1] + (n,))
+    expect = apply_post_ops(y_t, op, [a])      # the tactic's former path: the copy, then the post-ops
+    for _ in range(2):
+        (y,) = GEMM_T.run(op, [a])
+        assert y.dtype == np.float32 and y.shape == expect.shape and y.flags.c_contiguous
+        np.testing.assert_array_equal(y, expect)

@@ -201,7 +201,21 @@ class PackedGemmTransposed(Tactic):
         if bt.dtype != compute:
             bt = bt.astype(compute)
         n, k = bt.shape
-        y = np.ascontiguousarray(np.dot(bt, a.reshape(-1, k).T).T).reshape(a.shape[:-1] + (n,))
+        yt = np.dot(bt, a.reshape(-1, k).T)
+        if out_dtype == compute == np.float32:
+            cfg = op.__dict__.get("_blas")
+            if cfg is None or cfg[0] is not op.weights or cfg[1] is not op.params:
+                cfg = op.__dict__["_blas"] = _blas_recipe(op)
+            bias, act = cfg[5], cfg[6]
+            if bias is not None and bias.dtype == np.float32:
+                # the copy back to row-major and the bias add as one pass: the same float32 sums
+                y = np.empty(yt.shape[::-1], np.float32)
+                np.add(yt.T, bias, out=y)
+                y = y.reshape(a.shape[:-1] + (n,))
+                if act is not None:
+                    y = activation_inplace(y, act["type"], act.get("alpha", 0.0), act.get("beta", 0.0))
+                return [y]
+        y = np.ascontiguousarray(yt.T).reshape(a.shape[:-1] + (n,))
         return [_finish(y, out_dtype, op, inputs)]
 
 
