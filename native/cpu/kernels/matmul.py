@@ -95,12 +95,12 @@ def _blas_recipe(op):
         b = _tr(b)
     bias = act = None
     post = p.get("post_ops") or ()
-    if post and post[0]["op"] == "bias" and len(post) <= 2 and post[0].get("axis", 1) in (-1, 1) \
+    # axis -1 only (apply_post_ops' default axis 1 is the last axis of 2-D results alone) and a 1-D bias: `y += bias`
+    # then broadcasts exactly as apply_post_ops' reshaped bias does
+    if post and post[0]["op"] == "bias" and len(post) <= 2 and post[0].get("axis", 1) == -1 \
             and (len(post) == 1 or post[1]["op"] == "activation"):
         bw = w.get(post[0]["weight"])
-        # axis 1 is the last axis only for 2-D results: kept to axis -1 (and 1-D biases) so the add broadcasts
-        # exactly as apply_post_ops' reshape does
-        if bw is not None and bw.ndim == 1 and post[0].get("axis", 1) == -1:
+        if bw is not None and bw.ndim == 1:
             bias = bw
             act = post[1] if len(post) == 2 else None
     return w, p, b, bool(p.get("transpose_a")), tb, bias, act
