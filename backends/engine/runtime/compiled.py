@@ -22,6 +22,7 @@ from native.limits import check_size, default_limits
 from native.logger import G_LOGGER
 
 _NONE = 0   # slot 0 always holds None: the slot of an absent optional input
+_MISSING = object()
 
 
 class CompiledPlan:
@@ -88,6 +89,13 @@ class CompiledPlan:
         self.detach_outputs = [(n, slot[n]) for n in executor.graph.output_names if n in slot] \
             if plan is not None else []
         self.required = [(n, slot[n]) for n in executor.graph.input_names]
+        # a body's call by position (`run_inputs`): its inputs' slots in order, the outer names no input shadows,
+        # its outputs' slots (None where an output is in no slot: the general path then says why)
+        names = set(executor.graph.input_names)
+        self.input_slots = tuple(slot[t.name] for t in executor.graph.inputs)
+        self.outer_only = tuple((n, i) for n, i in self.outer if n not in names)
+        outs = [slot.get(t.name) for t in executor.graph.outputs]
+        self.output_slots = None if None in outs else tuple(outs)
         self.device = dev
         self.max_bytes = default_limits().max_bytes
         self.runs = 0          # plain runs so far: the straight-line function is made from the FAST_AFTER-th on
@@ -182,6 +190,30 @@ class CompiledPlan:
             for i in die:
                 slots[i] = None
         return self._returned(slots)
+
+    def run_inputs(self, inputs: list, parent_env: dict | None, workspace=None) -> list | None:
+        """A body's plain run by position (an If branch, a Loop or Scan step: executor.run_list): the inputs in the
+        graph's input order, the outer tensors from `parent_env`; returns the outputs in order. The same layer calls
+        as `run` (its straight-line function), without the feeds dict, the outputs dict and the lookups by name.
+        None where this plan cannot (no straight-line function yet, no arena-free plan, an input or outer tensor
+        missing): the caller takes `run`'s way, which names what is missing."""
+        fast = self.fast
+        if not fast or self.arena_plan is not None or self.output_slots is None \
+                or len(inputs) != len(self.input_slots):
+            return None
+        slots = self.template.copy()
+        for i, v in zip(self.input_slots, inputs):
+            slots[i] = v
+        if self.outer_only:
+            if parent_env is None:
+                return None
+            for name, i in self.outer_only:
+                v = parent_env.get(name, _MISSING)
+                if v is _MISSING:
+                    return None
+                slots[i] = v
+        fast(slots, workspace, None)
+        return [slots[i] for i in self.output_slots]
 
     def _returned(self, slots) -> dict:
         plan = self.arena_plan

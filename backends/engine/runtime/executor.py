@@ -396,12 +396,23 @@ class GraphExecutor:
         return out
 
     def run_list(self, inputs: list, parent_env=None) -> list:
+        """A body's run by position (If / Loop / Scan kernels call it through their bound subgraphs): the compiled
+        plan's `run_inputs` once it has its straight-line function, else `run` (the first calls, the builder's
+        runs, fallbacks)."""
+        if not self.keep_all and not self._fallback:
+            cp = self.compiled(_NO_KEEP)
+            if cp.fast:
+                outs = cp.run_inputs(inputs, parent_env,
+                                     self.device.allocate(self.workspace_bytes) if self.workspace_bytes else None)
+                if outs is not None:
+                    return outs
         feeds = {t.name: v for t, v in zip(self.graph.inputs, inputs)}
         env = self.run(feeds, parent_env=parent_env)
         return [env[t.name] for t in self.graph.outputs]
 
 
 Interpreter = GraphExecutor
+_NO_KEEP = frozenset()
 
 
 class _Unavailable:

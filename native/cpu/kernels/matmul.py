@@ -56,19 +56,62 @@ class BlasMatMul(Tactic):
     writes_outputs = True
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        p = op.params
+        cfg = op.__dict__.get("_blas")
+        if cfg is None or cfg[0] is not op.weights or cfg[1] is not op.params:   # per op, once (`_blas_recipe`)
+            cfg = op.__dict__["_blas"] = _blas_recipe(op)
+        _, _, b, ta, tb, bias, act = cfg
         a = inputs[0]
-        b = op.weights["b"] if "b" in op.weights else inputs[1]
-        if p.get("transpose_a"):
+        if b is None:
+            b = inputs[1]
+            if tb:
+                b = _tr(b)
+        if ta:
             a = _tr(a)
-        if p.get("transpose_b"):
-            b = _tr(b)
         out_dtype = a.dtype if a.dtype == b.dtype else np.result_type(a.dtype, b.dtype)  # internal lowerings may mix
         if _half(out_dtype):
             a, b = a.astype(np.float32), b.astype(np.float32)
-        elif _into(outputs, out_dtype) and a.dtype == b.dtype:   # straight into the planned buffer
-            return [_finish(np.matmul(a, b, out=outputs[0]), out_dtype, op, inputs)]
-        return [_finish(np.matmul(a, b), out_dtype, op, inputs)]
+        elif outputs is not None and outputs[0] is not None and outputs[0].dtype == out_dtype \
+                and a.dtype == b.dtype:   # straight into the planned buffer
+            y = np.matmul(a, b, out=outputs[0])
+            if bias is None or not y.ndim:
+                return [_finish(y, out_dtype, op, inputs)]
+            return [_bias_act(y, bias, act)]
+        y = np.matmul(a, b)
+        if bias is None or type(y) is not np.ndarray or y.dtype != out_dtype or not y.ndim:
+            return [_finish(y, out_dtype, op, inputs)]
+        return [_bias_act(y, bias, act)]
+
+
+def _blas_recipe(op):
+    """What BlasMatMul.run needs that depends only on the op: (weights, params, constant right operand already
+    transposed as a view or None, transpose_a, transpose_b, the bias when the post-ops are a last-axis bias [then
+    one activation] (else None: `_finish` applies them), that activation step or None). The same operations as
+    the general path, without its per-call lookups (~2 us a call: most of a small GEMV's overhead)."""
+    p = op.params
+    w = op.weights
+    b = w.get("b")
+    tb = bool(p.get("transpose_b"))
+    if b is not None and tb:
+        b = _tr(b)
+    bias = act = None
+    post = p.get("post_ops") or ()
+    # axis -1 only (apply_post_ops' default axis 1 is the last axis of 2-D results alone) and a 1-D bias: `y += bias`
+    # then broadcasts exactly as apply_post_ops' reshaped bias does
+    if post and post[0]["op"] == "bias" and len(post) <= 2 and post[0].get("axis", 1) == -1 \
+            and (len(post) == 1 or post[1]["op"] == "activation"):
+        bw = w.get(post[0]["weight"])
+        if bw is not None and bw.ndim == 1:
+            bias = bw
+            act = post[1] if len(post) == 2 else None
+    return w, p, b, bool(p.get("transpose_a")), tb, bias, act
+
+
+def _bias_act(y, bias, act):
+    """y += bias (last axis), then the activation: apply_post_ops' floats for those two steps."""
+    y += bias
+    if act is not None:
+        y = activation_inplace(y, act["type"], act.get("alpha", 0.0), act.get("beta", 0.0))
+    return y
 
 
 @register_tactic
@@ -158,7 +201,21 @@ class PackedGemmTransposed(Tactic):
         if bt.dtype != compute:
             bt = bt.astype(compute)
         n, k = bt.shape
-        y = np.ascontiguousarray(np.dot(bt, a.reshape(-1, k).T).T).reshape(a.shape[:-1] + (n,))
+        yt = np.dot(bt, a.reshape(-1, k).T)
+        if out_dtype == compute == np.float32:
+            cfg = op.__dict__.get("_blas")
+            if cfg is None or cfg[0] is not op.weights or cfg[1] is not op.params:
+                cfg = op.__dict__["_blas"] = _blas_recipe(op)
+            bias, act = cfg[5], cfg[6]
+            if bias is not None and bias.dtype == np.float32:
+                # the copy back to row-major and the bias add as one pass: the same float32 sums
+                y = np.empty(yt.shape[::-1], np.float32)
+                np.add(yt.T, bias, out=y)
+                y = y.reshape(a.shape[:-1] + (n,))
+                if act is not None:
+                    y = activation_inplace(y, act["type"], act.get("alpha", 0.0), act.get("beta", 0.0))
+                return [y]
+        y = np.ascontiguousarray(yt.T).reshape(a.shape[:-1] + (n,))
         return [_finish(y, out_dtype, op, inputs)]
 
 
@@ -351,13 +408,16 @@ class PackedGemmDirect(Tactic):
         a = inputs[0]
         if a.dtype != np.float32:
             a = a.astype(np.float32)
-        shape = a.shape[:-1] + (n,)
-        a2 = a.reshape(-1, a.shape[-1])
-        if a2.strides[-1] != 4:
-            a2 = np.ascontiguousarray(a2)
+        if a.ndim == 2 and a.strides[1] == 4:   # already [M, K] with unit-stride rows: no views to make
+            a2, shape = a, (a.shape[0], n)
+        else:
+            shape = a.shape[:-1] + (n,)
+            a2 = a.reshape(-1, a.shape[-1])
+            if a2.strides[-1] != 4:
+                a2 = np.ascontiguousarray(a2)
         y = outputs[0] if outputs is not None and outputs[0] is not None and outputs[0].dtype == np.float32 \
             and outputs[0].shape == shape and outputs[0].flags.c_contiguous else np.empty(shape, np.float32)
-        fn(a2, bp, bias, has_bias, act, y.reshape(-1, n))
+        fn(a2, bp, bias, has_bias, act, y if y.ndim == 2 else y.reshape(-1, n))
         if other is not None:
             res = activation_inplace(y, other["type"], other.get("alpha", 0.0), other.get("beta", 0.0))
             if res is not y:
