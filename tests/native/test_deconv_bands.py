@@ -120,3 +120,10 @@ def test_bands_decline(params, shape, why):
     op = _op(4, 3, (2, 2), [], True)
     op.params.update(params)
     assert why in _tactic("gemm-col2im-bands").supports(op, [shape])
+
+
+def test_bands_run_a_batch_the_build_did_not_see_as_gemm_col2im():
+    op = _op(4, 3, (2, 2), ["RELU"], True)
+    x = RNG.standard_normal((2, 4, 6, 5)).astype(np.float32)
+    got = _tactic("gemm-col2im-bands").run(op, [x])[0]
+    assert got.tobytes() == _tactic("gemm-col2im").run(op, [x])[0].tobytes()

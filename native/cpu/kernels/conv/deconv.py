@@ -131,14 +131,16 @@ class DeconvGemmCol2imBands(Tactic):
         w, b = kernel_and_bias(op, inputs)
         dtype = x.dtype if x.dtype.kind == "f" else np.float32
         ks = list(op.params["kernel_shape"])
-        if x.ndim != 4 or x.shape[0] != 1 or list(deconv_geometry(op.params, list(x.shape[2:]), ks)[3]) != \
-                [i * k for i, k in zip(x.shape[2:], ks)]:
-            raise ValueError("gemm-col2im-bands: a batch-1 4-D input whose output the kernel tiles")
+        if x.ndim != 4 or x.shape[0] != 1:   # (a shape the build did not see): gemm-col2im's whole-tensor path
+            return DeconvGemmCol2im.run(self, op, inputs)
+        _, _, pre, out = deconv_geometry(op.params, list(x.shape[2:]), ks)
+        if any(pre) or list(out) != [i * k for i, k in zip(x.shape[2:], ks)]:
+            return DeconvGemmCol2im.run(self, op, inputs)
         x = x.astype(dtype, copy=False)
         w = np.asarray(w, dtype)
         c, mg = w.shape[:2]
         wt = w.reshape(c, mg * ks[0] * ks[1]).T                          # [M*taps, C]
-        return [_tiles_in_bands(x, wt, b, ks, [x.shape[2] * ks[0], x.shape[3] * ks[1]], op, dtype)]
+        return [_tiles_in_bands(x, wt, b, ks, list(out), op, dtype)]
 
 
 # a band's GEMM has at least this many multiply-adds (fewer, longer GEMM calls; and clear of OpenBLAS's small-matrix
