@@ -106,7 +106,8 @@ class DeconvGemmCol2imBands(Tactic):
     per band its GEMM columns, its taps assigned into its output rows, + bias and the activations while the band is in
     cache. Its own floats: OpenBLAS's Haswell kernels round a GEMM cut into column bands differently from the whole
     (by an ulp, at some band widths), so this is a tactic apart, tolerance-tested against gemm-col2im. Its bands
-    depend on the shapes only (COLS_BYTES, BAND_MIN_MACS), not on the pool size."""
+    depend on the shapes only (COLS_BYTES, BAND_MIN_MACS), not on the pool size; an input it was not built for
+    (batch > 1 at run time) runs gemm-col2im's whole-tensor path."""
     kind, name = "Deconvolution", "gemm-col2im-bands"
     honours = {"post_ops"}
 
