@@ -79,6 +79,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     upsample_nearest(x [R, H, W], y [R, H*fh, W*fw], fh, fw)
         nearest upsampling of the last two axes by integer factors (Resize's integer-scale nearest case): a copy,
         ~5x numpy's gather + broadcast copy on yolov8n's [256, 10, 10] -> [256, 20, 20].
+    max_pool_2d(x [R, H, W], y [R, Ho, Wo], cols [H, Wo], r0, r1, kh, kw, sh, sw, dh, dw, ph, pw)
+        pooling.py's separable 2-D max pool for planes r0..r1 from the unpadded input, np.maximum's pairs in its
+        order (native/cpu/jit_pool.py).
     (The HardSwish / HardSigmoid / SiLU kernels are compiled in native/cpu/jit_act.py.)
 """
 from __future__ import annotations
@@ -420,7 +423,7 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              "pointwise_chain": _module("jit_chain", "pointwise_chain"), "conv1d_direct": _conv1d_direct,
              "relu6_swish": _module("jit_chain", "relu6_swish"),
              "relu6_swish_affine": _module("jit_chain", "relu6_swish_affine"),
-             "se_direct": _module("jit_se", "se_direct"),
+             "se_direct": _module("jit_se", "se_direct"), "max_pool_2d": _module("jit_pool", "max_pool_2d"),
              "conv1d_direct_pos": _conv1d_direct_pos, "upsample_nearest": _upsample_nearest,
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
              **{k: _module("jit_dw", k) for k in ("depthwise_cl_rows_nchw_k3", "depthwise_cl_rows_nchw_k5")},

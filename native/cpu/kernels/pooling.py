@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from native.cpu import jit
 from native.cpu.kernels.conv import flat_taps, pad_input, resolve_pads, tap_slices
 from native.cpu.kernels.fused import apply_post_ops
 from native.cpu.threads import num_threads, parallel_for, split
@@ -103,6 +104,9 @@ def _max_pool_2d(x, ks, strides, dil, pre, post, out):
     (kw-1) + (kh-1) whole-slab np.maximum calls instead of kh*kw, split over channels on the thread pool."""
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = ks, strides, dil, out
     n, c = x.shape[:2]
+    fast = jit.kernel("max_pool_2d") if x.dtype.kind == "f" and x.dtype.itemsize >= 4 else None
+    if fast is not None:
+        return _max_pool_2d_jit(fast, x, ks, strides, dil, pre, out)
     xp = pad_input(x, pre, post, _min_value(x.dtype)).reshape((n * c,) + tuple(s + a + b for s, a, b in
                                                                                zip(x.shape[2:], pre, post)))
     hp = xp.shape[1]
@@ -128,6 +132,20 @@ def _max_pool_2d(x, ks, strides, dil, pre, post, out):
     work = n * c * hp * wo * kw + y.size * kh  # elements the two max passes touch
     parallel_for(chunk, split(n * c, num_threads() if work >= PARALLEL_MIN_ELEMENTS else 1))
     return y.reshape(n, c, ho, wo)
+
+
+def _max_pool_2d_jit(fast, x, ks, strides, dil, pre, out):
+    """_max_pool_2d's floats in one compiled pass per plane (native/cpu/jit_pool.py): no padded copy, no
+    temporaries; planes split over the pool as the numpy path splits them."""
+    n, c, h, w = x.shape
+    xs = np.ascontiguousarray(x).reshape(n * c, h, w)
+    y = np.empty((n * c,) + tuple(out), x.dtype)
+
+    def chunk(rng):
+        fast(xs, y, np.empty((h, out[1]), x.dtype), rng[0], rng[1], *ks, *strides, *dil, *pre)
+    work = n * c * h * out[1] * ks[1] + y.size * ks[0]
+    parallel_for(chunk, split(n * c, num_threads() if work >= PARALLEL_MIN_ELEMENTS else 1))
+    return y.reshape(n, c, *out)
 
 
 def _window_sum(xp, ks, dil, strides, out, dtype):

@@ -5,8 +5,11 @@ import itertools
 
 import numpy as np
 
+from native.cpu.kernels.activations import activation_inplace
+from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.weights import kernel_and_bias
 from native.cpu.kernels.fused import apply_post_ops
+from native.cpu.threads import num_threads, parallel_for, split
 from native.shared.conv_geometry import deconv_geometry  # noqa: F401  (the math both devices use)
 from native.tactics import Tactic, register_tactic
 
@@ -94,3 +97,86 @@ class DeconvGemmCol2im(Tactic):
         if b is not None:
             y += np.asarray(b, dtype).reshape((1, -1) + (1,) * len(out))
         return [apply_post_ops(y, op, inputs)]
+
+
+
+@register_tactic
+class DeconvGemmCol2imBands(Tactic):
+    """gemm-col2im's tiling case (kernel == stride: the 2x upsamplers) in bands of input rows over the CPU pool:
+    per band its GEMM columns, its taps assigned into its output rows, + bias and the activations while the band is in
+    cache. Its own floats: OpenBLAS's Haswell kernels round a GEMM cut into column bands differently from the whole
+    (by an ulp, at some band widths), so this is a tactic apart, tolerance-tested against gemm-col2im. Its bands
+    depend on the shapes only (COLS_BYTES, BAND_MIN_MACS), not on the pool size; an input it was not built for
+    (batch > 1 at run time) runs gemm-col2im's whole-tensor path."""
+    kind, name = "Deconvolution", "gemm-col2im-bands"
+    honours = {"post_ops"}
+
+    def supports(self, op, input_shapes):
+        p = op.params
+        ks = list(p.get("kernel_shape") or [])
+        if p.get("col2im") or len(ks) != 2 or (p.get("groups", 1) or 1) != 1:
+            return "2-D, one group only"
+        if list(p.get("strides") or [1, 1]) != ks or any(d != 1 for d in p.get("dilations") or [1, 1]) \
+                or any(p.get("pre_padding") or [0]) or any(p.get("post_padding") or [0]) \
+                or any(p.get("output_padding") or [0]):
+            return "kernel == stride, no padding or dilation only (taps that tile the output)"
+        if not all(st["op"] == "activation" for st in p.get("post_ops") or ()):
+            return "activation post-ops only"
+        shape = input_shapes[0] if input_shapes else None
+        if shape is not None and (len(shape) != 4 or shape[0] != 1):
+            return "batch 1 only"
+        return True
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        w, b = kernel_and_bias(op, inputs)
+        dtype = x.dtype if x.dtype.kind == "f" else np.float32
+        ks = list(op.params["kernel_shape"])
+        if x.ndim != 4 or x.shape[0] != 1:   # (a shape the build did not see): gemm-col2im's whole-tensor path
+            return DeconvGemmCol2im.run(self, op, inputs)
+        _, _, pre, out = deconv_geometry(op.params, list(x.shape[2:]), ks)
+        if any(pre) or list(out) != [i * k for i, k in zip(x.shape[2:], ks)]:
+            return DeconvGemmCol2im.run(self, op, inputs)
+        x = x.astype(dtype, copy=False)
+        w = np.asarray(w, dtype)
+        c, mg = w.shape[:2]
+        wt = w.reshape(c, mg * ks[0] * ks[1]).T                          # [M*taps, C]
+        return [_tiles_in_bands(x, wt, b, ks, list(out), op, dtype)]
+
+
+# a band's GEMM has at least this many multiply-adds (fewer, longer GEMM calls; and clear of OpenBLAS's small-matrix
+# kernels, SkylakeX: M*N*K <= 1e6, which sum in another order)
+BAND_MIN_MACS = 1 << 22
+
+
+def _tiles_in_bands(x, wt, b, ks, out, op, dtype):
+    """The gemm-col2im-bands tactic's work: y [1, M, H*kh, W*kw] from x [1, C, H, W] and wt [M*taps, C] (rows
+    channel-major, taps minor), a band of input rows at a time (see the class)."""
+    _, c, h, w = x.shape
+    ntaps = ks[0] * ks[1]
+    m = wt.shape[0] // ntaps
+    (sh, sw), (oh, ow) = ks, out
+    y = np.empty((1, m, oh, ow), dtype)
+    bias = None if b is None else np.asarray(b, dtype).reshape(-1, 1, 1)
+    steps = op.params.get("post_ops") or ()
+    row_macs = wt.shape[0] * c * w
+    per = max(1, tuning.COLS_BYTES // (wt.shape[0] * w * y.itemsize), -(-BAND_MIN_MACS // row_macs))
+    chunks = [(r, min(h, r + per)) for r in range(0, h, per)]
+    if len(chunks) > 1 and (chunks[-1][1] - chunks[-1][0]) * row_macs < BAND_MIN_MACS:
+        chunks[-2:] = [(chunks[-2][0], h)]   # no small last band
+    threads = num_threads() if row_macs * h >= tuning.PARALLEL_MIN_MACS else 1
+
+    def band(rng):
+        for r0, r1 in chunks[rng[0]:rng[1]]:
+            cols = np.matmul(wt, x[0, :, r0:r1].reshape(c, -1)).reshape(m, ntaps, r1 - r0, w)
+            yb = y[0, :, r0 * sh:r1 * sh]
+            for t, (i, j) in enumerate((i, j) for i in range(sh) for j in range(sw)):
+                yb[:, i::sh, j::sw] = cols[:, t]
+            if bias is not None:
+                yb += bias
+            for st in steps:
+                r = activation_inplace(yb, st["type"], st.get("alpha", 0.0), st.get("beta", 0.0))
+                if r is not yb:
+                    np.copyto(yb, r)
+    parallel_for(band, split(len(chunks), threads))
+    return y
