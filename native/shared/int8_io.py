@@ -32,6 +32,56 @@ def epilogue_plan(op) -> tuple:
     return res, relu
 
 
+OUT_TYPES = ("int8", "float32")     # what an INT8 NHWC convolution writes: requantized int8, or float32 values
+
+
+def prepared_reason(op) -> str | None:
+    """Why an INT8 NHWC convolution tactic cannot take `op` as the INT8 I/O pass left it (None: it can): its input
+    scale, a constant kernel, int8 input and an int8 / float32 output, one group, a fusable epilogue."""
+    if "input_scale" not in int8_params(op):
+        return "no INT8 input scale (params['int8'])"
+    if op.weights.get("kernel_hwio") is None and op.weights.get("int8_krsc") is None:
+        return "kernel is not a constant weight"
+    io = io_of(op)
+    if io.get("input") != "int8" or io.get("output") not in OUT_TYPES:
+        return "the layer's tensors are not stored int8 (the INT8 I/O pass did not prepare it)"
+    if (op.params.get("groups", 1) or 1) != 1:
+        return "grouped INT8 convolutions run on another tactic"
+    try:
+        epilogue_plan(op)
+    except TacticRefusal as e:
+        return str(e)
+    return None
+
+
+def residual_storage(op, res_idx, dtypes=None) -> str | None:
+    """The storage type of the layer's residual input (None: no residual): as given (`dtypes`), else what the INT8
+    I/O pass planned (int8 where it gave the input a residual scale, float32 otherwise)."""
+    if res_idx is None:
+        return None
+    if dtypes and res_idx < len(dtypes) and dtypes[res_idx]:
+        return dtypes[res_idx]
+    return "int8" if str(res_idx) in (int8_params(op).get("residual_scales") or {}) else "float32"
+
+
+def nhwc_geometry(op, x_shape) -> tuple:
+    """(strides, pre pads, post pads, dilations, (oh, ow)) of an NHWC convolution; TacticRefusal for a shape or padding
+    the INT8 NHWC kernels do not take."""
+    if len(x_shape) != 4:
+        raise TacticRefusal("only 4-D NHWC inputs")
+    _, h, w, _ = x_shape
+    kh, kw = (int(k) for k in op.params["kernel_spatial"])
+    st = [int(v) for v in op.params.get("strides") or [1, 1]]
+    dil = [int(v) for v in op.params.get("dilations") or [1, 1]]
+    pre = [int(v) for v in op.params.get("pre_padding") or [0, 0]]
+    post = [int(v) for v in op.params.get("post_padding") or [0, 0]]
+    if any(v < 0 for v in pre + post):
+        raise TacticRefusal("negative pads run on another tactic")
+    oh = (h + pre[0] + post[0] - (kh - 1) * dil[0] - 1) // st[0] + 1
+    ow = (w + pre[1] + post[1] - (kw - 1) * dil[1] - 1) // st[1] + 1
+    return st, pre, post, dil, (oh, ow)
+
+
 def channel_scales(op, s_w) -> tuple:
     """(scale of the accumulator per output channel, scale of the residual) in float32: s_x * s_w / s_y and
     s_r / s_y (1 / s_y for a float residual) for an int8 output; s_x * s_w and s_r (1) for a float32 one."""

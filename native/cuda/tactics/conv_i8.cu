@@ -10,6 +10,7 @@
 // The int8 output tile (and an int8 residual tile) go through shared memory, so global reads and writes are 16-byte
 // vectors along the channels.
 #include "common.cuh"
+#include "int8_io.cuh"
 
 #define BM 128
 #define BK 32
@@ -156,35 +157,8 @@ __device__ __forceinline__ void conv_i8(
             for (int hh = 0; hh < 2; ++hh) {
                 const int row = wm * 32 + mt * 16 + g + hh * 8;
                 const int pp = m0 + row;
-                float v0 = __fmul_rn(__fadd_rn(__int2float_rn(acc[mt][nt][hh * 2]), b0), k0);
-                float v1 = __fmul_rn(__fadd_rn(__int2float_rn(acc[mt][nt][hh * 2 + 1]), b1), k1);
-                const long long at = (long long)pp * M + n0 + col;
-                if (RES == 1) {
-                    char2 r = OUT == 0 ? *(const char2*)(O + row * OROW + col)
-                                       : (pp < P ? *(const char2*)((const signed char*)res + at) : make_char2(0, 0));
-                    v0 = __fadd_rn(v0, __fmul_rn((float)r.x, q0));
-                    v1 = __fadd_rn(v1, __fmul_rn((float)r.y, q1));
-                } else if (RES == 2) {
-                    if (pp < P) {
-                        float2 r = *(const float2*)((const float*)res + at);
-                        v0 = __fadd_rn(v0, __fmul_rn(r.x, q0));
-                        v1 = __fadd_rn(v1, __fmul_rn(r.y, q1));
-                    }
-                } else if (RES == 3) {
-                    if (pp < P) {
-                        const unsigned short* r16 = (const unsigned short*)res + at;
-                        v0 = __fadd_rn(v0, __fmul_rn(F16::ld(r16[0]), q0));
-                        v1 = __fadd_rn(v1, __fmul_rn(F16::ld(r16[1]), q1));
-                    }
-                }
-                if (OUT == 0) {
-                    // round to nearest even, then saturate (a float past the int range converts to its bound)
-                    int i0 = min(max(__float2int_rn(v0), lo), 127), i1 = min(max(__float2int_rn(v1), lo), 127);
-                    *(char2*)(O + row * OROW + col) = make_char2((signed char)i0, (signed char)i1);
-                } else if (pp < P) {
-                    *(float2*)((float*)y + at) = relu ? make_float2(fmaxf(v0, 0.0f), fmaxf(v1, 0.0f))
-                                                      : make_float2(v0, v1);
-                }
+                int8_io_pair<RES, OUT>(acc[mt][nt][hh * 2], acc[mt][nt][hh * 2 + 1], b0, b1, k0, k1, q0, q1,
+                                       O + row * OROW + col, pp < P, (long long)pp * M + n0 + col, res, y, lo, relu);
             }
     }
     if (OUT == 0) {

@@ -16,30 +16,13 @@ import numpy as np
 from native.cuda.driver import context
 from native.cuda.nvrtc import allow_dynamic_shared, kernel, launch
 from native.cuda.tactics.common import on_device, out_array, weight
-from native.shared.int8 import int8_params
-from native.shared.int8_io import epilogue_plan, io_of, prepared_weights
+from native.shared.int8_io import (epilogue_plan, io_of, nhwc_geometry, prepared_reason, prepared_weights,
+                                   residual_storage)
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 BM, BK = 128, 32                   # the kernel's pixel tile and K slice (conv_i8.cu)
 _RES = {None: 0, "int8": 1, "float32": 2, "float16": 3}
 _OUT = {"int8": 0, "float32": 1}
-
-
-def geometry(op, x_shape) -> tuple:
-    """(strides, pads, dilations, (oh, ow)) of an NHWC convolution; TacticRefusal for what the kernel does not take."""
-    if len(x_shape) != 4:
-        raise TacticRefusal("only 4-D NHWC inputs")
-    _, h, w, _ = x_shape
-    kh, kw = (int(k) for k in op.params["kernel_spatial"])
-    st = [int(s) for s in op.params.get("strides") or [1, 1]]
-    dil = [int(d) for d in op.params.get("dilations") or [1, 1]]
-    pre = [int(p) for p in op.params.get("pre_padding") or [0, 0]]
-    post = [int(p) for p in op.params.get("post_padding") or [0, 0]]
-    if any(v < 0 for v in pre + post):
-        raise TacticRefusal("negative pads run on another tactic")
-    oh = (h + pre[0] + post[0] - (kh - 1) * dil[0] - 1) // st[0] + 1
-    ow = (w + pre[1] + post[1] - (kw - 1) * dil[1] - 1) // st[1] + 1
-    return st, pre, dil, (oh, ow)
 
 
 class _MmaInt8Conv(Tactic):
@@ -66,15 +49,9 @@ class _MmaInt8Conv(Tactic):
         why = self.hardware()
         if why:
             return why
-        if "input_scale" not in int8_params(op):
-            return "no INT8 input scale (params['int8'])"
-        if op.weights.get("kernel_hwio") is None and op.weights.get("int8_krsc") is None:
-            return "kernel is not a constant weight"
-        io = io_of(op)
-        if io.get("input") != "int8" or io.get("output") not in _OUT:
-            return "the layer's tensors are not stored int8 (the INT8 I/O pass did not prepare it)"
-        if (op.params.get("groups", 1) or 1) != 1:
-            return "grouped INT8 convolutions run on another tactic"
+        why = prepared_reason(op)
+        if why:
+            return why
         m = int(op.params["num_output_maps"])
         if m % self.bn:
             return f"{m} output channels are not a multiple of this tile's {self.bn}"
@@ -84,11 +61,10 @@ class _MmaInt8Conv(Tactic):
                 x_shape = tuple(input_shapes[0])
                 if len(x_shape) == 4 and x_shape[3] % self.c_align:
                     return f"{x_shape[3]} input channels are not a multiple of {self.c_align}"
-                _, _, _, (oh, ow) = geometry(op, x_shape)
-                dtypes = getattr(input_shapes, "dtypes", None)
-                if res_idx is not None and dtypes and res_idx < len(dtypes) and dtypes[res_idx] and \
-                        dtypes[res_idx] not in _RES:
-                    return f"residual stored {dtypes[res_idx]}"
+                _, _, _, _, (oh, ow) = nhwc_geometry(op, x_shape)
+                res_dtype = residual_storage(op, res_idx, getattr(input_shapes, "dtypes", None))
+                if res_dtype not in _RES:
+                    return f"residual stored {res_dtype}"
                 if res_idx is not None and res_idx < len(input_shapes) and input_shapes[res_idx] is not None and \
                         tuple(input_shapes[res_idx]) != (x_shape[0], oh, ow, m):
                     return f"residual {tuple(input_shapes[res_idx])} does not match the output {(x_shape[0], oh, ow, m)}"
@@ -111,7 +87,7 @@ class _MmaInt8Conv(Tactic):
         if c % self.c_align or m % self.bn:
             raise TacticRefusal(f"channels {c} -> {m} do not fit this kernel ({self.c_align}-channel input steps, "
                                 f"{self.bn}-wide tiles)")
-        st, pre, dil, (oh, ow) = geometry(op, x.shape)
+        st, pre, _, dil, (oh, ow) = nhwc_geometry(op, x.shape)
         out = io_of(op)["output"]
         y = out_array(outputs, 0, (n, oh, ow, m), np.dtype(out))
         if y.size == 0:

@@ -25,15 +25,14 @@ from native.cuda.driver import CudaError
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics import cudnn_conv
 from native.cuda.tactics.common import cast, on_device, out_array, weight
-from native.shared.int8 import int8_params
-from native.shared.int8_io import epilogue_plan, io_of, prepared_weights
+from native.shared.int8_io import (epilogue_plan, io_of, nhwc_geometry, prepared_reason, prepared_weights,
+                                   residual_storage)
 from native.tactics import Tactic, TacticRefusal, register_variants
 
 PLANS = 5                      # tactics per layer: the first PLANS execution plans cuDNN ranks for the graph
 ALIGN = 4                      # int8 channel counts cuDNN's NHWC INT8 convolutions take: multiples of 4
 _LOCK = threading.Lock()
 _GRAPHS: dict = {}             # graph key -> Int8ConvGraph, or the str why cuDNN builds none
-_OUT_TYPES = ("int8", "float32")
 
 
 def _dtype(name):
@@ -187,19 +186,9 @@ class _CudnnInt8Conv(Tactic):
     def supports(self, op, input_shapes):
         if not has_library("cudnn"):
             return missing("cudnn")
-        if "input_scale" not in int8_params(op):
-            return "no INT8 input scale (params['int8'])"
-        if op.weights.get("kernel_hwio") is None and op.weights.get("int8_krsc") is None:
-            return "kernel is not a constant weight"
-        io = io_of(op)
-        if io.get("input") != "int8" or io.get("output") not in _OUT_TYPES:
-            return "the layer's tensors are not stored int8 (the INT8 I/O pass did not prepare it)"
-        if (op.params.get("groups", 1) or 1) != 1:
-            return "grouped INT8 convolutions run on another tactic"
-        try:
-            epilogue_plan(op)
-        except TacticRefusal as e:
-            return str(e)
+        why = prepared_reason(op)
+        if why:
+            return why
         if input_shapes and input_shapes[0] is not None:
             try:
                 key, args = self._signature(op, [list(s) if s is not None else None for s in input_shapes],
@@ -219,26 +208,15 @@ class _CudnnInt8Conv(Tactic):
 
     def _signature(self, op, shapes, dtypes=None):
         x_shape = tuple(shapes[0])
-        if len(x_shape) != 4:
-            raise TacticRefusal("only 4-D NHWC inputs")
+        strides, pre, post, dil, (oh, ow) = nhwc_geometry(op, x_shape)
         n, h, wd, c = x_shape
         kh, kw = op.params["kernel_spatial"]
         m = int(op.params["num_output_maps"])
         if c % ALIGN or m % ALIGN:
             raise TacticRefusal(f"INT8 cuDNN convolutions need channels in multiples of {ALIGN} (C={c}, K={m})")
-        strides = list(op.params.get("strides") or [1, 1])
-        dil = list(op.params.get("dilations") or [1, 1])
-        pre = list(op.params.get("pre_padding") or [0, 0])
-        post = list(op.params.get("post_padding") or [0, 0])
-        if any(v < 0 for v in pre + post):
-            raise TacticRefusal("negative pads run on another tactic")
-        oh = (h + pre[0] + post[0] - (kh - 1) * dil[0] - 1) // strides[0] + 1
-        ow = (wd + pre[1] + post[1] - (kw - 1) * dil[1] - 1) // strides[1] + 1
         res_idx, relu = epilogue_plan(op)
-        res_dtype = None
+        res_dtype = residual_storage(op, res_idx, dtypes)
         if res_idx is not None:
-            res_dtype = (dtypes[res_idx] if dtypes and res_idx < len(dtypes) and dtypes[res_idx] else
-                         "int8" if str(res_idx) in (int8_params(op).get("residual_scales") or {}) else "float32")
             if res_dtype not in ("int8", "float32", "float16"):
                 raise TacticRefusal(f"residual stored {res_dtype}")
             if res_idx < len(shapes) and shapes[res_idx] is not None and tuple(shapes[res_idx]) != (n, oh, ow, m):

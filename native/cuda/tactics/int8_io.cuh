@@ -1,0 +1,41 @@
+// The INT8 I/O epilogue (native/shared/int8_io.py) of a pair of adjacent output channels of one output pixel, as the
+// implicit-GEMM INT8 convolutions (conv_i8.cu, conv_i8w.cu) hold their accumulators: v = (float(acc) + bias) * scale
+// (+ r * rs), evaluated in float32 in that order with no contraction (the contract's floats, bit for bit), then ReLU
+// and saturation into the int8 output tile (round to nearest even) or the float32 output.
+#pragma once
+#include "common.cuh"
+
+// RES: the residual [pixels, M]: 0 none, 1 int8, 2 float32, 3 float16; OUT: 0 int8 (cell: the pair's place in the
+// shared output tile, which holds the int8 residual tile first), 1 float32 (y + at). inside: the pixel exists.
+template <int RES, int OUT>
+__device__ __forceinline__ void int8_io_pair(int a0, int a1, float b0, float b1, float k0, float k1, float q0,
+                                             float q1, unsigned char* cell, bool inside, long long at,
+                                             const void* res, void* y, int lo, int relu) {
+    float v0 = __fmul_rn(__fadd_rn(__int2float_rn(a0), b0), k0);
+    float v1 = __fmul_rn(__fadd_rn(__int2float_rn(a1), b1), k1);
+    if (RES == 1) {
+        char2 r = OUT == 0 ? *(const char2*)cell
+                           : (inside ? *(const char2*)((const signed char*)res + at) : make_char2(0, 0));
+        v0 = __fadd_rn(v0, __fmul_rn((float)r.x, q0));
+        v1 = __fadd_rn(v1, __fmul_rn((float)r.y, q1));
+    } else if (RES == 2) {
+        if (inside) {
+            float2 r = *(const float2*)((const float*)res + at);
+            v0 = __fadd_rn(v0, __fmul_rn(r.x, q0));
+            v1 = __fadd_rn(v1, __fmul_rn(r.y, q1));
+        }
+    } else if (RES == 3) {
+        if (inside) {
+            const unsigned short* r16 = (const unsigned short*)res + at;
+            v0 = __fadd_rn(v0, __fmul_rn(F16::ld(r16[0]), q0));
+            v1 = __fadd_rn(v1, __fmul_rn(F16::ld(r16[1]), q1));
+        }
+    }
+    if (OUT == 0) {
+        // round to nearest even, then saturate (a float past the int range converts to its bound)
+        int i0 = min(max(__float2int_rn(v0), lo), 127), i1 = min(max(__float2int_rn(v1), lo), 127);
+        *(char2*)cell = make_char2((signed char)i0, (signed char)i1);
+    } else if (inside) {
+        *(float2*)((float*)y + at) = relu ? make_float2(fmaxf(v0, 0.0f), fmaxf(v1, 0.0f)) : make_float2(v0, v1);
+    }
+}
