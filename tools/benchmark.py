@@ -136,9 +136,10 @@ def _same_tactics_selector(picks: dict):
     return SameTactics()
 
 
-def build_engine(path, feeds, fusion=True, nhwc=None, same_tactics_as=None):
+def build_engine(path, feeds, fusion=True, nhwc=None, same_tactics_as=None, tactic_sources=None):
     """(context, build seconds, layer count) for an engine built at the feeds' shapes. same_tactics_as: {ONNX
-    node: tactic name} to reuse (see `_same_tactics_selector`)."""
+    node: tactic name} to reuse (see `_same_tactics_selector`); tactic_sources: the builder's
+    `config.tactic_sources` (None: every tactic)."""
     from backends.engine import BuilderConfig, BuilderFlag, Runtime, parse_onnx
     from backends.engine.build import profile_from_shapes
     from backends.engine.builder import Builder
@@ -148,6 +149,7 @@ def build_engine(path, feeds, fusion=True, nhwc=None, same_tactics_as=None):
     if not fusion:
         cfg.set_flag(BuilderFlag.DISABLE_FUSION)
     cfg.prefer_nhwc = nhwc
+    cfg.tactic_sources = tactic_sources
     if same_tactics_as:
         cfg.algorithm_selector = _same_tactics_selector(same_tactics_as)
     profile = profile_from_shapes(net, {k: v.shape for k, v in feeds.items()})

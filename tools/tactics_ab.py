@@ -23,26 +23,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def build(path, feeds, sources):
-    """An execution context for `path` built at the feeds' shapes with `config.tactic_sources = sources`, through a
-    serialized plan (as a saved engine runs), and the build's seconds."""
-    from backends.engine import BuilderConfig, Runtime, parse_onnx
-    from backends.engine.build import profile_from_shapes
-    from backends.engine.builder import Builder
-    from backends.engine.plan import serialize_plan
-    net, _ = parse_onnx(path)
-    cfg = BuilderConfig()
-    cfg.tactic_sources = sources
-    profile = profile_from_shapes(net, {k: v.shape for k, v in feeds.items()})
-    if profile is not None:
-        cfg.add_optimization_profile(profile)
-    t0 = time.perf_counter()
-    graph = Builder().build_graph(net, cfg, timing_feeds=feeds)
-    plan = serialize_plan(graph, cfg)
-    build_s = time.perf_counter() - t0
-    return Runtime(tune_process=True).deserialize_engine(plan).create_execution_context(), build_s
-
-
 def chosen(ctx) -> dict:
     """{layer kind: {tactic: layers}} of a built engine."""
     out = collections.defaultdict(collections.Counter)
@@ -71,15 +51,15 @@ def compare(path, feeds, exclude, iterations, onnxrt=False) -> dict:
     from native.cpu import threads
     threads.tune()
     ctxs, row = {}, {"exclude": sorted(exclude)}
+    import tools.benchmark as b
     for label, sources in (("A", {"-" + t for t in exclude}), ("B", None)):
-        ctxs[label], build_s = build(path, feeds, sources)
+        ctxs[label], build_s, _ = b.build_engine(path, feeds, tactic_sources=sources)
         row[label] = {"build_s": round(build_s, 3), "tactics": chosen(ctxs[label])}
     outs = [ctxs[k].execute(dict(feeds)) for k in ("A", "B")]
     row["max_abs_diff"] = max((float(np.max(np.abs(outs[0][k].astype(np.float64) - outs[1][k])))
                                if outs[0][k].size else 0.0) for k in outs[0])
     fns = {k: (lambda c=c: c.execute(dict(feeds))) for k, c in ctxs.items()}
     if onnxrt:
-        import tools.benchmark as b
         sess, f = b.ort_session(path, feeds)
         fns["ORT"] = lambda: sess.run(None, f)
     times, _ = interleaved(fns, iterations, 0)
