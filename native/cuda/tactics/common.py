@@ -5,7 +5,8 @@ import numpy as np
 
 from native import numerics
 from native.cuda.array import GpuArray, to_device
-from native.tactics import TacticRefusal
+from native.shared.int8_io import prepared_weights
+from native.tactics import Tactic, TacticRefusal
 from native.cuda.nvrtc import grid_for, kernel, launch
 
 FLOAT_PRECISIONS = ("float32", "float16", "bfloat16")
@@ -183,3 +184,26 @@ def host_value(x, what: str):
     if _capturing():
         raise TacticRefusal(f"{what} computed on the device cannot be read while a CUDA graph is captured")
     return x.get()
+
+
+class Int8NhwcConv(Tactic):
+    """What every INT8 convolution on int8 NHWC tensors declares (the tensors passes/int8_io.py stores int8 between
+    such layers: `int8_io`), and its quantized KRSC kernel and epilogue scales, prepared once per layer
+    (native/shared/int8_io.prepared_weights). cuDNN's graphs (cudnn_int8.py) and our kernels (conv_i8.py) are ones."""
+    device = "cuda"
+    kind = "ConvolutionNHWC"
+    precisions = ("int8",)
+    formats = ("nhwc",)
+    honours = frozenset({"post_ops"})
+    writes_outputs = True
+    input_dtypes, dtype_inputs = frozenset({"int8"}), (0,)
+    int8_io = True      # reads and writes int8 NHWC tensors (passes/int8_io.py looks for this)
+
+    def prepare(self, op):
+        return prepared_weights(op)
+
+    def prepared(self, op) -> dict:
+        """The layer's prepared weights (prepared now where the build did not)."""
+        if "int8_krsc" not in op.weights:
+            op.weights = prepared_weights(op)
+        return op.weights

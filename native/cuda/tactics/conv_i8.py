@@ -15,25 +15,16 @@ import numpy as np
 
 from native.cuda.driver import context
 from native.cuda.nvrtc import allow_dynamic_shared, kernel, launch
-from native.cuda.tactics.common import on_device, out_array, weight
-from native.shared.int8_io import (epilogue_plan, io_of, nhwc_geometry, prepared_reason, prepared_weights,
-                                   residual_storage)
-from native.tactics import Tactic, TacticRefusal, register_tactic
+from native.cuda.tactics.common import Int8NhwcConv, on_device, out_array, weight
+from native.shared.int8_io import epilogue_plan, io_of, nhwc_geometry, prepared_reason, residual_storage
+from native.tactics import TacticRefusal, register_tactic
 
 BM, BK = 128, 32                   # the kernel's pixel tile and K slice (conv_i8.cu)
 _RES = {None: 0, "int8": 1, "float32": 2, "float16": 3}
 _OUT = {"int8": 0, "float32": 1}
 
 
-class _MmaInt8Conv(Tactic):
-    device = "cuda"
-    kind = "ConvolutionNHWC"
-    precisions = ("int8",)
-    formats = ("nhwc",)
-    honours = frozenset({"post_ops"})
-    writes_outputs = True
-    input_dtypes, dtype_inputs = frozenset({"int8"}), (0,)
-    int8_io = True      # reads and writes int8 NHWC tensors (passes/int8_io.py looks for this)
+class _MmaInt8Conv(Int8NhwcConv):
     bn = 128
     c_align = BK        # input channels in multiples of this (a K slice, or a 16-byte chunk, within one tap)
 
@@ -72,12 +63,8 @@ class _MmaInt8Conv(Tactic):
             return str(e)
         return None
 
-    def prepare(self, op):
-        return prepared_weights(op)
-
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        if "int8_krsc" not in op.weights:
-            op.weights = prepared_weights(op)
+        wts = self.prepared(op)
         x = on_device(inputs[0])
         if x.dtype != np.int8:
             raise TacticRefusal(f"the INT8 implicit-GEMM convolution reads int8 NHWC input, got {x.dtype}")
@@ -100,7 +87,6 @@ class _MmaInt8Conv(Tactic):
         for a in (x, y, r):
             if a is not None and a.ptr % 16:
                 raise TacticRefusal("the kernel reads and writes 16-byte aligned tensors")
-        wts = op.weights
         # the per-channel float32 vectors as prepared_weights keeps them ([1, M, 1, 1], contiguous: M floats)
         scale_args = [weight(wts["int8_krsc"]), weight(wts["int8_bias"]), weight(wts["int8_scale"])]
         p = n * oh * ow

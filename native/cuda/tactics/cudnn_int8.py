@@ -24,10 +24,9 @@ from native.cuda.diagnostics import captured_stderr
 from native.cuda.driver import CudaError
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics import cudnn_conv
-from native.cuda.tactics.common import cast, on_device, out_array, weight
-from native.shared.int8_io import (epilogue_plan, io_of, nhwc_geometry, prepared_reason, prepared_weights,
-                                   residual_storage)
-from native.tactics import Tactic, TacticRefusal, register_variants
+from native.cuda.tactics.common import Int8NhwcConv, cast, on_device, out_array, weight
+from native.shared.int8_io import epilogue_plan, io_of, nhwc_geometry, prepared_reason, residual_storage
+from native.tactics import TacticRefusal, register_variants
 
 PLANS = 5                      # tactics per layer: the first PLANS execution plans cuDNN ranks for the graph
 ALIGN = 4                      # int8 channel counts cuDNN's NHWC INT8 convolutions take: multiples of 4
@@ -172,15 +171,7 @@ def as_float32(r: GpuArray) -> GpuArray:
     return cast(r, np.float32)
 
 
-class _CudnnInt8Conv(Tactic):
-    device = "cuda"
-    kind = "ConvolutionNHWC"
-    precisions = ("int8",)
-    formats = ("nhwc",)
-    honours = frozenset({"post_ops"})
-    writes_outputs = True
-    input_dtypes, dtype_inputs = frozenset({"int8"}), (0,)
-    int8_io = True      # reads and writes int8 NHWC tensors (passes/int8_io.py looks for this)
+class _CudnnInt8Conv(Int8NhwcConv):
     index = 0
 
     def supports(self, op, input_shapes):
@@ -203,9 +194,6 @@ class _CudnnInt8Conv(Tactic):
                 return str(e)
         return None
 
-    def prepare(self, op):
-        return prepared_weights(op)
-
     def _signature(self, op, shapes, dtypes=None):
         x_shape = tuple(shapes[0])
         strides, pre, post, dil, (oh, ow) = nhwc_geometry(op, x_shape)
@@ -227,8 +215,7 @@ class _CudnnInt8Conv(Tactic):
         return key, ((n, c, h, wd), (m, c, kh, kw), (n, m, oh, ow), geo, res_dtype, relu, out)
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        if "int8_krsc" not in op.weights:
-            op.weights = prepared_weights(op)
+        wts = self.prepared(op)
         x = on_device(inputs[0])
         if x.dtype != np.int8:
             raise TacticRefusal(f"the INT8 cuDNN convolution reads int8 NHWC input, got {x.dtype}")
@@ -243,7 +230,6 @@ class _CudnnInt8Conv(Tactic):
         r = on_device(inputs[res_idx]) if res_idx is not None else None
         if cast_residual:      # the int8 values (or float16 ones) as float32; rs still scales them
             r = as_float32(r)
-        wts = op.weights
         try:
             g.execute(self.index, x, weight(wts["int8_krsc"]),
                       weight(wts["int8_bias"] if g.bias_first else wts["int8_bias_scaled"]), weight(wts["int8_scale"]),
