@@ -430,6 +430,14 @@ def activation_inplace(y, type, alpha=0.0, beta=0.0):
     return fn(y, alpha, beta, y)
 
 
+def activation_into(y, step):
+    """A post-op activation step ({"type", "alpha", "beta"}) applied to `y` and left in `y` (copied back where
+    activation_inplace had to make a new array): the epilogues' in-place activation."""
+    r = activation_inplace(y, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
+    if r is not y:
+        np.copyto(y, r)
+
+
 def _int_bounds(dtype, lo, hi):
     info = np.iinfo(dtype)
     lo = info.min if lo is None or lo == -math.inf else int(max(math.ceil(lo), info.min))

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from native.cpu import jit
-from native.cpu.kernels.activations import activation_inplace
+from native.cpu.kernels.activations import activation_into
 from native.tactics import Tactic, register_tactic
 
 
@@ -39,9 +39,7 @@ def dense(w, b, steps, v):
     if b is not None:
         out += b
     for s in steps:
-        r = activation_inplace(out, s["type"], s.get("alpha", 0.0), s.get("beta", 0.0))
-        if r is not out:
-            np.copyto(out, r)
+        activation_into(out, s)
     return out
 
 

@@ -5,7 +5,7 @@ import itertools
 
 import numpy as np
 
-from native.cpu.kernels.activations import activation_inplace
+from native.cpu.kernels.activations import activation_into
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.weights import kernel_and_bias
 from native.cpu.kernels.fused import apply_post_ops
@@ -175,8 +175,6 @@ def _tiles_in_bands(x, wt, b, ks, out, op, dtype):
             if bias is not None:
                 yb += bias
             for st in steps:
-                r = activation_inplace(yb, st["type"], st.get("alpha", 0.0), st.get("beta", 0.0))
-                if r is not yb:
-                    np.copyto(yb, r)
+                activation_into(yb, st)
     parallel_for(band, split(len(chunks), threads))
     return y

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from native.cpu import jit
-from native.cpu.kernels.activations import activation_inplace, silu_polyexp_inplace
+from native.cpu.kernels.activations import activation_into, silu_polyexp_inplace
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.fused import apply_post_ops
 from native.cpu.threads import parallel_for, split
@@ -86,9 +86,7 @@ def region_epilogue(y, sel, op, inputs, bias, half=False):
         elif kind == "bias":
             yr += np.asarray(op.weights[step["weight"]], y.dtype).reshape(-1)[csel].reshape(-1, 1, 1)
         elif kind == "activation":
-            r = activation_inplace(yr, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
-            if r is not yr:
-                np.copyto(yr, r)
+            activation_into(yr, step)
         elif kind == "add":
             yr += inputs[step["input"]][sel]
         else:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from native.cpu.kernels.activations import activation_inplace
+from native.cpu.kernels.activations import activation_into
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
@@ -46,9 +46,7 @@ def _epilogue(yb, op, inputs, bias, n, h0, h1):
         if kind == "bias":
             yb += np.asarray(op.weights[step["weight"]], yb.dtype).reshape(-1)
         elif kind == "activation":
-            r = activation_inplace(yb, step["type"], step.get("alpha", 0.0), step.get("beta", 0.0))
-            if r is not yb:
-                np.copyto(yb, r)
+            activation_into(yb, step)
         else:   # "add": the residual's rows, channel-last (a view)
             yb += inputs[step["input"]][n, :, h0:h1].transpose(1, 2, 0)
 
