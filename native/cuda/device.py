@@ -76,6 +76,7 @@ class CudaDevice(Device):
         import native.cuda.tactics.quantize  # noqa: F401
         import native.cuda.tactics.cudnn_int8  # noqa: F401  (INT8 NHWC with int8 I/O: passes/int8_io.py)
         import native.cuda.tactics.conv_i8  # noqa: F401  (the same, our implicit-GEMM kernel)
+        import native.cuda.tactics.conv_i8t  # noqa: F401  (the same, fed by the TMA)
         from native.cuda.tactics.host import wrap_cpu_tactics
         wrap_cpu_tactics()
 

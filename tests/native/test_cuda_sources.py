@@ -10,7 +10,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CUDA = os.path.join(ROOT, "native", "cuda")
-GENERATED = {"pointwise_program.cu", "generated.cu"}   # names of generated sources (nvrtc's program names)
+GENERATED = {"pointwise_program.cu", "conv_i8t_program.cu", "generated.cu"}   # names of generated sources (nvrtc's program names)
 
 
 def _python_files():

@@ -12,7 +12,9 @@ from tests.native.cuda.test_cuda_int8_io import _op
 pytestmark = pytest.mark.cuda
 
 
-NAMES = ["mma-int8-128x128", "mma-int8-128x64", "wgmma-int8-128x128-s2", "wgmma-int8-128x64-s3"]
+NAMES = ["mma-int8-128x128", "mma-int8-128x64", "wgmma-int8-128x128-s2", "wgmma-int8-128x64-s3",
+         "tma-int8-128x128-s4", "tma-int8-128x128-s2", "tma-int8-128x64-s4"]
+TMA = ["tma-int8-128x128-s4", "tma-int8-128x128-s2", "tma-int8-128x256-s3", "tma-int8-128x64-s4"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -37,15 +39,32 @@ def test_wgmma_int8_conv_takes_16_channel_steps_and_long_k(name, c, m, k, stride
     _check(name, c, m, k, stride, residual, relu, out, n, h)
 
 
-def _check(name, c, m, k, stride, residual, relu, out, n, h):
+@pytest.mark.parametrize("name", TMA)
+@pytest.mark.parametrize("c,m,k,stride,dil,residual,relu,out,n,h", [
+    (64, 256, 1, 1, 1, "int8", True, "int8", 3, 11),      # flat 1x1: tiles of 128 consecutive pixels, a partial one
+    (256, 256, 1, 2, 1, None, False, "int8", 4, 13),      # 1x1 stride 2 (a downsample): a box with element strides
+    (192, 256, 3, 1, 1, "int8", True, "int8", 5, 7),      # 7x7 maps: boxes spanning images; 192 = 1.5 K steps a tap
+    (64, 256, 3, 2, 1, "float32", True, "float32", 2, 29),  # 3x3 stride 2, odd map, padding on both sides
+    (48, 256, 3, 1, 2, None, True, "int8", 2, 12),        # dilation 2: taps two pixels apart, zero fill at the edges
+    (512, 256, 3, 1, 1, "float16", False, "int8", 3, 14),  # K of 4608 through the stages many times over
+    (16, 256, 7, 2, 1, None, True, "int8", 1, 40)])        # a 7x7 stride-2 stem on 16 channels
+def test_tma_int8_conv_boxes_strides_dilation_and_images(name, c, m, k, stride, dil, residual, relu, out, n, h):
+    """The TMA kernels' own geometry: output boxes of several images, element strides, dilated taps, zero fill in
+    the padding and past the channels, long K."""
+    _check(name, c, m, k, stride, residual, relu, out, n, h, dil)
+
+
+def _check(name, c, m, k, stride, residual, relu, out, n, h, dil=1):
     from native.cuda.array import GpuArray
     from native.tactics import LayerContext, tactics_for
     rng = np.random.default_rng(11)
     op = _op(c, m, k, stride, residual, relu, out, rng)
+    pad = dil * (k // 2)
+    op.params.update(dilations=[dil, dil], pre_padding=[pad, pad], post_padding=[pad, pad])
     if residual == "float16":
         op.params["int8"].pop("residual_scales", None)
     x = rng.integers(-128, 128, (n, h, h, c)).astype(np.int8)
-    oh = (h + 2 * (k // 2) - k) // stride + 1
+    oh = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
     r = None
     if residual == "int8":
         r = rng.integers(-128, 128, (n, oh, oh, m)).astype(np.int8)

@@ -1,0 +1,250 @@
+// INT8 convolutions on int8 NHWC tensors as implicit GEMMs fed by Hopper's Tensor Memory Accelerator, one template
+// instantiated per tile shape, residual and output storage by conv_i8.py (CONV_I8T_KERNEL in a generated source:
+// each program compiles only the kernel it runs). Same contract as conv_i8w.cu: wgmma m64nNk32 s8 x s8 -> s32 and
+// int8_io.cuh's fused epilogue, so the outputs equal native/shared/int8_io.py bit for bit.
+//
+// Why: conv_i8w.cu gathers its operands with cp.async, 16 bytes and one address computation per chunk per thread,
+// one stage in flight; Nsight Compute read it latency-bound at 25% occupancy with most issue slots on addresses.
+// Here one producer thread asks the TMA for whole tiles (a box of the 4-D NHWC input per filter tap, zero-filled in
+// the padding and past the channels; a box of the KRSC kernel), STAGES deep, each stage behind a pair of mbarriers
+// (full: its bytes landed; empty: both consumer warpgroups' wgmmas finished reading it). The two consumer
+// warpgroups only issue wgmma and run the epilogue.
+//
+// A block's 128 output pixels are a box of BW x BH pixels of BI images (BW * BH * BI = 128, powers of two, chosen
+// by the host to waste the fewest pixels at this output size); a 1x1 stride-1 convolution is given as one image of
+// one row of N*H*W pixels, so its tiles are 128 consecutive pixels and waste nothing. Strides are the TMA's element
+// strides. The smem tiles land in wgmma's 128-byte swizzle (row r's 16-byte chunk j at r * 128 + ((j ^ (r & 7)) <<
+// 4)), which is the TMA's SWIZZLE_128B.
+#pragma once
+#include "common.cuh"
+#include "int8_io.cuh"
+
+#define TBM 128
+#define TBK 128
+#define TCONSUMERS 256
+#define TTHREADS (TCONSUMERS + 32)
+
+struct alignas(64) TmaDesc { unsigned long long v[16]; };   // a CUtensorMap, passed by value (__grid_constant__)
+
+__device__ __forceinline__ unsigned t_smem(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void t_bar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void t_bar_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void t_bar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void t_bar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void t_load_4d(unsigned dst, const TmaDesc* map, int c, int x, int y, int z, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 :: "r"(dst), "l"((unsigned long long)map), "r"(c), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void t_load_2d(unsigned dst, const TmaDesc* map, int k, int n, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(dst), "l"((unsigned long long)map), "r"(k), "r"(n), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void t_cp16(unsigned dst, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void t_consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+
+// a K-major operand tile in shared memory, 128-byte swizzle, 8-row groups 1024 bytes apart
+__device__ __forceinline__ unsigned long long t_desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+#define T_R8(o) "+r"(d[o]), "+r"(d[o + 1]), "+r"(d[o + 2]), "+r"(d[o + 3]), "+r"(d[o + 4]), "+r"(d[o + 5]), \
+                "+r"(d[o + 6]), "+r"(d[o + 7])
+#define T_R32(o) T_R8(o), T_R8(o + 8), T_R8(o + 16), T_R8(o + 24)
+
+__device__ __forceinline__ void t_mma64(int* d, unsigned long long a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1;\n"
+                 : T_R32(0) : "l"(a), "l"(b));
+}
+__device__ __forceinline__ void t_mma128(int* d, unsigned long long a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+                 "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+                 "%59, %60, %61, %62, %63}, %64, %65, 1;\n"
+                 : T_R32(0), T_R32(32) : "l"(a), "l"(b));
+}
+__device__ __forceinline__ void t_mma256(int* d, unsigned long long a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+                 "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+                 "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, "
+                 "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, "
+                 "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "
+                 "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, 1;\n"
+                 : T_R32(0), T_R32(32), T_R32(64), T_R32(96) : "l"(a), "l"(b));
+}
+template <int BN> __device__ __forceinline__ void t_mma(int* d, unsigned long long a, unsigned long long b) {
+    if (BN == 256) t_mma256(d, a, b); else if (BN == 128) t_mma128(d, a, b); else t_mma64(d, a, b);
+}
+
+// the output pixel (flat index into [N, OH, OW]) of tile row `row`, or -1 past the map
+struct TilePixels {
+    int n0, oh0, ow0, lbw, lbh, N, OH, OW;
+    __device__ __forceinline__ long long at(int row) const {
+        const int wi = row & ((1 << lbw) - 1), hi = (row >> lbw) & ((1 << lbh) - 1), ni = row >> (lbw + lbh);
+        const int n = n0 + ni, oh = oh0 + hi, ow = ow0 + wi;
+        return (n < N && oh < OH && ow < OW) ? ((long long)n * OH + oh) * OW + ow : -1;
+    }
+};
+
+// ta: the input [N][H][W][C] int8 (dims C, W, H, N; box 128 x BW*sw x BH*sh x BI, element strides 1, sw, sh, 1);
+// tb: the KRSC kernel [M][KH*KW*C] int8 (box 128 x BN). Grid: (pixel tiles, M / BN).
+// Dynamic shared memory: STAGES x (A 128 x 128 + B BN x 128), the output tile, three channel vectors, the barriers.
+template <int BN, int STAGES, int RES, int OUT>
+__device__ __forceinline__ void conv_i8t(
+        const TmaDesc* ta, const TmaDesc* tb, const float* __restrict__ bias, const float* __restrict__ scale,
+        const void* __restrict__ res, const float* __restrict__ rscale, void* __restrict__ y, int N, int C, int M,
+        int KH, int KW, int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw,
+        int th, int relu) {
+    constexpr int A_BYTES = TBM * TBK, B_BYTES = BN * TBK, STAGE = A_BYTES + B_BYTES;
+    constexpr int OROW = BN + 16, CHUNKS = BN / 16, NACC = BN / 2;
+    extern __shared__ unsigned char dsmem[];
+    const unsigned raw = t_smem(dsmem);
+    unsigned char* base = dsmem + (((raw + 1023) & ~1023u) - raw);        // 1024-aligned for the swizzle
+    unsigned char* O = base + STAGES * STAGE;                              // [TBM][OROW] int8 output tile
+    float* s_bias = (float*)(O + TBM * OROW);
+    float* s_scale = s_bias + BN;
+    float* s_rs = s_scale + BN;
+    unsigned long long* bars = (unsigned long long*)(s_rs + BN);           // full[STAGES], empty[STAGES]
+    const unsigned sbase = t_smem(base), full0 = t_smem(bars), empty0 = full0 + STAGES * 8;
+
+    const int tid = threadIdx.x;
+    const int bw = 1 << lbw, bh = 1 << lbh, bi = TBM >> (lbw + lbh);
+    const int tile = blockIdx.x;
+    TilePixels pix;
+    pix.ow0 = (tile % tw) * bw;
+    pix.oh0 = ((tile / tw) % th) * bh;
+    pix.n0 = (tile / (tw * th)) * bi;
+    pix.lbw = lbw; pix.lbh = lbh; pix.N = N; pix.OH = OH; pix.OW = OW;
+    const int n0 = blockIdx.y * BN;
+    const int kc = (C + TBK - 1) / TBK, steps = KH * KW * kc;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            t_bar_init(full0 + s * 8, 1);
+            t_bar_init(empty0 + s * 8, TCONSUMERS / 32);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (tid >= TCONSUMERS) {                           // the producer warp: one thread issues every load
+        if (tid == TCONSUMERS) {
+            asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)ta) : "memory");
+            asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)tb) : "memory");
+            const int x0 = pix.ow0 * sw - pw, y0 = pix.oh0 * sh - ph;
+            int stage = 0, round = 0, step = 0;
+            for (int r = 0; r < KH; ++r)
+                for (int s = 0; s < KW; ++s)
+                    for (int c0 = 0; c0 < C; c0 += TBK, ++step) {
+                        if (step >= STAGES) t_bar_wait(empty0 + stage * 8, (round - 1) & 1);
+                        const unsigned fb = full0 + stage * 8, st = sbase + stage * STAGE;
+                        t_bar_expect(fb, STAGE);
+                        t_load_4d(st, ta, c0, x0 + s * dw, y0 + r * dh, pix.n0, fb);
+                        t_load_2d(st + A_BYTES, tb, (r * KW + s) * C + c0, n0, fb);
+                        if (++stage == STAGES) { stage = 0; ++round; }
+                    }
+        }
+        return;
+    }
+
+    // consumers: the epilogue's channel vectors and the int8 residual tile first (they land while the GEMM runs)
+    if (OUT == 0 && RES == 1) {
+        const signed char* r8 = (const signed char*)res;
+        for (int i = tid; i < TBM * CHUNKS; i += TCONSUMERS) {
+            const int row = i / CHUNKS, ch = i - row * CHUNKS;
+            const long long pp = pix.at(row);
+            t_cp16(t_smem(O + row * OROW + ch * 16), pp >= 0 ? r8 + pp * M + n0 + ch * 16 : r8, pp >= 0);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+    for (int i = tid; i < BN; i += TCONSUMERS) {
+        s_bias[i] = bias[n0 + i];
+        s_scale[i] = scale[n0 + i];
+        s_rs[i] = rscale[n0 + i];
+    }
+
+    const int wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3;
+    int acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0;
+    int stage = 0, round = 0, prev = 0;
+    for (int step = 0; step < steps; ++step) {
+        t_bar_wait(full0 + stage * 8, round & 1);
+        const unsigned st = sbase + stage * STAGE;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < TBK / 32; ++kk)
+            t_mma<BN>(acc, t_desc(st + wg * 64 * TBK + kk * 32), t_desc(st + A_BYTES + kk * 32));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // the step before this one is done
+        if (step > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);        // ... so its stage may be refilled
+        prev = stage;
+        if (++stage == STAGES) { stage = 0; ++round; }
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (OUT == 0 && RES == 1) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    t_consumers_sync();
+
+    // epilogue: accumulator j*4 + e holds row 16*wi + g (+8 for e >= 2), column 8j + 2*tig (+1 for odd e)
+    const int g = lane >> 2, tig = lane & 3;
+    const int lo = relu ? 0 : -128;
+    long long rowpix[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) rowpix[hh] = pix.at(wg * 64 + wi * 16 + g + hh * 8);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int col = j * 8 + tig * 2;
+        const float b0 = s_bias[col], b1 = s_bias[col + 1], k0 = s_scale[col], k1 = s_scale[col + 1];
+        const float q0 = s_rs[col], q1 = s_rs[col + 1];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int row = wg * 64 + wi * 16 + g + hh * 8;
+            const long long pp = rowpix[hh];
+            int8_io_pair<RES, OUT>(acc[j * 4 + hh * 2], acc[j * 4 + hh * 2 + 1], b0, b1, k0, k1, q0, q1,
+                                   O + row * OROW + col, pp >= 0, (pp >= 0 ? pp : 0) * M + n0 + col, res, y, lo,
+                                   relu);
+        }
+    }
+    if (OUT == 0) {
+        t_consumers_sync();
+        signed char* y8 = (signed char*)y;
+        for (int i = tid; i < TBM * CHUNKS; i += TCONSUMERS) {
+            const int row = i / CHUNKS, ch = i - row * CHUNKS;
+            const long long pp = pix.at(row);
+            if (pp >= 0) *(int4*)(y8 + pp * M + n0 + ch * 16) = *(const int4*)(O + row * OROW + ch * 16);
+        }
+    }
+}
+
+// conv_i8t_bn<BN>_s<STAGES>_r<RES>_o<OUT>; MINB blocks per SM (the register budget)
+#define CONV_I8T_KERNEL(BN_, S_, MINB_, RES_, OUT_)                                                                  \
+    extern "C" __global__ void __launch_bounds__(TTHREADS, MINB_) conv_i8t_bn##BN_##_s##S_##_r##RES_##_o##OUT_(     \
+        const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const float* bias,                  \
+        const float* scale, const void* res, const float* rscale, void* y, int N, int C, int M, int KH, int KW,     \
+        int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw, int th,           \
+        int relu) {                                                                                                 \
+        conv_i8t<BN_, S_, RES_, OUT_>(&ta, &tb, bias, scale, res, rscale, y, N, C, M, KH, KW, OH, OW, sh, sw, ph,    \
+                                      pw, dh, dw, lbw, lbh, tw, th, relu);                                          \
+    }
