@@ -95,8 +95,8 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
             cu = _cu()
             tmap = check(cu.cuTensorMapEncodeTiled(
                 cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, len(dims), ptr,
-                [int(d) for d in dims], [int(s) for s in strides], [int(b) for b in box],
-                [int(e) for e in elem_strides], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                [cu.cuuint64_t(int(d)) for d in dims], [cu.cuuint64_t(int(s)) for s in strides],
+                [cu.cuuint32_t(int(b)) for b in box], [cu.cuuint32_t(int(e)) for e in elem_strides], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
                 cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
                 cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
