@@ -248,3 +248,159 @@ __device__ __forceinline__ void conv_i8t(
         conv_i8t<BN_, S_, RES_, OUT_>(&ta, &tb, bias, scale, res, rscale, y, N, C, M, KH, KW, OH, OW, sh, sw, ph,    \
                                       pw, dh, dw, lbw, lbh, tw, th, relu);                                          \
     }
+
+// ---------------------------------------------------------------------------------------------------------------
+// The persistent form for int8 in -> int8 out with no residual or an int8 one (the inside of an INT8 chain, where
+// ResNet's residual 1x1 convolutions are memory-bound): each block walks tiles (pixel tile x BN channels) with
+// gridDim.x blocks in all, and the bytes that the epilogue moves go through the TMA too. The producer loads each
+// tile's int8 residual into one of two output buffers (128 rows x 128 bytes a box, 128-byte swizzle) while the
+// consumers still multiply the tile before; the consumers write the int8 output over the residual in place and
+// one thread stores the buffer with the TMA while they go on to the next tile.
+__device__ __forceinline__ void t_store_4d(const TmaDesc* map, unsigned src, int c, int x, int y, int z) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+                 :: "l"((unsigned long long)map), "r"(src), "r"(c), "r"(x), "r"(y), "r"(z) : "memory");
+}
+__device__ __forceinline__ void t_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void t_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void t_store_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory");
+}
+// byte (row, col) of a 128-row output buffer held as BN / 128 swizzled boxes of 128 x 128 bytes
+__device__ __forceinline__ int t_obyte(int row, int col) {
+    return (col >> 7) * (TBM * 128) + row * 128 + ((((col & 127) >> 4) ^ (row & 7)) << 4) + (col & 15);
+}
+
+// ta, tb as conv_i8t; to / tr: the output / int8 residual [N][OH][OW][M] (dims M, OW, OH, N; box 128 x BW x BH x
+// BI; a flat 1x1 convolution: M, P, 1, 1). Tiles: pixel tiles (tw x th x image groups) x M / BN channel tiles,
+// channel tile fastest. Dynamic shared memory: STAGES x (A + B), 2 output buffers of 128 x BN, the barriers.
+template <int BN, int STAGES, int RES>
+__device__ __forceinline__ void conv_i8p(
+        const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* to, const TmaDesc* tr, const float* __restrict__ bias,
+        const float* __restrict__ scale, const float* __restrict__ rscale, int N, int C, int M, int KH, int KW,
+        int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw, int th, int tiles,
+        int relu) {
+    constexpr int A_BYTES = TBM * TBK, B_BYTES = BN * TBK, STAGE = A_BYTES + B_BYTES, OBUF = TBM * BN;
+    constexpr int NACC = BN / 2;
+    extern __shared__ unsigned char dsmem[];
+    const unsigned raw = t_smem(dsmem);
+    unsigned char* base = dsmem + (((raw + 1023) & ~1023u) - raw);
+    unsigned char* O = base + STAGES * STAGE;                              // 2 x [BN / 128][128][128] swizzled
+    unsigned long long* bars = (unsigned long long*)(O + 2 * OBUF);
+    const unsigned sbase = t_smem(base), obase = t_smem(O), full0 = t_smem(bars), empty0 = full0 + STAGES * 8,
+                   ofull0 = empty0 + STAGES * 8, oempty0 = ofull0 + 16;
+    const int tid = threadIdx.x;
+    const int bw = 1 << lbw, bh = 1 << lbh, bi = TBM >> (lbw + lbh);
+    const int ntiles = M / BN, kc = (C + TBK - 1) / TBK, steps = KH * KW * kc;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            t_bar_init(full0 + s * 8, 1);
+            t_bar_init(empty0 + s * 8, TCONSUMERS / 32);
+        }
+        for (int b = 0; b < 2; ++b) {
+            t_bar_init(ofull0 + b * 8, 1);
+            t_bar_init(oempty0 + b * 8, 1);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (tid >= TCONSUMERS) {
+        if (tid == TCONSUMERS) {
+            asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)ta) : "memory");
+            asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)tb) : "memory");
+            int stage = 0, round = 0, step = 0, local = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
+                const int n0 = (t % ntiles) * BN, pt = t / ntiles;
+                const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
+                if (RES == 1) {
+                    const int b = local & 1;
+                    if (local >= 2) t_bar_wait(oempty0 + b * 8, ((local >> 1) - 1) & 1);
+                    t_bar_expect(ofull0 + b * 8, OBUF);
+#pragma unroll
+                    for (int h = 0; h < BN / 128; ++h)
+                        t_load_4d(obase + b * OBUF + h * TBM * 128, tr, n0 + h * 128, ow0, oh0, i0, ofull0 + b * 8);
+                }
+                const int x0 = ow0 * sw - pw, y0 = oh0 * sh - ph;
+                for (int r = 0; r < KH; ++r)
+                    for (int s = 0; s < KW; ++s)
+                        for (int c0 = 0; c0 < C; c0 += TBK, ++step) {
+                            if (step >= STAGES) t_bar_wait(empty0 + stage * 8, (round - 1) & 1);
+                            const unsigned fb = full0 + stage * 8, st = sbase + stage * STAGE;
+                            t_bar_expect(fb, STAGE);
+                            t_load_4d(st, ta, c0, x0 + s * dw, y0 + r * dh, i0, fb);
+                            t_load_2d(st + A_BYTES, tb, (r * KW + s) * C + c0, n0, fb);
+                            if (++stage == STAGES) { stage = 0; ++round; }
+                        }
+            }
+        }
+        return;
+    }
+
+    const int wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3, g = lane >> 2, tig = lane & 3;
+    const int lo = relu ? 0 : -128;
+    int stage = 0, round = 0, prev = 0, local = 0;
+    int acc[NACC];
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
+        const int n0 = (t % ntiles) * BN, pt = t / ntiles;
+        const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
+        const int b = local & 1;
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] = 0;
+        for (int step = 0; step < steps; ++step) {
+            t_bar_wait(full0 + stage * 8, round & 1);
+            const unsigned st = sbase + stage * STAGE;
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int kk = 0; kk < TBK / 32; ++kk)
+                t_mma<BN>(acc, t_desc(st + wg * 64 * TBK + kk * 32), t_desc(st + A_BYTES + kk * 32));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            if (step > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);
+            prev = stage;
+            if (++stage == STAGES) { stage = 0; ++round; }
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        if (lane == 0) t_bar_arrive(empty0 + prev * 8);                    // the tile's last stage is free too
+        if (tid == 0 && local >= 1) {        // the previous tile's store has read its buffer: it may take a residual
+            t_store_wait_read<0>();
+            if (RES == 1) t_bar_arrive(oempty0 + (b ^ 1) * 8);
+        }
+        if (RES == 1) t_bar_wait(ofull0 + b * 8, (local >> 1) & 1);
+        unsigned char* ob = O + b * OBUF;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int col = j * 8 + tig * 2;
+            const float2 bb = __ldg((const float2*)(bias + n0 + col)), kk = __ldg((const float2*)(scale + n0 + col));
+            const float2 qq = __ldg((const float2*)(rscale + n0 + col));
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int row = wg * 64 + wi * 16 + g + hh * 8;
+                int8_io_pair<RES, 0>(acc[j * 4 + hh * 2], acc[j * 4 + hh * 2 + 1], bb.x, bb.y, kk.x, kk.y, qq.x,
+                                     qq.y, ob + t_obyte(row, col), true, 0, nullptr, nullptr, lo, relu);
+            }
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");    // the writes, visible to the TMA store
+        t_consumers_sync();
+        if (tid == 0) {
+#pragma unroll
+            for (int h = 0; h < BN / 128; ++h)
+                t_store_4d(to, obase + b * OBUF + h * TBM * 128, n0 + h * 128, ow0, oh0, i0);
+            t_store_commit();
+        }
+    }
+    if (tid == 0) t_store_wait<0>();
+}
+
+#define CONV_I8P_KERNEL(BN_, S_, RES_)                                                                               \
+    extern "C" __global__ void __launch_bounds__(TTHREADS, 1) conv_i8p_bn##BN_##_s##S_##_r##RES_(                   \
+        const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const __grid_constant__ TmaDesc to,  \
+        const __grid_constant__ TmaDesc tr, const float* bias, const float* scale, const float* rscale, int N,       \
+        int C, int M, int KH, int KW, int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw,       \
+        int lbh, int tw, int th, int tiles, int relu) {                                                             \
+        conv_i8p<BN_, S_, RES_>(&ta, &tb, &to, &tr, bias, scale, rscale, N, C, M, KH, KW, OH, OW, sh, sw, ph, pw,   \
+                                dh, dw, lbw, lbh, tw, th, tiles, relu);                                             \
+    }

@@ -19,7 +19,7 @@ from native.cuda.driver import _cu, check
 from native.cuda.nvrtc import KERNEL_DIR, allow_dynamic_shared, kernel_from_source, launch, source_key
 from native.cuda.tactics.common import on_device, out_array, weight
 from native.cuda.tactics.conv_i8 import _OUT, _RES, _WgmmaInt8Conv
-from native.shared.int8_io import epilogue_plan, io_of, nhwc_geometry
+from native.shared.int8_io import epilogue_plan, io_of, nhwc_geometry, residual_storage
 from native.tactics import TacticRefusal, register_tactic
 
 TBM, TBK, THREADS = 128, 128, 288          # conv_i8t.cuh: pixel tile, K bytes a stage, 2 warpgroups + producer warp
@@ -44,10 +44,12 @@ def pixel_box(n: int, oh: int, ow: int, sh: int, sw: int) -> tuple[int, int]:
     return best[1]
 
 
-def _source(bn: int, stages: int, minb: int, res: int, out: int) -> tuple[str, str]:
+def _source(instance: str) -> tuple[str, str]:
+    """A program of one kernel of the header (`instance`: its CONV_I8T_KERNEL(...) / CONV_I8P_KERNEL(...) line),
+    keyed by the header's text too."""
     with open(os.path.join(KERNEL_DIR, HEADER)) as f:
         header = f.read()
-    src = (f"// nvrtc-arch: a\n#include \"{HEADER}\"\nCONV_I8T_KERNEL({bn}, {stages}, {minb}, {res}, {out})\n"
+    src = (f"// nvrtc-arch: a\n#include \"{HEADER}\"\n{instance}\n"
            f"// {HEADER} {hashlib.sha1(header.encode()).hexdigest()}\n")
     return src, source_key(src)
 
@@ -80,12 +82,17 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
         key = (res_kind, out_kind)
         hit = self._fns.get(key)
         if hit is None:
-            src, skey = _source(self.bn, self.stages, self.minb, res_kind, out_kind)
-            fn = kernel_from_source(src, f"conv_i8t_bn{self.bn}_s{self.stages}_r{res_kind}_o{out_kind}",
-                                    "conv_i8t_program.cu", skey)
+            src, skey = _source(self.instance(res_kind, out_kind))
+            fn = kernel_from_source(src, self.function(res_kind, out_kind), "conv_i8t_program.cu", skey)
             allow_dynamic_shared(fn, self.shared_bytes())
             hit = self._fns[key] = (fn, self.shared_bytes())
         return hit
+
+    def instance(self, res_kind, out_kind) -> str:
+        return f"CONV_I8T_KERNEL({self.bn}, {self.stages}, {self.minb}, {res_kind}, {out_kind})"
+
+    def function(self, res_kind, out_kind) -> str:
+        return f"conv_i8t_bn{self.bn}_s{self.stages}_r{res_kind}_o{out_kind}"
 
     def _map(self, ptr: int, dims, strides, box, elem_strides) -> np.ndarray:
         """A TMA descriptor (CUtensorMap, 128 bytes) of int8 data at `ptr`, 128-byte swizzle, zero fill outside."""
@@ -106,8 +113,10 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
             self._maps[key] = hit
         return hit
 
-    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        wts = self.prepared(op)
+    def _operands(self, op, inputs, outputs):
+        """(x, y, residual or None, its kind, output kind, geometry) of a call, or TacticRefusal; geometry is None
+        when the output is empty (nothing to launch). Geometry: the kernel's view of the pixels (images, rows, columns, strides, pads), its
+        output box (log2 BW, log2 BH, BI), the tile counts along columns and rows, and the input's tensor map."""
         x = on_device(inputs[0])
         if x.dtype != np.int8:
             raise TacticRefusal(f"the INT8 TMA convolution reads int8 NHWC input, got {x.dtype}")
@@ -121,7 +130,7 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
         out = io_of(op)["output"]
         y = out_array(outputs, 0, (n, oh, ow, m), np.dtype(out))
         if y.size == 0:
-            return [y]
+            return x, y, None, None, out, None
         res_idx, relu = epilogue_plan(op)
         r = on_device(inputs[res_idx]) if res_idx is not None else None
         res_kind = _RES.get(np.dtype(r.dtype).name if r is not None else None)
@@ -145,19 +154,34 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
         bw, bh = 1 << lbw, 1 << lbh
         bi = TBM // (bw * bh)
         ta = self._map(x.ptr, dims, xs, (TBK, bw * sw, bh * sh, bi), (1, sw, sh, 1))
+        geo = dict(n=gn, c=c, m=m, kh=kh, kw=kw, oh=gh, ow=gw, sh=sh, sw=sw, ph=ph, pw=pw, dh=int(dil[0]),
+                   dw=int(dil[1]), lbw=lbw, lbh=lbh, bi=bi, tw=-(-gw // bw), th=-(-gh // bh), ta=ta, relu=relu)
+        return x, y, r, res_kind, out, geo
+
+    def _weights(self, op, g):
+        """The prepared kernel's tensor map and the epilogue's per-channel vectors (bias, scale, residual scale)."""
+        wts = self.prepared(op)
         krsc = weight(wts["int8_krsc"])
-        k = kh * kw * c
-        tb = self._map(krsc.ptr, (k, m), (k,), (TBK, self.bn), (1, 1))
-        tw, th = -(-gw // bw), -(-gh // bh)
-        grid = (tw * th * -(-gn // bi), m // self.bn, 1)
+        k = g["kh"] * g["kw"] * g["c"]
+        tb = self._map(krsc.ptr, (k, g["m"]), (k,), (TBK, self.bn), (1, 1))
+        return tb, [np.uint64(weight(wts[name]).ptr) for name in ("int8_bias", "int8_scale", "int8_res_scale")]
+
+    @staticmethod
+    def _ints(g, *extra):
+        return [np.int32(v) for v in (g["n"], g["c"], g["m"], g["kh"], g["kw"], g["oh"], g["ow"], g["sh"], g["sw"],
+                                      g["ph"], g["pw"], g["dh"], g["dw"], g["lbw"], g["lbh"], g["tw"], g["th"],
+                                      *extra, g["relu"])]
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x, y, r, res_kind, out, g = self._operands(op, inputs, outputs)
+        if g is None:
+            return [y]
+        tb, (bias, scale, rscale) = self._weights(op, g)
+        grid = (g["tw"] * g["th"] * -(-g["n"] // g["bi"]), g["m"] // self.bn, 1)
         fn, shared = self.kernel(res_kind, _OUT[out])
-        i32 = np.int32
         launch(fn, grid, (THREADS, 1, 1),
-               [ta, tb, np.uint64(weight(wts["int8_bias"]).ptr), np.uint64(weight(wts["int8_scale"]).ptr),
-                np.uint64(r.ptr if r is not None else 0), np.uint64(weight(wts["int8_res_scale"]).ptr),
-                np.uint64(y.ptr), i32(gn), i32(c), i32(m), i32(kh), i32(kw), i32(gh), i32(gw), i32(sh), i32(sw),
-                i32(ph), i32(pw), i32(dil[0]), i32(dil[1]), i32(lbw), i32(lbh), i32(tw), i32(th), i32(relu)],
-               shared=shared)
+               [g["ta"], tb, bias, scale, np.uint64(r.ptr if r is not None else 0), rscale, np.uint64(y.ptr)] +
+               self._ints(g), shared=shared)
         return [y]
 
 
@@ -188,3 +212,67 @@ class TmaInt8Conv64x4(_TmaInt8Conv):
     """TMA-fed wgmma INT8 convolution, 128 x 64 tiles, 4 stages (two blocks per SM)."""
     name = "tma-int8-128x64-s4"
     bn, stages, minb = 64, 4, 2
+
+
+class _TmaPersistentInt8Conv(_TmaInt8Conv):
+    """The persistent form (conv_i8t.cuh, conv_i8p): int8 output, no residual or an int8 one (the inside of an INT8
+    chain). One block per SM walks the tiles; the residual comes in and the output goes out through the TMA,
+    overlapped with the next tile's multiply (the memory-bound residual 1x1 convolutions of ResNet)."""
+    minb = 1
+
+    def supports(self, op, input_shapes):
+        why = super().supports(op, input_shapes)
+        if why:
+            return why
+        if io_of(op).get("output") != "int8":
+            return f"writes {io_of(op).get('output')}: this kernel writes int8 only"
+        res_idx, _ = epilogue_plan(op)
+        res = residual_storage(op, res_idx, getattr(input_shapes, "dtypes", None))
+        if res not in (None, "int8"):
+            return f"residual stored {res}: this kernel reads an int8 residual only"
+        return None
+
+    def shared_bytes(self) -> int:
+        """The stages, two 128 x bn output buffers, the 2 x stages + 4 mbarriers, 1 KiB of alignment slack."""
+        return self.stages * (TBM * TBK + self.bn * TBK) + 2 * TBM * self.bn + 8 * (2 * self.stages + 4) + 1023
+
+    def instance(self, res_kind, out_kind) -> str:
+        return f"CONV_I8P_KERNEL({self.bn}, {self.stages}, {res_kind})"
+
+    def function(self, res_kind, out_kind) -> str:
+        return f"conv_i8p_bn{self.bn}_s{self.stages}_r{res_kind}"
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x, y, r, res_kind, out, g = self._operands(op, inputs, outputs)
+        if g is None:
+            return [y]
+        if out != "int8" or res_kind not in (0, 1):
+            raise TacticRefusal("the persistent INT8 kernel writes int8 and reads no residual or an int8 one")
+        tb, (bias, scale, rscale) = self._weights(op, g)
+        m, bw, bh, bi = g["m"], 1 << g["lbw"], 1 << g["lbh"], g["bi"]
+        # the output (and residual) as the kernel sees the pixels: [N, OH, OW, M], or [1, 1, P, M] when flat
+        dims, strides = (m, g["ow"], g["oh"], g["n"]), (m, g["ow"] * m, g["oh"] * g["ow"] * m)
+        box, ones = (128, bw, bh, bi), (1, 1, 1, 1)
+        to = self._map(y.ptr, dims, strides, box, ones)
+        tr = self._map(r.ptr, dims, strides, box, ones) if r is not None else to
+        tiles = g["tw"] * g["th"] * -(-g["n"] // bi) * (m // self.bn)
+        from native.cuda.driver import context
+        grid = (min(tiles, context().sm_count), 1, 1)
+        fn, shared = self.kernel(res_kind, 0)
+        launch(fn, grid, (THREADS, 1, 1), [g["ta"], tb, to, tr, bias, scale, rscale] + self._ints(g, tiles),
+               shared=shared)
+        return [y]
+
+
+@register_tactic
+class TmaPersistentInt8Conv128(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution, 128 x 128 tiles, 4 stages, TMA residual loads and output stores."""
+    name = "tma-int8-persistent-128x128-s4"
+    bn, stages = 128, 4
+
+
+@register_tactic
+class TmaPersistentInt8Conv256(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution, 128 x 256 tiles, 3 stages, TMA residual loads and output stores."""
+    name = "tma-int8-persistent-128x256-s3"
+    bn, stages = 256, 3
