@@ -6,21 +6,20 @@
 // Why: conv_i8w.cu gathers its operands with cp.async, 16 bytes and one address computation per chunk per thread,
 // one stage in flight; Nsight Compute read it latency-bound at 25% occupancy with most issue slots on addresses.
 // Here one producer thread asks the TMA for whole tiles (a box of the 4-D NHWC input per filter tap, zero-filled in
-// the padding and past the channels; a box of the KRSC kernel), STAGES deep, each stage behind a pair of mbarriers
+// the padding and past the channels; a box of the KRSC kernel), BK (128 or 64) channels a step, STAGES deep, each stage behind a pair of mbarriers
 // (full: its bytes landed; empty: both consumer warpgroups' wgmmas finished reading it). The two consumer
 // warpgroups only issue wgmma and run the epilogue.
 //
 // A block's 128 output pixels are a box of BW x BH pixels of BI images (BW * BH * BI = 128, powers of two, chosen
 // by the host to waste the fewest pixels at this output size); a 1x1 stride-1 convolution is given as one image of
 // one row of N*H*W pixels, so its tiles are 128 consecutive pixels and waste nothing. Strides are the TMA's element
-// strides. The smem tiles land in wgmma's 128-byte swizzle (row r's 16-byte chunk j at r * 128 + ((j ^ (r & 7)) <<
-// 4)), which is the TMA's SWIZZLE_128B.
+// strides. The smem tiles land in wgmma's BK-byte swizzle, which is the TMA's SWIZZLE_128B / SWIZZLE_64B (BK = 64
+// for 64-channel inputs, where a 128-wide step would multiply zeros half the time).
 #pragma once
 #include "common.cuh"
 #include "int8_io.cuh"
 
 #define TBM 128
-#define TBK 128
 #define TCONSUMERS 256
 #define TTHREADS (TCONSUMERS + 32)
 
@@ -59,9 +58,11 @@ __device__ __forceinline__ void t_cp16(unsigned dst, const void* gmem, bool vali
 }
 __device__ __forceinline__ void t_consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
-// a K-major operand tile in shared memory, 128-byte swizzle, 8-row groups 1024 bytes apart
-__device__ __forceinline__ unsigned long long t_desc(unsigned addr) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+// a K-major operand tile in shared memory, rows of BK bytes in the BK-byte swizzle (what the TMA's SWIZZLE_128B /
+// SWIZZLE_64B write), 8-row groups 8 * BK bytes apart
+template <int BK> __device__ __forceinline__ unsigned long long t_desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((8 * BK) >> 4) << 32) |
+           ((BK == 128 ? 1ull : 2ull) << 62);
 }
 
 #define T_R8(o) "+r"(d[o]), "+r"(d[o + 1]), "+r"(d[o + 2]), "+r"(d[o + 3]), "+r"(d[o + 4]), "+r"(d[o + 5]), \
@@ -107,16 +108,16 @@ struct TilePixels {
     }
 };
 
-// ta: the input [N][H][W][C] int8 (dims C, W, H, N; box 128 x BW*sw x BH*sh x BI, element strides 1, sw, sh, 1);
-// tb: the KRSC kernel [M][KH*KW*C] int8 (box 128 x BN). Grid: (pixel tiles, M / BN).
-// Dynamic shared memory: STAGES x (A 128 x 128 + B BN x 128), the output tile, three channel vectors, the barriers.
-template <int BN, int STAGES, int RES, int OUT>
+// ta: the input [N][H][W][C] int8 (dims C, W, H, N; box BK x BW*sw x BH*sh x BI, element strides 1, sw, sh, 1);
+// tb: the KRSC kernel [M][KH*KW*C] int8 (box BK x BN). Grid: (pixel tiles, M / BN).
+// Dynamic shared memory: STAGES x (A 128 x BK + B BN x BK), the output tile, three channel vectors, the barriers.
+template <int BN, int BK, int STAGES, int RES, int OUT>
 __device__ __forceinline__ void conv_i8t(
         const TmaDesc* ta, const TmaDesc* tb, const float* __restrict__ bias, const float* __restrict__ scale,
         const void* __restrict__ res, const float* __restrict__ rscale, void* __restrict__ y, int N, int C, int M,
         int KH, int KW, int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw,
         int th, int relu) {
-    constexpr int A_BYTES = TBM * TBK, B_BYTES = BN * TBK, STAGE = A_BYTES + B_BYTES;
+    constexpr int A_BYTES = TBM * BK, B_BYTES = BN * BK, STAGE = A_BYTES + B_BYTES;
     constexpr int OROW = BN + 16, CHUNKS = BN / 16, NACC = BN / 2;
     extern __shared__ unsigned char dsmem[];
     const unsigned raw = t_smem(dsmem);
@@ -137,7 +138,7 @@ __device__ __forceinline__ void conv_i8t(
     pix.n0 = (tile / (tw * th)) * bi;
     pix.lbw = lbw; pix.lbh = lbh; pix.N = N; pix.OH = OH; pix.OW = OW;
     const int n0 = blockIdx.y * BN;
-    const int kc = (C + TBK - 1) / TBK, steps = KH * KW * kc;
+    const int kc = (C + BK - 1) / BK, steps = KH * KW * kc;
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -157,7 +158,7 @@ __device__ __forceinline__ void conv_i8t(
             int stage = 0, round = 0, step = 0;
             for (int r = 0; r < KH; ++r)
                 for (int s = 0; s < KW; ++s)
-                    for (int c0 = 0; c0 < C; c0 += TBK, ++step) {
+                    for (int c0 = 0; c0 < C; c0 += BK, ++step) {
                         if (step >= STAGES) t_bar_wait(empty0 + stage * 8, (round - 1) & 1);
                         const unsigned fb = full0 + stage * 8, st = sbase + stage * STAGE;
                         t_bar_expect(fb, STAGE);
@@ -195,8 +196,8 @@ __device__ __forceinline__ void conv_i8t(
         const unsigned st = sbase + stage * STAGE;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < TBK / 32; ++kk)
-            t_mma<BN>(acc, t_desc(st + wg * 64 * TBK + kk * 32), t_desc(st + A_BYTES + kk * 32));
+        for (int kk = 0; kk < BK / 32; ++kk)
+            t_mma<BN>(acc, t_desc<BK>(st + wg * 64 * BK + kk * 32), t_desc<BK>(st + A_BYTES + kk * 32));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // the step before this one is done
         if (step > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);        // ... so its stage may be refilled
@@ -238,24 +239,27 @@ __device__ __forceinline__ void conv_i8t(
     }
 }
 
-// conv_i8t_bn<BN>_s<STAGES>_r<RES>_o<OUT>; MINB blocks per SM (the register budget)
-#define CONV_I8T_KERNEL(BN_, S_, MINB_, RES_, OUT_)                                                                  \
-    extern "C" __global__ void __launch_bounds__(TTHREADS, MINB_) conv_i8t_bn##BN_##_s##S_##_r##RES_##_o##OUT_(     \
+// conv_i8t_bn<BN>_k<BK>_s<STAGES>_r<RES>_o<OUT>; MINB blocks per SM (the register budget)
+#define CONV_I8T_KERNEL(BN_, BK_, S_, MINB_, RES_, OUT_)                                                             \
+    extern "C" __global__ void __launch_bounds__(TTHREADS, MINB_)                                                   \
+        conv_i8t_bn##BN_##_k##BK_##_s##S_##_r##RES_##_o##OUT_(                                                      \
         const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const float* bias,                  \
         const float* scale, const void* res, const float* rscale, void* y, int N, int C, int M, int KH, int KW,     \
         int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw, int th,           \
         int relu) {                                                                                                 \
-        conv_i8t<BN_, S_, RES_, OUT_>(&ta, &tb, bias, scale, res, rscale, y, N, C, M, KH, KW, OH, OW, sh, sw, ph,    \
-                                      pw, dh, dw, lbw, lbh, tw, th, relu);                                          \
+        conv_i8t<BN_, BK_, S_, RES_, OUT_>(&ta, &tb, bias, scale, res, rscale, y, N, C, M, KH, KW, OH, OW, sh, sw,  \
+                                           ph, pw, dh, dw, lbw, lbh, tw, th, relu);                                 \
     }
 
 // ---------------------------------------------------------------------------------------------------------------
 // The persistent form for int8 in -> int8 out with no residual or an int8 one (the inside of an INT8 chain, where
 // ResNet's residual 1x1 convolutions are memory-bound): each block walks tiles (pixel tile x BN channels) with
 // gridDim.x blocks in all, and the bytes that the epilogue moves go through the TMA too. The producer loads each
-// tile's int8 residual into one of two output buffers (128 rows x 128 bytes a box, 128-byte swizzle) while the
-// consumers still multiply the tile before; the consumers write the int8 output over the residual in place and
-// one thread stores the buffer with the TMA while they go on to the next tile.
+// tile's int8 residual into one of OB output buffers (128 rows x 128 bytes a box, 128-byte swizzle) OB - 2 tiles
+// ahead of the consumers; the consumers write the int8 output over the residual in place and one thread stores
+// the buffer with the TMA while they go on to the next tile. A buffer is free again once its store has read it:
+// the storing thread checks that for the store before last (no wait on the newest) and says so on the buffer's
+// `oempty` barrier.
 __device__ __forceinline__ void t_store_4d(const TmaDesc* map, unsigned src, int c, int x, int y, int z) {
     asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
                  :: "l"((unsigned long long)map), "r"(src), "r"(c), "r"(x), "r"(y), "r"(z) : "memory");
@@ -274,32 +278,33 @@ __device__ __forceinline__ int t_obyte(int row, int col) {
 
 // ta, tb as conv_i8t; to / tr: the output / int8 residual [N][OH][OW][M] (dims M, OW, OH, N; box 128 x BW x BH x
 // BI; a flat 1x1 convolution: M, P, 1, 1). Tiles: pixel tiles (tw x th x image groups) x M / BN channel tiles,
-// channel tile fastest. Dynamic shared memory: STAGES x (A + B), 2 output buffers of 128 x BN, the barriers.
-template <int BN, int STAGES, int RES>
+// channel tile fastest. Dynamic shared memory: STAGES x (A + B), OB (>= 3) output buffers of 128 x BN, the
+// barriers.
+template <int BN, int BK, int STAGES, int OB, int RES>
 __device__ __forceinline__ void conv_i8p(
         const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* to, const TmaDesc* tr, const float* __restrict__ bias,
         const float* __restrict__ scale, const float* __restrict__ rscale, int N, int C, int M, int KH, int KW,
         int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw, int th, int tiles,
         int relu) {
-    constexpr int A_BYTES = TBM * TBK, B_BYTES = BN * TBK, STAGE = A_BYTES + B_BYTES, OBUF = TBM * BN;
+    constexpr int A_BYTES = TBM * BK, B_BYTES = BN * BK, STAGE = A_BYTES + B_BYTES, OBUF = TBM * BN;
     constexpr int NACC = BN / 2;
     extern __shared__ unsigned char dsmem[];
     const unsigned raw = t_smem(dsmem);
     unsigned char* base = dsmem + (((raw + 1023) & ~1023u) - raw);
-    unsigned char* O = base + STAGES * STAGE;                              // 2 x [BN / 128][128][128] swizzled
-    unsigned long long* bars = (unsigned long long*)(O + 2 * OBUF);
+    unsigned char* O = base + STAGES * STAGE;                              // OB x [BN / 128][128][128] swizzled
+    unsigned long long* bars = (unsigned long long*)(O + OB * OBUF);
     const unsigned sbase = t_smem(base), obase = t_smem(O), full0 = t_smem(bars), empty0 = full0 + STAGES * 8,
-                   ofull0 = empty0 + STAGES * 8, oempty0 = ofull0 + 16;
+                   ofull0 = empty0 + STAGES * 8, oempty0 = ofull0 + OB * 8;
     const int tid = threadIdx.x;
     const int bw = 1 << lbw, bh = 1 << lbh, bi = TBM >> (lbw + lbh);
-    const int ntiles = M / BN, kc = (C + TBK - 1) / TBK, steps = KH * KW * kc;
+    const int ntiles = M / BN, kc = (C + BK - 1) / BK, steps = KH * KW * kc;
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             t_bar_init(full0 + s * 8, 1);
             t_bar_init(empty0 + s * 8, TCONSUMERS / 32);
         }
-        for (int b = 0; b < 2; ++b) {
+        for (int b = 0; b < OB; ++b) {
             t_bar_init(ofull0 + b * 8, 1);
             t_bar_init(oempty0 + b * 8, 1);
         }
@@ -317,8 +322,8 @@ __device__ __forceinline__ void conv_i8p(
                 const int n0 = (t % ntiles) * BN, pt = t / ntiles;
                 const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
                 if (RES == 1) {
-                    const int b = local & 1;
-                    if (local >= 2) t_bar_wait(oempty0 + b * 8, ((local >> 1) - 1) & 1);
+                    const int b = local % OB;
+                    if (local >= OB) t_bar_wait(oempty0 + b * 8, (local / OB - 1) & 1);
                     t_bar_expect(ofull0 + b * 8, OBUF);
 #pragma unroll
                     for (int h = 0; h < BN / 128; ++h)
@@ -327,7 +332,7 @@ __device__ __forceinline__ void conv_i8p(
                 const int x0 = ow0 * sw - pw, y0 = oh0 * sh - ph;
                 for (int r = 0; r < KH; ++r)
                     for (int s = 0; s < KW; ++s)
-                        for (int c0 = 0; c0 < C; c0 += TBK, ++step) {
+                        for (int c0 = 0; c0 < C; c0 += BK, ++step) {
                             if (step >= STAGES) t_bar_wait(empty0 + stage * 8, (round - 1) & 1);
                             const unsigned fb = full0 + stage * 8, st = sbase + stage * STAGE;
                             t_bar_expect(fb, STAGE);
@@ -347,7 +352,7 @@ __device__ __forceinline__ void conv_i8p(
     for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
         const int n0 = (t % ntiles) * BN, pt = t / ntiles;
         const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
-        const int b = local & 1;
+        const int b = local % OB;
 #pragma unroll
         for (int i = 0; i < NACC; ++i) acc[i] = 0;
         for (int step = 0; step < steps; ++step) {
@@ -355,8 +360,8 @@ __device__ __forceinline__ void conv_i8p(
             const unsigned st = sbase + stage * STAGE;
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-            for (int kk = 0; kk < TBK / 32; ++kk)
-                t_mma<BN>(acc, t_desc(st + wg * 64 * TBK + kk * 32), t_desc(st + A_BYTES + kk * 32));
+            for (int kk = 0; kk < BK / 32; ++kk)
+                t_mma<BN>(acc, t_desc<BK>(st + wg * 64 * BK + kk * 32), t_desc<BK>(st + A_BYTES + kk * 32));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             if (step > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);
@@ -365,11 +370,11 @@ __device__ __forceinline__ void conv_i8p(
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         if (lane == 0) t_bar_arrive(empty0 + prev * 8);                    // the tile's last stage is free too
-        if (tid == 0 && local >= 1) {        // the previous tile's store has read its buffer: it may take a residual
-            t_store_wait_read<0>();
-            if (RES == 1) t_bar_arrive(oempty0 + (b ^ 1) * 8);
+        if (tid == 0 && local >= 2) {        // the store before last has read its buffer: it may take a residual
+            t_store_wait_read<1>();
+            if (RES == 1) t_bar_arrive(oempty0 + ((local - 2) % OB) * 8);
         }
-        if (RES == 1) t_bar_wait(ofull0 + b * 8, (local >> 1) & 1);
+        if (RES == 1) t_bar_wait(ofull0 + b * 8, (local / OB) & 1);
         unsigned char* ob = O + b * OBUF;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
@@ -395,12 +400,13 @@ __device__ __forceinline__ void conv_i8p(
     if (tid == 0) t_store_wait<0>();
 }
 
-#define CONV_I8P_KERNEL(BN_, S_, RES_)                                                                               \
-    extern "C" __global__ void __launch_bounds__(TTHREADS, 1) conv_i8p_bn##BN_##_s##S_##_r##RES_(                   \
+#define CONV_I8P_KERNEL(BN_, BK_, S_, OB_, RES_)                                                                     \
+    extern "C" __global__ void __launch_bounds__(TTHREADS, 1)                                                       \
+        conv_i8p_bn##BN_##_k##BK_##_s##S_##_o##OB_##_r##RES_(                                                       \
         const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const __grid_constant__ TmaDesc to,  \
         const __grid_constant__ TmaDesc tr, const float* bias, const float* scale, const float* rscale, int N,       \
         int C, int M, int KH, int KW, int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw,       \
         int lbh, int tw, int th, int tiles, int relu) {                                                             \
-        conv_i8p<BN_, S_, RES_>(&ta, &tb, &to, &tr, bias, scale, rscale, N, C, M, KH, KW, OH, OW, sh, sw, ph, pw,   \
-                                dh, dw, lbw, lbh, tw, th, tiles, relu);                                             \
+        conv_i8p<BN_, BK_, S_, OB_, RES_>(&ta, &tb, &to, &tr, bias, scale, rscale, N, C, M, KH, KW, OH, OW, sh, sw,  \
+                                          ph, pw, dh, dw, lbw, lbh, tw, th, tiles, relu);                           \
     }

@@ -22,7 +22,7 @@ from native.cuda.tactics.conv_i8 import _OUT, _RES, _WgmmaInt8Conv
 from native.shared.int8_io import epilogue_plan, io_of, nhwc_geometry, residual_storage
 from native.tactics import TacticRefusal, register_tactic
 
-TBM, TBK, THREADS = 128, 128, 288          # conv_i8t.cuh: pixel tile, K bytes a stage, 2 warpgroups + producer warp
+TBM, THREADS = 128, 288          # conv_i8t.cuh: the pixel tile; 2 consumer warpgroups + the producer warp
 HEADER = "conv_i8t.cuh"
 _MAPS_KEPT = 512                           # tensor maps remembered per tactic (by address and geometry)
 
@@ -59,6 +59,7 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
     16-byte strides), output channels in multiples of the tile width."""
     c_align = 16
     minb = 1            # blocks per SM the kernel is compiled for (its register budget)
+    bk = 128            # K bytes (channels) a stage: 128, or 64 for 64-channel inputs
 
     def __init__(self):
         super().__init__()
@@ -70,12 +71,15 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
         strides = [int(v) for v in op.params.get("strides") or [1, 1]]
         if why is None and max(strides) > 8:
             return f"strides {tuple(strides)}: the TMA steps at most 8 elements"
+        if why is None and self.bk < 128 and input_shapes and input_shapes[0] is not None and \
+                len(input_shapes[0]) == 4 and int(input_shapes[0][3]) > self.bk:
+            return f"{input_shapes[0][3]} input channels: {self.bk}-channel steps are for inputs of at most {self.bk}"
         return why
 
     def shared_bytes(self) -> int:
         """Dynamic shared memory (conv_i8t.cuh's layout): the stages, 1 KiB of alignment slack, the int8 output
         tile, three per-channel float vectors and the 2 x stages mbarriers."""
-        return self.stages * (TBM * TBK + self.bn * TBK) + 1023 + TBM * (self.bn + 16) + 3 * self.bn * 4 + \
+        return self.stages * (TBM + self.bn) * self.bk + 1023 + TBM * (self.bn + 16) + 3 * self.bn * 4 + \
             16 * self.stages
 
     def kernel(self, res_kind, out_kind):
@@ -89,13 +93,14 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
         return hit
 
     def instance(self, res_kind, out_kind) -> str:
-        return f"CONV_I8T_KERNEL({self.bn}, {self.stages}, {self.minb}, {res_kind}, {out_kind})"
+        return f"CONV_I8T_KERNEL({self.bn}, {self.bk}, {self.stages}, {self.minb}, {res_kind}, {out_kind})"
 
     def function(self, res_kind, out_kind) -> str:
-        return f"conv_i8t_bn{self.bn}_s{self.stages}_r{res_kind}_o{out_kind}"
+        return f"conv_i8t_bn{self.bn}_k{self.bk}_s{self.stages}_r{res_kind}_o{out_kind}"
 
     def _map(self, ptr: int, dims, strides, box, elem_strides) -> np.ndarray:
-        """A TMA descriptor (CUtensorMap, 128 bytes) of int8 data at `ptr`, 128-byte swizzle, zero fill outside."""
+        """A TMA descriptor (CUtensorMap, 128 bytes) of int8 data at `ptr`, swizzled by the box's row bytes (128
+        or 64), zero fill outside."""
         key = (ptr, tuple(dims), tuple(strides), tuple(box), tuple(elem_strides))
         hit = self._maps.get(key)
         if hit is None:
@@ -104,7 +109,8 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
                 cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, len(dims), ptr,
                 [cu.cuuint64_t(int(d)) for d in dims], [cu.cuuint64_t(int(s)) for s in strides],
                 [cu.cuuint32_t(int(b)) for b in box], [cu.cuuint32_t(int(e)) for e in elem_strides], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-                cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+                cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if box[0] == 128 else
+                cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
                 cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
             hit = np.array([int(v) for v in tmap.opaque], dtype=np.uint64)
@@ -153,7 +159,7 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
             dims, xs = (c, w, h, n), (c, w * c, h * w * c)
         bw, bh = 1 << lbw, 1 << lbh
         bi = TBM // (bw * bh)
-        ta = self._map(x.ptr, dims, xs, (TBK, bw * sw, bh * sh, bi), (1, sw, sh, 1))
+        ta = self._map(x.ptr, dims, xs, (self.bk, bw * sw, bh * sh, bi), (1, sw, sh, 1))
         geo = dict(n=gn, c=c, m=m, kh=kh, kw=kw, oh=gh, ow=gw, sh=sh, sw=sw, ph=ph, pw=pw, dh=int(dil[0]),
                    dw=int(dil[1]), lbw=lbw, lbh=lbh, bi=bi, tw=-(-gw // bw), th=-(-gh // bh), ta=ta, relu=relu)
         return x, y, r, res_kind, out, geo
@@ -163,7 +169,7 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
         wts = self.prepared(op)
         krsc = weight(wts["int8_krsc"])
         k = g["kh"] * g["kw"] * g["c"]
-        tb = self._map(krsc.ptr, (k, g["m"]), (k,), (TBK, self.bn), (1, 1))
+        tb = self._map(krsc.ptr, (k, g["m"]), (k,), (self.bk, self.bn), (1, 1))
         return tb, [np.uint64(weight(wts[name]).ptr) for name in ("int8_bias", "int8_scale", "int8_res_scale")]
 
     @staticmethod
@@ -214,11 +220,21 @@ class TmaInt8Conv64x4(_TmaInt8Conv):
     bn, stages, minb = 64, 4, 2
 
 
+@register_tactic
+class TmaInt8Conv64k64(_TmaInt8Conv):
+    """TMA-fed wgmma INT8 convolution, 128 x 64 tiles, 64 channels a step, 6 stages (two blocks per SM): for
+    64-channel inputs (ResNet's first stage), where 128-channel steps multiply zeros half the time."""
+    name = "tma-int8-128x64-k64-s6"
+    bn, bk, stages, minb = 64, 64, 6, 2
+
+
 class _TmaPersistentInt8Conv(_TmaInt8Conv):
     """The persistent form (conv_i8t.cuh, conv_i8p): int8 output, no residual or an int8 one (the inside of an INT8
     chain). One block per SM walks the tiles; the residual comes in and the output goes out through the TMA,
-    overlapped with the next tile's multiply (the memory-bound residual 1x1 convolutions of ResNet)."""
+    overlapped with the next tiles (the memory-bound residual 1x1 convolutions of ResNet): `out_buffers` output
+    buffers, so each residual is asked for two tiles before it is needed."""
     minb = 1
+    out_buffers = 4
 
     def supports(self, op, input_shapes):
         why = super().supports(op, input_shapes)
@@ -233,14 +249,15 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
         return None
 
     def shared_bytes(self) -> int:
-        """The stages, two 128 x bn output buffers, the 2 x stages + 4 mbarriers, 1 KiB of alignment slack."""
-        return self.stages * (TBM * TBK + self.bn * TBK) + 2 * TBM * self.bn + 8 * (2 * self.stages + 4) + 1023
+        """The stages, `out_buffers` 128 x bn output buffers, their mbarriers, 1 KiB of alignment slack."""
+        return self.stages * (TBM + self.bn) * self.bk + self.out_buffers * TBM * self.bn + \
+            16 * (self.stages + self.out_buffers) + 1023
 
     def instance(self, res_kind, out_kind) -> str:
-        return f"CONV_I8P_KERNEL({self.bn}, {self.stages}, {res_kind})"
+        return f"CONV_I8P_KERNEL({self.bn}, {self.bk}, {self.stages}, {self.out_buffers}, {res_kind})"
 
     def function(self, res_kind, out_kind) -> str:
-        return f"conv_i8p_bn{self.bn}_s{self.stages}_r{res_kind}"
+        return f"conv_i8p_bn{self.bn}_k{self.bk}_s{self.stages}_o{self.out_buffers}_r{res_kind}"
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x, y, r, res_kind, out, g = self._operands(op, inputs, outputs)
@@ -273,6 +290,13 @@ class TmaPersistentInt8Conv128(_TmaPersistentInt8Conv):
 
 @register_tactic
 class TmaPersistentInt8Conv256(_TmaPersistentInt8Conv):
-    """Persistent TMA INT8 convolution, 128 x 256 tiles, 3 stages, TMA residual loads and output stores."""
-    name = "tma-int8-persistent-128x256-s3"
-    bn, stages = 256, 3
+    """Persistent TMA INT8 convolution, 128 x 256 tiles, 2 stages, TMA residual loads and output stores."""
+    name = "tma-int8-persistent-128x256-s2"
+    bn, stages = 256, 2
+
+
+@register_tactic
+class TmaPersistentInt8Conv256k64(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution, 128 x 256 tiles, 64 channels a step, 4 stages: 64 -> 256 channel layers."""
+    name = "tma-int8-persistent-128x256-k64-s4"
+    bn, bk, stages = 256, 64, 4
