@@ -71,6 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--tactics", help="comma-separated tactic names (default: every INT8 NHWC tactic)")
     ap.add_argument("--json", help="also write the timings here")
+    ap.add_argument("--layers", help="comma-separated row numbers of the table to time (default: all)")
     args = ap.parse_args(argv)
 
     from native.cuda.array import GpuArray
@@ -83,7 +84,10 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     n = args.batch
     rows, total = [], {}
-    for c, m, k, s, h, res, count in LAYERS:
+    rows_wanted = {int(i) for i in args.layers.split(",")} if args.layers else None
+    for i, (c, m, k, s, h, res, count) in enumerate(LAYERS):
+        if rows_wanted is not None and i not in rows_wanted:
+            continue
         op = conv_op(c, m, k, s, res, rng)
         oh = (h + 2 * (k // 2) - k) // s + 1
         x = GpuArray.from_host(rng.integers(-128, 128, (n, h, h, c)).astype(np.int8))
