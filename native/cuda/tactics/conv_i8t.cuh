@@ -278,16 +278,18 @@ __device__ __forceinline__ int t_obyte(int row, int col) {
 
 // ta, tb as conv_i8t; to / tr: the output / int8 residual [N][OH][OW][M] (dims M, OW, OH, N; box 128 x BW x BH x
 // BI; a flat 1x1 convolution: M, P, 1, 1). Tiles: pixel tiles (tw x th x image groups) x M / BN channel tiles,
-// channel tile fastest. Dynamic shared memory: STAGES x (A + B), OB (>= 3) output buffers of 128 x BN, the
+// channel tile fastest. CW consumer warpgroups (2 or 4): warpgroup w multiplies rows (w % 2) * 64 .. + 64 by
+// columns (w / 2) * WN .. + WN (WN = 2 * BN / CW); four of them halve each thread's epilogue and double the warps
+// that hide its latencies. Dynamic shared memory: STAGES x (A + B), OB (>= 3) output buffers of 128 x BN, the
 // barriers.
-template <int BN, int BK, int STAGES, int OB, int RES>
+template <int BN, int BK, int STAGES, int OB, int CW, int RES>
 __device__ __forceinline__ void conv_i8p(
         const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* to, const TmaDesc* tr, const float* __restrict__ bias,
         const float* __restrict__ scale, const float* __restrict__ rscale, int N, int C, int M, int KH, int KW,
         int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw, int th, int tiles,
         int relu) {
     constexpr int A_BYTES = TBM * BK, B_BYTES = BN * BK, STAGE = A_BYTES + B_BYTES, OBUF = TBM * BN;
-    constexpr int NACC = BN / 2;
+    constexpr int CT = CW * 128, WN = 2 * BN / CW, NACC = WN / 2;
     extern __shared__ unsigned char dsmem[];
     const unsigned raw = t_smem(dsmem);
     unsigned char* base = dsmem + (((raw + 1023) & ~1023u) - raw);
@@ -302,7 +304,7 @@ __device__ __forceinline__ void conv_i8p(
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             t_bar_init(full0 + s * 8, 1);
-            t_bar_init(empty0 + s * 8, TCONSUMERS / 32);
+            t_bar_init(empty0 + s * 8, CT / 32);
         }
         for (int b = 0; b < OB; ++b) {
             t_bar_init(ofull0 + b * 8, 1);
@@ -313,8 +315,8 @@ __device__ __forceinline__ void conv_i8p(
     }
     __syncthreads();
 
-    if (tid >= TCONSUMERS) {
-        if (tid == TCONSUMERS) {
+    if (tid >= CT) {
+        if (tid == CT) {
             asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)ta) : "memory");
             asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)tb) : "memory");
             int stage = 0, round = 0, step = 0, local = 0;
@@ -346,6 +348,7 @@ __device__ __forceinline__ void conv_i8p(
     }
 
     const int wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3, g = lane >> 2, tig = lane & 3;
+    const int wm = (wg & 1) * 64, wn = (wg >> 1) * WN;     // this warpgroup's rows and columns of the tile
     const int lo = relu ? 0 : -128;
     int stage = 0, round = 0, prev = 0, local = 0;
     int acc[NACC];
@@ -361,7 +364,7 @@ __device__ __forceinline__ void conv_i8p(
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int kk = 0; kk < BK / 32; ++kk)
-                t_mma<BN>(acc, t_desc<BK>(st + wg * 64 * BK + kk * 32), t_desc<BK>(st + A_BYTES + kk * 32));
+                t_mma<WN>(acc, t_desc<BK>(st + wm * BK + kk * 32), t_desc<BK>(st + A_BYTES + wn * BK + kk * 32));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             if (step > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);
@@ -377,19 +380,19 @@ __device__ __forceinline__ void conv_i8p(
         if (RES == 1) t_bar_wait(ofull0 + b * 8, (local / OB) & 1);
         unsigned char* ob = O + b * OBUF;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int col = j * 8 + tig * 2;
+        for (int j = 0; j < WN / 8; ++j) {
+            const int col = wn + j * 8 + tig * 2;
             const float2 bb = __ldg((const float2*)(bias + n0 + col)), kk = __ldg((const float2*)(scale + n0 + col));
             const float2 qq = __ldg((const float2*)(rscale + n0 + col));
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
-                const int row = wg * 64 + wi * 16 + g + hh * 8;
+                const int row = wm + wi * 16 + g + hh * 8;
                 int8_io_pair<RES, 0>(acc[j * 4 + hh * 2], acc[j * 4 + hh * 2 + 1], bb.x, bb.y, kk.x, kk.y, qq.x,
                                      qq.y, ob + t_obyte(row, col), true, 0, nullptr, nullptr, lo, relu);
             }
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");    // the writes, visible to the TMA store
-        t_consumers_sync();
+        asm volatile("bar.sync 1, %0;\n" :: "n"(CT) : "memory");
         if (tid == 0) {
 #pragma unroll
             for (int h = 0; h < BN / 128; ++h)
@@ -400,13 +403,13 @@ __device__ __forceinline__ void conv_i8p(
     if (tid == 0) t_store_wait<0>();
 }
 
-#define CONV_I8P_KERNEL(BN_, BK_, S_, OB_, RES_)                                                                     \
-    extern "C" __global__ void __launch_bounds__(TTHREADS, 1)                                                       \
-        conv_i8p_bn##BN_##_k##BK_##_s##S_##_o##OB_##_r##RES_(                                                       \
+#define CONV_I8P_KERNEL(BN_, BK_, S_, OB_, CW_, RES_)                                                                \
+    extern "C" __global__ void __launch_bounds__(CW_ * 128 + 32, 1)                                                 \
+        conv_i8p_bn##BN_##_k##BK_##_s##S_##_o##OB_##_w##CW_##_r##RES_(                                              \
         const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const __grid_constant__ TmaDesc to,  \
         const __grid_constant__ TmaDesc tr, const float* bias, const float* scale, const float* rscale, int N,       \
         int C, int M, int KH, int KW, int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw,       \
         int lbh, int tw, int th, int tiles, int relu) {                                                             \
-        conv_i8p<BN_, BK_, S_, OB_, RES_>(&ta, &tb, &to, &tr, bias, scale, rscale, N, C, M, KH, KW, OH, OW, sh, sw,  \
+        conv_i8p<BN_, BK_, S_, OB_, CW_, RES_>(&ta, &tb, &to, &tr, bias, scale, rscale, N, C, M, KH, KW, OH, OW, sh, sw,  \
                                           ph, pw, dh, dw, lbw, lbh, tw, th, tiles, relu);                           \
     }

@@ -235,6 +235,10 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
     buffers, so each residual is asked for two tiles before it is needed."""
     minb = 1
     out_buffers = 4
+    warpgroups = 2          # consumer warpgroups (2 or 4)
+
+    def threads(self) -> int:
+        return self.warpgroups * 128 + 32
 
     def supports(self, op, input_shapes):
         why = super().supports(op, input_shapes)
@@ -254,10 +258,10 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
             16 * (self.stages + self.out_buffers) + 1023
 
     def instance(self, res_kind, out_kind) -> str:
-        return f"CONV_I8P_KERNEL({self.bn}, {self.bk}, {self.stages}, {self.out_buffers}, {res_kind})"
+        return f"CONV_I8P_KERNEL({self.bn}, {self.bk}, {self.stages}, {self.out_buffers}, {self.warpgroups}, {res_kind})"
 
     def function(self, res_kind, out_kind) -> str:
-        return f"conv_i8p_bn{self.bn}_k{self.bk}_s{self.stages}_o{self.out_buffers}_r{res_kind}"
+        return f"conv_i8p_bn{self.bn}_k{self.bk}_s{self.stages}_o{self.out_buffers}_w{self.warpgroups}_r{res_kind}"
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x, y, r, res_kind, out, g = self._operands(op, inputs, outputs)
@@ -276,7 +280,7 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
         from native.cuda.driver import context
         grid = (min(tiles, context().sm_count), 1, 1)
         fn, shared = self.kernel(res_kind, 0)
-        launch(fn, grid, (THREADS, 1, 1), [g["ta"], tb, to, tr, bias, scale, rscale] + self._ints(g, tiles),
+        launch(fn, grid, (self.threads(), 1, 1), [g["ta"], tb, to, tr, bias, scale, rscale] + self._ints(g, tiles),
                shared=shared)
         return [y]
 
@@ -300,3 +304,24 @@ class TmaPersistentInt8Conv256k64(_TmaPersistentInt8Conv):
     """Persistent TMA INT8 convolution, 128 x 256 tiles, 64 channels a step, 4 stages: 64 -> 256 channel layers."""
     name = "tma-int8-persistent-128x256-k64-s4"
     bn, bk, stages = 256, 64, 4
+
+
+@register_tactic
+class TmaPersistentInt8Conv128w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution, 128 x 128 tiles, 4 stages, four consumer warpgroups."""
+    name = "tma-int8-persistent-128x128-s4-w4"
+    bn, stages, warpgroups = 128, 4, 4
+
+
+@register_tactic
+class TmaPersistentInt8Conv256w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution, 128 x 256 tiles, 2 stages, four consumer warpgroups."""
+    name = "tma-int8-persistent-128x256-s2-w4"
+    bn, stages, warpgroups = 256, 2, 4
+
+
+@register_tactic
+class TmaPersistentInt8Conv256k64w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution, 128 x 256 tiles, 64 channels a step, 4 stages, four consumer warpgroups."""
+    name = "tma-int8-persistent-128x256-k64-s4-w4"
+    bn, bk, stages, warpgroups = 256, 64, 4, 4

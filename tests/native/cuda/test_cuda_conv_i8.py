@@ -16,7 +16,8 @@ NAMES = ["mma-int8-128x128", "mma-int8-128x64", "wgmma-int8-128x128-s2", "wgmma-
          "tma-int8-128x128-s4", "tma-int8-128x128-s2", "tma-int8-128x64-s4", "tma-int8-128x64-k64-s6"]
 TMA = ["tma-int8-128x128-s4", "tma-int8-128x128-s2", "tma-int8-128x256-s3", "tma-int8-128x64-s4",
        "tma-int8-128x64-k64-s6", "tma-int8-persistent-128x128-s4", "tma-int8-persistent-128x256-s2",
-       "tma-int8-persistent-128x256-k64-s4"]
+       "tma-int8-persistent-128x256-k64-s4", "tma-int8-persistent-128x128-s4-w4", "tma-int8-persistent-128x256-s2-w4",
+       "tma-int8-persistent-128x256-k64-s4-w4"]
 
 
 @pytest.mark.parametrize("name", NAMES)
