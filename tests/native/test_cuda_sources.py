@@ -111,13 +111,14 @@ def test_every_suffixed_kernel_name_is_an_entry_point():
 
 def test_arch_specific_sources_compile_for_sm_90a_only_on_sm_90():
     """A source whose first line is nvrtc.ARCH_SPECIFIC (Hopper's wgmma) is compiled for sm_90a on an sm_90 GPU;
-    other sources and other GPUs keep their architecture. conv_i8w.cu (wgmma) is one, conv_i8.cu (mma.sync) not."""
+    other sources and other GPUs keep their architecture. conv_i8t.py's programs (wgmma, TMA) are ones, conv_i8.cu
+    (mma.sync) not."""
     from native.cuda import nvrtc
     marked = nvrtc.ARCH_SPECIFIC + "\nextern \"C\" __global__ void k() {}\n"
     assert nvrtc.target(marked, "sm_90") == "sm_90a"
     assert nvrtc.target(marked, "sm_80") == "sm_80" and nvrtc.target(marked, "sm_100") == "sm_100"
     assert nvrtc.target("extern \"C\" __global__ void k() {}\n", "sm_90") == "sm_90"
-    with open(os.path.join(CUDA, "tactics", "conv_i8w.cu")) as f:
-        assert nvrtc.target(f.read(), "sm_90") == "sm_90a"
+    from native.cuda.tactics.conv_i8t import _source
+    assert nvrtc.target(_source("CONV_I8T_KERNEL(128, 128, 2, 2, 1, 0)")[0], "sm_90") == "sm_90a"
     with open(os.path.join(CUDA, "tactics", "conv_i8.cu")) as f:
         assert nvrtc.target(f.read(), "sm_90") == "sm_90"

@@ -1,20 +1,19 @@
 """INT8 convolutions on int8 NHWC tensors through implicit-GEMM kernels of our own on the integer tensor cores:
-conv_i8.cu (mma.sync m16n8k32) and, on Hopper, conv_i8w.cu (wgmma m64nNk32, compiled for sm_90a). Both fuse the INT8
-I/O epilogue and evaluate it in float32 in native/shared/int8_io.py's order, so their outputs equal that contract
-bit for bit.
+conv_i8.cu (mma.sync m16n8k32, sm_80 on) here and, on Hopper, conv_i8t.py (wgmma fed by the TMA). Both fuse the
+INT8 I/O epilogue and evaluate it in float32 in native/shared/int8_io.py's order, so their outputs equal that
+contract bit for bit.
 
 Why kernels of our own: on Hopper, cuDNN runs INT8 convolution + bias + rescale + residual graphs on its
 runtime-fusion engines, which lose to FP16 on ResNet-50's residual 1x1 convolutions (0.20 ms against FP16's 0.12 at
 [128, 56, 56, 64] -> 256 on an H200), and cuBLASLt's IMMA GEMMs take a per-channel scale only on slow kernels (one
-or two algorithms, 0.20 ms there). These win on such memory-bound layers and lose to cuDNN where K is large
-(docs/PERFORMANCE.md, 2026-11-29): the builder times them against cuDNN's INT8 plans. One tactic per tile shape;
+or two algorithms, 0.20 ms there). The builder times them against cuDNN's INT8 plans (docs/PERFORMANCE.md,
+2026-11-29). One tactic per tile shape;
 channels in multiples of the kernel's input step (input) and of the tile width (output), groups 1."""
 from __future__ import annotations
 
 import numpy as np
 
-from native.cuda.driver import context
-from native.cuda.nvrtc import allow_dynamic_shared, kernel, launch
+from native.cuda.nvrtc import kernel, launch
 from native.cuda.tactics.common import Int8NhwcConv, on_device, out_array, weight
 from native.shared.int8_io import epilogue_plan, io_of, nhwc_geometry, prepared_reason, residual_storage
 from native.tactics import TacticRefusal, register_tactic
@@ -115,42 +114,3 @@ class MmaInt8Conv64(_MmaInt8Conv):
     """Implicit-GEMM INT8 convolution, 128-pixel x 64-channel tiles."""
     name = "mma-int8-128x64"
     bn = 64
-
-
-class _WgmmaInt8Conv(_MmaInt8Conv):
-    """The same convolution on Hopper's warpgroup tensor cores (conv_i8w.cu: wgmma m64nNk32, operands in 128-byte
-    swizzled shared memory filled by cp.async, `stages` K steps of 128 in flight). sm_90 only. (Four stages, one
-    block per SM, timed slower than two on every ResNet-50 shape: not offered.)"""
-    c_align = 16
-    stages = 2
-
-    def hardware(self):
-        try:
-            cc = context().cc
-        except Exception as e:  # noqa: BLE001 - no GPU: said as the refusal
-            return f"no CUDA device ({e})"
-        return None if tuple(cc) == (9, 0) else f"wgmma needs an sm_90 GPU (Hopper), this one is sm_{cc[0]}{cc[1]}"
-
-    def shared_bytes(self) -> int:
-        """Dynamic shared memory: the stages (128 x 128 pixels' bytes + bn x 128 kernel bytes each), 1 KiB of
-        alignment slack, the int8 output tile and three per-channel float vectors (conv_i8w.cu's layout)."""
-        return self.stages * (128 * 128 + self.bn * 128) + 1023 + 128 * (self.bn + 16) + 3 * self.bn * 4
-
-    def kernel(self, res_kind, out_kind):
-        fn = kernel("conv_i8w.cu", f"conv_i8w_bn{self.bn}_s{self.stages}_r{res_kind}_o{out_kind}")
-        allow_dynamic_shared(fn, self.shared_bytes())
-        return fn, self.shared_bytes()
-
-
-@register_tactic
-class WgmmaInt8Conv128x2(_WgmmaInt8Conv):
-    """wgmma INT8 convolution, 128 x 128 tiles, 2 K stages (two blocks per SM)."""
-    name = "wgmma-int8-128x128-s2"
-    bn, stages = 128, 2
-
-
-@register_tactic
-class WgmmaInt8Conv64x3(_WgmmaInt8Conv):
-    """wgmma INT8 convolution, 128 x 64 tiles, 3 K stages (two blocks per SM)."""
-    name = "wgmma-int8-128x64-s3"
-    bn, stages = 64, 3

@@ -1,8 +1,8 @@
 """INT8 convolutions on int8 NHWC tensors through Hopper's Tensor Memory Accelerator (conv_i8t.cuh): the same
-implicit GEMM on wgmma and the same fused INT8 I/O epilogue as conv_i8w.cu (bit-equal to native/shared/int8_io.py),
-but one producer warp keeps STAGES whole tiles in flight through TMA boxes behind mbarriers while two consumer
-warpgroups only multiply, instead of every thread gathering 16-byte chunks with cp.async (which Nsight Compute
-read latency-bound at 25% occupancy, docs/PERFORMANCE.md 2026-11-29).
+implicit GEMM on wgmma with the fused INT8 I/O epilogue (int8_io.cuh: bit-equal to native/shared/int8_io.py), one
+producer warp keeping STAGES whole tiles in flight through TMA boxes behind mbarriers while the consumer
+warpgroups only multiply. (Its cp.async predecessor, every thread gathering 16-byte chunks, read latency-bound at
+25% occupancy in Nsight Compute and lost to cuDNN wherever K was large: docs/PERFORMANCE.md, 2026-11-29.)
 
 A block's 128 pixels are a box of the output (BW x BH pixels of BI images, chosen per layer to waste the fewest
 pixels); padding, strides and dilation are the TMA's coordinates, out-of-bounds zero fill and element strides. A
@@ -18,7 +18,8 @@ import numpy as np
 from native.cuda.driver import _cu, check
 from native.cuda.nvrtc import KERNEL_DIR, allow_dynamic_shared, kernel_from_source, launch, source_key
 from native.cuda.tactics.common import on_device, out_array, weight
-from native.cuda.tactics.conv_i8 import _OUT, _RES, _WgmmaInt8Conv
+from native.cuda.driver import context
+from native.cuda.tactics.conv_i8 import _OUT, _RES, _MmaInt8Conv
 from native.shared.int8_io import epilogue_plan, io_of, nhwc_geometry, residual_storage
 from native.tactics import TacticRefusal, register_tactic
 
@@ -54,10 +55,11 @@ def _source(instance: str) -> tuple[str, str]:
     return src, source_key(src)
 
 
-class _TmaInt8Conv(_WgmmaInt8Conv):
+class _TmaInt8Conv(_MmaInt8Conv):
     """wgmma INT8 convolution fed by TMA (conv_i8t.cuh). sm_90 only; input channels in steps of 16 (the TMA's
     16-byte strides), output channels in multiples of the tile width."""
     c_align = 16
+    stages = 2
     minb = 1            # blocks per SM the kernel is compiled for (its register budget)
     bk = 128            # K bytes (channels) a stage: 128, or 64 for 64-channel inputs
 
@@ -65,6 +67,13 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
         super().__init__()
         self._maps: dict = {}
         self._fns: dict = {}
+
+    def hardware(self):
+        try:
+            cc = context().cc
+        except Exception as e:  # noqa: BLE001 - no GPU: said as the refusal
+            return f"no CUDA device ({e})"
+        return None if tuple(cc) == (9, 0) else f"wgmma and the TMA need an sm_90 GPU (Hopper), this one is sm_{cc[0]}{cc[1]}"
 
     def supports(self, op, input_shapes):
         why = super().supports(op, input_shapes)
@@ -192,13 +201,6 @@ class _TmaInt8Conv(_WgmmaInt8Conv):
 
 
 @register_tactic
-class TmaInt8Conv128x4(_TmaInt8Conv):
-    """TMA-fed wgmma INT8 convolution, 128 x 128 tiles, 4 stages (one block per SM)."""
-    name = "tma-int8-128x128-s4"
-    bn, stages = 128, 4
-
-
-@register_tactic
 class TmaInt8Conv128x2(_TmaInt8Conv):
     """TMA-fed wgmma INT8 convolution, 128 x 128 tiles, 2 stages (two blocks per SM)."""
     name = "tma-int8-128x128-s2"
@@ -277,7 +279,6 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
         to = self._map(y.ptr, dims, strides, box, ones)
         tr = self._map(r.ptr, dims, strides, box, ones) if r is not None else to
         tiles = g["tw"] * g["th"] * -(-g["n"] // bi) * (m // self.bn)
-        from native.cuda.driver import context
         grid = (min(tiles, context().sm_count), 1, 1)
         fn, shared = self.kernel(res_kind, 0)
         launch(fn, grid, (self.threads(), 1, 1), [g["ta"], tb, to, tr, bias, scale, rscale] + self._ints(g, tiles),
@@ -290,27 +291,6 @@ class TmaPersistentInt8Conv128(_TmaPersistentInt8Conv):
     """Persistent TMA INT8 convolution, 128 x 128 tiles, 4 stages, TMA residual loads and output stores."""
     name = "tma-int8-persistent-128x128-s4"
     bn, stages = 128, 4
-
-
-@register_tactic
-class TmaPersistentInt8Conv256(_TmaPersistentInt8Conv):
-    """Persistent TMA INT8 convolution, 128 x 256 tiles, 2 stages, TMA residual loads and output stores."""
-    name = "tma-int8-persistent-128x256-s2"
-    bn, stages = 256, 2
-
-
-@register_tactic
-class TmaPersistentInt8Conv256k64(_TmaPersistentInt8Conv):
-    """Persistent TMA INT8 convolution, 128 x 256 tiles, 64 channels a step, 4 stages: 64 -> 256 channel layers."""
-    name = "tma-int8-persistent-128x256-k64-s4"
-    bn, bk, stages = 256, 64, 4
-
-
-@register_tactic
-class TmaPersistentInt8Conv128w4(_TmaPersistentInt8Conv):
-    """Persistent TMA INT8 convolution, 128 x 128 tiles, 4 stages, four consumer warpgroups."""
-    name = "tma-int8-persistent-128x128-s4-w4"
-    bn, stages, warpgroups = 128, 4, 4
 
 
 @register_tactic

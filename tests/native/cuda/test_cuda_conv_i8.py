@@ -12,12 +12,10 @@ from tests.native.cuda.test_cuda_int8_io import _op
 pytestmark = pytest.mark.cuda
 
 
-NAMES = ["mma-int8-128x128", "mma-int8-128x64", "wgmma-int8-128x128-s2", "wgmma-int8-128x64-s3",
-         "tma-int8-128x128-s4", "tma-int8-128x128-s2", "tma-int8-128x64-s4", "tma-int8-128x64-k64-s6"]
-TMA = ["tma-int8-128x128-s4", "tma-int8-128x128-s2", "tma-int8-128x256-s3", "tma-int8-128x64-s4",
-       "tma-int8-128x64-k64-s6", "tma-int8-persistent-128x128-s4", "tma-int8-persistent-128x256-s2",
-       "tma-int8-persistent-128x256-k64-s4", "tma-int8-persistent-128x128-s4-w4", "tma-int8-persistent-128x256-s2-w4",
-       "tma-int8-persistent-128x256-k64-s4-w4"]
+NAMES = ["mma-int8-128x128", "mma-int8-128x64", "tma-int8-128x128-s2", "tma-int8-128x64-s4", "tma-int8-128x64-k64-s6",
+         "tma-int8-persistent-128x128-s4"]
+TMA = ["tma-int8-128x128-s2", "tma-int8-128x256-s3", "tma-int8-128x64-s4", "tma-int8-128x64-k64-s6",
+       "tma-int8-persistent-128x128-s4", "tma-int8-persistent-128x256-s2-w4", "tma-int8-persistent-128x256-k64-s4-w4"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -105,6 +103,8 @@ def test_mma_int8_conv_refuses_channels_its_tiles_do_not_take():
     assert "multiple of this tile's 128" in by["mma-int8-128x128"].supports(
         _op(64, 64, 1, 1, None, True, "int8", rng), [[2, 9, 9, 64]])
     assert by["mma-int8-128x64"].supports(_op(64, 64, 1, 1, None, True, "int8", rng), [[2, 9, 9, 64]]) is None
-    assert "multiple of 16" in by["wgmma-int8-128x64-s3"].supports(_op(24, 64, 1, 1, None, True, "int8", rng),
-                                                                   [[2, 9, 9, 24]])
-    assert by["wgmma-int8-128x64-s3"].supports(_op(48, 64, 1, 1, None, True, "int8", rng), [[2, 9, 9, 48]]) is None
+    assert "multiple of 16" in by["tma-int8-128x64-s4"].supports(_op(24, 64, 1, 1, None, True, "int8", rng),
+                                                                 [[2, 9, 9, 24]])
+    assert by["tma-int8-128x64-s4"].supports(_op(48, 64, 1, 1, None, True, "int8", rng), [[2, 9, 9, 48]]) is None
+    assert "at most 8" in by["tma-int8-128x128-s2"].supports(_op(64, 128, 1, 9, None, True, "int8", rng),
+                                                            [[1, 40, 40, 64]])
