@@ -59,13 +59,15 @@ def test_cudnn_int8_conv_computes_the_fused_epilogue(c, m, k, stride, residual, 
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
+@pytest.mark.parametrize("size", [1000, 1003, 8 * 4099])   # 8 a thread, one a thread (not a multiple of 8)
 @pytest.mark.parametrize("src", ["float32", "float16"])
-def test_int8_reformat_kernels_equal_the_cpu(src):
+def test_int8_reformat_kernels_equal_the_cpu(src, size):
     from native.cpu.kernels.reformat import Reformat
     from native.cuda.array import GpuArray
     from native.cuda.tactics.int8 import GpuInt8Reformat
     from native.tactics import Op
-    x = (np.random.default_rng(4).standard_normal(1000) * 5).astype(src)
+    x = (np.random.default_rng(4).standard_normal(size) * 5).astype(src)
+    x[:6] = [0.015, -0.015, 0.045, 6e4, -6e4, 3.81]   # ties (x / 0.03 = 0.5, 1.5: to even), saturation both ways
     to8 = Op("Reformat", "q", {"from": src, "to": "int8", "scale": 0.03, "rounding": "half_even"})
     back = Op("Reformat", "d", {"from": "int8", "to": src, "scale": 0.03})
     q = GpuInt8Reformat().run(to8, [GpuArray.from_host(x)])[0]
