@@ -196,6 +196,39 @@ def test_int8_io_chain_leaves_int8_when_its_reformats_cost_more_than_it_saves(in
                                        for s in notes), notes
 
 
+@pytest.mark.parametrize("reformat_ms,marked", [(0.05, 3), (0.0, 2)])
+def test_int8_io_layer_slower_alone_joins_when_its_reformats_cost_more(int8_io_on_cpu, monkeypatch, reformat_ms,
+                                                                      marked):
+    """conv2 is 0.05 ms slower in INT8 alone, conv1 and conv3 0.1 ms faster: with conv2 in float, conv1 and conv3
+    are two chains of one (the cost model's 4 edge Reformats: c0 and r2 quantized, r1 and y dequantized; the engine
+    quantizes c0 and r2 at least); with conv2 INT8, one chain of three (2 edges,
+    the engine quantizes c0). At 0.05 ms a Reformat conv2 runs INT8, and says why; at no cost it stays float."""
+    from backends.engine import Calibrator
+    from backends.engine.builder.config import BuilderConfig
+    from backends.engine.builder.passes import int8_io
+    from backends.runners import EngineRunner
+    monkeypatch.setattr(int8_io, "time_against_float", lambda probe, node, op, shape, config:
+                        (1.05, 1.0, "float32") if node.name.startswith("conv2") else (1.0, 1.1, "float32"))
+    monkeypatch.setattr(int8_io, "_reformat_ms", lambda probe, shape, src, dst: reformat_ms)
+    model, batches, x = _resnet_block()
+    config = BuilderConfig()
+    config.prefer_nhwc = True
+    with EngineRunner(model, flags=("int8",), config=config, calibrator=Calibrator(batches)) as io:
+        y = io.infer({"x": x})["y"]
+        nodes = io.engine.graph.nodes
+        io_layers = {n.name.split(" ")[0] for n in nodes if n.tactic_name == NumpyInt8IO.name}
+        conv2 = next(n for n in nodes if "Convolution" in n.kind and n.name.split(" ")[0] == "conv2")
+        reformats = [n for n in nodes if n.kind == "Reformat" and "int8" in (n.params["from"], n.params["to"])]
+    assert np.isfinite(y).all()
+    if marked == 3:
+        assert io_layers == {"conv1", "conv2", "conv3"} and len(reformats) == 1, (io_layers, len(reformats))
+        assert "INT8 though float32 is faster alone (1.000 ms vs INT8 1.050 ms)" in conv2.meta["int8_note"] and \
+            "cost 0.100 ms more" in conv2.meta["int8_note"], conv2.meta["int8_note"]
+    else:
+        assert io_layers == {"conv1", "conv3"} and len(reformats) >= 2, (io_layers, len(reformats))
+        assert conv2.meta["int8_note"].startswith("not INT8: float32 is faster"), conv2.meta["int8_note"]
+
+
 def test_int8_io_timing_runs_the_int8_and_float_variants(int8_io_on_cpu):
     """The real timing (no stand-in): each candidate, residual ones too, is timed in INT8 on int8 tensors and in the
     float precision, and both times are recorded on the layer (precision_ms)."""

@@ -202,6 +202,61 @@ def _reformat_ms(probe, shape, from_type, to_type):
     return None if m is None else m.ms
 
 
+def _chain_reformats_ms(graph, probe, chain, consumers, fp, memo) -> tuple:
+    """(ms of the Reformat layers at `chain`'s edges, whether one could not be timed, its (into, out_of) edges);
+    `memo` keeps each (size, from, to) timing."""
+    into, out_of = chain_edges(graph, chain, consumers)
+    total, unknown = 0.0, False
+    for names, pair in ((into, (fp, "int8")), (out_of, ("int8", fp))):
+        for name in names:
+            value = probe.env.get(name)
+            shape = tuple(int(d) for d in value.shape) if hasattr(value, "shape") else _static_shape(graph, name)
+            if shape is None:
+                unknown = True
+                continue
+            key = (int(np.prod(shape)),) + pair
+            if key not in memo:
+                memo[key] = _reformat_ms(probe, shape, *pair)
+            if memo[key] is None:
+                unknown = True
+            else:
+                total += memo[key]
+    return total, unknown, (into, out_of)
+
+
+def _edge_reformats_ms(graph, probe, consumers, fp, memo) -> tuple:
+    """(ms of the Reformat layers at the edges of every chain the marked layers make now, whether one could not be
+    timed)."""
+    total, unknown = 0.0, False
+    for chain in chains(graph):
+        ms, unk, _ = _chain_reformats_ms(graph, probe, chain, consumers, fp, memo)
+        total, unknown = total + ms, unknown or unk
+    return total, unknown
+
+
+def rejoin_edge_layers(graph, probe, slow, logger) -> set:
+    """Of the layers INT8 lost to float on their own (`slow`: (node, INT8 ms, float ms, float precision)), the ids
+    of those marked after all because in float they cost more in Reformat layers than INT8 costs them: a float
+    layer whose input and output tensors INT8 layers read is a quantizing and a dequantizing pass over them
+    (ResNet-50 b128 on an H200: layer1.0.conv1 0.010 ms slower in INT8, its float output's quantizing Reformat
+    0.076 ms). Each in graph order: every chain's edge Reformats timed with the layer marked and without."""
+    joined, memo = set(), {}
+    consumers = graph.consumers()
+    for n, ms8, msf, fp in slow:
+        before, unknown = _edge_reformats_ms(graph, probe, consumers, fp, memo)
+        n.meta["int8_io"] = True
+        after, unknown_after = _edge_reformats_ms(graph, probe, consumers, fp, memo)
+        if unknown or unknown_after or after + ms8 >= before + msf:
+            n.meta.pop("int8_io")
+            continue
+        joined.add(id(n))
+        n.meta["int8_joined"] = (f"INT8 though {fp} is faster alone ({msf:.3f} ms vs INT8 {ms8:.3f} ms): in {fp} "
+                                 f"the Reformat layers at its neighbours' chains cost {before - after:.3f} ms more")
+        logger.verbose(f"INT8 I/O: '{n.name}' joins its neighbours' INT8 chain: {ms8 - msf:.3f} ms slower alone, "
+                       f"{before - after:.3f} ms less of Reformat layers")
+    return joined
+
+
 def drop_unprofitable_chains(graph, probe, config, logger) -> int:
     """Unmark the chains whose INT8 layers save less time than the Reformat layers at their edges cost; returns how
     many layers left INT8. Each layer was timed alone on the chain assumption (time_against_float: its neighbours
@@ -215,22 +270,7 @@ def drop_unprofitable_chains(graph, probe, config, logger) -> int:
         if not all("int8" in t and fp in t for t in timed):
             continue      # a layer marked without timing (by the rule): the chain stays as the rule says
         saved = sum(t[fp] - t["int8"] for t in timed)
-        into, out_of = chain_edges(graph, chain, consumers)
-        cost, unknown = 0.0, False
-        for names, pair in ((into, (fp, "int8")), (out_of, ("int8", fp))):
-            for name in names:
-                value = probe.env.get(name)
-                shape = tuple(int(d) for d in value.shape) if hasattr(value, "shape") else _static_shape(graph, name)
-                if shape is None:
-                    unknown = True
-                    continue
-                key = (int(np.prod(shape)),) + pair
-                if key not in memo:
-                    memo[key] = _reformat_ms(probe, shape, *pair)
-                if memo[key] is None:
-                    unknown = True
-                else:
-                    cost += memo[key]
+        cost, unknown, (into, out_of) = _chain_reformats_ms(graph, probe, chain, consumers, fp, memo)
         float_ms = sum(t[fp] for t in timed)
         if unknown or float_ms - saved + cost <= float_ms * (1 + TIE_MARGIN):   # (the per-layer rule's tie margin)
             logger.verbose(f"INT8 I/O: chain of {len(chain)} from '{chain[0].name}': INT8 saves {saved:.3f} ms, its "
@@ -263,7 +303,7 @@ def mark(graph, config, logger, ctx=None) -> tuple:
         except Exception as e:
             logger.warning(f"INT8 I/O: the run that feeds its timing failed ({str(e)[:300]}); layers the INT8 "
                            f"NHWC tactics run are marked without timing")
-    marked, refused, slower = 0, [], 0
+    marked, refused, slower, slow = 0, [], 0, []
     for n in graph.nodes:
         if n.kind != "Convolution" or n.precision != "int8":
             continue
@@ -291,8 +331,7 @@ def mark(graph, config, logger, ctx=None) -> tuple:
                         logger.verbose(f"INT8 I/O: '{n.name}': INT8 NHWC on int8 tensors {ms8:.3f} ms vs {fp} NHWC "
                                        f"{msf:.3f} ms -> {'INT8' if ms8 <= msf * (1 + TIE_MARGIN) else fp}")
                         if ms8 > msf * (1 + TIE_MARGIN):
-                            _leave_int8(n, ms8, msf, fp)
-                            slower += 1
+                            slow.append((n, ms8, msf, fp))    # leaves INT8 unless its Reformats say otherwise
                             continue
                     elif ms8 is None:
                         why = f"its INT8 NHWC tactics did not run at the opt shapes ({probe.why or 'see -v'})"
@@ -303,6 +342,12 @@ def mark(graph, config, logger, ctx=None) -> tuple:
             continue
         n.meta["int8_io"] = True
         marked += 1
+    if slow:
+        joined = rejoin_edge_layers(graph, probe, slow, logger)
+        for n, ms8, msf, fp in slow:
+            if id(n) not in joined:
+                _leave_int8(n, ms8, msf, fp)
+        marked, slower = marked + len(joined), slower + len(slow) - len(joined)
     if probe is not None and marked:
         dropped = drop_unprofitable_chains(graph, probe, config, logger)
         marked, slower = marked - dropped, slower + dropped
@@ -416,7 +461,8 @@ def apply(graph, config, logger) -> int:
         else:
             p8.pop("residual_scales", None)
         n.params = dict(n.params, int8=p8)
-        n.meta["int8_note"] = f"INT8 in, {'INT8' if p8['io']['output'] == 'int8' else 'FP32'} out (int8 NHWC tensors)"
+        n.meta["int8_note"] = f"INT8 in, {'INT8' if p8['io']['output'] == 'int8' else 'FP32'} out (int8 NHWC tensors)" \
+            + (f"; {n.meta.pop('int8_joined')}" if n.meta.get("int8_joined") else "")
     eliminate_dead_layers(graph, config)
     logger.info(f"INT8 I/O: {len(io)} layers on int8 NHWC tensors, {len(scale_of)} tensors stored int8; "
                 f"{quantized} quantizing and {dequantized} dequantizing Reformat layers at the chains' edges")
