@@ -229,6 +229,31 @@ def test_int8_io_layer_slower_alone_joins_when_its_reformats_cost_more(int8_io_o
         assert conv2.meta["int8_note"].startswith("not INT8: float32 is faster"), conv2.meta["int8_note"]
 
 
+def test_int8_io_run_of_slower_layers_joins_together(int8_io_on_cpu, monkeypatch):
+    """conv1 and conv2 are each 0.05 ms slower in INT8 alone, conv3 1 ms faster; a Reformat costs 1e-4 ms an element
+    (c0 and y: 0.16 ms, r1 and r2: 0.32 ms). Alone neither joins (conv2 would trade r2's quantizing for r1's; conv1
+    would add a chain of its own), together they trade r2's for c0's: 0.16 ms saved for 0.10 ms, so both run INT8."""
+    from backends.engine import Calibrator
+    from backends.engine.builder.config import BuilderConfig
+    from backends.engine.builder.passes import int8_io
+    from backends.runners import EngineRunner
+    monkeypatch.setattr(int8_io, "time_against_float", lambda probe, node, op, shape, config:
+                        (1.0, 2.0, "float32") if node.name.startswith("conv3") else (1.05, 1.0, "float32"))
+    monkeypatch.setattr(int8_io, "_reformat_ms", lambda probe, shape, src, dst: 1e-4 * float(np.prod(shape)))
+    model, batches, x = _resnet_block()
+    config = BuilderConfig()
+    config.prefer_nhwc = True
+    with EngineRunner(model, flags=("int8",), config=config, calibrator=Calibrator(batches)) as io:
+        assert np.isfinite(io.infer({"x": x})["y"]).all()
+        nodes = io.engine.graph.nodes
+        io_layers = {n.name.split(" ")[0] for n in nodes if n.tactic_name == NumpyInt8IO.name}
+        notes = [n.meta["int8_note"] for n in nodes if "Convolution" in n.kind and n.name.split(" ")[0] in
+                 ("conv1", "conv2")]
+    assert io_layers == {"conv1", "conv2", "conv3"}, io_layers
+    assert len(notes) == 2 and all("INT8 though float32 is faster alone" in t and "cost 0.160 ms more" in t
+                                   and "around 'conv1" in t for t in notes), notes
+
+
 def test_int8_io_timing_runs_the_int8_and_float_variants(int8_io_on_cpu):
     """The real timing (no stand-in): each candidate, residual ones too, is timed in INT8 on int8 tensors and in the
     float precision, and both times are recorded on the layer (precision_ms)."""

@@ -239,22 +239,63 @@ def rejoin_edge_layers(graph, probe, slow, logger) -> set:
     of those marked after all because in float they cost more in Reformat layers than INT8 costs them: a float
     layer whose input and output tensors INT8 layers read is a quantizing and a dequantizing pass over them
     (ResNet-50 b128 on an H200: layer1.0.conv1 0.010 ms slower in INT8, its float output's quantizing Reformat
-    0.076 ms). Each in graph order: every chain's edge Reformats timed with the layer marked and without."""
+    0.076 ms). Every chain's edge Reformats are timed with and without, first for each run of such layers that
+    read one another's outputs (two float layers in a row pay for each other's Reformats: neither joins alone),
+    then for each layer of a run that did not join whole, in graph order."""
     joined, memo = set(), {}
     consumers = graph.consumers()
-    for n, ms8, msf, fp in slow:
+
+    def try_join(group):
+        fp = group[0][3]
         before, unknown = _edge_reformats_ms(graph, probe, consumers, fp, memo)
-        n.meta["int8_io"] = True
+        for n, *_ in group:
+            n.meta["int8_io"] = True
         after, unknown_after = _edge_reformats_ms(graph, probe, consumers, fp, memo)
-        if unknown or unknown_after or after + ms8 >= before + msf:
-            n.meta.pop("int8_io")
-            continue
-        joined.add(id(n))
-        n.meta["int8_joined"] = (f"INT8 though {fp} is faster alone ({msf:.3f} ms vs INT8 {ms8:.3f} ms): in {fp} "
-                                 f"the Reformat layers at its neighbours' chains cost {before - after:.3f} ms more")
-        logger.verbose(f"INT8 I/O: '{n.name}' joins its neighbours' INT8 chain: {ms8 - msf:.3f} ms slower alone, "
+        slower_ms = sum(ms8 - msf for _, ms8, msf, _ in group)
+        if unknown or unknown_after or after + slower_ms >= before:
+            for n, *_ in group:
+                n.meta.pop("int8_io")
+            return False
+        names = ", ".join(f"'{n.name}'" for n, *_ in group)
+        for n, ms8, msf, _ in group:
+            joined.add(id(n))
+            n.meta["int8_joined"] = (f"INT8 though {fp} is faster alone ({msf:.3f} ms vs INT8 {ms8:.3f} ms): in {fp} "
+                                     f"the Reformat layers around {'it' if len(group) == 1 else names} cost "
+                                     f"{before - after:.3f} ms more")
+        logger.verbose(f"INT8 I/O: {names} join{'s' if len(group) == 1 else ''} the INT8 chain around "
+                       f"{'it' if len(group) == 1 else 'them'}: {slower_ms:.3f} ms slower alone, "
                        f"{before - after:.3f} ms less of Reformat layers")
+        return True
+
+    for run in _runs(graph, slow):
+        if len(run) > 1 and try_join(run):
+            continue
+        for one in run:
+            if id(one[0]) not in joined:
+                try_join([one])
     return joined
+
+
+def _runs(graph, slow) -> list:
+    """`slow`'s entries grouped into runs: layers joined by a tensor one writes and another reads (as data or as
+    its residual). In graph order."""
+    index = {id(n): i for i, (n, *_) in enumerate(slow)}
+    parent = list(range(len(slow)))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    for i, (n, *_) in enumerate(slow):
+        for x in [n.inputs[0]] + [n.inputs[r] for r in [_residual_index(n)] if r is not None and r < len(n.inputs)]:
+            p = graph.producer(x)
+            if p is not None and id(p) in index:
+                parent[root(index[id(p)])] = root(i)
+    runs = {}
+    for i, entry in enumerate(slow):
+        runs.setdefault(root(i), []).append(entry)
+    return list(runs.values())
 
 
 def drop_unprofitable_chains(graph, probe, config, logger) -> int:
