@@ -15,10 +15,9 @@ import os
 
 import numpy as np
 
-from native.cuda.driver import _cu, check
+from native.cuda.driver import _cu, check, context
 from native.cuda.nvrtc import KERNEL_DIR, allow_dynamic_shared, kernel_from_source, launch, source_key
 from native.cuda.tactics.common import on_device, out_array, weight
-from native.cuda.driver import context
 from native.cuda.tactics.conv_i8 import _OUT, _RES, _MmaInt8Conv
 from native.shared.int8_io import epilogue_plan, io_of, nhwc_geometry, residual_storage
 from native.tactics import TacticRefusal, register_tactic
