@@ -35,10 +35,16 @@ class DlaTactic(Tactic):
                        op.params.get("dla") or {})
 
 
+# a Reformat to or from float32 at a network's inputs and outputs is the conversion of the DLA's FP16 / INT8 I/O
+# at the boundary (the values are FP16's or INT8's either way), so its twin may be assigned float32
+IO_PRECISIONS = ("float32", "float16", "int8")
+
+
 def wrap_cpu_tactics():
     """Register a DLA twin of every CPU tactic registered so far (idempotent)."""
     register_twins("cpu", DlaTactic, "dla:",    # the DLA's own rounding is applied around FP32 kernels
-                   keep=lambda t: t.kind not in ("DlaLoadable", "DlaReformat") and "float32" in t.precisions)
+                   keep=lambda t: t.kind not in ("DlaLoadable", "DlaReformat") and "float32" in t.precisions,
+                   precisions=lambda t: IO_PRECISIONS if t.kind == "Reformat" else DlaTactic.precisions)
 
 
 @register_tactic

@@ -298,3 +298,27 @@ def test_explicitly_quantized_network_is_rejected_by_the_dla():
     assert not cfg.can_run_on_dla(q) and cfg.dla_reason(q).startswith("[general.qdq]")
     with pytest.raises(BuildError, match=r"layer 'conv'.*\[general.qdq\] the network is explicitly quantized"):
         b.build_serialized_network(network, cfg)
+
+
+@pytest.mark.parametrize("precision", [["--fp16"], ["--int8", "--fp16"]])
+def test_dla_device_engine_hands_back_float32_outputs(tmp_path, capsys, precision):
+    """`--device dla` with reduced precision: the network's float32 output is the DLA's FP16 / INT8 output converted
+    at the boundary, so the Reformat to float32 the builder adds there runs on the DLA device (it failed tactic
+    selection: 'no dla implementation for layer Reformat ... float16->float32')."""
+    from debugkit.cli.main import main
+    from tests.tactics.models import conv_chain, save
+    model = save(conv_chain([3, 8, 8], hw=6), tmp_path)
+    rc = main(["run", model, "--engine", "--onnxrt", "--device", "dla", *precision])
+    out = capsys.readouterr()
+    assert rc == 0 and "PASSED" in out.out, out.err[-2000:]
+
+
+def test_dla_device_int8_without_fp16_says_to_enable_fp16(tmp_path, capsys):
+    """INT8 alone on the DLA device: the layers INT8 does not cover would run float32, which the DLA does not
+    compute; the build fails with exit code 2, naming the layer and what to enable."""
+    from debugkit.cli.main import main
+    from tests.tactics.models import conv_chain, save
+    model = save(conv_chain([3, 8, 8], hw=6), tmp_path)
+    rc = main(["run", model, "--engine", "--onnxrt", "--device", "dla", "--int8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "on device 'dla'" in err and "enable --fp16" in err, err[-2000:]

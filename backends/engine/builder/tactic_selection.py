@@ -178,8 +178,13 @@ def candidates(node, shapes, config, device, log=G_LOGGER, said=None):
         ok = [t for t in ok if t.name in pinned]
     if not ok:
         why = "; ".join(f"{k}: {v}" for k, v in reasons.items()) or "no tactics registered for this kind"
+        hint = ""
+        if node.precision == "float32" and not config.get_flag(BuilderFlag.FP16) and \
+                precisions_for(node.kind, device) and "float32" not in precisions_for(node.kind, device):
+            hint = (f"; device '{device}' computes {node.kind} in {'/'.join(sorted(precisions_for(node.kind, device)))}"
+                    f" only: enable --fp16 (BuilderFlag.FP16) so the layers INT8 does not cover run in float16")
         raise BuildError(f"could not find any implementation for layer '{node.name}' (kind {node.kind}, ONNX "
-                         f"nodes {node.source_nodes}) on device '{device}' ({why})")
+                         f"nodes {node.source_nodes}) on device '{device}' ({why}){hint}")
     return ok
 
 
