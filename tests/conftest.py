@@ -32,6 +32,23 @@ def pytest_unconfigure(config):
     _random_tactic_times(None)
 
 
+@pytest.fixture(autouse=True)
+def _jit_as_installed(request):
+    """A `jit`-marked test (its subject is the numba kernels) runs with the JIT as installed: a DEBUGKIT_JIT=0 the
+    suite was started with (to test the numpy path everywhere else) is set aside for it, and back afterwards."""
+    if request.node.get_closest_marker("jit") is None or os.environ.get("DEBUGKIT_JIT") is None:
+        yield
+        return
+    from native import config
+    saved = os.environ.pop("DEBUGKIT_JIT")
+    config.reload()
+    try:
+        yield
+    finally:
+        os.environ["DEBUGKIT_JIT"] = saved
+        config.reload()
+
+
 _REAL_TIME = []
 
 

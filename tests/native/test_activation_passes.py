@@ -5,6 +5,8 @@ import pytest
 
 from native.cpu.kernels.activations import activation, activation_inplace
 
+pytestmark = pytest.mark.jit   # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says
+
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 1e-38, -1e-38, 3e38, -3e38]
 
 

@@ -6,6 +6,8 @@ import pytest
 from native.cpu.kernels.activations import activation
 from native.tactics import Op, tactics_for
 
+pytestmark = pytest.mark.jit   # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says
+
 RNG = np.random.default_rng(5)
 
 

@@ -7,6 +7,8 @@ from native import config
 from native.cpu import jit
 from native.cpu.kernels.conv import depthwise_cl as dcl
 
+pytestmark = pytest.mark.jit   # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says
+
 RNG = np.random.default_rng(3)
 
 CASES = [  # (C, H, W, k, stride, dilation, pad)

@@ -9,6 +9,8 @@ from native.cpu import jit
 from native.cpu.kernels import pooling
 from native.tactics import Op, tactics_for
 
+pytestmark = pytest.mark.jit   # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says
+
 RNG = np.random.default_rng(11)
 
 CASES = [  # (shape, window, strides, dilations, pre, post, ceil_mode)

@@ -6,6 +6,8 @@ import pytest
 
 from native.tactics import LayerContext, Op, tactics_for
 
+pytestmark = pytest.mark.jit   # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says
+
 RNG = np.random.default_rng(7)
 
 

@@ -7,6 +7,8 @@ from native import config
 from native.cpu.kernels import fused, pointwise_chain
 from native.tactics import Op
 
+pytestmark = pytest.mark.jit   # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says
+
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 3.0, -3.0, 6.0, -6.0, 3e38, -3e38]
 
 
