@@ -147,11 +147,13 @@ def test_malloc_tuning_keeps_conv_buffers_mapped():
     op.weights = t.prepare(op)
     for _ in range(3):
         t.run(op, [x])
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(5):
+    per_call = []     # the process's faults: the median call's, so another thread's burst in one call is not counted
+    for _ in range(7):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t.run(op, [x])
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
-    assert faults < 150, f"{faults} page faults per call"   # 879 without the tuning; ~50 seen under heavy load
+        per_call.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    faults = float(np.median(per_call))
+    assert faults < 150, f"{per_call} page faults per call"   # 879 without the tuning; ~50 seen under heavy load
 
 
 def test_parallel_for_orders_results_propagates_errors_and_nests_inline():
