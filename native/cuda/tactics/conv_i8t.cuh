@@ -1,14 +1,14 @@
-// INT8 convolutions on int8 NHWC tensors as implicit GEMMs fed by Hopper's Tensor Memory Accelerator, one template
-// instantiated per tile shape, residual and output storage by conv_i8.py (CONV_I8T_KERNEL in a generated source:
-// each program compiles only the kernel it runs). Same contract as conv_i8w.cu: wgmma m64nNk32 s8 x s8 -> s32 and
-// int8_io.cuh's fused epilogue, so the outputs equal native/shared/int8_io.py bit for bit.
+// INT8 convolutions on int8 NHWC tensors as implicit GEMMs fed by Hopper's Tensor Memory Accelerator: wgmma
+// m64nNk32 s8 x s8 -> s32 and int8_io.cuh's fused epilogue, so the outputs equal native/shared/int8_io.py bit for
+// bit. Templates instantiated by conv_i8t.py, one kernel per generated program (CONV_I8T_KERNEL / CONV_I8P_KERNEL):
+// each program compiles only the kernel it runs.
 //
-// Why: conv_i8w.cu gathers its operands with cp.async, 16 bytes and one address computation per chunk per thread,
-// one stage in flight; Nsight Compute read it latency-bound at 25% occupancy with most issue slots on addresses.
-// Here one producer thread asks the TMA for whole tiles (a box of the 4-D NHWC input per filter tap, zero-filled in
-// the padding and past the channels; a box of the KRSC kernel), BK (128 or 64) channels a step, STAGES deep, each stage behind a pair of mbarriers
-// (full: its bytes landed; empty: both consumer warpgroups' wgmmas finished reading it). The two consumer
-// warpgroups only issue wgmma and run the epilogue.
+// Why: a kernel whose threads gather their operands with cp.async (16 bytes and one address computation per chunk
+// per thread, one stage in flight) read latency-bound at 25% occupancy in Nsight Compute, issue slots going to
+// addresses. Here one producer thread asks the TMA for whole tiles (a box of the 4-D NHWC input per filter tap,
+// zero-filled in the padding and past the channels; a box of the KRSC kernel), BK (128 or 64) channels a step,
+// STAGES deep, each stage behind a pair of mbarriers (full: its bytes landed; empty: every consumer warp's wgmmas
+// finished reading it). The consumer warpgroups only issue wgmma and run the epilogue.
 //
 // A block's 128 output pixels are a box of BW x BH pixels of BI images (BW * BH * BI = 128, powers of two, chosen
 // by the host to waste the fewest pixels at this output size); a 1x1 stride-1 convolution is given as one image of
@@ -39,8 +39,8 @@ __device__ __forceinline__ void t_bar_arrive(unsigned bar) {
 __device__ __forceinline__ void t_bar_wait(unsigned bar, unsigned parity) {
     unsigned done = 0;
     do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     } while (!done);
 }
 __device__ __forceinline__ void t_load_4d(unsigned dst, const TmaDesc* map, int c, int x, int y, int z, unsigned bar) {
@@ -410,6 +410,6 @@ __device__ __forceinline__ void conv_i8p(
         const __grid_constant__ TmaDesc tr, const float* bias, const float* scale, const float* rscale, int N,       \
         int C, int M, int KH, int KW, int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw,       \
         int lbh, int tw, int th, int tiles, int relu) {                                                             \
-        conv_i8p<BN_, BK_, S_, OB_, CW_, RES_>(&ta, &tb, &to, &tr, bias, scale, rscale, N, C, M, KH, KW, OH, OW, sh, sw,  \
-                                          ph, pw, dh, dw, lbw, lbh, tw, th, tiles, relu);                           \
+        conv_i8p<BN_, BK_, S_, OB_, CW_, RES_>(&ta, &tb, &to, &tr, bias, scale, rscale, N, C, M, KH, KW, OH, OW,    \
+                                               sh, sw, ph, pw, dh, dw, lbw, lbh, tw, th, tiles, relu);              \
     }

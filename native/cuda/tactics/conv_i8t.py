@@ -29,7 +29,8 @@ _MAPS_KEPT = 512                           # tensor maps remembered per tactic (
 
 def pixel_box(n: int, oh: int, ow: int, sh: int, sw: int) -> tuple[int, int]:
     """(log2 BW, log2 BH) of the 128-pixel output box that wastes the fewest pixels over [n, oh, ow] (BI = 128 /
-    (BW * BH) images), the TMA's box limit (256 input elements a dimension) respected; ties go to wider boxes."""
+    (BW * BH) images), the TMA's box limit (256 input elements a dimension) respected; among equals the widest,
+    then the tallest (the taps' shifted boxes overlap most in L2)."""
     best = None
     for lbw in range(8):
         for lbh in range(8 - lbw):
@@ -72,7 +73,8 @@ class _TmaInt8Conv(_MmaInt8Conv):
             cc = context().cc
         except Exception as e:  # noqa: BLE001 - no GPU: said as the refusal
             return f"no CUDA device ({e})"
-        return None if tuple(cc) == (9, 0) else f"wgmma and the TMA need an sm_90 GPU (Hopper), this one is sm_{cc[0]}{cc[1]}"
+        return None if tuple(cc) == (9, 0) else \
+            f"wgmma and the TMA need an sm_90 GPU (Hopper), this one is sm_{cc[0]}{cc[1]}"
 
     def supports(self, op, input_shapes):
         why = super().supports(op, input_shapes)
@@ -116,7 +118,8 @@ class _TmaInt8Conv(_MmaInt8Conv):
             tmap = check(cu.cuTensorMapEncodeTiled(
                 cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, len(dims), ptr,
                 [cu.cuuint64_t(int(d)) for d in dims], [cu.cuuint64_t(int(s)) for s in strides],
-                [cu.cuuint32_t(int(b)) for b in box], [cu.cuuint32_t(int(e)) for e in elem_strides], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                [cu.cuuint32_t(int(b)) for b in box], [cu.cuuint32_t(int(e)) for e in elem_strides],
+                cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
                 cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if box[0] == 128 else
                 cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
                 cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -129,8 +132,9 @@ class _TmaInt8Conv(_MmaInt8Conv):
 
     def _operands(self, op, inputs, outputs):
         """(x, y, residual or None, its kind, output kind, geometry) of a call, or TacticRefusal; geometry is None
-        when the output is empty (nothing to launch). Geometry: the kernel's view of the pixels (images, rows, columns, strides, pads), its
-        output box (log2 BW, log2 BH, BI), the tile counts along columns and rows, and the input's tensor map."""
+        when the output is empty (nothing to launch). Geometry: the kernel's view of the pixels (images, rows,
+        columns, strides, pads), its output box (log2 BW, log2 BH, BI), the tile counts along columns and rows, and
+        the input's tensor map."""
         x = on_device(inputs[0])
         if x.dtype != np.int8:
             raise TacticRefusal(f"the INT8 TMA convolution reads int8 NHWC input, got {x.dtype}")
@@ -259,7 +263,8 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
             16 * (self.stages + self.out_buffers) + 1023
 
     def instance(self, res_kind, out_kind) -> str:
-        return f"CONV_I8P_KERNEL({self.bn}, {self.bk}, {self.stages}, {self.out_buffers}, {self.warpgroups}, {res_kind})"
+        return (f"CONV_I8P_KERNEL({self.bn}, {self.bk}, {self.stages}, {self.out_buffers}, {self.warpgroups}, "
+                f"{res_kind})")
 
     def function(self, res_kind, out_kind) -> str:
         return f"conv_i8p_bn{self.bn}_k{self.bk}_s{self.stages}_o{self.out_buffers}_w{self.warpgroups}_r{res_kind}"
