@@ -1,5 +1,5 @@
 // The INT8 I/O epilogue (native/shared/int8_io.py) of a pair of adjacent output channels of one output pixel, as the
-// implicit-GEMM INT8 convolutions (conv_i8.cu, conv_i8w.cu) hold their accumulators: v = (float(acc) + bias) * scale
+// implicit-GEMM INT8 convolutions (conv_i8.cu, conv_i8t.cuh) hold their accumulators: v = (float(acc) + bias) * scale
 // (+ r * rs), evaluated in float32 in that order with no contraction (the contract's floats, bit for bit), then ReLU
 // and saturation into the int8 output tile (round to nearest even) or the float32 output.
 #pragma once
