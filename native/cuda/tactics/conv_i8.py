@@ -11,6 +11,8 @@ or two algorithms, 0.20 ms there). The builder times them against cuDNN's INT8 p
 channels in multiples of the kernel's input step (input) and of the tile width (output), groups 1."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from native.cuda.nvrtc import kernel, launch
@@ -62,44 +64,68 @@ class _MmaInt8Conv(Int8NhwcConv):
             return str(e)
         return None
 
-    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        wts = self.prepared(op)
+    def call(self, op, inputs, outputs) -> "Int8Call":
+        """The operands of a call, checked against what the kernel takes (TacticRefusal says what it does not)."""
         x = on_device(inputs[0])
         if x.dtype != np.int8:
-            raise TacticRefusal(f"the INT8 implicit-GEMM convolution reads int8 NHWC input, got {x.dtype}")
+            raise TacticRefusal(f"{self.name} reads int8 NHWC input, got {x.dtype}")
         n, h, w, c = x.shape
         m = int(op.params["num_output_maps"])
-        kh, kw = (int(k) for k in op.params["kernel_spatial"])
         if c % self.c_align or m % self.bn:
             raise TacticRefusal(f"channels {c} -> {m} do not fit this kernel ({self.c_align}-channel input steps, "
                                 f"{self.bn}-wide tiles)")
         st, pre, _, dil, (oh, ow) = nhwc_geometry(op, x.shape)
         out = io_of(op)["output"]
         y = out_array(outputs, 0, (n, oh, ow, m), np.dtype(out))
-        if y.size == 0:
-            return [y]
         res_idx, relu = epilogue_plan(op)
-        r = on_device(inputs[res_idx]) if res_idx is not None else None
+        r = on_device(inputs[res_idx]) if res_idx is not None and y.size else None
         res_kind = _RES.get(np.dtype(r.dtype).name if r is not None else None)
         if res_kind is None:
             raise TacticRefusal(f"residual stored {r.dtype}")
         for a in (x, y, r):
-            if a is not None and a.ptr % 16:
+            if a is not None and a.size and a.ptr % 16:
                 raise TacticRefusal("the kernel reads and writes 16-byte aligned tensors")
-        # the per-channel float32 vectors as prepared_weights keeps them ([1, M, 1, 1], contiguous: M floats)
-        scale_args = [weight(wts["int8_krsc"]), weight(wts["int8_bias"]), weight(wts["int8_scale"])]
-        p = n * oh * ow
-        if p >= 2 ** 31 or n * h * w >= 2 ** 31:
+        if n * oh * ow >= 2 ** 31 or n * h * w >= 2 ** 31:
             raise TacticRefusal("more than 2^31 pixels: the kernel indexes pixels with 32-bit integers")
-        grid = ((p + BM - 1) // BM, m // self.bn, 1)
-        i32 = np.int32
-        fn, shared = self.kernel(res_kind, _OUT[out])
-        launch(fn, grid, (256, 1, 1),
-               [np.uint64(x.ptr)] + [np.uint64(a.ptr) for a in scale_args] +
-               [np.uint64(r.ptr if r is not None else 0), np.uint64(weight(wts["int8_res_scale"]).ptr), np.uint64(y.ptr),
-                i32(n), i32(h), i32(w), i32(c), i32(m), i32(kh), i32(kw), i32(oh), i32(ow), i32(st[0]), i32(st[1]),
-                i32(pre[0]), i32(pre[1]), i32(dil[0]), i32(dil[1]), i32(relu)], shared=shared)
-        return [y]
+        kh, kw = (int(k) for k in op.params["kernel_spatial"])
+        return Int8Call(x, y, r, res_kind, _OUT[out], m, kh, kw, tuple(st), tuple(pre), tuple(dil), (oh, ow), relu)
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        wts = self.prepared(op)
+        c = self.call(op, inputs, outputs)
+        if c.y.size == 0:
+            return [c.y]
+        n, h, w, ch = c.x.shape
+        (oh, ow), i32 = c.out_hw, np.int32
+        # the per-channel float32 vectors as prepared_weights keeps them ([1, M, 1, 1], contiguous: M floats)
+        ptrs = [np.uint64(weight(wts[k]).ptr) for k in ("int8_krsc", "int8_bias", "int8_scale")]
+        fn, shared = self.kernel(c.res_kind, c.out_kind)
+        launch(fn, ((n * oh * ow + BM - 1) // BM, c.m // self.bn, 1), (256, 1, 1),
+               [np.uint64(c.x.ptr)] + ptrs +
+               [np.uint64(c.r.ptr if c.r is not None else 0), np.uint64(weight(wts["int8_res_scale"]).ptr),
+                np.uint64(c.y.ptr), i32(n), i32(h), i32(w), i32(ch), i32(c.m), i32(c.kh), i32(c.kw), i32(oh), i32(ow),
+                i32(c.strides[0]), i32(c.strides[1]), i32(c.pre[0]), i32(c.pre[1]), i32(c.dil[0]), i32(c.dil[1]),
+                i32(c.relu)], shared=shared)
+        return [c.y]
+
+
+class Int8Call(NamedTuple):
+    """A call's checked operands (Int8NhwcConv kernels of this family): input, output, residual (or None) and its
+    storage code, the output's storage code, output channels, window, strides, pre-padding, dilation, output size,
+    ReLU."""
+    x: object
+    y: object
+    r: object
+    res_kind: int
+    out_kind: int
+    m: int
+    kh: int
+    kw: int
+    strides: tuple
+    pre: tuple
+    dil: tuple
+    out_hw: tuple
+    relu: int
 
 
 @register_tactic

@@ -98,6 +98,52 @@ template <int BN> __device__ __forceinline__ void t_mma(int* d, unsigned long lo
     if (BN == 256) t_mma256(d, a, b); else if (BN == 128) t_mma128(d, a, b); else t_mma64(d, a, b);
 }
 
+// The stage ring both kernels share: STAGES slots of A (128 x BK) + B (BN x BK), a full and an empty mbarrier
+// each; `stage` / `round` is a side's position in it (the producer's and the consumers' advance alike).
+template <int BN, int BK, int STAGES>
+struct TRing {
+    static constexpr int A_BYTES = TBM * BK, STAGE = A_BYTES + BN * BK;
+    unsigned base, full0, empty0;
+    int stage = 0, round = 0, step = 0;
+
+    // the producer: one tile's K steps (filter taps x BK-channel steps), each once its slot is free
+    __device__ __forceinline__ void produce(const TmaDesc* ta, const TmaDesc* tb, int C, int KH, int KW, int x0,
+                                            int y0, int i0, int n0, int dh, int dw) {
+        for (int r = 0; r < KH; ++r)
+            for (int s = 0; s < KW; ++s)
+                for (int c0 = 0; c0 < C; c0 += BK, ++step) {
+                    if (step >= STAGES) t_bar_wait(empty0 + stage * 8, (round - 1) & 1);
+                    const unsigned fb = full0 + stage * 8, st = base + stage * STAGE;
+                    t_bar_expect(fb, STAGE);
+                    t_load_4d(st, ta, c0, x0 + s * dw, y0 + r * dh, i0, fb);
+                    t_load_2d(st + A_BYTES, tb, (r * KW + s) * C + c0, n0, fb);
+                    if (++stage == STAGES) { stage = 0; ++round; }
+                }
+    }
+
+    // a consumer warpgroup: `steps` K steps into acc (rows wm.., columns wn.. of the tile, WN wide); each slot is
+    // given back (one arrival per warp) once the step after it has been issued and it is done, the last at the end
+    template <int WN>
+    __device__ __forceinline__ void consume(int* acc, int steps, int wm, int wn, int lane) {
+        int prev = 0;
+        for (int k = 0; k < steps; ++k) {
+            t_bar_wait(full0 + stage * 8, round & 1);
+            const unsigned st = base + stage * STAGE;
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int kk = 0; kk < BK / 32; ++kk)
+                t_mma<WN>(acc, t_desc<BK>(st + wm * BK + kk * 32), t_desc<BK>(st + A_BYTES + wn * BK + kk * 32));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // the step before this one is done
+            if (k > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);           // ... so its slot may be refilled
+            prev = stage;
+            if (++stage == STAGES) { stage = 0; ++round; }
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        if (steps > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);
+    }
+};
+
 // the output pixel (flat index into [N, OH, OW]) of tile row `row`, or -1 past the map
 struct TilePixels {
     int n0, oh0, ow0, lbw, lbh, N, OH, OW;
@@ -117,7 +163,7 @@ __device__ __forceinline__ void conv_i8t(
         const void* __restrict__ res, const float* __restrict__ rscale, void* __restrict__ y, int N, int C, int M,
         int KH, int KW, int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw,
         int th, int relu) {
-    constexpr int A_BYTES = TBM * BK, B_BYTES = BN * BK, STAGE = A_BYTES + B_BYTES;
+    constexpr int STAGE = TRing<BN, BK, STAGES>::STAGE;
     constexpr int OROW = BN + 16, CHUNKS = BN / 16, NACC = BN / 2;
     extern __shared__ unsigned char dsmem[];
     const unsigned raw = t_smem(dsmem);
@@ -128,6 +174,7 @@ __device__ __forceinline__ void conv_i8t(
     float* s_rs = s_scale + BN;
     unsigned long long* bars = (unsigned long long*)(s_rs + BN);           // full[STAGES], empty[STAGES]
     const unsigned sbase = t_smem(base), full0 = t_smem(bars), empty0 = full0 + STAGES * 8;
+    TRing<BN, BK, STAGES> ring{sbase, full0, empty0};
 
     const int tid = threadIdx.x;
     const int bw = 1 << lbw, bh = 1 << lbh, bi = TBM >> (lbw + lbh);
@@ -154,18 +201,7 @@ __device__ __forceinline__ void conv_i8t(
         if (tid == TCONSUMERS) {
             asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)ta) : "memory");
             asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)tb) : "memory");
-            const int x0 = pix.ow0 * sw - pw, y0 = pix.oh0 * sh - ph;
-            int stage = 0, round = 0, step = 0;
-            for (int r = 0; r < KH; ++r)
-                for (int s = 0; s < KW; ++s)
-                    for (int c0 = 0; c0 < C; c0 += BK, ++step) {
-                        if (step >= STAGES) t_bar_wait(empty0 + stage * 8, (round - 1) & 1);
-                        const unsigned fb = full0 + stage * 8, st = sbase + stage * STAGE;
-                        t_bar_expect(fb, STAGE);
-                        t_load_4d(st, ta, c0, x0 + s * dw, y0 + r * dh, pix.n0, fb);
-                        t_load_2d(st + A_BYTES, tb, (r * KW + s) * C + c0, n0, fb);
-                        if (++stage == STAGES) { stage = 0; ++round; }
-                    }
+            ring.produce(ta, tb, C, KH, KW, pix.ow0 * sw - pw, pix.oh0 * sh - ph, pix.n0, n0, dh, dw);
         }
         return;
     }
@@ -190,21 +226,7 @@ __device__ __forceinline__ void conv_i8t(
     int acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0;
-    int stage = 0, round = 0, prev = 0;
-    for (int step = 0; step < steps; ++step) {
-        t_bar_wait(full0 + stage * 8, round & 1);
-        const unsigned st = sbase + stage * STAGE;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < BK / 32; ++kk)
-            t_mma<BN>(acc, t_desc<BK>(st + wg * 64 * BK + kk * 32), t_desc<BK>(st + A_BYTES + kk * 32));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // the step before this one is done
-        if (step > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);        // ... so its stage may be refilled
-        prev = stage;
-        if (++stage == STAGES) { stage = 0; ++round; }
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    ring.template consume<BN>(acc, steps, wg * 64, 0, lane);
     if (OUT == 0 && RES == 1) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     t_consumers_sync();
 
@@ -288,7 +310,7 @@ __device__ __forceinline__ void conv_i8p(
         const float* __restrict__ scale, const float* __restrict__ rscale, int N, int C, int M, int KH, int KW,
         int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw, int th, int tiles,
         int relu) {
-    constexpr int A_BYTES = TBM * BK, B_BYTES = BN * BK, STAGE = A_BYTES + B_BYTES, OBUF = TBM * BN;
+    constexpr int STAGE = TRing<BN, BK, STAGES>::STAGE, OBUF = TBM * BN;
     constexpr int CT = CW * 128, WN = 2 * BN / CW, NACC = WN / 2;
     extern __shared__ unsigned char dsmem[];
     const unsigned raw = t_smem(dsmem);
@@ -297,6 +319,7 @@ __device__ __forceinline__ void conv_i8p(
     unsigned long long* bars = (unsigned long long*)(O + OB * OBUF);
     const unsigned sbase = t_smem(base), obase = t_smem(O), full0 = t_smem(bars), empty0 = full0 + STAGES * 8,
                    ofull0 = empty0 + STAGES * 8, oempty0 = ofull0 + OB * 8;
+    TRing<BN, BK, STAGES> ring{sbase, full0, empty0};
     const int tid = threadIdx.x;
     const int bw = 1 << lbw, bh = 1 << lbh, bi = TBM >> (lbw + lbh);
     const int ntiles = M / BN, kc = (C + BK - 1) / BK, steps = KH * KW * kc;
@@ -319,7 +342,7 @@ __device__ __forceinline__ void conv_i8p(
         if (tid == CT) {
             asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)ta) : "memory");
             asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)tb) : "memory");
-            int stage = 0, round = 0, step = 0, local = 0;
+            int local = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
                 const int n0 = (t % ntiles) * BN, pt = t / ntiles;
                 const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
@@ -331,17 +354,7 @@ __device__ __forceinline__ void conv_i8p(
                     for (int h = 0; h < BN / 128; ++h)
                         t_load_4d(obase + b * OBUF + h * TBM * 128, tr, n0 + h * 128, ow0, oh0, i0, ofull0 + b * 8);
                 }
-                const int x0 = ow0 * sw - pw, y0 = oh0 * sh - ph;
-                for (int r = 0; r < KH; ++r)
-                    for (int s = 0; s < KW; ++s)
-                        for (int c0 = 0; c0 < C; c0 += BK, ++step) {
-                            if (step >= STAGES) t_bar_wait(empty0 + stage * 8, (round - 1) & 1);
-                            const unsigned fb = full0 + stage * 8, st = sbase + stage * STAGE;
-                            t_bar_expect(fb, STAGE);
-                            t_load_4d(st, ta, c0, x0 + s * dw, y0 + r * dh, i0, fb);
-                            t_load_2d(st + A_BYTES, tb, (r * KW + s) * C + c0, n0, fb);
-                            if (++stage == STAGES) { stage = 0; ++round; }
-                        }
+                ring.produce(ta, tb, C, KH, KW, ow0 * sw - pw, oh0 * sh - ph, i0, n0, dh, dw);
             }
         }
         return;
@@ -350,7 +363,7 @@ __device__ __forceinline__ void conv_i8p(
     const int wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3, g = lane >> 2, tig = lane & 3;
     const int wm = (wg & 1) * 64, wn = (wg >> 1) * WN;     // this warpgroup's rows and columns of the tile
     const int lo = relu ? 0 : -128;
-    int stage = 0, round = 0, prev = 0, local = 0;
+    int local = 0;
     int acc[NACC];
     for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
         const int n0 = (t % ntiles) * BN, pt = t / ntiles;
@@ -358,21 +371,7 @@ __device__ __forceinline__ void conv_i8p(
         const int b = local % OB;
 #pragma unroll
         for (int i = 0; i < NACC; ++i) acc[i] = 0;
-        for (int step = 0; step < steps; ++step) {
-            t_bar_wait(full0 + stage * 8, round & 1);
-            const unsigned st = sbase + stage * STAGE;
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int kk = 0; kk < BK / 32; ++kk)
-                t_mma<WN>(acc, t_desc<BK>(st + wm * BK + kk * 32), t_desc<BK>(st + A_BYTES + wn * BK + kk * 32));
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            if (step > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);
-            prev = stage;
-            if (++stage == STAGES) { stage = 0; ++round; }
-        }
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        if (lane == 0) t_bar_arrive(empty0 + prev * 8);                    // the tile's last stage is free too
+        ring.template consume<WN>(acc, steps, wm, wn, lane);
         if (tid == 0 && local >= 2) {        // the store before last has read its buffer: it may take a residual
             t_store_wait_read<1>();
             if (RES == 1) t_bar_arrive(oempty0 + ((local - 2) % OB) * 8);

@@ -17,9 +17,9 @@ import numpy as np
 
 from native.cuda.driver import _cu, check, context
 from native.cuda.nvrtc import KERNEL_DIR, allow_dynamic_shared, kernel_from_source, launch, source_key
-from native.cuda.tactics.common import on_device, out_array, weight
+from native.cuda.tactics.common import weight
 from native.cuda.tactics.conv_i8 import _OUT, _RES, _MmaInt8Conv
-from native.shared.int8_io import epilogue_plan, io_of, nhwc_geometry, residual_storage
+from native.shared.int8_io import epilogue_plan, io_of, residual_storage
 from native.tactics import TacticRefusal, register_tactic
 
 TBM, THREADS = 128, 288          # conv_i8t.cuh: the pixel tile; 2 consumer warpgroups + the producer warp
@@ -135,46 +135,28 @@ class _TmaInt8Conv(_MmaInt8Conv):
         when the output is empty (nothing to launch). Geometry: the kernel's view of the pixels (images, rows,
         columns, strides, pads), its output box (log2 BW, log2 BH, BI), the tile counts along columns and rows, and
         the input's tensor map."""
-        x = on_device(inputs[0])
-        if x.dtype != np.int8:
-            raise TacticRefusal(f"the INT8 TMA convolution reads int8 NHWC input, got {x.dtype}")
-        n, h, w, c = x.shape
-        m = int(op.params["num_output_maps"])
-        kh, kw = (int(k) for k in op.params["kernel_spatial"])
-        if c % self.c_align or m % self.bn:
-            raise TacticRefusal(f"channels {c} -> {m} do not fit this kernel ({self.c_align}-channel input steps, "
-                                f"{self.bn}-wide tiles)")
-        st, pre, _, dil, (oh, ow) = nhwc_geometry(op, x.shape)
-        out = io_of(op)["output"]
-        y = out_array(outputs, 0, (n, oh, ow, m), np.dtype(out))
+        c = self.call(op, inputs, outputs)
+        x, y, r = c.x, c.y, c.r
         if y.size == 0:
-            return x, y, None, None, out, None
-        res_idx, relu = epilogue_plan(op)
-        r = on_device(inputs[res_idx]) if res_idx is not None else None
-        res_kind = _RES.get(np.dtype(r.dtype).name if r is not None else None)
-        if res_kind is None:
-            raise TacticRefusal(f"residual stored {r.dtype}")
-        for a in (x, y, r):
-            if a is not None and a.ptr % 16:
-                raise TacticRefusal("the kernel reads and writes 16-byte aligned tensors")
+            return x, y, None, None, c.out_kind, None
+        n, h, w, ch = x.shape
+        (oh, ow), st, pre, dil, kh, kw, relu = c.out_hw, c.strides, c.pre, c.dil, c.kh, c.kw, c.relu
         p = n * oh * ow
-        if p >= 2 ** 31 or n * h * w >= 2 ** 31:
-            raise TacticRefusal("more than 2^31 pixels: the kernel indexes pixels with 32-bit integers")
         flat = kh == kw == 1 and tuple(st) == (1, 1) and tuple(pre) == (0, 0)
         if flat:                    # one image of one row of N*H*W pixels: 128 consecutive pixels a tile
             gn, gh, gw, sh, sw, ph, pw = 1, 1, p, 1, 1, 0, 0
             lbw, lbh = 7, 0
-            dims, xs = (c, p, 1, 1), (c, p * c, p * c)
+            dims, xs = (ch, p, 1, 1), (ch, p * ch, p * ch)
         else:
             gn, gh, gw, (sh, sw), (ph, pw) = n, oh, ow, st, pre
             lbw, lbh = pixel_box(n, oh, ow, sh, sw)
-            dims, xs = (c, w, h, n), (c, w * c, h * w * c)
+            dims, xs = (ch, w, h, n), (ch, w * ch, h * w * ch)
         bw, bh = 1 << lbw, 1 << lbh
         bi = TBM // (bw * bh)
         ta = self._map(x.ptr, dims, xs, (self.bk, bw * sw, bh * sh, bi), (1, sw, sh, 1))
-        geo = dict(n=gn, c=c, m=m, kh=kh, kw=kw, oh=gh, ow=gw, sh=sh, sw=sw, ph=ph, pw=pw, dh=int(dil[0]),
+        geo = dict(n=gn, c=ch, m=c.m, kh=kh, kw=kw, oh=gh, ow=gw, sh=sh, sw=sw, ph=ph, pw=pw, dh=int(dil[0]),
                    dw=int(dil[1]), lbw=lbw, lbh=lbh, bi=bi, tw=-(-gw // bw), th=-(-gh // bh), ta=ta, relu=relu)
-        return x, y, r, res_kind, out, geo
+        return x, y, r, c.res_kind, c.out_kind, geo
 
     def _weights(self, op, g):
         """The prepared kernel's tensor map and the epilogue's per-channel vectors (bias, scale, residual scale)."""
@@ -196,7 +178,7 @@ class _TmaInt8Conv(_MmaInt8Conv):
             return [y]
         tb, (bias, scale, rscale) = self._weights(op, g)
         grid = (g["tw"] * g["th"] * -(-g["n"] // g["bi"]), g["m"] // self.bn, 1)
-        fn, shared = self.kernel(res_kind, _OUT[out])
+        fn, shared = self.kernel(res_kind, out)
         launch(fn, grid, (THREADS, 1, 1),
                [g["ta"], tb, bias, scale, np.uint64(r.ptr if r is not None else 0), rscale, np.uint64(y.ptr)] +
                self._ints(g), shared=shared)
@@ -273,7 +255,7 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
         x, y, r, res_kind, out, g = self._operands(op, inputs, outputs)
         if g is None:
             return [y]
-        if out != "int8" or res_kind not in (0, 1):
+        if out != _OUT["int8"] or res_kind not in (_RES[None], _RES["int8"]):
             raise TacticRefusal("the persistent INT8 kernel writes int8 and reads no residual or an int8 one")
         tb, (bias, scale, rscale) = self._weights(op, g)
         m, bw, bh, bi = g["m"], 1 << g["lbw"], 1 << g["lbh"], g["bi"]
