@@ -50,10 +50,40 @@ def test_the_floats_are_the_parts_floats_on_every_path(monkeypatch, m, k, n):
                                atol=1e-3)
 
 
-def test_the_cut_is_whole_16_row_blocks():
-    assert matmul_rows.edges_for(1024) == [0, 512, 1024]
-    assert matmul_rows.edges_for(300) == [0, 144, 300]
-    assert all(e % 16 == 0 for e in matmul_rows.edges_for(777)[:-1])
+def test_the_cut_is_whole_16_row_blocks_the_callers_part_the_smaller():
+    assert matmul_rows.edges_for(1024) == [0, 448, 1024]
+    assert matmul_rows.edges_for(300) == [0, 128, 300]
+    assert matmul_rows.edges_for(32) == [0, 16, 32]
+    for n in (32, 48, 777, 3072):
+        e = matmul_rows.edges_for(n)
+        assert e[0] == 0 and e[-1] == n and 0 < e[1] < n and e[1] % 16 == 0 and e[1] <= n - e[1]
+
+
+@pytest.mark.parametrize("shares", [True, False])
+def test_each_parts_epilogue_runs_once_after_its_product(monkeypatch, shares):
+    """The epilogue sees each part once, its rows already computed (the caller's part between its own product and
+    the wait, the worker's after), whichever path ran; an epilogue that raises still lets the worker finish."""
+    threads.tune()
+    if not shares:
+        monkeypatch.setattr(matmul_rows, "_native_shares", lambda *args: False)
+    a = RNG.standard_normal((32, 256), np.float32)
+    bt = RNG.standard_normal((1024, 256), np.float32)
+    want = _parts(bt, a, matmul_rows.edges_for(1024))
+    seen = []
+
+    def epilogue(yt, r0, r1):
+        seen.append((r0, r1, np.array_equal(yt[r0:r1], want[r0:r1])))
+    for _ in range(10):
+        seen.clear()
+        yt = matmul_rows.gemm_t_rows(bt, a, epilogue)
+        assert sorted(seen) == [(0, 448, True), (448, 1024, True)]
+        assert np.array_equal(yt.view(np.int32), want.view(np.int32))
+
+    def fails(yt, r0, r1):
+        raise RuntimeError("epilogue")
+    with pytest.raises(RuntimeError, match="epilogue"):
+        matmul_rows.gemm_t_rows(bt, a, fails)
+    assert np.array_equal(matmul_rows.gemm_t_rows(bt, a).view(np.int32), want.view(np.int32))
 
 
 @pytest.mark.parametrize("post", ["bias", "bias_relu", "none", "leaky"])

@@ -83,6 +83,15 @@ class BlasMatMul(Tactic):
         return [_bias_act(y, bias, act)]
 
 
+def bias_and_activation(op):
+    """(last-axis bias, one activation step after it) of the layer's post-ops when they are exactly that (`_blas_recipe`,
+    kept on the op), else (None, None): the general `_finish` applies them."""
+    cfg = op.__dict__.get("_blas")
+    if cfg is None or cfg[0] is not op.weights or cfg[1] is not op.params:
+        cfg = op.__dict__["_blas"] = _blas_recipe(op)
+    return cfg[5], cfg[6]
+
+
 def _blas_recipe(op):
     """What BlasMatMul.run needs that depends only on the op: (weights, params, constant right operand already
     transposed as a view or None, transpose_a, transpose_b, the bias when the post-ops are a last-axis bias [then
@@ -210,10 +219,7 @@ def transposed_back(op, inputs, yt, lead, out_dtype, compute):
     the copy back to row-major (one pass, the same float32 sums), anything else by `_finish` after the copy."""
     n = yt.shape[0]
     if out_dtype == compute == np.float32:
-        cfg = op.__dict__.get("_blas")
-        if cfg is None or cfg[0] is not op.weights or cfg[1] is not op.params:
-            cfg = op.__dict__["_blas"] = _blas_recipe(op)
-        bias, act = cfg[5], cfg[6]
+        bias, act = bias_and_activation(op)
         if bias is not None and bias.dtype == np.float32:
             y = np.empty(yt.shape[::-1], np.float32)
             np.add(yt.T, bias, out=y)
