@@ -263,7 +263,7 @@ def _gemm_server(spin):
     return gs.serve if gs is not None else None
 
 
-def gemm_shares(shares) -> bool:
+def gemm_shares(shares, between=None) -> bool:
     """Run GEMM shares at once, outside the GIL: each an int64 [9] (m, n, k, a, lda, b, ldb, c, ldc: one row-major
     float32 cblas_sgemm, alpha 1, beta 0, addresses of live arrays; jit_gemm_share), the first on the caller, each
     other on a pool worker that is polling for work right now. A worker that does not claim its share in time (its
@@ -271,7 +271,8 @@ def gemm_shares(shares) -> bool:
     where that cannot be (no numba or no 64-bit cblas_sgemm, BLAS threading not switched off by `tune()`, one
     thread, a pool worker calling, the pool busy, contended or owed a share, or a worker not polling now): the
     caller then runs the product as Python shares (parallel_for), after which a worker that was not polling polls
-    for GEMM shares ~4 ms (`GEMM_KICK_POLLS`), so the next GEMM finds it."""
+    for GEMM shares ~4 ms (`GEMM_KICK_POLLS`), so the next GEMM finds it. `between()`, when given, runs on the
+    caller after its own share and before it waits for the others (an epilogue of its own share's part)."""
     if len(shares) < 2 or num_threads() == 1 or _STATE["blas"] is None or getattr(_LOCAL, "worker", False) \
             or _contended():
         return False
@@ -296,13 +297,17 @@ def gemm_shares(shares) -> bool:
         own[0] = addr
         own[1:] = shares[0]
         gs.run_share(own)
-        for w in pool:
-            got = gs.finish(w.flags, w.gemm, w.gemm_posted, START_POLLS)
-            if got == 1 and w.flags[3]:   # run here: still "polling" but it did not claim it (its CPU taken),
-                _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S    # so nobody polls for a while
-            elif got == 2:      # claimed, then preempted mid-share: sleep on it rather than spin
-                while w.flags[6] != w.gemm_posted:
-                    time.sleep(1e-5)
+        try:
+            if between is not None:
+                between()
+        finally:   # the posted shares write into the caller's arrays: always wait for them
+            for w in pool:
+                got = gs.finish(w.flags, w.gemm, w.gemm_posted, START_POLLS)
+                if got == 1 and w.flags[3]:   # run here: still "polling" but it did not claim it (its CPU taken),
+                    _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S    # so nobody polls for a while
+                elif got == 2:      # claimed, then preempted mid-share: sleep on it rather than spin
+                    while w.flags[6] != w.gemm_posted:
+                        time.sleep(1e-5)
         return True
     finally:
         _BUSY.release()

@@ -119,3 +119,31 @@ def test_plain_execute_returns_the_outputs_and_the_enqueue_time(engine):
     again = ctx.execute({"x": _x(1)})
     for name in first:   # what an earlier call returned is not overwritten by later ones
         np.testing.assert_array_equal(first[name], again[name])
+
+
+def test_a_plain_execute_finds_its_compiled_plan_in_one_lookup(engine, monkeypatch):
+    """execute's plain run (executor.run_plain): the first runs at a signature go through executor.run (which learns
+    the arena and compiles the plan); later ones run that plan directly, bit for bit the general loop's answer; the
+    builder's tolerant executor (its fallback runs) always takes executor.run."""
+    from backends.engine.runtime import executor as executor_mod
+    ctx = engine.create_execution_context()
+    general = []
+    real = executor_mod.GraphExecutor.run
+
+    def spy(self, *a, **k):
+        general.append(True)
+        return real(self, *a, **k)
+    monkeypatch.setattr(executor_mod.GraphExecutor, "run", spy)
+    for seed in range(1, 7):
+        out = ctx.execute({"x": _x(seed)})
+        ref = _general(engine, {"x": _x(seed)})
+        for name in engine.graph.output_names:
+            np.testing.assert_array_equal(out[name], ref[name])
+    first = len(general)
+    assert 1 <= first < 6
+    ctx.execute({"x": _x(7)})
+    assert len(general) == first
+    monkeypatch.setattr(engine.executor, "_fallback", True)
+    out = ctx.execute({"x": _x(8)})
+    assert len(general) == first + 1
+    np.testing.assert_array_equal(out["y"], _general(engine, {"x": _x(8)})["y"])

@@ -144,7 +144,7 @@ def test_few_channels_run_vectorised_over_positions_with_the_same_floats(monkeyp
         op = Op("Convolution", "c", params, {"kernel": w, "bias": b})
         op.weights = t.prepare(op)
         runs[channels] = t.run(op, [x])[0]
-        assert op.__dict__["_conv1d_direct"][-1] == ("conv1d_direct_pos" if channels else "conv1d_direct") \
+        assert op.__dict__["_conv1d_direct"][9] == ("conv1d_direct_pos" if channels else "conv1d_direct") \
             or want.shape[-1] < conv1d_direct.POS_MIN_POSITIONS
     got = runs[conv1d_direct.POS_MAX_CHANNELS]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -157,3 +157,35 @@ def test_few_channels_run_vectorised_over_positions_with_the_same_floats(monkeyp
         op.weights = t.prepare(op)
         outs.append(t.run(op, [x_special])[0])
     np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_one_element_sigmoid_gives_the_numpy_epilogues_bits(dtype):
+    """A lone SIGMOID on a one-element output (silero-vad's 128 -> 1 projection) runs on a numpy scalar
+    (`sigmoid_of_one`): the bits of activations' numpy sigmoid, over normal values, zeros, infinities, NaN, tiny
+    and huge ones, through the tactic and alone."""
+    from native.cpu.kernels.activations import activation
+    from native.cpu.kernels.conv.conv1d_direct import sigmoid_of_one
+    vals = np.concatenate([RNG.standard_normal(3000) * 12, [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 88.7,
+                                                           -88.7, -104.0, -110.0, 3.4e38, -3.4e38, 1e-30]]).astype(dtype)
+    want = activation(vals.copy(), "SIGMOID")
+    got = np.empty_like(vals)
+    for i, v in enumerate(vals):
+        one = np.array([v])
+        sigmoid_of_one(one)
+        got[i] = one[0]
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    pytest.importorskip("numba")
+    t = _tactic()
+    w = (RNG.standard_normal((1, 128, 1)) / 11).astype(np.float32)
+    params = {"num_output_maps": 1, "kernel_shape": [1], "strides": [1], "groups": 1,
+              "post_ops": [{"op": "activation", "type": "SIGMOID", "alpha": 0.0, "beta": 0.0}]}
+    plain = {k: v for k, v in params.items() if k != "post_ops"}
+    for scale in (0.1, 1.0, 30.0):
+        x = (RNG.standard_normal((1, 128, 1)) * scale).astype(np.float32)
+        op = Op("Convolution", "c", params, {"kernel": w, "bias": np.array([0.3], np.float32)})
+        op.weights = t.prepare(op)
+        got = t.run(op, [x])[0]
+        assert op.__dict__["_conv1d_direct"][-1] is True
+        base = t.run(Op("Convolution", "c", plain, op.weights), [x])[0]
+        np.testing.assert_array_equal(got.view(np.uint32), activation(base, "SIGMOID").view(np.uint32))

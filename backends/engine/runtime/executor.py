@@ -270,6 +270,19 @@ class GraphExecutor:
                 return env
         return self._run_general(feeds, keep, parent_env, tactics, on_error, stream, profiler, memory)
 
+    def run_plain(self, feeds: dict, memory=None) -> dict:
+        """`run(feeds, memory=memory)` for a plain execute (no taps, profiler, tactics or tolerance): the compiled plan
+        that `run` made for these feeds' shape signature, found by one lookup and run; `run` itself where there is
+        none yet (the first runs at a signature learn the arena and compile the plan) or it declines. ~1 us less per
+        execute than `run`'s general checks, most of a one-layer engine's cost beyond its kernels."""
+        if memory is not None and not self.keep_all and not self._fallback:
+            cp = memory.compiled.get((memory.signature(feeds), _NO_KEEP))
+            if cp is not None and cp.steps_ref is self.steps:
+                env = cp.run(feeds, None, memory.workspace)
+                if env is not None:
+                    return env
+        return self.run(feeds, memory=memory)
+
     def _run_general(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None,
                      profiler=None, memory=None) -> dict:
         """The general loop (see `run`): looks tensors up by name, decides per layer; tolerant when asked."""

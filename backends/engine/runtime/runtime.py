@@ -192,7 +192,7 @@ class ExecutionContext:
 
     def _check_feeds(self, feeds: dict):
         names = self._input_names
-        if len(feeds) != len(names) or any(k not in feeds for k in names):
+        if len(feeds) != len(names) or feeds.keys() != self._input_name_set:
             unknown = [k for k in feeds if k not in names]
             if unknown:
                 raise FeedError(f"unknown input name(s) {unknown}; the engine's inputs are {names}")
@@ -217,7 +217,7 @@ class ExecutionContext:
             else:
                 v = np.asarray(v)
                 shape, dtype = v.shape, v.dtype
-            if want is not True and dtype != want and dtype.name != info.dtype and not (
+            if want is not True and dtype is not want and dtype != want and dtype.name != info.dtype and not (
                     info.dtype == "object" and dtype.kind in "OUS"):
                 raise FeedError(f"input '{info.name}' expects dtype {info.dtype}, got {dtype.name}; cast the feed "
                                 f"(e.g. array.astype(np.{info.dtype}))")
@@ -233,6 +233,13 @@ class ExecutionContext:
         names = self.__dict__.get("_names_cache")
         if names is None:
             names = self.__dict__["_names_cache"] = self.engine.graph.input_names
+        return names
+
+    @property
+    def _input_name_set(self):
+        names = self.__dict__.get("_name_set_cache")
+        if names is None:
+            names = self.__dict__["_name_set_cache"] = frozenset(self._input_names)
         return names
 
     @property
@@ -267,7 +274,7 @@ class ExecutionContext:
         if not taps and dev.host_memory and not self._graph_mode and getattr(self, "profiler", None) is None \
                 and not dev.has_timeline:   # the plain host run: no taps, timeline, profiler or copies
             enqueued = time.perf_counter()
-            env = self.engine.executor.run(feeds, memory=self.arenas if self.use_arena else None)
+            env = self.engine.executor.run_plain(feeds, self.arenas if self.use_arena else None)
             self.host_timings = {"enqueue_ms": (time.perf_counter() - enqueued) * 1e3}
             outputs = self.__dict__.get("_output_names") or self.__dict__.setdefault(
                 "_output_names", self.engine.graph.output_names)

@@ -2,7 +2,7 @@
 from native.cpu.kernels import (  # noqa: F401
     core, elementwise, reduce, conv, matmul, pooling, norm, resize, rnn, tensor, quantize, control, sequence,
     plugins, fused, losses, training, deform_conv, matmul_splitk, reduce_variants, reformat, matmul_fp16acc,
-    pooling_variants, squeeze_excite)
+    pooling_variants, squeeze_excite, matmul_rows)
 from native.cpu.kernels import conv_int8, matmul_int8, pooling_int8  # noqa: F401,E402  (INT8 tactics)
 from native.cpu.kernels import mlas_conv  # noqa: F401,E402  (ONNX Runtime's FP32 order, for Q/DQ emulation)
 

@@ -12,6 +12,7 @@ MatrixMultiply tactics:
     only its part of the weights: with few rows, BERT's [16..32, K] activations, a GEMM is bound by streaming the
     weights, and a split of its 16-32 rows would have each thread stream all of them); bias / activation
     epilogue per part.
+  * "packed-gemm-t-rows" (+ "-polyexp"): packed-gemm-t with b^T's rows split over the CPU pool (matmul_rows.py).
   * "packed-gemm-polyexp" / "packed-gemm-t-polyexp" / "packed-gemm-cols-polyexp": those with a [bias +] GELU epilogue evaluated by
     native/cpu/polyexp.py (its polynomial exp: ~2 ulp from numpy's, so tactics of their own), one compiled pass per
     band of rows with the numba extra (the same floats without it, in numpy passes).
@@ -80,6 +81,15 @@ class BlasMatMul(Tactic):
         if bias is None or type(y) is not np.ndarray or y.dtype != out_dtype or not y.ndim:
             return [_finish(y, out_dtype, op, inputs)]
         return [_bias_act(y, bias, act)]
+
+
+def bias_and_activation(op):
+    """(last-axis bias, one activation step after it) of the layer's post-ops when they are exactly that (`_blas_recipe`,
+    kept on the op), else (None, None): the general `_finish` applies them."""
+    cfg = op.__dict__.get("_blas")
+    if cfg is None or cfg[0] is not op.weights or cfg[1] is not op.params:
+        cfg = op.__dict__["_blas"] = _blas_recipe(op)
+    return cfg[5], cfg[6]
 
 
 def _blas_recipe(op):
@@ -201,22 +211,24 @@ class PackedGemmTransposed(Tactic):
         if bt.dtype != compute:
             bt = bt.astype(compute)
         n, k = bt.shape
-        yt = np.dot(bt, a.reshape(-1, k).T)
-        if out_dtype == compute == np.float32:
-            cfg = op.__dict__.get("_blas")
-            if cfg is None or cfg[0] is not op.weights or cfg[1] is not op.params:
-                cfg = op.__dict__["_blas"] = _blas_recipe(op)
-            bias, act = cfg[5], cfg[6]
-            if bias is not None and bias.dtype == np.float32:
-                # the copy back to row-major and the bias add as one pass: the same float32 sums
-                y = np.empty(yt.shape[::-1], np.float32)
-                np.add(yt.T, bias, out=y)
-                y = y.reshape(a.shape[:-1] + (n,))
-                if act is not None:
-                    y = activation_inplace(y, act["type"], act.get("alpha", 0.0), act.get("beta", 0.0))
-                return [y]
-        y = np.ascontiguousarray(yt.T).reshape(a.shape[:-1] + (n,))
-        return [_finish(y, out_dtype, op, inputs)]
+        return [transposed_back(op, inputs, np.dot(bt, a.reshape(-1, k).T), a.shape[:-1], out_dtype, compute)]
+
+
+def transposed_back(op, inputs, yt, lead, out_dtype, compute):
+    """y [*lead, N] from y^T [N, M] and the layer's post-ops: a float32 last-axis bias [+ one activation] added in
+    the copy back to row-major (one pass, the same float32 sums), anything else by `_finish` after the copy."""
+    n = yt.shape[0]
+    if out_dtype == compute == np.float32:
+        bias, act = bias_and_activation(op)
+        if bias is not None and bias.dtype == np.float32:
+            y = np.empty(yt.shape[::-1], np.float32)
+            np.add(yt.T, bias, out=y)
+            y = y.reshape(lead + (n,))
+            if act is not None:
+                y = activation_inplace(y, act["type"], act.get("alpha", 0.0), act.get("beta", 0.0))
+            return y
+    y = np.ascontiguousarray(yt.T).reshape(lead + (n,))
+    return _finish(y, out_dtype, op, inputs)
 
 
 def _polyexp_epilogue(op):
