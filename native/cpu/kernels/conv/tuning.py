@@ -15,3 +15,5 @@ PARALLEL_MIN_DW_MACS = 1 << 18  # depthwise: numpy multiply-adds run ~1 ns per M
 PARALLEL_MIN_DW_JIT_MACS = 1 << 22
 # an epilogue over at least this many elements is split over the pool (a hand-off costs 25-100 us on a VM)
 PARALLEL_EPILOGUE_MIN = 1 << 20
+# winograd-f2x3-jit: bytes of one band's transformed input and GEMM output ([16, C + M, tiles] float32), kept in L2
+WINOGRAD_BYTES = 1 << 21
