@@ -1,15 +1,18 @@
 """Winograd F(2x2, 3x3) input and output transforms as compiled loops (the `jit` extra), for the winograd-f2x3-jit
 convolution tactic (native/cpu/kernels/conv/winograd_jit.py):
 
-    wino_in(xp [C, Hp, Wp], v [16, C, P], t0, t1, tw)
-        V = B^T d B for the 4x4 input tiles of tile rows t0..t1 (tile (ti, tj) reads xp rows 2ti..2ti+3, columns
-        2tj..2tj+3 of the zero-padded input): v[4k + j, c, (ti - t0) * tw + tj], the 16 transformed values of each
-        tile as 16 [C, P] planes, the right operands of the 16 GEMMs U[k] @ V[k]. The row combination runs first
-        along whole padded rows (unit stride: vectorised), then the column combination per tile.
-    wino_out(mm [16, M, P], bias [M] (or empty), y [M, Ho, Wo], t0, t1, tw, act)
+    wino_in(xq [C, 2, 2, Th + 2, Wh], v [16, C, (t1 - t0) * Wh], t0, t1)
+        V = B^T d B for the 4x4 input tiles of tile rows t0..t1. xq holds the zero-padded input split into its
+        row and column phases (xq[c, r, s, i, j] = padded[c, 2i + r, 2j + s], Wh = tiles per row + 1), so tile
+        (ti, tj) is at the same flat offset z = ti * Wh + tj of every phase plane and one loop over z reads each
+        of its 16 values unit-stride (long vectorised loops, where a loop per tile row of 20 tiles ran scalar).
+        v[4k + l, c, z - t0 * Wh]: the 16 transformed values of each tile as 16 [C, P] planes, the right operands
+        of the 16 GEMMs U[k] @ V[k]; column tj = Wh - 1 of each tile row is padding (computed, never read).
+    wino_out(mm [16, M, (t1 - t0) * Wh], bias [M] (or empty), y [M, Ho, Wo], t0, t1, Wh, act)
         Y = A^T (U V) A for those tile rows, + bias, then the activation (0 none, 1 RELU: max with 0, NaN kept,
-        2 SILU by polyexp's exp: jit_act._silu_poly), written straight into the NCHW output rows 2t0..2t1 (the rows
-        and columns past Ho / Wo, where 2 * tiles overshoot an odd size, are not written).
+        2 SILU by polyexp's exp: jit_act._silu_poly), as four output phases over the band in long loops, then
+        interleaved into the NCHW output rows 2t0..2t1 (rows and columns past Ho / Wo, where 2 * tiles overshoot
+        an odd size, are not written).
 
 B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: only adds
 and subtracts, in a fixed order (these floats are the tactic's own; tested against a float64 reference).
@@ -28,33 +31,35 @@ _F32_ZERO = np.float32(0.0)
 
 
 @numba.njit(**_NJIT)
-def wino_in(xp, v, t0, t1, tw):
-    wp = xp.shape[2]
-    t = np.empty((4, wp), xp.dtype)
-    for c in range(xp.shape[0]):
-        for ti in range(t0, t1):
-            r = 2 * ti
-            for q in range(wp):   # B^T along the rows: four combinations of the tile's four input rows
-                a0 = xp[c, r, q]
-                a1 = xp[c, r + 1, q]
-                a2 = xp[c, r + 2, q]
-                a3 = xp[c, r + 3, q]
-                t[0, q] = a0 - a2
-                t[1, q] = a1 + a2
-                t[2, q] = a2 - a1
-                t[3, q] = a1 - a3
-            base = (ti - t0) * tw
-            for k in range(4):    # then B along the columns of each tile
-                for tj in range(tw):
-                    q = 2 * tj
-                    b0 = t[k, q]
-                    b1 = t[k, q + 1]
-                    b2 = t[k, q + 2]
-                    b3 = t[k, q + 3]
-                    v[4 * k, c, base + tj] = b0 - b2
-                    v[4 * k + 1, c, base + tj] = b1 + b2
-                    v[4 * k + 2, c, base + tj] = b2 - b1
-                    v[4 * k + 3, c, base + tj] = b1 - b3
+def wino_in(xq, v, t0, t1):
+    wh = xq.shape[4]
+    z0, n = t0 * wh, (t1 - t0) * wh
+    for c in range(xq.shape[0]):
+        # the four phase planes, flat (tile (ti, tj) at z = ti * wh + tj), from the band's first tile: tile row r
+        # of tile z is an even (r = 0, 2) or odd (1, 3) row at z or z + wh. Views, so that every index is the loop
+        # counter q or q + 1 (non-negative: numba checks no wrap-around and LLVM vectorises the loop)
+        e0, e1 = xq[c, 0, 0].reshape(-1)[z0:], xq[c, 0, 1].reshape(-1)[z0:]
+        o0, o1 = xq[c, 1, 0].reshape(-1)[z0:], xq[c, 1, 1].reshape(-1)[z0:]
+        f0, f1 = xq[c, 0, 0].reshape(-1)[z0 + wh:], xq[c, 0, 1].reshape(-1)[z0 + wh:]
+        p0, p1 = xq[c, 1, 0].reshape(-1)[z0 + wh:], xq[c, 1, 1].reshape(-1)[z0 + wh:]
+        v0, v1, v2, v3 = v[0, c], v[1, c], v[2, c], v[3, c]
+        v4, v5, v6, v7 = v[4, c], v[5, c], v[6, c], v[7, c]
+        v8, v9, v10, v11 = v[8, c], v[9, c], v[10, c], v[11, c]
+        v12, v13, v14, v15 = v[12, c], v[13, c], v[14, c], v[15, c]
+        for q in range(n):
+            d00, d01, d02, d03 = e0[q], e1[q], e0[q + 1], e1[q + 1]
+            d10, d11, d12, d13 = o0[q], o1[q], o0[q + 1], o1[q + 1]
+            d20, d21, d22, d23 = f0[q], f1[q], f0[q + 1], f1[q + 1]
+            d30, d31, d32, d33 = p0[q], p1[q], p0[q + 1], p1[q + 1]
+            # B^T along the rows (a_k), then B along the columns
+            a0, a1, a2, a3 = d00 - d20, d01 - d21, d02 - d22, d03 - d23
+            v0[q], v1[q], v2[q], v3[q] = a0 - a2, a1 + a2, a2 - a1, a1 - a3
+            a0, a1, a2, a3 = d10 + d20, d11 + d21, d12 + d22, d13 + d23
+            v4[q], v5[q], v6[q], v7[q] = a0 - a2, a1 + a2, a2 - a1, a1 - a3
+            a0, a1, a2, a3 = d20 - d10, d21 - d11, d22 - d12, d23 - d13
+            v8[q], v9[q], v10[q], v11[q] = a0 - a2, a1 + a2, a2 - a1, a1 - a3
+            a0, a1, a2, a3 = d10 - d30, d11 - d31, d12 - d32, d13 - d33
+            v12[q], v13[q], v14[q], v15[q] = a0 - a2, a1 + a2, a2 - a1, a1 - a3
 
 
 @numba.njit(inline="always")
@@ -68,37 +73,39 @@ def _act(o, act):
 
 
 @numba.njit(**_NJIT)
-def wino_out(mm, bias, y, t0, t1, tw, act):
+def wino_out(mm, bias, y, t0, t1, wh, act):
     ho, wo = y.shape[1], y.shape[2]
-    full = wo // 2                 # tiles whose two output columns both lie inside the output
-    s = np.empty((8, tw), mm.dtype)
+    n = (t1 - t0) * wh
+    o = np.empty((4, n), mm.dtype)
     has_bias = bias.shape[0] > 0
     for m in range(y.shape[0]):
         bv = bias[m] if has_bias else _F32_ZERO
-        for ti in range(t0, t1):
-            base = (ti - t0) * tw
-            for j in range(4):     # A^T along the rows of each tile (over k of the planes 4k + j)
-                for tj in range(tw):
-                    p = base + tj
-                    m0 = mm[j, m, p]
-                    m1 = mm[4 + j, m, p]
-                    m2 = mm[8 + j, m, p]
-                    m3 = mm[12 + j, m, p]
-                    s[j, tj] = m0 + m1 + m2
-                    s[4 + j, tj] = m1 - m2 - m3
-            for a in range(2):     # then A along the columns, + bias, the activation, into the output row
+        for q in range(n):         # A^T (U V) A of every tile of the band in one loop: rows, then columns
+            r0 = mm[0, m, q] + mm[4, m, q] + mm[8, m, q]
+            r1 = mm[1, m, q] + mm[5, m, q] + mm[9, m, q]
+            r2 = mm[2, m, q] + mm[6, m, q] + mm[10, m, q]
+            r3 = mm[3, m, q] + mm[7, m, q] + mm[11, m, q]
+            g0 = mm[4, m, q] - mm[8, m, q] - mm[12, m, q]
+            g1 = mm[5, m, q] - mm[9, m, q] - mm[13, m, q]
+            g2 = mm[6, m, q] - mm[10, m, q] - mm[14, m, q]
+            g3 = mm[7, m, q] - mm[11, m, q] - mm[15, m, q]
+            o[0, q] = r0 + r1 + r2 + bv
+            o[1, q] = r1 - r2 - r3 + bv
+            o[2, q] = g0 + g1 + g2 + bv
+            o[3, q] = g1 - g2 - g3 + bv
+        if act == 1:               # the activation over the band's outputs (one long loop per output phase)
+            for k in range(4):
+                for q in range(n):
+                    o[k, q] = _act(o[k, q], 1)
+        elif act == 2:
+            for k in range(4):
+                for q in range(n):
+                    o[k, q] = _act(o[k, q], 2)
+        for ti in range(t0, t1):   # the four output phases interleaved into the NCHW rows
+            base = (ti - t0) * wh
+            for a in range(2):
                 row = 2 * ti + a
                 if row >= ho:
                     break
-                for tj in range(full):
-                    c0 = s[4 * a, tj]
-                    c1 = s[4 * a + 1, tj]
-                    c2 = s[4 * a + 2, tj]
-                    c3 = s[4 * a + 3, tj]
-                    y[m, row, 2 * tj] = _act(c0 + c1 + c2 + bv, act)
-                    y[m, row, 2 * tj + 1] = _act(c1 - c2 - c3 + bv, act)
-                if full < tw:      # an odd width: the last tile's first column only
-                    c0 = s[4 * a, full]
-                    c1 = s[4 * a + 1, full]
-                    c2 = s[4 * a + 2, full]
-                    y[m, row, 2 * full] = _act(c0 + c1 + c2 + bv, act)
+                for x in range(wo):
+                    y[m, row, x] = o[2 * a + (x & 1), base + (x >> 1)]

@@ -168,6 +168,24 @@ class WinogradF4x3(_Winograd):
 
 
 _ACT = {"RELU": 1, "SILU": 2, "SILU_POLYEXP": 2}
+
+
+def phase_planes(x, pre, nh, wh):
+    """x [N, C, H, W] zero-padded (`pre` rows / columns before, zeros after) and split into its row and column
+    phases: [N, C, 2, 2, nh, wh] with [n, c, r, s, i, j] = padded[n, c, 2i + r, 2j + s] (what does not fit is
+    cut)."""
+    n, c, h, w = x.shape
+    xq = np.zeros((n, c, 2, 2, nh, wh), x.dtype)
+    for r in range(2):
+        i0 = max(0, -(-(pre[0] - r) // 2))
+        src_r = x[:, :, 2 * i0 + r - pre[0]::2]
+        na = min(src_r.shape[2], nh - i0)
+        for s_ in range(2):
+            j0 = max(0, -(-(pre[1] - s_) // 2))
+            src = src_r[:, :, :na, 2 * j0 + s_ - pre[1]::2]
+            nb = min(src.shape[3], wh - j0)
+            xq[:, :, r, s_, i0:i0 + na, j0:j0 + nb] = src[:, :, :, :nb]
+    return xq
 _EMPTY = np.empty(0, np.float32)
 
 
@@ -242,12 +260,10 @@ class WinogradF2x3Jit(WinogradF2x3):
         m = u.shape[1]
         ho, wo = out
         th, tw = -(-ho // 2), -(-wo // 2)
-        # the zero-padded input, covering th x tw tiles of 4x4 (overlapping by 2)
-        xp = np.zeros((n, c, 2 * th + 2, 2 * tw + 2), np.float32)
-        hh, ww = min(h, 2 * th + 2 - pre[0]), min(w_, 2 * tw + 2 - pre[1])
-        xp[:, :, pre[0]:pre[0] + hh, pre[1]:pre[1] + ww] = x[:, :, :hh, :ww]
+        wh = tw + 1
+        xq = phase_planes(x, pre, th + 2, wh)        # the padded input's row / column phases (jit_winograd.wino_in)
         y = np.empty((n, m, ho, wo), np.float32)
-        rows = max(1, tuning.WINOGRAD_BYTES // (16 * (c + m) * tw * 4))   # tile rows whose V and U V fit in cache
+        rows = max(1, tuning.WINOGRAD_BYTES // (16 * (c + m) * wh * 4))   # tile rows whose V and U V fit in cache
         threads = num_threads() if n * 16 * m * c * th * tw >= tuning.PARALLEL_MIN_MACS else 1
         tasks = [(ni, t0, t1) for ni in range(n) for t0, t1 in split(th, max(1, -(-threads // n)))]
 
@@ -255,11 +271,10 @@ class WinogradF2x3Jit(WinogradF2x3):
             ni, r0, r1 = task
             for t0 in range(r0, r1, rows):
                 t1 = min(r1, t0 + rows)
-                p = (t1 - t0) * tw
-                v = np.empty((16, c, p), np.float32)
-                wino_in(xp[ni], v, t0, t1, tw)
-                mm = np.matmul(u, v)                            # [16, M, p]: the 16 GEMMs
-                wino_out(mm, bias, y[ni], t0, t1, tw, act)
+                v = np.empty((16, c, (t1 - t0) * wh), np.float32)
+                wino_in(xq[ni], v, t0, t1)
+                mm = np.matmul(u, v)                            # [16, M, tiles]: the 16 GEMMs
+                wino_out(mm, bias, y[ni], t0, t1, wh, act)
         parallel_for(band, tasks)
         if fused:
             return [y]
