@@ -1,6 +1,10 @@
 """Winograd F(2x2, 3x3) input and output transforms as compiled loops (the `jit` extra), for the winograd-f2x3-jit
 convolution tactic (native/cpu/kernels/conv/winograd.py):
 
+    phase_split(x [C, H, W], xq [C, 2, 2, Nh, Wh], ph, pw)
+        xq[c, r, s, i, j] = x[c, 2i + r - ph, 2j + s - pw] where that lies inside x: the zero-padded input (ph
+        rows / pw columns before; xq zeroed by the caller) split into its row and column phases, one scalar pass
+        (winograd.phase_planes runs it for small inputs, where numpy's four strided copies cost ~6 us of calls).
     wino_in(xq [C, 2, 2, Th + 2, Wh], v [16, C, (t1 - t0) * Wh], t0, t1)
         V = B^T d B for the 4x4 input tiles of tile rows t0..t1. xq holds the zero-padded input split into its
         row and column phases (xq[c, r, s, i, j] = padded[c, 2i + r, 2j + s], Wh = tiles per row + 1), so tile
@@ -29,6 +33,22 @@ from native.cpu.jit_act import _silu_poly
 
 _NJIT = dict(nogil=True, cache=True, error_model="numpy")
 _F32_ZERO = np.float32(0.0)
+
+
+@numba.njit(**_NJIT)
+def phase_split(x, xq, ph, pw):
+    h, w = x.shape[1], x.shape[2]
+    nh, wh = xq.shape[3], xq.shape[4]
+    for c in range(x.shape[0]):
+        for i in range(h):
+            ii = (i + ph) >> 1
+            if ii >= nh:
+                break
+            r = (i + ph) & 1
+            for j in range(w):
+                jj = (j + pw) >> 1
+                if jj < wh:
+                    xq[c, r, (j + pw) & 1, ii, jj] = x[c, i, j]
 
 
 _PLUS, _MINUS = np.float32(1.0), np.float32(-1.0)

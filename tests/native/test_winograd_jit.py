@@ -134,11 +134,14 @@ def test_refuses_what_it_does_not_compute():
     assert "3x3" in t.supports(op, [[1, 3, 8, 8]])
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "compiled"])
 @pytest.mark.parametrize("h,w,pre", [(7, 8, (1, 1)), (6, 5, (0, 2)), (9, 9, (2, 0)), (4, 4, (0, 0))])
-def test_phase_planes_are_the_padded_input_split_into_phases(h, w, pre):
+def test_phase_planes_are_the_padded_input_split_into_phases(h, w, pre, compiled):
+    if compiled:
+        _needs_jit()
     x = RNG.standard_normal((2, 3, h, w)).astype(np.float32)
     nh, wh = (h + pre[0] + 3) // 2, (w + pre[1] + 1) // 2
-    got = winograd.phase_planes(x, pre, nh, wh)
+    got = winograd.phase_planes(x, pre, nh, wh, winograd._kernels()[2] if compiled else None)
     padded = np.zeros((2, 3, 2 * nh, 2 * wh), np.float32)
     hh, ww = min(h, 2 * nh - pre[0]), min(w, 2 * wh - pre[1])
     padded[:, :, pre[0]:pre[0] + hh, pre[1]:pre[1] + ww] = x[:, :, :hh, :ww]

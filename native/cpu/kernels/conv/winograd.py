@@ -170,12 +170,17 @@ class WinogradF4x3(_Winograd):
 _ACT = {"RELU": 1, "SILU": 2, "SILU_POLYEXP": 2}
 
 
-def phase_planes(x, pre, nh, wh):
+def phase_planes(x, pre, nh, wh, compiled=None):
     """x [N, C, H, W] zero-padded (`pre` rows / columns before, zeros after) and split into its row and column
     phases: [N, C, 2, 2, nh, wh] with [n, c, r, s, i, j] = padded[n, c, 2i + r, 2j + s] (what does not fit is
-    cut)."""
+    cut). `compiled`: jit_winograd.phase_split, used below PHASE_JIT_MAX elements a sample (one compiled pass; numpy's
+    four strided copies cost ~6 us of calls, more than small layers' copying)."""
     n, c, h, w = x.shape
     xq = np.zeros((n, c, 2, 2, nh, wh), x.dtype)
+    if compiled is not None and c * h * w < PHASE_JIT_MAX and x.dtype == np.float32:
+        for ni in range(n):
+            compiled(x[ni], xq[ni], pre[0], pre[1])
+        return xq
     for r in range(2):
         i0 = max(0, -(-(pre[0] - r) // 2))
         src_r = x[:, :, 2 * i0 + r - pre[0]::2]
@@ -186,18 +191,23 @@ def phase_planes(x, pre, nh, wh):
             nb = min(src.shape[3], wh - j0)
             xq[:, :, r, s_, i0:i0 + na, j0:j0 + nb] = src[:, :, :, :nb]
     return xq
+
+
+# input elements a sample below which phase_planes runs the compiled pass (one thread: 8x4x4 1.0 us against 6.5,
+# 64x20x20 15 against 17, 32x40x40 25 against 22)
+PHASE_JIT_MAX = 1 << 15
 _EMPTY = np.empty(0, np.float32)
 
 
 def _kernels():
-    """(wino_in, wino_out) from native/cpu/jit_winograd.py, or None where numba is absent."""
+    """(wino_in, wino_out, phase_split) from native/cpu/jit_winograd.py, or None where numba is absent."""
     if not jit.available():
         return None
     try:
         from native.cpu import jit_winograd as jw   # function-level: imports numba (the jit extra)
     except Exception:  # noqa: BLE001 - any failure to compile means the tactic is not offered
         return None
-    return jw.wino_in, jw.wino_out
+    return jw.wino_in, jw.wino_out, jw.phase_split
 
 
 def fused_activation(op):
@@ -246,7 +256,7 @@ class WinogradF2x3Jit(WinogradF2x3):
         _, _, pre, post, out = geometry(op.params, x.shape, [3, 3])
         if x.dtype != np.float32 or x.ndim != 4 or min(pre) < 0 or min(post) < 0 or ks is None:
             return WinogradF2x3.run(self, op, inputs)
-        wino_in, wino_out = ks
+        wino_in, wino_out, phase_split = ks
         u = op.weights.get("kernel_winograd")
         if u is None:
             w = op.weights.get("kernel")
@@ -261,7 +271,7 @@ class WinogradF2x3Jit(WinogradF2x3):
         ho, wo = out
         th, tw = -(-ho // 2), -(-wo // 2)
         wh = tw + 1
-        xq = phase_planes(x, pre, th + 2, wh)        # the padded input's row / column phases (jit_winograd.wino_in)
+        xq = phase_planes(x, pre, th + 2, wh, phase_split)   # the padded input's phases (jit_winograd.wino_in)
         y = np.empty((n, m, ho, wo), np.float32)
         rows = max(1, tuning.WINOGRAD_BYTES // (16 * (c + m) * wh * 4))   # tile rows whose V and U V fit in cache
         threads = num_threads() if n * 16 * m * c * th * tw >= tuning.PARALLEL_MIN_MACS else 1
