@@ -271,7 +271,6 @@ class WinogradF2x3Jit(WinogradF2x3):
         ho, wo = out
         th, tw = -(-ho // 2), -(-wo // 2)
         wh = tw + 1
-        xq = phase_planes(x, pre, th + 2, wh, phase_split)   # the padded input's phases (jit_winograd.wino_in)
         y = np.empty((n, m, ho, wo), np.float32)
         rows = max(1, tuning.WINOGRAD_BYTES // (16 * (c + m) * wh * 4))   # tile rows whose V and U V fit in cache
         threads = num_threads() if n * 16 * m * c * th * tw >= tuning.PARALLEL_MIN_MACS else 1
@@ -281,8 +280,13 @@ class WinogradF2x3Jit(WinogradF2x3):
             ni, r0, r1 = task
             for t0 in range(r0, r1, rows):
                 t1 = min(r1, t0 + rows)
+                # the phases of the padded rows these tiles read (2 t0 .. 2 t1 + 3), from the input rows they are
+                # (jit_winograd.wino_in): each band its own, so the split runs in the bands too
+                lo = 2 * t0 - pre[0]
+                xq = phase_planes(x[ni:ni + 1, :, max(lo, 0):max(lo + 2 * (t1 - t0) + 4, 0)],
+                                  (max(-lo, 0), pre[1]), t1 - t0 + 2, wh, phase_split)
                 v = np.empty((16, c, (t1 - t0) * wh), np.float32)
-                wino_in(xq[ni], v, t0, t1)
+                wino_in(xq[0], v, 0, t1 - t0)
                 mm = np.matmul(u, v)                            # [16, M, tiles]: the 16 GEMMs
                 wino_out(mm, bias, y[ni], t0, t1, wh, act)
         parallel_for(band, tasks)
