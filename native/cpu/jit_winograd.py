@@ -1,5 +1,5 @@
 """Winograd F(2x2, 3x3) input and output transforms as compiled loops (the `jit` extra), for the winograd-f2x3-jit
-convolution tactic (native/cpu/kernels/conv/winograd.py):
+convolution tactic (native/cpu/kernels/conv/winograd.py), reached through `native.cpu.jit.kernel(name)`:
 
     phase_split(x [C, H, W], xq [C, 2, 2, Nh, Wh], ph, pw)
         xq[c, r, s, i, j] = x[c, 2i + r - ph, 2j + s - pw] where that lies inside x: the zero-padded input (ph

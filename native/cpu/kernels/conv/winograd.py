@@ -200,14 +200,14 @@ _EMPTY = np.empty(0, np.float32)
 
 
 def _kernels():
-    """(wino_in, wino_out, phase_split) from native/cpu/jit_winograd.py, or None where numba is absent."""
+    """(wino_in, wino_out, phase_split) of native/cpu/jit_winograd.py (through `jit.kernel`), or None where numba is
+    absent or they do not compile."""
     if not jit.available():
         return None
     try:
-        from native.cpu import jit_winograd as jw   # function-level: imports numba (the jit extra)
+        return jit.kernel("wino_in"), jit.kernel("wino_out"), jit.kernel("phase_split")
     except Exception:  # noqa: BLE001 - any failure to compile means the tactic is not offered
         return None
-    return jw.wino_in, jw.wino_out, jw.phase_split
 
 
 def fused_activation(op):
