@@ -14,13 +14,13 @@ and the layer's epilogue (fused post-ops, merged shortcut) runs after the output
 winograd-f2x3-jit (`WinogradF2x3Jit`): F(2x2, 3x3) with compiled transforms (the numba extra), in bands of tile rows
 over the CPU pool, bias and a lone RELU / SiLU applied as the output is written.
 
-winograd-f2x3 runs its transforms as numpy GEMMs with kron(B^T, B^T) / kron(A^T, A^T) plus
-transposes: on yolov8n's 64-channel 40x40 layer 1.5 ms, twice the im2col GEMM's time, so timing never picks it.
-Here the transforms are the adds and subtracts themselves (native/cpu/jit_winograd.py: ~0.1 ms in, ~0.07 out on
-that layer) and the 16 [M, C] x [C, tiles] GEMMs, 2.25x fewer multiply-adds than direct convolution, dominate:
-0.44 ms against im2col's 0.73 at one thread (AMD Zen 5, OpenBLAS unpinned). Each band of tile rows transforms its
-input tiles into a cache-sized buffer, runs its 16 GEMMs and its output transform before the next, so a band's
-working set stays in cache and the bands are independent: one parallel_for per layer.
+winograd-f2x3 runs its transforms as numpy GEMMs with kron(B^T, B^T) / kron(A^T, A^T) plus transposes: on
+yolov8n's 64-channel 40x40 layer 1.5 ms, twice the im2col GEMM's time, so timing never picks it. Here the transforms
+are the adds and subtracts themselves over the input split into its row / column phases (native/cpu/jit_winograd.py;
+on that layer, one thread: phases 0.04 ms, input transform 0.07, output transform with SiLU 0.08) and the 16
+[M, C] x [C, tiles] GEMMs (0.27), 2.25x fewer multiply-adds than direct convolution: 0.48 ms against nhwc-gemm's 0.69
+and im2col's 0.78 (AMD Zen 5, OpenBLAS unpinned). Each band of tile rows splits its own input rows into phases,
+transforms its tiles, runs its 16 GEMMs and its output transform: the bands are independent, one parallel_for a layer.
 
 Numerics: Winograd's transforms round differently from a direct sum (the values of winograd-f2x3, by other
 operations: no kron GEMMs), and a SiLU post-op is computed by polyexp's exp (as the *-polyexp tactics), so this is
@@ -266,7 +266,7 @@ class WinogradF2x3Jit(WinogradF2x3):
             b = inputs[2]
         act, fused = fused_activation(op)
         bias = _EMPTY if b is None or not fused else np.ascontiguousarray(b, np.float32).reshape(-1)
-        n, c, h, w_ = x.shape
+        n, c = x.shape[:2]
         m = u.shape[1]
         ho, wo = out
         th, tw = -(-ho // 2), -(-wo // 2)
