@@ -13,11 +13,12 @@ convolution tactic (native/cpu/kernels/conv/winograd.py), reached through `nativ
         _SPLIT_MIN tiles), else one scalar loop for all sixteen (the same operations, the same floats).
         v[4k + l, c, z - t0 * Wh]: the 16 transformed values of each tile as 16 [C, P] planes, the right operands
         of the 16 GEMMs U[k] @ V[k]; column tj = Wh - 1 of each tile row is padding (computed, never read).
-    wino_out(mm [16, M, (t1 - t0) * Wh], bias [M] (or empty), y [M, Ho, Wo], t0, t1, Wh, act)
-        Y = A^T (U V) A for those tile rows, + bias, then the activation (0 none, 1 RELU: max with 0, NaN kept,
-        2 SILU by polyexp's exp: jit_act._silu_poly), as four output phases over the band in long loops, then
-        interleaved into the NCHW output rows 2t0..2t1 (rows and columns past Ho / Wo, where 2 * tiles overshoot
-        an odd size, are not written).
+    wino_out(mm [16, M, (t1 - t0) * Wh], bias [M] (or empty), y [M, Ho, Wo], t0, t1, Wh, act, res [M, Ho, Wo]
+             (or [0, 0, 0]))
+        Y = A^T (U V) A for those tile rows, + bias, + res (a residual add), then the activation (0 none, 1 RELU:
+        max with 0, NaN kept, 2 SILU by polyexp's exp: jit_act._silu_poly), as four output phases over the band in
+        long loops, then interleaved into the NCHW output rows 2t0..2t1 (rows and columns past Ho / Wo, where
+        2 * tiles overshoot an odd size, are not written; with res the add and activation run as they are written).
 
 B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: only adds
 and subtracts, in a fixed order (these floats are the tactic's own; tested against a float64 reference).
@@ -133,11 +134,12 @@ def _act(o, act):
 
 
 @numba.njit(**_NJIT)
-def wino_out(mm, bias, y, t0, t1, wh, act):
+def wino_out(mm, bias, y, t0, t1, wh, act, res):
     ho, wo = y.shape[1], y.shape[2]
     n = (t1 - t0) * wh
     o = np.empty((4, n), mm.dtype)
     has_bias = bias.shape[0] > 0
+    has_res = res.shape[0] > 0
     for m in range(y.shape[0]):
         bv = bias[m] if has_bias else _F32_ZERO
         for q in range(n):         # A^T (U V) A of every tile of the band in one loop: rows, then columns
@@ -153,11 +155,11 @@ def wino_out(mm, bias, y, t0, t1, wh, act):
             o[1, q] = r1 - r2 - r3 + bv
             o[2, q] = g0 + g1 + g2 + bv
             o[3, q] = g1 - g2 - g3 + bv
-        if act == 1:               # the activation over the band's outputs (one long loop per output phase)
+        if act == 1 and not has_res:   # the activation over the band's outputs (one long loop per output phase)
             for k in range(4):
                 for q in range(n):
                     o[k, q] = _act(o[k, q], 1)
-        elif act == 2:
+        elif act == 2 and not has_res:
             for k in range(4):
                 for q in range(n):
                     o[k, q] = _act(o[k, q], 2)
@@ -167,5 +169,9 @@ def wino_out(mm, bias, y, t0, t1, wh, act):
                 row = 2 * ti + a
                 if row >= ho:
                     break
-                for x in range(wo):
-                    y[m, row, x] = o[2 * a + (x & 1), base + (x >> 1)]
+                if has_res:        # + the residual, then the activation, as the epilogue orders them
+                    for x in range(wo):
+                        y[m, row, x] = _act(o[2 * a + (x & 1), base + (x >> 1)] + res[m, row, x], act)
+                else:
+                    for x in range(wo):
+                        y[m, row, x] = o[2 * a + (x & 1), base + (x >> 1)]

@@ -147,3 +147,33 @@ def test_phase_planes_are_the_padded_input_split_into_phases(h, w, pre, compiled
     padded[:, :, pre[0]:pre[0] + hh, pre[1]:pre[1] + ww] = x[:, :, :hh, :ww]
     want = padded.reshape(2, 3, nh, 2, wh, 2).transpose(0, 1, 3, 5, 2, 4)
     assert got.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def test_residual_add_then_relu_fused_are_the_epilogue_floats():
+    """post-ops [add, RELU] applied as the output is written: bit for bit the transform's biased output, + the
+    residual, then RELU (the epilogue's order); a residual that only broadcasts runs through the epilogue."""
+    _needs_jit()
+    x = RNG.standard_normal((2, 6, 10, 9)).astype(np.float32)
+    k = RNG.standard_normal((5, 6, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(5).astype(np.float32)
+    r = RNG.standard_normal((2, 5, 10, 9)).astype(np.float32)
+    t = _tactic()
+    steps = [{"op": "add", "input": 3}, {"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0}]
+    op = Op("Convolution", "c", _params(5, (1, 1), (1, 1), steps), {"kernel": k, "bias": b})
+    got = t.run(op, [x, None, None, r])[0]
+    plain = t.run(Op("Convolution", "c", _params(5, (1, 1), (1, 1), []), {"kernel": k, "bias": b}), [x])[0]
+    assert got.tobytes() == np.maximum(plain + r, np.float32(0)).tobytes()
+    rb = RNG.standard_normal((1, 5, 1, 9)).astype(np.float32)
+    got = t.run(op, [x, None, None, rb])[0]
+    want = np.maximum(_reference(x, k, b, (1, 1), (1, 1)) + rb, 0)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("steps,want", [
+    ([], (0, None, True)), (["RELU"], (1, None, True)), (["SILU"], (2, None, True)), (["add"], (0, 3, True)),
+    (["add", "RELU"], (1, 3, True)), (["RELU", "add"], (0, None, False)), (["add", "SILU"], (0, None, False)),
+    (["CLIP"], (0, None, False)), (["RELU", "RELU"], (0, None, False))])
+def test_which_post_ops_the_output_transform_applies(steps, want):
+    post = [{"op": "add", "input": 3} if s == "add" else {"op": "activation", "type": s, "alpha": 0.0, "beta": 0.0}
+            for s in steps]
+    assert winograd.fused_epilogue(Op("Convolution", "c", _params(4, (1, 1), (1, 1), post), {})) == want

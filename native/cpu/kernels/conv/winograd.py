@@ -12,7 +12,7 @@ Weights are transformed at build time (`prepare`: "kernel_winograd" [(m+2)^2, M,
 and the layer's epilogue (fused post-ops, merged shortcut) runs after the output transform.
 
 winograd-f2x3-jit (`WinogradF2x3Jit`): F(2x2, 3x3) with compiled transforms (the numba extra), in bands of tile rows
-over the CPU pool, bias and a lone RELU / SiLU applied as the output is written.
+over the CPU pool, the bias, a residual add and a RELU / SiLU applied as the output is written (`fused_epilogue`).
 
 winograd-f2x3 runs its transforms as numpy GEMMs with kron(B^T, B^T) / kron(A^T, A^T) plus transposes: on
 yolov8n's 64-channel 40x40 layer 1.5 ms, twice the im2col GEMM's time, so timing never picks it. Here the transforms
@@ -25,7 +25,7 @@ transforms its tiles, runs its 16 GEMMs and its output transform: the bands are 
 Numerics: Winograd's transforms round differently from a direct sum (the values of winograd-f2x3, by other
 operations: no kron GEMMs), and a SiLU post-op is computed by polyexp's exp (as the *-polyexp tactics), so this is
 a tactic of its own, tolerance-tested against a float64 reference (tests/native/test_winograd_jit.py). Float32
-only; other post-ops, a merged shortcut, or more than one post-op run after the transform (`finish`).
+only; other post-ops, a merged shortcut, or a residual that only broadcasts run after the transform (`finish`).
 """
 from __future__ import annotations
 
@@ -197,6 +197,7 @@ def phase_planes(x, pre, nh, wh, compiled=None):
 # 64x20x20 15 against 17, 32x40x40 25 against 22)
 PHASE_JIT_MAX = 1 << 15
 _EMPTY = np.empty(0, np.float32)
+_EMPTY3 = np.empty((0, 0, 0), np.float32)
 
 
 def _kernels():
@@ -210,16 +211,20 @@ def _kernels():
         return None
 
 
-def fused_activation(op):
-    """The activation code wino_out applies (0 none, 1 RELU, 2 SiLU) and whether every post-op is done by it."""
+def fused_epilogue(op):
+    """(activation code wino_out applies: 0 none, 1 RELU, 2 SiLU; the input index of a residual add it applies
+    first, or None; whether that is every post-op): a lone activation, a lone residual add, or add then RELU."""
     steps = op.params.get("post_ops") or ()
     if op.params.get("side"):
-        return 0, False
-    if not steps:
-        return 0, True
-    if len(steps) == 1 and steps[0]["op"] == "activation" and steps[0]["type"] in _ACT:
-        return _ACT[steps[0]["type"]], True
-    return 0, False
+        return 0, None, False
+    acts = [st for st in steps if st["op"] == "activation"]
+    adds = [st for st in steps if st["op"] == "add"]
+    if len(acts) + len(adds) != len(steps) or len(acts) > 1 or len(adds) > 1:
+        return 0, None, False
+    act = _ACT.get(acts[0]["type"]) if acts else 0
+    if act is None or (adds and (act == 2 or steps[0]["op"] != "add")):
+        return 0, None, False
+    return act, (adds[0]["input"] if adds else None), True
 
 
 @register_tactic
@@ -264,11 +269,18 @@ class WinogradF2x3Jit(WinogradF2x3):
         b = conv_bias(op.weights)
         if b is None and len(inputs) > 2:
             b = inputs[2]
-        act, fused = fused_activation(op)
-        bias = _EMPTY if b is None or not fused else np.ascontiguousarray(b, np.float32).reshape(-1)
+        act, res_i, fused = fused_epilogue(op)
         n, c = x.shape[:2]
         m = u.shape[1]
         ho, wo = out
+        res = _EMPTY3
+        if fused and res_i is not None:
+            r = inputs[res_i]
+            if type(r) is np.ndarray and r.shape == (n, m, ho, wo) and r.dtype == np.float32:
+                res = r
+            else:   # a broadcast or other-typed residual: the epilogue adds it after the transform
+                act, fused = 0, False
+        bias = _EMPTY if b is None or not fused else np.ascontiguousarray(b, np.float32).reshape(-1)
         th, tw = -(-ho // 2), -(-wo // 2)
         wh = tw + 1
         y = np.empty((n, m, ho, wo), np.float32)
@@ -288,7 +300,7 @@ class WinogradF2x3Jit(WinogradF2x3):
                 v = np.empty((16, c, (t1 - t0) * wh), np.float32)
                 wino_in(xq[0], v, 0, t1 - t0)
                 mm = np.matmul(u, v)                            # [16, M, tiles]: the 16 GEMMs
-                wino_out(mm, bias, y[ni], t0, t1, wh, act)
+                wino_out(mm, bias, y[ni], t0, t1, wh, act, res if res is _EMPTY3 else res[ni])
         parallel_for(band, tasks)
         if fused:
             return [y]
