@@ -13,9 +13,10 @@
     depthwise_planes(x [C, H, W], taps [kh*kw, C], bias, y [C, Ho, Wo], kh, kw, sh, sw, dh, dw, ph, pw, act)
         the depthwise tactic's compiled loop (its signature and floats in jit.py's doc): per channel, the padded
         plane split into its stride phases so that each tap is one multiply-add over all output rows at once (a
-        kernel row of 3 or 5 taps one loop, _row_taps3 / 5). Against the channels-last depthwise-cl, one thread,
-        2026-11-29: mobilenetv3's 28-112-wide layers 0.42-0.80x, its 14-wide 0.81-0.87x (its 7-wide outputs
-        1.6-1.8x: the tactic timing keeps depthwise-cl there); PaddleOCR's 0.45-0.93x of the better of the two.
+        kernel row of 3 or 5 taps one loop, _row_taps3 / 5). Against the better of depthwise-cl and the per-row
+        loop it replaced, one thread, 2026-11-29: mobilenetv3's 28-112-wide layers 0.51-0.94x, its 14-wide
+        0.90-0.96x (its 7-wide outputs ~2x slower: the tactic timing keeps depthwise-cl there); PaddleOCR's
+        classifier 0.62-1.07x, its detector 0.46-0.76x (docs/PERFORMANCE.md, h64).
 
 Module level, so numba's disk cache finds them again in the next process (native/cpu/jit_rows.py says why).
 """
