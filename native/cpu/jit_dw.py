@@ -28,6 +28,37 @@ import numpy as np
 _NJIT = dict(nogil=True, cache=True, error_model="numpy")
 
 
+@numba.njit(inline="always")
+def _relu(u, zero, inf):
+    """numpy's clip to [0, inf] on one value: NaN kept, -0.0 to +0.0."""
+    if u == u:
+        u = u if u > zero else zero
+        u = u if u < inf else inf
+    return u
+
+
+@numba.njit(inline="always")
+def _hard_swish(v, zero, one, sixth, half):
+    """activations._hard_swish's steps on one value: v * 1/6, + 0.5, clip to [0, 1], times v."""
+    u = v * sixth
+    u = u + half
+    if u == u:
+        u = u if u > zero else zero
+        u = u if u < one else one
+    return v * u
+
+
+@numba.njit(inline="always")
+def _hard_swish_relu6(v, zero, three, six):
+    """activations._hard_swish_relu6's steps on one value: v + 3, clip to [0, 6], times v, / 6."""
+    u = v + three
+    if u == u:
+        u = u if u > zero else zero
+        u = u if u < six else six
+    u = v * u
+    return u / six
+
+
 @numba.njit(**_NJIT)
 def _activate(a, act):
     """The activation codes on the vector `a`, in place, in its dtype (jit.depthwise_cl_rows_nchw's operations):
@@ -37,29 +68,13 @@ def _activate(a, act):
     three, six = t(3.0), t(6.0)
     if act == 1:
         for k in range(a.shape[0]):
-            u = a[k]
-            if u == u:
-                u = u if u > zero else zero
-                u = u if u < inf else inf
-            a[k] = u
+            a[k] = _relu(a[k], zero, inf)
     elif act == 2:    # as activations._hard_swish
         for k in range(a.shape[0]):
-            v = a[k]
-            u = v * sixth
-            u = u + half
-            if u == u:
-                u = u if u > zero else zero
-                u = u if u < one else one
-            a[k] = v * u
+            a[k] = _hard_swish(a[k], zero, one, sixth, half)
     elif act == 3:    # as activations._hard_swish_relu6
         for k in range(a.shape[0]):
-            v = a[k]
-            u = v + three
-            if u == u:
-                u = u if u > zero else zero
-                u = u if u < six else six
-            u = v * u
-            a[k] = u / six
+            a[k] = _hard_swish_relu6(a[k], zero, three, six)
 
 
 @numba.njit(**_NJIT)
@@ -201,6 +216,89 @@ def _row_taps5(acc, flat, o0, o1, o2, o3, o4, w0, w1, w2, w3, w4, first):
 
 
 @numba.njit(**_NJIT)
+def _row_taps3_out(acc, flat, o0, o1, o2, w0, w1, w2, b, act):
+    """_row_taps3's last kernel row (acc holds the earlier rows' sums), then + b and the activation code `act`
+    (_activate's steps) on each sum while it is in a register: no bias and activation passes over acc."""
+    n = acc.shape[0]
+    x0, x1, x2 = flat[o0:o0 + n], flat[o1:o1 + n], flat[o2:o2 + n]
+    t = acc.dtype.type
+    zero, one, sixth, half, inf, three, six = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf), t(3.0), t(6.0)
+    if act == 0:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            acc[m] = s + b
+    elif act == 1:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            acc[m] = _relu(s + b, zero, inf)
+    elif act == 2:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            acc[m] = _hard_swish(s + b, zero, one, sixth, half)
+    else:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            acc[m] = _hard_swish_relu6(s + b, zero, three, six)
+
+
+@numba.njit(**_NJIT)
+def _row_taps5_out(acc, flat, o0, o1, o2, o3, o4, w0, w1, w2, w3, w4, b, act):
+    """_row_taps3_out for five taps."""
+    n = acc.shape[0]
+    x0, x1, x2, x3, x4 = flat[o0:o0 + n], flat[o1:o1 + n], flat[o2:o2 + n], flat[o3:o3 + n], flat[o4:o4 + n]
+    t = acc.dtype.type
+    zero, one, sixth, half, inf, three, six = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf), t(3.0), t(6.0)
+    if act == 0:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            s += x3[m] * w3
+            s += x4[m] * w4
+            acc[m] = s + b
+    elif act == 1:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            s += x3[m] * w3
+            s += x4[m] * w4
+            acc[m] = _relu(s + b, zero, inf)
+    elif act == 2:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            s += x3[m] * w3
+            s += x4[m] * w4
+            acc[m] = _hard_swish(s + b, zero, one, sixth, half)
+    else:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            s += x3[m] * w3
+            s += x4[m] * w4
+            acc[m] = _hard_swish_relu6(s + b, zero, three, six)
+
+
+@numba.njit(**_NJIT)
 def _copy(dst, src):
     for m in range(src.shape[0]):
         dst[m] = src[m]
@@ -309,7 +407,9 @@ def depthwise_planes(x, taps, bias, y, kh, kw, sh, sw, dh, dw, ph, pw, act):
                 v = taps[k, c]
                 if (k < i0 * kw or k >= i1 * kw) and v >= zero and not (v == zero and np.signbit(v)):
                     plus_zero = True
-        for i in range(i0, i1):
+        # the last kernel row with the bias and the activation on its sums (where nothing comes between them)
+        fused = has_bias and not plus_zero and i1 - i0 >= 2 and (kw == 3 or kw == 5)
+        for i in range(i0, i1 - 1 if fused else i1):
             k = i * kw
             if kw == 3:
                 _row_taps3(acc, flat, offs[k], offs[k + 1], offs[k + 2], taps[k, c], taps[k + 1, c],
@@ -327,6 +427,16 @@ def depthwise_planes(x, taps, bias, y, kh, kw, sh, sw, dh, dw, ph, pw, act):
                     else:
                         for m in range(n):
                             acc[m] += src[m] * wv
+        if fused:
+            k = (i1 - 1) * kw
+            if kw == 3:
+                _row_taps3_out(acc, flat, offs[k], offs[k + 1], offs[k + 2], taps[k, c], taps[k + 1, c],
+                               taps[k + 2, c], bias[c], act)
+            else:
+                _row_taps5_out(acc, flat, offs[k], offs[k + 1], offs[k + 2], offs[k + 3], offs[k + 4], taps[k, c],
+                               taps[k + 1, c], taps[k + 2, c], taps[k + 3, c], taps[k + 4, c], bias[c], act)
+            _run_into_plane(acc, y[c], span)
+            continue
         if plus_zero:
             for m in range(n):
                 acc[m] = acc[m] + zero

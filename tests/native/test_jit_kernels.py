@@ -111,7 +111,7 @@ def test_depthwise_tactics_give_the_same_bits_with_and_without_the_jit(monkeypat
         np.testing.assert_array_equal(_tactic_outputs(tactic, x, params, w, b), want)
 
 
-@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SIGMOID"])
+@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SWISH_RELU6", "HARD_SIGMOID"])
 @pytest.mark.parametrize("case", CASES)
 def test_depthwise_cl_epilogue_in_the_kernel_is_bit_identical(monkeypatch, case, act):
     """depthwise-cl's compiled kernel adding the bias and applying RELU / HARD_SWISH itself, storing NCHW, gives
@@ -188,14 +188,14 @@ PLANE_CASES = [  # (C, H, W, k, stride, dilation, pad): PaddleOCR's wide rows, m
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SIGMOID"])
+@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SWISH_RELU6", "HARD_SIGMOID"])
 @pytest.mark.parametrize("case", PLANE_CASES)
 def test_depthwise_pads_planes_in_the_kernel_with_the_same_bits(monkeypatch, case, act, dtype):
     """The depthwise tactic pads each channel's plane into its stride phases inside the compiled loop (each tap one
-    run over all output rows) and applies the bias and RELU / HARD_SWISH there (jit.depthwise_planes): the bits of
-    the padded-input compiled loop + numpy epilogue (other activations run after it, in place), NaN and -0.0
-    included, for kernels of 3 / 5 taps (unrolled) and others, strides and dilations per axis, and a float64
-    reference's values."""
+    run over all output rows) and applies the bias and RELU / HARD_SWISH (_RELU6) there (jit.depthwise_planes; for
+    3 / 5 taps in the last kernel row's loop): the bits of the padded-input compiled loop + numpy epilogue (other
+    activations run after it, in place), NaN and -0.0 included, for kernels of 3 / 5 taps (unrolled) and others,
+    strides and dilations per axis, and a float64 reference's values."""
     pytest.importorskip("numba")
     from native.tactics import Op, tactics_for
     c, h, w, k, stride, dil, pad = case
