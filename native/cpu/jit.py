@@ -22,9 +22,10 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     depthwise_planes(x [C, H, W], taps [kh*kw, C], bias [C] (or empty), y [C, Ho, Wo], kh, kw, sh, sw, dh, dw,
                      ph, pw, act)
         depthwise_nchw's sums (zero padding included, in tap order) from the unpadded input, each channel padded
-        into a plane-sized scratch (its column phases for a stride), then + bias and the activation (0 none,
-        1 RELU, 2 HARD_SWISH: the numpy epilogue's operations) per output row: one pass, no padded input copy;
-        a kernel row of 3 or 5 taps is one loop over the output row (compiled in native/cpu/jit_dw.py).
+        into a scratch split into its row and column stride phases, so that each tap is one multiply-add over all
+        output rows at once (the columns past Wo computed and dropped), then + bias and the activation (0 none,
+        1 RELU, 2 HARD_SWISH, 3 HARD_SWISH_RELU6: the numpy epilogue's operations): one pass, no padded input
+        copy; a kernel row of 3 or 5 taps is one loop (compiled in native/cpu/jit_dw.py).
     hard_swish(x [n], y [n])  /  hard_sigmoid(x [n], y [n], alpha, beta)
         the activations' numpy passes (x * 1/6, + 0.5, clip to [0, 1], times x; x * alpha, + beta, clip) per element
         in one pass, each step rounded to x's type as numpy rounds it; `clip` as numpy's clip loop (NaN kept,

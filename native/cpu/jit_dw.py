@@ -11,8 +11,12 @@
         accumulator traffic, not the arithmetic, bounded that loop). Output row r is accumulated as [Wo, C] and
         then stored into NCHW y with its epilogue.
     depthwise_planes(x [C, H, W], taps [kh*kw, C], bias, y [C, Ho, Wo], kh, kw, sh, sw, dh, dw, ph, pw, act)
-        the depthwise tactic's wide-row loop (its signature and floats in jit.py's doc), a kernel row of 3 or 5 taps
-        as one loop over the output row (_row_taps3 / 5): ~10% faster on PaddleOCR's 5x5 layers.
+        the depthwise tactic's compiled loop (its signature and floats in jit.py's doc): per channel, the padded
+        plane split into its stride phases so that each tap is one multiply-add over all output rows at once (a
+        kernel row of 3 or 5 taps one loop, _row_taps3 / 5). Against the better of depthwise-cl and the per-row
+        loop it replaced, one thread, 2026-11-29: mobilenetv3's 28-112-wide layers 0.51-0.94x, its 14-wide
+        0.90-0.96x (its 7-wide outputs ~2x slower: the tactic timing keeps depthwise-cl there); PaddleOCR's
+        classifier 0.62-1.07x, its detector 0.46-0.76x (docs/PERFORMANCE.md, h64).
 
 Module level, so numba's disk cache finds them again in the next process (native/cpu/jit_rows.py says why).
 """
@@ -24,6 +28,37 @@ import numpy as np
 _NJIT = dict(nogil=True, cache=True, error_model="numpy")
 
 
+@numba.njit(inline="always")
+def _relu(u, zero, inf):
+    """numpy's clip to [0, inf] on one value: NaN kept, -0.0 to +0.0."""
+    if u == u:
+        u = u if u > zero else zero
+        u = u if u < inf else inf
+    return u
+
+
+@numba.njit(inline="always")
+def _hard_swish(v, zero, one, sixth, half):
+    """activations._hard_swish's steps on one value: v * 1/6, + 0.5, clip to [0, 1], times v."""
+    u = v * sixth
+    u = u + half
+    if u == u:
+        u = u if u > zero else zero
+        u = u if u < one else one
+    return v * u
+
+
+@numba.njit(inline="always")
+def _hard_swish_relu6(v, zero, three, six):
+    """activations._hard_swish_relu6's steps on one value: v + 3, clip to [0, 6], times v, / 6."""
+    u = v + three
+    if u == u:
+        u = u if u > zero else zero
+        u = u if u < six else six
+    u = v * u
+    return u / six
+
+
 @numba.njit(**_NJIT)
 def _activate(a, act):
     """The activation codes on the vector `a`, in place, in its dtype (jit.depthwise_cl_rows_nchw's operations):
@@ -33,29 +68,13 @@ def _activate(a, act):
     three, six = t(3.0), t(6.0)
     if act == 1:
         for k in range(a.shape[0]):
-            u = a[k]
-            if u == u:
-                u = u if u > zero else zero
-                u = u if u < inf else inf
-            a[k] = u
+            a[k] = _relu(a[k], zero, inf)
     elif act == 2:    # as activations._hard_swish
         for k in range(a.shape[0]):
-            v = a[k]
-            u = v * sixth
-            u = u + half
-            if u == u:
-                u = u if u > zero else zero
-                u = u if u < one else one
-            a[k] = v * u
+            a[k] = _hard_swish(a[k], zero, one, sixth, half)
     elif act == 3:    # as activations._hard_swish_relu6
         for k in range(a.shape[0]):
-            v = a[k]
-            u = v + three
-            if u == u:
-                u = u if u > zero else zero
-                u = u if u < six else six
-            u = v * u
-            a[k] = u / six
+            a[k] = _hard_swish_relu6(a[k], zero, three, six)
 
 
 @numba.njit(**_NJIT)
@@ -197,112 +216,233 @@ def _row_taps5(acc, flat, o0, o1, o2, o3, o4, w0, w1, w2, w3, w4, first):
 
 
 @numba.njit(**_NJIT)
+def _row_taps3_out(acc, flat, o0, o1, o2, w0, w1, w2, b, act):
+    """_row_taps3's last kernel row (acc holds the earlier rows' sums), then + b and the activation code `act`
+    (_activate's steps) on each sum while it is in a register: no bias and activation passes over acc."""
+    n = acc.shape[0]
+    x0, x1, x2 = flat[o0:o0 + n], flat[o1:o1 + n], flat[o2:o2 + n]
+    t = acc.dtype.type
+    zero, one, sixth, half, inf, three, six = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf), t(3.0), t(6.0)
+    if act == 0:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            acc[m] = s + b
+    elif act == 1:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            acc[m] = _relu(s + b, zero, inf)
+    elif act == 2:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            acc[m] = _hard_swish(s + b, zero, one, sixth, half)
+    else:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            acc[m] = _hard_swish_relu6(s + b, zero, three, six)
+
+
+@numba.njit(**_NJIT)
+def _row_taps5_out(acc, flat, o0, o1, o2, o3, o4, w0, w1, w2, w3, w4, b, act):
+    """_row_taps3_out for five taps."""
+    n = acc.shape[0]
+    x0, x1, x2, x3, x4 = flat[o0:o0 + n], flat[o1:o1 + n], flat[o2:o2 + n], flat[o3:o3 + n], flat[o4:o4 + n]
+    t = acc.dtype.type
+    zero, one, sixth, half, inf, three, six = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf), t(3.0), t(6.0)
+    if act == 0:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            s += x3[m] * w3
+            s += x4[m] * w4
+            acc[m] = s + b
+    elif act == 1:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            s += x3[m] * w3
+            s += x4[m] * w4
+            acc[m] = _relu(s + b, zero, inf)
+    elif act == 2:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            s += x3[m] * w3
+            s += x4[m] * w4
+            acc[m] = _hard_swish(s + b, zero, one, sixth, half)
+    else:
+        for m in range(n):
+            s = acc[m]
+            s += x0[m] * w0
+            s += x1[m] * w1
+            s += x2[m] * w2
+            s += x3[m] * w3
+            s += x4[m] * w4
+            acc[m] = _hard_swish_relu6(s + b, zero, three, six)
+
+
+@numba.njit(**_NJIT)
+def _copy(dst, src):
+    for m in range(src.shape[0]):
+        dst[m] = src[m]
+
+
+@numba.njit(**_NJIT)
+def _plane_into_phases(xc, flat, ph, pw, sh, sw, span, blk, tmp):
+    """Channel plane xc [H, W] into depthwise_planes' zero-padded phase layout: padded row R = r + ph to row phase
+    R % sh, row R // sh; padded column Q = col + pw to column phase Q % sw, position Q // sw (the padding positions
+    are never written: they stay zero). The row phase is counted, not divided out: a division per row cost
+    more than the copy (mobilenetv3's [240, 14, 14]: 87 -> 10 us). Stride 2 over an even width: the whole plane
+    de-interleaved in one loop into tmp [H * W] (a 28-float row loop left half its floats to the scalar tail),
+    then plain row copies."""
+    h, wd = xc.shape
+    half = wd // 2
+    pairs = sw == 2 and wd % 2 == 0
+    if pairs:   # element 2p of the plane to tmp[p], 2p + 1 to tmp[h*half + p]; column 0's phase is pw's parity
+        xf = xc.reshape(h * wd) if xc.flags.c_contiguous else np.ascontiguousarray(xc).reshape(h * wd)
+        ta, tb = tmp[:h * half], tmp[h * half:h * wd]
+        for p in range(h * half):
+            ta[p] = xf[2 * p]
+            tb[p] = xf[2 * p + 1]
+        t0, t1 = (ta, tb) if pw % 2 == 0 else (tb, ta)              # phase 0 / phase 1 columns of every row
+        p0, p1 = (pw + 1) // 2, pw // 2                             # their first positions in the padded row
+    phase, row = ph % sh, ph // sh
+    for r in range(h):
+        rb = phase * sw * blk + row * span
+        phase += 1
+        if phase == sh:
+            phase = 0
+            row += 1
+        if pairs:
+            _copy(flat[rb + p0:rb + p0 + half], t0[r * half:(r + 1) * half])
+            _copy(flat[rb + blk + p1:rb + blk + p1 + half], t1[r * half:(r + 1) * half])
+            continue
+        xr = xc[r]
+        if sw == 1:
+            dst = flat[rb + pw:rb + pw + wd]
+            for m in range(wd):
+                dst[m] = xr[m]
+        else:
+            for col in range(wd):
+                cc = col + pw
+                flat[rb + (cc % sw) * blk + cc // sw] = xr[col]
+
+
+@numba.njit(**_NJIT)
+def _run_into_plane(acc, yc, span):
+    """The valid columns of each output row of the run acc [Ho * span] into yc [Ho, Wo]."""
+    ho, wo = yc.shape
+    for oh in range(ho):
+        yr = yc[oh]
+        src = acc[oh * span:oh * span + wo]
+        for ow in range(wo):
+            yr[ow] = src[ow]
+
+
+@numba.njit(**_NJIT)
 def depthwise_planes(x, taps, bias, y, kh, kw, sh, sw, dh, dw, ph, pw, act):
-    # depthwise_nchw's sums from the unpadded input: each channel's plane is zero-padded into one flat scratch
-    # row by row, each row split into its sw column phases (so every tap reads a unit-stride run at an offset
-    # computed once per tap), then + bias and the activation (depthwise_cl_rows_nchw's codes) per output row:
-    # no padded copy of the whole input, no epilogue passes. A kernel row of 3 or 5 taps is one loop over the
-    # output row (_row_taps3 / 5: the partial sum stays in a register), the same sums in the same order.
+    # the depthwise tactics' sums (every tap, zero padding included, in (i, j) order; + bias; the activation) with
+    # each tap one multiply-add over ALL output rows at once: a channel's zero-padded plane is split into its sh x sw
+    # stride phases, each phase stored as rows of `span` columns, so the inputs of tap (i, j) for output (oh, ow)
+    # sit at one phase's (oh + i*dh // sh) * span + ow + j*dw // sw: for all outputs one unit-stride run of
+    # ho * span, the columns ow >= wo of each row computed and dropped. On 7-56-wide maps that is one loop of
+    # ~100-1600 floats per tap instead of a 7-56-float loop per output row per tap, or a channels-last copy of
+    # the input each way (depthwise-cl).
     c_n, h, wd = x.shape
-    ho, wo = y.shape[1], y.shape[2]
+    ho = y.shape[1]
     hp, wp = h + 2 * ph, wd + 2 * pw
     span = (wp + sw - 1) // sw
-    rowlen = sw * span
-    flat = np.zeros(hp * rowlen + wo, y.dtype)
-    acc = np.empty(wo, y.dtype)
+    rows = max((hp + sh - 1) // sh, ho + ((kh - 1) * dh) // sh) + 1     # + 1: the last run's dropped columns
+    blk = rows * span
+    n = ho * span
+    flat = np.zeros(sh * sw * blk, y.dtype)
+    acc = np.empty(n, y.dtype)
+    tmp = np.empty(h * wd if sw == 2 else 0, y.dtype)
     ntap = kh * kw
     offs = np.empty(ntap, np.int64)
     for i in range(kh):
         for j in range(kw):
-            x0 = j * dw
-            offs[i * kw + j] = i * dh * rowlen + (x0 % sw) * span + x0 // sw
+            a, q = i * dh, j * dw
+            offs[i * kw + j] = ((a % sh) * sw + q % sw) * blk + (a // sh) * span + q // sw
+    # kernel rows [lo, hi) read an input row for some output; the others read only zero padding rows (a 5x5 kernel
+    # over PaddleOCR's 2-3-row maps: 40-60% of the taps), whose products (+-0) leave every sum unchanged except
+    # the sign of an all-zero sum: skipped, and a +0 added back where a skipped product is +0 (the full sum is -0
+    # only if every product is -0); a channel with a non-finite weight sums every tap (its padding products are NaN)
+    lo, hi = 0, kh
+    while lo < kh and (ho - 1) * sh + lo * dh < ph:
+        lo += 1
+    while hi > lo and (hi - 1) * dh >= ph + h:
+        hi -= 1
+    if lo == hi:
+        lo, hi = 0, kh
     zero = y.dtype.type(0.0)
     has_bias = bias.shape[0] == c_n
     for c in range(c_n):
-        for r in range(h):
-            xr = x[c, r]
-            rb = (r + ph) * rowlen
-            if sw == 2:   # both column phases in one pass over the row (a de-interleave, vectorised)
-                a0, a1 = (pw + 1) // 2, (wd + pw + 1) // 2        # phase 0: columns 2a - pw, a in [a0, a1)
-                b0, b1 = pw // 2, (wd + pw) // 2                  # phase 1: columns 2b + 1 - pw, b in [b0, b1)
-                d0 = flat[rb + a0:rb + a1]
-                d1 = flat[rb + span + b0:rb + span + b1]
-                s0, s1 = 2 * a0 - pw, 2 * b0 + 1 - pw
-                n0, n1 = a1 - a0, b1 - b0
-                nn = min(n0, n1)
-                for m in range(nn):
-                    d0[m] = xr[s0 + 2 * m]
-                    d1[m] = xr[s1 + 2 * m]
-                for m in range(nn, n0):
-                    d0[m] = xr[s0 + 2 * m]
-                for m in range(nn, n1):
-                    d1[m] = xr[s1 + 2 * m]
-                continue
-            for q in range(sw):
-                m0 = (pw - q + sw - 1) // sw          # the phase's first and last columns inside the row
-                m1 = (wd + pw - q + sw - 1) // sw
-                base = m0 * sw + q - pw
-                dst = flat[rb + q * span + m0:rb + q * span + m1]
-                if sw == 1:      # a constant stride: a vectorised copy (a runtime stride is not)
-                    src = xr[base:base + m1 - m0]
-                    for m in range(m1 - m0):
-                        dst[m] = src[m]
-                else:
-                    for m in range(m1 - m0):
-                        dst[m] = xr[base + m * sw]
-        finite = True    # a non-finite weight makes its padding products NaN: such a channel sums every tap
-        for k in range(ntap):
-            v = taps[k, c]
-            if v - v != 0:
-                finite = False
-        for oh in range(ho):
-            rowb = oh * sh * rowlen
-            # kernel rows [i0, i1) read input rows; the others read the zero padding rows, whose products
-            # (+-0) leave every sum unchanged except the sign of an all-zero sum: skipped, and a +0 added back
-            # where a skipped product is +0 (the full sum is -0 only if every product is -0)
-            i0, i1 = 0, kh
-            if finite:
-                while i0 < kh and oh * sh + i0 * dh < ph:
-                    i0 += 1
-                while i1 > i0 and oh * sh + (i1 - 1) * dh >= ph + h:
-                    i1 -= 1
-                if i0 == i1:
+        _plane_into_phases(x[c], flat, ph, pw, sh, sw, span, blk, tmp)
+        i0, i1 = lo, hi
+        plus_zero = False
+        if i1 - i0 < kh:
+            for k in range(ntap):
+                v = taps[k, c]
+                if v - v != 0:
                     i0, i1 = 0, kh
-            plus_zero = False
-            for k in range(i0 * kw):
-                if taps[k, c] >= zero and not (taps[k, c] == zero and np.signbit(taps[k, c])):
+            for k in range(ntap):
+                v = taps[k, c]
+                if (k < i0 * kw or k >= i1 * kw) and v >= zero and not (v == zero and np.signbit(v)):
                     plus_zero = True
-            for k in range(i1 * kw, ntap):
-                if taps[k, c] >= zero and not (taps[k, c] == zero and np.signbit(taps[k, c])):
-                    plus_zero = True
-            for i in range(i0, i1):
-                k = i * kw
-                if kw == 3:
-                    _row_taps3(acc, flat, rowb + offs[k], rowb + offs[k + 1], rowb + offs[k + 2],
-                               taps[k, c], taps[k + 1, c], taps[k + 2, c], i == i0)
-                elif kw == 5:
-                    _row_taps5(acc, flat, rowb + offs[k], rowb + offs[k + 1], rowb + offs[k + 2], rowb + offs[k + 3],
-                               rowb + offs[k + 4], taps[k, c], taps[k + 1, c], taps[k + 2, c], taps[k + 3, c],
-                               taps[k + 4, c], i == i0)
-                else:
-                    for j in range(kw):
-                        o = rowb + offs[k + j]
-                        src = flat[o:o + wo]
-                        wv = taps[k + j, c]
-                        if i == i0 and j == 0:
-                            for ow in range(wo):
-                                acc[ow] = src[ow] * wv
-                        else:
-                            for ow in range(wo):
-                                acc[ow] += src[ow] * wv
-            if plus_zero:
-                for ow in range(wo):
-                    acc[ow] = acc[ow] + zero
-            if has_bias:
-                b = bias[c]
-                for ow in range(wo):
-                    acc[ow] = acc[ow] + b
-            _activate(acc, act)
-            yr = y[c, oh]
-            for ow in range(wo):
-                yr[ow] = acc[ow]
+        # the last kernel row with the bias and the activation on its sums (where nothing comes between them)
+        fused = has_bias and not plus_zero and i1 - i0 >= 2 and (kw == 3 or kw == 5)
+        for i in range(i0, i1 - 1 if fused else i1):
+            k = i * kw
+            if kw == 3:
+                _row_taps3(acc, flat, offs[k], offs[k + 1], offs[k + 2], taps[k, c], taps[k + 1, c],
+                           taps[k + 2, c], i == i0)
+            elif kw == 5:
+                _row_taps5(acc, flat, offs[k], offs[k + 1], offs[k + 2], offs[k + 3], offs[k + 4], taps[k, c],
+                           taps[k + 1, c], taps[k + 2, c], taps[k + 3, c], taps[k + 4, c], i == i0)
+            else:
+                for j in range(kw):
+                    src = flat[offs[k + j]:offs[k + j] + n]
+                    wv = taps[k + j, c]
+                    if i == i0 and j == 0:
+                        for m in range(n):
+                            acc[m] = src[m] * wv
+                    else:
+                        for m in range(n):
+                            acc[m] += src[m] * wv
+        if fused:
+            k = (i1 - 1) * kw
+            if kw == 3:
+                _row_taps3_out(acc, flat, offs[k], offs[k + 1], offs[k + 2], taps[k, c], taps[k + 1, c],
+                               taps[k + 2, c], bias[c], act)
+            else:
+                _row_taps5_out(acc, flat, offs[k], offs[k + 1], offs[k + 2], offs[k + 3], offs[k + 4], taps[k, c],
+                               taps[k + 1, c], taps[k + 2, c], taps[k + 3, c], taps[k + 4, c], bias[c], act)
+            _run_into_plane(acc, y[c], span)
+            continue
+        if plus_zero:
+            for m in range(n):
+                acc[m] = acc[m] + zero
+        if has_bias:
+            b = bias[c]
+            for m in range(n):
+                acc[m] = acc[m] + b
+        _activate(acc, act)
+        _run_into_plane(acc, y[c], span)

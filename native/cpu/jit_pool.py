@@ -72,6 +72,11 @@ def max_pool_2d(x, y, cols, r0, r1, kh, kw, sh, sw, dh, dw, ph, pw):
                     seg, mid = src[i, b:], cols[i, qa:qb]
                     for k in range(n):
                         mid[k] = _mx(_mx(seg[2 * k], seg[2 * k + 1]), seg[2 * k + 2])
+            elif dw == 1 and kw == 2 and sw == 2:   # PaddleOCR's 2x2 / 2 pool
+                for i in range(h):
+                    seg, mid = src[i, b:], cols[i, qa:qb]
+                    for k in range(n):
+                        mid[k] = _mx(seg[2 * k], seg[2 * k + 1])
             elif dw == 1 and kw == 5 and sw == 1:
                 for i in range(h):
                     seg, mid = src[i, b:], cols[i, qa:qb]
@@ -104,6 +109,12 @@ def max_pool_2d(x, y, cols, r0, r1, kh, kw, sh, sw, dh, dw, ph, pw):
                 acc, c0, c1, c2 = dst[p], cols[t], cols[t + dh], cols[t + 2 * dh]
                 for q in range(wo):
                     acc[q] = _mx(_mx(c0[q], c1[q]), c2[q])
+        elif kh == 2:
+            for p in range(pa, pb):
+                t = p * sh - ph
+                acc, c0, c1 = dst[p], cols[t], cols[t + dh]
+                for q in range(wo):
+                    acc[q] = _mx(c0[q], c1[q])
         elif kh == 5:
             for p in range(pa, pb):
                 t = p * sh - ph

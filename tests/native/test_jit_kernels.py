@@ -113,7 +113,7 @@ def test_depthwise_tactics_give_the_same_bits_with_and_without_the_jit(monkeypat
         np.testing.assert_array_equal(_tactic_outputs(tactic, x, params, w, b), want)
 
 
-@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SIGMOID"])
+@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SWISH_RELU6", "HARD_SIGMOID"])
 @pytest.mark.parametrize("case", CASES)
 def test_depthwise_cl_epilogue_in_the_kernel_is_bit_identical(monkeypatch, case, act):
     """depthwise-cl's compiled kernel adding the bias and applying RELU / HARD_SWISH itself, storing NCHW, gives
@@ -182,20 +182,23 @@ def test_unrolled_depthwise_kernels_give_the_general_kernels_bits(case, act, dty
                 assert fin.sum() < fin.size   # the NaN / inf reached some outputs
 
 
-PLANE_CASES = [  # (C, H, W, k, stride, dilation, pad): output rows >= depthwise.PLANES_MIN_WIDTH
+PLANE_CASES = [  # (C, H, W, k, stride, dilation, pad): PaddleOCR's wide rows, mobilenets' 7-28-wide maps, odd ones
     (12, 2, 96, 5, (1, 1), (1, 1), 2), (6, 9, 100, 3, (2, 2), (1, 1), 1), (5, 6, 97, 3, (1, 2), (2, 1), 2),
-    (3, 4, 150, 3, (2, 3), (1, 2), 2)]
+    (3, 4, 150, 3, (2, 3), (1, 2), 2), (20, 14, 14, 5, (1, 1), (1, 1), 2), (17, 15, 13, 5, (2, 2), (1, 1), 2),
+    (9, 7, 7, 5, (1, 1), (1, 1), 2), (8, 12, 11, 3, (2, 1), (1, 1), 1), (4, 10, 9, 4, (3, 2), (1, 1), 1),
+    (3, 9, 10, 2, (1, 3), (2, 3), 0), (10, 14, 14, 5, (2, 2), (1, 1), 2), (6, 8, 12, 3, (1, 2), (1, 2), 1)]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SIGMOID"])
+@pytest.mark.parametrize("act", [None, "RELU", "HARD_SWISH", "HARD_SWISH_RELU6", "HARD_SIGMOID"])
 @pytest.mark.parametrize("case", PLANE_CASES)
-def test_depthwise_wide_rows_pad_planes_in_the_kernel_with_the_same_bits(monkeypatch, case, act, dtype):
-    """The depthwise tactic on wide rows pads each channel's plane inside the compiled loop and applies the bias and
-    RELU / HARD_SWISH there (jit.depthwise_planes): the bits of the padded-input compiled loop + numpy epilogue
-    (other activations run after it, in place), NaN and -0.0 included, and a float64 reference's values."""
+def test_depthwise_pads_planes_in_the_kernel_with_the_same_bits(monkeypatch, case, act, dtype):
+    """The depthwise tactic pads each channel's plane into its stride phases inside the compiled loop (each tap one
+    run over all output rows) and applies the bias and RELU / HARD_SWISH (_RELU6) there (jit.depthwise_planes; for
+    3 / 5 taps in the last kernel row's loop): the bits of the padded-input compiled loop + numpy epilogue (other
+    activations run after it, in place), NaN and -0.0 included, for kernels of 3 / 5 taps (unrolled) and others,
+    strides and dilations per axis, and a float64 reference's values."""
     pytest.importorskip("numba")
-    from native.cpu.kernels.conv import depthwise
     from native.tactics import Op, tactics_for
     c, h, w, k, stride, dil, pad = case
     x = RNG.standard_normal((2, c, h, w)).astype(dtype)
@@ -213,10 +216,12 @@ def test_depthwise_wide_rows_pad_planes_in_the_kernel_with_the_same_bits(monkeyp
     real = jit.kernel
     monkeypatch.setattr(jit, "kernel", lambda name: calls.append(name) or real(name))
     got = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
-    assert "depthwise_planes" in calls and got.shape[-1] >= depthwise.PLANES_MIN_WIDTH
+    assert "depthwise_planes" in calls
     monkeypatch.setattr(jit, "kernel", lambda name: None if name == "depthwise_planes" else real(name))
     want = t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0]
     assert got.dtype == want.dtype == dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+    monkeypatch.setattr(jit, "kernel", lambda name: None)   # and the numpy path's (no numba)
+    assert t.run(Op("Convolution", "dw", params, t.prepare(op)), [x])[0].tobytes() == want.tobytes()
     if act is None:
         ref = _reference(x, kernel.reshape(c, -1).T, bias, k, stride, dil, pad)
         np.testing.assert_allclose(got[1], ref[1], rtol=1e-4, atol=1e-4)
@@ -225,10 +230,10 @@ def test_depthwise_wide_rows_pad_planes_in_the_kernel_with_the_same_bits(monkeyp
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("act", [None, "HARD_SWISH_RELU6"])
 @pytest.mark.parametrize("h,stride", [(2, 1), (3, 1), (6, 2)])
-def test_depthwise_planes_skip_padding_rows_with_the_same_bits(monkeypatch, h, stride, act, dtype):
-    """depthwise_planes skips the kernel rows that read only the zero padding (a 5x5 kernel over PaddleOCR's 2-3-row
-    maps: 60% of the taps): the sums keep their bits, the sign of an all-zero sum included (a +0 added back where a
-    skipped product is +0), and a channel with a non-finite weight sums every tap (its padding products are NaN)."""
+def test_depthwise_planes_padding_rows_keep_the_bits(monkeypatch, h, stride, act, dtype):
+    """depthwise_planes sums the taps that read only the zero padding too (a 5x5 kernel over PaddleOCR's 2-3-row
+    maps: 60% of the taps): the padded-input loop's bits, the sign of an all-zero sum included, and NaN where a
+    non-finite weight meets the padding."""
     pytest.importorskip("numba")
     from native.tactics import Op, tactics_for
     c, w, k = 8, 64, 5

@@ -22,7 +22,11 @@ CASES = [  # (shape, window, strides, dilations, pre, post, ceil_mode)
     ((1, 3, 13, 17), [3, 5], [1, 2], [1, 1], [1, 2], [1, 2], 0),
     ((1, 2, 12, 12), [5, 3], [2, 1], [1, 2], [0, 2], [2, 2], 1),
     ((1, 1, 4, 40), [1, 7], [1, 3], [1, 1], [0, 3], [0, 3], 0),
+    ((1, 48, 2, 96), [2, 2], [2, 2], [1, 1], [0, 0], [0, 0], 0),         # PaddleOCR's classifier: planes stacked
+    ((2, 6, 6, 9), [3, 3], [3, 3], [1, 1], [0, 1], [0, 1], 0),           # stacked, column padding
+    ((1, 5, 4, 8), [2, 3], [2, 2], [1, 1], [0, 1], [0, 1], 0),
 ]
+STACKED = CASES[-3:]   # windows that tile each plane's rows: pooled as one stacked plane (pooling._max_pool_2d_jit)
 
 
 @pytest.fixture
@@ -131,3 +135,24 @@ def test_jit_max_pool_tactic_with_relu(monkeypatch):
     got, want = _both(monkeypatch, run)
     assert got.tobytes() == want.tobytes()
     assert np.isnan(want).sum() == np.isnan(got).sum() > 0 and (np.nan_to_num(want) >= 0).all()
+
+
+@pytest.mark.parametrize("case", STACKED + [CASES[3]])
+def test_small_planes_pool_as_one_stacked_plane(monkeypatch, case):
+    """Small planes whose windows tile their rows exactly (no row padding, none reaching past a plane) run as one
+    tall plane in one kernel call: the per-plane loop's bytes; other geometries keep the per-plane calls."""
+    pytest.importorskip("numba")
+    monkeypatch.setenv("DEBUGKIT_THREADS", "1")
+    config.reload()
+    real = jit.kernel("max_pool_2d")
+    calls = []
+    monkeypatch.setattr(jit, "kernel", lambda name: (lambda x, *a: calls.append(x.shape) or real(x, *a))
+                        if name == "max_pool_2d" else None)
+    x = _input(case[0], np.float32)
+    got = _pool(x, case)
+    n, c, h, w = x.shape
+    assert calls == ([(1, n * c * h, w)] if case in STACKED else [(n * c, h, w)])
+    monkeypatch.setattr(pooling, "STACK_MAX_PLANE", 0)
+    calls.clear()
+    want = _pool(x, case)
+    assert calls == [(n * c, h, w)] and got.tobytes() == want.tobytes()

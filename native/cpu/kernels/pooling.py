@@ -18,6 +18,7 @@ from native.tactics import simple_tactic
 
 # below this many elements touched a pool hand-off (25-100 us on a VM) costs more than the split saves
 PARALLEL_MIN_ELEMENTS = 1 << 19
+STACK_MAX_PLANE = 1024   # planes this small pool as one stacked plane where their windows allow (_max_pool_2d_jit)
 
 
 def pool_geometry(params, spatial):
@@ -140,11 +141,20 @@ def _max_pool_2d_jit(fast, x, ks, strides, dil, pre, out):
     n, c, h, w = x.shape
     xs = np.ascontiguousarray(x).reshape(n * c, h, w)
     y = np.empty((n * c,) + tuple(out), x.dtype)
+    work = n * c * h * out[1] * ks[1] + y.size * ks[0]
+    threads = num_threads() if work >= PARALLEL_MIN_ELEMENTS else 1
+    if threads == 1 and pre[0] == 0 and out[0] * strides[0] == h and (ks[0] - 1) * dil[0] < strides[0] \
+            and h * w <= STACK_MAX_PLANE:
+        # windows that tile the planes' rows exactly, no row padding: the planes stacked into one tall plane have
+        # the same windows (none reaches into the next plane), in one call instead of a short loop per plane
+        # (PaddleOCR's classifier: a 2x2 / 2 pool of 200 [2, 96] planes, with jit_pool's 2x2 loops: 30 -> 8 us)
+        fast(xs.reshape(1, n * c * h, w), y.reshape(1, n * c * out[0], out[1]),
+             np.empty((n * c * h, out[1]), x.dtype), 0, 1, *ks, *strides, *dil, *pre)
+        return y.reshape(n, c, *out)
 
     def chunk(rng):
         fast(xs, y, np.empty((h, out[1]), x.dtype), rng[0], rng[1], *ks, *strides, *dil, *pre)
-    work = n * c * h * out[1] * ks[1] + y.size * ks[0]
-    parallel_for(chunk, split(n * c, num_threads() if work >= PARALLEL_MIN_ELEMENTS else 1))
+    parallel_for(chunk, split(n * c, threads))
     return y.reshape(n, c, *out)
 
 

@@ -16,9 +16,6 @@ from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import Tactic, register_tactic
 
 _JIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-# output rows at least this wide run jit.depthwise_planes (its per-tap cost amortised over the row: PaddleOCR's
-# [C, 2-24, 96] maps 1.2-2x faster than the padded-input loop; 7-28-wide maps slower, so they keep it)
-PLANES_MIN_WIDTH = 48
 _ACT_CODES = {"RELU": 1, "HARD_SWISH": 2, "HARD_SWISH_RELU6": 3}
 
 
@@ -43,9 +40,9 @@ def depthwise2d(op, x, taps_w, b, ks, strides, dil, pre, post, out, inputs):
     y = np.empty((n, c, ho, wo), dtype)
     bias = None if b is None else np.asarray(b, dtype).reshape(-1)
     region = regionable(op, inputs, y.shape)
-    # rows of PLANES_MIN_WIDTH outputs or more: each channel's plane is padded inside the compiled loop instead
-    wide = region and wo >= PLANES_MIN_WIDTH and list(pre) == list(post) and x.dtype == dtype and dtype in _JIT_DTYPES
-    planes = jit.kernel("depthwise_planes") if wide else None
+    # symmetric padding: each channel's plane is padded inside the compiled loop (jit.depthwise_planes) instead
+    fused = region and list(pre) == list(post) and x.dtype == dtype and dtype in _JIT_DTYPES
+    planes = jit.kernel("depthwise_planes") if fused else None
     xp = x if planes is not None else pad_input(x, pre, post)
     taps = list(itertools.product(range(kh), range(kw)))
 
@@ -148,7 +145,7 @@ class Depthwise(Tactic):
 
 
 class _Planes:
-    """depthwise2d's wide-row path (jit.depthwise_planes with its fused bias and activation) with what depends only
+    """depthwise2d's compiled path (jit.depthwise_planes with its fused bias and activation) with what depends only
     on the weights and the input shape worked out once: per call the output, then the compiled loop per channel
     chunk; the same calls with the same operands, without ~15 us of Python per layer (PaddleOCR's classifier: 11
     depthwise layers of 30-100 us)."""
@@ -164,8 +161,8 @@ class _Planes:
             return None
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
         code = _epilogue_code(op)
-        if not fast_path_ok(op, x, ks, pre, post) or code is None or out[1] < PLANES_MIN_WIDTH \
-                or list(pre) != list(post) or not regionable(op, inputs, (x.shape[0], x.shape[1]) + tuple(out)):
+        if not fast_path_ok(op, x, ks, pre, post) or code is None or list(pre) != list(post) \
+                or not regionable(op, inputs, (x.shape[0], x.shape[1]) + tuple(out)):
             return None
         fn = jit.kernel("depthwise_planes")
         if fn is None:
