@@ -83,6 +83,8 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
         pooling.py's separable 2-D max pool for planes r0..r1 from the unpadded input, np.maximum's pairs in its
         order (native/cpu/jit_pool.py).
     (The HardSwish / HardSigmoid / SiLU kernels are compiled in native/cpu/jit_act.py.)
+    wino_in / wino_out / phase_split: Winograd F(2x2, 3x3)'s transforms (native/cpu/jit_winograd.py, the
+        winograd-f2x3-jit tactic's own floats).
 """
 from __future__ import annotations
 
@@ -430,6 +432,7 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              "gemm_direct": _module("jit_gemm", "gemm_direct"), "lstm_steps": _module("jit_rnn", "lstm_steps"),
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows",
                                                     "layernorm_rows_relu")},
+             **{k: _module("jit_winograd", k) for k in ("wino_in", "wino_out", "phase_split")},
              **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
                                                    "hard_sigmoid_inplace", "bias_hard_act_inplace",
                                                    "bias_steps_inplace", "hard_swish_relu6",

@@ -15,3 +15,7 @@ PARALLEL_MIN_DW_MACS = 1 << 18  # depthwise: numpy multiply-adds run ~1 ns per M
 PARALLEL_MIN_DW_JIT_MACS = 1 << 22
 # an epilogue over at least this many elements is split over the pool (a hand-off costs 25-100 us on a VM)
 PARALLEL_EPILOGUE_MIN = 1 << 20
+# winograd-f2x3-jit: bytes of one band's transformed input and GEMM output ([16, C + M, tiles] float32). Sub-bands of
+# fewer tile rows ran no faster on one thread (one-thread A/B, 2-8 MiB, yolov8n and resnet18 shapes) and at some
+# splits slower (resnet18's 128-channel 28x28 layer 1.29 ms in two sub-bands against 0.80 in one)
+WINOGRAD_BYTES = 1 << 23
