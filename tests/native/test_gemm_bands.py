@@ -90,7 +90,9 @@ def test_small_or_single_thread_products_stay_whole(monkeypatch):
     assert gemm_bands.band_cut(1600, 576, 64) is None
 
 
-def test_without_shares_the_product_runs_whole_once(monkeypatch):
+def test_without_shares_the_bands_run_as_python_parts(monkeypatch):
+    """gemm_shares refused (no numba, or the worker not polling): the same two bands as parallel_for parts, the
+    worker's band gathered once; numpy's whole product, bit for bit."""
     monkeypatch.setattr(threads, "num_threads", lambda: 2)
     monkeypatch.setattr(threads, "gemm_shares", lambda shares, between=None, before=None: False)
     src, k = _gemm(1600, 576, 64, 1)
@@ -99,9 +101,23 @@ def test_without_shares_the_product_runs_whole_once(monkeypatch):
     def gather(p0, p1):
         calls.append(("gather", p0, p1))
         cols[p0:p1] = src[p0:p1]
-    assert gemm_bands.banded_gemm(cols, k, y, gather, lambda p0, p1: calls.append(("after", p0, p1))) is False
-    assert calls == [("gather", 672, 1600), ("gather", 0, 672), ("after", 0, 1600)]
+    assert gemm_bands.banded_gemm(cols, k, y, gather, lambda p0, p1: calls.append(("after", p0, p1))) is True
+    assert calls[0] == ("gather", 672, 1600)
+    assert sorted(calls[1:]) == [("after", 0, 672), ("after", 672, 1600), ("gather", 0, 672)]
     assert np.array_equal(y.view(np.int32), (src @ k).view(np.int32))
+
+
+def test_other_dtypes_stay_whole(monkeypatch):
+    monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    src, k = _gemm(1600, 576, 64, 1)
+    src, k = src.astype(np.float64), k.astype(np.float64)
+    cols, y, calls = np.empty_like(src), np.empty((1600, 64)), []
+
+    def gather(p0, p1):
+        calls.append((p0, p1))
+        cols[p0:p1] = src[p0:p1]
+    assert gemm_bands.banded_gemm(cols, k, y, gather, lambda p0, p1: None) is False
+    assert calls == [(0, 1600)] and np.array_equal(y, src @ k)
 
 
 @pytest.mark.parametrize("wo", [1, 3, 7])
@@ -167,9 +183,9 @@ def test_nhwc_gemm_floats_do_not_depend_on_the_split(kit, monkeypatch, n, c, m, 
     assert np.array_equal(tactic.run(op, inputs)[0].view(np.int32), whole.view(np.int32))
 
 
-def test_nhwc_gemm_without_the_jit_runs_whole(monkeypatch):
-    """No numba (or no 64-bit cblas_sgemm): nhwc-gemm on two threads is the one-thread product, the reference's
-    values."""
+def test_nhwc_gemm_without_the_jit_keeps_the_floats(monkeypatch):
+    """No numba (or no 64-bit cblas_sgemm): nhwc-gemm on two threads (Python parts) gives the one-thread product's
+    bits, the reference's values."""
     op, inputs, want = _nhwc_case(3, 16, 32, 41, 3, 1, 1, ["SILU"])
     monkeypatch.setattr(threads, "num_threads", lambda: 1)
     whole = _tactic().run(op, inputs)[0]
@@ -178,3 +194,47 @@ def test_nhwc_gemm_without_the_jit_runs_whole(monkeypatch):
     got = _tactic().run(op, inputs)[0]
     assert np.array_equal(got.view(np.int32), whole.view(np.int32))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _conv_case(n, c, m, hw, k, stride, post, seed=3):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+    w = rng.standard_normal((m, c, k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    pad = k // 2
+    post_ops = [{"op": "activation", "type": p, "alpha": 0.0, "beta": 0.0} for p in post]
+    params = {"num_output_maps": m, "kernel_shape": [k, k], "strides": [stride] * 2, "pre_padding": [pad] * 2,
+              "post_padding": [pad] * 2, "dilations": [1, 1], "groups": 1, "post_ops": post_ops}
+    return params, {"kernel": w, "bias": b}, x, reference_conv(x, w, b, stride, pad, 1, 1)
+
+
+@pytest.mark.parametrize("name,n,c,m,hw,k,stride,post", [
+    ("1x1-gemm", 1, 64, 128, 40, 1, 1, ["SILU"]), ("1x1-gemm", 1, 64, 96, 80, 1, 2, []),
+    ("im2col-gemm", 1, 32, 64, 80, 3, 2, ["RELU"]), ("im2col-gemm", 1, 64, 64, 40, 3, 1, ["SILU"]), ("im2col-gemm", 1, 3, 16, 640, 3, 2, ["SILU"]),
+    ("im2col-gemm", 2, 16, 32, 40, 3, 2, [])])
+def test_conv2d_gemm_two_bands_as_shares_keep_the_python_parts_floats(kit, monkeypatch, name, n, c, m, hw, k, stride,
+                                                                      post):
+    """conv2d_gemm's two-thread bands (im2col-gemm, 1x1-gemm) as GEMM shares give the floats its parallel_for parts
+    give, bit for bit: shares run here in order, on the real pool, and refused (the parts, reusing a filled patch
+    matrix)."""
+    gs, addr = kit
+    from native.cpu.kernels.activations import activation
+    params, weights, x, want = _conv_case(n, c, m, hw, k, stride, post)
+    for p in post:
+        want = activation(want, p)
+    tactic = next(t for t in tactics_for("Convolution", "cpu") if t.name == name)
+    op = Op("Convolution", "c", params, tactic.prepare(Op("Convolution", "c", params, dict(weights))))
+    monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    real = threads.gemm_shares
+    refused = []
+    monkeypatch.setattr(threads, "gemm_shares", lambda shares, between=None, before=None: refused.append(1) and False)
+    parts = tactic.run(op, [x, None, None])[0].copy()
+    np.testing.assert_allclose(parts, want, rtol=1e-4, atol=1e-4)
+    log = []
+    monkeypatch.setattr(threads, "gemm_shares", _shares_here(gs, addr, log))
+    here = tactic.run(op, [x, None, None])[0].copy()
+    assert refused and len(log) >= 1
+    assert np.array_equal(here.view(np.int32), parts.view(np.int32))
+    monkeypatch.setattr(threads, "gemm_shares", real)
+    for _ in range(10):
+        assert np.array_equal(tactic.run(op, [x, None, None])[0].view(np.int32), parts.view(np.int32))

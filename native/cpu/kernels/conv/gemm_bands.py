@@ -16,7 +16,7 @@ builds run products under 28 * 512 * 512 multiply-adds through a direct kernel w
 multiple of ROW_UNIT = 96 pixel rows and each band keeps SHARE_MIN_MACS: every such cut gave the whole product's bits
 on both kernels (yolov8n's and resnet18's nhwc shapes, every admissible cut; tests/native/test_gemm_bands.py checks
 the installed BLAS), and the epilogue is the same element-wise code per band, so the tactic stays the same tactic.
-Without numba, or when the worker is not polling, nothing is split: the whole product runs as before.
+Without numba, or when the worker is not polling, the same two bands run as parallel_for's Python parts.
 """
 from __future__ import annotations
 
@@ -43,23 +43,58 @@ def band_cut(p: int, kdim: int, m: int) -> int | None:
 
 def banded_gemm(cols, k, y, gather, after) -> bool:
     """y = cols @ k (C-contiguous: cols [P, K], k [K, M], y [P, M]). gather(p0, p1) fills cols' rows p0..p1 before
-    their GEMM reads them; after(p0, p1) is the epilogue of y's rows p0..p1 once computed. Split in two bands on the
-    caller and the pool's worker where `band_cut` allows and the pool takes it (returns True); else one gather, one
-    product, one epilogue here (False)."""
+    their GEMM reads them; after(p0, p1) is the epilogue of y's rows p0..p1 once computed. Where `band_cut` allows,
+    two bands: as GEMM shares on the caller and the pool's polling worker, else (no numba, or the worker not
+    polling: this also leaves it polling for the next GEMM) as two parallel_for parts, each gather, product and
+    epilogue. Returns whether it split; else one gather, one product, one epilogue here."""
     p, kdim = cols.shape
     m = k.shape[1]
     cut = band_cut(p, kdim, m)
-    if cut is not None and cols.dtype == k.dtype == y.dtype == np.float32:
-        pc, pk, py = cols.ctypes.data, k.ctypes.data, y.ctypes.data
-        shares = [np.array([p1 - p0, m, kdim, pc + 4 * p0 * kdim, kdim, pk, m, py + 4 * p0 * m, m], np.int64)
-                  for p0, p1 in ((0, cut), (cut, p))]
-        gather(cut, p)
-        if threads.gemm_shares(shares, between=lambda: after(0, cut), before=lambda: gather(0, cut)):
-            after(cut, p)
-            return True
-        gather(0, cut)
-    else:
+    if cut is None or not cols.dtype == k.dtype == y.dtype == np.float32:   # (the cut's floats: sgemm's, tested)
         gather(0, p)
-    np.matmul(cols, k, out=y)
-    after(0, p)
-    return False
+        np.matmul(cols, k, out=y)
+        after(0, p)
+        return False
+    pc, pk, py = cols.ctypes.data, k.ctypes.data, y.ctypes.data
+    shares = [np.array([p1 - p0, m, kdim, pc + 4 * p0 * kdim, kdim, pk, m, py + 4 * p0 * m, m], np.int64)
+              for p0, p1 in ((0, cut), (cut, p))]
+    gather(cut, p)
+    if threads.gemm_shares(shares, between=lambda: after(0, cut), before=lambda: gather(0, cut)):
+        after(cut, p)
+        return True
+
+    def part(band):
+        p0, p1 = band
+        if p0 == 0:             # the worker's band was gathered above
+            gather(p0, p1)
+        np.matmul(cols[p0:p1], k, out=y[p0:p1])
+        after(p0, p1)
+    threads.parallel_for(part, [(0, cut), (cut, p)])
+    return True
+
+
+def band_shares(a, bands) -> bool:
+    """A sub-band of each of conv2d_gemm's two bands of output rows (its two-thread split), each y_i = a @ b_i, as
+    GEMM shares: the caller fills the worker's b, posts its product, fills its own while the worker computes, and
+    runs its own.
+    bands: two (y_i [M, cols] view, fill(buf=None) -> b_i [K, cols], b_i's element count or None where fill
+    makes no copy (a view: 1x1 convolutions)). The same cblas_sgemm calls numpy's matmul of the same bands makes,
+    so the same floats as the Python parts; False, with nothing computed, where a band is not one plain float32
+    GEMM of at least two rows and columns, or the pool cannot take shares (the caller then runs parallel_for)."""
+    m, kdim = a.shape
+    if a.dtype != np.float32 or m < 2 or a.strides[1] != 4:
+        return False
+    (y0, fill0, size0), (y1, fill1, size1) = bands
+    if any(y.dtype != np.float32 or y.shape[1] < 2 or y.strides[1] != 4 for y in (y0, y1)):
+        return False
+    b1 = fill1()
+    buf0 = None if size0 is None else np.empty(size0, np.float32)
+    b0 = fill0(buf0) if buf0 is None else buf0.reshape(kdim, -1)   # (filled in `before` when it copies)
+    if any(b.dtype != np.float32 or b.strides[1] != 4 for b in (b0, b1)):
+        return False
+
+    def share(y, b):
+        return np.array([m, y.shape[1], kdim, a.ctypes.data, a.strides[0] // 4, b.ctypes.data, b.strides[0] // 4,
+                         y.ctypes.data, y.strides[0] // 4], np.int64)
+    return threads.gemm_shares([share(y0, b0), share(y1, b1)],
+                               before=None if buf0 is None else lambda: fill0(buf0))

@@ -20,7 +20,7 @@ from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.gemm_bands import banded_gemm
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.weights import conv_bias, repacked, work_dtype
-from native.cpu.threads import parallel_for, split
+from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import Tactic, register_tactic
 
 
@@ -133,7 +133,7 @@ class NhwcGemm(Tactic):
         ks = list(op.params.get("kernel_shape") or [])
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
         n = x.shape[0]
-        xh = nhwc_padded(x, pre, post)   # reformat in: NCHW -> padded NHWC, one copy
+        xh = nhwc_padded(x, pre, post, num_threads())   # reformat in: NCHW -> padded NHWC, one copy
         assert taps == ks[0] * ks[1]
         win = nhwc_windows(xh, ks, strides, dil, out)               # [N, Ho, Wo, kh, kw, C], a view
         ho, wo = out
