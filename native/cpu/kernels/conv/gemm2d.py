@@ -137,8 +137,10 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
                 if cm is None:
                     cm = cols_for(ni, s0, s1)
                 np.matmul(wm, cm, out=view_as(y[ni, :, s0:s1], (g, mg, (s1 - s0) * wo)))
-        if len(tasks) == 2 and g == 1:
-            # the two bands' sub-bands pairwise as GEMM shares outside the GIL while the pool takes them (gemm_bands)
+        if direct and len(tasks) == 2 and g == 1:
+            # a 1x1 convolution's two bands (no patch copy: views of the input) as GEMM shares outside the GIL while
+            # the pool takes them (gemm_bands). Not with patch matrices: the caller would copy both bands' patches
+            # (the worker runs no Python), which parallel_for's parts copy on both threads
             for pair in zip(*subs):
                 if not band_shares(wm[0], [(view_as(y[ni, :, s0:s1], (mg, (s1 - s0) * wo)),
                                             lambda buf=None, t=(ni, s0, s1): filled(t, buf),

@@ -76,7 +76,7 @@ def banded_gemm(cols, k, y, gather, after) -> bool:
 def band_shares(a, bands) -> bool:
     """A sub-band of each of conv2d_gemm's two bands of output rows (its two-thread split), each y_i = a @ b_i, as
     GEMM shares: the caller fills the worker's b, posts its product, fills its own while the worker computes, and
-    runs its own.
+    runs its own (conv2d_gemm uses it for 1x1 convolutions, whose b is a view of the input: no fill).
     bands: two (y_i [M, cols] view, fill(buf=None) -> b_i [K, cols], b_i's element count or None where fill
     makes no copy (a view: 1x1 convolutions)). The same cblas_sgemm calls numpy's matmul of the same bands makes,
     so the same floats as the Python parts; False, with nothing computed, where a band is not one plain float32
