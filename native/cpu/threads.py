@@ -263,7 +263,7 @@ def _gemm_server(spin):
     return gs.serve if gs is not None else None
 
 
-def gemm_shares(shares, between=None) -> bool:
+def gemm_shares(shares, between=None, before=None) -> bool:
     """Run GEMM shares at once, outside the GIL: each an int64 [9] (m, n, k, a, lda, b, ldb, c, ldc: one row-major
     float32 cblas_sgemm, alpha 1, beta 0, addresses of live arrays; jit_gemm_share), the first on the caller, each
     other on a pool worker that is polling for work right now. A worker that does not claim its share in time (its
@@ -296,8 +296,10 @@ def gemm_shares(shares, between=None) -> bool:
         own = np.empty(10, np.int64)
         own[0] = addr
         own[1:] = shares[0]
-        gs.run_share(own)
         try:
+            if before is not None:
+                before()
+            gs.run_share(own)
             if between is not None:
                 between()
         finally:   # the posted shares write into the caller's arrays: always wait for them

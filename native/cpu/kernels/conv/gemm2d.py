@@ -16,6 +16,7 @@ import numpy as np
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import (regionable, side_input, side_term, view_as, whole_epilogue,
                                               region_epilogue)
+from native.cpu.kernels.conv.gemm_bands import band_shares
 from native.cpu.kernels.conv.geometry import pad_input
 from native.cpu.kernels.conv.weights import side_cin
 from native.cpu.kernels.fused import apply_post_ops
@@ -87,13 +88,14 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
     else:
         xp = np.ascontiguousarray(x) if direct else pad_input(x, pre, post)
         st = xp.strides
-    def cols_for(ni, r0, r1):
+    def cols_for(ni, r0, r1, buf=None):
         rows = r1 - r0
         if direct:
             return view_as(xp[ni, :, r0:r1], (g, cg, rows * wo))
         size = c * kh * kw * rows * wo
         extra = n_side * rows * wo if side_rows is not None else 0
-        buf = np.empty(size + extra + (rows * wo if bias_col else 0), dtype)
+        if buf is None:
+            buf = np.empty(cols_size(rows), dtype)
         if extra:  # the merged shortcut's input at these output rows, under wm's shortcut columns
             buf[size:size + extra].reshape(n_side, rows, wo)[...] = side_rows[ni, :, r0:r1]
         if bias_col:
@@ -109,19 +111,44 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
                                         (st[1], st[2] * dh, st[3] * dw, st[2] * sh, st[3] * sw)))
         return buf.reshape(g, -1, rows * wo)
 
+    def cols_size(rows):
+        return (c * kh * kw + (n_side if side_rows is not None else 0) + int(bias_col)) * rows * wo
+
     if by_rows:
         per = max(1, -(-threads // n))
         tasks = [(ni, r0, r1) for ni in range(n) for r0, r1 in split(ho, per)]
         # sub-bands small enough that the patch matrix is still in cache when the GEMM reads it
         step = ho if direct else max(1, tuning.COLS_BYTES // max(1, c * kh * kw * wo * wm.itemsize))
 
+        subs = [[(ni, s0, min(r1, s0 + step)) for s0 in range(r0, r1, step)] for ni, r0, r1 in tasks]
+        ready, done = {}, set()   # patch matrices filled for shares the pool refused; sub-bands run as shares
+
+        def filled(t, buf=None):
+            ready[t] = cm = cols_for(*t, buf)
+            return cm[0]
+
         def band(task):
             ni, r0, r1 = task
             for s0 in range(r0, r1, step):
                 s1 = min(r1, s0 + step)
-                cm = cols_for(ni, s0, s1)
+                if (ni, s0, s1) in done:
+                    continue
+                cm = ready.pop((ni, s0, s1), None)
+                if cm is None:
+                    cm = cols_for(ni, s0, s1)
                 np.matmul(wm, cm, out=view_as(y[ni, :, s0:s1], (g, mg, (s1 - s0) * wo)))
-        parallel_for(band, tasks)
+        if direct and len(tasks) == 2 and g == 1:
+            # a 1x1 convolution's two bands (no patch copy: views of the input) as GEMM shares outside the GIL while
+            # the pool takes them (gemm_bands). Not with patch matrices: the caller would copy both bands' patches
+            # (the worker runs no Python), which parallel_for's parts copy on both threads
+            for pair in zip(*subs):
+                if not band_shares(wm[0], [(view_as(y[ni, :, s0:s1], (mg, (s1 - s0) * wo)),
+                                            lambda buf=None, t=(ni, s0, s1): filled(t, buf),
+                                            None if direct else cols_size(s1 - s0)) for ni, s0, s1 in pair]):
+                    break
+                done.update(pair)
+        if len(done) < sum(map(len, subs)):
+            parallel_for(band, tasks)
         if side_full is not None:
             y += side_full
         if region and has_epilogue:

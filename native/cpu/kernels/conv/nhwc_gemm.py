@@ -6,6 +6,9 @@ packed [kh*kw*C, M] at build time, and reformats the [N*Ho*Wo, M] result back to
 cost therefore includes both reformats: where they cost more than channel-last patches save, timing drops it (the
 layout pass, passes/layout.py, is the other way to run NHWC: whole regions, reformats only at their borders).
 
+On more than one pool thread the GEMM runs in two bands of pixel rows at once, the worker's outside the GIL, each
+band's patch gather and reformat beside it (gemm_bands.py): the same floats as the one-thread product.
+
 Numerics: the GEMM's reduction runs over (kh, kw, C) where im2col-gemm's runs over (C, kh, kw): same error bound,
 other rounding.
 """
@@ -14,9 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from native.cpu.kernels.conv.epilogue import finish
+from native.cpu.kernels.conv.gemm_bands import banded_gemm
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.weights import conv_bias, repacked, work_dtype
-from native.cpu.threads import parallel_for, split
+from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import Tactic, register_tactic
 
 
@@ -56,6 +60,20 @@ def nhwc_padded(x, pre, post, threads=1):
     else:
         rows((0, h))
     return xh
+
+
+def row_pieces(a, e, wo):
+    """The flat pixels a..e of a [Ho, Wo] map as (row0, col0, row1, col1) blocks: a partial first row, whole rows,
+    a partial last row (the bands of gemm_bands cut at pixels, not rows)."""
+    h0, h1 = -(-a // wo), e // wo
+    if a // wo == (e - 1) // wo and a % wo:      # within one row
+        return [(a // wo, a % wo, a // wo + 1, (e - 1) % wo + 1)]
+    pieces = [(a // wo, a % wo, h0, wo)] if a % wo else []
+    if h0 < h1:
+        pieces.append((h0, 0, h1, wo))
+    if e % wo:
+        pieces.append((h1, 0, h1 + 1, e % wo))
+    return pieces
 
 
 NHWC_SPLIT_MIN = 1 << 18   # input elements from which the reformat is split over the pool (a hand-off: 25-100 us)
@@ -115,10 +133,31 @@ class NhwcGemm(Tactic):
         ks = list(op.params.get("kernel_shape") or [])
         strides, dil, pre, post, out = geometry(op.params, x.shape, ks)
         n = x.shape[0]
-        xh = nhwc_padded(x, pre, post)   # reformat in: NCHW -> padded NHWC, one copy
+        xh = nhwc_padded(x, pre, post, num_threads())   # reformat in: NCHW -> padded NHWC, one copy
         assert taps == ks[0] * ks[1]
-        cols = nhwc_windows(xh, ks, strides, dil, out).reshape(n * out[0] * out[1], taps * c)
-        y = cols @ k                                                  # [N*Ho*Wo, M]
-        # reformat out: NHWC -> NCHW for the neighbours
-        y = np.ascontiguousarray(y.reshape(n, out[0], out[1], -1).transpose(0, 3, 1, 2))
-        return finish(op, y, b, inputs, x.dtype)
+        win = nhwc_windows(xh, ks, strides, dil, out)               # [N, Ho, Wo, kh, kw, C], a view
+        ho, wo = out
+        m = k.shape[1]
+        cols = np.empty((n * ho * wo, taps * c), dtype)              # the patches, channel-last
+        y = np.empty((n * ho * wo, m), dtype)                        # [N*Ho*Wo, M]
+        yc = np.empty((n, m, ho * wo), dtype)                        # reformatted NCHW for the neighbours
+        hw = ho * wo
+
+        def samples(p0, p1):   # the pixel range p0..p1 of [N*Ho*Wo] per sample: (sample, first, end, offset)
+            for ni in range(p0 // hw, -(-p1 // hw)):
+                a, e = max(p0 - ni * hw, 0), min(p1 - ni * hw, hw)
+                if a < e:
+                    yield ni, a, e, ni * hw
+
+        def gather(p0, p1):
+            for ni, a, e, off in samples(p0, p1):
+                for r0, w0, r1, w1 in row_pieces(a, e, wo):
+                    q = off + r0 * wo + w0
+                    cols[q:q + (r1 - r0) * (w1 - w0)].reshape(r1 - r0, w1 - w0, *win.shape[3:])[...] = \
+                        win[ni, r0:r1, w0:w1]
+
+        def after(p0, p1):     # reformat out: NHWC -> NCHW
+            for ni, a, e, off in samples(p0, p1):
+                yc[ni, :, a:e] = y[off + a:off + e].T
+        banded_gemm(cols, k, y, gather, after)
+        return finish(op, yc.reshape(n, m, ho, wo), b, inputs, x.dtype)
