@@ -284,24 +284,30 @@ FAST_AFTER = 3   # plain runs of a plan before it gets its straight-line functio
 
 
 def straight_line(cp: CompiledPlan):
-    """The plan's plain run (no profiler) as one generated Python function, straight-line: per layer the slot
-    reads, the call, the stores and frees written out, its bound call, op and planned buffers as globals of the
+    """The plan's plain run (no profiler) as one generated Python function, straight-line: per layer the reads,
+    the call, the stores and frees written out, its bound call, op and planned buffers as globals of the
     function, so a layer costs no tuple unpacking, loop or per-layer branches on what the plan already knows
-    (~1 us a layer less: tools/dispatch_bench.py). The same calls with the same arguments in the same order as
-    `CompiledPlan.run`'s loop, the same off-plan fallback and size backstop, the same errors naming the layer.
-    False when the plan has no steps."""
+    (~1 us a layer less: tools/dispatch_bench.py). Tensors live in the function's local variables (`t<slot>`):
+    those it reads first are loaded from `slots` at the start, those alive at the end (outputs, taps) stored back.
+    The same calls with the same arguments in the same order as `CompiledPlan.run`'s loop, the same off-plan
+    fallback and size backstop, the same errors naming the layer. False when the plan has no steps."""
     if not cp.steps:
         return False
     g = {"cp": cp, "DebugkitError": DebugkitError, "MAXB": cp.max_bytes, "NEW": object.__new__, "BIND": partial}
     on_plan0 = cp.arena_plan is not None
-    lines = ["def run(slots, workspace, stream):",
-             f"    on_plan = {on_plan0}", "    k = 0", "    args = ()", "    try:"]
-    w = lines.append
+    body = []
+    w = body.append
     envs = []
+    loaded, live = [], {}   # slots read before any layer writes them; slots written and not freed (in order)
+
+    def t(i):
+        if i not in live and i not in loaded:
+            loaded.append(i)
+        return f"t{i}"
     for k, (fn, full, op, ins, outs_i, n_out, bufs, shapes, die, sub_outer, node, tactic) in enumerate(cp.steps):
         g[f"f{k}"], g[f"o{k}"] = fn, op
         w(f"        k = {k}")
-        w("        args = [" + ", ".join(f"slots[{i}]" for i in ins) + "]")
+        w("        args = [" + ", ".join(t(i) for i in ins) + "]")
         opname = f"o{k}"
         if sub_outer is not None and cp.owned:
             # bodies bound once, to one dict per layer that holds this run's outer tensors while the layer runs
@@ -310,12 +316,12 @@ def straight_line(cp: CompiledPlan):
             envs.append(f"E{k}")
             g[f"O{k}"] = with_subgraphs(op, {key: partial(sub.run_list, parent_env=env) for key, sub in subs.items()})
             for n, i in names:
-                w(f"        E{k}[{n!r}] = slots[{i}]")
+                w(f"        E{k}[{n!r}] = {t(i)}")
             opname = f"O{k}"
         elif sub_outer is not None:   # the bodies bound to this run's outer tensors (as `run`'s loop binds them)
             subs, names = sub_outer
             g[f"T{k}"], g[f"D{k}"] = type(op), op.__dict__
-            w("        env = {" + ", ".join(f"{n!r}: slots[{i}]" for n, i in names) + "}")
+            w("        env = {" + ", ".join(f"{n!r}: {t(i)}" for n, i in names) + "}")
             w(f"        op = NEW(T{k})")
             w(f"        op.__dict__.update(D{k})")
             bound = []
@@ -326,43 +332,51 @@ def straight_line(cp: CompiledPlan):
             opname = "op"
         if bufs is not None and on_plan0:
             g[f"b{k}"], g[f"s{k}"] = bufs, shapes
-            checks = " or ".join(f"getattr(args[{j}], 'shape', None) != s{k}[{j}]" for j in range(min(len(ins), len(shapes))))
+            checks = " or ".join(f"getattr(args[{j}], 'shape', None) != s{k}[{j}]"
+                                 for j in range(min(len(ins), len(shapes))))
             if checks:
                 w(f"        if on_plan and ({checks}):")
                 w(f"            on_plan = cp._off_plan_now({k}, args)")
-            call = f"f{k}({opname}, args, b{k} if on_plan else None, workspace, stream)" if full                 else f"f{k}({opname}, args)"
+            call = f"f{k}({opname}, args, b{k} if on_plan else None, workspace, stream)" if full \
+                else f"f{k}({opname}, args)"
             w(f"        r = {call}")
             w("        if not on_plan:")
             w(f"            cp._backstop({k}, r)")
+            if n_out == 1:
+                w(f"        t{outs_i[0]} = r[0]")
         else:
             call = f"f{k}({opname}, args, None, workspace, stream)" if full else f"f{k}({opname}, args)"
             w(f"        r = {call}")
             if n_out == 1:   # (the one output the next layers read)
-                w("        v = r[0]")
-                w("        if getattr(v, 'nbytes', 0) > MAXB:")
+                w(f"        t{outs_i[0]} = r[0]")
+                w(f"        if getattr(t{outs_i[0]}, 'nbytes', 0) > MAXB:")
                 w(f"            cp._backstop({k}, r)")
-                w(f"        slots[{outs_i[0]}] = v")
             else:
                 w("        for v in r:")
                 w("            if getattr(v, 'nbytes', 0) > MAXB:")
                 w(f"                cp._backstop({k}, r)")
-        if n_out == 1:
-            if bufs is not None and on_plan0:
-                w(f"        slots[{outs_i[0]}] = r[0]")
-        else:
+        if n_out != 1:
             w(f"        if len(r) < {n_out}:")
             w(f"            raise cp._too_few({k}, r)")
             for j, i in enumerate(outs_i):
-                w(f"        slots[{i}] = r[{j}]")
+                w(f"        t{i} = r[{j}]")
+        for i in outs_i:
+            live[i] = True
         if sub_outer is not None and cp.owned:
             w(f"        E{k}.clear()")
-        for i in die:
-            w(f"        slots[{i}] = None")
+        for i in die:   # (after the last layer the function's return frees them)
+            t(i)
+            live.pop(i, None)
+            if k < len(cp.steps) - 1:
+                w(f"        t{i} = None")
     clear = "".join(f"        {e}.clear()\n" for e in envs)   # a failed run keeps no outer tensor alive either
-    w("    except DebugkitError:")
-    w(clear + "        raise")
-    w("    except Exception as e:")
-    w(clear + "        raise cp._layer_failed(k, args, e) from e")
+    lines = ["def run(slots, workspace, stream):", f"    on_plan = {on_plan0}", "    k = 0", "    args = ()"]
+    lines += [f"    t{i} = slots[{i}]" for i in loaded]
+    lines.append("    try:")
+    lines += body
+    lines += [f"        slots[{i}] = t{i}" for i in live]
+    lines += ["    except DebugkitError:", clear + "        raise", "    except Exception as e:",
+              clear + "        raise cp._layer_failed(k, args, e) from e"]
     exec(compile("\n".join(lines), f"<compiled plan of {len(cp.steps)} layers>", "exec"), g)
     return g["run"]
 
