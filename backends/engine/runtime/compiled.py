@@ -108,6 +108,7 @@ class CompiledPlan:
         self.max_bytes = default_limits().max_bytes
         self.runs = 0          # plain runs so far: the straight-line function is made from the FAST_AFTER-th on
         self.fast = None       # that function, once made (`straight_line`), or False where it cannot be
+        self.fast_pos = None   # its positional twin for a body's calls (`run_inputs`), made at the first one
 
     def run(self, feeds: dict, parent_env=None, workspace=None, stream=None, profiler=None) -> dict | None:
         """Execute; returns {name: value} for outputs, taps and constants. None when a feed the graph needs is
@@ -202,26 +203,15 @@ class CompiledPlan:
     def run_inputs(self, inputs: list, parent_env: dict | None, workspace=None) -> list | None:
         """A body's plain run by position (an If branch, a Loop or Scan step: executor.run_list): the inputs in the
         graph's input order, the outer tensors from `parent_env`; returns the outputs in order. The same layer calls
-        as `run` (its straight-line function), without the feeds dict, the outputs dict and the lookups by name.
+        as `run` (the positional twin of its straight-line function), with no slots list, feeds or outputs dict.
         None where this plan cannot (no straight-line function yet, no arena-free plan, an input or outer tensor
         missing): the caller takes `run`'s way, which names what is missing."""
-        fast = self.fast
-        if not fast or self.arena_plan is not None or self.output_slots is None \
-                or len(inputs) != len(self.input_slots):
-            return None
-        slots = self.template.copy()
-        for i, v in zip(self.input_slots, inputs):
-            slots[i] = v
-        if self.outer_only:
-            if parent_env is None:
+        pos = self.fast_pos
+        if pos is None:
+            if not self.fast or self.arena_plan is not None or self.output_slots is None:
                 return None
-            for name, i in self.outer_only:
-                v = parent_env.get(name, _MISSING)
-                if v is _MISSING:
-                    return None
-                slots[i] = v
-        fast(slots, workspace, None)
-        return [slots[i] for i in self.output_slots]
+            pos = self.fast_pos = straight_line(self, positional=True)
+        return pos(inputs, parent_env, workspace)
 
     def run_outputs(self, values, workspace=None) -> dict | None:
         """execute's plain run (executor.run_outputs): `values` are the feeds of every graph input in the graph's
@@ -283,14 +273,18 @@ class CompiledPlan:
 FAST_AFTER = 3   # plain runs of a plan before it gets its straight-line function (one-off plans skip the cost)
 
 
-def straight_line(cp: CompiledPlan):
+def straight_line(cp: CompiledPlan, positional: bool = False):
     """The plan's plain run (no profiler) as one generated Python function, straight-line: per layer the reads,
     the call, the stores and frees written out, its bound call, op and planned buffers as globals of the
     function, so a layer costs no tuple unpacking, loop or per-layer branches on what the plan already knows
     (~1 us a layer less: tools/dispatch_bench.py). Tensors live in the function's local variables (`t<slot>`):
     those it reads first are loaded from `slots` at the start, those alive at the end (outputs, taps) stored back.
     The same calls with the same arguments in the same order as `CompiledPlan.run`'s loop, the same off-plan
-    fallback and size backstop, the same errors naming the layer. False when the plan has no steps."""
+    fallback and size backstop, the same errors naming the layer. False when the plan has no steps.
+
+    positional (a body's plan, `run_inputs`): `run(inputs, env, workspace) -> [outputs]` instead: the tensors it
+    reads first come from `inputs` (the graph's input order), `env` (outer names) or the plan's constants, and its
+    outputs are returned in order; None (nothing run) when the inputs' count differs or an outer tensor is missing."""
     if not cp.steps:
         return False
     g = {"cp": cp, "DebugkitError": DebugkitError, "MAXB": cp.max_bytes, "NEW": object.__new__, "BIND": partial}
@@ -370,11 +364,28 @@ def straight_line(cp: CompiledPlan):
             if k < len(cp.steps) - 1:
                 w(f"        t{i} = None")
     clear = "".join(f"        {e}.clear()\n" for e in envs)   # a failed run keeps no outer tensor alive either
-    lines = ["def run(slots, workspace, stream):", f"    on_plan = {on_plan0}", "    k = 0", "    args = ()"]
-    lines += [f"    t{i} = slots[{i}]" for i in loaded]
-    lines.append("    try:")
-    lines += body
-    lines += [f"        slots[{i}] = t{i}" for i in live]
+    if positional:
+        outs = [t(i) for i in cp.output_slots]
+        g["TPL"], g["MISSING"] = cp.template, _MISSING
+        pos = {i: p for p, i in enumerate(cp.input_slots)}
+        outer = dict((i, n) for n, i in cp.outer_only)
+        lines = ["def run(inputs, env, workspace):", "    stream = None",
+                 f"    if len(inputs) != {len(cp.input_slots)}:", "        return None"]
+        if outer:
+            lines += ["    if env is None:", "        return None"]
+        for i, n in outer.items():   # (every outer tensor, read or not: as run_inputs checks them)
+            lines += [f"    t{i} = env.get({n!r}, MISSING)", f"    if t{i} is MISSING:", "        return None"]
+        lines += [f"    t{i} = inputs[{pos[i]}]" if i in pos else f"    t{i} = TPL[{i}]"
+                  for i in loaded if i not in outer]
+        lines += [f"    on_plan = {on_plan0}", "    k = 0", "    args = ()", "    try:"]
+        lines += body
+        lines.append("        return [" + ", ".join(outs) + "]")
+    else:
+        lines = ["def run(slots, workspace, stream):", f"    on_plan = {on_plan0}", "    k = 0", "    args = ()"]
+        lines += [f"    t{i} = slots[{i}]" for i in loaded]
+        lines.append("    try:")
+        lines += body
+        lines += [f"        slots[{i}] = t{i}" for i in live]
     lines += ["    except DebugkitError:", clear + "        raise", "    except Exception as e:",
               clear + "        raise cp._layer_failed(k, args, e) from e"]
     exec(compile("\n".join(lines), f"<compiled plan of {len(cp.steps)} layers>", "exec"), g)
