@@ -1,7 +1,7 @@
-"""Bodies called by position (executor.run_list -> CompiledPlan.run_inputs): once a body's plan has its
-straight-line function, an If branch or a Loop step runs it without the feeds / outputs dicts. Results stay
-bit-identical to the general loop's, outer tensors are read from the enclosing scope, and a body that cannot take
-that way (an outer tensor missing) still falls back to the path that names what is missing."""
+"""Bodies called by position (executor.run_list -> CompiledPlan.run_inputs, then its positional function): once a
+body's plan has its straight-line function, an If branch or a Loop step runs it without the feeds / outputs dicts.
+Results stay bit-identical to the general loop's, outer tensors are read from the enclosing scope, and a body that
+cannot take that way (an outer tensor missing) still falls back to the path that names what is missing."""
 import numpy as np
 from onnx import TensorProto, helper
 
@@ -44,13 +44,19 @@ def _reference(n, s0, x):
 
 def test_loop_steps_run_by_position_bit_for_bit(monkeypatch):
     calls = []
-    real = compiled_mod.CompiledPlan.run_inputs
+    real = compiled_mod.straight_line
 
-    def spy(self, inputs, parent_env, workspace=None):
-        out = real(self, inputs, parent_env, workspace)
-        calls.append(out is not None)
-        return out
-    monkeypatch.setattr(compiled_mod.CompiledPlan, "run_inputs", spy)
+    def spy(cp, positional=False):   # count the steps the body's positional function runs
+        fn = real(cp, positional)
+        if not positional or not fn:
+            return fn
+
+        def counted(inputs, env, workspace):
+            out = fn(inputs, env, workspace)
+            calls.append(out is not None)
+            return out
+        return counted
+    monkeypatch.setattr(compiled_mod, "straight_line", spy)
     engine = Runtime().deserialize_engine(build_plan_from_onnx(_loop_model().SerializeToString()))
     ctx = engine.create_execution_context()
     rng = np.random.default_rng(3)

@@ -50,6 +50,7 @@ class ArenaCache:
         self.plans: dict = {}
         self.compiled: dict = {}      # (signature, kept names) -> runtime/compiled.py's CompiledPlan
         self.workspace = None         # the tactics' scratch, allocated once per context
+        self.last = None              # (CompiledPlan, per feed (shape, dtype)): executor.run_outputs' last plain run
 
     def signature(self, feeds: dict):
         return tuple((k, v.shape, v.dtype) if type(v) is np.ndarray else

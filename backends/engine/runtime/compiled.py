@@ -15,6 +15,7 @@ bookkeeping around them moved to compile time.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from backends.engine.runtime import arena
 from native.errors import DebugkitError, ExecutionError
@@ -28,8 +29,11 @@ _MISSING = object()
 class CompiledPlan:
     """One executor's steps compiled for one set of kept (tapped) names and one arena plan (or none)."""
 
-    def __init__(self, executor, keep: frozenset, plan=None):
+    def __init__(self, executor, keep: frozenset, plan=None, owned: bool = False):
+        """owned: the plan is one execution context's (its ArenaCache's), never run by two threads at once; its
+        straight-line function binds If / Loop / Scan bodies once instead of per run."""
         dev = executor.device
+        self.owned = owned
         self.steps_ref = executor.steps        # a debug tool that swaps the steps invalidates the plan
         self.arena_plan = plan
         slot = {}
@@ -63,6 +67,8 @@ class CompiledPlan:
         steps = []
         for i, (node, tactic, op, subs) in enumerate(executor.steps):
             fn, full = calls[i]
+            if not full:
+                fn = _kernel_of(fn)
             ins = tuple(index(n) for n in node.inputs)
             outs = tuple(index(n) for n in node.outputs)
             bufs = planned[i] if planned is not None else None
@@ -96,10 +102,13 @@ class CompiledPlan:
         self.outer_only = tuple((n, i) for n, i in self.outer if n not in names)
         outs = [slot.get(t.name) for t in executor.graph.outputs]
         self.output_slots = None if None in outs else tuple(outs)
+        # execute's plain run (`run_outputs`): the graph's outputs by name, None where one is in no slot
+        self.output_pairs = None if None in outs else tuple(zip(executor.graph.output_names, outs))
         self.device = dev
         self.max_bytes = default_limits().max_bytes
         self.runs = 0          # plain runs so far: the straight-line function is made from the FAST_AFTER-th on
         self.fast = None       # that function, once made (`straight_line`), or False where it cannot be
+        self.fast_pos = None   # its positional twin for a body's calls (`run_inputs`), made at the first one
 
     def run(self, feeds: dict, parent_env=None, workspace=None, stream=None, profiler=None) -> dict | None:
         """Execute; returns {name: value} for outputs, taps and constants. None when a feed the graph needs is
@@ -194,26 +203,38 @@ class CompiledPlan:
     def run_inputs(self, inputs: list, parent_env: dict | None, workspace=None) -> list | None:
         """A body's plain run by position (an If branch, a Loop or Scan step: executor.run_list): the inputs in the
         graph's input order, the outer tensors from `parent_env`; returns the outputs in order. The same layer calls
-        as `run` (its straight-line function), without the feeds dict, the outputs dict and the lookups by name.
+        as `run` (the positional twin of its straight-line function), with no slots list, feeds or outputs dict.
         None where this plan cannot (no straight-line function yet, no arena-free plan, an input or outer tensor
         missing): the caller takes `run`'s way, which names what is missing."""
+        pos = self.fast_pos
+        if pos is None:
+            if not self.fast or self.arena_plan is not None or self.output_slots is None:
+                return None
+            pos = self.fast_pos = straight_line(self, positional=True)
+        return pos(inputs, parent_env, workspace)
+
+    def run_outputs(self, values, workspace=None) -> dict | None:
+        """execute's plain run (executor.run_outputs): `values` are the feeds of every graph input in the graph's
+        input order (ExecutionContext._check_feeds makes them so); returns {output name: value}, each detached
+        from the arena. The straight-line function with none of `run`'s lookups by name, taps or constants in the
+        result. None where this plan cannot (no straight-line function yet, outer tensors, an output in no slot):
+        the caller takes `run`'s way."""
         fast = self.fast
-        if not fast or self.arena_plan is not None or self.output_slots is None \
-                or len(inputs) != len(self.input_slots):
+        if not fast or self.outer or self.output_pairs is None:
             return None
         slots = self.template.copy()
-        for i, v in zip(self.input_slots, inputs):
+        for i, v in zip(self.input_slots, values):
             slots[i] = v
-        if self.outer_only:
-            if parent_env is None:
-                return None
-            for name, i in self.outer_only:
-                v = parent_env.get(name, _MISSING)
-                if v is _MISSING:
-                    return None
-                slots[i] = v
         fast(slots, workspace, None)
-        return [slots[i] for i in self.output_slots]
+        plan = self.arena_plan
+        if plan is not None:
+            dev = self.device
+            alias, buf = dev.may_alias, plan.buffer
+            for _, i in self.detach_outputs:
+                v = slots[i]
+                if alias(v, buf):
+                    slots[i] = dev.duplicate(v)
+        return {name: slots[i] for name, i in self.output_pairs}
 
     def _returned(self, slots) -> dict:
         plan = self.arena_plan
@@ -248,68 +269,135 @@ class CompiledPlan:
         return ExecutionError(f"layer '{node.name}' ({node.kind}, tactic {tactic.name}) returned {len(outs)} "
                               f"outputs; it has {n_out} ({node.outputs})")
 
-    def _with_bodies(self, k, slots):
-        op, (subs, names) = self.steps[k][2], self.steps[k][9]
-        env = {n: slots[i] for n, i in names}
-        return with_subgraphs(op, {key: _bind(sub, env) for key, sub in subs.items()})
-
 
 FAST_AFTER = 3   # plain runs of a plan before it gets its straight-line function (one-off plans skip the cost)
 
 
-def straight_line(cp: CompiledPlan):
-    """The plan's plain run (no profiler) as one generated Python function, straight-line: per layer the slot
-    reads, the call, the stores and frees written out, its bound call, op and planned buffers as globals of the
+def straight_line(cp: CompiledPlan, positional: bool = False):
+    """The plan's plain run (no profiler) as one generated Python function, straight-line: per layer the reads,
+    the call, the stores and frees written out, its bound call, op and planned buffers as globals of the
     function, so a layer costs no tuple unpacking, loop or per-layer branches on what the plan already knows
-    (~1 us a layer less: tools/dispatch_bench.py). The same calls with the same arguments in the same order as
-    `CompiledPlan.run`'s loop, the same off-plan fallback and size backstop, the same errors naming the layer.
-    False when the plan has no steps."""
+    (~1 us a layer less: tools/dispatch_bench.py). Tensors live in the function's local variables (`t<slot>`):
+    those it reads first are loaded from `slots` at the start, those alive at the end (outputs, taps) stored back.
+    The same calls with the same arguments in the same order as `CompiledPlan.run`'s loop, the same off-plan
+    fallback and size backstop, the same errors naming the layer. False when the plan has no steps.
+
+    positional (a body's plan, `run_inputs`): `run(inputs, env, workspace) -> [outputs]` instead: the tensors it
+    reads first come from `inputs` (the graph's input order), `env` (outer names) or the plan's constants, and its
+    outputs are returned in order; None (nothing run) when the inputs' count differs or an outer tensor is missing."""
     if not cp.steps:
         return False
-    g = {"cp": cp, "DebugkitError": DebugkitError, "MAXB": cp.max_bytes}
+    g = {"cp": cp, "DebugkitError": DebugkitError, "MAXB": cp.max_bytes, "NEW": object.__new__, "BIND": partial}
     on_plan0 = cp.arena_plan is not None
-    lines = ["def run(slots, workspace, stream):",
-             f"    on_plan = {on_plan0}", "    k = 0", "    args = ()", "    try:"]
-    w = lines.append
+    body = []
+    w = body.append
+    envs = []
+    loaded, live = [], {}   # slots read before any layer writes them; slots written and not freed (in order)
+
+    def t(i):
+        if i not in live and i not in loaded:
+            loaded.append(i)
+        return f"t{i}"
     for k, (fn, full, op, ins, outs_i, n_out, bufs, shapes, die, sub_outer, node, tactic) in enumerate(cp.steps):
         g[f"f{k}"], g[f"o{k}"] = fn, op
         w(f"        k = {k}")
-        w("        args = [" + ", ".join(f"slots[{i}]" for i in ins) + "]")
+        w("        args = [" + ", ".join(t(i) for i in ins) + "]")
         opname = f"o{k}"
-        if sub_outer is not None:
-            w(f"        op = cp._with_bodies({k}, slots)")
+        if sub_outer is not None and cp.owned:
+            # bodies bound once, to one dict per layer that holds this run's outer tensors while the layer runs
+            subs, names = sub_outer
+            env = g[f"E{k}"] = {}
+            envs.append(f"E{k}")
+            g[f"O{k}"] = with_subgraphs(op, {key: partial(sub.run_list, parent_env=env) for key, sub in subs.items()})
+            for n, i in names:
+                w(f"        E{k}[{n!r}] = {t(i)}")
+            opname = f"O{k}"
+        elif sub_outer is not None:   # the bodies bound to this run's outer tensors (as `run`'s loop binds them)
+            subs, names = sub_outer
+            g[f"T{k}"], g[f"D{k}"] = type(op), op.__dict__
+            w("        env = {" + ", ".join(f"{n!r}: {t(i)}" for n, i in names) + "}")
+            w(f"        op = NEW(T{k})")
+            w(f"        op.__dict__.update(D{k})")
+            bound = []
+            for j, (key, sub) in enumerate(subs.items()):
+                g[f"R{k}_{j}"] = sub.run_list
+                bound.append(f"{key!r}: BIND(R{k}_{j}, parent_env=env)")
+            w("        op.subgraphs = {" + ", ".join(bound) + "}")
             opname = "op"
         if bufs is not None and on_plan0:
             g[f"b{k}"], g[f"s{k}"] = bufs, shapes
-            checks = " or ".join(f"getattr(args[{j}], 'shape', None) != s{k}[{j}]" for j in range(min(len(ins), len(shapes))))
+            checks = " or ".join(f"getattr(args[{j}], 'shape', None) != s{k}[{j}]"
+                                 for j in range(min(len(ins), len(shapes))))
             if checks:
                 w(f"        if on_plan and ({checks}):")
                 w(f"            on_plan = cp._off_plan_now({k}, args)")
-            call = f"f{k}({opname}, args, b{k} if on_plan else None, workspace, stream)" if full                 else f"f{k}({opname}, args)"
+            call = f"f{k}({opname}, args, b{k} if on_plan else None, workspace, stream)" if full \
+                else f"f{k}({opname}, args)"
             w(f"        r = {call}")
             w("        if not on_plan:")
             w(f"            cp._backstop({k}, r)")
+            if n_out == 1:
+                w(f"        t{outs_i[0]} = r[0]")
         else:
             call = f"f{k}({opname}, args, None, workspace, stream)" if full else f"f{k}({opname}, args)"
             w(f"        r = {call}")
-            w("        for v in r:")
-            w("            if getattr(v, 'nbytes', 0) > MAXB:")
-            w(f"                cp._backstop({k}, r)")
-        if n_out == 1:
-            w(f"        slots[{outs_i[0]}] = r[0]")
-        else:
+            if n_out == 1:   # (the one output the next layers read)
+                w(f"        t{outs_i[0]} = r[0]")
+                w(f"        if getattr(t{outs_i[0]}, 'nbytes', 0) > MAXB:")
+                w(f"            cp._backstop({k}, r)")
+            else:
+                w("        for v in r:")
+                w("            if getattr(v, 'nbytes', 0) > MAXB:")
+                w(f"                cp._backstop({k}, r)")
+        if n_out != 1:
             w(f"        if len(r) < {n_out}:")
             w(f"            raise cp._too_few({k}, r)")
             for j, i in enumerate(outs_i):
-                w(f"        slots[{i}] = r[{j}]")
-        for i in die:
-            w(f"        slots[{i}] = None")
-    w("    except DebugkitError:")
-    w("        raise")
-    w("    except Exception as e:")
-    w("        raise cp._layer_failed(k, args, e) from e")
+                w(f"        t{i} = r[{j}]")
+        for i in outs_i:
+            live[i] = True
+        if sub_outer is not None and cp.owned:
+            w(f"        E{k}.clear()")
+        for i in die:   # (after the last layer the function's return frees them)
+            t(i)
+            live.pop(i, None)
+            if k < len(cp.steps) - 1:
+                w(f"        t{i} = None")
+    clear = "".join(f"        {e}.clear()\n" for e in envs)   # a failed run keeps no outer tensor alive either
+    if positional:
+        outs = [t(i) for i in cp.output_slots]
+        g["TPL"], g["MISSING"] = cp.template, _MISSING
+        pos = {i: p for p, i in enumerate(cp.input_slots)}
+        outer = dict((i, n) for n, i in cp.outer_only)
+        lines = ["def run(inputs, env, workspace):", "    stream = None",
+                 f"    if len(inputs) != {len(cp.input_slots)}:", "        return None"]
+        if outer:
+            lines += ["    if env is None:", "        return None"]
+        for i, n in outer.items():   # (every outer tensor, read or not: as run_inputs checks them)
+            lines += [f"    t{i} = env.get({n!r}, MISSING)", f"    if t{i} is MISSING:", "        return None"]
+        lines += [f"    t{i} = inputs[{pos[i]}]" if i in pos else f"    t{i} = TPL[{i}]"
+                  for i in loaded if i not in outer]
+        lines += [f"    on_plan = {on_plan0}", "    k = 0", "    args = ()", "    try:"]
+        lines += body
+        lines.append("        return [" + ", ".join(outs) + "]")
+    else:
+        lines = ["def run(slots, workspace, stream):", f"    on_plan = {on_plan0}", "    k = 0", "    args = ()"]
+        lines += [f"    t{i} = slots[{i}]" for i in loaded]
+        lines.append("    try:")
+        lines += body
+        lines += [f"        slots[{i}] = t{i}" for i in live]
+    lines += ["    except DebugkitError:", clear + "        raise", "    except Exception as e:",
+              clear + "        raise cp._layer_failed(k, args, e) from e"]
     exec(compile("\n".join(lines), f"<compiled plan of {len(cp.steps)} layers>", "exec"), g)
     return g["run"]
+
+
+def _kernel_of(fn):
+    """The kernel a simple tactic's bound `run(op, inputs)` only forwards to (native/tactics.py simple_tactic), to
+    call in its place; else `fn`."""
+    f = getattr(fn, "__func__", None)
+    k = getattr(f, "_kernel", None)
+    return k[1] if k is not None and k[0] is f else fn
 
 
 def _off_plan(args, shapes) -> bool:

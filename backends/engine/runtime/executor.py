@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from backends.engine.engine_graph import node_format, node_op  # noqa: F401  (node_op: callers import it from here)
 from backends.engine.runtime import arena, empty_batch
 from backends.engine.runtime.compiled import CompiledPlan, with_subgraphs
@@ -231,7 +233,8 @@ class GraphExecutor:
         key = (sig, keep)
         cp = cache.get(key)
         if cp is None or cp.steps_ref is not self.steps:
-            cp = cache[key] = CompiledPlan(self, keep, memory.plans.get(sig) if memory is not None else None)
+            cp = cache[key] = CompiledPlan(self, keep, memory.plans.get(sig) if memory is not None else None,
+                                           owned=memory is not None)
         return cp
 
     def run(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None,
@@ -282,6 +285,32 @@ class GraphExecutor:
                 if env is not None:
                     return env
         return self.run(feeds, memory=memory)
+
+    def run_outputs(self, feeds: dict, memory=None) -> dict:
+        """execute's plain run returning only the graph's outputs ({name: value}); `feeds` hold every graph input,
+        in the graph's input order (ExecutionContext._check_feeds makes them so). The context's last compiled plan
+        is reused while the feeds keep its shapes and dtypes (no signature built or hashed), and run by position
+        (CompiledPlan.run_outputs): no feeds-by-name, taps, constants or second dict. Else `run_plain`."""
+        if memory is not None and not self.keep_all and not self._fallback:
+            last = memory.last
+            cp = None
+            if last is not None and len(last[1]) == len(feeds):
+                cp = last[0]
+                for v, (shape, dtype) in zip(feeds.values(), last[1]):
+                    if type(v) is not np.ndarray or v.shape != shape or (v.dtype is not dtype and v.dtype != dtype):
+                        cp = None
+                        break
+            if cp is None or cp.steps_ref is not self.steps:
+                cp = memory.compiled.get((memory.signature(feeds), _NO_KEEP))
+                if cp is not None and cp.steps_ref is self.steps and cp.fast and \
+                        all(type(v) is np.ndarray for v in feeds.values()):
+                    memory.last = (cp, tuple((v.shape, v.dtype) for v in feeds.values()))
+            if cp is not None and cp.steps_ref is self.steps:
+                out = cp.run_outputs(feeds.values(), memory.workspace)
+                if out is not None:
+                    return out
+        env = self.run_plain(feeds, memory)
+        return {name: env[name] for name in self.graph.output_names}
 
     def _run_general(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None,
                      profiler=None, memory=None) -> dict:
@@ -413,10 +442,13 @@ class GraphExecutor:
         plan's `run_inputs` once it has its straight-line function, else `run` (the first calls, the builder's
         runs, fallbacks)."""
         if not self.keep_all and not self._fallback:
-            cp = self.compiled(_NO_KEEP)
+            cp = self.__dict__.get("_list_plan")
+            if cp is None or cp.steps_ref is not self.steps:
+                cp = self._list_plan = self.compiled(_NO_KEEP)
             if cp.fast:
-                outs = cp.run_inputs(inputs, parent_env,
-                                     self.device.allocate(self.workspace_bytes) if self.workspace_bytes else None)
+                ws = self.device.allocate(self.workspace_bytes) if self.workspace_bytes else None
+                pos = cp.fast_pos   # (its positional function, once run_inputs made it: one call less)
+                outs = pos(inputs, parent_env, ws) if pos else cp.run_inputs(inputs, parent_env, ws)
                 if outs is not None:
                     return outs
         feeds = {t.name: v for t, v in zip(self.graph.inputs, inputs)}

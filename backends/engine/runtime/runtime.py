@@ -191,21 +191,32 @@ class ExecutionContext:
             self.engine.profiles[self.active_profile].check(info.name, shape)
 
     def _check_feeds(self, feeds: dict):
-        names = self._input_names
-        if len(feeds) != len(names) or feeds.keys() != self._input_name_set:
+        """The feeds in the graph's input order (what executor.run_outputs takes), each checked (dtype; shape, once
+        per shape and profile) or converted (np.asarray)."""
+        spec = self._input_dtypes
+        out = {}
+        if len(feeds) == len(spec):
+            try:
+                for info, want in spec:
+                    out[info.name] = feeds[info.name]
+            except KeyError:
+                out = None
+        else:
+            out = None
+        if out is None:   # (a name unknown or missing: the checks below say which)
+            names = self._input_names
             unknown = [k for k in feeds if k not in names]
             if unknown:
                 raise FeedError(f"unknown input name(s) {unknown}; the engine's inputs are {names}")
             missing = [k for k in names if k not in feeds]
             if missing:
                 raise FeedError(f"missing feed(s) for input(s) {missing}")
-        out = {}
         checked = self._checked_shapes
-        for info, want in self._input_dtypes:
-            v = feeds[info.name]
+        profile = self.active_profile
+        for info, want in spec:
             if want is None:    # not a tensor input (sequence, optional): passed as given
-                out[info.name] = v
                 continue
+            v = out[info.name]
             if type(v) is np.ndarray:
                 shape, dtype = v.shape, v.dtype
             elif is_device_array(v):   # a GPU tensor (torch, cupy): checked from its interface, never copied here
@@ -215,17 +226,16 @@ class ExecutionContext:
                                     f"(e.g. tensor.cpu().numpy()) or build for --device cuda")
                 shape, dtype = shape_and_dtype(v)
             else:
-                v = np.asarray(v)
+                v = out[info.name] = np.asarray(v)
                 shape, dtype = v.shape, v.dtype
             if want is not True and dtype is not want and dtype != want and dtype.name != info.dtype and not (
                     info.dtype == "object" and dtype.kind in "OUS"):
                 raise FeedError(f"input '{info.name}' expects dtype {info.dtype}, got {dtype.name}; cast the feed "
                                 f"(e.g. array.astype(np.{info.dtype}))")
-            key = (info.name, self.active_profile)
+            key = (info.name, profile)
             if checked.get(key) != shape:   # a shape already accepted at this profile is not checked again
                 self._check_shape(info, shape)
                 checked[key] = shape
-            out[info.name] = v
         return out
 
     @property
@@ -274,11 +284,9 @@ class ExecutionContext:
         if not taps and dev.host_memory and not self._graph_mode and getattr(self, "profiler", None) is None \
                 and not dev.has_timeline:   # the plain host run: no taps, timeline, profiler or copies
             enqueued = time.perf_counter()
-            env = self.engine.executor.run_plain(feeds, self.arenas if self.use_arena else None)
+            result = self.engine.executor.run_outputs(feeds, self.arenas if self.use_arena else None)
             self.host_timings = {"enqueue_ms": (time.perf_counter() - enqueued) * 1e3}
-            outputs = self.__dict__.get("_output_names") or self.__dict__.setdefault(
-                "_output_names", self.engine.graph.output_names)
-            return {name: env[name] for name in outputs}
+            return result
         if taps:
             aliases = self.engine.graph.aliases
             resolved = {t: aliases.get(t, t) for t in taps}

@@ -1,0 +1,159 @@
+"""execute's plain run (executor.run_outputs -> CompiledPlan.run_outputs): feeds taken in the graph's input order,
+the context's last plan reused while shapes and dtypes hold, outputs only; a simple tactic's kernel called without
+its forwarding frame; If bodies of a context's plan bound once. Results stay bit-identical to the general loop."""
+import functools
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from backends.engine import Runtime, build_plan_from_onnx
+from backends.engine.runtime import compiled as compiled_mod
+from native.errors import ExecutionError, FeedError
+
+
+def _engine(model, ranges=None):
+    return Runtime().deserialize_engine(build_plan_from_onnx(model.SerializeToString(), ranges=ranges))
+
+
+def _two_input_model():
+    """y = Relu(a * w) + b, z = a - b; a and b of shape [n, 4] (n dynamic)."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4], [0.5, -1.5, 2.0, 3.0])
+    nodes = [helper.make_node("Mul", ["a", "w"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Add", ["r", "b"], ["y"]), helper.make_node("Sub", ["a", "b"], ["z"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4]) for n in ("a", "b")]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4]) for n in ("y", "z")]
+    g = helper.make_graph(nodes, "m", io, outs, [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+_RANGES = {"a": ((1, 4), (2, 4), (4, 4)), "b": ((1, 4), (2, 4), (4, 4))}
+
+
+def _feeds(seed, n):
+    rng = np.random.default_rng(seed)
+    return {"a": rng.standard_normal((n, 4)).astype(np.float32), "b": rng.standard_normal((n, 4)).astype(np.float32)}
+
+
+def test_plain_executes_reuse_the_last_plan_while_shapes_hold_and_switch_when_they_change(monkeypatch):
+    engine = _engine(_two_input_model(), _RANGES)
+    ctx = engine.create_execution_context()
+    w = np.array([0.5, -1.5, 2.0, 3.0], np.float32)
+    signatures = []
+    real = type(ctx.arenas).signature
+
+    def spy(self, feeds):
+        signatures.append(True)
+        return real(self, feeds)
+    monkeypatch.setattr(type(ctx.arenas), "signature", spy)
+    for seed in range(12):
+        n = 2 if seed < 6 or seed % 2 else 3     # six runs at n=2, then n alternating
+        f = _feeds(seed, n)
+        out = ctx.execute(f)
+        ref = engine.executor._run_general(dict(f))
+        assert list(out) == ["y", "z"]
+        for name in out:
+            np.testing.assert_array_equal(out[name], ref[name])
+        np.testing.assert_array_equal(out["y"], np.maximum(f["a"] * w, 0) + f["b"])
+        if seed == 5:   # the last plan is reused: no signature built for these feeds
+            assert ctx.arenas.last is not None
+            before = len(signatures)
+            ctx.execute(_feeds(99, 2))
+            assert len(signatures) == before
+    cp, shapes = ctx.arenas.last
+    assert shapes[0][0] in ((2, 4), (3, 4)) and cp.fast
+
+
+def test_outputs_never_point_into_the_arena_across_executes():
+    engine = _engine(_two_input_model(), _RANGES)
+    ctx = engine.create_execution_context()
+    kept = [ctx.execute(_feeds(s, 2)) for s in range(6)]
+    for s, out in enumerate(kept):   # later executes did not overwrite what earlier ones returned
+        ref = engine.executor._run_general(_feeds(s, 2))
+        for name in out:
+            np.testing.assert_array_equal(out[name], ref[name])
+
+
+def test_feeds_in_any_order_are_taken_in_the_graph_order_and_names_are_still_checked():
+    engine = _engine(_two_input_model(), _RANGES)
+    ctx = engine.create_execution_context()
+    f = _feeds(1, 2)
+    assert list(ctx._check_feeds({"b": f["b"], "a": f["a"]})) == ["a", "b"]
+    for _ in range(5):
+        out = ctx.execute({"b": f["b"], "a": f["a"]})
+        np.testing.assert_array_equal(out["z"], f["a"] - f["b"])
+    with pytest.raises(FeedError, match=r"unknown input name\(s\) \['c'\]"):
+        ctx.execute({"a": f["a"], "c": f["b"]})
+    with pytest.raises(FeedError, match=r"missing feed\(s\) for input\(s\) \['b'\]"):
+        ctx.execute({"a": f["a"]})
+    with pytest.raises(FeedError, match="expects dtype float32"):
+        ctx.execute({"a": f["a"], "b": f["b"].astype(np.float64)})
+
+
+def test_a_simple_tactics_kernel_is_called_without_its_forwarding_frame_unless_wrapped():
+    def kernel(op, inputs):
+        return [inputs[0] + 1]
+
+    class T:
+        def run(self, op, inputs):
+            return kernel(op, inputs)
+        run._kernel = (run, kernel)
+    assert compiled_mod._kernel_of(T().run) is kernel
+
+    class Guarded(T):   # a tactics module's guard copies run's attributes (functools.wraps): it keeps its frame
+        @functools.wraps(T.run)
+        def run(self, *a, **k):
+            return T.run(self, *a, **k)
+    g = Guarded().run
+    assert compiled_mod._kernel_of(g) is g
+    plain = object()
+    assert compiled_mod._kernel_of(plain) is plain
+
+
+def _if_model():
+    """y = If(c > 0): then Gather(d, i) * x (reads the outer d, i and x) else -x."""
+    d = helper.make_tensor("d", TensorProto.FLOAT, [3, 2], [1, 2, 3, 4, 5, 6])
+    then_g = helper.make_graph(
+        [helper.make_node("Gather", ["d", "i"], ["t0"], name="pick"), helper.make_node("Mul", ["t0", "x"], ["t1"])],
+        "then", [], [helper.make_tensor_value_info("t1", TensorProto.FLOAT, [2, 2])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e0"])], "else", [],
+                               [helper.make_tensor_value_info("e0", TensorProto.FLOAT, [2, 2])])
+    nodes = [helper.make_node("Greater", ["c", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2]),
+                                       helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+                                       helper.make_tensor_value_info("c", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [d, zero])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _body_envs(ctx):
+    """The per-layer outer-tensor dicts of the context's straight-line functions."""
+    return [v for cp in ctx.arenas.compiled.values() if cp.fast
+            for k, v in cp.fast.__globals__.items() if k.startswith("E") and isinstance(v, dict)]
+
+
+@pytest.mark.parametrize("use_arena", [True, False])
+def test_if_bodies_bound_once_read_this_runs_outer_tensors_and_keep_none_after(use_arena):
+    engine = _engine(_if_model())
+    ctx = engine.create_execution_context()
+    ctx.use_arena = use_arena
+    d = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+    for k in range(10):
+        x = np.random.default_rng(k).standard_normal((2, 2)).astype(np.float32)
+        i = np.array([k % 3, (k + 1) % 3])
+        c = np.float32(1.0 if k % 4 else -1.0)
+        y = ctx.execute({"x": x, "i": i, "c": c})["y"]
+        np.testing.assert_array_equal(y, d[i] * x if c > 0 else -x)
+    envs = _body_envs(ctx)
+    if use_arena:   # the context's own plan binds its If once, through one dict emptied after each run
+        assert envs and all(e == {} for e in envs)
+    else:           # a plan shared by contexts (no arena) binds per run
+        assert envs == [] and not any(cp.owned for cp in engine.executor.__dict__.get("_compiled", {}).values())
+    x = np.ones((2, 2), np.float32)
+    with pytest.raises(ExecutionError, match="pick"):   # a body layer failing leaves nothing bound either
+        ctx.execute({"x": x, "i": np.array([7, 0]), "c": np.float32(1)})
+    assert all(e == {} for e in _body_envs(ctx))
+    y = ctx.execute({"x": x, "i": np.array([2, 0]), "c": np.float32(1)})["y"]
+    np.testing.assert_array_equal(y, d[[2, 0]] * x)
