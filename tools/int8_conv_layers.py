@@ -8,7 +8,6 @@ layer took its fastest tactic (each shape weighted by how often ResNet-50 has it
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -123,10 +122,10 @@ def main(argv=None) -> int:
                  for nm in names]
         print(f"| {label} | " + " | ".join(cells) + f" | {best} |")
     print(f"\nAll 53 convolutions at each layer's best tactic: {total['best']:.3f} ms")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"batch": n, "rows": [{"layer": lb, "ms": t, "best": b, "count": cnt}
-                                            for lb, t, b, cnt in rows], "total": total}, f, indent=1)
+    if args.json:     # written whole or not at all (native.files)
+        from native.files import write_json
+        write_json(args.json, {"batch": n, "rows": [{"layer": lb, "ms": t, "best": b, "count": cnt}
+                                                    for lb, t, b, cnt in rows], "total": total})
     return 0
 
 
