@@ -263,6 +263,15 @@ def _gemm_server(spin):
     return gs.serve if gs is not None else None
 
 
+def gemm_share(a, b, y) -> np.ndarray:
+    """The GEMM share (gemm_shares' descriptor) of y = a @ b: a [m, k], b [k, n], y [m, n] float32 views with unit
+    column stride, each row a row stride (its lda / ldb / ldc, in elements) after the last. The caller checks the
+    dtypes and strides; the arrays must outlive the share's run."""
+    (m, k), n = a.shape, b.shape[1]
+    return np.array([m, n, k, a.ctypes.data, a.strides[0] // 4, b.ctypes.data, b.strides[0] // 4, y.ctypes.data,
+                     y.strides[0] // 4], np.int64)
+
+
 def gemm_shares(shares, between=None, before=None) -> bool:
     """Run GEMM shares at once, outside the GIL: each an int64 [9] (m, n, k, a, lda, b, ldb, c, ldc: one row-major
     float32 cblas_sgemm, alpha 1, beta 0, addresses of live arrays; jit_gemm_share), the first on the caller, each

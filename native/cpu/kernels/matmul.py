@@ -541,11 +541,8 @@ def _native_shares(a, b, y, edges) -> bool:
     if m < 2 or a.dtype != np.float32 or b.dtype != np.float32 or y.dtype != np.float32 or \
             a.strides[1] != 4 or b.strides[1] != 4 or y.strides[1] != 4:
         return False
-    lda, ldb, ldc = a.strides[0] // 4, b.strides[0] // 4, y.strides[0] // 4
-    pa, pb, pc = a.ctypes.data, b.ctypes.data, y.ctypes.data
-    shares = [np.array([m, c1 - c0, k, pa, lda, pb + 4 * c0, ldb, pc + 4 * c0, ldc], np.int64)
-              for c0, c1 in zip(edges[:-1], edges[1:])]
-    return threads.gemm_shares(shares)
+    return threads.gemm_shares([threads.gemm_share(a, b[:, c0:c1], y[:, c0:c1])
+                                for c0, c1 in zip(edges[:-1], edges[1:])])
 
 
 @simple_tactic("Einsum")

@@ -72,12 +72,8 @@ def _native_shares(bt, at, yt, edges, between) -> bool:
     """yt[r0:r1] = bt[r0:r1] @ at for each pair of `edges` as one row-major cblas_sgemm each, on the caller and the
     pool's polling worker without the GIL (threads.gemm_shares; `between()` after the caller's own part); False,
     with nothing computed, where it cannot."""
-    n, k = bt.shape
-    m = at.shape[1]
-    pb, pa, py = bt.ctypes.data, at.ctypes.data, yt.ctypes.data
-    shares = [np.array([r1 - r0, m, k, pb + 4 * r0 * k, k, pa, m, py + 4 * r0 * m, m], np.int64)
-              for r0, r1 in zip(edges[:-1], edges[1:])]
-    return threads.gemm_shares(shares, between)
+    return threads.gemm_shares([threads.gemm_share(bt[r0:r1], at, yt[r0:r1])
+                                for r0, r1 in zip(edges[:-1], edges[1:])], between)
 
 
 def _float32_only(input_shapes):

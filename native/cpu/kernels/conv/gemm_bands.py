@@ -55,9 +55,7 @@ def banded_gemm(cols, k, y, gather, after) -> bool:
         np.matmul(cols, k, out=y)
         after(0, p)
         return False
-    pc, pk, py = cols.ctypes.data, k.ctypes.data, y.ctypes.data
-    shares = [np.array([p1 - p0, m, kdim, pc + 4 * p0 * kdim, kdim, pk, m, py + 4 * p0 * m, m], np.int64)
-              for p0, p1 in ((0, cut), (cut, p))]
+    shares = [threads.gemm_share(cols[p0:p1], k, y[p0:p1]) for p0, p1 in ((0, cut), (cut, p))]
     gather(cut, p)
     if threads.gemm_shares(shares, between=lambda: after(0, cut), before=lambda: gather(0, cut)):
         after(cut, p)
@@ -92,9 +90,5 @@ def band_shares(a, bands) -> bool:
     b0 = fill0(buf0) if buf0 is None else buf0.reshape(kdim, -1)   # (filled in `before` when it copies)
     if any(b.dtype != np.float32 or b.strides[1] != 4 for b in (b0, b1)):
         return False
-
-    def share(y, b):
-        return np.array([m, y.shape[1], kdim, a.ctypes.data, a.strides[0] // 4, b.ctypes.data, b.strides[0] // 4,
-                         y.ctypes.data, y.strides[0] // 4], np.int64)
-    return threads.gemm_shares([share(y0, b0), share(y1, b1)],
+    return threads.gemm_shares([threads.gemm_share(a, b0, y0), threads.gemm_share(a, b1, y1)],
                                before=None if buf0 is None else lambda: fill0(buf0))
