@@ -22,7 +22,7 @@ from native.cuda.tactics.conv_i8 import _OUT, _RES, _MmaInt8Conv
 from native.shared.int8_io import epilogue_plan, io_of, residual_storage
 from native.tactics import TacticRefusal, register_tactic
 
-TBM, THREADS = 128, 288          # conv_i8t.cuh: the pixel tile; 2 consumer warpgroups + the producer warp
+TBM = 128                        # conv_i8t.cuh: the pixel tile
 HEADER = "conv_i8t.cuh"
 _MAPS_KEPT = 512                           # tensor maps remembered per tactic (by address and geometry)
 
@@ -62,6 +62,7 @@ class _TmaInt8Conv(_MmaInt8Conv):
     stages = 2
     minb = 1            # blocks per SM the kernel is compiled for (its register budget)
     bk = 128            # K bytes (channels) a stage: 128, or 64 for 64-channel inputs
+    warpgroups = 2      # consumer warpgroups (conv_i8t: 2, its TCONSUMERS; the persistent conv_i8p: 2 or 4)
 
     def __init__(self):
         super().__init__()
@@ -85,6 +86,10 @@ class _TmaInt8Conv(_MmaInt8Conv):
                 len(input_shapes[0]) == 4 and int(input_shapes[0][3]) > self.bk:
             return f"{input_shapes[0][3]} input channels: {self.bk}-channel steps are for inputs of at most {self.bk}"
         return why
+
+    def threads(self) -> int:
+        """The block: the consumer warpgroups and the producer warp."""
+        return self.warpgroups * 128 + 32
 
     def shared_bytes(self) -> int:
         """Dynamic shared memory (conv_i8t.cuh's layout): the stages, 1 KiB of alignment slack, the int8 output
@@ -179,7 +184,7 @@ class _TmaInt8Conv(_MmaInt8Conv):
         tb, (bias, scale, rscale) = self._weights(op, g)
         grid = (g["tw"] * g["th"] * -(-g["n"] // g["bi"]), g["m"] // self.bn, 1)
         fn, shared = self.kernel(res_kind, out)
-        launch(fn, grid, (THREADS, 1, 1),
+        launch(fn, grid, (self.threads(), 1, 1),
                [g["ta"], tb, bias, scale, np.uint64(r.ptr if r is not None else 0), rscale, np.uint64(y.ptr)] +
                self._ints(g), shared=shared)
         return [y]
@@ -222,10 +227,6 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
     buffers, so each residual is asked for two tiles before it is needed."""
     minb = 1
     out_buffers = 4
-    warpgroups = 2          # consumer warpgroups (2 or 4)
-
-    def threads(self) -> int:
-        return self.warpgroups * 128 + 32
 
     def supports(self, op, input_shapes):
         why = super().supports(op, input_shapes)
