@@ -244,10 +244,13 @@ def rejoin_edge_layers(graph, probe, slow, logger) -> set:
     then for each layer of a run that did not join whole, in graph order."""
     joined, memo = set(), {}
     consumers = graph.consumers()
+    now = {}   # float precision -> the edge Reformats' (ms, unknown) at the present marking (a failed try keeps it)
 
     def try_join(group):
         fp = group[0][3]
-        before, unknown = _edge_reformats_ms(graph, probe, consumers, fp, memo)
+        if fp not in now:
+            now[fp] = _edge_reformats_ms(graph, probe, consumers, fp, memo)
+        before, unknown = now[fp]
         for n, *_ in group:
             n.meta["int8_io"] = True
         after, unknown_after = _edge_reformats_ms(graph, probe, consumers, fp, memo)
@@ -256,6 +259,7 @@ def rejoin_edge_layers(graph, probe, slow, logger) -> set:
             for n, *_ in group:
                 n.meta.pop("int8_io")
             return False
+        now[fp] = (after, unknown_after)
         names = ", ".join(f"'{n.name}'" for n, *_ in group)
         for n, ms8, msf, _ in group:
             joined.add(id(n))
