@@ -16,6 +16,23 @@ def io_of(op) -> dict:
     return int8_params(op).get("io") or {}
 
 
+def max_pool_refusal(op, input_shapes) -> str | None:
+    """Why the INT8 max pool between int8 NHWC tensors cannot run the layer (None: it can): a 2-D max window,
+    [ReLU] fused, same scale in and out. Every device's INT8 max pool asks this, and passes/int8_io.py before it
+    moves a pool into INT8."""
+    p = op.params
+    if p.get("type") != "MAX" or p.get("global") or len(p.get("window") or []) != 2:
+        return "the INT8 pool is a 2-D max window"
+    if p.get("num_outputs", 1) > 1 or p.get("ceil_mode") or (p.get("auto_pad") or "NOTSET") not in ("NOTSET", "VALID"):
+        return "indices, ceil mode and SAME padding run in a float precision"
+    steps = [s["op"] if s["op"] != "activation" else s.get("type") for s in p.get("post_ops") or ()]
+    if steps not in ([], ["RELU"]):
+        return "the INT8 max pool fuses a ReLU and nothing else"
+    if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
+        return "the INT8 max pool reads NHWC"
+    return None
+
+
 def epilogue_plan(op) -> tuple:
     """(residual input index or None, relu) of the layer's post-ops, TacticRefusal for any other epilogue: the
     fused graph takes [], [RELU], [add] and [add, RELU] (the conv's own bias is its `bias` weight)."""

@@ -1,4 +1,5 @@
-"""CPU kernels: INT8 global average pooling (a Q/DQ "quantizable layer": DQ -> GlobalAveragePool -> Q).
+"""CPU kernels: INT8 global average pooling (a Q/DQ "quantizable layer": DQ -> GlobalAveragePool -> Q), and the max
+pool between int8 NHWC tensors (passes/int8_io.py; the CUDA twin is native/cuda/tactics/pooling.py's).
 
 The INT8 input is summed exactly in integers and the sum requantized once, straight to the output scale:
     y_q = round(sum(x_q) * float32(s_x / (s_y * N)))      (N = pooled elements; the device's rounding)
@@ -11,6 +12,8 @@ import numpy as np
 
 from native import numerics
 from native.cpu.kernels.conv_int8 import int8_params
+from native.cpu.kernels.fused import _pool_nhwc
+from native.shared.int8_io import max_pool_refusal
 from native.tactics import Tactic, register_tactic
 
 
@@ -38,3 +41,24 @@ class Int8GlobalAveragePool(Tactic):
             return [acc.astype(np.float32) * (s_x / np.float32(n))]
         scale = s_x / (np.float32(s_y) * np.float32(n))
         return [numerics.dequantize(numerics.requantize(acc, scale, rounding=rounding), s_y)]
+
+
+@register_tactic
+class Int8MaxPoolNHWC(Tactic):
+    """A 2-D max pool [+ ReLU] from an int8 NHWC tensor to one of the same scale: the max of int8 values is one of
+    them, so there is nothing to round."""
+
+    kind, name = "PoolingNHWC", "int8-max-nhwc"
+    precisions, formats = ("int8",), ("nhwc",)
+    input_dtypes, dtype_inputs = frozenset({"int8"}), (0,)
+    honours = frozenset({"post_ops"})
+
+    def supports(self, op, input_shapes):
+        return max_pool_refusal(op, input_shapes)
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        if x.dtype != np.int8:
+            raise ValueError(f"the INT8 max pool reads int8, got {x.dtype}")
+        y = _pool_nhwc(op, [x])[0]
+        return [np.maximum(y, np.int8(0)) if op.params.get("post_ops") else np.ascontiguousarray(y)]

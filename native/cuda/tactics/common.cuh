@@ -28,5 +28,13 @@ struct BF16 {
     }
 };
 
+// int8 values a max pool moves between int8 tensors (every value a float holds exactly; the max of int8 values is one
+// of them, so the saturating store only guards an all-padding window)
+struct I8 {
+    typedef signed char T;
+    static __device__ __forceinline__ float ld(signed char v) { return (float)v; }
+    static __device__ __forceinline__ signed char st(float v) { return (signed char)fminf(fmaxf(v, -128.f), 127.f); }
+};
+
 #define GRID_LOOP(n) for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); \
                           i += (long long)gridDim.x * blockDim.x)

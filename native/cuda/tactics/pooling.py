@@ -1,6 +1,7 @@
 """Pooling on the GPU (tensor.cu's pool2d and gpool): max and average, global at any rank >= 3, windows
 over rank 3 (1-D), 4 (2-D, NCHW and NHWC) and 5 (3-D, separable), with the pooled layer's fused activation.
-FP32, FP16 and BF16 storage, float32 accumulation. The CPU's twin: cpu/kernels/pooling.py."""
+FP32, FP16 and BF16 storage, float32 accumulation. The CPU's twin: cpu/kernels/pooling.py. Also the INT8 max pool
+between int8 NHWC tensors (passes/int8_io.py), whose CPU twin is cpu/kernels/pooling_int8.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +9,7 @@ import numpy as np
 from native.cuda.nvrtc import grid_for, kernel, launch
 from native.cuda.tactics.common import FLOAT_PRECISIONS, FLOAT_STORAGE, on_device, out_array, same_float, suffix
 from native.cuda.tactics.pointwise import _ACT, activate
+from native.shared.int8_io import max_pool_refusal
 from native.tactics import Tactic, TacticRefusal, register_tactic
 
 SRC = "tensor.cu"
@@ -122,6 +124,11 @@ def _fused_relu(op) -> bool:
 _INT_MAX = 2 ** 31 - 1
 
 
+def _suffix(dtype) -> str:
+    """The pool kernels' name suffix: the float storage types', and `_i8` for the INT8 max pool."""
+    return "_i8" if np.dtype(dtype) == np.int8 else suffix(dtype)
+
+
 def _pool2d_nhwc_vec(x, window, strides, dil, pre, post, mode, exclude, dtype, outputs, relu):
     """tensor.cu's pool2d_nhwc_v: an NHWC window pool reading 16 bytes of channels per load; None where it does
     not apply (channels not a multiple of the vector, unaligned buffers, 2^31 vectors or more): _pool2d then runs."""
@@ -138,7 +145,7 @@ def _pool2d_nhwc_vec(x, window, strides, dil, pre, post, mode, exclude, dtype, o
     params = np.array([n, c, h, w, oh, ow, kh, kw, strides[0], strides[1], pre[0], pre[1], dil[0], dil[1], mode,
                        int(exclude), int(relu)], dtype=np.int32)
     if y.size:
-        launch(kernel(SRC, "pool2d_nhwc_v" + suffix(dtype)), grid_for(y.size // vec), (256, 1, 1),
+        launch(kernel(SRC, "pool2d_nhwc_v" + _suffix(dtype)), grid_for(y.size // vec), (256, 1, 1),
                [np.uint64(y.ptr), np.uint64(x.ptr), params])
     return y
 
@@ -157,7 +164,7 @@ def _pool2d(x, dims, xs, window, strides, dil, pre, post, mode, exclude, dtype, 
     params = np.array([n, c, h, w, oh, ow, kh, kw, strides[0], strides[1], pre[0], pre[1], dil[0], dil[1], *xs, *ys,
                        mode | (int(exclude) << 32)], dtype=np.int64)
     if y.size:
-        launch(kernel(SRC, "pool2d" + suffix(dtype)), grid_for(y.size), (256, 1, 1),
+        launch(kernel(SRC, "pool2d" + _suffix(dtype)), grid_for(y.size), (256, 1, 1),
                [np.uint64(y.ptr), np.uint64(x.ptr), params])
     return y
 
@@ -171,3 +178,38 @@ class GpuPooling(_GpuPool):
 class GpuPoolingNHWC(_GpuPool):
     kind, name, nhwc = "PoolingNHWC", "window-kernel", True
     formats = ("nhwc",)
+
+
+@register_tactic
+class GpuInt8MaxPoolNHWC(Tactic):
+    """A 2-D max pool [+ ReLU] from an int8 NHWC tensor to one of the same scale (passes/int8_io.py moves the
+    quantizing Reformat in front of a max pool whose readers are INT8 layers: rounding is monotone, so quantizing
+    then pooling gives the values pooling then quantizing gives, on a quarter of an FP32 tensor's bytes). The max of
+    int8 values is one of them: bit-equal to the CPU's `int8-max-nhwc`."""
+
+    device = "cuda"
+    kind, name = "PoolingNHWC", "int8-max-kernel"
+    writes_outputs = True
+    precisions, formats = ("int8",), ("nhwc",)
+    input_dtypes, dtype_inputs = frozenset({"int8"}), (0,)
+    honours = {"post_ops"}
+
+    def supports(self, op, input_shapes):
+        return max_pool_refusal(op, input_shapes)
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = on_device(inputs[0])
+        if np.dtype(x.dtype) != np.int8:
+            raise TacticRefusal(f"the INT8 max pool reads int8, got {x.dtype}")
+        p = op.params
+        strides, dil = list(p.get("strides") or [1, 1]), list(p.get("dilations") or [1, 1])
+        pre, post = list(p.get("pre_padding") or [0, 0]), list(p.get("post_padding") or [0, 0])
+        relu = _fused_relu(op)
+        y = _pool2d_nhwc_vec(x, p["window"], strides, dil, pre, post, 0, False, np.int8, outputs, relu)
+        if y is None:
+            n, h, w, c = x.shape
+            # mode 2: max, then the ReLU
+            y = _pool2d(x, (n, c, h, w), (h * w * c, 1, w * c, c), p["window"], strides, dil, pre, post,
+                        2 if relu else 0, False, np.int8, outputs, nhwc=True)
+        return [y]
+

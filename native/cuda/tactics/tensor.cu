@@ -152,7 +152,8 @@ __device__ __forceinline__ void pool_k(typename D::T* __restrict__ out, const ty
         long long ox = t % p.OW; t /= p.OW;
         long long oy = t % p.OH;
         long long b = t / p.OH;
-        float acc = p.mode == 0 ? __int_as_float(0xff800000) : 0.f;
+        const bool mx = p.mode != 1;   // mode 0 max, 1 average, 2 max then ReLU (the INT8 max pool's fused ReLU)
+        float acc = mx ? __int_as_float(0xff800000) : 0.f;
         long long cnt = 0;
         bool nan = false;
         for (long long ky = 0; ky < p.kh; ++ky) {
@@ -162,18 +163,20 @@ __device__ __forceinline__ void pool_k(typename D::T* __restrict__ out, const ty
                 long long ix = ox * p.sw - p.pw + kx * p.dw;
                 if (ix < 0 || ix >= p.W) continue;
                 float v = D::ld(in[b * p.iN + c * p.iC + iy * p.iH + ix * p.iW]);
-                if (p.mode == 0) { nan = nan || v != v; acc = fmaxf(acc, v); } else acc += v;
+                if (mx) { nan = nan || v != v; acc = fmaxf(acc, v); } else acc += v;
                 ++cnt;
             }
         }
-        float r = p.mode == 0 ? (nan ? __int_as_float(0x7fc00000) : acc)
+        float r = mx ? (nan ? __int_as_float(0x7fc00000) : acc)
                               : acc / (float)(p.exclude_pad ? (cnt ? cnt : 1) : p.kh * p.kw);
+        if (p.mode == 2) r = (r > 0.f || r != r) ? r : 0.f;
         out[b * p.oN + c * p.oC + oy * p.oH + ox * p.oW] = D::st(r);
     }
 }
 extern "C" __global__ void pool2d_f32(float* out, const float* in, Pool p) { pool_k<F32>(out, in, p); }
 extern "C" __global__ void pool2d_f16(unsigned short* out, const unsigned short* in, Pool p) { pool_k<F16>(out, in, p); }
 extern "C" __global__ void pool2d_bf16(unsigned short* out, const unsigned short* in, Pool p) { pool_k<BF16>(out, in, p); }
+extern "C" __global__ void pool2d_i8(signed char* out, const signed char* in, Pool p) { pool_k<I8>(out, in, p); }
 
 // 2-D max / average pooling of an NHWC tensor, 16 bytes of channels per thread (C a multiple of 16 / element size,
 // 16-byte aligned buffers, fewer than 2^31 vectors in and out: the caller checks), 32-bit index arithmetic. The
@@ -232,6 +235,7 @@ __device__ __forceinline__ void pool_nhwc_v(V16* __restrict__ out, const V16* __
 extern "C" __global__ void pool2d_nhwc_v_f32(V16* out, const V16* in, PoolV p) { pool_nhwc_v<F32>(out, in, p); }
 extern "C" __global__ void pool2d_nhwc_v_f16(V16* out, const V16* in, PoolV p) { pool_nhwc_v<F16>(out, in, p); }
 extern "C" __global__ void pool2d_nhwc_v_bf16(V16* out, const V16* in, PoolV p) { pool_nhwc_v<BF16>(out, in, p); }
+extern "C" __global__ void pool2d_nhwc_v_i8(V16* out, const V16* in, PoolV p) { pool_nhwc_v<I8>(out, in, p); }
 
 // global pooling: x viewed as [N, P, C] with strides (sN, sP, sC) -> out [N, C] (contiguous in the caller's layout
 // via oN, oC); one thread per (n, c), float32 accumulation

@@ -6,7 +6,7 @@ count how rarely. Skipped without a GPU."""
 import numpy as np
 import pytest
 
-from tests.backends.test_int8_io import NumpyInt8IO, _resnet_block
+from tests.backends.test_int8_io import NumpyInt8IO, _pooled_block, _resnet_block
 
 pytestmark = pytest.mark.cuda
 
@@ -147,3 +147,51 @@ def test_gpu_calibration_gives_every_conv_input_a_scale():
         convs = [n for n in gpu.engine.graph.nodes if "Convolution" in n.kind]
         int8 = [n.name for n in convs if n.precision == "int8"]
     assert len(int8) == len(convs) == 4, [(n.name, n.precision, n.meta.get("int8_note")) for n in convs]
+
+
+@pytest.mark.parametrize("c", [16, 64, 24])      # 16 channels a thread; 24: one element a thread
+@pytest.mark.parametrize("window,stride,pad,relu", [(3, 2, 1, True), (3, 2, 1, False), (2, 2, 0, True),
+                                                     (3, 1, 1, False)])
+def test_int8_max_pool_kernel_equals_the_cpu(c, window, stride, pad, relu):
+    from native.cpu.kernels.pooling_int8 import Int8MaxPoolNHWC
+    from native.cuda.array import GpuArray
+    from native.cuda.tactics.pooling import GpuInt8MaxPoolNHWC
+    from native.tactics import LayerContext, Op
+    rng = np.random.default_rng(c + window)
+    params = {"type": "MAX", "window": [window, window], "strides": [stride, stride], "pre_padding": [pad, pad],
+              "post_padding": [pad, pad], "post_ops": [{"op": "activation", "type": "RELU"}] if relu else []}
+    op = Op("PoolingNHWC", "pool", params, {}, precision="int8", format="nhwc")
+    x = rng.integers(-128, 128, (3, 11, 13, c)).astype(np.int8)
+    x[0, :4, :4, :] = -128          # all-negative windows: the ReLU's zeros and the minimum value
+    tactic = GpuInt8MaxPoolNHWC()
+    assert tactic.supports(op, LayerContext([list(x.shape)], ["int8"])) is None
+    got = tactic.run(op, [GpuArray.from_host(x)])[0].to_host()
+    want = Int8MaxPoolNHWC().run(op, [x])[0]
+    assert got.dtype == np.int8 and got.shape == want.shape, (got.dtype, got.shape, want.shape)
+    np.testing.assert_array_equal(got, want)
+    assert (want.min() == 0) == relu
+
+
+def test_fp16_int8_engine_pools_in_int8_and_quantizes_the_float16_tensor(tmp_path):
+    """INT8 + FP16 on the GPU: the stem's max pool, read by two INT8 layers, runs the INT8 max pool; the one
+    quantizing Reformat reads conv0's float16 output itself (no float32 copy in between, as there was when two
+    layers read the quantized tensor), and the output stays close to the CPU's INT8 engine."""
+    from backends.engine import Calibrator
+    from backends.engine.builder.config import BuilderConfig
+    from backends.runners import EngineRunner
+    model, batches, x = _pooled_block()
+    cache = tmp_path / "calib.cache"
+    config = BuilderConfig()
+    config.prefer_nhwc = True
+    config.precision_by_timing = False
+    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as cpu, \
+            EngineRunner(model, flags=("int8", "fp16"), device="cuda", config=config,
+                         calibrator=Calibrator(batches, cache=cache)) as gpu:
+        want, got = cpu.infer({"x": x})["y"], gpu.infer({"x": x})["y"]
+        nodes = gpu.engine.graph.nodes
+    pool = next(n for n in nodes if n.kind.startswith("Pooling"))
+    reformats = [(n.params["from"], n.params["to"]) for n in nodes if n.kind == "Reformat"]
+    assert (pool.precision, pool.tactic_name) == ("int8", "int8-max-kernel"), (pool.precision, pool.tactic_name)
+    assert ("float16", "int8") in reformats and ("float16", "float32") not in reformats[:-1], reformats
+    cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
+    assert cos > 0.99, cos

@@ -452,6 +452,7 @@ def apply(graph, config, logger) -> int:
             scale_of[n.outputs[0]] = float(s_y)
     residual_scales = {id(n): {} for n in io}
     dequantized = quantized = 0
+    pools = int8_pools(graph, config, io_ids, scale_of, outs | body_reads)
     consumers = graph.consumers()
     for t, s in scale_of.items():
         prod = graph.producer(t)
@@ -483,23 +484,15 @@ def apply(graph, config, logger) -> int:
                 graph.set_inputs(r, inputs)
     consumers = graph.consumers()
     memo = {}
+    readers_of_int8 = io_ids | {id(p) for p in pools}
+    for n in pools:
+        quantized += _quantize_input(graph, n, n.params["int8"]["scale"], n.params["int8"]["rounding"], scale_of,
+                                     consumers, readers_of_int8, memo)
     for n in io:
         p8 = dict(n.params["int8"])
         s_x = float(p8["input_scale"])
-        x = n.inputs[0]
-        if scale_of.get(x) != s_x:
-            src, have = x, _stored_as(graph, x)
-            pr = graph.producer(x)
-            if pr is not None and pr.kind == "Reformat" and pr.params.get("to") == "float32" and \
-                    pr.params.get("from") in ("float16", "bfloat16") and len(consumers.get(x, [])) == 1:
-                src, have = pr.inputs[0], pr.params["from"]
-            q = memo.get((src, s_x))
-            if q is None:
-                q = memo[(src, s_x)] = _reformat(src, f"{src} (int8 {s_x:.6g})", have, "int8", s_x,
-                                                 p8.get("rounding", "half_even"))
-                graph.insert_before(n, q)
-                quantized += 1
-            graph.set_inputs(n, [q.outputs[0]] + n.inputs[1:])
+        quantized += _quantize_input(graph, n, s_x, p8.get("rounding", "half_even"), scale_of, consumers,
+                                     readers_of_int8, memo)
         p8["io"] = {"input": "int8", "output": "int8" if n.outputs[0] in scale_of else "float32"}
         if residual_scales[id(n)]:
             p8["residual_scales"] = residual_scales[id(n)]
@@ -509,6 +502,73 @@ def apply(graph, config, logger) -> int:
         n.meta["int8_note"] = f"INT8 in, {'INT8' if p8['io']['output'] == 'int8' else 'FP32'} out (int8 NHWC tensors)" \
             + (f"; {n.meta.pop('int8_joined')}" if n.meta.get("int8_joined") else "")
     eliminate_dead_layers(graph, config)
-    logger.info(f"INT8 I/O: {len(io)} layers on int8 NHWC tensors, {len(scale_of)} tensors stored int8; "
+    logger.info(f"INT8 I/O: {len(io)} layers on int8 NHWC tensors"
+                + (f" and {len(pools)} max pool{'s' if len(pools) > 1 else ''}" if pools else "")
+                + f", {len(scale_of)} tensors stored int8; "
                 f"{quantized} quantizing and {dequantized} dequantizing Reformat layers at the chains' edges")
     return len(scale_of)
+
+
+def _quantize_input(graph, n, s_x, rounding, scale_of, consumers, readers_of_int8, memo) -> int:
+    """Make `n` read its data input as int8 at scale s_x: directly where that tensor is stored so, else through a
+    quantizing Reformat (one per source and scale, shared by its readers). A float32 copy of a float16 / bfloat16
+    tensor that only int8 readers read is skipped: the Reformat quantizes the narrow tensor itself (the same
+    values) and the copy is left dead. Returns how many Reformat layers it added."""
+    x = n.inputs[0]
+    if scale_of.get(x) == s_x:
+        return 0
+    src, have = x, _stored_as(graph, x)
+    pr = graph.producer(x)
+    if pr is not None and pr.kind == "Reformat" and pr.params.get("to") == "float32" and \
+            pr.params.get("from") in ("float16", "bfloat16") and \
+            all(id(r) in readers_of_int8 for r in consumers.get(x, [])):
+        src, have = pr.inputs[0], pr.params["from"]
+    q = memo.get((src, s_x))
+    added = 0
+    if q is None:
+        q = memo[(src, s_x)] = _reformat(src, f"{src} (int8 {s_x:.6g})", have, "int8", s_x, rounding)
+        graph.insert_before(n, q)
+        added = 1
+    graph.set_inputs(n, [q.outputs[0]] + n.inputs[1:])
+    return added
+
+
+def int8_pools(graph, config, io_ids, scale_of, kept_float) -> list:
+    """Max pools that move into INT8 (before `apply` quantizes the chains' inputs): a 2-D NHWC max pool [+ ReLU]
+    whose every reader is an INT8 I/O layer reading it as its data input at one scale s, on a device with an INT8
+    max pool. Rounding is monotone and q(0) = 0, so quantizing at s then pooling gives exactly the values pooling
+    then quantizing gives; the quantizing Reformat moves in front of the pool, which then moves int8 bytes
+    (ResNet-50's stem max pool at batch 128 on an H200: float16 pool 0.118 ms + Reformat 0.035-0.099 ms before).
+    Each pool's output joins `scale_of` (stored int8 at s); returns the pools."""
+    int8_pool_tactics = [t for t in tactics_for("PoolingNHWC", str(config.device)) if "int8" in t.precisions]
+    if not int8_pool_tactics:
+        return []
+    consumers = graph.consumers()
+    pools = []
+    for n in graph.nodes:
+        if n.kind != "PoolingNHWC" or n.precision == "int8" or len(n.outputs) != 1 or n.outputs[0] in kept_float:
+            continue
+        y = n.outputs[0]
+        readers = list(dict.fromkeys(consumers.get(y, [])))
+        if not readers or any(id(r) not in io_ids or r.inputs[0] != y or y in r.inputs[1:] for r in readers):
+            continue
+        scales = {float(r.params["int8"]["input_scale"]) for r in readers}
+        if len(scales) != 1:
+            continue
+        s = scales.pop()
+        have = scale_of.get(n.inputs[0])
+        if have is not None and have != s:      # an int8 input of another scale would need a requantizing pass
+            continue
+        shape = _static_shape(graph, n.inputs[0])
+        ctx = LayerContext([shape], ["int8"])
+        if all(t.supports(n, ctx) for t in int8_pool_tactics):    # each says why not: none can run it
+            continue
+        n.precision = "int8"
+        n.params = dict(n.params, int8={"scale": s, "rounding": readers[0].params["int8"].get("rounding",
+                                                                                             "half_even")})
+        n.meta["output_types"] = ["int8"]
+        n.meta["int8_note"] = "INT8 max pool between int8 tensors (the quantizing Reformat moved before it)"
+        n.tactic_name = None
+        scale_of[y] = s
+        pools.append(n)
+    return pools
