@@ -332,46 +332,53 @@ def test_probe_random_values_are_views_of_one_seeded_buffer_per_dtype():
     np.testing.assert_array_equal(q.random((2, 3, 4), np.int8), a)   # seeded: every build draws the same values
 
 
-def _pooled_block():
-    """conv0 3x3 (3->8) + ReLU -> max pool 3x3/2 -> conv1 3x3 (8->16) and a 1x1 shortcut (8->16) -> add -> ReLU ->
-    conv3 1x1 (16->8): ResNet's stem, where two INT8 layers read the max pool's output."""
+def _pooled_block(c_in=3, pool_stride=1):
+    """x (c_in channels) -> conv0 3x3 (c_in->8) + ReLU -> max pool 3x3 -> conv1 3x3 (8->16) and a 1x1 shortcut
+    (8->16) -> add -> ReLU -> conv3 1x1 (16->8): ResNet's stem, where two INT8 layers read the max pool's output
+    (c_in = 3: conv0 stays float; 4: it writes int8 too)."""
     rng = np.random.default_rng(7)
     w = {f"w{i}": (rng.standard_normal(s) * 0.2).astype(np.float32)
-         for i, s in ((0, (8, 3, 3, 3)), (1, (16, 8, 3, 3)), (2, (16, 8, 1, 1)), (3, (8, 16, 1, 1)))}
+         for i, s in ((0, (8, c_in, 3, 3)), (1, (16, 8, 3, 3)), (2, (16, 8, 1, 1)), (3, (8, 16, 1, 1)))}
     nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
-             helper.make_node("MaxPool", ["r0"], ["p0"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
-                              pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["r0"], ["p0"], name="pool", kernel_shape=[3, 3],
+                              strides=[pool_stride, pool_stride], pads=[1, 1, 1, 1]),
              helper.make_node("Conv", ["p0", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Conv", ["p0", "w2"], ["d1"], name="down"),
              helper.make_node("Add", ["c1", "d1"], ["a1"], name="add1"),
              helper.make_node("Relu", ["a1"], ["r1"], name="relu1"),
              helper.make_node("Conv", ["r1", "w3"], ["y"], name="conv3")]
-    g = helper.make_graph(nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 12])],
+    shape = (2, c_in, 12, 12)
+    g = helper.make_graph(nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                           [numpy_helper.from_array(v, k) for k, v in w.items()])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    batches = [{"x": rng.standard_normal((2, 3, 12, 12)).astype(np.float32)} for _ in range(3)]
-    return model, batches, rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
+    batches = [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(3)]
+    return model, batches, rng.standard_normal(shape).astype(np.float32)
+
+
+def _io_build(model, batches, x, cache, flags=("int8",), **kw):
+    """(y, the engine's layers) of an INT8 I/O build that takes every layer the rule allows."""
+    from backends.engine import Calibrator
+    from backends.engine.builder.config import BuilderConfig
+    from backends.runners import EngineRunner
+    config = BuilderConfig()
+    config.prefer_nhwc = True
+    config.precision_by_timing = False
+    with EngineRunner(model, flags=flags, config=config, calibrator=Calibrator(batches, cache=cache), **kw) as r:
+        return r.infer({"x": x})["y"], list(r.engine.graph.nodes)
 
 
 def test_int8_io_max_pool_read_by_int8_layers_runs_int8(int8_io_on_cpu, monkeypatch, tmp_path):
-    """A max pool whose readers are all INT8 layers runs on int8 tensors: the quantizing Reformat moves in front of
-    it (quantize-then-max = max-then-quantize), so the output is bit-identical to the build that pools in float."""
-    from backends.engine import Calibrator
-    from backends.engine.builder.config import BuilderConfig
+    """A stride-1 max pool after a float layer, whose readers are all INT8 layers, runs on int8 tensors: the
+    quantizing Reformat moves in front of it (quantize-then-max = max-then-quantize), so the output is
+    bit-identical to the build that pools in float."""
     from backends.engine.builder.passes import int8_io
-    from backends.runners import EngineRunner
     model, batches, x = _pooled_block()
     cache = tmp_path / "calib.cache"
 
     def build():
-        config = BuilderConfig()
-        config.prefer_nhwc = True
-        config.precision_by_timing = False
-        with EngineRunner(model, flags=("int8",), config=config, calibrator=Calibrator(batches, cache=cache)) as r:
-            y = r.infer({"x": x})["y"]
-            nodes = list(r.engine.graph.nodes)
+        y, nodes = _io_build(model, batches, x, cache)
         pool = next(n for n in nodes if n.kind.startswith("Pooling"))
         quant = [n for n in nodes if n.kind == "Reformat" and n.params["to"] == "int8"]
         assert len(quant) == 1, [(n.name, n.params) for n in nodes if n.kind == "Reformat"]
@@ -386,3 +393,32 @@ def test_int8_io_max_pool_read_by_int8_layers_runs_int8(int8_io_on_cpu, monkeypa
     y_float_pool, _, pool_f, quant_f = build()
     assert pool_f.precision != "int8" and quant_f.inputs == pool_f.outputs
     assert y.dtype == np.float32 and np.array_equal(y, y_float_pool), np.abs(y - y_float_pool).max()
+
+
+def test_int8_io_max_pool_between_int8_layers_reads_their_int8_output(int8_io_on_cpu, tmp_path):
+    """conv0 (INT8, int8 out) -> max pool -> two INT8 layers: the pool reads conv0's int8 tensor and writes int8 at
+    its scale, and its readers take that scale: no Reformat between them; a pool that shrinks a float tensor stays
+    float (quantizing its input would move more bytes)."""
+    from backends.engine import Calibrator
+    from backends.runners import EngineRunner
+    model, batches, x = _pooled_block(c_in=4, pool_stride=2)
+    cache = tmp_path / "calib.cache"
+    y, nodes = _io_build(model, batches, x, cache)
+    pool = next(n for n in nodes if n.kind.startswith("Pooling"))
+    conv0 = next(n for n in nodes if "Convolution" in n.kind and n.name.startswith("conv0"))
+    reformats = [(n.params["from"], n.params["to"]) for n in nodes if n.kind == "Reformat"]
+    assert (pool.precision, pool.tactic_name) == ("int8", "int8-max-nhwc") and pool.inputs == conv0.outputs
+    s_p = conv0.params["int8"]["output_scale"]
+    readers = [n for n in nodes if n.inputs and n.inputs[0] == pool.outputs[0]]
+    assert len(readers) == 2 and all(n.params["int8"]["input_scale"] == s_p == pool.params["int8"]["scale"]
+                                     for n in readers)
+    assert reformats == [("float32", "int8")], reformats      # x in; y is conv3's float32 output
+    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as cpu:
+        want = cpu.infer({"x": x})["y"]
+    cos = float(np.dot(y.ravel(), want.ravel()) / (np.linalg.norm(y) * np.linalg.norm(want)))
+    assert cos > 0.995, cos
+    # the same pool after a float layer (3 input channels) halves each side: it stays float
+    model, batches, x = _pooled_block(c_in=3, pool_stride=2)
+    _, nodes = _io_build(model, batches, x, tmp_path / "calib2.cache")
+    pool = next(n for n in nodes if n.kind.startswith("Pooling"))
+    assert pool.precision == "float32", pool.precision

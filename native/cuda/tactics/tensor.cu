@@ -235,7 +235,38 @@ __device__ __forceinline__ void pool_nhwc_v(V16* __restrict__ out, const V16* __
 extern "C" __global__ void pool2d_nhwc_v_f32(V16* out, const V16* in, PoolV p) { pool_nhwc_v<F32>(out, in, p); }
 extern "C" __global__ void pool2d_nhwc_v_f16(V16* out, const V16* in, PoolV p) { pool_nhwc_v<F16>(out, in, p); }
 extern "C" __global__ void pool2d_nhwc_v_bf16(V16* out, const V16* in, PoolV p) { pool_nhwc_v<BF16>(out, in, p); }
-extern "C" __global__ void pool2d_nhwc_v_i8(V16* out, const V16* in, PoolV p) { pool_nhwc_v<I8>(out, in, p); }
+// the INT8 max pool: 16 int8 channels a thread as four 32-bit words, each tap's max taken four signed bytes at a
+// time (__vmaxs4); the ReLU starts the max at 0 instead of -128 (max(max(x), 0)). Exact, as pool_nhwc_v<I8> is;
+// that one converts every byte to float and back (ResNet-50's stem pool at batch 128: 0.076 ms, 1.7 TB/s).
+extern "C" __global__ void pool2d_nhwc_v_i8(V16* __restrict__ out, const V16* __restrict__ in, const PoolV p) {
+    const int CV = p.C / 16;
+    const int n = p.N * p.OH * p.OW * CV;
+    const unsigned int lo = p.relu ? 0u : 0x80808080u;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int cv = i % CV, t = i / CV;
+        int ox = t % p.OW; t /= p.OW;
+        int oy = t % p.OH;
+        int b = t / p.OH;
+        unsigned int m[4] = {lo, lo, lo, lo};
+        for (int ky = 0; ky < p.kh; ++ky) {
+            int iy = oy * p.sh - p.ph + ky * p.dh;
+            if (iy < 0 || iy >= p.H) continue;
+            for (int kx = 0; kx < p.kw; ++kx) {
+                int ix = ox * p.sw - p.pw + kx * p.dw;
+                if (ix < 0 || ix >= p.W) continue;
+                V16 v = in[((b * p.H + iy) * p.W + ix) * CV + cv];
+                const unsigned int* w = reinterpret_cast<const unsigned int*>(&v);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) m[k] = __vmaxs4(m[k], w[k]);
+            }
+        }
+        V16 o;
+        unsigned int* ow4 = reinterpret_cast<unsigned int*>(&o);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) ow4[k] = m[k];
+        out[i] = o;
+    }
+}
 
 // global pooling: x viewed as [N, P, C] with strides (sN, sP, sC) -> out [N, C] (contiguous in the caller's layout
 // via oN, oC); one thread per (n, c), float32 accumulation

@@ -165,33 +165,36 @@ def test_int8_max_pool_kernel_equals_the_cpu(c, window, stride, pad, relu):
     x[0, :4, :4, :] = -128          # all-negative windows: the ReLU's zeros and the minimum value
     tactic = GpuInt8MaxPoolNHWC()
     assert tactic.supports(op, LayerContext([list(x.shape)], ["int8"])) is None
-    got = tactic.run(op, [GpuArray.from_host(x)])[0].to_host()
+    got = tactic.run(op, [GpuArray.from_host(x)])[0].get()
     want = Int8MaxPoolNHWC().run(op, [x])[0]
     assert got.dtype == np.int8 and got.shape == want.shape, (got.dtype, got.shape, want.shape)
     np.testing.assert_array_equal(got, want)
     assert (want.min() == 0) == relu
 
 
-def test_fp16_int8_engine_pools_in_int8_and_quantizes_the_float16_tensor(tmp_path):
-    """INT8 + FP16 on the GPU: the stem's max pool, read by two INT8 layers, runs the INT8 max pool; the one
-    quantizing Reformat reads conv0's float16 output itself (no float32 copy in between, as there was when two
-    layers read the quantized tensor), and the output stays close to the CPU's INT8 engine."""
+@pytest.mark.parametrize("c_in,stride", [(3, 1), (4, 2)])
+def test_fp16_int8_engine_runs_the_max_pool_in_int8(tmp_path, c_in, stride):
+    """INT8 + FP16 on the GPU, a max pool read by two INT8 layers runs the INT8 max pool. After a float16 layer
+    (3 input channels) the one quantizing Reformat reads that layer's float16 output itself, with no float32 copy
+    in between (there was one when two layers read the quantized tensor); after an INT8 layer (4 input channels) it
+    reads that layer's int8 output, with no Reformat on either side. Outputs stay close to the CPU's INT8 engine."""
     from backends.engine import Calibrator
-    from backends.engine.builder.config import BuilderConfig
     from backends.runners import EngineRunner
-    model, batches, x = _pooled_block()
+    from tests.backends.test_int8_io import _io_build
+    model, batches, x = _pooled_block(c_in, stride)
     cache = tmp_path / "calib.cache"
-    config = BuilderConfig()
-    config.prefer_nhwc = True
-    config.precision_by_timing = False
-    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as cpu, \
-            EngineRunner(model, flags=("int8", "fp16"), device="cuda", config=config,
-                         calibrator=Calibrator(batches, cache=cache)) as gpu:
-        want, got = cpu.infer({"x": x})["y"], gpu.infer({"x": x})["y"]
-        nodes = gpu.engine.graph.nodes
+    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as cpu:
+        want = cpu.infer({"x": x})["y"]
+    got, nodes = _io_build(model, batches, x, cache, flags=("int8", "fp16"), device="cuda")
     pool = next(n for n in nodes if n.kind.startswith("Pooling"))
     reformats = [(n.params["from"], n.params["to"]) for n in nodes if n.kind == "Reformat"]
     assert (pool.precision, pool.tactic_name) == ("int8", "int8-max-kernel"), (pool.precision, pool.tactic_name)
-    assert ("float16", "int8") in reformats and ("float16", "float32") not in reformats[:-1], reformats
+    src = [n for n in nodes if pool.inputs[0] in n.outputs][0]
+    if c_in == 3:
+        assert (src.kind, src.params["from"], src.params["to"]) == ("Reformat", "float16", "int8"), src.name
+        assert ("float16", "float32") not in reformats[:-1], reformats
+    else:
+        assert src.kind == "ConvolutionNHWC" and src.params["int8"]["io"]["output"] == "int8", src.name
+        assert [r for r in reformats if "int8" in r] == [("float16", "int8")], reformats
     cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
     assert cos > 0.99, cos

@@ -453,12 +453,15 @@ def apply(graph, config, logger) -> int:
     residual_scales = {id(n): {} for n in io}
     dequantized = quantized = 0
     pools = int8_pools(graph, config, io_ids, scale_of, outs | body_reads)
+    pool_ids = {id(p) for p in pools}
     consumers = graph.consumers()
     for t, s in scale_of.items():
         prod = graph.producer(t)
         prod.meta["output_types"] = ["int8"]
         made = None
         for r in list(dict.fromkeys(consumers.get(t, []))):
+            if id(r) in pool_ids:       # an INT8 max pool reads it at its scale
+                continue
             if r.kind == "Reformat" and r.params.get("from") == "float32" and r.params.get("to") in ("float16",
                                                                                                    "float32",
                                                                                                    "bfloat16"):
@@ -484,7 +487,7 @@ def apply(graph, config, logger) -> int:
                 graph.set_inputs(r, inputs)
     consumers = graph.consumers()
     memo = {}
-    readers_of_int8 = io_ids | {id(p) for p in pools}
+    readers_of_int8 = io_ids | pool_ids
     for n in pools:
         quantized += _quantize_input(graph, n, n.params["int8"]["scale"], n.params["int8"]["rounding"], scale_of,
                                      consumers, readers_of_int8, memo)
@@ -534,41 +537,81 @@ def _quantize_input(graph, n, s_x, rounding, scale_of, consumers, readers_of_int
 
 
 def int8_pools(graph, config, io_ids, scale_of, kept_float) -> list:
-    """Max pools that move into INT8 (before `apply` quantizes the chains' inputs): a 2-D NHWC max pool [+ ReLU]
-    whose every reader is an INT8 I/O layer reading it as its data input at one scale s, on a device with an INT8
-    max pool. Rounding is monotone and q(0) = 0, so quantizing at s then pooling gives exactly the values pooling
-    then quantizing gives; the quantizing Reformat moves in front of the pool, which then moves int8 bytes
-    (ResNet-50's stem max pool at batch 128 on an H200: float16 pool 0.118 ms + Reformat 0.035-0.099 ms before).
-    Each pool's output joins `scale_of` (stored int8 at s); returns the pools."""
-    int8_pool_tactics = [t for t in tactics_for("PoolingNHWC", str(config.device)) if "int8" in t.precisions]
-    if not int8_pool_tactics:
+    """Max pools that run on int8 tensors, as TensorRT runs them between INT8 layers (called by `apply` before it
+    places the Reformat layers). A 2-D NHWC max pool [+ ReLU] whose every reader is an INT8 I/O layer reading it as
+    its data input (directly, or through the precision pass's float32 copy of a float16 / bfloat16 tensor), on a
+    device with an INT8 max pool:
+    - whose input an INT8 I/O layer writes as int8 at scale s_p: the pool reads and writes int8 at s_p and its
+      readers' input scale becomes s_p (the max of values on s_p's grid is on it, so nothing is rounded): the
+      chain skips a dequantizing and a quantizing Reformat (VGG-style conv -> pool -> conv);
+    - whose input is float, when the int8 copy of its input is smaller than its float output (a stride-1 pool):
+      the quantizing Reformat, at the readers' one scale, moves in front of it. Quantize-then-max equals
+      max-then-quantize (rounding is monotone; q(0) = 0 for the ReLU). A pool that shrinks its input stays float
+      (ResNet's 3x3/2 stem pool: quantizing its input would move more bytes than it saves).
+    Each pool's output joins `scale_of`; returns the pools."""
+    tactics8 = [t for t in tactics_for("PoolingNHWC", str(config.device)) if "int8" in t.precisions]
+    if not tactics8:
         return []
     consumers = graph.consumers()
     pools = []
-    for n in graph.nodes:
+    for n in list(graph.nodes):
         if n.kind != "PoolingNHWC" or n.precision == "int8" or len(n.outputs) != 1 or n.outputs[0] in kept_float:
             continue
         y = n.outputs[0]
-        readers = list(dict.fromkeys(consumers.get(y, [])))
-        if not readers or any(id(r) not in io_ids or r.inputs[0] != y or y in r.inputs[1:] for r in readers):
+        readers, copies = _int8_readers(y, consumers, io_ids, kept_float)
+        if not readers:
             continue
-        scales = {float(r.params["int8"]["input_scale"]) for r in readers}
-        if len(scales) != 1:
-            continue
-        s = scales.pop()
-        have = scale_of.get(n.inputs[0])
-        if have is not None and have != s:      # an int8 input of another scale would need a requantizing pass
-            continue
-        shape = _static_shape(graph, n.inputs[0])
-        ctx = LayerContext([shape], ["int8"])
-        if all(t.supports(n, ctx) for t in int8_pool_tactics):    # each says why not: none can run it
+        x = src = n.inputs[0]
+        pr = graph.producer(x)
+        if x not in scale_of and pr is not None and pr.kind == "Reformat" and pr.params.get("from") == "float32" \
+                and pr.inputs[0] in scale_of and all(c is n for c in consumers.get(x, [])):
+            src = pr.inputs[0]          # the precision pass's float copy of an INT8 layer's output
+        s = scale_of.get(src)
+        if s is None:
+            scales = {float(r.params["int8"]["input_scale"]) for r in readers}
+            # int8 input bytes against float output bytes: the output has ~1 / (sh * sw) of the input's elements
+            shrink = int(np.prod(n.params.get("strides") or [1, 1]))
+            if len(scales) != 1 or shrink >= np.dtype(storage_numpy_dtype(_stored_as(graph, y))).itemsize:
+                continue
+            s = scales.pop()
+        shape = _static_shape(graph, x)
+        if all(t.supports(n, LayerContext([shape], ["int8"])) for t in tactics8):   # each says why it cannot
             continue
         n.precision = "int8"
         n.params = dict(n.params, int8={"scale": s, "rounding": readers[0].params["int8"].get("rounding",
                                                                                              "half_even")})
         n.meta["output_types"] = ["int8"]
-        n.meta["int8_note"] = "INT8 max pool between int8 tensors (the quantizing Reformat moved before it)"
+        n.meta["int8_note"] = "INT8 max pool between int8 tensors" + \
+            (" (the quantizing Reformat moved in front of it)" if src not in scale_of else "")
         n.tactic_name = None
+        if src != x:
+            graph.set_inputs(n, [src] + n.inputs[1:])
+        for c in copies:
+            for r in list(dict.fromkeys(consumers.get(c.outputs[0], []))):
+                graph.set_inputs(r, [y if t == c.outputs[0] else t for t in r.inputs])
+        for r in readers:
+            r.params = dict(r.params, int8=dict(r.params["int8"], input_scale=s))
         scale_of[y] = s
         pools.append(n)
     return pools
+
+
+def _int8_readers(y, consumers, io_ids, kept_float):
+    """(the INT8 I/O layers that read tensor y as their data input, the float32 copies of y they read it through);
+    (None, None) when anything else reads y."""
+    def data_reader(r, t):
+        return id(r) in io_ids and r.inputs[0] == t and t not in r.inputs[1:]
+    readers, copies = [], []
+    for r in dict.fromkeys(consumers.get(y, [])):
+        if r.kind == "Reformat" and r.params.get("to") == "float32" and \
+                r.params.get("from") in ("float16", "bfloat16") and r.outputs[0] not in kept_float:
+            sub = list(dict.fromkeys(consumers.get(r.outputs[0], [])))
+            if not sub or not all(data_reader(c, r.outputs[0]) for c in sub):
+                return None, None
+            readers += sub
+            copies.append(r)
+        elif data_reader(r, y):
+            readers.append(r)
+        else:
+            return None, None
+    return readers, copies
