@@ -141,7 +141,7 @@ DECLARED = {
             "hidden_size:int input_forget:int layout:int linear_before_reset:int"),
     "Range": "",
     "Reduce": "axes:ints? keep_dims:bool noop_with_empty_axes:bool op:str",
-    "Reformat": "from:str to:str scale:num? rounding:str?",
+    "Reformat": "from:str to:str scale:num? rounding:str? pack:obj?",
     "Resize": ("align_corners:int antialias:bool axes:ints? coordinate_transformation:str cubic_coeff:num "
                "exclude_outside:bool extrapolation_value:num grid_mode:str keep_aspect_ratio_policy:str mode:str "
                "nearest_rounding:str padding_mode:str"),

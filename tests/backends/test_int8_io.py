@@ -422,3 +422,101 @@ def test_int8_io_max_pool_between_int8_layers_reads_their_int8_output(int8_io_on
     _, nodes = _io_build(model, batches, x, tmp_path / "calib2.cache")
     pool = next(n for n in nodes if n.kind.startswith("Pooling"))
     assert pool.precision == "float32", pool.precision
+
+
+def _stem_block(h=20, w=18):
+    """ResNet's stem at a small size: conv1 7x7/2 pad 3 over RGB (3 -> 8) + ReLU -> max pool 3x3/2 -> conv2 3x3
+    (8 -> 8) + ReLU -> conv3 1x1 (8 -> 4)."""
+    rng = np.random.default_rng(11)
+    w_ = {"w1": (rng.standard_normal((8, 3, 7, 7)) * 0.1).astype(np.float32),
+          "b1": (rng.standard_normal(8) * 0.1).astype(np.float32),
+          "w2": (rng.standard_normal((8, 8, 3, 3)) * 0.15).astype(np.float32),
+          "w3": (rng.standard_normal((4, 8, 1, 1)) * 0.3).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[3, 3, 3, 3], strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("Conv", ["r2", "w3"], ["y"], name="conv3")]
+    shape = (2, 3, h, w)
+    g = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in w_.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    batches = [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(3)]
+    return model, batches, rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("h,w", [(20, 18), (17, 23)])
+def test_int8_io_stem_packs_its_rgb_input_and_runs_int8(int8_io_on_cpu, tmp_path, h, w):
+    """A 7x7/2 convolution over 3 channels runs INT8 as the stem: one Reformat quantizes and packs the NCHW input
+    (space-to-depth, its horizontal taps folded into channels: 64 of them), the layer is a 4x1 convolution over
+    them, the max pool after it reads its int8 output, and the engine agrees with the CPU's INT8 engine."""
+    from backends.engine import Calibrator
+    from backends.runners import EngineRunner
+    from native.shared import int8_stem
+    model, batches, x = _stem_block(h, w)
+    cache = tmp_path / "calib.cache"
+    y, nodes = _io_build(model, batches, x, cache)
+    conv1 = next(n for n in nodes if "Convolution" in n.kind and n.name.startswith("conv1"))
+    pack = [n for n in nodes if n.kind == "Reformat" and n.params.get("pack")]
+    pool = next(n for n in nodes if n.kind.startswith("Pooling"))
+    assert len(pack) == 1 and pack[0].inputs == ["x"] and pack[0].params["pack"]["layout"] == "nchw", \
+        [(n.name, n.inputs) for n in nodes]
+    want_pack = int8_stem.plan([7, 7], [2, 2], [3, 3], [3, 3], [1, 1], 1, 3, h, w)
+    assert {k: v for k, v in pack[0].params["pack"].items() if k != "layout"} == want_pack
+    assert conv1.tactic_name == NumpyInt8IO.name and conv1.inputs[0] == pack[0].outputs[0]
+    assert conv1.params["kernel_spatial"] == [4, 1] and conv1.params["strides"] == [1, 1]
+    assert np.shape(conv1.weights["kernel_hwio"]) == (4 * 64, 8)
+    assert "INT8 stem" in conv1.meta["int8_note"], conv1.meta["int8_note"]
+    assert (pool.precision, pool.inputs) == ("int8", conv1.outputs), (pool.precision, pool.inputs)
+    assert [(n.params["from"], n.params["to"]) for n in nodes if n.kind == "Reformat"] == [("float32", "int8")]
+    # the packed layer's int8 output is the 7x7/2 layer's, bit for bit (same accumulators, same channel scales)
+    from native.cpu.kernels.reformat import Reformat
+    from native.tactics import Op
+    w1 = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "w1"))
+    b1 = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "b1"))
+    packed_op = Op("ConvolutionNHWC", "c", conv1.params, {"kernel_hwio": conv1.weights["kernel_hwio"], "bias": b1},
+                   precision="int8", format="nhwc")
+    plain_op = Op("ConvolutionNHWC", "c", dict(conv1.params, kernel_spatial=[7, 7], strides=[2, 2],
+                                               pre_padding=[3, 3], post_padding=[3, 3]),
+                  {"kernel_hwio": w1.transpose(2, 3, 1, 0).reshape(-1, 8), "bias": b1}, precision="int8",
+                  format="nhwc")
+    x_packed = Reformat().run(Op("Reformat", "q", pack[0].params, {}), [x])[0]
+    x_nhwc = Reformat().run(Op("Reformat", "q", {k: v for k, v in pack[0].params.items() if k != "pack"}, {}),
+                            [x.transpose(0, 2, 3, 1)])[0]
+    y_packed = NumpyInt8IO().run(packed_op, [x_packed, None, None])[0]
+    y_plain = NumpyInt8IO().run(plain_op, [x_nhwc, None, None])[0]
+    assert y_packed.dtype == np.int8 and y_packed.shape == y_plain.shape and np.array_equal(y_packed, y_plain)
+    # and the engine as a whole agrees with the CPU's INT8 engine (the pool's output keeps conv1's scale: TensorRT's
+    # scale propagation, so the two engines' grids differ after it)
+    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as cpu:
+        want = cpu.infer({"x": x})["y"]
+    assert y.shape == want.shape
+    cos = float(np.dot(y.ravel(), want.ravel()) / (np.linalg.norm(y) * np.linalg.norm(want)))
+    assert cos > 0.995, cos
+
+
+@pytest.mark.parametrize("k,pad,c,h,w", [(7, 3, 3, 16, 16), (7, 3, 3, 15, 13), (3, 1, 3, 10, 9), (5, 2, 1, 11, 12),
+                                         (3, 0, 2, 9, 9), (4, 1, 3, 12, 12), (7, (3, 2), 4, 14, 15)])
+def test_int8_stem_packing_keeps_every_product(k, pad, c, h, w):
+    """The packed convolution's exact integer accumulators equal the original stride-2 convolution's, at even and
+    odd sizes, asymmetric padding and every packed channel count (16, 32, 64)."""
+    from native.shared import int8_stem
+    rng = np.random.default_rng(k * 100 + c)
+    pre = [pad, pad] if isinstance(pad, int) else list(pad)
+    post = pre[::-1]
+    pk = int8_stem.plan([k, k], [2, 2], pre, post, [1, 1], 1, c, h, w)
+    assert pk is not None and pk["cp"] in (16, 32, 64)
+    x = rng.integers(-128, 128, (2, h, w, c))
+    wt = rng.integers(-127, 128, (5, k, k, c))
+    want = _conv_nhwc_int(x, wt, {"strides": [2, 2], "pre_padding": pre, "post_padding": post})
+    packed = int8_stem.pack_values(x, pk)
+    assert packed.shape == int8_stem.packed_shape(pk, 2)
+    kernel = int8_stem.packed_kernel(wt.transpose(1, 2, 3, 0).reshape(-1, 5), [k, k], pre, pk)
+    got = _conv_nhwc_int(packed, kernel.reshape(pk["k2"][0], 1, pk["cp"], 5).transpose(3, 0, 1, 2),
+                         int8_stem.packed_conv_params({}, pk))
+    np.testing.assert_array_equal(got, want)
+    assert int8_stem.plan([k, k], [1, 1], pre, post, [1, 1], 1, c, h, w) is None       # stride 1: nothing to fold
+    assert int8_stem.plan([k, k], [2, 2], pre, post, [1, 1], 1, 16, h, w) is None      # aligned channels

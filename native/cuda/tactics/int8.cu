@@ -213,3 +213,47 @@ extern "C" __global__ void abs_hist_f32(const float* x, long long n, float scale
     for (int b = threadIdx.x; b < bins; b += blockDim.x)
         if (sh[b]) atomicAdd(&hist[b], (unsigned long long)sh[b]);
 }
+
+// the INT8 stem's quantizing Reformat (native/shared/int8_stem.py): quantize and pack a float NCHW / NHWC image (its
+// element strides sN, sC, sH, sW) into [N, rows, ow, cp] int8, 16 packed channels a thread; zero outside the image
+// and in the padding channels. Channel k = ((b * 2 + dy) * 2 + dx) * C + c reads x[n, c, 2 (r + a_min) + dy,
+// 2 (X + b + b_min) + dx].
+struct StemPack {
+    long long sN, sC, sH, sW;
+    long long N, H, W, C, rows, ow, cp, kw2, a_min, b_min;
+};
+template <class D>
+__device__ __forceinline__ void stem_pack_k(uint4* __restrict__ out, const typename D::T* __restrict__ x,
+                                            const StemPack p, float s, int mode) {
+    const long long CV = p.cp / 16;
+    GRID_LOOP(p.N * p.rows * p.ow * CV) {
+        long long cv = i % CV, t = i / CV;
+        long long X = t % p.ow; t /= p.ow;
+        long long r = t % p.rows, n = t / p.rows;
+        unsigned w[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            unsigned word = 0;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                long long k = cv * 16 + q * 4 + e;
+                long long c = k % p.C, rest = k / p.C;
+                long long dx = rest & 1, dy = (rest >> 1) & 1, b = rest >> 2;
+                signed char v = 0;
+                if (b < p.kw2) {
+                    long long iy = 2 * (r + p.a_min) + dy, ix = 2 * (X + b + p.b_min) + dx;
+                    if (iy >= 0 && iy < p.H && ix >= 0 && ix < p.W)
+                        v = saturate_i8(round_mode(__fdiv_rn(D::ld(x[n * p.sN + c * p.sC + iy * p.sH + ix * p.sW]), s),
+                                                   mode), 0);
+                }
+                word |= (unsigned)(unsigned char)v << (8 * e);
+            }
+            w[q] = word;
+        }
+        out[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+extern "C" __global__ void stem_pack_f32_i8(uint4* out, const float* x, StemPack p, float s, int mode) {
+    stem_pack_k<F32>(out, x, p, s, mode); }
+extern "C" __global__ void stem_pack_f16_i8(uint4* out, const unsigned short* x, StemPack p, float s, int mode) {
+    stem_pack_k<F16>(out, x, p, s, mode); }

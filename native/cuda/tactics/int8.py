@@ -304,6 +304,8 @@ class GpuInt8Reformat(Tactic):
         have = np.dtype(x.dtype).name
         if have != src and not (dst == "int8" and have in _REFORMAT_FLOATS):
             raise TacticRefusal(f"Reformat {src} -> {dst} got a {x.dtype} tensor")
+        if dst == "int8" and op.params.get("pack"):
+            return [_stem_pack(x, op.params, have, outputs)]
         out = out_array(outputs, 0, x.shape, np.int8 if dst == "int8" else np.dtype(dst))
         if not x.size:
             return [out]
@@ -323,3 +325,26 @@ class GpuInt8Reformat(Tactic):
             name = ("dequantize_i8_f32" if dst == "float32" else "dequantize_i8_f16") + tail
             launch(kernel(SRC, name), grid_for(n), (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), n, s])
         return [out]
+
+
+def _stem_pack(x, params, have, outputs):
+    """The INT8 stem's quantizing Reformat (native/shared/int8_stem.py): int8.cu's stem_pack over a float32 /
+    float16 NHWC or NCHW image (pack['layout'])."""
+    pk = params["pack"]
+    if pk.get("layout") == "nchw":
+        n, c, h, w = (int(d) for d in x.shape)
+        strides = (c * h * w, h * w, w, 1)
+    else:
+        n, h, w, c = (int(d) for d in x.shape)
+        strides = (h * w * c, 1, w * c, c)
+    if c != pk["c"] or pk["cp"] % 16:
+        raise TacticRefusal(f"the stem pack expects {pk['c']} channels (packed to a multiple of 16), got {c}")
+    out = out_array(outputs, 0, (n, pk["rows"], pk["ow"], pk["cp"]), np.int8)
+    if out.ptr % 16:
+        raise TacticRefusal("the stem pack stores 16 bytes a thread: its output must be 16-byte aligned")
+    geometry = np.array([*strides, n, h, w, c, pk["rows"], pk["ow"], pk["cp"], pk["k2"][1], *pk["lo"]], np.int64)
+    if out.size:
+        launch(kernel(SRC, "stem_pack_f32_i8" if have == "float32" else "stem_pack_f16_i8"), grid_for(out.size // 16),
+               (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), geometry, np.float32(params["scale"]),
+                             np.int32(_rounding(params))])
+    return out

@@ -6,7 +6,7 @@ count how rarely. Skipped without a GPU."""
 import numpy as np
 import pytest
 
-from tests.backends.test_int8_io import NumpyInt8IO, _pooled_block, _resnet_block
+from tests.backends.test_int8_io import NumpyInt8IO, _pooled_block, _resnet_block, _stem_block
 
 pytestmark = pytest.mark.cuda
 
@@ -196,5 +196,53 @@ def test_fp16_int8_engine_runs_the_max_pool_in_int8(tmp_path, c_in, stride):
     else:
         assert src.kind == "ConvolutionNHWC" and src.params["int8"]["io"]["output"] == "int8", src.name
         assert [r for r in reformats if "int8" in r] == [("float16", "int8")], reformats
+    cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
+    assert cos > 0.99, cos
+
+
+@pytest.mark.parametrize("src,layout", [("float32", "nchw"), ("float16", "nhwc"), ("float32", "nhwc")])
+@pytest.mark.parametrize("k,pad,c,h,w", [(7, 3, 3, 30, 28), (7, 3, 3, 29, 31), (3, 1, 3, 18, 17), (5, 2, 1, 13, 12)])
+def test_int8_stem_pack_kernel_equals_the_cpu(src, layout, k, pad, c, h, w):
+    """int8.cu's stem_pack quantizes and packs like the CPU Reformat (ties included), from float32 / float16 NCHW
+    or NHWC images, at odd sizes and 16 / 32 / 64 packed channels."""
+    from native.cpu.kernels.reformat import Reformat
+    from native.cuda.array import GpuArray
+    from native.cuda.tactics.int8 import GpuInt8Reformat
+    from native.shared import int8_stem
+    from native.tactics import Op
+    rng = np.random.default_rng(k + c + h)
+    pk = int8_stem.plan([k, k], [2, 2], [pad, pad], [pad, pad], [1, 1], 1, c, h, w)
+    s = 0.02
+    x = (rng.integers(-280, 280, (3, c, h, w)) * (s / 2)).astype(np.float32)    # ties at half steps, saturation
+    if layout == "nhwc":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    x = x.astype(src)
+    op = Op("Reformat", "pack", {"from": src, "to": "int8", "scale": s, "rounding": "half_even",
+                                 "pack": dict(pk, layout=layout)}, {})
+    want = Reformat().run(op, [x])[0]
+    got = GpuInt8Reformat().run(op, [GpuArray.from_host(x)])[0].get()
+    assert got.dtype == np.int8 and got.shape == want.shape == int8_stem.packed_shape(pk, 3)
+    np.testing.assert_array_equal(got, want)
+    assert (want == 127).any() and (want == -128).any()
+
+
+def test_int8_fp16_engine_runs_the_stem_int8_on_the_gpu(tmp_path):
+    """INT8 + FP16 on the GPU: the 7x7/2 convolution over RGB runs as the INT8 stem (the pack on the GPU, the packed
+    layer on an INT8 tensor-core tactic), the max pool after it in INT8, and the engine agrees with the CPU's INT8
+    engine."""
+    from backends.engine import Calibrator
+    from backends.runners import EngineRunner
+    from tests.backends.test_int8_io import _io_build
+    model, batches, x = _stem_block(40, 36)
+    cache = tmp_path / "calib.cache"
+    with EngineRunner(model, flags=("int8",), calibrator=Calibrator(batches, cache=cache)) as cpu:
+        want = cpu.infer({"x": x})["y"]
+    got, nodes = _io_build(model, batches, x, cache, flags=("int8", "fp16"), device="cuda")
+    pack = [n for n in nodes if n.kind == "Reformat" and n.params.get("pack")]
+    conv1 = next(n for n in nodes if "Convolution" in n.kind and n.name.startswith("conv1"))
+    pool = next(n for n in nodes if n.kind.startswith("Pooling"))
+    assert len(pack) == 1 and pack[0].tactic_name == "int8-kernel", [(n.name, n.tactic_name) for n in nodes]
+    assert conv1.params["kernel_spatial"] == [4, 1] and conv1.precision == "int8", conv1.params["kernel_spatial"]
+    assert (pool.precision, pool.tactic_name) == ("int8", "int8-max-kernel")
     cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
     assert cos > 0.99, cos

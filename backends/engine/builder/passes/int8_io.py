@@ -25,11 +25,14 @@ import numpy as np
 
 from backends.engine.builder.config import BuilderFlag
 from backends.engine.builder.passes.dead import eliminate_dead_layers
+from backends.engine.builder.passes.nhwc import TO_NHWC, is_transpose
 from backends.engine.builder.passes.precision import enabled_precisions, int8_is_permission
 from backends.engine.builder.timed_choice import TIE_MARGIN, Probe, chooses_by_timing, variant
 from backends.engine.engine_graph import Node
 from native.numerics import storage_numpy_dtype
 from native.precision import LADDER, STORAGE, as_precision
+from native.shared import int8_stem
+from native.shared.int8_io import max_pool_refusal
 from native.tactics import LayerContext, Op, tactics_for
 
 ALIGN = 4        # channel counts the INT8 NHWC convolutions take (multiples of)
@@ -68,7 +71,8 @@ def why_not(node, graph) -> str | None:
             p.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID", None):
         return "grouped, merged-shortcut or auto-padded convolution"
     m, c = int(k.shape[0]), int(k.shape[1])
-    if c % ALIGN or m % ALIGN:
+    if m % ALIGN or (c % ALIGN and not int8_stem.packable(k.shape[2:], p.get("strides"), p.get("pre_padding"),
+                                                         p.get("dilations"), p.get("groups"), c)):
         return f"channels {c} -> {m} are not multiples of {ALIGN}"
     if not epilogue_ok(p.get("post_ops")) or any(key.startswith("post_bias") for key in node.weights):
         return "its fused epilogue is not [residual add] [ReLU]"
@@ -91,6 +95,36 @@ def _nhwc_op(node) -> Op:
         weights["bias"] = node.weights["bias"]
     return Op(kind="ConvolutionNHWC", name=node.name, params=params, weights=weights, precision="int8",
               format="nhwc")
+
+
+def _stem_op(op, node, stem) -> Op:
+    """The layer as it runs on the INT8 stem's packed tensor (native/shared/int8_stem.py)."""
+    w = dict(op.weights, kernel_hwio=int8_stem.packed_kernel(op.weights["kernel_hwio"], op.params["kernel_spatial"],
+                                                             node.params.get("pre_padding"), stem))
+    return Op(kind=op.kind, name=op.name, params=int8_stem.packed_conv_params(op.params, stem), weights=w,
+              precision=op.precision, format=op.format)
+
+
+def _stem_plan(node, shape):
+    """The INT8 stem packing of `node` at input shape [N, C, H, W], None when it needs none (its channels are
+    aligned) or it does not pack."""
+    p = node.params
+    c = int(shape[1])
+    if c % ALIGN == 0:
+        return None
+    return int8_stem.plan(p["kernel_spatial"] if "kernel_spatial" in p else np.shape(node.weights["kernel"])[2:],
+                          p.get("strides"), p.get("pre_padding"), p.get("post_padding"), p.get("dilations"),
+                          p.get("groups"), c, int(shape[2]), int(shape[3]))
+
+
+def _pack_ms(probe, shape, stem):
+    """The device's time to quantize and pack a float32 NCHW input of `shape` for the INT8 stem."""
+    x = probe.random(tuple(shape), np.float32)
+    node = Node(name="Reformat float32->int8 (stem pack)", kind="Reformat", inputs=["x"], outputs=["y"],
+                params={"from": "float32", "to": "int8", "scale": 1.0, "pack": dict(stem, layout="nchw")},
+                precision="int8", meta={"output_types": ["int8"]})
+    m = probe.best(node, [x])
+    return None if m is None else m.ms
 
 
 def _static_shape(graph, name):
@@ -152,6 +186,7 @@ def _leave_int8(n, ms8, msf, fp):
     its float precisions like any float layer's."""
     n.precision = "float32"
     n.params = {k: v for k, v in n.params.items() if k != "int8"}
+    n.meta.pop("int8_stem", None)
     n.meta["int8_note"] = f"not INT8: {fp} is faster ({msf:.3f} ms vs INT8 {ms8:.3f} ms on int8 NHWC tensors)"
     n.meta["int8_precision_ms"] = {"int8": round(ms8, 4), fp: round(msf, 4)}
     n.meta.pop("precision_ms", None)
@@ -168,15 +203,38 @@ def chains(graph) -> list:
             parent[i] = parent[parent[i]]
             i = parent[i]
         return i
+    consumers = None
+    pools = []
     for n in marked:
         for x in [n.inputs[0]] + [n.inputs[i] for i in [_residual_index(n)] if i is not None and i < len(n.inputs)]:
             p = graph.producer(x)
             if p is not None and id(p) in parent:
                 parent[root(id(p))] = root(id(n))
+            elif p is not None and p.kind in ("Pooling", "PoolingNHWC") and x == n.inputs[0]:
+                consumers = consumers or graph.consumers()
+                q = graph.producer(p.inputs[0])
+                if q is not None and id(q) in parent and _joins_int8(p, consumers) and id(p) not in parent:
+                    parent[id(p)] = id(p)
+                    pools.append(p)
+                    parent[root(id(q))] = root(id(p))
+                if id(p) in parent:
+                    parent[root(id(p))] = root(id(n))
     groups = {}
-    for n in marked:
-        groups.setdefault(root(id(n)), []).append(n)
+    for n in graph.nodes:
+        if id(n) in parent:
+            groups.setdefault(root(id(n)), []).append(n)
     return list(groups.values())
+
+
+def _joins_int8(pool, consumers) -> bool:
+    """Whether a pool between INT8 I/O layers will run INT8 between them (`apply`'s int8_pools: a 2-D max pool
+    [+ ReLU] that only marked layers read, as their data input)."""
+    if max_pool_refusal(pool, None) is not None:
+        return False
+    y = pool.outputs[0]
+    readers = consumers.get(y, [])
+    return bool(readers) and all(r.meta.get("int8_io") and r.inputs[0] == y and y not in r.inputs[1:]
+                                 for r in readers)
 
 
 def chain_edges(graph, chain, consumers) -> tuple:
@@ -185,7 +243,8 @@ def chain_edges(graph, chain, consumers) -> tuple:
     `consumers`: graph.consumers(), made once for every chain."""
     ids = {id(n) for n in chain}
     outs = set(graph.output_names)
-    into = list(dict.fromkeys(n.inputs[0] for n in chain if id(graph.producer(n.inputs[0])) not in ids))
+    into = list(dict.fromkeys(n.inputs[0] for n in chain if id(graph.producer(n.inputs[0])) not in ids
+                              and not n.meta.get("int8_stem")))     # (the stem's pack is in its INT8 time)
     out_of = [n.outputs[0] for n in chain if n.outputs[0] in outs or
               any(id(r) not in ids for r in consumers.get(n.outputs[0], []))]
     return into, out_of
@@ -311,24 +370,25 @@ def drop_unprofitable_chains(graph, probe, config, logger) -> int:
     memo, dropped = {}, 0
     consumers = graph.consumers()   # (leaving INT8 changes layers' precisions, not the graph's edges)
     for chain in chains(graph):
-        timed = [n.meta.get("precision_ms") or {} for n in chain]
+        layers = [n for n in chain if n.meta.get("int8_io")]      # (a chain's max pools are not timed)
+        timed = [n.meta.get("precision_ms") or {} for n in layers]
         if not all("int8" in t and fp in t for t in timed):
             continue      # a layer marked without timing (by the rule): the chain stays as the rule says
         saved = sum(t[fp] - t["int8"] for t in timed)
         cost, unknown, (into, out_of) = _chain_reformats_ms(graph, probe, chain, consumers, fp, memo)
         float_ms = sum(t[fp] for t in timed)
         if unknown or float_ms - saved + cost <= float_ms * (1 + TIE_MARGIN):   # (the per-layer rule's tie margin)
-            logger.verbose(f"INT8 I/O: chain of {len(chain)} from '{chain[0].name}': INT8 saves {saved:.3f} ms, its "
+            logger.verbose(f"INT8 I/O: chain of {len(layers)} from '{layers[0].name}': INT8 saves {saved:.3f} ms, its "
                            f"{len(into)} + {len(out_of)} Reformat layers cost {cost:.3f} ms -> INT8"
                            + (" (a Reformat could not be timed)" if unknown else ""))
             continue
-        for n, t in zip(chain, timed):
+        for n, t in zip(layers, timed):
             n.meta.pop("int8_io")
             _leave_int8(n, t["int8"], t[fp], fp)
-            n.meta["int8_note"] = (f"not INT8: its chain of {len(chain)} INT8 layer(s) saves {saved:.3f} ms and the "
+            n.meta["int8_note"] = (f"not INT8: its chain of {len(layers)} INT8 layer(s) saves {saved:.3f} ms and the "
                                    f"Reformat layers at its edges cost {cost:.3f} ms")
-        dropped += len(chain)
-        logger.verbose(f"INT8 I/O: chain of {len(chain)} from '{chain[0].name}' runs {fp}: INT8 saves {saved:.3f} "
+        dropped += len(layers)
+        logger.verbose(f"INT8 I/O: chain of {len(layers)} from '{layers[0].name}' runs {fp}: INT8 saves {saved:.3f} "
                        f"ms, its {len(into)} + {len(out_of)} Reformat layers would cost {cost:.3f} ms")
     return dropped
 
@@ -357,17 +417,28 @@ def mark(graph, config, logger, ctx=None) -> tuple:
             value = probe.env.get(n.inputs[0]) if probe is not None else None
             shape = [int(d) for d in value.shape] if getattr(value, "ndim", 0) == 4 else \
                 _static_shape(graph, n.inputs[0])
-            if shape is not None:
+            stem = _stem_plan(n, shape) if shape is not None else None
+            if shape is not None and int(shape[1]) % ALIGN and stem is None:
+                why = f"channels {shape[1]} are not a multiple of {ALIGN} and do not pack as an INT8 stem at this size"
+            elif shape is None and np.shape(n.weights["kernel"])[1] % ALIGN:
+                why = "an INT8 stem packs at a known input size"
+            elif shape is not None:
                 op = _nhwc_op(n)
+                run_op, run_shape = (op, shape) if stem is None else \
+                    (_stem_op(op, n, stem), [shape[0], stem["cp"], stem["rows"], stem["ow"]])
                 width = 3 + sum(s["op"] == "add" for s in op.params["post_ops"])
-                ctx = LayerContext([[shape[0], shape[2], shape[3], shape[1]]] + [None] * (width - 1),
+                ctx = LayerContext([[run_shape[0], run_shape[2], run_shape[3], run_shape[1]]] + [None] * (width - 1),
                                    ["int8"] + [None] * (width - 1))
-                reasons = [t.supports(op, ctx) for t in tactics]
+                reasons = [t.supports(run_op, ctx) for t in tactics]
                 if None not in reasons:
                     why = f"cuDNN: {reasons[0]}"
                 elif probe is not None:
                     try:
-                        ms8, msf, fp = time_against_float(probe, n, op, shape, config)
+                        ms8, msf, fp = time_against_float(probe, n, run_op, run_shape, config)
+                        if stem is not None:    # the packed INT8 layer + its pack against the float layer itself
+                            msf = time_against_float(probe, n, op, shape, config)[1]
+                            pack = _pack_ms(probe, shape, stem)
+                            ms8 = None if ms8 is None or pack is None else ms8 + pack
                     except Exception as e:    # timing broke: the rule (mark) holds, the log says why
                         logger.warning(f"INT8 I/O: timing '{n.name}' failed ({type(e).__name__}: {str(e)[:200]})")
                         ms8 = msf = fp = None
@@ -386,6 +457,10 @@ def mark(graph, config, logger, ctx=None) -> tuple:
             logger.verbose(f"INT8 I/O: '{n.name}' keeps float tensors around it ({why})")
             continue
         n.meta["int8_io"] = True
+        if stem is not None:
+            n.meta["int8_stem"] = stem
+            logger.verbose(f"INT8 I/O: '{n.name}' runs as an INT8 stem: {shape[1]} input channels packed "
+                           f"space-to-depth into {stem['cp']}, a {stem['k2'][0]}x1 convolution")
         marked += 1
     if slow:
         joined = rejoin_edge_layers(graph, probe, slow, logger)
@@ -436,6 +511,7 @@ def apply(graph, config, logger) -> int:
     for n in graph.nodes:       # marked layers the layout pass left NCHW: INT8 on float tensors after all
         if n.meta.get("int8_io") and (n.kind != "ConvolutionNHWC" or n.precision != "int8"):
             n.meta.pop("int8_io")
+            n.meta.pop("int8_stem", None)
     io = [n for n in graph.nodes if n.meta.get("int8_io")]
     if not io:
         return 0
@@ -494,8 +570,11 @@ def apply(graph, config, logger) -> int:
     for n in io:
         p8 = dict(n.params["int8"])
         s_x = float(p8["input_scale"])
-        quantized += _quantize_input(graph, n, s_x, p8.get("rounding", "half_even"), scale_of, consumers,
-                                     readers_of_int8, memo)
+        if n.meta.get("int8_stem"):
+            quantized += _stem_input(graph, n, s_x, p8.get("rounding", "half_even"), consumers)
+        else:
+            quantized += _quantize_input(graph, n, s_x, p8.get("rounding", "half_even"), scale_of, consumers,
+                                         readers_of_int8, memo)
         p8["io"] = {"input": "int8", "output": "int8" if n.outputs[0] in scale_of else "float32"}
         if residual_scales[id(n)]:
             p8["residual_scales"] = residual_scales[id(n)]
@@ -510,6 +589,32 @@ def apply(graph, config, logger) -> int:
                 + f", {len(scale_of)} tensors stored int8; "
                 f"{quantized} quantizing and {dequantized} dequantizing Reformat layers at the chains' edges")
     return len(scale_of)
+
+
+def _stem_input(graph, n, s_x, rounding, consumers) -> int:
+    """The INT8 stem (native/shared/int8_stem.py): one Reformat quantizes and packs the layer's float input (read
+    as NCHW from before the layout pass's transpose where only the stem reads that), and the layer becomes the
+    packed convolution (its kernel packed; the int32 accumulators are the original's). Returns 1 (the Reformat)."""
+    stem = dict(n.meta.pop("int8_stem"))
+    x = src = n.inputs[0]
+    layout = "nhwc"
+    pr = graph.producer(x)
+    if pr is not None and is_transpose(pr, TO_NHWC) and len(consumers.get(x, [])) == 1:
+        src, layout = pr.inputs[0], "nchw"
+    pack = _reformat(src, f"{src} (int8 stem {stem['c']}->{stem['cp']} channels)", _stored_as(graph, src), "int8",
+                     s_x, rounding)
+    pack.params["pack"] = dict(stem, layout=layout)
+    graph.insert_before(n, pack)
+    n.weights = dict(n.weights, kernel_hwio=int8_stem.packed_kernel(n.weights["kernel_hwio"],
+                                                                    n.params["kernel_spatial"],
+                                                                    n.params.get("pre_padding"), stem))
+    kh, kw = n.params["kernel_spatial"]
+    n.params = int8_stem.packed_conv_params(n.params, stem)
+    n.meta["int8_joined"] = "; ".join(filter(None, [n.meta.get("int8_joined"), (
+        f"INT8 stem: its {kh}x{kw}/2 convolution over {stem['c']} channels runs as a {stem['k2'][0]}x1 one over "
+        f"{stem['cp']} space-to-depth packed channels")]))
+    graph.set_inputs(n, [pack.outputs[0]] + n.inputs[1:])
+    return 1
 
 
 def _quantize_input(graph, n, s_x, rounding, scale_of, consumers, readers_of_int8, memo) -> int:
