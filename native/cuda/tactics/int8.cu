@@ -219,34 +219,38 @@ extern "C" __global__ void abs_hist_f32(const float* x, long long n, float scale
 // and in the padding channels. Channel k = ((b * 2 + dy) * 2 + dx) * C + c reads x[n, c, 2 (r + a_min) + dy,
 // 2 (X + b + b_min) + dx].
 struct StemPack {
-    long long sN, sC, sH, sW;
-    long long N, H, W, C, rows, ow, cp, kw2, a_min, b_min;
+    int sN, sC, sH, sW;
+    int N, H, W, C, rows, ow, cp, kw2, a_min, b_min;
 };
+// 32-bit index arithmetic (the caller checks the sizes) and one division a thread for the channel split: 64-bit
+// divisions per element made this 0.4 ms at ResNet-50's batch 128
 template <class D>
 __device__ __forceinline__ void stem_pack_k(uint4* __restrict__ out, const typename D::T* __restrict__ x,
                                             const StemPack p, float s, int mode) {
-    const long long CV = p.cp / 16;
-    GRID_LOOP(p.N * p.rows * p.ow * CV) {
-        long long cv = i % CV, t = i / CV;
-        long long X = t % p.ow; t /= p.ow;
-        long long r = t % p.rows, n = t / p.rows;
+    const int CV = p.cp / 16;
+    const int total = p.N * p.rows * p.ow * CV;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int cv = i % CV, t = i / CV;
+        int X = t % p.ow; t /= p.ow;
+        int r = t % p.rows, n = t / p.rows;
+        int k = cv * 16;
+        int c = k % p.C, rest = k / p.C;          // rest = (b * 2 + dy) * 2 + dx
+        const typename D::T* xn = x + n * p.sN;
         unsigned w[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             unsigned word = 0;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                long long k = cv * 16 + q * 4 + e;
-                long long c = k % p.C, rest = k / p.C;
-                long long dx = rest & 1, dy = (rest >> 1) & 1, b = rest >> 2;
+                int dx = rest & 1, dy = (rest >> 1) & 1, b = rest >> 2;
                 signed char v = 0;
                 if (b < p.kw2) {
-                    long long iy = 2 * (r + p.a_min) + dy, ix = 2 * (X + b + p.b_min) + dx;
+                    int iy = 2 * (r + p.a_min) + dy, ix = 2 * (X + b + p.b_min) + dx;
                     if (iy >= 0 && iy < p.H && ix >= 0 && ix < p.W)
-                        v = saturate_i8(round_mode(__fdiv_rn(D::ld(x[n * p.sN + c * p.sC + iy * p.sH + ix * p.sW]), s),
-                                                   mode), 0);
+                        v = saturate_i8(round_mode(__fdiv_rn(D::ld(xn[c * p.sC + iy * p.sH + ix * p.sW]), s), mode), 0);
                 }
                 word |= (unsigned)(unsigned char)v << (8 * e);
+                if (++c == p.C) { c = 0; ++rest; }
             }
             w[q] = word;
         }

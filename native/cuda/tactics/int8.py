@@ -342,7 +342,9 @@ def _stem_pack(x, params, have, outputs):
     out = out_array(outputs, 0, (n, pk["rows"], pk["ow"], pk["cp"]), np.int8)
     if out.ptr % 16:
         raise TacticRefusal("the stem pack stores 16 bytes a thread: its output must be 16-byte aligned")
-    geometry = np.array([*strides, n, h, w, c, pk["rows"], pk["ow"], pk["cp"], pk["k2"][1], *pk["lo"]], np.int64)
+    if x.size >= 2 ** 31 or out.size >= 2 ** 31:
+        raise TacticRefusal("the stem pack indexes in 32 bits: 2^31 elements or more run on the host")
+    geometry = np.array([*strides, n, h, w, c, pk["rows"], pk["ow"], pk["cp"], pk["k2"][1], *pk["lo"]], np.int32)
     if out.size:
         launch(kernel(SRC, "stem_pack_f32_i8" if have == "float32" else "stem_pack_f16_i8"), grid_for(out.size // 16),
                (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), geometry, np.float32(params["scale"]),

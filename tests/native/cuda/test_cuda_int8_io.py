@@ -242,6 +242,7 @@ def test_int8_fp16_engine_runs_the_stem_int8_on_the_gpu(tmp_path):
     conv1 = next(n for n in nodes if "Convolution" in n.kind and n.name.startswith("conv1"))
     pool = next(n for n in nodes if n.kind.startswith("Pooling"))
     assert len(pack) == 1 and pack[0].tactic_name == "int8-kernel", [(n.name, n.tactic_name) for n in nodes]
+    assert pack[0].inputs == ["x"] and pack[0].params["from"] == "float32", pack[0].inputs   # no cast, no transpose
     assert conv1.params["kernel_spatial"] == [4, 1] and conv1.precision == "int8", conv1.params["kernel_spatial"]
     assert (pool.precision, pool.tactic_name) == ("int8", "int8-max-kernel")
     cos = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))

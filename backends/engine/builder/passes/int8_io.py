@@ -601,6 +601,10 @@ def _stem_input(graph, n, s_x, rounding, consumers) -> int:
     pr = graph.producer(x)
     if pr is not None and is_transpose(pr, TO_NHWC) and len(consumers.get(x, [])) == 1:
         src, layout = pr.inputs[0], "nchw"
+        cast = graph.producer(src)       # the precision pass's float16 copy of a float32 input: quantize the input
+        if cast is not None and cast.kind == "Reformat" and cast.params.get("to") in ("float16", "bfloat16") and \
+                cast.params.get("from") == "float32" and len(consumers.get(src, [])) == 1:
+            src = cast.inputs[0]
     pack = _reformat(src, f"{src} (int8 stem {stem['c']}->{stem['cp']} channels)", _stored_as(graph, src), "int8",
                      s_x, rounding)
     pack.params["pack"] = dict(stem, layout=layout)
