@@ -346,7 +346,8 @@ def _stem_pack(x, params, have, outputs):
         raise TacticRefusal("the stem pack indexes in 32 bits: 2^31 elements or more run on the host")
     geometry = np.array([*strides, n, h, w, c, pk["rows"], pk["ow"], pk["cp"], pk["k2"][1], *pk["lo"]], np.int32)
     if out.size:
-        launch(kernel(SRC, "stem_pack_f32_i8" if have == "float32" else "stem_pack_f16_i8"), grid_for(out.size // 16),
+        launch(kernel(SRC, "stem_pack_f32_i8" if have == "float32" else "stem_pack_f16_i8"),
+               grid_for(out.size // pk["cp"]),
                (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), geometry, np.float32(params["scale"]),
                              np.int32(_rounding(params))])
     return out

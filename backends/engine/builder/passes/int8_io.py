@@ -593,18 +593,19 @@ def apply(graph, config, logger) -> int:
 
 def _stem_input(graph, n, s_x, rounding, consumers) -> int:
     """The INT8 stem (native/shared/int8_stem.py): one Reformat quantizes and packs the layer's float input (read
-    as NCHW from before the layout pass's transpose where only the stem reads that), and the layer becomes the
-    packed convolution (its kernel packed; the int32 accumulators are the original's). Returns 1 (the Reformat)."""
+    as NCHW from before the layout pass's transpose, and past the precision pass's float copies, where only the
+    stem reads them), and the layer becomes the packed convolution (its kernel packed; the int32 accumulators are the original's). Returns 1 (the Reformat)."""
     stem = dict(n.meta.pop("int8_stem"))
-    x = src = n.inputs[0]
-    layout = "nhwc"
-    pr = graph.producer(x)
-    if pr is not None and is_transpose(pr, TO_NHWC) and len(consumers.get(x, [])) == 1:
-        src, layout = pr.inputs[0], "nchw"
-        cast = graph.producer(src)       # the precision pass's float16 copy of a float32 input: quantize the input
-        if cast is not None and cast.kind == "Reformat" and cast.params.get("to") in ("float16", "bfloat16") and \
-                cast.params.get("from") == "float32" and len(consumers.get(src, [])) == 1:
-            src = cast.inputs[0]
+    src, layout = n.inputs[0], "nhwc"
+    while len(consumers.get(src, [])) == 1:     # back through float copies and the layout pass's transpose
+        pr = graph.producer(src)
+        if pr is not None and pr.kind == "Reformat" and pr.params.get("scale") is None and \
+                {pr.params.get("from"), pr.params.get("to")} <= {"float32", "float16", "bfloat16"}:
+            src = pr.inputs[0]
+        elif layout == "nhwc" and is_transpose(pr, TO_NHWC):
+            src, layout = pr.inputs[0], "nchw"
+        else:
+            break
     pack = _reformat(src, f"{src} (int8 stem {stem['c']}->{stem['cp']} channels)", _stored_as(graph, src), "int8",
                      s_x, rounding)
     pack.params["pack"] = dict(stem, layout=layout)
