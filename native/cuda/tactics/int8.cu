@@ -214,26 +214,22 @@ extern "C" __global__ void abs_hist_f32(const float* x, long long n, float scale
         if (sh[b]) atomicAdd(&hist[b], (unsigned long long)sh[b]);
 }
 
-// the INT8 stem's quantizing Reformat (native/shared/int8_stem.py): quantize and pack a float NCHW / NHWC image (its
-// element strides sN, sC, sH, sW) into [N, rows, ow, cp] int8, 16 packed channels a thread; zero outside the image
-// and in the padding channels. Channel k = ((b * 2 + dy) * 2 + dx) * C + c reads x[n, c, 2 (r + a_min) + dy,
-// 2 (X + b + b_min) + dx].
+// the INT8 stem's quantizing Reformat (native/shared/int8_stem.py), second pass: pack a quantized NCHW / NHWC image
+// (its element strides sN, sC, sH, sW) into [N, rows, ow, cp] int8; zero outside the image and in the padding
+// channels. Channel k = ((b * 2 + dy) * 2 + dx) * C + c reads x[n, c, 2 (r + a_min) + dy, 2 (X + b + b_min) + dx].
 struct StemPack {
     int sN, sC, sH, sW;
     int N, H, W, C, rows, ow, cp, kw2, a_min, b_min;
 };
-// A thread per packed pixel (n, r, X) writes its cp channels as 16-byte stores; for each (b, dy, dx, c) the warp's
-// threads read columns two apart (coalesced). 32-bit index arithmetic (the caller checks the sizes). A thread per
-// 16 channels reading 16 scattered elements ran ~0.2 ms at ResNet-50's batch 128, and lost the stem to FP16.
-template <class D>
-__device__ __forceinline__ void stem_pack_k(uint4* __restrict__ out, const typename D::T* __restrict__ x,
-                                            const StemPack p, float s, int mode) {
+// A thread per packed pixel (n, r, X) of the quantized image writes its cp channels as 16-byte stores; for each
+// (b, dy, dx, c) the warp's threads read columns two apart. 32-bit index arithmetic (the caller checks the sizes).
+extern "C" __global__ void stem_pack_i8(uint4* __restrict__ out, const signed char* __restrict__ x, const StemPack p) {
     const int CV = p.cp / 16;
     const int total = p.N * p.rows * p.ow;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         int X = i % p.ow, t = i / p.ow;
         int r = t % p.rows, n = t / p.rows;
-        const typename D::T* xn = x + n * p.sN;
+        const signed char* xn = x + n * p.sN;
         int c = 0, rest = 0;                       // channel k = rest * C + c, rest = (b * 2 + dy) * 2 + dx
         for (int cv = 0; cv < CV; ++cv) {
             unsigned w[4] = {0u, 0u, 0u, 0u};
@@ -242,11 +238,8 @@ __device__ __forceinline__ void stem_pack_k(uint4* __restrict__ out, const typen
                 int dx = rest & 1, dy = (rest >> 1) & 1, b = rest >> 2;
                 if (b < p.kw2) {
                     int iy = 2 * (r + p.a_min) + dy, ix = 2 * (X + b + p.b_min) + dx;
-                    if (iy >= 0 && iy < p.H && ix >= 0 && ix < p.W) {
-                        signed char v = saturate_i8(round_mode(__fdiv_rn(D::ld(xn[c * p.sC + iy * p.sH + ix * p.sW]),
-                                                                         s), mode), 0);
-                        w[e >> 2] |= (unsigned)(unsigned char)v << (8 * (e & 3));
-                    }
+                    if (iy >= 0 && iy < p.H && ix >= 0 && ix < p.W)
+                        w[e >> 2] |= (unsigned)(unsigned char)xn[c * p.sC + iy * p.sH + ix * p.sW] << (8 * (e & 3));
                 }
                 if (++c == p.C) { c = 0; ++rest; }
             }
@@ -254,7 +247,3 @@ __device__ __forceinline__ void stem_pack_k(uint4* __restrict__ out, const typen
         }
     }
 }
-extern "C" __global__ void stem_pack_f32_i8(uint4* out, const float* x, StemPack p, float s, int mode) {
-    stem_pack_k<F32>(out, x, p, s, mode); }
-extern "C" __global__ void stem_pack_f16_i8(uint4* out, const unsigned short* x, StemPack p, float s, int mode) {
-    stem_pack_k<F16>(out, x, p, s, mode); }

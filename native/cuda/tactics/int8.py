@@ -307,29 +307,42 @@ class GpuInt8Reformat(Tactic):
         if dst == "int8" and op.params.get("pack"):
             return [_stem_pack(x, op.params, have, outputs)]
         out = out_array(outputs, 0, x.shape, np.int8 if dst == "int8" else np.dtype(dst))
+        if dst == "int8":
+            return [_quantize(x, out, s, _rounding(op.params), have)]
         if not x.size:
             return [out]
-        # 8 elements a thread where the size and the addresses allow it (16-byte float loads / stores)
-        wide = x.size % 8 == 0 and x.ptr % 16 == 0 and out.ptr % 16 == 0
+        wide = _wide(x, out)
         n = np.int64(x.size // 8 if wide else x.size)
-        tail = "_x8" if wide else ""
-        if dst == "int8":
-            mode = np.int32(_rounding(op.params))
-            args = [np.uint64(out.ptr), np.uint64(x.ptr), n, s, mode]
-            if have == "float32":
-                launch(kernel(SRC, "quantize_i8" + tail), grid_for(n), (256, 1, 1),
-                       args if wide else args + [np.int32(0)])
-            else:
-                launch(kernel(SRC, "quantize_f16_i8" + tail), grid_for(n), (256, 1, 1), args)
-        else:
-            name = ("dequantize_i8_f32" if dst == "float32" else "dequantize_i8_f16") + tail
-            launch(kernel(SRC, name), grid_for(n), (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), n, s])
+        name = ("dequantize_i8_f32" if dst == "float32" else "dequantize_i8_f16") + ("_x8" if wide else "")
+        launch(kernel(SRC, name), grid_for(n), (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), n, s])
         return [out]
 
 
+def _wide(x, out) -> bool:
+    """8 elements a thread where the size and the addresses allow it (16-byte float loads / stores)."""
+    return x.size % 8 == 0 and x.ptr % 16 == 0 and out.ptr % 16 == 0
+
+
+def _quantize(x, out, s, mode, have):
+    """out = clamp(round(x / s)) of a float32 / float16 tensor, with the rounding `mode` (int8.cu's quantize
+    kernels)."""
+    if not x.size:
+        return out
+    wide = _wide(x, out)
+    n = np.int64(x.size // 8 if wide else x.size)
+    tail = "_x8" if wide else ""
+    args = [np.uint64(out.ptr), np.uint64(x.ptr), n, np.float32(s), np.int32(mode)]
+    if have == "float32":
+        launch(kernel(SRC, "quantize_i8" + tail), grid_for(n), (256, 1, 1), args if wide else args + [np.int32(0)])
+    else:
+        launch(kernel(SRC, "quantize_f16_i8" + tail), grid_for(n), (256, 1, 1), args)
+    return out
+
+
 def _stem_pack(x, params, have, outputs):
-    """The INT8 stem's quantizing Reformat (native/shared/int8_stem.py): int8.cu's stem_pack over a float32 /
-    float16 NHWC or NCHW image (pack['layout'])."""
+    """The INT8 stem's quantizing Reformat (native/shared/int8_stem.py): the float32 / float16 NHWC or NCHW image
+    (pack['layout']) quantized once (each element lands in up to kw2 packed channels, and the IEEE division is most
+    of the work), then int8.cu's stem_pack moves the bytes."""
     pk = params["pack"]
     if pk.get("layout") == "nchw":
         n, c, h, w = (int(d) for d in x.shape)
@@ -346,8 +359,7 @@ def _stem_pack(x, params, have, outputs):
         raise TacticRefusal("the stem pack indexes in 32 bits: 2^31 elements or more run on the host")
     geometry = np.array([*strides, n, h, w, c, pk["rows"], pk["ow"], pk["cp"], pk["k2"][1], *pk["lo"]], np.int32)
     if out.size:
-        launch(kernel(SRC, "stem_pack_f32_i8" if have == "float32" else "stem_pack_f16_i8"),
-               grid_for(out.size // pk["cp"]),
-               (256, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), geometry, np.float32(params["scale"]),
-                             np.int32(_rounding(params))])
+        q = _quantize(x, GpuArray(tuple(x.shape), np.int8), params["scale"], _rounding(params), have)
+        launch(kernel(SRC, "stem_pack_i8"), grid_for(out.size // pk["cp"]), (256, 1, 1),
+               [np.uint64(out.ptr), np.uint64(q.ptr), geometry])
     return out
