@@ -584,6 +584,9 @@ def apply(graph, config, logger) -> int:
         n.meta["int8_note"] = f"INT8 in, {'INT8' if p8['io']['output'] == 'int8' else 'FP32'} out (int8 NHWC tensors)" \
             + (f"; {n.meta.pop('int8_joined')}" if n.meta.get("int8_joined") else "")
     eliminate_dead_layers(graph, config)
+    # counted once the dead ones are gone (a float copy the chain no longer reads became a Reformat, then died)
+    quantized = sum(n.kind == "Reformat" and n.params.get("to") == "int8" for n in graph.nodes)
+    dequantized = sum(n.kind == "Reformat" and n.params.get("from") == "int8" for n in graph.nodes)
     logger.info(f"INT8 I/O: {len(io)} layers on int8 NHWC tensors"
                 + (f" and {len(pools)} max pool{'s' if len(pools) > 1 else ''}" if pools else "")
                 + f", {len(scale_of)} tensors stored int8; "
