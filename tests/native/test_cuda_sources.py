@@ -68,7 +68,7 @@ def test_every_suffixed_kernel_name_is_an_entry_point():
         # kernel(SRC, "base" + suffix(...)) and launch_softmax("base" + suffix(...)) (pointwise.cu, with and
         # without its warp-per-row `_w` twin)
         uses = [(local.get(s, s.strip('"')), b, ("",)) for s, b in
-                re.findall(r"kernel\((\w+|\"\w+\.cu\"), \"(\w+)\" \+ suffix\(", text)]
+                re.findall(r"kernel\((\w+|\"\w+\.cu\"), \"(\w+)\" \+ _?suffix\(", text)]
         uses += [("pointwise.cu", b, ("", "_w")) for b in re.findall(r"launch_softmax\(\"(\w+)\" \+ (?:suffix\(|sfx)",
                                                                        text)]
         for s, name in re.findall(r"kernel\((\w+|\"\w+\.cu\"), \"(\w+)\"\)", text):   # literal names
@@ -104,6 +104,8 @@ def test_every_suffixed_kernel_name_is_an_entry_point():
     assert bases >= {"lrn", "col2im", "layernorm", "gpool", "pool2d", "attn_softmax", "softmax_rows", "resize_interp",
                      "resize_interp_s"}, bases
     assert checked > 100 and binaries and not missing, missing
+    # pooling.py's _suffix adds the INT8 max pool's `_i8` to the float ones
+    assert {"pool2d_i8", "pool2d_nhwc_v_i8"} <= entries["tensor.cu"]
     # the generated pointwise programs follow the same scheme
     text = open(pointwise.__file__).read()
     assert all(f"void prog{suffix(p)}(" in text for p in FLOAT_PRECISIONS)
