@@ -233,6 +233,7 @@ __device__ __forceinline__ void conv_i8t(
     // epilogue: accumulator j*4 + e holds row 16*wi + g (+8 for e >= 2), column 8j + 2*tig (+1 for odd e)
     const int g = lane >> 2, tig = lane & 3;
     const int lo = relu ? 0 : -128;
+    const bool small = (long long)KH * KW * C * 16256 < (1 << 22);   // |acc| <= K * 128 * 127 below 2^22
     long long rowpix[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) rowpix[hh] = pix.at(wg * 64 + wi * 16 + g + hh * 8);
@@ -247,7 +248,7 @@ __device__ __forceinline__ void conv_i8t(
             const long long pp = rowpix[hh];
             int8_io_pair<RES, OUT>(acc[j * 4 + hh * 2], acc[j * 4 + hh * 2 + 1], b0, b1, k0, k1, q0, q1,
                                    O + row * OROW + col, pp >= 0, (pp >= 0 ? pp : 0) * M + n0 + col, res, y, lo,
-                                   relu);
+                                   relu, small);
         }
     }
     if (OUT == 0) {
@@ -363,6 +364,7 @@ __device__ __forceinline__ void conv_i8p(
     const int wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3, g = lane >> 2, tig = lane & 3;
     const int wm = (wg & 1) * 64, wn = (wg >> 1) * WN;     // this warpgroup's rows and columns of the tile
     const int lo = relu ? 0 : -128;
+    const bool small = (long long)KH * KW * C * 16256 < (1 << 22);   // |acc| <= K * 128 * 127 below 2^22
     int local = 0;
     int acc[NACC];
     for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
@@ -387,7 +389,7 @@ __device__ __forceinline__ void conv_i8p(
             for (int hh = 0; hh < 2; ++hh) {
                 const int row = wm + wi * 16 + g + hh * 8;
                 int8_io_pair<RES, 0>(acc[j * 4 + hh * 2], acc[j * 4 + hh * 2 + 1], bb.x, bb.y, kk.x, kk.y, qq.x,
-                                     qq.y, ob + t_obyte(row, col), true, 0, nullptr, nullptr, lo, relu);
+                                     qq.y, ob + t_obyte(row, col), true, 0, nullptr, nullptr, lo, relu, small);
             }
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");    // the writes, visible to the TMA store

@@ -47,11 +47,13 @@ def pixel_box(n: int, oh: int, ow: int, sh: int, sw: int) -> tuple[int, int]:
 
 def _source(instance: str) -> tuple[str, str]:
     """A program of one kernel of the header (`instance`: its CONV_I8T_KERNEL(...) / CONV_I8P_KERNEL(...) line),
-    keyed by the header's text too."""
-    with open(os.path.join(KERNEL_DIR, HEADER)) as f:
-        header = f.read()
-    src = (f"// nvrtc-arch: a\n#include \"{HEADER}\"\n{instance}\n"
-           f"// {HEADER} {hashlib.sha1(header.encode()).hexdigest()}\n")
+    keyed by the text of the header and the headers it includes too (a kernel cached before an edit of
+    int8_io.cuh is not the kernel after it)."""
+    digest = hashlib.sha1()
+    for name in (HEADER, "int8_io.cuh", "common.cuh"):      # the header and what it includes
+        with open(os.path.join(KERNEL_DIR, name), "rb") as f:
+            digest.update(f.read())
+    src = f"// nvrtc-arch: a\n#include \"{HEADER}\"\n{instance}\n// {HEADER} {digest.hexdigest()}\n"
     return src, source_key(src)
 
 
