@@ -71,6 +71,26 @@ def test_conv1d_dft_matches_the_reference(parts, sin_sign, n, s, pre, post, bias
     assert got is planned and np.allclose(planned, want, rtol=0, atol=2e-6 * np.abs(want).max())
 
 
+def test_a_real_and_imaginary_pair_shares_one_window_and_one_transform():
+    """NeMo's [514, 1, 512]: the two blocks' fits differ in their last bits (float32 weights), each reproduces the
+    other block within the tolerance: one window, so one FFT per frame; different windows stay two."""
+    t = _tactic()
+    params = {"num_output_maps": 514, "kernel_shape": [512], "strides": [160], "groups": 1}
+    packed = t.prepare(Op("Convolution", "c", params, {"kernel": _basis(512, ("re", "im"))}))
+    assert packed["dft_windows"].shape == (1, 512)
+    assert packed["dft_blocks"].tolist() == [[0, 0, 1], [1, 0, 1]]   # rows -win * sin: the transform's imag part
+    k = np.arange(33)[:, None] * np.arange(64)[None, :] * 2 * np.pi / 64
+    hamming = 0.54 - 0.46 * np.cos(2 * np.pi * np.arange(64) / 64)
+    w = np.concatenate([_basis(64, ("re",))[:, 0], (hamming * np.sin(k)).astype(np.float32)])[:, None, :]
+    params = {"num_output_maps": 66, "kernel_shape": [64], "strides": [16], "groups": 1}
+    packed = t.prepare(Op("Convolution", "c", params, {"kernel": w}))
+    assert packed["dft_windows"].shape == (2, 64) and packed["dft_blocks"].tolist() == [[0, 0, 1], [1, 1, -1]]
+    x = RNG.uniform(-1, 1, (1, 1, 20 * 16 + 64)).astype(np.float32)
+    want = _reference(x, w, None, 16, 0, 0)
+    got = t.run(Op("Convolution", "c", params, packed), [x])[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * np.abs(want).max())
+
+
 def test_the_frames_split_over_the_pool_gives_the_same_floats(monkeypatch):
     w = _basis(128, ("re", "im"))
     x = RNG.uniform(-1, 1, (1, 1, 64 * 40 + 128)).astype(np.float32)

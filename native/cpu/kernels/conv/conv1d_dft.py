@@ -59,17 +59,31 @@ def dft_plan(w):
             return "the weights are not a windowed DFT basis"
         # the transform's imaginary part is -sum(x * win * sin): a sin block takes it with the sign -1
         sign = -1.0 if part else 1.0
-        for i, have in enumerate(windows):
-            if np.array_equal(have, win):
-                blocks.append((part, i, sign))
-                break
-            if np.array_equal(have, -win):
-                blocks.append((part, i, -sign))
-                break
+        shared = _shared_window(windows, win, b, basis, FIT_TOLERANCE * scale)
+        if shared is not None:
+            blocks.append((part, shared[0], sign * shared[1]))
         else:
             windows.append(win)
             blocks.append((part, len(windows) - 1, sign))
     return n, np.stack(windows), tuple(blocks)
+
+
+def _shared_window(windows, win, b, basis, tol):
+    """(index, sign) of a window already fitted that reproduces this block's rows `b` within `tol` (itself or
+    negated), so the block takes its part of that window's transform: one FFT per frame for a real + imaginary
+    pair (NeMo's STFT: the sin block's fit is 0 at n = 0 and N/2, where every sin row is 0, and differs from the
+    cos block's in the last bits elsewhere, yet the cos block's window reproduces the sin rows within the
+    tolerance); None where none does. An equal window first (the same floats as before for blocks fitted alike)."""
+    for i, have in enumerate(windows):
+        if np.array_equal(have, win):
+            return i, 1.0
+        if np.array_equal(have, -win):
+            return i, -1.0
+    for i, have in enumerate(windows):
+        for sign in (1.0, -1.0):
+            if np.abs(b - sign * have * basis).max() <= tol:
+                return i, sign
+    return None
 
 
 @register_tactic
