@@ -8,6 +8,8 @@ from native.tactics import simple_tactic
 
 
 def _scalar_bool(v):
+    if type(v) is np.ndarray and v.size == 1:   # (a [1, 1] or 0-d condition: its one element, as below)
+        return bool(v.item())
     return bool(np.asarray(v).reshape(-1)[0])
 
 

@@ -22,8 +22,23 @@ def _arg(inputs, i):
 @simple_tactic("Shuffle")
 def shuffle(op, inputs):
     """first_transpose -> reshape (reshape_dims or input 1; 0 copies the dim when zero_is_placeholder) ->
-    second_transpose."""
+    second_transpose. A reshape alone by reshape_dims (Flatten, Unsqueeze, Squeeze, Reshape of a constant
+    shape) keeps its output shape per input shape: one reshape a call."""
     x = inputs[0]
+    if len(inputs) == 1:
+        held = op.__dict__.get("_shuffle")
+        if held is not None and type(x) is np.ndarray and x.shape == held[0]:
+            return [x.reshape(held[1])]
+        y = _shuffle(op, inputs, x)[0]
+        p = op.params
+        if type(x) is np.ndarray and p.get("first_transpose") is None and p.get("second_transpose") is None \
+                and p.get("reshape_dims") is not None:
+            op.__dict__["_shuffle"] = (x.shape, y.shape)
+        return [y]
+    return _shuffle(op, inputs, x)
+
+
+def _shuffle(op, inputs, x):
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
     p = op.params
@@ -144,7 +159,15 @@ def _fix_neg(idx, dim):
 
 @simple_tactic("Gather")
 def gather(op, inputs):
-    x, idx = np.asarray(inputs[0]), np.asarray(inputs[1])
+    x, idx = inputs[0], inputs[1]
+    if type(idx) is np.ndarray and idx.ndim == 0 and type(x) is np.ndarray:
+        held = op.__dict__.get("_gather")   # one index on a DEFAULT axis: (x's shape, the leading slices, size)
+        if held is not None and held[0] == x.shape and idx.dtype.kind in "iu":
+            i = int(idx)
+            if not -held[2] <= i < held[2]:
+                raise IndexError(f"index {i} is out of bounds for axis {len(held[1])} with size {held[2]}")
+            return [x[held[1] + (i, Ellipsis)]]
+    x, idx = np.asarray(x), np.asarray(idx)
     mode = op.params.get("mode", "DEFAULT")
     if mode == "DEFAULT":
         axis = op.params.get("axis", 0)
@@ -153,6 +176,7 @@ def gather(op, inputs):
             i = int(idx)
             if not -x.shape[axis] <= i < x.shape[axis]:
                 raise IndexError(f"index {i} is out of bounds for axis {axis} with size {x.shape[axis]}")
+            op.__dict__["_gather"] = (x.shape, (slice(None),) * axis, x.shape[axis])
             return [x[(slice(None),) * axis + (i, Ellipsis)]]   # (Ellipsis: a 0-d view, not a scalar)
         return [np.asarray(np.take(x, _fix_neg(idx, x.shape[axis]), axis=axis))]
     if mode == "ELEMENT":
@@ -207,9 +231,17 @@ def padding(op, inputs):
     if len(inputs) == 1:
         held = op.__dict__.get("_pad")
         if held is None or held[0] != x.shape or held[1] != x.dtype:
-            held = op.__dict__["_pad"] = (x.shape, x.dtype) + _pad_geometry(op, x, list(p["pads"]),
-                                                                           p.get("value", 0.0), p.get("axes"))
-        crop, width, mode, value = held[2:]
+            geo = _pad_geometry(op, x, list(p["pads"]), p.get("value", 0.0), p.get("axes"))
+            held = op.__dict__["_pad"] = (x.shape, x.dtype) + geo + (_border_fills(x, *geo),)
+        fill = held[6]
+        if fill is not None:   # a constant or reflect pad: its output shape, interior and border indices kept
+            shape, inner, borders, value = fill
+            out = np.empty(shape, x.dtype)
+            out[inner] = x
+            for where, src in borders:
+                out[where] = value if src is None else out[src]
+            return [out]
+        crop, width, mode, value = held[2:6]
     else:
         crop, width, mode, value = _pad_geometry(
             op, x, _ints(inputs[1]) if _arg(inputs, 1) is not None else list(p["pads"]),
@@ -218,6 +250,27 @@ def padding(op, inputs):
     if crop is not None:
         x = x[crop]
     return [_pad_axes(x, width, mode, value)]
+
+
+def _border_fills(x, crop, width, mode, value):
+    """(output shape, interior index, per border (destination index, source index in the output or None for the
+    fill value), fill value) of an uncropped constant or reflect pad that _pad_axes does itself, so a call is one
+    empty, one copy and the border writes: _pad_axes' writes, in its order (the same values); else None."""
+    if crop is not None or mode not in ("constant", "reflect") or not any(b or e for b, e in width) or \
+            (mode == "reflect" and any((b or e) and (b >= d or e >= d) for d, (b, e) in zip(x.shape, width))):
+        return None
+    shape = tuple(d + b + e for d, (b, e) in zip(x.shape, width))
+    borders = []
+    for a, (b, e) in enumerate(width):
+        lead = (slice(None),) * a
+        d = x.shape[a]
+        if b:
+            borders.append((lead + (slice(0, b),), None if mode == "constant" else lead + (slice(2 * b, b, -1),)))
+        if e:
+            stop = b + d - 2 - e
+            borders.append((lead + (slice(b + d, None),), None if mode == "constant" else
+                            lead + (slice(b + d - 2, stop if stop >= 0 else None, -1),)))
+    return shape, tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width)), tuple(borders), value
 
 
 def _pad_geometry(op, x, pads, value, axes):

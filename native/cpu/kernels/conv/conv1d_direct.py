@@ -77,12 +77,29 @@ class Conv1dDirect(Tactic):
         return weights
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        x = np.asarray(inputs[0])
+        x = inputs[0]
+        fast = op.__dict__.get("_conv1d_direct_fast")
+        if fast is not None and type(x) is np.ndarray and x.shape == fast[0] and x.dtype is fast[1] \
+                and fast[2] is op.weights and x.flags.c_contiguous:
+            # the recipe's common case, its checks made once: a C-contiguous input of the work dtype, 3-D
+            _, _, _, kernel, wt, bias, k, s, d, pre, relu, shape, dtype, sigmoid_one = fast
+            dst = outputs[0] if outputs else None
+            y = dst if dst is not None and dst.shape == shape and dst.dtype is dtype and dst.flags.c_contiguous \
+                else np.empty(shape, dtype)
+            kernel(x, wt, bias, y, k, s, d, pre, relu)
+            if sigmoid_one:
+                sigmoid_of_one(y.reshape(1))
+            return [y]
+        x = np.asarray(x)
         held = op.__dict__.get("_conv1d_direct")
         if held is None or held[0] is not op.weights or held[1] != x.shape or held[2] != x.dtype:
             held = _recipe(op, x, inputs)
             if "kernel_ck_m" in op.weights:   # packed weights: the recipe holds until they or the input change
                 op.__dict__["_conv1d_direct"] = held
+                _, _, _, dtype, wt, bias, geo, shape, relu, _, kernel, sigmoid_one = held
+                if x.ndim == 3 and x.dtype == dtype and (sigmoid_one or relu or not op.params.get("post_ops")):
+                    op.__dict__["_conv1d_direct_fast"] = (x.shape, x.dtype, op.weights, kernel, wt, bias) + \
+                        tuple(geo) + (relu, shape, dtype, sigmoid_one)
         _, _, _, dtype, wt, bias, geo, shape, relu, _, kernel, sigmoid_one = held
         if x.ndim == 4:   # a height-1 2-D convolution: [N, C, 1, L] as [N, C, L]
             x = x.reshape(x.shape[0], x.shape[1], x.shape[3])
