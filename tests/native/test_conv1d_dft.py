@@ -116,3 +116,46 @@ def test_conv1d_dft_refuses_with_a_reason(weights, shape, why):
     params = {"kernel_shape": [64], "strides": [16], "groups": 1}
     op = Op("Convolution", "c", params, {} if w is None else {"kernel": w})
     assert why in _tactic().supports(op, [shape])
+
+
+@pytest.mark.parametrize("parts,n,s,pre,post,batch,rank,split", [
+    (("re", "im"), 512, 160, 0, 0, 1, 3, False),      # NeMo
+    (("re",), 512, 160, 0, 0, 1, 3, False),           # openwakeword's real part
+    (("im", "re"), 256, 128, 64, 64, 2, 3, True),     # padded, two signals, split over the pool
+    (("im",), 64, 16, 0, 5, 3, 4, False)])            # height-1 2-D Conv
+def test_the_held_run_gives_the_first_runs_floats(monkeypatch, parts, n, s, pre, post, batch, rank, split):
+    w = _basis(n, parts, 1.0)
+    params = {"num_output_maps": w.shape[0], "kernel_shape": [n], "strides": [s], "pre_padding": [pre],
+              "post_padding": [post], "groups": 1}
+    x = RNG.uniform(-1, 1, (batch, 1, 150 * s + n)).astype(np.float32)
+    if rank == 4:
+        x, w = x[:, :, None], w[:, :, None]
+        params.update(kernel_shape=[1, n], strides=[1, s], pre_padding=[0, pre], post_padding=[0, post])
+    if split:
+        monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    t = _tactic()
+    op = Op("Convolution", "c", params, t.prepare(Op("Convolution", "c", params, {"kernel": w})))
+    first = t.run(op, [x])[0]                    # the general path; the recipe kept
+    assert op.__dict__["_dft_run"][0] == x.shape
+    again = t.run(op, [x.copy()])[0]
+    np.testing.assert_array_equal(again, first)
+    planned = np.full(first.shape, np.nan, np.float32)
+    assert t.run(op, [x], [planned])[0] is planned
+    np.testing.assert_array_equal(planned, first)
+    other = RNG.uniform(-1, 1, x.shape).astype(np.float32)   # new data through the held run: as a fresh op
+    fresh = Op("Convolution", "c", params, t.prepare(Op("Convolution", "c", params, {"kernel": w})))
+    np.testing.assert_array_equal(t.run(op, [other])[0], t.run(fresh, [other])[0])
+    x64 = x.astype(np.float64)                   # another dtype: the general path (a recipe of its own)
+    assert t.run(op, [x64])[0].dtype == np.float64
+
+
+def test_no_recipe_with_a_bias_or_post_ops():
+    w = _basis(64, ("re",))
+    params = {"num_output_maps": 33, "kernel_shape": [64], "strides": [16], "groups": 1,
+              "post_ops": [{"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0}]}
+    t = _tactic()
+    op = Op("Convolution", "c", params, t.prepare(Op("Convolution", "c", params, {"kernel": w})))
+    x = RNG.uniform(-1, 1, (1, 1, 640)).astype(np.float32)
+    a = t.run(op, [x])[0]
+    assert "_dft_run" not in op.__dict__ and (a >= 0).all()
+    np.testing.assert_array_equal(t.run(op, [x])[0], a)
