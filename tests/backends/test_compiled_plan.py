@@ -122,7 +122,7 @@ def test_plain_execute_returns_the_outputs_and_the_enqueue_time(engine):
 
 
 def test_a_plain_execute_finds_its_compiled_plan_in_one_lookup(engine, monkeypatch):
-    """execute's plain run (executor.run_plain): the first runs at a signature go through executor.run (which learns
+    """execute's plain run (executor.run_outputs): the first runs at a signature go through executor.run (which learns
     the arena and compiles the plan); later ones run that plan directly, bit for bit the general loop's answer; the
     builder's tolerant executor (its fallback runs) always takes executor.run."""
     from backends.engine.runtime import executor as executor_mod

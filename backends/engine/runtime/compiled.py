@@ -104,6 +104,7 @@ class CompiledPlan:
         self.output_slots = None if None in outs else tuple(outs)
         # execute's plain run (`run_outputs`): the graph's outputs by name, None where one is in no slot
         self.output_pairs = None if None in outs else tuple(zip(executor.graph.output_names, outs))
+        self.output_names = tuple(executor.graph.output_names)
         self.device = dev
         self.max_bytes = default_limits().max_bytes
         self.runs = 0          # plain runs so far: the straight-line function is made from the FAST_AFTER-th on
@@ -208,33 +209,33 @@ class CompiledPlan:
         missing): the caller takes `run`'s way, which names what is missing."""
         pos = self.fast_pos
         if pos is None:
-            if not self.fast or self.arena_plan is not None or self.output_slots is None:
+            if not self.fast or self.output_slots is None:
                 return None
             pos = self.fast_pos = straight_line(self, positional=True)
         return pos(inputs, parent_env, workspace)
 
     def run_outputs(self, values, workspace=None) -> dict | None:
-        """execute's plain run (executor.run_outputs): `values` are the feeds of every graph input in the graph's
-        input order (ExecutionContext._check_feeds makes them so); returns {output name: value}, each detached
-        from the arena. The straight-line function with none of `run`'s lookups by name, taps or constants in the
-        result. None where this plan cannot (no straight-line function yet, outer tensors, an output in no slot):
-        the caller takes `run`'s way."""
-        fast = self.fast
-        if not fast or self.outer or self.output_pairs is None:
+        """execute's plain run (executor.run_outputs): `values` (a sequence) are the feeds of every graph input in
+        the graph's input order (ExecutionContext._check_feeds makes them so); returns {output name: value}, each
+        detached from the arena. The positional function a body's calls run (`run_inputs`), so one generated
+        function serves execute and bodies, with no slots list, lookups by name, taps or constants in the result.
+        None where this plan cannot (no straight-line function yet, outer tensors, an output in no slot): the
+        caller takes `run`'s way."""
+        pos = self.fast_pos
+        if pos is None:
+            if not self.fast or self.outer or self.output_pairs is None:
+                return None
+            pos = self.fast_pos = straight_line(self, positional=True)
+        outs = pos(values, None, workspace)
+        if outs is None:
             return None
-        slots = self.template.copy()
-        for i, v in zip(self.input_slots, values):
-            slots[i] = v
-        fast(slots, workspace, None)
         plan = self.arena_plan
         if plan is not None:
-            dev = self.device
-            alias, buf = dev.may_alias, plan.buffer
-            for _, i in self.detach_outputs:
-                v = slots[i]
+            alias, buf, dev = self.device.may_alias, plan.buffer, self.device
+            for j, v in enumerate(outs):
                 if alias(v, buf):
-                    slots[i] = dev.duplicate(v)
-        return {name: slots[i] for name, i in self.output_pairs}
+                    outs[j] = dev.duplicate(v)
+        return dict(zip(self.output_names, outs))
 
     def _returned(self, slots) -> dict:
         plan = self.arena_plan

@@ -273,24 +273,14 @@ class GraphExecutor:
                 return env
         return self._run_general(feeds, keep, parent_env, tactics, on_error, stream, profiler, memory)
 
-    def run_plain(self, feeds: dict, memory=None) -> dict:
-        """`run(feeds, memory=memory)` for a plain execute (no taps, profiler, tactics or tolerance): the compiled plan
-        that `run` made for these feeds' shape signature, found by one lookup and run; `run` itself where there is
-        none yet (the first runs at a signature learn the arena and compile the plan) or it declines. ~1 us less per
-        execute than `run`'s general checks, most of a one-layer engine's cost beyond its kernels."""
-        if memory is not None and not self.keep_all and not self._fallback:
-            cp = memory.compiled.get((memory.signature(feeds), _NO_KEEP))
-            if cp is not None and cp.steps_ref is self.steps:
-                env = cp.run(feeds, None, memory.workspace)
-                if env is not None:
-                    return env
-        return self.run(feeds, memory=memory)
-
     def run_outputs(self, feeds: dict, memory=None) -> dict:
-        """execute's plain run returning only the graph's outputs ({name: value}); `feeds` hold every graph input,
-        in the graph's input order (ExecutionContext._check_feeds makes them so). The context's last compiled plan
-        is reused while the feeds keep its shapes and dtypes (no signature built or hashed), and run by position
-        (CompiledPlan.run_outputs): no feeds-by-name, taps, constants or second dict. Else `run_plain`."""
+        """execute's plain run (no taps, profiler, tactics or tolerance) returning only the graph's outputs ({name:
+        value}); `feeds` hold every graph input, in the graph's input order (ExecutionContext._check_feeds makes
+        them so). The context's last compiled plan is reused while the feeds keep its shapes and dtypes (no
+        signature built or hashed) and run by position (CompiledPlan.run_outputs: its positional function, no
+        feeds-by-name, taps, constants or second dict); a plan found by its signature before it has that function
+        runs as `run` would run it (those runs count towards it); the first runs at a signature (which learn the
+        arena and compile the plan), the builder's tolerant executor and keep-everything runs take `run`."""
         if memory is not None and not self.keep_all and not self._fallback:
             last = memory.last
             cp = None
@@ -302,14 +292,20 @@ class GraphExecutor:
                         break
             if cp is None or cp.steps_ref is not self.steps:
                 cp = memory.compiled.get((memory.signature(feeds), _NO_KEEP))
-                if cp is not None and cp.steps_ref is self.steps and cp.fast and \
-                        all(type(v) is np.ndarray for v in feeds.values()):
+                if cp is not None and cp.steps_ref is not self.steps:
+                    cp = None
+                elif cp is not None and not cp.fast:
+                    env = cp.run(feeds, None, memory.workspace)
+                    if env is not None:
+                        return {name: env[name] for name in self.graph.output_names}
+                    cp = None
+                elif cp is not None and all(type(v) is np.ndarray for v in feeds.values()):
                     memory.last = (cp, tuple((v.shape, v.dtype) for v in feeds.values()))
-            if cp is not None and cp.steps_ref is self.steps:
-                out = cp.run_outputs(feeds.values(), memory.workspace)
+            if cp is not None:
+                out = cp.run_outputs(tuple(feeds.values()), memory.workspace)
                 if out is not None:
                     return out
-        env = self.run_plain(feeds, memory)
+        env = self.run(feeds, memory=memory)
         return {name: env[name] for name in self.graph.output_names}
 
     def _run_general(self, feeds: dict, keep=(), parent_env=None, tactics=None, on_error=None, stream=None,
