@@ -118,21 +118,22 @@ def test_conv1d_dft_refuses_with_a_reason(weights, shape, why):
     assert why in _tactic().supports(op, [shape])
 
 
-@pytest.mark.parametrize("parts,n,s,pre,post,batch,rank,split", [
-    (("re", "im"), 512, 160, 0, 0, 1, 3, False),      # NeMo
-    (("re",), 512, 160, 0, 0, 1, 3, False),           # openwakeword's real part
-    (("im", "re"), 256, 128, 64, 64, 2, 3, True),     # padded, two signals, split over the pool
-    (("im",), 64, 16, 0, 5, 3, 4, False)])            # height-1 2-D Conv
-def test_the_held_run_gives_the_first_runs_floats(monkeypatch, parts, n, s, pre, post, batch, rank, split):
+@pytest.mark.parametrize("parts,n,s,pre,post,batch,rank,frames,split", [
+    (("re", "im"), 512, 160, 0, 0, 1, 3, 100, False),     # NeMo
+    (("re",), 512, 160, 0, 0, 1, 3, 96, False),           # openwakeword's real part
+    (("re", "im"), 256, 128, 64, 64, 4, 3, 4, False),     # silero-vad's batch of 4 (one transform call)
+    (("im", "re"), 256, 128, 64, 64, 2, 3, 150, True),    # padded, two signals, split over the pool
+    (("im",), 64, 16, 0, 5, 3, 4, 150, False),            # height-1 2-D Conv, three signals
+    (("im",), 64, 16, 0, 5, 3, 4, 20, False)])
+def test_the_held_run_gives_the_first_runs_floats(monkeypatch, parts, n, s, pre, post, batch, rank, frames, split):
     w = _basis(n, parts, 1.0)
     params = {"num_output_maps": w.shape[0], "kernel_shape": [n], "strides": [s], "pre_padding": [pre],
               "post_padding": [post], "groups": 1}
-    x = RNG.uniform(-1, 1, (batch, 1, 150 * s + n)).astype(np.float32)
+    x = RNG.uniform(-1, 1, (batch, 1, frames * s + n)).astype(np.float32)
     if rank == 4:
         x, w = x[:, :, None], w[:, :, None]
         params.update(kernel_shape=[1, n], strides=[1, s], pre_padding=[0, pre], post_padding=[0, post])
-    if split:
-        monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    monkeypatch.setattr(threads, "num_threads", lambda: 2 if split else 1)
     t = _tactic()
     op = Op("Convolution", "c", params, t.prepare(Op("Convolution", "c", params, {"kernel": w})))
     first = t.run(op, [x])[0]                    # the general path; the recipe kept

@@ -216,9 +216,10 @@ def _recipe(op, x):
 
 
 def _held_run(held, x, outputs):
-    """`run` by its recipe: the frames as one strided view of the (padded) signal made by the ndarray constructor
-    (np.lib.stride_tricks.as_strided costs ~2 us a call), one thread below MIN_FRAMES_SPLIT frames without the
-    pool's hand-off. The same products, transforms and copies as `run`: the same floats."""
+    """`run` by its recipe: the frames as one strided view of the (padded) signals made by the ndarray constructor
+    (np.lib.stride_tricks.as_strided costs ~2 us a call); below MIN_FRAMES_SPLIT frames one thread, without the
+    pool's hand-off, and one transform call for the whole batch. The same products, transforms and copies as
+    `run`: the same floats."""
     _, dtype, _, windows, blocks, n, s, pre, post, t, batch, shape = held
     length = x.shape[-1]
     x2 = x.reshape(batch, length)
@@ -246,8 +247,16 @@ def _held_run(held, x, outputs):
             else:
                 np.copyto(dst_block, spec.T, casting="same_kind")
     if t < MIN_FRAMES_SPLIT or pool.num_threads() == 1:
-        for ni in range(batch):
-            frames_part((ni, 0, t))
+        # every signal's frames as one [batch, t, n] view: one product and one transform call for the batch
+        # (the same transforms of the same frames, row by row)
+        fr = np.ndarray((batch, t, n), dtype, x2, 0, (row, s * size, size))
+        specs = [np.fft.rfft(fr * win, axis=2) for win in windows]
+        for part, i, negate, rows in blocks:
+            spec = (specs[i].imag if part else specs[i].real).transpose(0, 2, 1)
+            if negate:
+                np.negative(spec, out=y3[:, rows], casting="same_kind")
+            else:
+                np.copyto(y3[:, rows], spec, casting="same_kind")
     else:
         pool.parallel_for(frames_part, [(ni, a, z) for ni in range(batch) for a, z in pool.split(t, 2)])
     return [y]
