@@ -74,6 +74,39 @@ def test_outputs_never_point_into_the_arena_across_executes():
             np.testing.assert_array_equal(out[name], ref[name])
 
 
+def test_run_outputs_copies_what_may_view_the_arena_and_hands_back_owned_arrays_as_they_are():
+    """The detach backstop: an output that views the arena buffer is copied out; a host array that owns its memory
+    (no base: no view of anything) is returned as it is, without the bounds check."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.arange(16, dtype=np.float32).tolist())
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Concat", ["m", "b"], ["y"], axis=1),
+             helper.make_node("Sub", ["a", "b"], ["z"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4]) for n in ("a", "b")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 4])]
+    model = helper.make_model(helper.make_graph(nodes, "m", io, outs, [w]), opset_imports=[helper.make_opsetid("", 17)])
+    engine = _engine(model, _RANGES)
+    ctx = engine.create_execution_context()
+    for s in range(5):
+        out = ctx.execute(_feeds(s, 2))
+    f = _feeds(4, 2)
+    np.testing.assert_allclose(out["y"], np.concatenate([f["a"] @ np.arange(16, dtype=np.float32).reshape(4, 4),
+                                                         f["b"]], axis=1), rtol=1e-6, atol=1e-5)
+    cp = ctx.arenas.last[0]
+    assert cp.arena_plan is not None and cp.arena_plan.nbytes >= 32 and cp.output_names == ("y", "z")
+    inside = cp.device.view(cp.arena_plan.buffer, 0, (2, 4), np.dtype(np.float32))
+    inside[...] = 3.0
+    own = np.ones((2, 4), np.float32)
+    assert own.base is None
+    real = cp.fast_pos
+    cp.fast_pos = lambda values, env, ws: [inside, own]
+    try:
+        out = cp.run_outputs(tuple(_feeds(1, 2).values()), None)
+    finally:
+        cp.fast_pos = real
+    assert out["y"] is not inside and not np.shares_memory(out["y"], inside) and (out["y"] == 3.0).all()
+    assert out["z"] is own
+
+
 def test_feeds_in_any_order_are_taken_in_the_graph_order_and_names_are_still_checked():
     engine = _engine(_two_input_model(), _RANGES)
     ctx = engine.create_execution_context()
