@@ -75,8 +75,8 @@ def test_outputs_never_point_into_the_arena_across_executes():
 
 
 def test_run_outputs_copies_what_may_view_the_arena_and_hands_back_owned_arrays_as_they_are():
-    """The detach backstop: an output that views the arena buffer is copied out; a host array that owns its memory
-    (no base: no view of anything) is returned as it is, without the bounds check."""
+    """The detach backstop: an output that views the arena buffer is copied out; a host array that owns its memory,
+    or views an array that does (not the arena), is returned as it is, without the bounds check."""
     w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.arange(16, dtype=np.float32).tolist())
     nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Concat", ["m", "b"], ["y"], axis=1),
              helper.make_node("Sub", ["a", "b"], ["z"])]
@@ -98,13 +98,19 @@ def test_run_outputs_copies_what_may_view_the_arena_and_hands_back_owned_arrays_
     own = np.ones((2, 4), np.float32)
     assert own.base is None
     real = cp.fast_pos
-    cp.fast_pos = lambda values, env, ws: [inside, own]
-    try:
-        out = cp.run_outputs(tuple(_feeds(1, 2).values()), None)
-    finally:
-        cp.fast_pos = real
-    assert out["y"] is not inside and not np.shares_memory(out["y"], inside) and (out["y"] == 3.0).all()
-    assert out["z"] is own
+    for y_out, z_out in ((inside, own), (inside.reshape(8)[:4].reshape(1, 4), own.reshape(4, 2)[::2]),
+                         (inside.T, own[None])):
+        cp.fast_pos = lambda values, env, ws: [y_out, z_out]
+        try:
+            out = cp.run_outputs(tuple(_feeds(1, 2).values()), None)
+        finally:
+            cp.fast_pos = real
+        # a view of the arena copied out; a view of memory of its own (its base owns it) handed back as is
+        assert out["y"] is not y_out and not np.shares_memory(out["y"], inside) and (out["y"] == 3.0).all()
+        assert out["z"] is z_out
+    assert compiled_mod._apart(own[1:], cp.arena_plan.buffer)
+    assert not compiled_mod._apart(inside[1:], cp.arena_plan.buffer)
+    assert not compiled_mod._apart(np.frombuffer(bytearray(8), np.float32), cp.arena_plan.buffer)  # a non-array base
 
 
 def test_feeds_in_any_order_are_taken_in_the_graph_order_and_names_are_still_checked():

@@ -235,9 +235,7 @@ class CompiledPlan:
         if plan is not None:
             alias, buf, dev = self.device.may_alias, plan.buffer, self.device
             for j, v in enumerate(outs):
-                # a host array that owns its memory (no base: a kernel's fresh output) is no view of the arena;
-                # the bounds check (~0.5 us, numpy's may_share_memory) for the others
-                if (type(v) is not np.ndarray or v.base is not None) and alias(v, buf):
+                if not _apart(v, buf) and alias(v, buf):
                     outs[j] = dev.duplicate(v)
         return dict(zip(self.output_names, outs))
 
@@ -395,6 +393,16 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
               clear + "        raise cp._layer_failed(k, args, e) from e"]
     exec(compile("\n".join(lines), f"<compiled plan of {len(cp.steps)} layers>", "exec"), g)
     return g["run"]
+
+
+def _apart(v, buf) -> bool:
+    """True where host array `v` cannot share memory with the arena `buf` (an array owning its memory) without
+    numpy's bounds check (may_share_memory, ~0.5 us): `v` owns its memory (no base: a kernel's fresh output), or
+    its base owns memory that is not `buf` (numpy points a view of a view at the owner). False: ask may_alias."""
+    if type(v) is not np.ndarray or type(buf) is not np.ndarray or buf.base is not None:
+        return False
+    b = v.base
+    return b is None or (type(b) is np.ndarray and b.base is None and b is not buf)
 
 
 def _kernel_of(fn):
