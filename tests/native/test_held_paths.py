@@ -17,25 +17,31 @@ def _run(op, inputs):
     return tactics_for(op.kind)[0].run(op, inputs)
 
 
-@pytest.mark.parametrize("dims,shapes", [
-    ([1, -1], [(1, 16, 96), (1, 16, 96), (2, 3, 4), (1, 16, 96)]),     # Flatten
-    ([0, 1, -1], [(1, 576), (1, 576), (3, 5)]),                        # Unsqueeze with a placeholder
-    ([-1], [(0, 4), (0, 4), (2, 2)])])                                  # an empty input
-def test_shuffle_reshapes_alike_at_every_shape(dims, shapes):
-    op = Op("Shuffle", "s", {"reshape_dims": dims, "zero_is_placeholder": True})
+@pytest.mark.parametrize("params,shapes", [
+    ({"reshape_dims": [1, -1]}, [(1, 16, 96), (1, 16, 96), (2, 3, 4), (1, 16, 96)]),        # Flatten
+    ({"reshape_dims": [0, 1, -1]}, [(1, 576), (1, 576), (3, 5)]),                           # Unsqueeze, placeholder
+    ({"reshape_dims": [-1]}, [(0, 4), (0, 4), (2, 2)]),                                      # an empty input
+    ({"first_transpose": [0, 2, 1]}, [(4, 128, 1), (4, 128, 1), (2, 3, 5)]),                # Transpose
+    ({"first_transpose": [1, 0, 2], "reshape_dims": [0, -1]}, [(3, 4, 5), (3, 4, 5), (2, 6, 1)]),
+    ({"reshape_dims": [0, 2, -1], "second_transpose": [2, 0, 1]}, [(3, 8), (3, 8), (5, 4)]),
+    ({"first_transpose": [0, 2, 1, 3], "reshape_dims": [0, 0, -1], "second_transpose": [1, 0, 2]},
+     [(1, 257, 97, 2), (1, 257, 97, 2), (2, 3, 4, 5)]),
+    ({}, [(2, 3), (2, 3)])])                                                                # nothing: x itself
+def test_shuffle_held_steps_give_the_general_paths_views_at_every_shape(params, shapes):
+    params = dict(params, zero_is_placeholder=True)
+    op = Op("Shuffle", "s", params)
     for shape in shapes:
         x = RNG.standard_normal(shape).astype(np.float32)
-        fresh = Op("Shuffle", "s", {"reshape_dims": dims, "zero_is_placeholder": True})
-        want = _run(fresh, [x])[0]
+        want = _run(Op("Shuffle", "s", params), [x])[0]
         got = _run(op, [x])[0]
-        assert got.shape == want.shape and np.shares_memory(got, x) == np.shares_memory(want, x)
+        assert got.shape == want.shape and got.strides == want.strides
+        assert np.shares_memory(got, x) == np.shares_memory(want, x)
         np.testing.assert_array_equal(got, want)
     assert op.__dict__["_shuffle"][0] == shapes[-1]
-    # a transposing shuffle keeps nothing (its general path every call)
-    t = Op("Shuffle", "s", {"first_transpose": [1, 0], "reshape_dims": [-1]})
+    # dims from an input are not held: the general path every call
+    t = Op("Shuffle", "s", {"zero_is_placeholder": True})
     x = np.arange(6).reshape(2, 3)
-    assert _run(t, [x])[0].tolist() == _run(t, [x])[0].tolist() == [0, 3, 1, 4, 2, 5]
-    assert "_shuffle" not in t.__dict__
+    assert _run(t, [x, np.array([3, 2])])[0].shape == (3, 2) and "_shuffle" not in t.__dict__
 
 
 def test_gather_one_index_held_then_checked():

@@ -22,18 +22,28 @@ def _arg(inputs, i):
 @simple_tactic("Shuffle")
 def shuffle(op, inputs):
     """first_transpose -> reshape (reshape_dims or input 1; 0 copies the dim when zero_is_placeholder) ->
-    second_transpose. A reshape alone by reshape_dims (Flatten, Unsqueeze, Squeeze, Reshape of a constant
-    shape) keeps its output shape per input shape: one reshape a call."""
+    second_transpose. With the dims in params (Flatten, Unsqueeze, Squeeze, Transpose, a Reshape of a constant
+    shape) the steps are kept per input shape (the permutations as tuples, the reshape's concrete shape): a call
+    is the same transpose / reshape / transpose of views, without the lookups and numpy's function dispatch."""
     x = inputs[0]
-    if len(inputs) == 1:
+    if len(inputs) == 1 and type(x) is np.ndarray:
         held = op.__dict__.get("_shuffle")
-        if held is not None and type(x) is np.ndarray and x.shape == held[0]:
-            return [x.reshape(held[1])]
+        if held is not None and x.shape == held[0]:
+            _, first, dims, second = held
+            if first is not None:
+                x = x.transpose(first)
+            if dims is not None:
+                x = x.reshape(dims)
+            return [x if second is None else x.transpose(second)]
         y = _shuffle(op, inputs, x)[0]
         p = op.params
-        if type(x) is np.ndarray and p.get("first_transpose") is None and p.get("second_transpose") is None \
-                and p.get("reshape_dims") is not None:
-            op.__dict__["_shuffle"] = (x.shape, y.shape)
+        first, second = p.get("first_transpose"), p.get("second_transpose")
+        first = None if first is None else tuple(int(a) for a in first)
+        second = None if second is None else tuple(int(a) for a in second)
+        dims = None
+        if p.get("reshape_dims") is not None:   # the reshape's result: y's shape before the second transpose
+            dims = y.shape if second is None else tuple(y.shape[second.index(a)] for a in range(y.ndim))
+        op.__dict__["_shuffle"] = (x.shape, first, dims, second)
         return [y]
     return _shuffle(op, inputs, x)
 
