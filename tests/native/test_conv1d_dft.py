@@ -73,12 +73,20 @@ def test_conv1d_dft_matches_the_reference(parts, sin_sign, n, s, pre, post, bias
 
 def test_a_real_and_imaginary_pair_shares_one_window_and_one_transform():
     """NeMo's [514, 1, 512]: the two blocks' fits differ in their last bits (float32 weights), each reproduces the
-    other block within the tolerance: one window, so one FFT per frame; different windows stay two."""
-    t = _tactic()
+    other block within the tolerance: conv1d-dft-shared takes one window, so one FFT per frame; conv1d-dft keeps
+    both (its floats unchanged) and the shared tactic refuses weights it would not change; different windows stay
+    two."""
+    from native.cpu.kernels.conv.conv1d_dft import Conv1dDft, Conv1dDftShared
+    t = Conv1dDftShared()
     params = {"num_output_maps": 514, "kernel_shape": [512], "strides": [160], "groups": 1}
-    packed = t.prepare(Op("Convolution", "c", params, {"kernel": _basis(512, ("re", "im"))}))
+    nemo = Op("Convolution", "c", params, {"kernel": _basis(512, ("re", "im"))})
+    packed = t.prepare(nemo)
     assert packed["dft_windows"].shape == (1, 512)
     assert packed["dft_blocks"].tolist() == [[0, 0, 1], [1, 0, 1]]   # rows -win * sin: the transform's imag part
+    assert Conv1dDft().prepare(nemo)["dft_windows"].shape == (2, 512)
+    assert t.supports(nemo, [[1, 1, 512 * 4]]) is None
+    plain = Op("Convolution", "c", dict(params, num_output_maps=257), {"kernel": _basis(512, ("re",))})
+    assert "no window to share" in t.supports(plain, [[1, 1, 512 * 4]])
     k = np.arange(33)[:, None] * np.arange(64)[None, :] * 2 * np.pi / 64
     hamming = 0.54 - 0.46 * np.cos(2 * np.pi * np.arange(64) / 64)
     w = np.concatenate([_basis(64, ("re",))[:, 0], (hamming * np.sin(k)).astype(np.float32)])[:, None, :]
