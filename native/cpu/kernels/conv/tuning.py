@@ -19,3 +19,5 @@ PARALLEL_EPILOGUE_MIN = 1 << 20
 # fewer tile rows ran no faster on one thread (one-thread A/B, 2-8 MiB, yolov8n and resnet18 shapes) and at some
 # splits slower (resnet18's 128-channel 28x28 layer 1.29 ms in two sub-bands against 0.80 in one)
 WINOGRAD_BYTES = 1 << 23
+# phase-gemm-s2: bytes of one band's phase planes and GEMM output ([4C + M, rows + 1, Wo + 1] float32)
+PHASE_GEMM_BYTES = 1 << 20
