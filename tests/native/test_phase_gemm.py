@@ -113,28 +113,24 @@ def test_relu_keeps_nan():
 
 
 @pytest.mark.parametrize("h,w,pre", [(7, 8, (1, 1)), (6, 5, (0, 1)), (9, 9, (1, 0)), (4, 300, (1, 1)),
-                                     (5, 257, (0, 0))])
+                                     (5, 257, (0, 0)), (6, 10, (2, 2)), (5, 11, (3, 1)), (3, 4, (0, 5))])
 def test_phase_planes_are_the_padded_input_split_into_phases(h, w, pre):
-    """Both phase splits (per plane, and both column phases of a row at once) give z as the docstring defines it."""
+    """z as the docstring defines it, for any padding and odd or even sizes, wider or narrower than the planes."""
     _needs_jit()
     from native.cpu import jit_phase_gemm as J
     x = RNG.standard_normal((3, h, w)).astype(np.float32)
-    wo, ho = (w + pre[1] + 1 - 3) // 2 + 1, (h + pre[0] + 1 - 3) // 2 + 1
-    bw = wo + 1
-    for r0, rows in ((0, ho), (1, max(1, ho - 1))):
-        zs = []
-        for split in (J.phase_rows_plane, J.phase_rows_paired):
+    for bw in ((w + pre[1] + 1 - 3) // 2 + 2, 2, w):
+        for r0, rows in ((0, 3), (1, 2), (2, 1)):
             z = np.full((12, (rows + 1) * bw + 3), 7.0, np.float32)
-            split(x, z, r0, rows, bw, pre[0], pre[1])
-            zs.append(z)
-        padded = np.zeros((3, 2 * (r0 + rows + 1) + 2, 2 * bw + 2), np.float32)
-        hh, ww = min(h, padded.shape[1] - pre[0]), min(w, padded.shape[2] - pre[1])
-        padded[:, pre[0]:pre[0] + hh, pre[1]:pre[1] + ww] = x[:, :hh, :ww]
-        want = np.zeros_like(zs[0])
-        for g, (r, s) in enumerate(phase_gemm.PHASES):
-            plane = padded[:, 2 * r0 + r::2, s::2][:, :rows + 1, :bw]
-            want[3 * g:3 * g + 3, :(rows + 1) * bw] = plane.reshape(3, -1)
-        assert zs[0].tobytes() == want.tobytes() and zs[1].tobytes() == want.tobytes()
+            J.phase_rows(x, z, r0, rows, bw, pre[0], pre[1])
+            padded = np.zeros((3, 2 * (r0 + rows + 1) + 2, 2 * bw + 2), np.float32)
+            hh, ww = min(h, padded.shape[1] - pre[0]), min(w, padded.shape[2] - pre[1])
+            padded[:, pre[0]:pre[0] + hh, pre[1]:pre[1] + ww] = x[:, :hh, :ww]
+            want = np.zeros_like(z)
+            for g, (r, s) in enumerate(phase_gemm.PHASES):
+                plane = padded[:, 2 * r0 + r::2, s::2][:, :rows + 1, :bw]
+                want[3 * g:3 * g + 3, :(rows + 1) * bw] = plane.reshape(3, -1)
+            assert z.tobytes() == want.tobytes(), (bw, r0, rows)
 
 
 def test_packed_weights_hold_every_tap_once():
