@@ -3,8 +3,9 @@ convolution tactic (native/cpu/kernels/conv/winograd.py), reached through `nativ
 
     phase_split(x [C, H, W], xq [C, 2, 2, Nh, Wh], ph, pw)
         xq[c, r, s, i, j] = x[c, 2i + r - ph, 2j + s - pw] where that lies inside x: the zero-padded input (ph
-        rows / pw columns before; xq zeroed by the caller) split into its row and column phases, one scalar pass
-        (winograd.phase_planes runs it for small inputs, where numpy's four strided copies cost ~6 us of calls).
+        rows / pw columns before; xq zeroed by the caller) split into its row and column phases: each input row's
+        even and odd columns in one interleaved loop (0.3-0.6x the time of numpy's four strided copies, which
+        winograd.phase_planes runs without numba).
     wino_in(xq [C, 2, 2, Th + 2, Wh], v [16, C, (t1 - t0) * Wh], t0, t1)
         V = B^T d B for the 4x4 input tiles of tile rows t0..t1. xq holds the zero-padded input split into its
         row and column phases (xq[c, r, s, i, j] = padded[c, 2i + r, 2j + s], Wh = tiles per row + 1), so tile
@@ -38,18 +39,35 @@ _F32_ZERO = np.float32(0.0)
 
 @numba.njit(**_NJIT)
 def phase_split(x, xq, ph, pw):
-    h, w = x.shape[1], x.shape[2]
+    # each input row's even and odd columns to their two column phases in one loop (loads 2k and 2k + 1, two
+    # stores: LLVM's interleaved access, vectorised; unsigned indices, so no wrap-around checks): ~0.1-0.2 ns an
+    # element against ~0.6 for one scalar store per element
+    n_c, h, w = x.shape
     nh, wh = xq.shape[3], xq.shape[4]
-    for c in range(x.shape[0]):
+    se = pw & 1
+    so = 1 - se
+    be, bo = (pw - se) // 2, (pw + 1 - so) // 2
+    ne = max(0, min((w + 1) // 2, wh - be))     # the even / odd columns that land in the planes
+    no = max(0, min(w // 2, wh - bo))
+    pairs = np.uint64(min(ne, no))
+    two, one = np.uint64(2), np.uint64(1)
+    for c in range(n_c):
+        uc = np.uint64(c)
         for i in range(h):
             ii = (i + ph) >> 1
             if ii >= nh:
                 break
             r = (i + ph) & 1
-            for j in range(w):
-                jj = (j + pw) >> 1
-                if jj < wh:
-                    xq[c, r, (j + pw) & 1, ii, jj] = x[c, i, j]
+            ui = np.uint64(i)
+            de = xq[c, r, se, ii, be:]
+            do = xq[c, r, so, ii, bo:]
+            for k in range(pairs):
+                de[k] = x[uc, ui, two * k]
+                do[k] = x[uc, ui, two * k + one]
+            for k in range(pairs, ne):
+                de[np.uint64(k)] = x[uc, ui, two * np.uint64(k)]
+            for k in range(pairs, no):
+                do[np.uint64(k)] = x[uc, ui, two * np.uint64(k) + one]
 
 
 _PLUS, _MINUS = np.float32(1.0), np.float32(-1.0)
