@@ -156,6 +156,10 @@ def wino_out(mm, bias, y, t0, t1, wh, act, res):
     ho, wo = y.shape[1], y.shape[2]
     n = (t1 - t0) * wh
     o = np.empty((4, n), mm.dtype)
+    of = o.reshape(-1)
+    yf = y.reshape(-1)
+    half, odd = np.uint64(wo >> 1), (wo & 1) == 1
+    two, one = np.uint64(2), np.uint64(1)
     has_bias = bias.shape[0] > 0
     has_res = res.shape[0] > 0
     for m in range(y.shape[0]):
@@ -181,15 +185,21 @@ def wino_out(mm, bias, y, t0, t1, wh, act, res):
             for k in range(4):
                 for q in range(n):
                     o[k, q] = _act(o[k, q], 2)
-        for ti in range(t0, t1):   # the four output phases interleaved into the NCHW rows
-            base = (ti - t0) * wh
-            for a in range(2):
+        for ti in range(t0, t1):   # the four output phases interleaved into the NCHW rows: an output row's even
+            base = (ti - t0) * wh  # and odd columns from two phase rows in one loop (flat unsigned indices, two
+            for a in range(2):     # loads and stores a pair: vectorised; one select per column ran scalar)
                 row = 2 * ti + a
                 if row >= ho:
                     break
-                if has_res:        # + the residual, then the activation, as the epilogue orders them
+                d = np.uint64((m * ho + row) * wo)
+                e0, e1 = np.uint64(2 * a * n + base), np.uint64((2 * a + 1) * n + base)
+                if has_res:        # + the residual, then the activation, as the epilogue orders them (one
+                    # loop a row: per-row views for a loop per pair cost more than they saved on 7-14 wide maps)
                     for x in range(wo):
                         y[m, row, x] = _act(o[2 * a + (x & 1), base + (x >> 1)] + res[m, row, x], act)
                 else:
-                    for x in range(wo):
-                        y[m, row, x] = o[2 * a + (x & 1), base + (x >> 1)]
+                    for k in range(half):
+                        yf[d + two * k] = of[e0 + k]
+                        yf[d + two * k + one] = of[e1 + k]
+                    if odd:
+                        yf[d + two * half] = of[e0 + half]
