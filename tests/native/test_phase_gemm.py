@@ -154,3 +154,14 @@ def test_refuses_what_it_does_not_compute():
                          ({"groups": 2}, "ungrouped"), ({"dilations": [2, 2]}, "dilation")):
         op = Op("Convolution", "c", dict(_params(4, (1, 1), (1, 1), []), **change), {})
         assert word in t.supports(op, [[1, 4, 8, 8]])
+
+
+@pytest.mark.parametrize("ho,bw,most,even,want", [
+    (80, 81, 33, True, 20),     # three bands of at most 33 rows -> four of 20 (two threads: two each)
+    (80, 81, 33, False, 27),
+    (20, 21, 20, True, 10),     # one band -> two of 10 rows (210 GEMM columns each)
+    (10, 11, 10, True, 10),     # two bands of 5 rows would have 55 columns: one band stays
+    (7, 8, 2, True, 2),         # four bands already
+])
+def test_band_cut(ho, bw, most, even, want):
+    assert phase_gemm.band_cut(ho, bw, most, even) == want

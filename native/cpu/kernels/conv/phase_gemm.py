@@ -79,6 +79,20 @@ def band_rows(c, m, wo):
     return max(1, (tuning.PHASE_GEMM_BYTES - 16 * c * (wo + 1)) // per_row)
 
 
+def band_cut(ho, bw, most, even):
+    """Rows per band: at most `most`, and with `even` an even number of bands where each keeps >= EVEN_MIN_COLS
+    GEMM columns (two threads get equal shares: three bands of yolov8n's first layers split 2:1; on 10x10 maps two
+    bands' narrower GEMMs cost one thread 10-20%). From the shapes only, never the pool size, so the floats are
+    the same at any thread count."""
+    count = -(-ho // max(1, most))
+    if even and count % 2 == 1 and -(-ho // (count + 1)) * bw >= EVEN_MIN_COLS:
+        count += 1
+    return -(-ho // count)
+
+
+EVEN_MIN_COLS = 192
+
+
 @register_tactic
 class PhaseGemmS2(Tactic):
     """3x3 stride-2 convolution: four GEMMs over the phase planes of bands of rows (see the module docstring)."""
@@ -144,9 +158,10 @@ class PhaseGemmS2(Tactic):
         bias = _EMPTY if b is None or not fused else np.ascontiguousarray(b, np.float32).reshape(-1)
         y = np.empty((n, m, ho, wo), np.float32)
         bw = wo + 1
-        rows = min(ho, band_rows(c, m, wo))
+        big = n * m * 9 * c * ho * wo >= tuning.PARALLEL_MIN_MACS
+        rows = band_cut(ho, bw, band_rows(c, m, wo), big and n % 2 == 1)
         bands = [(ni, r0, min(ho, r0 + rows)) for ni in range(n) for r0 in range(0, ho, rows)]
-        threads = num_threads() if n * m * 9 * c * ho * wo >= tuning.PARALLEL_MIN_MACS else 1
+        threads = num_threads() if big else 1
 
         def part(rng):
             z = np.empty((4 * c, (rows + 1) * bw + 1), np.float32)
