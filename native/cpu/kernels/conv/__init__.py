@@ -9,6 +9,7 @@ Convolution tactics the builder times against each other (registration order bre
   shifted_gemm.py   shifted-gemm  stride 1: kh*kw GEMMs over shifted windows of the flattened input
   winograd.py       winograd-f2x3, winograd-f4x3   3x3 stride 1: Winograd minimal filtering (other rounding)
                     winograd-f2x3-jit  F(2x2, 3x3) with compiled transforms (numba extra), bands over the CPU pool
+                    winograd-f2x3-jit-bands  the same in smaller bands, for layers larger than one band
   sliding_window.py sliding-window  kh GEMMs of K = C*kw, one per kernel row (any stride; row partial sums)
   nhwc_gemm.py      nhwc-gemm     channel-last patches and one GEMM between two reformats (timed with them)
   nhwc_bands.py     nhwc-gemm-bands  the same in bands of output rows over the CPU pool, epilogue in the band

@@ -244,6 +244,10 @@ class WinogradF2x3Jit(WinogradF2x3):
             return "needs the numba extra (pip install debugkit[jit])"
         return None
 
+    @staticmethod
+    def band_bytes():
+        return tuning.WINOGRAD_BYTES
+
     def prepare(self, op):
         w = op.weights.get("kernel")
         if w is None:
@@ -281,7 +285,7 @@ class WinogradF2x3Jit(WinogradF2x3):
         th, tw = -(-ho // 2), -(-wo // 2)
         wh = tw + 1
         y = np.empty((n, m, ho, wo), np.float32)
-        rows = max(1, tuning.WINOGRAD_BYTES // (16 * (c + m) * wh * 4))   # tile rows whose V and U V fit in cache
+        rows = max(1, self.band_bytes() // (16 * (c + m) * wh * 4))   # tile rows whose V and U V fit in cache
         threads = num_threads() if n * 16 * m * c * th * tw >= tuning.PARALLEL_MIN_MACS else 1
         tasks = [(ni, t0, t1) for ni in range(n) for t0, t1 in split(th, max(1, -(-threads // n)))]
 
@@ -302,3 +306,32 @@ class WinogradF2x3Jit(WinogradF2x3):
         if fused:
             return [y]
         return finish(op, y, b, inputs, x.dtype)
+
+
+@register_tactic
+class WinogradF2x3JitBands(WinogradF2x3Jit):
+    """winograd-f2x3-jit in bands of tuning.WINOGRAD_LARGE_BYTES, offered where the whole layer's transformed input
+    and product exceed tuning.WINOGRAD_BYTES (where winograd-f2x3-jit itself cuts bands): PaddleOCR v4's detector
+    head, 96 -> 24 channels over 160x160, ran 8.0-8.4 ms in 8 MiB bands and 5.5-5.8 in 3 MiB ones (one thread); its
+    layers of one band (yolov8n's, resnet18's) keep the base tactic's single band. A band cut moves GEMM column
+    edges (OpenBLAS's Haswell kernels round those by an ulp), so a tactic of its own rather than a new cut of
+    winograd-f2x3-jit's floats; the builder times the two."""
+    name = "winograd-f2x3-jit-bands"
+
+    def supports(self, op, input_shapes):
+        why = WinogradF2x3Jit.supports(self, op, input_shapes)
+        if why is not None:
+            return why
+        shape = input_shapes[0] if input_shapes else None
+        if shape is None or len(shape) != 4 or any(not isinstance(d, (int, np.integer)) or d < 1 for d in shape):
+            return "needs the input shape"
+        n, c = shape[:2]
+        _, _, _, _, (ho, wo) = geometry(op.params, list(shape), [3, 3])
+        m = op.params.get("num_output_maps") or c
+        if n * 16 * (c + m) * (-(-wo // 2) + 1) * 4 * -(-ho // 2) <= tuning.WINOGRAD_BYTES:
+            return "one band: winograd-f2x3-jit's own cut"
+        return None
+
+    @staticmethod
+    def band_bytes():
+        return tuning.WINOGRAD_LARGE_BYTES
