@@ -9,6 +9,7 @@ from native.cpu.kernels.conv import gemm2d, tuning
 from native.tactics import Op, tactics_for
 
 RNG = np.random.default_rng(7070)
+pytestmark = pytest.mark.jit   # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says
 
 
 def _im2col():

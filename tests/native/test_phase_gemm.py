@@ -12,6 +12,7 @@ from native.tactics import Op, tactics_for
 from tests.native.test_nn_kernels import reference_conv
 
 RNG = np.random.default_rng(70)
+pytestmark = pytest.mark.jit   # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says
 
 
 def _tactic(name="phase-gemm-s2"):
