@@ -21,8 +21,8 @@ Convolution tactics the builder times against each other (registration order bre
   phase_gemm.py     phase-gemm-s2  3x3 stride 2: four GEMMs over the input's phase planes, no patch matrix (numba extra)
   silu_polyexp.py   im2col-gemm-polyexp, 1x1-gemm-polyexp, nhwc-gemm-polyexp, nhwc-gemm-bands-polyexp: the base
                     tactic with its SiLU post-op by polyexp's exp in one compiled pass (numba extra; other floats)
-Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool, and ONNX
-Col2Im).
+Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool,
+deconv-tiles-jit: few outputs a pixel as one compiled loop, and ONNX Col2Im).
 
 Shared by the tactics: geometry.py (pads, output sizes, tap views; pooling uses it too), weights.py (finding and
 packing kernel/bias), epilogue.py (bias, fused post-ops, merged shortcut), gemm2d.py (the threaded banded 2-D
