@@ -256,21 +256,45 @@ class WinogradF2x3Jit(WinogradF2x3):
         weights["kernel_winograd"] = np.ascontiguousarray(transform_kernel(w, 2).astype(np.float32))
         return weights
 
-    def run(self, op, inputs):
-        x = np.asarray(inputs[0])
+    def _plan(self, op, x):
+        """What a run needs beyond its inputs, worked out once per layer and input shape and kept on the op (keyed by
+        the op's weights and params, the shape, the pool size and the band knobs): ~5 us of a small layer's ~10 us of
+        Python per call. None where the numpy winograd-f2x3 runs instead."""
+        key = (x.shape, x.dtype, num_threads(), self.band_bytes(), tuning.PARALLEL_MIN_MACS)
+        held = op.__dict__.get("_wino_jit_plan")
+        if held is not None and held[0] is op.weights and held[1] is op.params and held[2] == key:
+            return held[3]
         ks = _kernels()
         _, _, pre, post, out = geometry(op.params, x.shape, [3, 3])
-        if x.dtype != np.float32 or x.ndim != 4 or min(pre) < 0 or min(post) < 0 or ks is None:
+        plan = None
+        if x.dtype == np.float32 and x.ndim == 4 and min(pre) >= 0 and min(post) >= 0 and ks is not None:
+            u = op.weights.get("kernel_winograd")
+            n, c = x.shape[:2]
+            m = u.shape[1] if u is not None else (op.params.get("num_output_maps") or c)
+            ho, wo = out
+            th, tw = -(-ho // 2), -(-wo // 2)
+            wh = tw + 1
+            rows = max(1, self.band_bytes() // (16 * (c + m) * wh * 4))   # tile rows whose V and U V fit in cache
+            threads = num_threads() if n * 16 * m * c * th * tw >= tuning.PARALLEL_MIN_MACS else 1
+            tasks = [(ni, t0, t1) for ni in range(n) for t0, t1 in split(th, max(1, -(-threads // n)))]
+            b = conv_bias(op.weights)
+            bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
+            plan = (ks, pre, out, u, b, bias, fused_epilogue(op), wh, rows, tasks)
+        op.__dict__["_wino_jit_plan"] = (op.weights, op.params, key, plan)
+        return plan
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        plan = self._plan(op, x)
+        if plan is None:
             return WinogradF2x3.run(self, op, inputs)
-        wino_in, wino_out, phase_split = ks
-        u = op.weights.get("kernel_winograd")
+        (wino_in, wino_out, phase_split), pre, out, u, b, bias, (act, res_i, fused), wh, rows, tasks = plan
         if u is None:
             w = op.weights.get("kernel")
             u = transform_kernel(w if w is not None else inputs[1], 2).astype(np.float32)
-        b = conv_bias(op.weights)
         if b is None and len(inputs) > 2:
             b = inputs[2]
-        act, res_i, fused = fused_epilogue(op)
+            bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
         n, c = x.shape[:2]
         m = u.shape[1]
         ho, wo = out
@@ -281,13 +305,8 @@ class WinogradF2x3Jit(WinogradF2x3):
                 res = r
             else:   # a broadcast or other-typed residual: the epilogue adds it after the transform
                 act, fused = 0, False
-        bias = _EMPTY if b is None or not fused else np.ascontiguousarray(b, np.float32).reshape(-1)
-        th, tw = -(-ho // 2), -(-wo // 2)
-        wh = tw + 1
+        bias = _EMPTY if bias is None or not fused else bias
         y = np.empty((n, m, ho, wo), np.float32)
-        rows = max(1, self.band_bytes() // (16 * (c + m) * wh * 4))   # tile rows whose V and U V fit in cache
-        threads = num_threads() if n * 16 * m * c * th * tw >= tuning.PARALLEL_MIN_MACS else 1
-        tasks = [(ni, t0, t1) for ni in range(n) for t0, t1 in split(th, max(1, -(-threads // n)))]
 
         def band(task):
             ni, r0, r1 = task
