@@ -260,7 +260,9 @@ class WinogradF2x3Jit(WinogradF2x3):
         """What a run needs beyond its inputs, worked out once per layer and input shape and kept on the op (keyed by
         the op's weights and params, the shape, the pool size and the band knobs): ~5 us of a small layer's ~10 us of
         Python per call. None where the numpy winograd-f2x3 runs instead."""
-        key = (x.shape, x.dtype, num_threads(), self.band_bytes(), tuning.PARALLEL_MIN_MACS)
+        steps = tuple((st["op"], st.get("type"), st.get("input")) for st in op.params.get("post_ops") or ())
+        key = (x.shape, x.dtype, num_threads(), self.band_bytes(), tuning.PARALLEL_MIN_MACS, steps,
+               bool(op.params.get("side")))   # (the post-ops too: a params dict changed in place)
         held = op.__dict__.get("_wino_jit_plan")
         if held is not None and held[0] is op.weights and held[1] is op.params and held[2] == key:
             return held[3]
