@@ -191,10 +191,9 @@ def _deconv_tiles_kernel():
     if not jit.available():
         return None
     try:
-        from native.cpu.jit_deconv import deconv_tiles
-    except Exception:  # noqa: BLE001 - any failure to import or compile means the tactic is not offered
+        return jit.kernel("deconv_tiles")
+    except Exception:  # noqa: BLE001 - any failure to compile means the tactic is not offered
         return None
-    return deconv_tiles
 
 
 @register_tactic

@@ -184,10 +184,9 @@ def _from_phases(dtype):
     if dtype not in (np.float32, np.float64) or not jit.available():
         return None
     try:
-        from native.cpu.jit_patches import patches_from_phases
-    except Exception:  # noqa: BLE001 - any failure to import or compile means numpy's copies
+        return jit.kernel("patches_from_phases")
+    except Exception:  # noqa: BLE001 - any failure to compile means numpy's copies
         return None
-    return patches_from_phases
 
 
 def fast_path_ok(op, x, ks, pre, post):

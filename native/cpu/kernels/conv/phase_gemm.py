@@ -18,9 +18,11 @@ Float32, groups 1, dilation 1; other post-ops, a merged shortcut or a broadcast 
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
-from native.cpu import jit
+from native.cpu import jit, threads
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
@@ -46,12 +48,11 @@ def kernels():
     if "k" not in _STATE:
         got = None
         try:
-            from native.cpu import jit_phase_gemm, threads
-            from native.cpu.jit_gemm_share import sgemm_address
-            addr = sgemm_address(threads._blas_fn)
+            fn = threads._blas_fn(("scipy_cblas_sgemm64_", "cblas_sgemm64_"))   # (jit_gemm_share.sgemm_address)
+            addr = ctypes.cast(fn, ctypes.c_void_p).value if fn is not None else 0
             if addr:
-                got = (jit_phase_gemm.phase_gemm_band, addr)
-        except Exception:  # noqa: BLE001 - any failure to import or find BLAS means the tactic is not offered
+                got = (jit.kernel("phase_gemm_band"), addr)
+        except Exception:  # noqa: BLE001 - any failure to compile or find BLAS means the tactic is not offered
             got = None
         _STATE["k"] = got
     return _STATE["k"]
