@@ -86,6 +86,10 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     (The HardSwish / HardSigmoid / SiLU kernels are compiled in native/cpu/jit_act.py.)
     wino_in / wino_out / phase_split: Winograd F(2x2, 3x3)'s transforms (native/cpu/jit_winograd.py, the
         winograd-f2x3-jit tactic's own floats).
+    phase_gemm_band: a 3x3 stride-2 convolution's band as four cblas_sgemm calls over phase planes (the
+        phase-gemm-s2 tactic; native/cpu/jit_phase_gemm.py). patches_from_phases: conv2d_gemm's patch copies out of
+        stride phases (native/cpu/jit_patches.py, copies only). deconv_tiles: a ConvTranspose whose kernel tiles the
+        output, few outputs a pixel (the deconv-tiles-jit tactic; native/cpu/jit_deconv.py).
 """
 from __future__ import annotations
 
@@ -434,6 +438,9 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows",
                                                     "layernorm_rows_relu")},
              **{k: _module("jit_winograd", k) for k in ("wino_in", "wino_out", "phase_split")},
+             "phase_gemm_band": _module("jit_phase_gemm", "phase_gemm_band"),
+             "patches_from_phases": _module("jit_patches", "patches_from_phases"),
+             "deconv_tiles": _module("jit_deconv", "deconv_tiles"),
              **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
                                                    "hard_sigmoid_inplace", "bias_hard_act_inplace",
                                                    "bias_steps_inplace", "hard_swish_relu6",

@@ -177,3 +177,40 @@ def test_which_post_ops_the_output_transform_applies(steps, want):
     post = [{"op": "add", "input": 3} if s == "add" else {"op": "activation", "type": s, "alpha": 0.0, "beta": 0.0}
             for s in steps]
     assert winograd.fused_epilogue(Op("Convolution", "c", _params(4, (1, 1), (1, 1), post), {})) == want
+
+
+def test_the_bands_variant_is_offered_to_multi_band_layers_only_and_matches_the_reference(monkeypatch):
+    """winograd-f2x3-jit-bands: offered where winograd-f2x3-jit would cut the layer into bands, cuts smaller ones
+    (tuning.WINOGRAD_LARGE_BYTES) and computes the same convolution."""
+    _needs_jit()
+    t = _tactic("winograd-f2x3-jit-bands")
+    params = _params(6, (1, 1), (1, 1), [{"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0}])
+    x = RNG.standard_normal((1, 8, 30, 30)).astype(np.float32)
+    k = RNG.standard_normal((6, 8, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(6).astype(np.float32)
+    op = Op("Convolution", "c", params, {"kernel": k, "bias": b})
+    whole = 16 * (8 + 6) * 16 * 4 * 15   # the layer's transformed input and product: 15 tile rows of 16
+    monkeypatch.setattr(tuning, "WINOGRAD_BYTES", whole)
+    assert "one band" in t.supports(op, [list(x.shape)])
+    monkeypatch.setattr(tuning, "WINOGRAD_BYTES", whole - 1)
+    monkeypatch.setattr(tuning, "WINOGRAD_LARGE_BYTES", whole // 4)   # 3 tile rows a band
+    assert t.supports(op, [list(x.shape)]) is None and "needs the input shape" in t.supports(op, [None])
+    got = t.run(Op("Convolution", "c", params, t.prepare(op)), [x])[0]
+    want = np.maximum(_reference(x, k, b, (1, 1), (1, 1)), 0)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_the_kept_plan_follows_the_op():
+    """The per-layer plan is rebuilt when the op's post-ops change in place or its weights are replaced."""
+    _needs_jit()
+    t = _tactic()
+    x = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    k = RNG.standard_normal((5, 4, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(5).astype(np.float32)
+    op = Op("Convolution", "c", _params(5, (1, 1), (1, 1), []), {"kernel": k, "bias": b})
+    op = Op("Convolution", "c", op.params, t.prepare(op))
+    plain = t.run(op, [x])[0]
+    op.params["post_ops"].append({"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0})
+    assert t.run(op, [x])[0].tobytes() == np.maximum(plain, np.float32(0)).tobytes()
+    op.weights = t.prepare(Op("Convolution", "c", op.params, {"kernel": -k, "bias": -b}))
+    np.testing.assert_allclose(t.run(op, [x])[0], np.maximum(-plain, 0), rtol=1e-5, atol=1e-5)

@@ -9,6 +9,7 @@ Convolution tactics the builder times against each other (registration order bre
   shifted_gemm.py   shifted-gemm  stride 1: kh*kw GEMMs over shifted windows of the flattened input
   winograd.py       winograd-f2x3, winograd-f4x3   3x3 stride 1: Winograd minimal filtering (other rounding)
                     winograd-f2x3-jit  F(2x2, 3x3) with compiled transforms (numba extra), bands over the CPU pool
+                    winograd-f2x3-jit-bands  the same in smaller bands, for layers larger than one band
   sliding_window.py sliding-window  kh GEMMs of K = C*kw, one per kernel row (any stride; row partial sums)
   nhwc_gemm.py      nhwc-gemm     channel-last patches and one GEMM between two reformats (timed with them)
   nhwc_bands.py     nhwc-gemm-bands  the same in bands of output rows over the CPU pool, epilogue in the band
@@ -17,10 +18,11 @@ Convolution tactics the builder times against each other (registration order bre
   conv1d_frames.py  conv1d-frames long-kernel 1-D convolutions (STFT, resampler) as frames x weights in channel bands
   conv1d_dft.py     conv1d-dft    an STFT as Conv (weights a windowed DFT basis) as real FFTs of windowed frames
   fft.py            fft           5x5+ kernels, stride 1: products of 2-D FFTs (error relative to the plane)
+  phase_gemm.py     phase-gemm-s2  3x3 stride 2: four GEMMs over the input's phase planes, no patch matrix (numba extra)
   silu_polyexp.py   im2col-gemm-polyexp, 1x1-gemm-polyexp, nhwc-gemm-polyexp, nhwc-gemm-bands-polyexp: the base
                     tactic with its SiLU post-op by polyexp's exp in one compiled pass (numba extra; other floats)
-Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool, and ONNX
-Col2Im).
+Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool,
+deconv-tiles-jit: few outputs a pixel as one compiled loop, and ONNX Col2Im).
 
 Shared by the tactics: geometry.py (pads, output sizes, tap views; pooling uses it too), weights.py (finding and
 packing kernel/bias), epilogue.py (bias, fused post-ops, merged shortcut), gemm2d.py (the threaded banded 2-D
@@ -33,6 +35,7 @@ from native.cpu.kernels.conv import sliding_window, nhwc_gemm, fft, depthwise_cl
 from native.cpu.kernels.conv import nhwc_bands, conv1d_direct, conv1d_frames, conv1d_dft  # noqa: F401,E402
 from native.cpu.kernels.conv import row_bands  # noqa: F401,E402
 from native.cpu.kernels.conv import silu_polyexp  # noqa: F401,E402  (after their bases: a near tie keeps the base)
+from native.cpu.kernels.conv import phase_gemm  # noqa: F401,E402  (new: a near tie keeps the older tactics)
 # (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
 from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401

@@ -13,6 +13,7 @@ import itertools
 
 import numpy as np
 
+from native.cpu import jit
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import (regionable, side_input, side_term, view_as, whole_epilogue,
                                               region_epilogue)
@@ -85,6 +86,7 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
             na, nb = min(src.shape[2], phases.shape[4] - a0), min(src.shape[3], phases.shape[5] - b0)
             phases[:, :, p_, q_, a0:a0 + na, b0:b0 + nb] = src[:, :, :na, :nb]
         xp = None
+        from_phases = _from_phases(dtype)
     else:
         xp = np.ascontiguousarray(x) if direct else pad_input(x, pre, post)
         st = xp.strides
@@ -101,7 +103,9 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
         if bias_col:
             buf[size + extra:] = 1  # the ones row that multiplies wm's bias column
         cols = buf[:size].reshape(c, kh, kw, rows, wo)
-        if phases is not None:
+        if phases is not None and from_phases is not None:
+            from_phases(phases[ni], cols, r0, dh, dw)    # the same copies, compiled (jit_patches)
+        elif phases is not None:
             for i, j in itertools.product(range(kh), range(kw)):
                 a0, b0 = r0 + (i * dh) // sh, (j * dw) // sw
                 cols[:, i, j] = phases[ni, :, (i * dh) % sh, (j * dw) % sw, a0:a0 + rows, b0:b0 + wo]
@@ -173,6 +177,16 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
             y += bias.reshape(1, -1, 1, 1)
         y = apply_post_ops(y, op, inputs)
     return [y]
+
+
+def _from_phases(dtype):
+    """jit_patches.patches_from_phases where numba runs and the dtype is float32 / float64, else None."""
+    if dtype not in (np.float32, np.float64) or not jit.available():
+        return None
+    try:
+        return jit.kernel("patches_from_phases")
+    except Exception:  # noqa: BLE001 - any failure to compile means numpy's copies
+        return None
 
 
 def fast_path_ok(op, x, ks, pre, post):

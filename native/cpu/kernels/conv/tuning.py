@@ -19,3 +19,8 @@ PARALLEL_EPILOGUE_MIN = 1 << 20
 # fewer tile rows ran no faster on one thread (one-thread A/B, 2-8 MiB, yolov8n and resnet18 shapes) and at some
 # splits slower (resnet18's 128-channel 28x28 layer 1.29 ms in two sub-bands against 0.80 in one)
 WINOGRAD_BYTES = 1 << 23
+# winograd-f2x3-jit-bands (layers over WINOGRAD_BYTES): PaddleOCR v4's 96 -> 24 channels at 160x160 / 80x80, one thread:
+# 8 MiB 8.0-8.4 / 1.43 ms, 4 MiB 6.0 / 1.32, 3 MiB 5.5-5.7 / 1.17-1.20, 2 MiB 5.6-5.8 / 1.25, 1 MiB 7.2-7.5 / 1.52
+WINOGRAD_LARGE_BYTES = 3 << 20
+# phase-gemm-s2: bytes of one band's phase planes and GEMM output ([4C + M, rows + 1, Wo + 1] float32)
+PHASE_GEMM_BYTES = 1 << 20

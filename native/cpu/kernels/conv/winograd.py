@@ -173,11 +173,11 @@ _ACT = {"RELU": 1, "SILU": 2, "SILU_POLYEXP": 2}
 def phase_planes(x, pre, nh, wh, compiled=None):
     """x [N, C, H, W] zero-padded (`pre` rows / columns before, zeros after) and split into its row and column
     phases: [N, C, 2, 2, nh, wh] with [n, c, r, s, i, j] = padded[n, c, 2i + r, 2j + s] (what does not fit is
-    cut). `compiled`: jit_winograd.phase_split, used below PHASE_JIT_MAX elements a sample (one compiled pass; numpy's
-    four strided copies cost ~6 us of calls, more than small layers' copying)."""
+    cut). `compiled`: jit_winograd.phase_split, for float32 (one compiled pass: one thread, 16x80x80 15 us against
+    numpy's four strided copies' 34, 64x56x56 43 against 67, 64x20x20 14 against 17)."""
     n, c, h, w = x.shape
     xq = np.zeros((n, c, 2, 2, nh, wh), x.dtype)
-    if compiled is not None and c * h * w < PHASE_JIT_MAX and x.dtype == np.float32:
+    if compiled is not None and x.dtype == np.float32:
         for ni in range(n):
             compiled(x[ni], xq[ni], pre[0], pre[1])
         return xq
@@ -193,9 +193,6 @@ def phase_planes(x, pre, nh, wh, compiled=None):
     return xq
 
 
-# input elements a sample below which phase_planes runs the compiled pass (one thread: 8x4x4 1.0 us against 6.5,
-# 64x20x20 15 against 17, 32x40x40 25 against 22)
-PHASE_JIT_MAX = 1 << 15
 _EMPTY = np.empty(0, np.float32)
 _EMPTY3 = np.empty((0, 0, 0), np.float32)
 
@@ -247,6 +244,10 @@ class WinogradF2x3Jit(WinogradF2x3):
             return "needs the numba extra (pip install debugkit[jit])"
         return None
 
+    @staticmethod
+    def band_bytes():
+        return tuning.WINOGRAD_BYTES
+
     def prepare(self, op):
         w = op.weights.get("kernel")
         if w is None:
@@ -255,21 +256,47 @@ class WinogradF2x3Jit(WinogradF2x3):
         weights["kernel_winograd"] = np.ascontiguousarray(transform_kernel(w, 2).astype(np.float32))
         return weights
 
-    def run(self, op, inputs):
-        x = np.asarray(inputs[0])
+    def _plan(self, op, x):
+        """What a run needs beyond its inputs, worked out once per layer and input shape and kept on the op (keyed by
+        the op's weights and params, the shape, the pool size and the band knobs): ~5 us of a small layer's ~10 us of
+        Python per call. None where the numpy winograd-f2x3 runs instead."""
+        steps = tuple((st["op"], st.get("type"), st.get("input")) for st in op.params.get("post_ops") or ())
+        key = (x.shape, x.dtype, num_threads(), self.band_bytes(), tuning.PARALLEL_MIN_MACS, steps,
+               bool(op.params.get("side")))   # (the post-ops too: a params dict changed in place)
+        held = op.__dict__.get("_wino_jit_plan")
+        if held is not None and held[0] is op.weights and held[1] is op.params and held[2] == key:
+            return held[3]
         ks = _kernels()
         _, _, pre, post, out = geometry(op.params, x.shape, [3, 3])
-        if x.dtype != np.float32 or x.ndim != 4 or min(pre) < 0 or min(post) < 0 or ks is None:
+        plan = None
+        if x.dtype == np.float32 and x.ndim == 4 and min(pre) >= 0 and min(post) >= 0 and ks is not None:
+            u = op.weights.get("kernel_winograd")
+            n, c = x.shape[:2]
+            m = u.shape[1] if u is not None else (op.params.get("num_output_maps") or c)
+            ho, wo = out
+            th, tw = -(-ho // 2), -(-wo // 2)
+            wh = tw + 1
+            rows = max(1, self.band_bytes() // (16 * (c + m) * wh * 4))   # tile rows whose V and U V fit in cache
+            threads = num_threads() if n * 16 * m * c * th * tw >= tuning.PARALLEL_MIN_MACS else 1
+            tasks = [(ni, t0, t1) for ni in range(n) for t0, t1 in split(th, max(1, -(-threads // n)))]
+            b = conv_bias(op.weights)
+            bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
+            plan = (ks, pre, out, u, b, bias, fused_epilogue(op), wh, rows, tasks)
+        op.__dict__["_wino_jit_plan"] = (op.weights, op.params, key, plan)
+        return plan
+
+    def run(self, op, inputs):
+        x = np.asarray(inputs[0])
+        plan = self._plan(op, x)
+        if plan is None:
             return WinogradF2x3.run(self, op, inputs)
-        wino_in, wino_out, phase_split = ks
-        u = op.weights.get("kernel_winograd")
+        (wino_in, wino_out, phase_split), pre, out, u, b, bias, (act, res_i, fused), wh, rows, tasks = plan
         if u is None:
             w = op.weights.get("kernel")
             u = transform_kernel(w if w is not None else inputs[1], 2).astype(np.float32)
-        b = conv_bias(op.weights)
         if b is None and len(inputs) > 2:
             b = inputs[2]
-        act, res_i, fused = fused_epilogue(op)
+            bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
         n, c = x.shape[:2]
         m = u.shape[1]
         ho, wo = out
@@ -280,13 +307,8 @@ class WinogradF2x3Jit(WinogradF2x3):
                 res = r
             else:   # a broadcast or other-typed residual: the epilogue adds it after the transform
                 act, fused = 0, False
-        bias = _EMPTY if b is None or not fused else np.ascontiguousarray(b, np.float32).reshape(-1)
-        th, tw = -(-ho // 2), -(-wo // 2)
-        wh = tw + 1
+        bias = _EMPTY if bias is None or not fused else bias
         y = np.empty((n, m, ho, wo), np.float32)
-        rows = max(1, tuning.WINOGRAD_BYTES // (16 * (c + m) * wh * 4))   # tile rows whose V and U V fit in cache
-        threads = num_threads() if n * 16 * m * c * th * tw >= tuning.PARALLEL_MIN_MACS else 1
-        tasks = [(ni, t0, t1) for ni in range(n) for t0, t1 in split(th, max(1, -(-threads // n)))]
 
         def band(task):
             ni, r0, r1 = task
@@ -305,3 +327,32 @@ class WinogradF2x3Jit(WinogradF2x3):
         if fused:
             return [y]
         return finish(op, y, b, inputs, x.dtype)
+
+
+@register_tactic
+class WinogradF2x3JitBands(WinogradF2x3Jit):
+    """winograd-f2x3-jit in bands of tuning.WINOGRAD_LARGE_BYTES, offered where the whole layer's transformed input
+    and product exceed tuning.WINOGRAD_BYTES (where winograd-f2x3-jit itself cuts bands): PaddleOCR v4's detector
+    head, 96 -> 24 channels over 160x160, ran 8.0-8.4 ms in 8 MiB bands and 5.5-5.8 in 3 MiB ones (one thread); its
+    layers of one band (yolov8n's, resnet18's) keep the base tactic's single band. A band cut moves GEMM column
+    edges (OpenBLAS's Haswell kernels round those by an ulp), so a tactic of its own rather than a new cut of
+    winograd-f2x3-jit's floats; the builder times the two."""
+    name = "winograd-f2x3-jit-bands"
+
+    def supports(self, op, input_shapes):
+        why = WinogradF2x3Jit.supports(self, op, input_shapes)
+        if why is not None:
+            return why
+        shape = input_shapes[0] if input_shapes else None
+        if shape is None or len(shape) != 4 or any(not isinstance(d, (int, np.integer)) or d < 1 for d in shape):
+            return "needs the input shape"
+        n, c = shape[:2]
+        _, _, _, _, (ho, wo) = geometry(op.params, list(shape), [3, 3])
+        m = op.params.get("num_output_maps") or c
+        if n * 16 * (c + m) * (-(-wo // 2) + 1) * 4 * -(-ho // 2) <= tuning.WINOGRAD_BYTES:
+            return "one band: winograd-f2x3-jit's own cut"
+        return None
+
+    @staticmethod
+    def band_bytes():
+        return tuning.WINOGRAD_LARGE_BYTES
