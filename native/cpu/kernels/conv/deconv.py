@@ -114,13 +114,9 @@ class DeconvGemmCol2imBands(Tactic):
 
     def supports(self, op, input_shapes):
         p = op.params
-        ks = list(p.get("kernel_shape") or [])
-        if p.get("col2im") or len(ks) != 2 or (p.get("groups", 1) or 1) != 1:
-            return "2-D, one group only"
-        if list(p.get("strides") or [1, 1]) != ks or any(d != 1 for d in p.get("dilations") or [1, 1]) \
-                or any(p.get("pre_padding") or [0]) or any(p.get("post_padding") or [0]) \
-                or any(p.get("output_padding") or [0]):
-            return "kernel == stride, no padding or dilation only (taps that tile the output)"
+        why = _tiling_refusal(p)
+        if why:
+            return why
         if not all(st["op"] == "activation" for st in p.get("post_ops") or ()):
             return "activation post-ops only"
         shape = input_shapes[0] if input_shapes else None
@@ -213,20 +209,16 @@ class DeconvTilesJit(Tactic):
 
     def supports(self, op, input_shapes):
         p = op.params
-        ks = list(p.get("kernel_shape") or [])
-        if p.get("col2im") or len(ks) != 2 or (p.get("groups", 1) or 1) != 1:
-            return "2-D, one group only"
-        if list(p.get("strides") or [1, 1]) != ks or any(d != 1 for d in p.get("dilations") or [1, 1]) \
-                or any(p.get("pre_padding") or [0]) or any(p.get("post_padding") or [0]) \
-                or any(p.get("output_padding") or [0]):
-            return "kernel == stride, no padding or dilation only (taps that tile the output)"
+        why = _tiling_refusal(p)
+        if why:
+            return why
         steps = p.get("post_ops") or ()
         if len(steps) > 1 or any(st["op"] != "activation" or st["type"] not in _DECONV_ACTS for st in steps):
             return "one RELU / SIGMOID post-op at most"
         k = op.weights.get("kernel")
         if k is None or np.asarray(k).ndim != 4:
             return "constant weights only"
-        if k.shape[1] * ks[0] * ks[1] > TILES_MAX_TAPS:
+        if k.shape[1] * k.shape[2] * k.shape[3] > TILES_MAX_TAPS:     # (kernel == stride: the taps tile)
             return f"at most {TILES_MAX_TAPS} outputs an input pixel (a GEMM wins above)"
         dtypes = getattr(input_shapes, "dtypes", None)
         if dtypes and dtypes[0] not in (None, "float32"):
@@ -270,3 +262,16 @@ class DeconvTilesJit(Tactic):
             fn(x[ni], wt, bias, y[ni], kh, kw, act, r0, r1, np.empty((wt.shape[1], w), np.float32))
         parallel_for(band, tasks)
         return [y]
+
+
+def _tiling_refusal(p) -> str | None:
+    """Why a transposed convolution's taps do not tile its output (2-D, one group, kernel == stride, no padding or
+    dilation), None where they do: gemm-col2im-bands' and deconv-tiles-jit's shape."""
+    ks = list(p.get("kernel_shape") or [])
+    if p.get("col2im") or len(ks) != 2 or (p.get("groups", 1) or 1) != 1:
+        return "2-D, one group only"
+    if list(p.get("strides") or [1, 1]) != ks or any(d != 1 for d in p.get("dilations") or [1, 1]) \
+            or any(p.get("pre_padding") or [0]) or any(p.get("post_padding") or [0]) \
+            or any(p.get("output_padding") or [0]):
+        return "kernel == stride, no padding or dilation only (taps that tile the output)"
+    return None
