@@ -3,16 +3,21 @@ tactic (native/cpu/kernels/matmul_panels.py).
 
     panel_gemm(a [M, K], bp [P, K, NR], bias [P * NR], has_bias, act, y [M, N], p0, p1)
         y[:, p * NR:(p + 1) * NR] for the panels p0..p1 of bp (panel p: the weights' columns p * NR.. as [K, NR],
-        zero past N): each output a chain of fused multiply-adds over k in order from zero, kept in an MR x NR
-        block of accumulators (registers: 8 AVX-512 or 16 AVX2 vectors) while a row block's panel is swept, then
-        + bias and the activation (0 none, 1 RELU: max(v, 0) with NaN kept) on the way out.
+        zero past N): each output a chain of fused multiply-adds over k in order from zero, kept in a block of
+        accumulators (8 rows x NR: 16 AVX-512 registers; then 4-row blocks and single rows; 4-row blocks only
+        without AVX-512) while the block's rows sweep the panel, then + bias and the activation (0 none, 1 RELU:
+        max(v, 0) with NaN kept) on the way out.
     panel_gemm_gelu(a, bp, bias, has_bias, tanh, y, p0, p1)
         panel_gemm's [bias +] product panel by panel, each panel's columns then through GELU (tanh: the tanh form,
         else erf) by jit_rows.gelu_rows: polyexp's floats, as the *-polyexp tactics'.
+    panel_share(job)
+        one of the above from a share descriptor (jit_gemm_share runs it on the CPU pool's worker without the GIL):
+        job[1:] = (-1 - M, N, K, a, bp, bias, y, p0 + (p1 << 32), act + (has_bias << 8)), the arrays' addresses
+        (C-contiguous; bias [P * NR] always); job[1] < 0 tells it from a cblas_sgemm share.
 
 Why: BERT's and GPT-2's GEMMs have 16-32 rows, for which OpenBLAS re-packs the weights on every call and, with its
 core type pinned to Haswell, runs AVX2 kernels on an AVX-512 machine; this loop is compiled for the host CPU, packs
-nothing at run time and runs at ~115 GMAC/s on one Zen 5 core (OpenBLAS: 50-100). An output's floats depend only on
+nothing at run time and runs at 100-125 GMAC/s on one Zen 5 core (OpenBLAS: 50-110). An output's floats depend only on
 its row of `a` and column of the weights (not on M, the row block or the panels a call covers), so any split of
 the panels over threads gives the same floats.
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import binding as llvm
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -29,7 +35,9 @@ from numba.np.numpy_support import carray
 
 from native.cpu.jit_rows import gelu_rows
 
-MR, NR = 4, 32   # the accumulator block: 4 rows x 32 columns (two 16-float vectors a row)
+NR = 32          # columns a panel: two 16-float vectors (AVX-512), four 8-float ones (AVX2)
+MR = 8           # rows a block: 16 accumulator vectors of the 32 AVX-512 registers (4 + 1-row blocks for the rest)
+WIDE = bool(llvm.get_host_cpu_features().get("avx512f"))   # else 4-row blocks only (16 registers: 8 x 4 spills)
 _ZERO = np.float32(0.0)
 _FMA = dict(nogil=True, error_model="numpy", cache=True, fastmath={"contract"})   # a * b + c as one rounding
 
@@ -43,34 +51,32 @@ def _block(typingctx):
     return types.CPointer(types.float32)(), codegen
 
 
+@intrinsic
+def _f32_at(typingctx, addr):
+    """The float32 pointer at an address (int64)."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+    return types.CPointer(types.float32)(addr), codegen
+
+
 @numba.njit(inline="always", **_FMA)
-def _flush(acc, rows, y, spill, i0, c0, nv, bias, has_bias, act):
-    """The block's first `rows` rows (+ bias, the activation) into y[i0:i0 + rows, c0:c0 + nv]. The block is only
-    read by loops of constant trip count and nothing else (straight into y, or into `spill` where N cuts the panel
-    short), so that LLVM unrolls them and keeps the block in registers; bias and activation are passes over y's
-    rows after (in L1)."""
-    if nv == NR:
-        for r in range(rows):
-            row = y[i0 + r]
-            for j in range(NR):
-                row[c0 + j] = acc[r, j]
-    else:
-        for r in range(rows):
-            for j in range(NR):
-                spill[r, j] = acc[r, j]
-        for r in range(rows):
-            s, row = spill[r], y[i0 + r]
-            for j in range(nv):
-                row[c0 + j] = s[j]
+def _flush(acc, rows, dst, i0, d0, bias, c0, has_bias, act):
+    """The block's first `rows` rows into dst[i0:i0 + rows, d0:d0 + NR], then + bias[c0:c0 + NR] and RELU there.
+    Every loop runs a constant NR (rows: a constant where inlined), so LLVM unrolls the ones reading the block
+    and keeps the block in registers."""
+    for r in range(rows):
+        row = dst[i0 + r]
+        for j in range(NR):
+            row[d0 + j] = acc[r, j]
     if has_bias or act == 1:
-        b = bias[c0:c0 + nv]
+        b = bias[c0:c0 + NR]
         for r in range(rows):
-            row = y[i0 + r, c0:c0 + nv]
+            row = dst[i0 + r, d0:d0 + NR]
             if has_bias:
-                for j in range(nv):
+                for j in range(NR):
                     row[j] = row[j] + b[j]
             if act == 1:
-                for j in range(nv):
+                for j in range(NR):
                     v = row[j]
                     row[j] = v if not v < _ZERO else _ZERO
 
@@ -79,37 +85,60 @@ def _flush(acc, rows, y, spill, i0, c0, nv, bias, has_bias, act):
 def panel_gemm(a, bp, bias, has_bias, act, y, p0, p1):
     m, k = a.shape
     n = y.shape[1]
-    acc = carray(_block(), (MR, NR))
-    last = carray(_block(), (MR, NR))   # the last rows' (a block of its own: see _flush)
-    spill = np.empty((MR, NR), np.float32)
-    m4 = m - m % MR
+    big = carray(_block(), (MR, NR))
+    four = carray(_block(), (MR, NR))   # each block size its own: a block is indexed by constants only
+    one = carray(_block(), (MR, NR))
+    tail = np.empty((m, NR), np.float32)   # a panel cut short by N: computed whole here, then its columns copied
+    m8 = m - m % MR if WIDE else 0
+    m4 = m - m % 4
     for p in range(p0, p1):
         b = bp[p]
         c0 = p * NR
         nv = min(NR, n - c0)
-        for i0 in range(0, m4, MR):
+        dst, d0 = (y, c0) if nv == NR else (tail, 0)
+        for i0 in range(0, m8, MR):
             for r in range(MR):
                 for j in range(NR):
-                    acc[r, j] = _ZERO
+                    big[r, j] = _ZERO
             for q in range(k):
                 a0, a1, a2, a3 = a[i0, q], a[i0 + 1, q], a[i0 + 2, q], a[i0 + 3, q]
-                bq = b[q]
+                a4, a5, a6, a7 = a[i0 + 4, q], a[i0 + 5, q], a[i0 + 6, q], a[i0 + 7, q]
                 for j in range(NR):
-                    w = bq[j]
-                    acc[0, j] += a0 * w
-                    acc[1, j] += a1 * w
-                    acc[2, j] += a2 * w
-                    acc[3, j] += a3 * w
-            _flush(acc, MR, y, spill, i0, c0, nv, bias, has_bias, act)
+                    w = b[q, j]
+                    big[0, j] += a0 * w
+                    big[1, j] += a1 * w
+                    big[2, j] += a2 * w
+                    big[3, j] += a3 * w
+                    big[4, j] += a4 * w
+                    big[5, j] += a5 * w
+                    big[6, j] += a6 * w
+                    big[7, j] += a7 * w
+            _flush(big, MR, dst, i0, d0, bias, c0, has_bias, act)
+        for i0 in range(m8, m4, 4):
+            for r in range(4):
+                for j in range(NR):
+                    four[r, j] = _ZERO
+            for q in range(k):
+                a0, a1, a2, a3 = a[i0, q], a[i0 + 1, q], a[i0 + 2, q], a[i0 + 3, q]
+                for j in range(NR):
+                    w = b[q, j]
+                    four[0, j] += a0 * w
+                    four[1, j] += a1 * w
+                    four[2, j] += a2 * w
+                    four[3, j] += a3 * w
+            _flush(four, 4, dst, i0, d0, bias, c0, has_bias, act)
         for i in range(m4, m):   # the last rows one at a time: the same chain per output
             for j in range(NR):
-                last[0, j] = _ZERO
+                one[0, j] = _ZERO
             for q in range(k):
                 a0 = a[i, q]
-                bq = b[q]
                 for j in range(NR):
-                    last[0, j] += a0 * bq[j]
-            _flush(last, 1, y, spill, i, c0, nv, bias, has_bias, act)
+                    one[0, j] += a0 * b[q, j]
+            _flush(one, 1, dst, i, d0, bias, c0, has_bias, act)
+        if nv < NR:
+            for i in range(m):
+                for j in range(nv):
+                    y[i, c0 + j] = tail[i, j]
 
 
 @numba.njit(nogil=True, error_model="numpy", cache=True)
@@ -121,3 +150,19 @@ def panel_gemm_gelu(a, bp, bias, has_bias, tanh, y, p0, p1):
     for p in range(p0, p1):
         panel_gemm(a, bp, bias, False, 0, y, p, p + 1)
         gelu_rows(y, bias, has_bias, tanh, p * NR, min(n, (p + 1) * NR))
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=True)
+def panel_share(job):
+    m, n, k = -1 - job[1], job[2], job[3]
+    panels = (n + NR - 1) // NR
+    a = carray(_f32_at(job[4]), (m, k))
+    bp = carray(_f32_at(job[5]), (panels, k, NR))
+    bias = carray(_f32_at(job[6]), (panels * NR,))
+    y = carray(_f32_at(job[7]), (m, n))
+    p0, p1 = job[8] & 0xFFFFFFFF, job[8] >> 32
+    act, has_bias = job[9] & 0xFF, (job[9] >> 8) != 0
+    if act >= 2:
+        panel_gemm_gelu(a, bp, bias, has_bias, act == 3, y, p0, p1)
+    else:
+        panel_gemm(a, bp, bias, has_bias, act, y, p0, p1)

@@ -83,24 +83,27 @@ def test_gelu_epilogue_is_polyexps_floats_on_the_panels_product(kind):
 
 
 def test_an_outputs_floats_depend_on_its_row_and_column_only():
-    """Any panel range, any row count (the 4-row blocks and the last rows one at a time): the same floats, so the
-    thread split cannot change them."""
+    """Any panel range, any row count (8-row blocks, a 4-row block, the last rows one at a time), a panel cut short
+    by N or not: the same floats, so neither the thread split nor the batch changes them."""
     pytest.importorskip("numba")
     from native.cpu.jit_panel_gemm import panel_gemm
-    a = RNG.standard_normal((10, 300)).astype(np.float32)
+    a = RNG.standard_normal((15, 300)).astype(np.float32)
     w = RNG.standard_normal((300, 100)).astype(np.float32)
-    bias = np.zeros(128, np.float32)
+    bias = RNG.standard_normal(128).astype(np.float32)
     bp = pack_panels(w)
-    whole = np.empty((10, 100), np.float32)
-    panel_gemm(a, bp, bias, False, 0, whole, 0, 4)
-    parts = np.full((10, 100), np.nan, np.float32)
+    whole = np.empty((15, 100), np.float32)
+    panel_gemm(a, bp, bias, True, 1, whole, 0, 4)
+    parts = np.full((15, 100), np.nan, np.float32)
     for p0, p1 in ((0, 1), (1, 3), (3, 4)):
-        panel_gemm(a, bp, bias, False, 0, parts, p0, p1)
+        panel_gemm(a, bp, bias, True, 1, parts, p0, p1)
     assert np.array_equal(whole, parts)
-    for i in range(10):
-        one = np.empty((1, 100), np.float32)
-        panel_gemm(a[i:i + 1].copy(), bp, bias, False, 0, one, 0, 4)
-        assert np.array_equal(one[0], whole[i])
+    for r0, r1 in ((0, 1), (3, 7), (2, 10), (5, 15)):
+        some = np.empty((r1 - r0, 100), np.float32)
+        panel_gemm(a[r0:r1].copy(), bp, bias, True, 1, some, 0, 4)
+        assert np.array_equal(some, whole[r0:r1])
+    wider = np.empty((15, 128), np.float32)   # the columns past 100 in a whole panel, not through the tail
+    panel_gemm(a, pack_panels(np.pad(w, ((0, 0), (0, 28)))), bias, True, 1, wider, 0, 4)
+    assert np.array_equal(wider[:, :100], whole)
 
 
 def test_two_threads_give_one_threads_floats(monkeypatch):
@@ -159,3 +162,58 @@ def test_panels_need_the_jit(monkeypatch):
     finally:
         monkeypatch.delenv("DEBUGKIT_JIT")
         config.reload()
+
+
+def test_a_panel_share_served_by_the_pools_poll_gives_the_kernels_floats():
+    """The two-thread path: panel ranges as GEMM shares (jit_gemm_share.serve / run_share, no GIL) give the floats
+    of one kernel call over every panel."""
+    pytest.importorskip("numba")
+    import threading
+
+    from native.cpu import threads
+    from native.cpu.kernels.matmul_panels import share
+    threads.tune()
+    gs, addr = threads._gemm_share()
+    if gs is None:
+        pytest.skip("needs numba and numpy's 64-bit-integer OpenBLAS")
+    from native.cpu.jit_panel_gemm import panel_gemm_gelu
+    a = RNG.standard_normal((21, 200)).astype(np.float32)
+    bp = pack_panels(RNG.standard_normal((200, 150)).astype(np.float32))
+    bias = np.zeros(160, np.float32)
+    bias[:150] = RNG.standard_normal(150)
+    whole = np.empty((21, 150), np.float32)
+    panel_gemm_gelu(a, bp, bias, True, False, whole, 0, 5)
+    flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
+    job[0] = addr
+    got = {}
+    server = threading.Thread(target=lambda: got.setdefault("r", gs.serve(flags, job, 1, 0, 0, 0, 1 << 40, 3, 2,
+                                                                           1 << 40)))
+    server.start()
+    y = np.full((21, 150), np.nan, np.float32)
+    try:
+        gs.post(flags, job, share(a, bp, bias, True, 2, y, 2, 5), 1)
+        own = np.empty(gs.JOB_WORDS, np.int64)
+        own[0], own[1:] = addr, share(a, bp, bias, True, 2, y, 0, 2)
+        gs.run_share(own)
+        assert gs.finish(flags, job, 1, 1 << 40) in (0, 1)   # the server ran it, or the caller took it over
+    finally:
+        flags[0] = 1
+        server.join(10)
+    assert np.array_equal(y, whole)
+
+
+def test_the_tactic_on_a_tuned_pool_gives_one_threads_floats():
+    pytest.importorskip("numba")
+    from native.cpu import threads
+    a = RNG.standard_normal((32, 256)).astype(np.float32)
+    op = _op(RNG.standard_normal((256, 1024)).astype(np.float32), RNG.standard_normal(1024).astype(np.float32),
+             "GELU_ERF")
+    from native.cpu.jit_panel_gemm import panel_gemm_gelu
+    want = np.empty((32, 1024), np.float32)
+    panel_gemm_gelu(a, op.weights["b_panels"], op.weights["bias"], True, False, want, 0, 32)
+    threads.tune()
+    try:
+        for _ in range(20):
+            assert np.array_equal(_tactic().run(op, [a])[0], want)
+    finally:
+        threads.untune()

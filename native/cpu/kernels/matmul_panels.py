@@ -9,7 +9,9 @@ time, is compiled for the host CPU whatever OpenBLAS picks, and does the [bias +
 multiply-adds in k order), so it is a tactic the builder times against the others, not a replacement.
 
 On the CPU pool the panels are split in two (each thread streams half of the weights, which bounds these small
-GEMMs); an output's floats do not depend on the split, so not on the threads there are.
+GEMMs), handed to the worker as a GEMM share that it runs without the GIL (threads.gemm_shares; a Python hand-off
+started the worker's half 30-100 us late, native/cpu/jit_gemm_share.py); an output's floats do not depend on the
+split, so not on the threads there are.
 """
 from __future__ import annotations
 
@@ -49,6 +51,15 @@ def pack_panels(b):
     padded = np.zeros((k, p * PANEL), np.float32)
     padded[:, :n] = b
     return np.ascontiguousarray(padded.reshape(k, p, PANEL).transpose(1, 0, 2))
+
+
+def share(a, bp, bias, has_bias, act, y, p0, p1) -> np.ndarray:
+    """The GEMM-share descriptor (threads.gemm_shares) of panels p0..p1 of y = a @ b with its epilogue: run by
+    jit_panel_gemm.panel_share, told from a cblas_sgemm share by its negative first word. a [M, K], y [M, N], bp,
+    bias [P * 32]: float32, C-contiguous, alive until the shares have run."""
+    m, k = a.shape
+    return np.array([-1 - m, y.shape[1], k, a.ctypes.data, bp.ctypes.data, bias.ctypes.data, y.ctypes.data,
+                     p0 + (p1 << 32), act + (int(has_bias) << 8)], np.int64)
 
 
 def _kernel(act):
@@ -110,7 +121,8 @@ class PackedGemmPanels(Tactic):
             bias, act, other = epilogue(op)
             bp = op.weights["b_panels"]
             cfg = op.__dict__["_panels"] = (
-                op.weights, bp, _NO_BIAS if bias is None else bias, bias is not None, act, other,
+                op.weights, bp, np.zeros(bp.shape[0] * PANEL, np.float32) if bias is None else bias,
+                bias is not None, act, other,
                 int(op.weights["b_columns"]), _kernel(act))
         _, bp, bias, has_bias, act, other, n, fn = cfg
         a = inputs[0]
@@ -126,9 +138,9 @@ class PackedGemmPanels(Tactic):
         y2 = y.reshape(m, n)
         panels = bp.shape[0]
         if panels >= 2 and m * a2.shape[1] * n >= PARALLEL_MIN_MACS and threads.num_threads() > 1:
-            half = panels // 2
-            threads.parallel_for(lambda r: fn(a2, bp, bias, has_bias, act, y2, r[0], r[1]),
-                                 ((0, half), (half, panels)))
+            parts = ((0, panels // 2), (panels // 2, panels))
+            if not threads.gemm_shares([share(a2, bp, bias, has_bias, act, y2, p0, p1) for p0, p1 in parts]):
+                threads.parallel_for(lambda r: fn(a2, bp, bias, has_bias, act, y2, r[0], r[1]), parts)
         else:
             fn(a2, bp, bias, has_bias, act, y2, 0, panels)
         if other is not None:
@@ -137,5 +149,3 @@ class PackedGemmPanels(Tactic):
                 y[...] = res
         return [y]
 
-
-_NO_BIAS = np.zeros(PANEL, np.float32)
