@@ -4,9 +4,11 @@ tactic (native/cpu/kernels/matmul_panels.py).
     panel_gemm(a [M, K], bp [P, K, NR], bias [P * NR], has_bias, act, y [M, N], p0, p1)
         y[:, p * NR:(p + 1) * NR] for the panels p0..p1 of bp (panel p: the weights' columns p * NR.. as [K, NR],
         zero past N): each output a chain of fused multiply-adds over k in order from zero, kept in a block of
-        accumulators (8 rows x NR: 16 AVX-512 registers; then 4-row blocks and single rows; 4-row blocks only
-        without AVX-512) while the block's rows sweep the panel, then + bias and the activation (0 none, 1 RELU:
-        max(v, 0) with NaN kept) on the way out.
+        accumulators (8 rows x NR: 16 AVX-512 registers; 4 rows without AVX-512) while the block's rows sweep the
+        panel, then + bias and the activation (0 none, 1 RELU: max(v, 0) with NaN kept) on the way out. Rows past
+        the last whole block (M % ROWS) are not computed: the caller runs them as a block of their own padded with
+        zero rows (a second block size, or a second call site of this one, was measured to leave its accumulators
+        in memory: 3-5x slower).
     panel_gemm_gelu(a, bp, bias, has_bias, tanh, y, p0, p1)
         panel_gemm's [bias +] product panel by panel, each panel's columns then through GELU (tanh: the tanh form,
         else erf) by jit_rows.gelu_rows: polyexp's floats, as the *-polyexp tactics'.
@@ -36,8 +38,9 @@ from numba.np.numpy_support import carray
 from native.cpu.jit_rows import gelu_rows
 
 NR = 32          # columns a panel: two 16-float vectors (AVX-512), four 8-float ones (AVX2)
-MR = 8           # rows a block: 16 accumulator vectors of the 32 AVX-512 registers (4 + 1-row blocks for the rest)
-WIDE = bool(llvm.get_host_cpu_features().get("avx512f"))   # else 4-row blocks only (16 registers: 8 x 4 spills)
+MR = 8           # rows a block: 16 accumulator vectors of the 32 AVX-512 registers
+WIDE = bool(llvm.get_host_cpu_features().get("avx512f"))   # else 4-row blocks (16 registers: 8 rows x 4 spill)
+ROWS = MR if WIDE else 4
 _ZERO = np.float32(0.0)
 _FMA = dict(nogil=True, error_model="numpy", cache=True, fastmath={"contract"})   # a * b + c as one rounding
 
@@ -81,62 +84,63 @@ def _flush(acc, rows, dst, i0, d0, bias, c0, has_bias, act):
                     row[j] = v if not v < _ZERO else _ZERO
 
 
+@numba.njit(inline="always", **_FMA)
+def _sweep8(acc, a, i0, b, k):
+    """acc[r] = sum over q of a[i0 + r, q] * b[q] for 8 rows: fused multiply-adds in q order from zero."""
+    for r in range(8):
+        for j in range(NR):
+            acc[r, j] = _ZERO
+    for q in range(k):
+        a0, a1, a2, a3 = a[i0, q], a[i0 + 1, q], a[i0 + 2, q], a[i0 + 3, q]
+        a4, a5, a6, a7 = a[i0 + 4, q], a[i0 + 5, q], a[i0 + 6, q], a[i0 + 7, q]
+        for j in range(NR):
+            w = b[q, j]
+            acc[0, j] += a0 * w
+            acc[1, j] += a1 * w
+            acc[2, j] += a2 * w
+            acc[3, j] += a3 * w
+            acc[4, j] += a4 * w
+            acc[5, j] += a5 * w
+            acc[6, j] += a6 * w
+            acc[7, j] += a7 * w
+
+
+@numba.njit(inline="always", **_FMA)
+def _sweep4(acc, a, i0, b, k):
+    """_sweep8 for 4 rows (the same chain per output)."""
+    for r in range(4):
+        for j in range(NR):
+            acc[r, j] = _ZERO
+    for q in range(k):
+        a0, a1, a2, a3 = a[i0, q], a[i0 + 1, q], a[i0 + 2, q], a[i0 + 3, q]
+        for j in range(NR):
+            w = b[q, j]
+            acc[0, j] += a0 * w
+            acc[1, j] += a1 * w
+            acc[2, j] += a2 * w
+            acc[3, j] += a3 * w
+
+
 @numba.njit(**_FMA)
 def panel_gemm(a, bp, bias, has_bias, act, y, p0, p1):
     m, k = a.shape
     n = y.shape[1]
-    big = carray(_block(), (MR, NR))
-    four = carray(_block(), (MR, NR))   # each block size its own: a block is indexed by constants only
-    one = carray(_block(), (MR, NR))
-    tail = np.empty((m, NR), np.float32)   # a panel cut short by N: computed whole here, then its columns copied
-    m8 = m - m % MR if WIDE else 0
-    m4 = m - m % 4
+    acc = carray(_block(), (MR, NR))
+    tail = np.empty((m, NR), np.float32)    # a panel cut short by N: computed whole here, then its columns copied
     for p in range(p0, p1):
         b = bp[p]
         c0 = p * NR
         nv = min(NR, n - c0)
         dst, d0 = (y, c0) if nv == NR else (tail, 0)
-        for i0 in range(0, m8, MR):
-            for r in range(MR):
-                for j in range(NR):
-                    big[r, j] = _ZERO
-            for q in range(k):
-                a0, a1, a2, a3 = a[i0, q], a[i0 + 1, q], a[i0 + 2, q], a[i0 + 3, q]
-                a4, a5, a6, a7 = a[i0 + 4, q], a[i0 + 5, q], a[i0 + 6, q], a[i0 + 7, q]
-                for j in range(NR):
-                    w = b[q, j]
-                    big[0, j] += a0 * w
-                    big[1, j] += a1 * w
-                    big[2, j] += a2 * w
-                    big[3, j] += a3 * w
-                    big[4, j] += a4 * w
-                    big[5, j] += a5 * w
-                    big[6, j] += a6 * w
-                    big[7, j] += a7 * w
-            _flush(big, MR, dst, i0, d0, bias, c0, has_bias, act)
-        for i0 in range(m8, m4, 4):
-            for r in range(4):
-                for j in range(NR):
-                    four[r, j] = _ZERO
-            for q in range(k):
-                a0, a1, a2, a3 = a[i0, q], a[i0 + 1, q], a[i0 + 2, q], a[i0 + 3, q]
-                for j in range(NR):
-                    w = b[q, j]
-                    four[0, j] += a0 * w
-                    four[1, j] += a1 * w
-                    four[2, j] += a2 * w
-                    four[3, j] += a3 * w
-            _flush(four, 4, dst, i0, d0, bias, c0, has_bias, act)
-        for i in range(m4, m):   # the last rows one at a time: the same chain per output
-            for j in range(NR):
-                one[0, j] = _ZERO
-            for q in range(k):
-                a0 = a[i, q]
-                for j in range(NR):
-                    one[0, j] += a0 * b[q, j]
-            _flush(one, 1, dst, i, d0, bias, c0, has_bias, act)
+        for i0 in range(0, m - m % ROWS, ROWS):
+            if WIDE:
+                _sweep8(acc, a, i0, b, k)
+                _flush(acc, MR, dst, i0, d0, bias, c0, has_bias, act)
+            else:
+                _sweep4(acc, a, i0, b, k)
+                _flush(acc, 4, dst, i0, d0, bias, c0, has_bias, act)
         if nv < NR:
-            for i in range(m):
+            for i in range(m - m % ROWS):
                 for j in range(nv):
                     y[i, c0 + j] = tail[i, j]
 
@@ -147,9 +151,10 @@ def panel_gemm_gelu(a, bp, bias, has_bias, tanh, y, p0, p1):
     without contraction: polyexp's floats (measured: with the bias added in panel_gemm, inlined here, they were
     not)."""
     n = y.shape[1]
+    whole = y[:y.shape[0] - y.shape[0] % ROWS]
     for p in range(p0, p1):
         panel_gemm(a, bp, bias, False, 0, y, p, p + 1)
-        gelu_rows(y, bias, has_bias, tanh, p * NR, min(n, (p + 1) * NR))
+        gelu_rows(whole, bias, has_bias, tanh, p * NR, min(n, (p + 1) * NR))
 
 
 @numba.njit(nogil=True, error_model="numpy", cache=True)

@@ -83,27 +83,25 @@ def test_gelu_epilogue_is_polyexps_floats_on_the_panels_product(kind):
 
 
 def test_an_outputs_floats_depend_on_its_row_and_column_only():
-    """Any panel range, any row count (8-row blocks, a 4-row block, the last rows one at a time), a panel cut short
-    by N or not: the same floats, so neither the thread split nor the batch changes them."""
+    """Any panel range, any row count (whole blocks, the last rows padded into one), a panel cut short by N or
+    not: the same floats, so neither the thread split nor the batch changes them."""
     pytest.importorskip("numba")
-    from native.cpu.jit_panel_gemm import panel_gemm
+    from native.cpu.jit_panel_gemm import ROWS, panel_gemm
     a = RNG.standard_normal((15, 300)).astype(np.float32)
     w = RNG.standard_normal((300, 100)).astype(np.float32)
-    bias = RNG.standard_normal(128).astype(np.float32)
-    bp = pack_panels(w)
-    whole = np.empty((15, 100), np.float32)
-    panel_gemm(a, bp, bias, True, 1, whole, 0, 4)
-    parts = np.full((15, 100), np.nan, np.float32)
+    bias = RNG.standard_normal(100).astype(np.float32)
+    op = _op(w, bias, "RELU")
+    whole = _tactic().run(op, [a])[0]
+    for r0, r1 in ((0, 1), (3, 7), (2, 10), (5, 15), (0, 8)):
+        assert np.array_equal(_tactic().run(op, [a[r0:r1].copy()])[0], whole[r0:r1])
+    a16, bp, pb = np.concatenate([a, a[:1]]), op.weights["b_panels"], op.weights["bias"]
+    parts = np.full((16, 100), np.nan, np.float32)
     for p0, p1 in ((0, 1), (1, 3), (3, 4)):
-        panel_gemm(a, bp, bias, True, 1, parts, p0, p1)
-    assert np.array_equal(whole, parts)
-    for r0, r1 in ((0, 1), (3, 7), (2, 10), (5, 15)):
-        some = np.empty((r1 - r0, 100), np.float32)
-        panel_gemm(a[r0:r1].copy(), bp, bias, True, 1, some, 0, 4)
-        assert np.array_equal(some, whole[r0:r1])
-    wider = np.empty((15, 128), np.float32)   # the columns past 100 in a whole panel, not through the tail
-    panel_gemm(a, pack_panels(np.pad(w, ((0, 0), (0, 28)))), bias, True, 1, wider, 0, 4)
-    assert np.array_equal(wider[:, :100], whole)
+        panel_gemm(a16, bp, pb, True, 1, parts, p0, p1)
+    assert ROWS in (4, 8) and np.array_equal(parts[:15], whole)
+    wider = np.empty((16, 128), np.float32)   # the columns past 100 in a whole panel, not through the tail
+    panel_gemm(a16, pack_panels(np.pad(w, ((0, 0), (0, 28)))), pb, True, 1, wider, 0, 4)
+    assert np.array_equal(wider[:15, :100], whole)
 
 
 def test_two_threads_give_one_threads_floats(monkeypatch):
@@ -177,11 +175,11 @@ def test_a_panel_share_served_by_the_pools_poll_gives_the_kernels_floats():
     if gs is None:
         pytest.skip("needs numba and numpy's 64-bit-integer OpenBLAS")
     from native.cpu.jit_panel_gemm import panel_gemm_gelu
-    a = RNG.standard_normal((21, 200)).astype(np.float32)
+    a = RNG.standard_normal((24, 200)).astype(np.float32)
     bp = pack_panels(RNG.standard_normal((200, 150)).astype(np.float32))
     bias = np.zeros(160, np.float32)
     bias[:150] = RNG.standard_normal(150)
-    whole = np.empty((21, 150), np.float32)
+    whole = np.empty((24, 150), np.float32)
     panel_gemm_gelu(a, bp, bias, True, False, whole, 0, 5)
     flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
     job[0] = addr
@@ -189,7 +187,7 @@ def test_a_panel_share_served_by_the_pools_poll_gives_the_kernels_floats():
     server = threading.Thread(target=lambda: got.setdefault("r", gs.serve(flags, job, 1, 0, 0, 0, 1 << 40, 3, 2,
                                                                            1 << 40)))
     server.start()
-    y = np.full((21, 150), np.nan, np.float32)
+    y = np.full((24, 150), np.nan, np.float32)
     try:
         gs.post(flags, job, share(a, bp, bias, True, 2, y, 2, 5), 1)
         own = np.empty(gs.JOB_WORDS, np.int64)

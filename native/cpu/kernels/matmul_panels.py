@@ -63,13 +63,14 @@ def share(a, bp, bias, has_bias, act, y, p0, p1) -> np.ndarray:
 
 
 def _kernel(act):
-    """The compiled kernel for an activation code: panel_gemm (none, RELU) or panel_gemm_gelu (its `tanh` flag
-    taking the code's place)."""
-    from native.cpu import jit_panel_gemm   # imports numba: on first use only
+    """(the compiled kernel for an activation code: panel_gemm (none, RELU) or panel_gemm_gelu (its `tanh` flag
+    taking the code's place), the rows of its blocks)."""
+    from native.cpu import jit_panel_gemm as jp   # imports numba: on first use only
     if act >= 2:
-        gelu = jit_panel_gemm.panel_gemm_gelu
-        return lambda a, bp, bias, has_bias, act, y, p0, p1: gelu(a, bp, bias, has_bias, act == 3, y, p0, p1)
-    return jit_panel_gemm.panel_gemm
+        gelu = jp.panel_gemm_gelu
+        return (lambda a, bp, bias, has_bias, act, y, p0, p1: gelu(a, bp, bias, has_bias, act == 3, y, p0, p1),
+                jp.ROWS)
+    return jp.panel_gemm, jp.ROWS
 
 
 @register_tactic
@@ -123,8 +124,8 @@ class PackedGemmPanels(Tactic):
             cfg = op.__dict__["_panels"] = (
                 op.weights, bp, np.zeros(bp.shape[0] * PANEL, np.float32) if bias is None else bias,
                 bias is not None, act, other,
-                int(op.weights["b_columns"]), _kernel(act))
-        _, bp, bias, has_bias, act, other, n, fn = cfg
+                int(op.weights["b_columns"])) + _kernel(act)
+        _, bp, bias, has_bias, act, other, n, fn, rows = cfg
         a = inputs[0]
         if a.dtype != np.float32:
             a = a.astype(np.float32)
@@ -137,12 +138,21 @@ class PackedGemmPanels(Tactic):
             and outputs[0].shape == shape and outputs[0].flags.c_contiguous else np.empty(shape, np.float32)
         y2 = y.reshape(m, n)
         panels = bp.shape[0]
-        if panels >= 2 and m * a2.shape[1] * n >= PARALLEL_MIN_MACS and threads.num_threads() > 1:
-            parts = ((0, panels // 2), (panels // 2, panels))
-            if not threads.gemm_shares([share(a2, bp, bias, has_bias, act, y2, p0, p1) for p0, p1 in parts]):
-                threads.parallel_for(lambda r: fn(a2, bp, bias, has_bias, act, y2, r[0], r[1]), parts)
-        else:
-            fn(a2, bp, bias, has_bias, act, y2, 0, panels)
+        whole = m - m % rows
+        if whole:
+            aw, yw = a2[:whole], y2[:whole]
+            if panels >= 2 and whole * a2.shape[1] * n >= PARALLEL_MIN_MACS and threads.num_threads() > 1:
+                parts = ((0, panels // 2), (panels // 2, panels))
+                if not threads.gemm_shares([share(aw, bp, bias, has_bias, act, yw, p0, p1) for p0, p1 in parts]):
+                    threads.parallel_for(lambda r: fn(aw, bp, bias, has_bias, act, yw, r[0], r[1]), parts)
+            else:
+                fn(aw, bp, bias, has_bias, act, yw, 0, panels)
+        if whole < m:   # the last rows as one block padded with zero rows (the kernel runs whole blocks only)
+            ap = np.zeros((rows, a2.shape[1]), np.float32)
+            ap[:m - whole] = a2[whole:]
+            yp = np.empty((rows, n), np.float32)
+            fn(ap, bp, bias, has_bias, act, yp, 0, panels)
+            y2[whole:] = yp[:m - whole]
         if other is not None:
             res = activation_inplace(y, other["type"], other.get("alpha", 0.0), other.get("beta", 0.0))
             if res is not y:
