@@ -80,6 +80,7 @@ def test_gelu_epilogue_is_polyexps_floats_on_the_panels_product(kind):
     y = _tactic().run(_op(w, bias, kind), [a])[0]
     plain = _tactic().run(_op(w), [a])[0]
     assert np.array_equal(y, rows.gelu_rows(plain.copy(), bias, kind))
+    assert np.array_equal(_tactic().run(_op(w, bias), [a])[0], plain + bias)   # the bias: one rounded add
 
 
 def test_an_outputs_floats_depend_on_its_row_and_column_only():
