@@ -16,6 +16,9 @@ tactic (native/cpu/kernels/matmul_panels.py).
         one of the above from a share descriptor (jit_gemm_share runs it on the CPU pool's worker without the GIL):
         job[1:] = (-1 - M, N, K, a, bp, bias, y, p0 + (p1 << 32), act + (has_bias << 8)), the arrays' addresses
         (C-contiguous; bias [P * NR] always); job[1] < 0 tells it from a cblas_sgemm share.
+    panel_descriptors(a, bp, bias, has_bias, act, y, cut, out [len(cut) - 1, 9])
+        out[i] = the share of panels cut[i]..cut[i + 1] (the layout above): compiled, as reading four addresses
+        through numpy's `ctypes.data` costs ~3 us each, more than a small GEMM's split gains.
 
 Why: BERT's and GPT-2's GEMMs have 16-32 rows, for which OpenBLAS re-packs the weights on every call and, with its
 core type pinned to Haswell, runs AVX2 kernels on an AVX-512 machine; this loop is compiled for the host CPU, packs
@@ -171,3 +174,15 @@ def panel_share(job):
         panel_gemm_gelu(a, bp, bias, has_bias, act == 3, y, p0, p1)
     else:
         panel_gemm(a, bp, bias, has_bias, act, y, p0, p1)
+
+
+@numba.njit(nogil=True, cache=True)
+def panel_descriptors(a, bp, bias, has_bias, act, y, cut, out):
+    m, k = a.shape
+    for i in range(out.shape[0]):
+        d = out[i]
+        d[0], d[1], d[2] = -1 - m, y.shape[1], k
+        d[3], d[4] = np.int64(a.ctypes.data), np.int64(bp.ctypes.data)
+        d[5], d[6] = np.int64(bias.ctypes.data), np.int64(y.ctypes.data)
+        d[7] = cut[i] + (cut[i + 1] << 32)
+        d[8] = act + (np.int64(has_bias) << 8)

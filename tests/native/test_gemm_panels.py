@@ -170,12 +170,11 @@ def test_a_panel_share_served_by_the_pools_poll_gives_the_kernels_floats():
     import threading
 
     from native.cpu import threads
-    from native.cpu.kernels.matmul_panels import share
     threads.tune()
     gs, addr = threads._gemm_share()
     if gs is None:
         pytest.skip("needs numba and numpy's 64-bit-integer OpenBLAS")
-    from native.cpu.jit_panel_gemm import panel_gemm_gelu
+    from native.cpu.jit_panel_gemm import panel_descriptors, panel_gemm_gelu
     a = RNG.standard_normal((24, 200)).astype(np.float32)
     bp = pack_panels(RNG.standard_normal((200, 150)).astype(np.float32))
     bias = np.zeros(160, np.float32)
@@ -189,10 +188,14 @@ def test_a_panel_share_served_by_the_pools_poll_gives_the_kernels_floats():
                                                                            1 << 40)))
     server.start()
     y = np.full((24, 150), np.nan, np.float32)
+    shares = np.empty((2, 9), np.int64)
+    panel_descriptors(a, bp, bias, True, 2, y, np.array([0, 2, 5], np.int64), shares)
+    assert shares[1].tolist() == [-25, 150, 200, a.ctypes.data, bp.ctypes.data, bias.ctypes.data, y.ctypes.data,
+                                  2 + (5 << 32), 2 + (1 << 8)]
     try:
-        gs.post(flags, job, share(a, bp, bias, True, 2, y, 2, 5), 1)
+        gs.post(flags, job, shares[1], 1)
         own = np.empty(gs.JOB_WORDS, np.int64)
-        own[0], own[1:] = addr, share(a, bp, bias, True, 2, y, 0, 2)
+        own[0], own[1:] = addr, shares[0]
         gs.run_share(own)
         assert gs.finish(flags, job, 1, 1 << 40) in (0, 1)   # the server ran it, or the caller took it over
     finally:

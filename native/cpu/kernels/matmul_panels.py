@@ -53,24 +53,15 @@ def pack_panels(b):
     return np.ascontiguousarray(padded.reshape(k, p, PANEL).transpose(1, 0, 2))
 
 
-def share(a, bp, bias, has_bias, act, y, p0, p1) -> np.ndarray:
-    """The GEMM-share descriptor (threads.gemm_shares) of panels p0..p1 of y = a @ b with its epilogue: run by
-    jit_panel_gemm.panel_share, told from a cblas_sgemm share by its negative first word. a [M, K], y [M, N], bp,
-    bias [P * 32]: float32, C-contiguous, alive until the shares have run."""
-    m, k = a.shape
-    return np.array([-1 - m, y.shape[1], k, a.ctypes.data, bp.ctypes.data, bias.ctypes.data, y.ctypes.data,
-                     p0 + (p1 << 32), act + (int(has_bias) << 8)], np.int64)
-
-
 def _kernel(act):
     """(the compiled kernel for an activation code: panel_gemm (none, RELU) or panel_gemm_gelu (its `tanh` flag
-    taking the code's place), the rows of its blocks)."""
+    taking the code's place), the rows of its blocks, the share descriptors' builder)."""
     from native.cpu import jit_panel_gemm as jp   # imports numba: on first use only
     if act >= 2:
         gelu = jp.panel_gemm_gelu
         return (lambda a, bp, bias, has_bias, act, y, p0, p1: gelu(a, bp, bias, has_bias, act == 3, y, p0, p1),
-                jp.ROWS)
-    return jp.panel_gemm, jp.ROWS
+                jp.ROWS, jp.panel_descriptors)
+    return jp.panel_gemm, jp.ROWS, jp.panel_descriptors
 
 
 @register_tactic
@@ -125,7 +116,7 @@ class PackedGemmPanels(Tactic):
                 op.weights, bp, np.zeros(bp.shape[0] * PANEL, np.float32) if bias is None else bias,
                 bias is not None, act, other,
                 int(op.weights["b_columns"])) + _kernel(act)
-        _, bp, bias, has_bias, act, other, n, fn, rows = cfg
+        _, bp, bias, has_bias, act, other, n, fn, rows, describe = cfg
         a = inputs[0]
         if a.dtype != np.float32:
             a = a.astype(np.float32)
@@ -142,9 +133,12 @@ class PackedGemmPanels(Tactic):
         if whole:
             aw, yw = a2[:whole], y2[:whole]
             if panels >= 2 and whole * a2.shape[1] * n >= PARALLEL_MIN_MACS and threads.num_threads() > 1:
-                parts = ((0, panels // 2), (panels // 2, panels))
-                if not threads.gemm_shares([share(aw, bp, bias, has_bias, act, yw, p0, p1) for p0, p1 in parts]):
-                    threads.parallel_for(lambda r: fn(aw, bp, bias, has_bias, act, yw, r[0], r[1]), parts)
+                cut = np.array((0, panels // 2, panels), np.int64)
+                shares = np.empty((2, 9), np.int64)
+                describe(aw, bp, bias, has_bias, act, yw, cut, shares)
+                if not threads.gemm_shares([shares[0], shares[1]]):
+                    threads.parallel_for(lambda r: fn(aw, bp, bias, has_bias, act, yw, r[0], r[1]),
+                                         ((0, panels // 2), (panels // 2, panels)))
             else:
                 fn(aw, bp, bias, has_bias, act, yw, 0, panels)
         if whole < m:   # the last rows as one block padded with zero rows (the kernel runs whole blocks only)
