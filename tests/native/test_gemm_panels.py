@@ -115,9 +115,10 @@ def test_two_threads_give_one_threads_floats(monkeypatch):
     one = _tactic().run(op, [a])[0]
     calls = []
     monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    monkeypatch.setattr(threads, "gemm_shares", lambda shares: calls.append(len(shares)) and False)   # refused:
     monkeypatch.setattr(threads, "parallel_for", lambda fn, items: calls.append(items) or [fn(i) for i in items])
-    two = _tactic().run(op, [a])[0]
-    assert calls == [((0, 8), (8, 16))] and matmul_panels.PARALLEL_MIN_MACS <= 32 * 256 * 512
+    two = _tactic().run(op, [a])[0]                                                      # Python parts instead
+    assert calls == [2, ((0, 8), (8, 16))] and matmul_panels.PARALLEL_MIN_MACS <= 32 * 256 * 512
     assert np.array_equal(one, two)
 
 
@@ -219,3 +220,15 @@ def test_the_tactic_on_a_tuned_pool_gives_one_threads_floats():
             assert np.array_equal(_tactic().run(op, [a])[0], want)
     finally:
         threads.untune()
+
+
+def test_gemm_for_other_layers_matches_the_reference():
+    """matmul_panels.gemm (what a convolution's patch GEMM would call): packed once, any M, bias and RELU."""
+    pytest.importorskip("numba")
+    from native.cpu.kernels.matmul_panels import gemm, kernels
+    a = RNG.standard_normal((100, 27)).astype(np.float32)
+    w = RNG.standard_normal((27, 40)).astype(np.float32)
+    bias = np.zeros(64, np.float32)
+    bias[:40] = RNG.standard_normal(40)
+    y = gemm(a, pack_panels(w), bias, True, 1, np.empty((100, 40), np.float32), *kernels(1))
+    np.testing.assert_allclose(y, np.maximum(a.astype(np.float64) @ w + bias[:40], 0), rtol=1e-5, atol=1e-5)

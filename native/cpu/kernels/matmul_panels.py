@@ -11,7 +11,8 @@ multiply-adds in k order), so it is a tactic the builder times against the other
 On the CPU pool the panels are split in two (each thread streams half of the weights, which bounds these small
 GEMMs), handed to the worker as a GEMM share that it runs without the GIL (threads.gemm_shares; a Python hand-off
 started the worker's half 30-100 us late, native/cpu/jit_gemm_share.py); an output's floats do not depend on the
-split, so not on the threads there are.
+split, so not on the threads there are. `pack_panels` + `gemm` are the same product for other layers with constant
+weights (a convolution's patch GEMM).
 """
 from __future__ import annotations
 
@@ -53,15 +54,47 @@ def pack_panels(b):
     return np.ascontiguousarray(padded.reshape(k, p, PANEL).transpose(1, 0, 2))
 
 
-def _kernel(act):
-    """(the compiled kernel for an activation code: panel_gemm (none, RELU) or panel_gemm_gelu (its `tanh` flag
-    taking the code's place), the rows of its blocks, the share descriptors' builder)."""
+def kernels(act):
+    """(the compiled kernel for an activation code (0 none, 1 RELU, 2 GELU_ERF, 3 GELU_TANH): panel_gemm or
+    panel_gemm_gelu (its `tanh` flag taking the code's place), the rows of its blocks, the share descriptors'
+    builder): `gemm`'s last three arguments. Imports numba (the caller checks jit.available())."""
     from native.cpu import jit_panel_gemm as jp   # imports numba: on first use only
     if act >= 2:
         gelu = jp.panel_gemm_gelu
         return (lambda a, bp, bias, has_bias, act, y, p0, p1: gelu(a, bp, bias, has_bias, act == 3, y, p0, p1),
                 jp.ROWS, jp.panel_descriptors)
     return jp.panel_gemm, jp.ROWS, jp.panel_descriptors
+
+
+def gemm(a, bp, bias, has_bias, act, y, fn, rows, describe):
+    """y [M, N] = act(a [M, K] @ b + bias) with b packed by `pack_panels` (bp) and bias [P * 32] (zeros when
+    has_bias is False), all float32 and C-contiguous; fn, rows, describe: `kernels(act)`. The whole row blocks
+    split in two by panels over the CPU pool where the product is large enough (the worker's half a GEMM share run
+    without the GIL, else a parallel_for part), the last M % rows rows as one block padded with zero rows. For other
+    layers with constant weights (a convolution's GEMM): pack once, call per run; the floats do not depend on the
+    threads."""
+    m, k = a.shape
+    n = y.shape[1]
+    panels = bp.shape[0]
+    whole = m - m % rows
+    if whole:
+        aw, yw = a[:whole], y[:whole]
+        if panels >= 2 and whole * k * n >= PARALLEL_MIN_MACS and threads.num_threads() > 1:
+            cut = np.array((0, panels // 2, panels), np.int64)
+            shares = np.empty((2, 9), np.int64)
+            describe(aw, bp, bias, has_bias, act, yw, cut, shares)
+            if not threads.gemm_shares([shares[0], shares[1]]):
+                threads.parallel_for(lambda r: fn(aw, bp, bias, has_bias, act, yw, r[0], r[1]),
+                                     ((0, panels // 2), (panels // 2, panels)))
+        else:
+            fn(aw, bp, bias, has_bias, act, yw, 0, panels)
+    if whole < m:   # the last rows as one block padded with zero rows (the kernel runs whole blocks only)
+        ap = np.zeros((rows, k), np.float32)
+        ap[:m - whole] = a[whole:]
+        yp = np.empty((rows, n), np.float32)
+        fn(ap, bp, bias, has_bias, act, yp, 0, panels)
+        y[whole:] = yp[:m - whole]
+    return y
 
 
 @register_tactic
@@ -115,7 +148,7 @@ class PackedGemmPanels(Tactic):
             cfg = op.__dict__["_panels"] = (
                 op.weights, bp, np.zeros(bp.shape[0] * PANEL, np.float32) if bias is None else bias,
                 bias is not None, act, other,
-                int(op.weights["b_columns"])) + _kernel(act)
+                int(op.weights["b_columns"])) + kernels(act)
         _, bp, bias, has_bias, act, other, n, fn, rows, describe = cfg
         a = inputs[0]
         if a.dtype != np.float32:
@@ -127,26 +160,7 @@ class PackedGemmPanels(Tactic):
         a2 = np.ascontiguousarray(a.reshape(m, a.shape[-1]))
         y = outputs[0] if outputs is not None and outputs[0] is not None and outputs[0].dtype == np.float32 \
             and outputs[0].shape == shape and outputs[0].flags.c_contiguous else np.empty(shape, np.float32)
-        y2 = y.reshape(m, n)
-        panels = bp.shape[0]
-        whole = m - m % rows
-        if whole:
-            aw, yw = a2[:whole], y2[:whole]
-            if panels >= 2 and whole * a2.shape[1] * n >= PARALLEL_MIN_MACS and threads.num_threads() > 1:
-                cut = np.array((0, panels // 2, panels), np.int64)
-                shares = np.empty((2, 9), np.int64)
-                describe(aw, bp, bias, has_bias, act, yw, cut, shares)
-                if not threads.gemm_shares([shares[0], shares[1]]):
-                    threads.parallel_for(lambda r: fn(aw, bp, bias, has_bias, act, yw, r[0], r[1]),
-                                         ((0, panels // 2), (panels // 2, panels)))
-            else:
-                fn(aw, bp, bias, has_bias, act, yw, 0, panels)
-        if whole < m:   # the last rows as one block padded with zero rows (the kernel runs whole blocks only)
-            ap = np.zeros((rows, a2.shape[1]), np.float32)
-            ap[:m - whole] = a2[whole:]
-            yp = np.empty((rows, n), np.float32)
-            fn(ap, bp, bias, has_bias, act, yp, 0, panels)
-            y2[whole:] = yp[:m - whole]
+        gemm(a2, bp, bias, has_bias, act, y.reshape(m, n), fn, rows, describe)
         if other is not None:
             res = activation_inplace(y, other["type"], other.get("alpha", 0.0), other.get("beta", 0.0))
             if res is not y:
