@@ -21,6 +21,8 @@ columns, so the same floats (tested bitwise).
         the caller, after its own share: 0 once the worker has run share n; 1 when the worker had not claimed it
         within `polls` polls (its CPU taken) and the caller ran it here instead; 2 when the worker claimed it but is
         still running it after 1 << 22 polls (the caller then sleeps on it, threads.py).
+    sgemm_descriptor(a, b, y, out)    out[:9] = threads.gemm_share(a, b, y)'s descriptor, compiled: numpy's
+        `ctypes.data` costs ~3 us an address, ~9 us a share in Python (for threads.gemm_share to call).
     run_share(job_or_share)           one share here (job[0] is the cblas_sgemm address); a share whose m word
         (job[1]) is negative is a packed-panel GEMM's instead (jit_panel_gemm.panel_share: the
         packed-gemm-panels tactic's split, the same hand-off).
@@ -33,6 +35,7 @@ from __future__ import annotations
 import ctypes
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
@@ -78,6 +81,15 @@ def _sgemm(typingctx, fn, m, n, k, a, lda, b, ldb, c, ldc):
                          ldb_, ir.Constant(f32, 0.0), builder.inttoptr(c_, p), ldc_])
         return context.get_dummy_value()
     return sig, codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def sgemm_descriptor(a, b, y, out):
+    m, k = a.shape
+    out[0], out[1], out[2] = m, b.shape[1], k
+    out[3], out[4] = np.int64(a.ctypes.data), a.strides[0] // 4
+    out[5], out[6] = np.int64(b.ctypes.data), b.strides[0] // 4
+    out[7], out[8] = np.int64(y.ctypes.data), y.strides[0] // 4
 
 
 @numba.njit(nogil=True, cache=True)
