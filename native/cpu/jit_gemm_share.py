@@ -25,7 +25,8 @@ columns, so the same floats (tested bitwise).
         `ctypes.data` costs ~3 us an address, ~9 us a share in Python (for threads.gemm_share to call).
     run_share(job_or_share)           one share here (job[0] is the cblas_sgemm address); a share whose m word
         (job[1]) is negative is a packed-panel GEMM's instead (jit_panel_gemm.panel_share: the
-        packed-gemm-panels tactic's split, the same hand-off).
+        packed-gemm-panels tactic's split, the same hand-off). numba's disk cache keys `serve` / `run_share` by this
+        file only: after editing jit_panel_gemm.py, touch this one too (or clear the cache).
 
 Module level, so numba's disk cache finds it in the next process (the address is an argument, not a constant).
 Imported only where numba is installed.
