@@ -232,3 +232,12 @@ def test_gemm_for_other_layers_matches_the_reference():
     bias[:40] = RNG.standard_normal(40)
     y = gemm(a, pack_panels(w), bias, True, 1, np.empty((100, 40), np.float32), *kernels(1))
     np.testing.assert_allclose(y, np.maximum(a.astype(np.float64) @ w + bias[:40], 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m,k,n", [(0, 8, 40), (3, 0, 40), (5, 8, 0), (0, 0, 0)])
+def test_zero_sizes(m, k, n):
+    """No rows, an empty sum (the bias alone), no columns: numpy's results."""
+    pytest.importorskip("numba")
+    a, w, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32), np.arange(n, dtype=np.float32)
+    y = _tactic().run(_op(w, b, "RELU"), [a])[0]
+    assert y.shape == (m, n) and np.array_equal(y, np.maximum(a @ w + b, 0))
