@@ -186,3 +186,9 @@ def panel_descriptors(a, bp, bias, has_bias, act, y, cut, out):
         d[5], d[6] = np.int64(bias.ctypes.data), np.int64(y.ctypes.data)
         d[7] = cut[i] + (cut[i + 1] << 32)
         d[8] = act + (np.int64(has_bias) << 8)
+
+
+@numba.njit(cache=True)
+def panel_rows():
+    """ROWS: the rows of the kernel's blocks (callers pad the last rows to one block)."""
+    return ROWS

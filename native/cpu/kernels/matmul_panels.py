@@ -57,13 +57,16 @@ def pack_panels(b):
 def kernels(act):
     """(the compiled kernel for an activation code (0 none, 1 RELU, 2 GELU_ERF, 3 GELU_TANH): panel_gemm or
     panel_gemm_gelu (its `tanh` flag taking the code's place), the rows of its blocks, the share descriptors'
-    builder): `gemm`'s last three arguments. Imports numba (the caller checks jit.available())."""
-    from native.cpu import jit_panel_gemm as jp   # imports numba: on first use only
-    if act >= 2:
-        gelu = jp.panel_gemm_gelu
-        return (lambda a, bp, bias, has_bias, act, y, p0, p1: gelu(a, bp, bias, has_bias, act == 3, y, p0, p1),
-                jp.ROWS, jp.panel_descriptors)
-    return jp.panel_gemm, jp.ROWS, jp.panel_descriptors
+    builder): `gemm`'s last three arguments (native/cpu/jit_panel_gemm.py; the caller checks jit.available())."""
+    fn = jit.kernel("panel_gemm") if act < 2 else _gelu(jit.kernel("panel_gemm_gelu"))
+    return fn, int(jit.kernel("panel_rows")()), jit.kernel("panel_descriptors")
+
+
+def _gelu(kernel):
+    """panel_gemm_gelu behind panel_gemm's signature (the activation code 3 its `tanh` flag)."""
+    def fn(a, bp, bias, has_bias, act, y, p0, p1):
+        kernel(a, bp, bias, has_bias, act == 3, y, p0, p1)
+    return fn
 
 
 def gemm(a, bp, bias, has_bias, act, y, fn, rows, describe):
