@@ -64,6 +64,9 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     layernorm_rows_relu(...): layernorm_rows, then numpy clip's RELU on each output (lane-stats with a fused Relu)
         float32 row kernels of native/cpu/polyexp.py (its polynomial exp, its 8-lane sums): the same floats as that
         module's numpy passes, in one pass over each row instead of ~20; compiled in native/cpu/jit_rows.py.
+    panel_gemm / panel_gemm_gelu / panel_descriptors / panel_rows()
+        the packed-gemm-panels tactic's GEMM on weights packed in 32-column panels (native/cpu/jit_panel_gemm.py:
+        fused multiply-adds, that tactic's own floats; panel_rows() the rows of its blocks).
     gemm_direct(a [M, K], w [K, N], bias [N] (or empty), has_bias, act, y [M, N])
         a few rows' product with its [bias +] RELU / SIGMOID epilogue in one loop (native/cpu/jit_gemm.py: a
         running sum per output in order, the tactic packed-gemm-direct's own floats).
@@ -444,4 +447,6 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              **{k: _module("jit_act", k) for k in ("hard_swish", "hard_swish_inplace", "hard_sigmoid",
                                                    "hard_sigmoid_inplace", "bias_hard_act_inplace",
                                                    "bias_steps_inplace", "hard_swish_relu6",
-                                                   "hard_swish_relu6_inplace", "silu_polyexp_inplace")}}
+                                                   "hard_swish_relu6_inplace", "silu_polyexp_inplace")},
+             **{k: _module("jit_panel_gemm", k) for k in ("panel_gemm", "panel_gemm_gelu", "panel_descriptors",
+                                                          "panel_rows")}}

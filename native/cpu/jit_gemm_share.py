@@ -21,7 +21,12 @@ columns, so the same floats (tested bitwise).
         the caller, after its own share: 0 once the worker has run share n; 1 when the worker had not claimed it
         within `polls` polls (its CPU taken) and the caller ran it here instead; 2 when the worker claimed it but is
         still running it after 1 << 22 polls (the caller then sleeps on it, threads.py).
-    run_share(job_or_share)           one share here (job[0] is the cblas_sgemm address).
+    sgemm_descriptor(a, b, y, out)    out[:9] = threads.gemm_share(a, b, y)'s descriptor, compiled: numpy's
+        `ctypes.data` costs ~3 us an address, ~9 us a share in Python (for threads.gemm_share to call).
+    run_share(job_or_share)           one share here (job[0] is the cblas_sgemm address); a share whose m word
+        (job[1]) is negative is a packed-panel GEMM's instead (jit_panel_gemm.panel_share: the
+        packed-gemm-panels tactic's split, the same hand-off). numba's disk cache keys `serve` / `run_share` by this
+        file only: after editing jit_panel_gemm.py, touch this one too (or clear the cache).
 
 Module level, so numba's disk cache finds it in the next process (the address is an argument, not a constant).
 Imported only where numba is installed.
@@ -31,10 +36,12 @@ from __future__ import annotations
 import ctypes
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from native.cpu.jit_panel_gemm import panel_share
 from native.cpu.jit_spin import _load_acquire, _pause, _store_release, wait_change  # noqa: F401
 
 GEMM_POSTED, GEMM_CLAIMED, GEMM_DONE = 4, 5, 6
@@ -78,8 +85,20 @@ def _sgemm(typingctx, fn, m, n, k, a, lda, b, ldb, c, ldc):
 
 
 @numba.njit(nogil=True, cache=True)
+def sgemm_descriptor(a, b, y, out):
+    m, k = a.shape
+    out[0], out[1], out[2] = m, b.shape[1], k
+    out[3], out[4] = np.int64(a.ctypes.data), a.strides[0] // 4
+    out[5], out[6] = np.int64(b.ctypes.data), b.strides[0] // 4
+    out[7], out[8] = np.int64(y.ctypes.data), y.strides[0] // 4
+
+
+@numba.njit(nogil=True, cache=True)
 def run_share(job):
-    _sgemm(job[0], job[1], job[2], job[3], job[4], job[5], job[6], job[7], job[8], job[9])
+    if job[1] < 0:
+        panel_share(job)
+    else:
+        _sgemm(job[0], job[1], job[2], job[3], job[4], job[5], job[6], job[7], job[8], job[9])
 
 
 @numba.njit(nogil=True, cache=True)

@@ -137,3 +137,14 @@ def test_a_gemm_that_finds_the_worker_asleep_leaves_it_polling_for_the_next(shar
         while w.flags[3] and time.perf_counter() < end:          # a Python job: the unbounded poll returns
             threads._SPIN["quiet_after"] = 0.0
             threads.parallel_for(lambda i: time.sleep(0.001), range(2))
+
+
+def test_the_compiled_descriptor_is_gemm_shares(share_kit):
+    """jit_gemm_share.sgemm_descriptor writes threads.gemm_share's nine words (views with row strides included)."""
+    gs, _ = share_kit
+    a, b = _operands(32, 256, 1024)
+    y = np.empty((32, 1024), np.float32)
+    for args in ((a, b, y), (a[:, 16:], b[16:, 512:], y[:, 512:]), (a[3:9], b, y[3:9])):
+        out = np.zeros(9, np.int64)
+        gs.sgemm_descriptor(*args, out)
+        assert out.tolist() == threads.gemm_share(*args).tolist()
