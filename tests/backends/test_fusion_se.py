@@ -130,6 +130,7 @@ def test_squeeze_excite_needs_the_block_shape():
     np.testing.assert_allclose(run(g, {"x": x})[0], ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.jit     # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says (its subject is the numba kernel)
 @pytest.mark.parametrize("batch,hw,gate", [(1, (7, 5), "HARD_SIGMOID"), (2, (3, 37), "HARD_SWISH"),
                                            (1, (16, 16), "CLIP")])
 def test_se_direct_tactic_computes_the_block(batch, hw, gate):
@@ -160,6 +161,7 @@ def test_se_direct_tactic_computes_the_block(batch, hw, gate):
     assert "activations" in t.supports(sig, [list(x.shape)])
 
 
+@pytest.mark.jit
 def test_se_direct_builds_and_round_trips_through_a_plan():
     pytest.importorskip("numba")
 
