@@ -1,0 +1,276 @@
+"""The inverted-residual block's compiled passes (the `jit` extra; native/cpu/kernels/inverted_residual.py): the
+expanded tensor stays channels-last [H, W, C] from the expand GEMM's output to the project GEMM's input, so no
+pass transposes it.
+
+    expanded_into_padded(g [H*W, C], bias [C], act, xp [Hp, Wp, C], pt, pl, h, w)
+        xp's border zeroed and its interior [pt:pt+H, pl:pl+W] = act(g + bias) (codes as jit_dw: 0 none, 1 RELU,
+        2 HARD_SWISH, 3 HARD_SWISH_RELU6), one pass: the expand 1x1 convolution's epilogue, written where the
+        depthwise taps read it.
+    nchw_into_padded(x [C, H, W], xp [Hp, Wp, C], pt, pl)
+        the same for a block without an expand convolution: x transposed into xp's interior, the border zeroed.
+    depthwise_nhwc(xp [Hp, Wp, C], w [kh, kw, C], bias [C] (or empty), act, y [Ho, Wo, C], sh, sw, sums [C] float64
+                   (or empty))
+        y = act(depthwise(xp) + bias), each output's taps summed in (i, j) order (a kernel row of 3 or 5 taps one
+        loop body over the channels, as jit_dw's channels-last kernels); where sums has C entries it gets each
+        channel's float64 sum of y (the squeeze-excite mean's numerator) from the same pass.
+    gate(sums [C] float64, count, w1t [C, M], b1, act1 [k, 3], w2t [M, C], b2, act2, g [C])
+        the squeeze-excite gate from the sums: mean = sums / count rounded to float32, then jit_se's two products
+        and activations (its codes: 1 RELU, 2 HARD_SIGMOID, 3 HARD_SWISH, 4 CLIP).
+    scaled_rows(w [M, C], g [C], out [M, C])
+        out = w * g per column: the gate folded into the project kernel (M x C products instead of H x W x C).
+    bias_residual(y [M, S], bias [M] (or empty), res [M, S] (or [0, 0]))
+        y = y + bias (+ res) in place: the project convolution's epilogue.
+    bias_act_rows(a [C, S], bias [C], act), channel_sums(y [C, S], sums [C] float64)
+        the channels-first steps of ir-planes, which runs the depthwise stage as jit_dw.depthwise_planes (wide,
+        short maps: PaddleOCR's 3 x 96, where one channel's plane is a long unit-stride run).
+
+Module level, so numba's disk cache finds them again in the next process (native/cpu/jit_rows.py says why).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from native.cpu.jit_dw import _hard_swish, _hard_swish_relu6, _relu
+from native.cpu.jit_se import _dense
+
+_NJIT = dict(nogil=True, cache=True, error_model="numpy")
+
+
+@numba.njit(**_NJIT)
+def expanded_into_padded(g, bias, act, xp, pt, pl, h, w):
+    c = xp.shape[2]
+    _zero_border(xp, pt, pl, h, w)
+    t = xp.dtype.type
+    zero, one, sixth, half, inf, three, six = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf), t(3.0), t(6.0)
+    for i in range(h):
+        for j in range(w):
+            src = g[i * w + j]
+            dst = xp[i + pt, j + pl]
+            if act == 1:
+                for k in range(c):
+                    dst[k] = _relu(src[k] + bias[k], zero, inf)
+            elif act == 2:
+                for k in range(c):
+                    dst[k] = _hard_swish(src[k] + bias[k], zero, one, sixth, half)
+            elif act == 3:
+                for k in range(c):
+                    dst[k] = _hard_swish_relu6(src[k] + bias[k], zero, three, six)
+            else:
+                for k in range(c):
+                    dst[k] = src[k] + bias[k]
+
+
+@numba.njit(inline="always")
+def _activate(a, act):
+    """The activation codes on the vector `a` in place (jit_dw's operations): 1 RELU, 2 HARD_SWISH,
+    3 HARD_SWISH_RELU6; 0 nothing."""
+    t = a.dtype.type
+    zero, one, sixth, half, inf, three, six = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf), t(3.0), t(6.0)
+    if act == 1:
+        for k in range(a.shape[0]):
+            a[k] = _relu(a[k], zero, inf)
+    elif act == 2:
+        for k in range(a.shape[0]):
+            a[k] = _hard_swish(a[k], zero, one, sixth, half)
+    elif act == 3:
+        for k in range(a.shape[0]):
+            a[k] = _hard_swish_relu6(a[k], zero, three, six)
+
+
+@numba.njit(**_NJIT)
+def _zero_border(xp, pt, pl, h, w):
+    hp, wp, c = xp.shape
+    for i in range(hp):
+        row = xp[i]
+        if i < pt or i >= pt + h:
+            for j in range(wp):
+                for k in range(c):
+                    row[j, k] = 0
+        else:
+            for j in range(pl):
+                for k in range(c):
+                    row[j, k] = 0
+            for j in range(pl + w, wp):
+                for k in range(c):
+                    row[j, k] = 0
+
+
+@numba.njit(**_NJIT)
+def nchw_into_padded(x, xp, pt, pl):
+    c, h, w = x.shape
+    _zero_border(xp, pt, pl, h, w)
+    for k in range(c):
+        xk = x[k]
+        for i in range(h):
+            row = xp[i + pt]
+            for j in range(w):
+                row[j + pl, k] = xk[i, j]
+
+
+@numba.njit(**_NJIT)
+def depthwise_nhwc(xp, w, bias, act, y, sh, sw, sums):
+    kw = w.shape[1]
+    if kw == 5:
+        _taps5(xp, w, y, sh, sw)
+    elif kw == 3:
+        _taps3(xp, w, y, sh, sw)
+    else:
+        _taps(xp, w, y, sh, sw)
+    _epilogue(y, bias, act, sums)
+
+
+@numba.njit(**_NJIT)
+def _epilogue(y, bias, act, sums):
+    """y + bias, the activation, and the float64 channel sums of the result where `sums` has y's channels."""
+    ho, wo, c = y.shape
+    has_bias, want_sums = bias.shape[0] == c, sums.shape[0] == c
+    for k in range(sums.shape[0]):
+        sums[k] = 0.0
+    flat = y.reshape(ho * wo, c)
+    for q in range(ho * wo):
+        a = flat[q]
+        if has_bias:
+            for k in range(c):
+                a[k] = a[k] + bias[k]
+        _activate(a, act)
+        if want_sums:
+            for k in range(c):
+                sums[k] += a[k]
+
+
+@numba.njit(**_NJIT)
+def _taps5(xp, w, y, sh, sw):
+    hp, wp, c = xp.shape
+    ho, wo = y.shape[0], y.shape[1]
+    flat = xp.reshape(hp * wp * c)
+    for r in range(ho):
+        for ow in range(wo):
+            a = y[r, ow]
+            for i in range(w.shape[0]):
+                w0, w1, w2, w3, w4 = w[i, 0], w[i, 1], w[i, 2], w[i, 3], w[i, 4]
+                o = ((r * sh + i) * wp + ow * sw) * c
+                x0, x1, x2 = flat[o:o + c], flat[o + c:o + 2 * c], flat[o + 2 * c:o + 3 * c]
+                x3, x4 = flat[o + 3 * c:o + 4 * c], flat[o + 4 * c:o + 5 * c]
+                if i == 0:
+                    for k in range(c):
+                        s = x0[k] * w0[k]
+                        s += x1[k] * w1[k]
+                        s += x2[k] * w2[k]
+                        s += x3[k] * w3[k]
+                        s += x4[k] * w4[k]
+                        a[k] = s
+                else:
+                    for k in range(c):
+                        s = a[k]
+                        s += x0[k] * w0[k]
+                        s += x1[k] * w1[k]
+                        s += x2[k] * w2[k]
+                        s += x3[k] * w3[k]
+                        s += x4[k] * w4[k]
+                        a[k] = s
+
+
+@numba.njit(**_NJIT)
+def _taps3(xp, w, y, sh, sw):
+    hp, wp, c = xp.shape
+    ho, wo = y.shape[0], y.shape[1]
+    flat = xp.reshape(hp * wp * c)
+    for r in range(ho):
+        for ow in range(wo):
+            a = y[r, ow]
+            for i in range(w.shape[0]):
+                w0, w1, w2 = w[i, 0], w[i, 1], w[i, 2]
+                o = ((r * sh + i) * wp + ow * sw) * c
+                x0, x1, x2 = flat[o:o + c], flat[o + c:o + 2 * c], flat[o + 2 * c:o + 3 * c]
+                if i == 0:
+                    for k in range(c):
+                        s = x0[k] * w0[k]
+                        s += x1[k] * w1[k]
+                        s += x2[k] * w2[k]
+                        a[k] = s
+                else:
+                    for k in range(c):
+                        s = a[k]
+                        s += x0[k] * w0[k]
+                        s += x1[k] * w1[k]
+                        s += x2[k] * w2[k]
+                        a[k] = s
+
+
+@numba.njit(**_NJIT)
+def _taps(xp, w, y, sh, sw):
+    hp, wp, c = xp.shape
+    kh, kw = w.shape[0], w.shape[1]
+    ho, wo = y.shape[0], y.shape[1]
+    for r in range(ho):
+        for ow in range(wo):
+            a = y[r, ow]
+            for i in range(kh):
+                for j in range(kw):
+                    xj = xp[r * sh + i, ow * sw + j]
+                    wj = w[i, j]
+                    if i == 0 and j == 0:
+                        for k in range(c):
+                            a[k] = xj[k] * wj[k]
+                    else:
+                        for k in range(c):
+                            a[k] += xj[k] * wj[k]
+
+
+@numba.njit(**_NJIT)
+def gate(sums, count, w1t, b1, act1, w2t, b2, act2, g):
+    c = sums.shape[0]
+    mean = np.empty(c, g.dtype)
+    for k in range(c):
+        mean[k] = sums[k] / count
+    h = np.empty(w1t.shape[1], g.dtype)
+    _dense(mean, w1t, b1, act1, h)
+    _dense(h, w2t, b2, act2, g)
+
+
+@numba.njit(**_NJIT)
+def scaled_rows(w, g, out):
+    for m in range(w.shape[0]):
+        wm, om = w[m], out[m]
+        for k in range(w.shape[1]):
+            om[k] = wm[k] * g[k]
+
+
+@numba.njit(**_NJIT)
+def bias_residual(y, bias, res):
+    m_n, s_n = y.shape
+    has_bias, has_res = bias.shape[0] == m_n, res.shape[0] == m_n
+    for m in range(m_n):
+        ym = y[m]
+        if has_bias:
+            b = bias[m]
+            for s in range(s_n):
+                ym[s] = ym[s] + b
+        if has_res:
+            rm = res[m]
+            for s in range(s_n):
+                ym[s] = ym[s] + rm[s]
+
+
+@numba.njit(**_NJIT)
+def bias_act_rows(a, bias, act):
+    """a[c] = act(a[c] + bias[c]) in place for a [C, S] (channels first): the expand GEMM's epilogue where the
+    depthwise stage runs on planes (ir-planes)."""
+    for c in range(a.shape[0]):
+        row = a[c]
+        b = bias[c]
+        for s in range(row.shape[0]):
+            row[s] = row[s] + b
+        _activate(row, act)
+
+
+@numba.njit(**_NJIT)
+def channel_sums(y, sums):
+    """sums[c] = the float64 sum of y[c] for y [C, S]: the squeeze-excite mean's numerators on planes."""
+    for c in range(y.shape[0]):
+        row = y[c]
+        acc = 0.0
+        for s in range(row.shape[0]):
+            acc += row[s]
+        sums[c] = acc

@@ -1,0 +1,281 @@
+"""The InvertedResidual layer (backends/engine/builder/passes/fusion_ir.py): expand 1x1 + act -> depthwise + act ->
+[squeeze-excite] -> project 1x1 [+ x], one layer, the expanded tensor channels-last throughout.
+
+Per sample: the expand GEMM reads x [C, H*W] as a transposed operand, so its output comes out [H*W, E] (channels
+last) at no cost; its bias and activation are written straight into a zero-bordered [Hp, Wp, E] buffer the
+depthwise taps read (each tap one contiguous run of E channels); the depthwise output [Ho, Wo, E] is again what the
+project GEMM reads as a transposed operand, writing NCHW. The squeeze-excite gate multiplies the project kernel's
+columns (M x E products) instead of the depthwise output (Ho x Wo x E), and its mean's sums come from the depthwise
+pass. Against the three or four layers it replaces: no NCHW <-> NHWC transposes of the expanded tensor, one dispatch,
+two fewer passes over it. Its own floats (the gate folded into the kernel, float64 channel sums), so tolerance-tested
+against the unfused layers (tests/native/test_inverted_residual.py).
+
+ir-direct: the passes compiled (native/cpu/jit_ir.py, the numba extra); ir-planes: the same with the expanded
+tensor channels-first and the depthwise stage as jit_dw.depthwise_planes (wide, short maps); ir-numpy: ir-direct's
+steps in numpy (einsum taps), for builds without numba. The builder's timing picks per layer.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from native.cpu import jit
+from native.cpu.kernels.activations import activation_into
+from native.tactics import Tactic, register_tactic
+
+_ACT_CODES = {"RELU": 1, "HARD_SWISH": 2, "HARD_SWISH_RELU6": 3}        # jit_ir's expand / depthwise activations
+_SE_CODES = {"RELU": 1, "HARD_SIGMOID": 2, "HARD_SWISH": 3, "CLIP": 4}   # jit_se's
+_F32 = np.dtype(np.float32)
+_EMPTY = np.empty(0, np.float32)
+_EMPTY2 = np.empty((0, 0), np.float32)
+_EMPTY64 = np.empty(0, np.float64)
+_as_strided = np.lib.stride_tricks.as_strided
+
+
+def geometry(params, h, w):
+    """((kh, kw), (sh, sw), (pt, pl), (pb, pr), (Ho, Wo)) of the depthwise stage on an H x W map."""
+    kh, kw = params["kernel_shape"]
+    sh, sw = params["strides"]
+    pt, pl = params["pre_padding"]
+    pb, pr = params["post_padding"]
+    return (kh, kw), (sh, sw), (pt, pl), (pb, pr), ((h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1)
+
+
+class Packed:
+    """The layer's weights as the passes read them, made once per layer (op.__dict__): expand kernel transposed
+    [C, E], depthwise taps [kh, kw, E], squeeze-excite kernels transposed, project kernel [M, E], flat biases (zeros
+    for a missing expand or depthwise bias)."""
+
+    __slots__ = ("we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1", "a2")
+
+    def __init__(self, op):
+        wt = op.weights
+        f32 = lambda a: np.ascontiguousarray(np.asarray(a, np.float32))   # noqa: E731
+        bias = lambda k: f32(wt[k]).reshape(-1) if k in wt else _EMPTY   # noqa: E731
+        we = f32(wt["expand_kernel"])
+        self.we = we.reshape(we.shape[0], -1)
+        self.we_t = np.ascontiguousarray(self.we.T)
+        dk = f32(wt["dw_kernel"])
+        self.taps = np.ascontiguousarray(dk.reshape(dk.shape[0], dk.shape[-2], dk.shape[-1]).transpose(1, 2, 0))
+        wp = f32(wt["project_kernel"])
+        self.wp = wp.reshape(wp.shape[0], -1)
+        e = self.taps.shape[2]
+        self.be = bias("expand_bias") if "expand_bias" in wt else np.zeros(e, np.float32)   # the kernels add one
+        self.bd = bias("dw_bias") if "dw_bias" in wt else np.zeros(e, np.float32)
+        self.bp = bias("project_bias")
+        self.se = "squeeze_kernel" in wt
+        if self.se:
+            w1, w2 = f32(wt["squeeze_kernel"]), f32(wt["excite_kernel"])
+            self.w1t = np.ascontiguousarray(w1.reshape(w1.shape[0], -1).T)
+            self.w2t = np.ascontiguousarray(w2.reshape(w2.shape[0], -1).T)
+            self.b1, self.b2 = bias("squeeze_bias"), bias("excite_bias")
+            self.a1, self.a2 = _se_rows(op.params.get("squeeze_ops")), _se_rows(op.params.get("excite_ops"))
+
+    @classmethod
+    def of(cls, op):
+        got = op.__dict__.get("_ir_packed")
+        if got is None:
+            got = op.__dict__["_ir_packed"] = cls(op)
+        return got
+
+
+def _se_rows(steps):
+    """[k, 3] rows (code, alpha, beta) of jit_se's activation codes, or None when a step has none."""
+    rows = []
+    for s in steps or ():
+        code = _SE_CODES.get(s.get("type"))
+        if code is None:
+            return None
+        rows.append((code, float(s.get("alpha", 0.0)), float(s.get("beta", 0.0))))
+    return np.array(rows, np.float64).reshape(-1, 3)
+
+
+def _act_code(steps):
+    """jit_ir's code for at most one activation step (0: none), None for anything else."""
+    steps = list(steps or ())
+    if not steps:
+        return 0
+    return _ACT_CODES.get(steps[0].get("type")) if len(steps) == 1 else None
+
+
+def _check(op, input_shapes):
+    s = input_shapes[0] if input_shapes else None
+    if s is not None and len(s) != 4:
+        return "4-D (NCHW) inputs only"
+    dtypes = getattr(input_shapes, "dtypes", None)
+    if dtypes and dtypes[0] not in (None, "float32"):
+        return "float32 input only"
+    return None
+
+
+def _output(outputs, shape):
+    dst = outputs[0] if outputs else None
+    if dst is None or tuple(dst.shape) != shape or dst.dtype != _F32 or not dst.flags.c_contiguous:
+        dst = np.empty(shape, np.float32)
+    return dst
+
+
+def _kernels():
+    """native/cpu/jit_ir.py where numba runs (and DEBUGKIT_JIT is not 0), else None."""
+    if not jit.available():
+        return None
+    from native.cpu import jit_ir   # function-level: imports numba (the jit extra)
+    return jit_ir
+
+
+@register_tactic
+class InvertedResidualDirect(Tactic):
+    """The block's passes compiled (native/cpu/jit_ir.py; numba extra), float32, the expand / depthwise activations
+    RELU, HARD_SWISH or HARD_SWISH_RELU6, the squeeze-excite ones RELU, HARD_SIGMOID, HARD_SWISH or CLIP."""
+    kind, name = "InvertedResidual", "ir-direct"
+    precisions = ("float32",)
+    writes_outputs = True
+
+    def supports(self, op, input_shapes):
+        why = _check(op, input_shapes)
+        if why is not None:
+            return why
+        p = op.params
+        if _act_code(p.get("expand_ops")) is None or _act_code(p.get("dw_ops")) is None:
+            return "expand / depthwise activations other than one RELU, HARD_SWISH or HARD_SWISH_RELU6"
+        if _se_rows(p.get("squeeze_ops")) is None or _se_rows(p.get("excite_ops")) is None:
+            return "squeeze-excite activations other than RELU, HARD_SIGMOID, HARD_SWISH, CLIP"
+        if _kernels() is None:
+            return "needs the numba extra (pip install debugkit[jit])"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        k = _kernels()
+        pk = Packed.of(op)
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        p = op.params
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (pt, pl), (pb, pr), (ho, wo) = geometry(p, h, w)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        act_e, act_d = _act_code(p.get("expand_ops")), _act_code(p.get("dw_ops"))
+        xp = np.empty((h + pt + pb, w + pl + pr, e), np.float32)
+        g = np.empty((h * w, e), np.float32)
+        y = np.empty((ho, wo, e), np.float32)
+        sums = np.empty(e, np.float64) if pk.se else _EMPTY64
+        gate = np.empty(e, np.float32) if pk.se else None
+        wps = np.empty_like(pk.wp) if pk.se else None
+        dst = _output(outputs, (n, m, ho, wo))
+        for ni in range(n):
+            xn = x[ni].reshape(c, h * w)
+            np.matmul(xn.T, pk.we_t, out=g)
+            k.expanded_into_padded(g, pk.be, act_e, xp, pt, pl, h, w)
+            k.depthwise_nhwc(xp, pk.taps, pk.bd, act_d, y, sh, sw, sums)
+            wp = pk.wp
+            if pk.se:
+                k.gate(sums, float(ho * wo), pk.w1t, pk.b1, pk.a1, pk.w2t, pk.b2, pk.a2, gate)
+                k.scaled_rows(pk.wp, gate, wps)
+                wp = wps
+            o = dst[ni].reshape(m, ho * wo)
+            np.matmul(wp, y.reshape(ho * wo, e).T, out=o)
+            k.bias_residual(o, pk.bp, xn if p.get("residual") else _EMPTY2)
+        return [dst]
+
+
+@register_tactic
+class InvertedResidualPlanes(InvertedResidualDirect):
+    """ir-direct with the expanded tensor channels-first: the expand GEMM writes [E, H*W], the depthwise stage is
+    jit_dw.depthwise_planes (each tap one run over a channel's whole plane: the better loop on wide, short maps such
+    as PaddleOCR's 3 x 96, where a channels-last pixel holds few channels), the project GEMM reads [E, Ho*Wo].
+    Symmetric depthwise padding only (depthwise_planes pads each plane on both sides alike)."""
+    name = "ir-planes"
+
+    def supports(self, op, input_shapes):
+        why = InvertedResidualDirect.supports(self, op, input_shapes)
+        if why is None and list(op.params["pre_padding"]) != list(op.params["post_padding"]):
+            why = "asymmetric depthwise padding"
+        if why is None and jit.kernel("depthwise_planes") is None:
+            why = "needs the numba extra (pip install debugkit[jit])"
+        return why
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        k, planes = _kernels(), jit.kernel("depthwise_planes")
+        pk = Packed.of(op)
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        p = op.params
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (pt, pl), _, (ho, wo) = geometry(p, h, w)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        act_e, act_d = _act_code(p.get("expand_ops")), _act_code(p.get("dw_ops"))
+        taps = pk.taps.reshape(kh * kw, e)
+        ex = np.empty((e, h * w), np.float32)
+        y = np.empty((e, ho, wo), np.float32)
+        sums = np.empty(e, np.float64) if pk.se else None
+        gate = np.empty(e, np.float32) if pk.se else None
+        wps = np.empty_like(pk.wp) if pk.se else None
+        dst = _output(outputs, (n, m, ho, wo))
+        for ni in range(n):
+            xn = x[ni].reshape(c, h * w)
+            np.matmul(pk.we, xn, out=ex)
+            k.bias_act_rows(ex, pk.be, act_e)
+            planes(ex.reshape(e, h, w), taps, pk.bd, y, kh, kw, sh, sw, 1, 1, pt, pl, act_d)
+            wp = pk.wp
+            yf = y.reshape(e, ho * wo)
+            if pk.se:
+                k.channel_sums(yf, sums)
+                k.gate(sums, float(ho * wo), pk.w1t, pk.b1, pk.a1, pk.w2t, pk.b2, pk.a2, gate)
+                k.scaled_rows(pk.wp, gate, wps)
+                wp = wps
+            o = dst[ni].reshape(m, ho * wo)
+            np.matmul(wp, yf, out=o)
+            k.bias_residual(o, pk.bp, xn if p.get("residual") else _EMPTY2)
+        return [dst]
+
+
+@register_tactic
+class InvertedResidualNumpy(Tactic):
+    """ir-direct's steps in numpy (the depthwise taps as one einsum over a strided view), for builds without numba."""
+    kind, name = "InvertedResidual", "ir-numpy"
+    precisions = ("float32",)
+    writes_outputs = True
+
+    def supports(self, op, input_shapes):
+        return _check(op, input_shapes)
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        pk = Packed.of(op)
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        p = op.params
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (pt, pl), (pb, pr), (ho, wo) = geometry(p, h, w)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        xp = np.zeros((h + pt + pb, w + pl + pr, e), np.float32)
+        y = np.empty((ho, wo, e), np.float32)
+        st = xp.strides
+        taps = _as_strided(xp, (ho, wo, kh, kw, e), (st[0] * sh, st[1] * sw, st[0], st[1], st[2]))
+        dst = _output(outputs, (n, m, ho, wo))
+        for ni in range(n):
+            xn = x[ni].reshape(c, h * w)
+            g = np.matmul(xn.T, pk.we_t)
+            _bias_acts(g, pk.be, p.get("expand_ops"))
+            xp[pt:pt + h, pl:pl + w] = g.reshape(h, w, e)
+            np.einsum("hwijc,ijc->hwc", taps, pk.taps, out=y)
+            _bias_acts(y, pk.bd, p.get("dw_ops"))
+            wp = pk.wp
+            if pk.se:
+                mean = (np.add.reduce(y.reshape(ho * wo, e), 0, np.float64) / (ho * wo)).astype(np.float32)
+                hid = _dense(pk.w1t, pk.b1, p.get("squeeze_ops"), mean)
+                wp = pk.wp * _dense(pk.w2t, pk.b2, p.get("excite_ops"), hid)
+            o = dst[ni].reshape(m, ho * wo)
+            np.matmul(wp, y.reshape(ho * wo, e).T, out=o)
+            if pk.bp.size:
+                o += pk.bp.reshape(m, 1)
+            if p.get("residual"):
+                o += xn
+        return [dst]
+
+
+def _bias_acts(a, bias, steps):
+    if bias.size:
+        a += bias
+    for s in steps or ():
+        activation_into(a, s)
+
+
+def _dense(wt, b, steps, v):
+    out = v @ wt
+    _bias_acts(out, b, steps)
+    return out

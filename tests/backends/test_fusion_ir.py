@@ -1,0 +1,156 @@
+"""Inverted-residual blocks (1x1 conv + act -> depthwise conv + act -> [squeeze-excite] -> 1x1 conv [+ x]) become one
+InvertedResidual layer on the CPU (passes/fusion_ir.py); each of its tactics (native/cpu/kernels/inverted_residual.py)
+computes the unfused layers' result within float32 rounding; the block stays unfused wherever fusing would change
+what runs."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from backends.engine import BuilderConfig, BuilderFlag, Runtime, parse_onnx
+from backends.engine.builder import Builder
+from backends.engine.builder.config import AlgorithmSelector
+from backends.engine.plan import serialize_plan
+from native.cpu.device import CpuDevice
+from tests.backends.fusion_helpers import const, kinds, model, run
+
+RNG = np.random.default_rng(69)
+_ACTS = {"HardSwish": lambda i, o: helper.make_node("HardSwish", [i], [o]),
+         "Relu": lambda i, o: helper.make_node("Relu", [i], [o])}
+
+
+def _ir_model(c=8, e=24, k=3, stride=(1, 1), se=True, residual=True, act_e="HardSwish", act_d="HardSwish",
+              hw=(9, 11), batch=1, extra_output=None):
+    p = k // 2
+    m = max(2, e // 4)
+    f32 = lambda *s: (RNG.standard_normal(s) * 0.5).astype(np.float32)   # noqa: E731
+    inits = [const("we", f32(e, c, 1, 1)), const("be", f32(e)), const("wd", f32(e, 1, k, k)), const("bd", f32(e)),
+             const("wp", f32(c if residual else c + 4, e, 1, 1)), const("bp", f32(c if residual else c + 4))]
+    nodes = [helper.make_node("Conv", ["x", "we", "be"], ["e0"], name="expand"), _ACTS[act_e]("e0", "e1"),
+             helper.make_node("Conv", ["e1", "wd", "bd"], ["d0"], name="dw", group=e, kernel_shape=[k, k],
+                              strides=list(stride), pads=[p, p, p, p]),
+             _ACTS[act_d]("d0", "d1")]
+    last = "d1"
+    if se:
+        inits += [const("w1", f32(m, e, 1, 1)), const("b1", f32(m)), const("w2", f32(e, m, 1, 1)),
+                  const("b2", f32(e))]
+        nodes += [helper.make_node("GlobalAveragePool", ["d1"], ["s"], name="pool"),
+                  helper.make_node("Conv", ["s", "w1", "b1"], ["h0"], name="fc1"),
+                  helper.make_node("Relu", ["h0"], ["h"], name="act1"),
+                  helper.make_node("Conv", ["h", "w2", "b2"], ["z"], name="fc2"),
+                  helper.make_node("HardSigmoid", ["z"], ["g"], name="gate", alpha=1 / 6, beta=0.5),
+                  helper.make_node("Mul", ["d1", "g"], ["d2"], name="scale")]
+        last = "d2"
+    nodes.append(helper.make_node("Conv", [last, "wp", "bp"], ["p0" if residual else "y"], name="project"))
+    if residual:
+        nodes.append(helper.make_node("Add", ["p0", "x"], ["y"], name="shortcut"))
+    outputs = ["y"] + ([extra_output] if extra_output else [])
+    return model(nodes, [("x", [batch, c, *hw])], outputs, inits)
+
+
+class _Only(AlgorithmSelector):
+    """The InvertedResidual layer on one tactic; everything else on exact-order convolutions (no Winograd)."""
+
+    def __init__(self, tactic=None):
+        self.tactic = tactic
+
+    def select_algorithms(self, context, choices):
+        names = [str(getattr(c, "implementation", c)) for c in choices]
+        if self.tactic is not None and self.tactic in names:
+            return [names.index(self.tactic)]
+        keep = [i for i, n in enumerate(names) if "winograd" not in n]
+        return keep or list(range(len(choices)))
+
+
+def _build(m, tactic=None, fusion=True, fp16=False):
+    net, _ = parse_onnx(m)
+    cfg = BuilderConfig()
+    if not fusion:
+        cfg.set_flag(BuilderFlag.DISABLE_FUSION)
+    if fp16:
+        cfg.set_flag(BuilderFlag.FP16)
+    cfg.algorithm_selector = _Only(tactic)
+    return Builder().build_graph(net, cfg), cfg
+
+
+CASES = [dict(k=3, stride=(1, 1), se=True, residual=True),
+         dict(k=5, stride=(2, 2), se=True, residual=False, act_e="Relu", act_d="Relu", hw=(14, 14)),
+         dict(k=3, stride=(2, 1), se=False, residual=False, hw=(6, 20)),
+         dict(k=5, stride=(1, 1), se=False, residual=True, batch=2, hw=(3, 17), act_d="Relu"),
+         dict(k=7, stride=(1, 1), se=True, residual=True, hw=(8, 8), e=40)]
+
+
+@pytest.mark.jit
+@pytest.mark.parametrize("tactic", ["ir-direct", "ir-planes", "ir-numpy"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_inverted_residual_is_one_layer_with_the_unfused_result(tactic, case):
+    if tactic != "ir-numpy":
+        pytest.importorskip("numba")
+    kw = CASES[case]
+    m = _ir_model(**kw)
+    x = RNG.standard_normal((kw.get("batch", 1), 8, *kw.get("hw", (9, 11)))).astype(np.float32)
+    fused, _ = _build(m, tactic)
+    assert kinds(fused) == ["InvertedResidual"]
+    node = fused.nodes[-1]
+    assert node.tactic_name == tactic
+    assert node.source_nodes[0] == "expand" and node.source_nodes[-1] == ("shortcut" if kw["residual"] else "project")
+    assert node.params["residual"] is kw["residual"] and ("squeeze_kernel" in node.weights) is kw["se"]
+    plain, _ = _build(m, fusion=False)
+    assert "InvertedResidual" not in kinds(plain)
+    y, want = run(fused, {"x": x})[0], run(plain, {"x": x})[0]
+    assert y.shape == want.shape and y.dtype == np.float32
+    np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.jit
+def test_inverted_residual_plan_round_trip_and_planned_output_buffer():
+    m = _ir_model(k=5, se=True, residual=True)
+    x = RNG.standard_normal((1, 8, 9, 11)).astype(np.float32)
+    graph, cfg = _build(m)
+    assert kinds(graph) == ["InvertedResidual"]
+    want = run(_build(m, fusion=False)[0], {"x": x})[0]
+    ctx = Runtime().deserialize_engine(serialize_plan(graph, cfg)).create_execution_context()
+    first = ctx.execute({"x": x})["y"]
+    np.testing.assert_allclose(first, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
+    again = ctx.execute({"x": x * 2})["y"]       # the arena run (planned output) after the first run
+    want2 = run(_build(m, fusion=False)[0], {"x": x * 2})[0]
+    np.testing.assert_allclose(again, want2, rtol=2e-5, atol=2e-5 * float(np.abs(want2).max()))
+    assert first.tobytes() == ctx.execute({"x": x})["y"].tobytes()
+
+
+def test_inverted_residual_without_numba_runs_the_numpy_tactic(monkeypatch):
+    from native import config
+    m = _ir_model(k=3, se=True, residual=True)
+    x = RNG.standard_normal((1, 8, 9, 11)).astype(np.float32)
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    try:
+        graph, _ = _build(m)
+        assert kinds(graph) == ["InvertedResidual"] and graph.nodes[-1].tactic_name == "ir-numpy"
+        y = run(graph, {"x": x})[0]
+        want = run(_build(m, fusion=False)[0], {"x": x})[0]
+    finally:
+        monkeypatch.delenv("DEBUGKIT_JIT")
+        config.reload()
+    np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
+
+
+def test_inverted_residual_stays_unfused_where_fusing_would_change_what_runs(monkeypatch):
+    assert "InvertedResidual" not in kinds(_build(_ir_model(extra_output="e1"))[0])   # expanded tensor read outside
+    assert "InvertedResidual" not in kinds(_build(_ir_model(extra_output="d1", se=False))[0])
+    assert "InvertedResidual" not in kinds(_build(_ir_model(), fp16=True)[0])          # FP32-only layer
+    monkeypatch.setattr(CpuDevice, "fuses_inverted_residual", False)
+    assert "InvertedResidual" not in kinds(_build(_ir_model())[0])                     # a device without it
+
+
+def test_inverted_residual_needs_a_depthwise_middle():
+    # a grouped (not depthwise) middle convolution: the three convolutions stay
+    c, e = 8, 16
+    f32 = lambda *s: RNG.standard_normal(s).astype(np.float32)   # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "we"], ["e0"], name="expand"),
+             helper.make_node("Relu", ["e0"], ["e1"]),
+             helper.make_node("Conv", ["e1", "wd"], ["d0"], name="grouped", group=e // 2, kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["d0", "wp"], ["y"], name="project")]
+    m = model(nodes, [("x", [1, c, 6, 6])], ["y"],
+              [const("we", f32(e, c, 1, 1)), const("wd", f32(e, 2, 3, 3)), const("wp", f32(c, e, 1, 1))])
+    assert "InvertedResidual" not in kinds(_build(m)[0])
