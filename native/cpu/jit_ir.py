@@ -2,17 +2,17 @@
 expanded tensor stays channels-last [H, W, C] from the expand GEMM's output to the project GEMM's input, so no
 pass transposes it.
 
-    expanded_into_padded(g [H*W, C], bias [C], act, xp [Hp, Wp, C], pt, pl, h, w)
-        xp's border zeroed and its interior [pt:pt+H, pl:pl+W] = act(g + bias) (codes as jit_dw: 0 none, 1 RELU,
-        2 HARD_SWISH, 3 HARD_SWISH_RELU6), one pass: the expand 1x1 convolution's epilogue, written where the
-        depthwise taps read it.
-    nchw_into_padded(x [C, H, W], xp [Hp, Wp, C], pt, pl)
-        the same for a block without an expand convolution: x transposed into xp's interior, the border zeroed.
-    depthwise_nhwc(xp [Hp, Wp, C], w [kh, kw, C], bias [C] (or empty), act, y [Ho, Wo, C], sh, sw, sums [C] float64
-                   (or empty))
-        y = act(depthwise(xp) + bias), each output's taps summed in (i, j) order (a kernel row of 3 or 5 taps one
-        loop body over the channels, as jit_dw's channels-last kernels); where sums has C entries it gets each
-        channel's float64 sum of y (the squeeze-excite mean's numerator) from the same pass.
+    expanded_into_padded(g [H*W, C], bias [n], act, xp [Hp, Wp, C], pt, pl, h, w, e0)
+        channels [e0, e0 + n) of xp: the border zeroed and the interior [pt:pt+H, pl:pl+W] = act(g + bias) (codes as
+        jit_dw: 0 none, 1 RELU, 2 HARD_SWISH, 3 HARD_SWISH_RELU6), one pass: the expand 1x1 convolution's
+        epilogue, written where the depthwise taps read it.
+    depthwise_nhwc(xp [Hp, Wp, C], w [kh, kw, >= n], bias [n], act, y [Ho, Wo, C], sh, sw, sums [n] float64 (or
+                   empty), e0)
+        channels [e0, e0 + n) of y = act(depthwise(xp) + bias) (w and bias: those channels' own contiguous
+        copies; C, the pixel stride of xp and y, may exceed the channels: rows padded to whole cache lines), each output's taps summed in (i, j) order (a kernel row of 3 or 5 taps one loop body over the
+        channels, as jit_dw's channels-last kernels); unless sums is empty it gets each channel's float64 sum of y
+        (the squeeze-excite mean's numerator) from the same pass. Channel ranges: the pool's workers take one each
+        (channels are independent up to the gate); offsets into the flat buffers, not slices, per pixel.
     gate(sums [C] float64, count, w1t [C, M], b1, act1 [k, 3], w2t [M, C], b2, act2, g [C])
         the squeeze-excite gate from the sums: mean = sums / count rounded to float32, then jit_se's two products
         and activations (its codes: 1 RELU, 2 HARD_SIGMOID, 3 HARD_SWISH, 4 CLIP).
@@ -38,26 +38,32 @@ _NJIT = dict(nogil=True, cache=True, error_model="numpy")
 
 
 @numba.njit(**_NJIT)
-def expanded_into_padded(g, bias, act, xp, pt, pl, h, w):
-    c = xp.shape[2]
-    _zero_border(xp, pt, pl, h, w)
+def expanded_into_padded(g, bias, act, xp, pt, pl, h, w, e0):
+    hp, wp, c = xp.shape
+    n = bias.shape[0]
+    _zero_border(xp, pt, pl, h, w, e0, e0 + n)
     t = xp.dtype.type
     zero, one, sixth, half, inf, three, six = t(0.0), t(1.0), t(1.0 / 6.0), t(0.5), t(np.inf), t(3.0), t(6.0)
+    gc = g.shape[1]
+    gf = g.reshape(g.shape[0] * gc)
+    xf = xp.reshape(hp * wp * c)
     for i in range(h):
         for j in range(w):
-            src = g[i * w + j]
-            dst = xp[i + pt, j + pl]
+            q = (i * w + j) * gc + e0
+            o = ((i + pt) * wp + j + pl) * c + e0
+            src = gf[q:q + n]
+            dst = xf[o:o + n]
             if act == 1:
-                for k in range(c):
+                for k in range(n):
                     dst[k] = _relu(src[k] + bias[k], zero, inf)
             elif act == 2:
-                for k in range(c):
+                for k in range(n):
                     dst[k] = _hard_swish(src[k] + bias[k], zero, one, sixth, half)
             elif act == 3:
-                for k in range(c):
+                for k in range(n):
                     dst[k] = _hard_swish_relu6(src[k] + bias[k], zero, three, six)
             else:
-                for k in range(c):
+                for k in range(n):
                     dst[k] = src[k] + bias[k]
 
 
@@ -79,81 +85,68 @@ def _activate(a, act):
 
 
 @numba.njit(**_NJIT)
-def _zero_border(xp, pt, pl, h, w):
-    hp, wp, c = xp.shape
+def _zero_border(xp, pt, pl, h, w, e0, e1):
+    hp, wp = xp.shape[0], xp.shape[1]
     for i in range(hp):
-        row = xp[i]
         if i < pt or i >= pt + h:
             for j in range(wp):
-                for k in range(c):
-                    row[j, k] = 0
+                xp[i, j, e0:e1] = 0
         else:
             for j in range(pl):
-                for k in range(c):
-                    row[j, k] = 0
+                xp[i, j, e0:e1] = 0
             for j in range(pl + w, wp):
-                for k in range(c):
-                    row[j, k] = 0
+                xp[i, j, e0:e1] = 0
 
 
 @numba.njit(**_NJIT)
-def nchw_into_padded(x, xp, pt, pl):
-    c, h, w = x.shape
-    _zero_border(xp, pt, pl, h, w)
-    for k in range(c):
-        xk = x[k]
-        for i in range(h):
-            row = xp[i + pt]
-            for j in range(w):
-                row[j + pl, k] = xk[i, j]
-
-
-@numba.njit(**_NJIT)
-def depthwise_nhwc(xp, w, bias, act, y, sh, sw, sums):
-    kw = w.shape[1]
+def depthwise_nhwc(xp, w, bias, act, y, sh, sw, sums, e0):
+    kw, n = w.shape[1], bias.shape[0]
     if kw == 5:
-        _taps5(xp, w, y, sh, sw)
+        _taps5(xp, w, y, sh, sw, e0, n)
     elif kw == 3:
-        _taps3(xp, w, y, sh, sw)
+        _taps3(xp, w, y, sh, sw, e0, n)
     else:
-        _taps(xp, w, y, sh, sw)
-    _epilogue(y, bias, act, sums)
+        _taps(xp, w, y, sh, sw, e0, n)
+    _epilogue(y, bias, act, sums, e0)
 
 
 @numba.njit(**_NJIT)
-def _epilogue(y, bias, act, sums):
-    """y + bias, the activation, and the float64 channel sums of the result where `sums` has y's channels."""
+def _epilogue(y, bias, act, sums, e0):
+    """Channels [e0, e0 + len(bias)) of y: + bias, the activation, and their float64 sums into `sums` (unless
+    it is empty)."""
     ho, wo, c = y.shape
-    has_bias, want_sums = bias.shape[0] == c, sums.shape[0] == c
-    for k in range(sums.shape[0]):
-        sums[k] = 0.0
-    flat = y.reshape(ho * wo, c)
+    n = bias.shape[0]
+    want_sums = sums.shape[0] == n
+    if want_sums:
+        sums[:] = 0.0
+    yf = y.reshape(ho * wo * c)
     for q in range(ho * wo):
-        a = flat[q]
-        if has_bias:
-            for k in range(c):
-                a[k] = a[k] + bias[k]
+        a = yf[q * c + e0:q * c + e0 + n]
+        for k in range(n):
+            a[k] = a[k] + bias[k]
         _activate(a, act)
         if want_sums:
-            for k in range(c):
+            for k in range(n):
                 sums[k] += a[k]
 
 
 @numba.njit(**_NJIT)
-def _taps5(xp, w, y, sh, sw):
+def _taps5(xp, w, y, sh, sw, e0, n):
     hp, wp, c = xp.shape
     ho, wo = y.shape[0], y.shape[1]
     flat = xp.reshape(hp * wp * c)
+    yf = y.reshape(ho * wo * c)
     for r in range(ho):
         for ow in range(wo):
-            a = y[r, ow]
+            q = (r * wo + ow) * c + e0
+            a = yf[q:q + n]
             for i in range(w.shape[0]):
                 w0, w1, w2, w3, w4 = w[i, 0], w[i, 1], w[i, 2], w[i, 3], w[i, 4]
-                o = ((r * sh + i) * wp + ow * sw) * c
-                x0, x1, x2 = flat[o:o + c], flat[o + c:o + 2 * c], flat[o + 2 * c:o + 3 * c]
-                x3, x4 = flat[o + 3 * c:o + 4 * c], flat[o + 4 * c:o + 5 * c]
+                o = ((r * sh + i) * wp + ow * sw) * c + e0
+                x0, x1, x2 = flat[o:o + n], flat[o + c:o + c + n], flat[o + 2 * c:o + 2 * c + n]
+                x3, x4 = flat[o + 3 * c:o + 3 * c + n], flat[o + 4 * c:o + 4 * c + n]
                 if i == 0:
-                    for k in range(c):
+                    for k in range(n):
                         s = x0[k] * w0[k]
                         s += x1[k] * w1[k]
                         s += x2[k] * w2[k]
@@ -161,7 +154,7 @@ def _taps5(xp, w, y, sh, sw):
                         s += x4[k] * w4[k]
                         a[k] = s
                 else:
-                    for k in range(c):
+                    for k in range(n):
                         s = a[k]
                         s += x0[k] * w0[k]
                         s += x1[k] * w1[k]
@@ -172,25 +165,27 @@ def _taps5(xp, w, y, sh, sw):
 
 
 @numba.njit(**_NJIT)
-def _taps3(xp, w, y, sh, sw):
+def _taps3(xp, w, y, sh, sw, e0, n):
     hp, wp, c = xp.shape
     ho, wo = y.shape[0], y.shape[1]
     flat = xp.reshape(hp * wp * c)
+    yf = y.reshape(ho * wo * c)
     for r in range(ho):
         for ow in range(wo):
-            a = y[r, ow]
+            q = (r * wo + ow) * c + e0
+            a = yf[q:q + n]
             for i in range(w.shape[0]):
                 w0, w1, w2 = w[i, 0], w[i, 1], w[i, 2]
-                o = ((r * sh + i) * wp + ow * sw) * c
-                x0, x1, x2 = flat[o:o + c], flat[o + c:o + 2 * c], flat[o + 2 * c:o + 3 * c]
+                o = ((r * sh + i) * wp + ow * sw) * c + e0
+                x0, x1, x2 = flat[o:o + n], flat[o + c:o + c + n], flat[o + 2 * c:o + 2 * c + n]
                 if i == 0:
-                    for k in range(c):
+                    for k in range(n):
                         s = x0[k] * w0[k]
                         s += x1[k] * w1[k]
                         s += x2[k] * w2[k]
                         a[k] = s
                 else:
-                    for k in range(c):
+                    for k in range(n):
                         s = a[k]
                         s += x0[k] * w0[k]
                         s += x1[k] * w1[k]
@@ -199,22 +194,26 @@ def _taps3(xp, w, y, sh, sw):
 
 
 @numba.njit(**_NJIT)
-def _taps(xp, w, y, sh, sw):
+def _taps(xp, w, y, sh, sw, e0, n):
     hp, wp, c = xp.shape
     kh, kw = w.shape[0], w.shape[1]
     ho, wo = y.shape[0], y.shape[1]
+    flat = xp.reshape(hp * wp * c)
+    yf = y.reshape(ho * wo * c)
     for r in range(ho):
         for ow in range(wo):
-            a = y[r, ow]
+            q = (r * wo + ow) * c + e0
+            a = yf[q:q + n]
             for i in range(kh):
                 for j in range(kw):
-                    xj = xp[r * sh + i, ow * sw + j]
+                    o = ((r * sh + i) * wp + ow * sw + j) * c + e0
+                    xj = flat[o:o + n]
                     wj = w[i, j]
                     if i == 0 and j == 0:
-                        for k in range(c):
+                        for k in range(n):
                             a[k] = xj[k] * wj[k]
                     else:
-                        for k in range(c):
+                        for k in range(n):
                             a[k] += xj[k] * wj[k]
 
 

@@ -154,3 +154,36 @@ def test_inverted_residual_needs_a_depthwise_middle():
     m = model(nodes, [("x", [1, c, 6, 6])], ["y"],
               [const("we", f32(e, c, 1, 1)), const("wd", f32(e, 2, 3, 3)), const("wp", f32(c, e, 1, 1))])
     assert "InvertedResidual" not in kinds(_build(m)[0])
+
+
+@pytest.mark.jit
+@pytest.mark.parametrize("tactic", ["ir-direct", "ir-planes"])
+@pytest.mark.parametrize("se", [True, False])
+def test_inverted_residual_split_over_the_pool_computes_the_same(monkeypatch, tactic, se):
+    """With two pool threads, each stage split in two (expanded channels, then output channels): the channel split
+    leaves every float as it was; the project GEMM's row split within float32 rounding."""
+    pytest.importorskip("numba")
+    from native import config
+    from native.cpu import threads
+    from native.cpu.kernels import inverted_residual as ir
+    m = _ir_model(k=5, se=se, residual=True, e=32)
+    x = RNG.standard_normal((2, 8, 9, 11)).astype(np.float32)
+    graph, _ = _build(m, tactic)
+    whole = run(graph, {"x": x})[0]
+    calls = []
+    real = ir.parallel_for
+    monkeypatch.setattr(ir, "SPLIT_MIN_MACS", 0)
+    monkeypatch.setattr(ir, "parallel_for", lambda fn, items: calls.append(list(items)) or real(fn, calls[-1]))
+    monkeypatch.setenv("DEBUGKIT_THREADS", "2")
+    config.reload()
+    changed = threads.tune()
+    try:
+        split = run(graph, {"x": x})[0]
+    finally:
+        if changed:
+            threads.untune()
+        monkeypatch.delenv("DEBUGKIT_THREADS")
+        config.reload()
+    assert calls[:2] == [[(0, 16), (16, 32)], [(0, 4), (4, 8)]]    # per sample: 32 expanded, 8 output channels
+    assert len(calls) == 4
+    np.testing.assert_allclose(split, whole, rtol=1e-6, atol=1e-6 * float(np.abs(whole).max()))

@@ -16,10 +16,14 @@ steps in numpy (einsum taps), for builds without numba. The builder's timing pic
 """
 from __future__ import annotations
 
+import math
+import threading
+
 import numpy as np
 
 from native.cpu import jit
 from native.cpu.kernels.activations import activation_into
+from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import Tactic, register_tactic
 
 _ACT_CODES = {"RELU": 1, "HARD_SWISH": 2, "HARD_SWISH_RELU6": 3}        # jit_ir's expand / depthwise activations
@@ -45,7 +49,7 @@ class Packed:
     [C, E], depthwise taps [kh, kw, E], squeeze-excite kernels transposed, project kernel [M, E], flat biases (zeros
     for a missing expand or depthwise bias)."""
 
-    __slots__ = ("we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1", "a2")
+    __slots__ = ("parts", "we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1", "a2")
 
     def __init__(self, op):
         wt = op.weights
@@ -59,6 +63,7 @@ class Packed:
         wp = f32(wt["project_kernel"])
         self.wp = wp.reshape(wp.shape[0], -1)
         e = self.taps.shape[2]
+        self.parts = {}
         self.be = bias("expand_bias") if "expand_bias" in wt else np.zeros(e, np.float32)   # the kernels add one
         self.bd = bias("dw_bias") if "dw_bias" in wt else np.zeros(e, np.float32)
         self.bp = bias("project_bias")
@@ -69,6 +74,18 @@ class Packed:
             self.w2t = np.ascontiguousarray(w2.reshape(w2.shape[0], -1).T)
             self.b1, self.b2 = bias("squeeze_bias"), bias("excite_bias")
             self.a1, self.a2 = _se_rows(op.params.get("squeeze_ops")), _se_rows(op.params.get("excite_ops"))
+
+    def taps_of(self, e0, e1):
+        """The depthwise taps of channels [e0, e1) as their own [kh, kw, e1 - e0 rounded up to 16] (zeros after),
+        64-byte aligned: every kernel tap's run starts a cache line (one per split)."""
+        got = self.parts.get((e0, e1))
+        if got is None:
+            kh, kw = self.taps.shape[:2]
+            got = aligned((kh, kw, _lines(e1 - e0)))
+            got[...] = 0
+            got[:, :, :e1 - e0] = self.taps[:, :, e0:e1]
+            self.parts[(e0, e1)] = got
+        return got
 
     @classmethod
     def of(cls, op):
@@ -114,6 +131,39 @@ def _output(outputs, shape):
     return dst
 
 
+def _lines(c):
+    """c rounded up to whole 64-byte lines of float32."""
+    return -(-c // 16) * 16
+
+
+def aligned(shape):
+    """An uninitialised float32 C-contiguous array whose first element starts a 64-byte line (made once per
+    layer: the taps)."""
+    size = math.prod(shape)
+    buf = np.empty(size + 16, np.float32)
+    skip = (-buf.ctypes.data // 4) % 16
+    return buf[skip:skip + size].reshape(shape)
+
+
+_LOCAL = threading.local()
+
+
+def scratch(*shapes):
+    """Uninitialised float32 arrays of these shapes, each starting a 64-byte line, carved from one buffer of the
+    calling thread that is kept and grown as needed: ir-direct's channels-last runs are whole 512-bit vectors
+    (unaligned ones measured 1.2-1.8x slower on the depthwise taps), without an aligned allocation per call
+    (~3 us each). A layer uses them only within its run, which never calls another layer on the same thread."""
+    sizes = [_lines(math.prod(s)) for s in shapes]
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.size < sum(sizes):
+        buf = _LOCAL.buf = aligned((sum(sizes),))
+    out, at = [], 0
+    for shape, size in zip(shapes, sizes):
+        out.append(buf[at:at + math.prod(shape)].reshape(shape))
+        at += size
+    return out
+
+
 def _kernels():
     """native/cpu/jit_ir.py where numba runs (and DEBUGKIT_JIT is not 0), else None."""
     if not jit.available():
@@ -150,29 +200,60 @@ class InvertedResidualDirect(Tactic):
         p = op.params
         n, c, h, w = x.shape
         (kh, kw), (sh, sw), (pt, pl), (pb, pr), (ho, wo) = geometry(p, h, w)
-        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        e, m, s = pk.taps.shape[2], pk.wp.shape[0], ho * wo
         act_e, act_d = _act_code(p.get("expand_ops")), _act_code(p.get("dw_ops"))
-        xp = np.empty((h + pt + pb, w + pl + pr, e), np.float32)
+        cp = _lines(e)     # the pixel stride of the channels-last buffers: whole cache lines
+        xp, y = scratch((h + pt + pb, w + pl + pr, cp), (ho, wo, cp))
         g = np.empty((h * w, e), np.float32)
-        y = np.empty((ho, wo, e), np.float32)
+        yt = y.reshape(s, cp)[:, :e].T
         sums = np.empty(e, np.float64) if pk.se else _EMPTY64
         gate = np.empty(e, np.float32) if pk.se else None
-        wps = np.empty_like(pk.wp) if pk.se else None
+        wps = np.empty_like(pk.wp) if pk.se else pk.wp
         dst = _output(outputs, (n, m, ho, wo))
+        parts_a, parts_b = _parts(e, (c + kh * kw) * e * h * w), _parts(m, m * e * s)
         for ni in range(n):
             xn = x[ni].reshape(c, h * w)
-            np.matmul(xn.T, pk.we_t, out=g)
-            k.expanded_into_padded(g, pk.be, act_e, xp, pt, pl, h, w)
-            k.depthwise_nhwc(xp, pk.taps, pk.bd, act_d, y, sh, sw, sums)
-            wp = pk.wp
+            o = dst[ni].reshape(m, s)
+            res = xn if p.get("residual") else _EMPTY2
+
+            def expand_dw(r):
+                """The expanded channels [e0, e1): GEMM, epilogue into the padded buffer, depthwise taps."""
+                e0, e1 = r
+                np.matmul(xn.T, pk.we_t[:, e0:e1], out=g[:, e0:e1])
+                k.expanded_into_padded(g, pk.be[e0:e1], act_e, xp, pt, pl, h, w, e0)
+                k.depthwise_nhwc(xp, pk.taps_of(e0, e1), pk.bd[e0:e1], act_d, y, sh, sw, sums[e0:e1], e0)
+
+            def project(r):
+                """The output channels [m0, m1): the gated kernel's rows, GEMM, bias and shortcut."""
+                m0, m1 = r
+                if pk.se:
+                    k.scaled_rows(pk.wp[m0:m1], gate, wps[m0:m1])
+                np.matmul(wps[m0:m1], yt, out=o[m0:m1])
+                k.bias_residual(o[m0:m1], pk.bp[m0:m1], res[m0:m1])
+            _run_parts(expand_dw, parts_a)
             if pk.se:
-                k.gate(sums, float(ho * wo), pk.w1t, pk.b1, pk.a1, pk.w2t, pk.b2, pk.a2, gate)
-                k.scaled_rows(pk.wp, gate, wps)
-                wp = wps
-            o = dst[ni].reshape(m, ho * wo)
-            np.matmul(wp, y.reshape(ho * wo, e).T, out=o)
-            k.bias_residual(o, pk.bp, xn if p.get("residual") else _EMPTY2)
+                k.gate(sums, float(s), pk.w1t, pk.b1, pk.a1, pk.w2t, pk.b2, pk.a2, gate)
+            _run_parts(project, parts_b)
         return [dst]
+
+
+# the multiply-adds a stage needs before its work is split over the pool: one hand-off costs ~20 us with the worker
+# polling (threads.py), so a stage of under ~40 us (mobilenetv3's 14 x 14 and 7 x 7 blocks run 1-3 GMAC/ms on one
+# thread) stays on the caller
+SPLIT_MIN_MACS = 1 << 21
+
+
+def _parts(size, macs):
+    """[start, stop) ranges of `size` rows / channels, one per pool thread where the stage is worth splitting."""
+    t = num_threads() if macs >= SPLIT_MIN_MACS else 1
+    return split(size, t) if t > 1 and size >= 2 * t else [(0, size)]
+
+
+def _run_parts(fn, parts):
+    if len(parts) == 1:
+        fn(parts[0])
+    else:
+        parallel_for(fn, parts)
 
 
 @register_tactic
@@ -203,25 +284,37 @@ class InvertedResidualPlanes(InvertedResidualDirect):
         taps = pk.taps.reshape(kh * kw, e)
         ex = np.empty((e, h * w), np.float32)
         y = np.empty((e, ho, wo), np.float32)
+        yf = y.reshape(e, ho * wo)
         sums = np.empty(e, np.float64) if pk.se else None
         gate = np.empty(e, np.float32) if pk.se else None
-        wps = np.empty_like(pk.wp) if pk.se else None
+        wps = np.empty_like(pk.wp) if pk.se else pk.wp
         dst = _output(outputs, (n, m, ho, wo))
+        parts_a, parts_b = _parts(e, (c + kh * kw) * e * h * w), _parts(m, m * e * ho * wo)
         for ni in range(n):
             xn = x[ni].reshape(c, h * w)
-            np.matmul(pk.we, xn, out=ex)
-            k.bias_act_rows(ex, pk.be, act_e)
-            planes(ex.reshape(e, h, w), taps, pk.bd, y, kh, kw, sh, sw, 1, 1, pt, pl, act_d)
-            wp = pk.wp
-            yf = y.reshape(e, ho * wo)
-            if pk.se:
-                k.channel_sums(yf, sums)
-                k.gate(sums, float(ho * wo), pk.w1t, pk.b1, pk.a1, pk.w2t, pk.b2, pk.a2, gate)
-                k.scaled_rows(pk.wp, gate, wps)
-                wp = wps
             o = dst[ni].reshape(m, ho * wo)
-            np.matmul(wp, yf, out=o)
-            k.bias_residual(o, pk.bp, xn if p.get("residual") else _EMPTY2)
+            res = xn if p.get("residual") else _EMPTY2
+
+            def expand_dw(r):
+                """The expanded channels [e0, e1): GEMM rows, epilogue, depthwise planes, channel sums."""
+                e0, e1 = r
+                np.matmul(pk.we[e0:e1], xn, out=ex[e0:e1])
+                k.bias_act_rows(ex[e0:e1], pk.be[e0:e1], act_e)
+                planes(ex[e0:e1].reshape(e1 - e0, h, w), taps[:, e0:e1], pk.bd[e0:e1], y[e0:e1], kh, kw, sh, sw,
+                       1, 1, pt, pl, act_d)
+                if pk.se:
+                    k.channel_sums(yf[e0:e1], sums[e0:e1])
+
+            def project(r):
+                m0, m1 = r
+                if pk.se:
+                    k.scaled_rows(pk.wp[m0:m1], gate, wps[m0:m1])
+                np.matmul(wps[m0:m1], yf, out=o[m0:m1])
+                k.bias_residual(o[m0:m1], pk.bp[m0:m1], res[m0:m1])
+            _run_parts(expand_dw, parts_a)
+            if pk.se:
+                k.gate(sums, float(ho * wo), pk.w1t, pk.b1, pk.a1, pk.w2t, pk.b2, pk.a2, gate)
+            _run_parts(project, parts_b)
         return [dst]
 
 
