@@ -184,6 +184,6 @@ def test_inverted_residual_split_over_the_pool_computes_the_same(monkeypatch, ta
             threads.untune()
         monkeypatch.delenv("DEBUGKIT_THREADS")
         config.reload()
-    assert calls[:2] == [[(0, 16), (16, 32)], [(0, 4), (4, 8)]]    # per sample: 32 expanded, 8 output channels
+    assert calls[:2] == [[(0, 16), (16, 32)], [(0, 4), (4, 8)]]    # per sample: 32 expanded (16-channel cuts), 8 output
     assert len(calls) == 4
     np.testing.assert_allclose(split, whole, rtol=1e-6, atol=1e-6 * float(np.abs(whole).max()))

@@ -197,11 +197,9 @@ class InvertedResidualDirect(Tactic):
         k = _kernels()
         pk = Packed.of(op)
         x = np.ascontiguousarray(inputs[0], np.float32)
-        p = op.params
         n, c, h, w = x.shape
-        (kh, kw), (sh, sw), (pt, pl), (pb, pr), (ho, wo) = geometry(p, h, w)
+        (kh, kw), (sh, sw), (pt, pl), (pb, pr), (ho, wo), act_e, act_d, parts_a, parts_b = _shape_plan(op, pk, x.shape)
         e, m, s = pk.taps.shape[2], pk.wp.shape[0], ho * wo
-        act_e, act_d = _act_code(p.get("expand_ops")), _act_code(p.get("dw_ops"))
         cp = _lines(e)     # the pixel stride of the channels-last buffers: whole cache lines
         xp, y = scratch((h + pt + pb, w + pl + pr, cp), (ho, wo, cp))
         g = np.empty((h * w, e), np.float32)
@@ -210,11 +208,11 @@ class InvertedResidualDirect(Tactic):
         gate = np.empty(e, np.float32) if pk.se else None
         wps = np.empty_like(pk.wp) if pk.se else pk.wp
         dst = _output(outputs, (n, m, ho, wo))
-        parts_a, parts_b = _parts(e, (c + kh * kw) * e * h * w), _parts(m, m * e * s)
+        residual = op.params.get("residual")
         for ni in range(n):
             xn = x[ni].reshape(c, h * w)
             o = dst[ni].reshape(m, s)
-            res = xn if p.get("residual") else _EMPTY2
+            res = xn if residual else _EMPTY2
 
             def expand_dw(r):
                 """The expanded channels [e0, e1): GEMM, epilogue into the padded buffer, depthwise taps."""
@@ -237,16 +235,36 @@ class InvertedResidualDirect(Tactic):
         return [dst]
 
 
+def _shape_plan(op, pk, shape):
+    """(geometry..., expand / depthwise activation codes, the two stages' parts) for this input shape and pool
+    size, worked out once per layer and shape (~5 us of Python a call otherwise)."""
+    key = (shape, num_threads())
+    plans = op.__dict__.setdefault("_ir_plans", {})
+    got = plans.get(key)
+    if got is None:
+        p = op.params
+        c, h, w = shape[1:]
+        ks, st, pre, post, out = geometry(p, h, w)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        got = plans[key] = (ks, st, pre, post, out, _act_code(p.get("expand_ops")), _act_code(p.get("dw_ops")),
+                            _parts(e, (c + ks[0] * ks[1]) * e * h * w, 16), _parts(m, m * e * out[0] * out[1]))
+    return got
+
+
 # the multiply-adds a stage needs before its work is split over the pool: one hand-off costs ~20 us with the worker
 # polling (threads.py), so a stage of under ~40 us (mobilenetv3's 14 x 14 and 7 x 7 blocks run 1-3 GMAC/ms on one
 # thread) stays on the caller
 SPLIT_MIN_MACS = 1 << 21
 
 
-def _parts(size, macs):
-    """[start, stop) ranges of `size` rows / channels, one per pool thread where the stage is worth splitting."""
+def _parts(size, macs, unit=1):
+    """[start, stop) ranges of `size` rows / channels, one per pool thread where the stage is worth splitting, cut
+    at multiples of `unit` (16 channels: each part's channel-last runs start a cache line)."""
     t = num_threads() if macs >= SPLIT_MIN_MACS else 1
-    return split(size, t) if t > 1 and size >= 2 * t else [(0, size)]
+    blocks = -(-size // unit)
+    if t < 2 or blocks < t:
+        return [(0, size)]
+    return [(a * unit, min(size, b * unit)) for a, b in split(blocks, t)]
 
 
 def _run_parts(fn, parts):
@@ -278,9 +296,8 @@ class InvertedResidualPlanes(InvertedResidualDirect):
         x = np.ascontiguousarray(inputs[0], np.float32)
         p = op.params
         n, c, h, w = x.shape
-        (kh, kw), (sh, sw), (pt, pl), _, (ho, wo) = geometry(p, h, w)
+        (kh, kw), (sh, sw), (pt, pl), _, (ho, wo), act_e, act_d, parts_a, parts_b = _shape_plan(op, pk, x.shape)
         e, m = pk.taps.shape[2], pk.wp.shape[0]
-        act_e, act_d = _act_code(p.get("expand_ops")), _act_code(p.get("dw_ops"))
         taps = pk.taps.reshape(kh * kw, e)
         ex = np.empty((e, h * w), np.float32)
         y = np.empty((e, ho, wo), np.float32)
@@ -289,7 +306,6 @@ class InvertedResidualPlanes(InvertedResidualDirect):
         gate = np.empty(e, np.float32) if pk.se else None
         wps = np.empty_like(pk.wp) if pk.se else pk.wp
         dst = _output(outputs, (n, m, ho, wo))
-        parts_a, parts_b = _parts(e, (c + kh * kw) * e * h * w), _parts(m, m * e * ho * wo)
         for ni in range(n):
             xn = x[ni].reshape(c, h * w)
             o = dst[ni].reshape(m, ho * wo)
