@@ -251,10 +251,10 @@ def _shape_plan(op, pk, shape):
     return got
 
 
-# the multiply-adds a stage needs before its work is split over the pool: one hand-off costs ~20 us with the worker
-# polling (threads.py), so a stage of under ~40 us (mobilenetv3's 14 x 14 and 7 x 7 blocks run 1-3 GMAC/ms on one
-# thread) stays on the caller
-SPLIT_MIN_MACS = 1 << 21
+# the multiply-adds a stage needs before its work is split over the pool: the convolutions' bar (tuning.py: a hand-off
+# costs 25-100 us on this VM, ~0.1 ms of one core's GEMM). Unmeasured at two threads here (the shared VM's load was
+# 2-9 all session): mobilenetv3's 7-56-wide blocks run 1.5-4M per stage, so a lower bar is the A/B to run quietly
+SPLIT_MIN_MACS = 1 << 22
 
 
 def _parts(size, macs, unit=1):
