@@ -49,7 +49,7 @@ class Packed:
     [C, E], depthwise taps [kh, kw, E], squeeze-excite kernels transposed, project kernel [M, E], flat biases (zeros
     for a missing expand or depthwise bias)."""
 
-    __slots__ = ("parts", "we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1", "a2")
+    __slots__ = ("parts", "wp_t", "we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1", "a2")
 
     def __init__(self, op):
         wt = op.weights
@@ -62,6 +62,7 @@ class Packed:
         self.taps = np.ascontiguousarray(dk.reshape(dk.shape[0], dk.shape[-2], dk.shape[-1]).transpose(1, 2, 0))
         wp = f32(wt["project_kernel"])
         self.wp = wp.reshape(wp.shape[0], -1)
+        self.wp_t = np.ascontiguousarray(self.wp.T)
         e = self.taps.shape[2]
         self.parts = {}
         self.be = bias("expand_bias") if "expand_bias" in wt else np.zeros(e, np.float32)   # the kernels add one
@@ -203,10 +204,11 @@ class InvertedResidualDirect(Tactic):
         cp = _lines(e)     # the pixel stride of the channels-last buffers: whole cache lines
         xp, y = scratch((h + pt + pb, w + pl + pr, cp), (ho, wo, cp))
         g = np.empty((h * w, e), np.float32)
-        yt = y.reshape(s, cp)[:, :e].T
+        y2 = y.reshape(s, cp)[:, :e]
+        t = np.empty((s, m), np.float32)
         sums = np.empty(e, np.float64) if pk.se else _EMPTY64
         gate = np.empty(e, np.float32) if pk.se else None
-        wps = np.empty_like(pk.wp) if pk.se else pk.wp
+        wps = np.empty_like(pk.wp_t) if pk.se else pk.wp_t
         dst = _output(outputs, (n, m, ho, wo))
         residual = op.params.get("residual")
         for ni in range(n):
@@ -222,12 +224,13 @@ class InvertedResidualDirect(Tactic):
                 k.depthwise_nhwc(xp, pk.taps_of(e0, e1), pk.bd[e0:e1], act_d, y, sh, sw, sums[e0:e1], e0)
 
             def project(r):
-                """The output channels [m0, m1): the gated kernel's rows, GEMM, bias and shortcut."""
+                """The output channels [m0, m1): the gated kernel's columns, [S, M] GEMM, stored NCHW with bias and
+                shortcut."""
                 m0, m1 = r
                 if pk.se:
-                    k.scaled_rows(pk.wp[m0:m1], gate, wps[m0:m1])
-                np.matmul(wps[m0:m1], yt, out=o[m0:m1])
-                k.bias_residual(o[m0:m1], pk.bp[m0:m1], res[m0:m1])
+                    k.scaled_cols(pk.wp_t, gate, wps, m0, m1)
+                np.matmul(y2, wps[:, m0:m1], out=t[:, m0:m1])
+                k.project_out(t, pk.bp, res, o, m0, m1)
             _run_parts(expand_dw, parts_a)
             if pk.se:
                 k.gate(sums, float(s), pk.w1t, pk.b1, pk.a1, pk.w2t, pk.b2, pk.a2, gate)
