@@ -49,7 +49,8 @@ class Packed:
     [C, E], depthwise taps [kh, kw, E], squeeze-excite kernels transposed, project kernel [M, E], flat biases (zeros
     for a missing expand or depthwise bias)."""
 
-    __slots__ = ("parts", "wp_t", "we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1", "a2")
+    __slots__ = ("parts", "wp_t", "we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1",
+                 "a2")
 
     def __init__(self, op):
         wt = op.weights

@@ -113,7 +113,8 @@ def _project(view, node, c_mid, x):
 
 
 def fuse_inverted_residual(graph, config, logger) -> int:
-    """1x1 conv (+ act) → depthwise conv (+ act) → [squeeze-excite] → 1x1 conv (+ x) ⇒ one InvertedResidual layer."""
+    """1x1 conv (+ act) → depthwise conv (+ act) → [squeeze-excite] → 1x1 conv (+ x) ⇒ one InvertedResidual layer
+    (see the module doc)."""
     dev = getattr(config, "device", None)
     if not getattr(dev, "fuses_inverted_residual", False) or not _fp32_build(config):
         return 0
