@@ -151,19 +151,28 @@ _LOCAL = threading.local()
 
 
 def scratch(*shapes):
-    """Uninitialised float32 arrays of these shapes, each starting a 64-byte line, carved from one buffer of the
-    calling thread that is kept and grown as needed: ir-direct's channels-last runs are whole 512-bit vectors
-    (unaligned ones measured 1.2-1.8x slower on the depthwise taps), without an aligned allocation per call
-    (~3 us each). A layer uses them only within its run, which never calls another layer on the same thread."""
-    sizes = [_lines(math.prod(s)) for s in shapes]
+    """Uninitialised arrays of these shapes (float32, or (shape, dtype) pairs), each starting a 64-byte line, carved
+    from one buffer of the calling thread that is kept and grown as needed: ir-direct's channels-last runs are whole
+    512-bit vectors (unaligned ones measured 1.2-1.8x slower on the depthwise taps), without an allocation per call.
+    The views are kept per thread and list of shapes (carving them cost ~3 us a call). A layer uses them only within
+    its run, which never calls another layer on the same thread."""
+    views = getattr(_LOCAL, "views", None)
+    got = views.get(shapes) if views is not None else None
+    if got is not None:
+        return got
+    specs = [s if isinstance(s[-1], type) else (s, np.float32) for s in shapes]
+    sizes = [_lines(math.prod(s) * np.dtype(d).itemsize // 4) for s, d in specs]
     buf = getattr(_LOCAL, "buf", None)
     if buf is None or buf.size < sum(sizes):
         buf = _LOCAL.buf = aligned((sum(sizes),))
+        views = _LOCAL.views = {}     # views of the old buffer: gone with it
     out, at = [], 0
-    for shape, size in zip(shapes, sizes):
-        out.append(buf[at:at + math.prod(shape)].reshape(shape))
+    for (shape, dtype), size in zip(specs, sizes):
+        n = math.prod(shape) * np.dtype(dtype).itemsize // 4
+        out.append(buf[at:at + n].view(dtype).reshape(shape))
         at += size
-    return out
+    got = views[shapes] = tuple(out)
+    return got
 
 
 def _kernels():
@@ -203,13 +212,9 @@ class InvertedResidualDirect(Tactic):
         (kh, kw), (sh, sw), (pt, pl), (pb, pr), (ho, wo), act_e, act_d, parts_a, parts_b = _shape_plan(op, pk, x.shape)
         e, m, s = pk.taps.shape[2], pk.wp.shape[0], ho * wo
         cp = _lines(e)     # the pixel stride of the channels-last buffers: whole cache lines
-        xp, y = scratch((h + pt + pb, w + pl + pr, cp), (ho, wo, cp))
-        g = np.empty((h * w, e), np.float32)
-        y2 = y.reshape(s, cp)[:, :e]
-        t = np.empty((s, m), np.float32)
-        sums = np.empty(e, np.float64) if pk.se else _EMPTY64
-        gate = np.empty(e, np.float32) if pk.se else None
-        wps = np.empty_like(pk.wp_t) if pk.se else pk.wp_t
+        xp, y, y2, g, t, sums, gate, wps = _buffers(h + pt + pb, w + pl + pr, cp, ho, wo, h * w, e, m)
+        if not pk.se:
+            sums, wps = _EMPTY64, pk.wp_t
         dst = _output(outputs, (n, m, ho, wo))
         residual = op.params.get("residual")
         for ni in range(n):
@@ -237,6 +242,20 @@ class InvertedResidualDirect(Tactic):
                 k.gate(sums, float(s), pk.w1t, pk.b1, pk.a1, pk.w2t, pk.b2, pk.a2, gate)
             _run_parts(project, parts_b)
         return [dst]
+
+
+def _buffers(hp, wp, cp, ho, wo, hw, e, m):
+    """ir-direct's per-call arrays from the thread's scratch: the padded input and the depthwise output
+    channels-last (pixel stride cp), the latter's [Ho*Wo, E] view, the expand GEMM's output, the project GEMM's,
+    the channel sums, the gate and the gated kernel."""
+    key = ("ir-direct", hp, wp, cp, ho, wo, hw, e, m)
+    views = getattr(_LOCAL, "views", None)
+    got = views.get(key) if views is not None else None
+    if got is None:
+        xp, y, g, t, sums, gate, wps = scratch((hp, wp, cp), (ho, wo, cp), (hw, e), (ho * wo, m),
+                                               ((e,), np.float64), (e,), (e, m))
+        got = _LOCAL.views[key] = (xp, y, y.reshape(ho * wo, cp)[:, :e], g, t, sums, gate, wps)
+    return got
 
 
 def _shape_plan(op, pk, shape):
@@ -303,12 +322,10 @@ class InvertedResidualPlanes(InvertedResidualDirect):
         (kh, kw), (sh, sw), (pt, pl), _, (ho, wo), act_e, act_d, parts_a, parts_b = _shape_plan(op, pk, x.shape)
         e, m = pk.taps.shape[2], pk.wp.shape[0]
         taps = pk.taps.reshape(kh * kw, e)
-        ex = np.empty((e, h * w), np.float32)
-        y = np.empty((e, ho, wo), np.float32)
+        ex, y, sums, gate, wps = scratch((e, h * w), (e, ho, wo), ((e,), np.float64), (e,), (m, e))
         yf = y.reshape(e, ho * wo)
-        sums = np.empty(e, np.float64) if pk.se else None
-        gate = np.empty(e, np.float32) if pk.se else None
-        wps = np.empty_like(pk.wp) if pk.se else pk.wp
+        if not pk.se:
+            wps = pk.wp
         dst = _output(outputs, (n, m, ho, wo))
         for ni in range(n):
             xn = x[ni].reshape(c, h * w)
