@@ -187,3 +187,11 @@ def test_inverted_residual_split_over_the_pool_computes_the_same(monkeypatch, ta
     assert calls[:2] == [[(0, 16), (16, 32)], [(0, 4), (4, 8)]]    # per sample: 32 expanded (16-channel cuts), 8 output
     assert len(calls) == 4
     np.testing.assert_allclose(split, whole, rtol=1e-6, atol=1e-6 * float(np.abs(whole).max()))
+
+
+def test_inverted_residual_leaves_large_maps_to_the_layers(monkeypatch):
+    from backends.engine.builder.passes import fusion_ir
+    m = _ir_model()                                   # 24 expanded channels of 9 x 11
+    assert kinds(_build(m)[0]) == ["InvertedResidual"]
+    monkeypatch.setattr(fusion_ir, "MAX_EXPANDED", 24 * 9 * 11 - 1)
+    assert "InvertedResidual" not in kinds(_build(m)[0])

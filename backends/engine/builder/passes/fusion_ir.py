@@ -11,8 +11,9 @@ depthwise tactic transposes it both ways. The fused layer's kernels keep it chan
 output to the project GEMM's input (native/cpu/kernels/inverted_residual.py), where a GEMM reads either layout for
 free (a transposed operand), and fold the squeeze-excite gate into the project kernel.
 
-Only where the device implements it (`fuses_inverted_residual`: the CPU) and in FP32 builds without TF32 math,
-INT8, Q/DQ emulation or precision constraints on the layers (the layer has FP32 kernels only).
+Only where the device implements it (`fuses_inverted_residual`: the CPU), in FP32 builds without TF32 math, INT8,
+Q/DQ emulation or precision constraints on the layers (the layer has FP32 kernels only), and for expanded tensors
+of at most MAX_EXPANDED elements (small maps, where the per-layer costs are a block's time).
 """
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ from backends.engine.builder.passes.fusion_se import _fusable_build as _fp32_bui
 from backends.engine.builder.passes.fusion_util import View, fused_node
 
 ACTIVATIONS = ("RELU", "HARD_SWISH", "HARD_SWISH_RELU6")    # the expand / depthwise activations the kernels apply
+# the largest expanded tensor (elements, all of N, E, H, W known) fused: past it the per-layer costs the layer saves
+# are noise against the work, the unfused layers split over the pool from their own bars, and the layer's per-thread
+# scratch (native/cpu/kernels/inverted_residual.py) would hold several such tensors
+MAX_EXPANDED = 1 << 20
 SE_ACTIVATIONS = ("RELU", "HARD_SIGMOID", "HARD_SWISH", "CLIP")
 
 
@@ -126,6 +131,8 @@ def fuse_inverted_residual(graph, config, logger) -> int:
         if shape is None or len(shape) != 4 or shape[1] is None or view.dtype(dw.inputs[0]) != "float32":
             continue
         c = shape[1]
+        if all(isinstance(v, int) for v in shape) and shape[0] * c * shape[2] * shape[3] > MAX_EXPANDED:
+            continue
         d = _depthwise(dw, c)
         d_act = _activation(dw.params.get("post_ops")) if d is not None else None
         ex = view.producer(dw.inputs[0], "Convolution")
