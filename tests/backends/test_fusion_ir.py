@@ -19,16 +19,20 @@ _ACTS = {"HardSwish": lambda i, o: helper.make_node("HardSwish", [i], [o]),
 
 
 def _ir_model(c=8, e=24, k=3, stride=(1, 1), se=True, residual=True, act_e="HardSwish", act_d="HardSwish",
-              hw=(9, 11), batch=1, extra_output=None):
+              hw=(9, 11), batch=1, extra_output=None, expand=True):
     p = k // 2
+    e = e if expand else c
     m = max(2, e // 4)
     f32 = lambda *s: (RNG.standard_normal(s) * 0.5).astype(np.float32)   # noqa: E731
-    inits = [const("we", f32(e, c, 1, 1)), const("be", f32(e)), const("wd", f32(e, 1, k, k)), const("bd", f32(e)),
+    inits = [const("wd", f32(e, 1, k, k)), const("bd", f32(e)),
              const("wp", f32(c if residual else c + 4, e, 1, 1)), const("bp", f32(c if residual else c + 4))]
-    nodes = [helper.make_node("Conv", ["x", "we", "be"], ["e0"], name="expand"), _ACTS[act_e]("e0", "e1"),
-             helper.make_node("Conv", ["e1", "wd", "bd"], ["d0"], name="dw", group=e, kernel_shape=[k, k],
-                              strides=list(stride), pads=[p, p, p, p]),
-             _ACTS[act_d]("d0", "d1")]
+    nodes = []
+    if expand:
+        inits += [const("we", f32(e, c, 1, 1)), const("be", f32(e))]
+        nodes += [helper.make_node("Conv", ["x", "we", "be"], ["e0"], name="expand"), _ACTS[act_e]("e0", "e1")]
+    nodes += [helper.make_node("Conv", ["e1" if expand else "x", "wd", "bd"], ["d0"], name="dw", group=e,
+                               kernel_shape=[k, k], strides=list(stride), pads=[p, p, p, p]),
+              _ACTS[act_d]("d0", "d1")]
     last = "d1"
     if se:
         inits += [const("w1", f32(m, e, 1, 1)), const("b1", f32(m)), const("w2", f32(e, m, 1, 1)),
@@ -73,6 +77,8 @@ def _build(m, tactic=None, fusion=True, fp16=False):
 
 
 CASES = [dict(k=3, stride=(1, 1), se=True, residual=True),
+         dict(k=3, stride=(2, 2), se=True, residual=False, expand=False, hw=(12, 12)),
+         dict(k=5, stride=(1, 1), se=False, residual=True, expand=False),
          dict(k=5, stride=(2, 2), se=True, residual=False, act_e="Relu", act_d="Relu", hw=(14, 14)),
          dict(k=3, stride=(2, 1), se=False, residual=False, hw=(6, 20)),
          dict(k=5, stride=(1, 1), se=False, residual=True, batch=2, hw=(3, 17), act_d="Relu"),
@@ -86,13 +92,17 @@ def test_inverted_residual_is_one_layer_with_the_unfused_result(tactic, case):
     if tactic != "ir-numpy":
         pytest.importorskip("numba")
     kw = CASES[case]
+    if tactic == "ir-direct" and not kw.get("expand", True):
+        pytest.skip("ir-direct refuses blocks without an expand stage (test_inverted_residual_without_expand)")
     m = _ir_model(**kw)
     x = RNG.standard_normal((kw.get("batch", 1), 8, *kw.get("hw", (9, 11)))).astype(np.float32)
     fused, _ = _build(m, tactic)
     assert kinds(fused) == ["InvertedResidual"]
     node = fused.nodes[-1]
     assert node.tactic_name == tactic
-    assert node.source_nodes[0] == "expand" and node.source_nodes[-1] == ("shortcut" if kw["residual"] else "project")
+    assert node.source_nodes[0] == ("expand" if kw.get("expand", True) else "dw")
+    assert node.source_nodes[-1] == ("shortcut" if kw["residual"] else "project")
+    assert ("expand_kernel" in node.weights) is kw.get("expand", True)
     assert node.params["residual"] is kw["residual"] and ("squeeze_kernel" in node.weights) is kw["se"]
     plain, _ = _build(m, fusion=False)
     assert "InvertedResidual" not in kinds(plain)
@@ -195,3 +205,18 @@ def test_inverted_residual_leaves_large_maps_to_the_layers(monkeypatch):
     assert kinds(_build(m)[0]) == ["InvertedResidual"]
     monkeypatch.setattr(fusion_ir, "MAX_EXPANDED", 24 * 9 * 11 - 1)
     assert "InvertedResidual" not in kinds(_build(m)[0])
+
+
+def test_inverted_residual_without_expand():
+    """A block whose depthwise layer reads its input directly (MobileNetV3's first) fuses too; ir-direct, whose
+    channels-last buffer would then be a transpose of the input, refuses it and the timing picks another."""
+    pytest.importorskip("numba")
+    from native.tactics import LayerContext, Op, tactics_for
+    m = _ir_model(expand=False, se=True, residual=True)
+    graph, _ = _build(m)
+    node = graph.nodes[-1]
+    assert kinds(graph) == ["InvertedResidual"] and node.tactic_name in ("ir-planes", "ir-numpy")
+    op = Op(kind=node.kind, name=node.name, params=node.params, weights=node.weights)
+    ctx = LayerContext([[1, 8, 9, 11]], ["float32"])
+    why = {t.name: t.supports(op, ctx) for t in tactics_for("InvertedResidual", "cpu")}
+    assert "no expand stage" in why["ir-direct"] and why["ir-planes"] is None and why["ir-numpy"] is None

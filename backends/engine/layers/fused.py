@@ -53,8 +53,8 @@ class SqueezeExciteLayer(Layer):
 
 class InvertedResidualLayer(Layer):
     """An inverted-residual block as one layer (passes/fusion_ir.py): y = Wp @ se(act_d(dw(act_e(We @ x + be)) +
-    bd)) + bp (+ x where `residual`) for x [N, C, H, W]. Weights 'expand_kernel' [E, C], 'dw_kernel' [E, kh, kw],
-    'project_kernel' [M, E], optional biases 'expand_bias' / 'dw_bias' / 'project_bias', and where the block has a
+    bd)) + bp (+ x where `residual`) for x [N, C, H, W]. Weights 'expand_kernel' [E, C] (absent in a block without
+    an expand stage: E = C, act_e(We @ x + be) is x), 'dw_kernel' [E, kh, kw], 'project_kernel' [M, E], optional biases 'expand_bias' / 'dw_bias' / 'project_bias', and where the block has a
     squeeze-excite stage SqueezeExcite's four weights; params: the depthwise kernel_shape / strides / pre_padding /
     post_padding, expand_ops / dw_ops (at most one activation each: {"type", "alpha", "beta"}), squeeze_ops /
     excite_ops (empty without squeeze-excite)."""

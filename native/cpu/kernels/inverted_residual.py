@@ -56,9 +56,11 @@ class Packed:
         wt = op.weights
         f32 = lambda a: np.ascontiguousarray(np.asarray(a, np.float32))   # noqa: E731
         bias = lambda k: f32(wt[k]).reshape(-1) if k in wt else _EMPTY   # noqa: E731
-        we = f32(wt["expand_kernel"])
-        self.we = we.reshape(we.shape[0], -1)
-        self.we_t = np.ascontiguousarray(self.we.T)
+        self.we = self.we_t = None      # a block without an expand stage
+        if "expand_kernel" in wt:
+            we = f32(wt["expand_kernel"])
+            self.we = we.reshape(we.shape[0], -1)
+            self.we_t = np.ascontiguousarray(self.we.T)
         dk = f32(wt["dw_kernel"])
         self.taps = np.ascontiguousarray(dk.reshape(dk.shape[0], dk.shape[-2], dk.shape[-1]).transpose(1, 2, 0))
         wp = f32(wt["project_kernel"])
@@ -175,6 +177,21 @@ def scratch(*shapes):
     return got
 
 
+def _jit_supports(op, input_shapes):
+    """Why the compiled tactics cannot run `op` (None: they can)."""
+    why = _check(op, input_shapes)
+    if why is not None:
+        return why
+    p = op.params
+    if _act_code(p.get("expand_ops")) is None or _act_code(p.get("dw_ops")) is None:
+        return "expand / depthwise activations other than one RELU, HARD_SWISH or HARD_SWISH_RELU6"
+    if _se_rows(p.get("squeeze_ops")) is None or _se_rows(p.get("excite_ops")) is None:
+        return "squeeze-excite activations other than RELU, HARD_SIGMOID, HARD_SWISH, CLIP"
+    if _kernels() is None:
+        return "needs the numba extra (pip install debugkit[jit])"
+    return None
+
+
 def _kernels():
     """native/cpu/jit_ir.py where numba runs (and DEBUGKIT_JIT is not 0), else None."""
     if not jit.available():
@@ -192,17 +209,10 @@ class InvertedResidualDirect(Tactic):
     writes_outputs = True
 
     def supports(self, op, input_shapes):
-        why = _check(op, input_shapes)
-        if why is not None:
-            return why
-        p = op.params
-        if _act_code(p.get("expand_ops")) is None or _act_code(p.get("dw_ops")) is None:
-            return "expand / depthwise activations other than one RELU, HARD_SWISH or HARD_SWISH_RELU6"
-        if _se_rows(p.get("squeeze_ops")) is None or _se_rows(p.get("excite_ops")) is None:
-            return "squeeze-excite activations other than RELU, HARD_SIGMOID, HARD_SWISH, CLIP"
-        if _kernels() is None:
-            return "needs the numba extra (pip install debugkit[jit])"
-        return None
+        why = _jit_supports(op, input_shapes)
+        if why is None and "expand_kernel" not in op.weights:
+            why = "no expand stage: its channels-last buffer would be a transpose of the input (ir-planes reads it)"
+        return why
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         k = _kernels()
@@ -306,7 +316,7 @@ class InvertedResidualPlanes(InvertedResidualDirect):
     name = "ir-planes"
 
     def supports(self, op, input_shapes):
-        why = InvertedResidualDirect.supports(self, op, input_shapes)
+        why = _jit_supports(op, input_shapes)
         if why is None and list(op.params["pre_padding"]) != list(op.params["post_padding"]):
             why = "asymmetric depthwise padding"
         if why is None and jit.kernel("depthwise_planes") is None:
@@ -335,9 +345,12 @@ class InvertedResidualPlanes(InvertedResidualDirect):
             def expand_dw(r):
                 """The expanded channels [e0, e1): GEMM rows, epilogue, depthwise planes, channel sums."""
                 e0, e1 = r
-                np.matmul(pk.we[e0:e1], xn, out=ex[e0:e1])
-                k.bias_act_rows(ex[e0:e1], pk.be[e0:e1], act_e)
-                planes(ex[e0:e1].reshape(e1 - e0, h, w), taps[:, e0:e1], pk.bd[e0:e1], y[e0:e1], kh, kw, sh, sw,
+                src = xn
+                if pk.we is not None:
+                    np.matmul(pk.we[e0:e1], xn, out=ex[e0:e1])
+                    k.bias_act_rows(ex[e0:e1], pk.be[e0:e1], act_e)
+                    src = ex
+                planes(src[e0:e1].reshape(e1 - e0, h, w), taps[:, e0:e1], pk.bd[e0:e1], y[e0:e1], kh, kw, sh, sw,
                        1, 1, pt, pl, act_d)
                 if pk.se:
                     k.channel_sums(yf[e0:e1], sums[e0:e1])
@@ -379,8 +392,11 @@ class InvertedResidualNumpy(Tactic):
         dst = _output(outputs, (n, m, ho, wo))
         for ni in range(n):
             xn = x[ni].reshape(c, h * w)
-            g = np.matmul(xn.T, pk.we_t)
-            _bias_acts(g, pk.be, p.get("expand_ops"))
+            if pk.we_t is not None:
+                g = np.matmul(xn.T, pk.we_t)
+                _bias_acts(g, pk.be, p.get("expand_ops"))
+            else:
+                g = xn.T
             xp[pt:pt + h, pl:pl + w] = g.reshape(h, w, e)
             np.einsum("hwijc,ijc->hwc", taps, pk.taps, out=y)
             _bias_acts(y, pk.bd, p.get("dw_ops"))

@@ -1,6 +1,6 @@
 """Inverted-residual blocks as one layer (MobileNetV2/V3, PP-LCNet, PaddleOCR's classifier: ISSUE 26's small models).
 
-    e = act_e(We @ x + be)                  (a 1x1 Convolution, its activation fused as a post-op)
+    e = act_e(We @ x + be)                  (a 1x1 Convolution, its activation fused as a post-op; optional: e = x)
     d = act_d(depthwise_k(e) + bd)          (a depthwise Convolution, groups == channels, any stride and padding)
     d = SqueezeExcite(d)                    (optional: the squeeze-excite layer of passes/fusion_se.py)
     y = Wp @ d + bp [+ x]                   (a 1x1 Convolution, the block input added where it has a shortcut)
@@ -117,6 +117,20 @@ def _project(view, node, c_mid, x):
     return pw[0], pw[1], True
 
 
+def _expand(view, dw, c):
+    """(node, (kernel, bias), activation) of the expand convolution feeding the depthwise layer `dw` on c channels,
+    or (None, None, []) for a block without one (MobileNetV3's first: the depthwise layer reads the stem)."""
+    ex = view.producer(dw.inputs[0], "Convolution")
+    if ex is None or view.sole_consumer(dw.inputs[0]) is not dw:
+        return None, None, []
+    xs = view.shape(ex.inputs[0])
+    e = _pointwise(ex, xs[1]) if xs is not None and len(xs) == 4 and xs[1] is not None else None
+    e_act = _activation(ex.params.get("post_ops")) if e is not None else None
+    if e_act is None or e[0].shape[0] != c or view.dtype(ex.inputs[0]) != "float32":
+        return None, None, []
+    return ex, e, e_act
+
+
 def fuse_inverted_residual(graph, config, logger) -> int:
     """1x1 conv (+ act) → depthwise conv (+ act) → [squeeze-excite] → 1x1 conv (+ x) ⇒ one InvertedResidual layer
     (see the module doc)."""
@@ -135,18 +149,13 @@ def fuse_inverted_residual(graph, config, logger) -> int:
             continue
         d = _depthwise(dw, c)
         d_act = _activation(dw.params.get("post_ops")) if d is not None else None
-        ex = view.producer(dw.inputs[0], "Convolution")
-        if d_act is None or ex is None or view.sole_consumer(dw.inputs[0]) is not dw:
+        if d_act is None:
             continue
-        x = ex.inputs[0]
-        xs = view.shape(x)
-        e = _pointwise(ex, xs[1]) if xs is not None and len(xs) == 4 and xs[1] is not None else None
-        e_act = _activation(ex.params.get("post_ops")) if e is not None else None
-        if e_act is None or e[0].shape[0] != c or view.dtype(x) != "float32":
-            continue
+        ex, e, e_act = _expand(view, dw, c)
+        x = ex.inputs[0] if ex is not None else dw.inputs[0]
         nxt = view.sole_consumer(dw.outputs[0])
         se = _se(nxt)
-        nodes = [ex, dw] + ([nxt] if se is not None else [])
+        nodes = ([ex] if ex is not None else []) + [dw] + ([nxt] if se is not None else [])
         last = view.sole_consumer(nxt.outputs[0]) if se is not None else nxt
         pr = _project(view, last, c, x)
         if pr is None:
@@ -155,9 +164,10 @@ def fuse_inverted_residual(graph, config, logger) -> int:
         if any(n.meta.get("precision_constraint") is not None or n.meta.get("output_types") or n.subgraphs
                for n in nodes):
             continue
-        weights = {"expand_kernel": np.ascontiguousarray(e[0]), "dw_kernel": np.ascontiguousarray(d[0]),
-                   "project_kernel": np.ascontiguousarray(pr[0])}
-        for key, b in (("expand_bias", e[1]), ("dw_bias", d[1]), ("project_bias", pr[1])):
+        weights = {"dw_kernel": np.ascontiguousarray(d[0]), "project_kernel": np.ascontiguousarray(pr[0])}
+        if ex is not None:
+            weights["expand_kernel"] = np.ascontiguousarray(e[0])
+        for key, b in (("expand_bias", e[1] if ex is not None else None), ("dw_bias", d[1]), ("project_bias", pr[1])):
             if b is not None:
                 weights[key] = np.ascontiguousarray(b, np.float32)
         params = dict(d[2], expand_ops=e_act, dw_ops=d_act, residual=pr[2], squeeze_ops=[], excite_ops=[])
