@@ -456,12 +456,23 @@ def bias_act_rows(a, bias, act):
 
 @numba.njit(**_NJIT)
 def channel_sums(y, sums):
-    """sums[c] = the float64 sum of y[c] for y [C, S]: the squeeze-excite mean's numerators on planes."""
+    """sums[c] = the float64 sum of y[c] for y [C, S]: the squeeze-excite mean's numerators on planes, as 16 running
+    sums added up in order (one running sum is a chain of dependent adds: [16, 3136] 50 us, this ~4)."""
+    s_n = y.shape[1]
+    part = np.empty(16, np.float64)
+    s16 = s_n - s_n % 16
     for c in range(y.shape[0]):
         row = y[c]
+        for q in range(16):
+            part[q] = 0.0
+        for k0 in range(0, s16, 16):
+            for q in range(16):
+                part[q] += row[k0 + q]
         acc = 0.0
-        for s in range(row.shape[0]):
-            acc += row[s]
+        for q in range(16):
+            acc += part[q]
+        for k in range(s16, s_n):
+            acc += row[k]
         sums[c] = acc
 
 
