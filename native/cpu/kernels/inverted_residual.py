@@ -280,7 +280,8 @@ def _shape_plan(op, pk, shape):
         ks, st, pre, post, out = geometry(p, h, w)
         e, m = pk.taps.shape[2], pk.wp.shape[0]
         got = plans[key] = (ks, st, pre, post, out, _act_code(p.get("expand_ops")), _act_code(p.get("dw_ops")),
-                            _parts(e, (c + ks[0] * ks[1]) * e * h * w, 16), _parts(m, m * e * out[0] * out[1]))
+                            _parts(e, ((c if pk.we is not None else 0) + ks[0] * ks[1]) * e * h * w, 16),
+                            _parts(m, m * e * out[0] * out[1]))
     return got
 
 
