@@ -7,14 +7,17 @@ pass transposes it.
         jit_dw: 0 none, 1 RELU, 2 HARD_SWISH, 3 HARD_SWISH_RELU6), one pass: the expand 1x1 convolution's
         epilogue, written where the depthwise taps read it.
     depthwise_nhwc(xp [Hp, Wp, C], w [kh, kw, >= n], bias [n], act, y [Ho, Wo, C], sh, sw, sums [n] float64 (or
-                   empty), e0)
+                   empty), e0, lo, hi)
         channels [e0, e0 + n) of y = act(depthwise(xp) + bias) (w and bias: those channels' own contiguous
         copies; C, the pixel stride of xp and y, may exceed the channels: rows padded to whole cache lines), each
         output's taps summed in (i, j) order, a kernel row of 3 or 5 taps one loop body over the channels for two
         (3x3) or three (5x5) output pixels at once (their shared input runs loaded once); unless sums is empty it
         gets each channel's float64 sum of y (the squeeze-excite mean's numerator) from the same pass. Channel
         ranges: the pool's workers take one each (channels are independent up to the gate); offsets into the flat
-        buffers, not slices, per pixel.
+        buffers, not slices, per pixel. Kernel rows that read only zero-padding rows (padded rows outside [lo, hi))
+        are skipped: PaddleOCR's 5x5 kernels over 2-3-row maps spent 40-60% of their taps there. The caller passes
+        (0, Hp) where a weight is not finite (its products with the padding are NaN, not zero); a skipped +-0
+        product can change a sum's sign of zero only.
     gate(sums [C] float64, count, w1t [C, M], b1, act1 [k, 3], w2t [M, C], b2, act2, g [C])
         the squeeze-excite gate from the sums: mean = sums / count rounded to float32, then jit_se's two products
         and activations (its codes: 1 RELU, 2 HARD_SIGMOID, 3 HARD_SWISH, 4 CLIP).
@@ -105,14 +108,14 @@ def _zero_border(xp, pt, pl, h, w, e0, e1):
 
 
 @numba.njit(**_NJIT)
-def depthwise_nhwc(xp, w, bias, act, y, sh, sw, sums, e0):
+def depthwise_nhwc(xp, w, bias, act, y, sh, sw, sums, e0, lo, hi):
     kw, n = w.shape[1], bias.shape[0]
     if kw == 5:
-        _taps5(xp, w, y, sh, sw, e0, n)
+        _taps5(xp, w, y, sh, sw, e0, n, lo, hi)
     elif kw == 3:
-        _taps3(xp, w, y, sh, sw, e0, n)
+        _taps3(xp, w, y, sh, sw, e0, n, lo, hi)
     else:
-        _taps(xp, w, y, sh, sw, e0, n)
+        _taps(xp, w, y, sh, sw, e0, n, lo, hi)
     _epilogue(y, bias, act, sums, e0)
 
 
@@ -136,23 +139,36 @@ def _epilogue(y, bias, act, sums, e0):
                 sums[k] += a[k]
 
 
+@numba.njit(inline="always")
+def _rows(top, lo, hi, kh):
+    """The kernel rows [i0, i1) of an output row whose taps start at padded row `top` that read an input row (padded
+    rows [lo, hi)); all kh where none does (the sum of the zero padding's products is then computed)."""
+    i0 = max(0, lo - top)
+    i1 = min(kh, hi - top)
+    if i0 >= i1:
+        return 0, kh
+    return i0, i1
+
+
 @numba.njit(**_NJIT)
-def _taps5(xp, w, y, sh, sw, e0, n):
+def _taps5(xp, w, y, sh, sw, e0, n, lo, hi):
     """5-wide kernel rows; output pixels three at a time (stride 1 or 2): the group's kernel row reads 7 (9)
     input runs and 5 weight runs for 15 products instead of 15 and 15 (the loop was bound by loads), the same
     sums in the same order as one pixel at a time. Loop bodies spelled out: numba's inlined helpers measured
-    1.3-2.5x slower; three pixels against two: 0.83-1.05x on mobilenetv3's and PaddleOCR's 5x5 layers."""
+    1.3-2.5x slower; three pixels against two: 0.83-1.05x on mobilenetv3's and PaddleOCR's 5x5 layers. Kernel
+    rows reading only padding rows (padded rows outside [lo, hi)) are skipped (_rows)."""
     hp, wp, c = xp.shape
     ho, wo = y.shape[0], y.shape[1]
     flat = xp.reshape(hp * wp * c)
     yf = y.reshape(ho * wo * c)
     groups = wo // 3 if sw <= 2 else 0
     for r in range(ho):
+        i0, i1 = _rows(r * sh, lo, hi, w.shape[0])
         for gq in range(groups):
             ow = 3 * gq
             q = (r * wo + ow) * c + e0
             a0, a1, a2 = yf[q:q + n], yf[q + 1 * c:q + 1 * c + n], yf[q + 2 * c:q + 2 * c + n]
-            for i in range(w.shape[0]):
+            for i in range(i0, i1):
                 w0, w1, w2, w3, w4 = w[i, 0], w[i, 1], w[i, 2], w[i, 3], w[i, 4]
                 o = ((r * sh + i) * wp + ow * sw) * c + e0
                 x0 = flat[o + 0 * c:o + 0 * c + n]
@@ -163,7 +179,7 @@ def _taps5(xp, w, y, sh, sw, e0, n):
                 x5 = flat[o + 5 * c:o + 5 * c + n]
                 x6 = flat[o + 6 * c:o + 6 * c + n]
                 if sw == 1:
-                    if i == 0:
+                    if i == i0:
                         for k in range(n):
                             u0, u1, u2, u3, u4 = w0[k], w1[k], w2[k], w3[k], w4[k]
                             s0 = x0[k] * u0
@@ -211,7 +227,7 @@ def _taps5(xp, w, y, sh, sw, e0, n):
                 else:
                     x7 = flat[o + 7 * c:o + 7 * c + n]
                     x8 = flat[o + 8 * c:o + 8 * c + n]
-                    if i == 0:
+                    if i == i0:
                         for k in range(n):
                             u0, u1, u2, u3, u4 = w0[k], w1[k], w2[k], w3[k], w4[k]
                             s0 = x0[k] * u0
@@ -259,7 +275,7 @@ def _taps5(xp, w, y, sh, sw, e0, n):
         for ow in range(3 * groups, wo):
             q = (r * wo + ow) * c + e0
             a0 = yf[q:q + n]
-            for i in range(w.shape[0]):
+            for i in range(i0, i1):
                 w0, w1, w2, w3, w4 = w[i, 0], w[i, 1], w[i, 2], w[i, 3], w[i, 4]
                 o = ((r * sh + i) * wp + ow * sw) * c + e0
                 x0 = flat[o + 0 * c:o + 0 * c + n]
@@ -267,7 +283,7 @@ def _taps5(xp, w, y, sh, sw, e0, n):
                 x2 = flat[o + 2 * c:o + 2 * c + n]
                 x3 = flat[o + 3 * c:o + 3 * c + n]
                 x4 = flat[o + 4 * c:o + 4 * c + n]
-                if i == 0:
+                if i == i0:
                     for k in range(n):
                         u0, u1, u2, u3, u4 = w0[k], w1[k], w2[k], w3[k], w4[k]
                         s0 = x0[k] * u0
@@ -289,19 +305,20 @@ def _taps5(xp, w, y, sh, sw, e0, n):
 
 
 @numba.njit(**_NJIT)
-def _taps3(xp, w, y, sh, sw, e0, n):
+def _taps3(xp, w, y, sh, sw, e0, n, lo, hi):
     """3-wide kernel rows, output pixels in pairs as _taps5 (4 or 5 input runs and 3 weight runs for 6 products)."""
     hp, wp, c = xp.shape
     ho, wo = y.shape[0], y.shape[1]
     flat = xp.reshape(hp * wp * c)
     yf = y.reshape(ho * wo * c)
-    pairs = wo // 2 if sw <= 2 else 0
+    groups = wo // 2 if sw <= 2 else 0
     for r in range(ho):
-        for pq in range(pairs):
-            ow = 2 * pq
+        i0, i1 = _rows(r * sh, lo, hi, w.shape[0])
+        for gq in range(groups):
+            ow = 2 * gq
             q = (r * wo + ow) * c + e0
-            a, b = yf[q:q + n], yf[q + c:q + c + n]
-            for i in range(w.shape[0]):
+            a0, a1 = yf[q:q + n], yf[q + 1 * c:q + 1 * c + n]
+            for i in range(i0, i1):
                 w0, w1, w2 = w[i, 0], w[i, 1], w[i, 2]
                 o = ((r * sh + i) * wp + ow * sw) * c + e0
                 x0 = flat[o + 0 * c:o + 0 * c + n]
@@ -309,97 +326,100 @@ def _taps3(xp, w, y, sh, sw, e0, n):
                 x2 = flat[o + 2 * c:o + 2 * c + n]
                 x3 = flat[o + 3 * c:o + 3 * c + n]
                 if sw == 1:
-                    if i == 0:
+                    if i == i0:
                         for k in range(n):
                             u0, u1, u2 = w0[k], w1[k], w2[k]
-                            s = x0[k] * u0
-                            s += x1[k] * u1
-                            s += x2[k] * u2
-                            t = x1[k] * u0
-                            t += x2[k] * u1
-                            t += x3[k] * u2
-                            a[k] = s
-                            b[k] = t
+                            s0 = x0[k] * u0
+                            s0 += x1[k] * u1
+                            s0 += x2[k] * u2
+                            s1 = x1[k] * u0
+                            s1 += x2[k] * u1
+                            s1 += x3[k] * u2
+                            a0[k] = s0
+                            a1[k] = s1
                     else:
                         for k in range(n):
                             u0, u1, u2 = w0[k], w1[k], w2[k]
-                            s = a[k]
-                            s += x0[k] * u0
-                            s += x1[k] * u1
-                            s += x2[k] * u2
-                            t = b[k]
-                            t += x1[k] * u0
-                            t += x2[k] * u1
-                            t += x3[k] * u2
-                            a[k] = s
-                            b[k] = t
+                            s0 = a0[k]
+                            s0 += x0[k] * u0
+                            s0 += x1[k] * u1
+                            s0 += x2[k] * u2
+                            s1 = a1[k]
+                            s1 += x1[k] * u0
+                            s1 += x2[k] * u1
+                            s1 += x3[k] * u2
+                            a0[k] = s0
+                            a1[k] = s1
                 else:
                     x4 = flat[o + 4 * c:o + 4 * c + n]
-                    if i == 0:
+                    if i == i0:
                         for k in range(n):
                             u0, u1, u2 = w0[k], w1[k], w2[k]
-                            s = x0[k] * u0
-                            s += x1[k] * u1
-                            s += x2[k] * u2
-                            t = x2[k] * u0
-                            t += x3[k] * u1
-                            t += x4[k] * u2
-                            a[k] = s
-                            b[k] = t
+                            s0 = x0[k] * u0
+                            s0 += x1[k] * u1
+                            s0 += x2[k] * u2
+                            s1 = x2[k] * u0
+                            s1 += x3[k] * u1
+                            s1 += x4[k] * u2
+                            a0[k] = s0
+                            a1[k] = s1
                     else:
                         for k in range(n):
                             u0, u1, u2 = w0[k], w1[k], w2[k]
-                            s = a[k]
-                            s += x0[k] * u0
-                            s += x1[k] * u1
-                            s += x2[k] * u2
-                            t = b[k]
-                            t += x2[k] * u0
-                            t += x3[k] * u1
-                            t += x4[k] * u2
-                            a[k] = s
-                            b[k] = t
-        for ow in range(2 * pairs, wo):
+                            s0 = a0[k]
+                            s0 += x0[k] * u0
+                            s0 += x1[k] * u1
+                            s0 += x2[k] * u2
+                            s1 = a1[k]
+                            s1 += x2[k] * u0
+                            s1 += x3[k] * u1
+                            s1 += x4[k] * u2
+                            a0[k] = s0
+                            a1[k] = s1
+        for ow in range(2 * groups, wo):
             q = (r * wo + ow) * c + e0
-            a = yf[q:q + n]
-            for i in range(w.shape[0]):
+            a0 = yf[q:q + n]
+            for i in range(i0, i1):
                 w0, w1, w2 = w[i, 0], w[i, 1], w[i, 2]
                 o = ((r * sh + i) * wp + ow * sw) * c + e0
                 x0 = flat[o + 0 * c:o + 0 * c + n]
                 x1 = flat[o + 1 * c:o + 1 * c + n]
                 x2 = flat[o + 2 * c:o + 2 * c + n]
-                if i == 0:
+                if i == i0:
                     for k in range(n):
-                        s = x0[k] * w0[k]
-                        s += x1[k] * w1[k]
-                        s += x2[k] * w2[k]
-                        a[k] = s
+                        u0, u1, u2 = w0[k], w1[k], w2[k]
+                        s0 = x0[k] * u0
+                        s0 += x1[k] * u1
+                        s0 += x2[k] * u2
+                        a0[k] = s0
                 else:
                     for k in range(n):
-                        s = a[k]
-                        s += x0[k] * w0[k]
-                        s += x1[k] * w1[k]
-                        s += x2[k] * w2[k]
-                        a[k] = s
+                        u0, u1, u2 = w0[k], w1[k], w2[k]
+                        s0 = a0[k]
+                        s0 += x0[k] * u0
+                        s0 += x1[k] * u1
+                        s0 += x2[k] * u2
+                        a0[k] = s0
 
 
 @numba.njit(**_NJIT)
-def _taps(xp, w, y, sh, sw, e0, n):
+def _taps(xp, w, y, sh, sw, e0, n, lo, hi):
     hp, wp, c = xp.shape
     kh, kw = w.shape[0], w.shape[1]
     ho, wo = y.shape[0], y.shape[1]
     flat = xp.reshape(hp * wp * c)
     yf = y.reshape(ho * wo * c)
     for r in range(ho):
+        i0, i1 = _rows(r * sh, lo, hi, kh)
         for ow in range(wo):
             q = (r * wo + ow) * c + e0
             a = yf[q:q + n]
-            for i in range(kh):
+            for i in range(i0, i1):
                 for j in range(kw):
                     o = ((r * sh + i) * wp + ow * sw + j) * c + e0
                     xj = flat[o:o + n]
                     wj = w[i, j]
-                    if i == 0 and j == 0:
+                    if i == i0 and j == 0:
                         for k in range(n):
                             a[k] = xj[k] * wj[k]
                     else:

@@ -220,3 +220,31 @@ def test_inverted_residual_without_expand():
     ctx = LayerContext([[1, 8, 9, 11]], ["float32"])
     why = {t.name: t.supports(op, ctx) for t in tactics_for("InvertedResidual", "cpu")}
     assert "no expand stage" in why["ir-direct"] and why["ir-planes"] is None and why["ir-numpy"] is None
+
+
+@pytest.mark.jit
+@pytest.mark.parametrize("k,stride,hw", [(5, 1, (2, 9)), (5, 2, (3, 7)), (3, 1, (1, 5)), (7, 1, (3, 4))])
+def test_depthwise_taps_skip_padding_rows_exactly(k, stride, hw):
+    """jit_ir.depthwise_nhwc skipping the kernel rows that read only zero-padding rows gives the sums of all taps
+    (finite weights); non-finite weights are passed the whole padded range, so a NaN from inf * 0 stays."""
+    pytest.importorskip("numba")
+    from native.cpu import jit_ir
+    from native.cpu.kernels.inverted_residual import aligned
+    c, p = 32, k // 2
+    h, w = hw
+    xp = aligned((h + 2 * p, w + 2 * p, c))
+    xp[...] = 0
+    xp[p:p + h, p:p + w] = RNG.standard_normal((h, w, c)).astype(np.float32)
+    taps = RNG.standard_normal((k, k, c)).astype(np.float32)
+    ho, wo = (h + 2 * p - k) // stride + 1, (w + 2 * p - k) // stride + 1
+    bias = np.zeros(c, np.float32)
+    ys = []
+    for lo, hi in ((p, p + h), (0, h + 2 * p)):
+        y = aligned((ho, wo, c))
+        jit_ir.depthwise_nhwc(xp, taps, bias, 0, y, stride, stride, np.empty(0), 0, lo, hi)
+        ys.append(y)
+    assert ys[0].tobytes() == ys[1].tobytes()
+    taps[0, 0, 3] = np.inf      # row 0 of the kernel reads padding for output row 0: inf * 0 = NaN there
+    y = aligned((ho, wo, c))
+    jit_ir.depthwise_nhwc(xp, taps, bias, 0, y, stride, stride, np.empty(0), 0, 0, h + 2 * p)
+    assert np.isnan(y[0, 0, 3])

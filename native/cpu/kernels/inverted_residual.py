@@ -49,7 +49,7 @@ class Packed:
     [C, E], depthwise taps [kh, kw, E], squeeze-excite kernels transposed, project kernel [M, E], flat biases (zeros
     for a missing expand or depthwise bias)."""
 
-    __slots__ = ("parts", "wp_t", "we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1",
+    __slots__ = ("finite", "parts", "wp_t", "we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1",
                  "a2")
 
     def __init__(self, op):
@@ -67,6 +67,7 @@ class Packed:
         self.wp = wp.reshape(wp.shape[0], -1)
         self.wp_t = np.ascontiguousarray(self.wp.T)
         e = self.taps.shape[2]
+        self.finite = bool(np.isfinite(self.taps).all())   # then padding rows' products are zeros: skipped
         self.parts = {}
         self.be = bias("expand_bias") if "expand_bias" in wt else np.zeros(e, np.float32)   # the kernels add one
         self.bd = bias("dw_bias") if "dw_bias" in wt else np.zeros(e, np.float32)
@@ -223,6 +224,7 @@ class InvertedResidualDirect(Tactic):
         e, m, s = pk.taps.shape[2], pk.wp.shape[0], ho * wo
         cp = _lines(e)     # the pixel stride of the channels-last buffers: whole cache lines
         xp, y, y2, g, t, sums, gate, wps = _buffers(h + pt + pb, w + pl + pr, cp, ho, wo, h * w, e, m)
+        lo, hi = (pt, pt + h) if pk.finite else (0, h + pt + pb)    # the input rows of xp: padding rows skipped
         if not pk.se:
             sums, wps = _EMPTY64, pk.wp_t
         dst = _output(outputs, (n, m, ho, wo))
@@ -237,7 +239,7 @@ class InvertedResidualDirect(Tactic):
                 e0, e1 = r
                 np.matmul(xn.T, pk.we_t[:, e0:e1], out=g[:, e0:e1])
                 k.expanded_into_padded(g, pk.be[e0:e1], act_e, xp, pt, pl, h, w, e0)
-                k.depthwise_nhwc(xp, pk.taps_of(e0, e1), pk.bd[e0:e1], act_d, y, sh, sw, sums[e0:e1], e0)
+                k.depthwise_nhwc(xp, pk.taps_of(e0, e1), pk.bd[e0:e1], act_d, y, sh, sw, sums[e0:e1], e0, lo, hi)
 
             def project(r):
                 """The output channels [m0, m1): the gated kernel's columns, [S, M] GEMM, stored NCHW with bias and
