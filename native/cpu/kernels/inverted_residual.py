@@ -1,18 +1,20 @@
-"""The InvertedResidual layer (backends/engine/builder/passes/fusion_ir.py): expand 1x1 + act -> depthwise + act ->
-[squeeze-excite] -> project 1x1 [+ x], one layer, the expanded tensor channels-last throughout.
+"""The InvertedResidual layer (backends/engine/builder/passes/fusion_ir.py): [expand 1x1 + act] -> depthwise + act
+-> [squeeze-excite] -> project 1x1 [+ x], one layer, the expanded tensor channels-last throughout (ir-direct).
 
 Per sample: the expand GEMM reads x [C, H*W] as a transposed operand, so its output comes out [H*W, E] (channels
 last) at no cost; its bias and activation are written straight into a zero-bordered [Hp, Wp, E] buffer the
-depthwise taps read (each tap one contiguous run of E channels); the depthwise output [Ho, Wo, E] is again what the
-project GEMM reads as a transposed operand, writing NCHW. The squeeze-excite gate multiplies the project kernel's
-columns (M x E products) instead of the depthwise output (Ho x Wo x E), and its mean's sums come from the depthwise
-pass. Against the three or four layers it replaces: no NCHW <-> NHWC transposes of the expanded tensor, one dispatch,
-two fewer passes over it. Its own floats (the gate folded into the kernel, float64 channel sums), so tolerance-tested
-against the unfused layers (tests/native/test_inverted_residual.py).
+depthwise taps read (each tap one contiguous run of E channels); the project GEMM multiplies the depthwise output
+[Ho*Wo, E] as stored and its [Ho*Wo, M] product is stored NCHW with bias and shortcut in one pass. The
+squeeze-excite gate multiplies the project kernel (E x M products) instead of the depthwise output (Ho x Wo x E), and
+its mean's sums come from the depthwise pass. Against the two to four layers it replaces: no NCHW <-> NHWC
+transposes of the expanded tensor, one dispatch, two fewer passes over it. Its own floats (the gate folded into the
+kernel, float64 channel sums, padding rows' zero products skipped), so tolerance-tested against the unfused layers
+(tests/backends/test_fusion_ir.py).
 
-ir-direct: the passes compiled (native/cpu/jit_ir.py, the numba extra); ir-planes: the same with the expanded
-tensor channels-first and the depthwise stage as jit_dw.depthwise_planes (wide, short maps); ir-numpy: ir-direct's
-steps in numpy (einsum taps), for builds without numba. The builder's timing picks per layer.
+ir-direct: the passes compiled (native/cpu/jit_ir.py, the numba extra); ir-planes: the expanded tensor
+channels-first and the depthwise stage as jit_dw.depthwise_planes (wide, short maps; blocks without an expand
+stage); ir-numpy: ir-direct's steps in numpy (einsum taps), for builds without numba. The builder's timing picks
+per layer. Both compiled tactics split their two stages over the CPU pool by channels (SPLIT_MIN_MACS).
 """
 from __future__ import annotations
 
@@ -45,12 +47,12 @@ def geometry(params, h, w):
 
 
 class Packed:
-    """The layer's weights as the passes read them, made once per layer (op.__dict__): expand kernel transposed
-    [C, E], depthwise taps [kh, kw, E], squeeze-excite kernels transposed, project kernel [M, E], flat biases (zeros
-    for a missing expand or depthwise bias)."""
+    """The layer's weights as the passes read them, made once per layer (op.__dict__): expand kernel [E, C] and
+    transposed (None without an expand stage), depthwise taps [kh, kw, E], squeeze-excite kernels transposed,
+    project kernel [M, E] and transposed, flat biases (zeros for a missing expand or depthwise bias)."""
 
-    __slots__ = ("finite", "parts", "wp_t", "we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t", "b2", "a1",
-                 "a2")
+    __slots__ = ("finite", "parts", "wp_t", "we", "we_t", "be", "taps", "bd", "wp", "bp", "se", "w1t", "b1", "w2t",
+                 "b2", "a1", "a2")
 
     def __init__(self, op):
         wt = op.weights
@@ -169,6 +171,8 @@ def scratch(*shapes):
     if buf is None or buf.size < sum(sizes):
         buf = _LOCAL.buf = aligned((sum(sizes),))
         views = _LOCAL.views = {}     # views of the old buffer: gone with it
+    elif len(views) >= 256:           # shapes that vary from run to run (dynamic dims): keep the recent ones
+        views.clear()
     out, at = [], 0
     for (shape, dtype), size in zip(specs, sizes):
         n = math.prod(shape) * np.dtype(dtype).itemsize // 4
