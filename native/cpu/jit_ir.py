@@ -25,7 +25,8 @@ pass transposes it.
         out = w * g per column: the gate folded into the project kernel (M x C products instead of H x W x C).
     bias_residual(y [M, S], bias [M] (or empty), res [M, S] (or [0, 0]))
         y = y + bias (+ res) in place: the project convolution's epilogue.
-    scaled_cols(wt [E, M], g [E], out [E, M], m0, m1), project_out(t [S, M], bias, res, y [M, S], m0, m1)
+    scaled_cols(wt [E, M], g [E], out [E, M], m0, m1), project_out(t [S, M], bias, res, y [M, S], m0, m1),
+    gate_cols (gate then scaled_cols over every column, one call)
         ir-direct's project stage on its output channels [m0, m1): the gate folded into the transposed kernel, and
         the [S, M] product (a GEMM on the channels-last operand as stored: OpenBLAS runs it 1.2-1.9x faster than
         the [M, E] x [E, S] product reading that operand transposed) stored NCHW with bias and shortcut.
@@ -494,6 +495,13 @@ def channel_sums(y, sums):
         for k in range(s16, s_n):
             acc += row[k]
         sums[c] = acc
+
+
+@numba.njit(**_NJIT)
+def gate_cols(sums, count, w1t, b1, act1, w2t, b2, act2, g, wt, out):
+    """gate(...), then scaled_cols(wt, g, out) over every column: one call where the project stage is not split."""
+    gate(sums, count, w1t, b1, act1, w2t, b2, act2, g)
+    scaled_cols(wt, g, out, 0, wt.shape[1])
 
 
 @numba.njit(**_NJIT)

@@ -167,17 +167,18 @@ def test_inverted_residual_needs_a_depthwise_middle():
 
 
 @pytest.mark.jit
-@pytest.mark.parametrize("tactic", ["ir-direct", "ir-planes"])
+@pytest.mark.parametrize("tactic,expand", [("ir-direct", True), ("ir-planes", True), ("ir-planes", False)])
 @pytest.mark.parametrize("se", [True, False])
-def test_inverted_residual_split_over_the_pool_computes_the_same(monkeypatch, tactic, se):
+def test_inverted_residual_split_over_the_pool_computes_the_same(monkeypatch, tactic, expand, se):
     """With two pool threads, each stage split in two (expanded channels, then output channels): the channel split
     leaves every float as it was; the project GEMM's row split within float32 rounding."""
     pytest.importorskip("numba")
     from native import config
     from native.cpu import threads
     from native.cpu.kernels import inverted_residual as ir
-    m = _ir_model(k=5, se=se, residual=True, e=32)
-    x = RNG.standard_normal((2, 8, 9, 11)).astype(np.float32)
+    c = 8 if expand else 32
+    m = _ir_model(k=5, se=se, residual=True, e=32, c=c, expand=expand)
+    x = RNG.standard_normal((2, c, 9, 11)).astype(np.float32)
     graph, _ = _build(m, tactic)
     whole = run(graph, {"x": x})[0]
     calls = []
@@ -194,7 +195,8 @@ def test_inverted_residual_split_over_the_pool_computes_the_same(monkeypatch, ta
             threads.untune()
         monkeypatch.delenv("DEBUGKIT_THREADS")
         config.reload()
-    assert calls[:2] == [[(0, 16), (16, 32)], [(0, 4), (4, 8)]]    # per sample: 32 expanded (16-channel cuts), 8 output
+    # per sample: 32 expanded channels (16-channel cuts), then the output channels
+    assert calls[:2] == [[(0, 16), (16, 32)], [(0, c // 2), (c // 2, c)]]
     assert len(calls) == 4
     np.testing.assert_allclose(split, whole, rtol=1e-6, atol=1e-6 * float(np.abs(whole).max()))
 
