@@ -303,10 +303,11 @@ def _shape_plan(op, pk, shape):
     return got
 
 
-# the multiply-adds a stage needs before its work is split over the pool: the convolutions' bar (tuning.py: a hand-off
-# costs 25-100 us on this VM, ~0.1 ms of one core's GEMM). Unmeasured at two threads here (the shared VM's load was
-# 2-9 all session): mobilenetv3's 7-56-wide blocks run 1.5-4M per stage, so a lower bar is the A/B to run quietly
-SPLIT_MIN_MACS = 1 << 22
+# the multiply-adds a stage needs before its work is split over the pool (~0.4 ms of one core). Two threads, quiet VM
+# (07:26, load 0.5-1.1, tools/benchmark.py, 100 iterations, two runs each): mobilenetv3 1.53-1.68 ms never split,
+# 1.74-1.75 from 4M (its 56x56 and 14x14-stride-2 blocks), 1.88-1.95 from 2M, 1.80-1.88 from 1M; ppocr_cls
+# 0.53-0.56 never, 0.55 from 4M, 0.68-0.88 from 2M: a hand-off (25-100 us here) costs more than half a block
+SPLIT_MIN_MACS = 1 << 24
 
 
 def _parts(size, macs, unit=1):
