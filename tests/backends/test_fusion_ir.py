@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from backends.engine import BuilderConfig, BuilderFlag, Runtime, parse_onnx
+from backends.engine import BuilderConfig, BuilderFlag, OptimizationProfile, Runtime, parse_onnx
 from backends.engine.builder import Builder
 from backends.engine.builder.config import AlgorithmSelector
 from backends.engine.plan import serialize_plan
@@ -65,9 +65,14 @@ class _Only(AlgorithmSelector):
         return keep or list(range(len(choices)))
 
 
-def _build(m, tactic=None, fusion=True, fp16=False):
+def _build(m, tactic=None, fusion=True, fp16=False, profile=None):
     net, _ = parse_onnx(m)
     cfg = BuilderConfig()
+    if profile is not None:          # {input: (min, opt, max)}
+        p = OptimizationProfile()
+        for name, shapes in profile.items():
+            p.set_shape(name, *shapes)
+        cfg.add_optimization_profile(p)
     if not fusion:
         cfg.set_flag(BuilderFlag.DISABLE_FUSION)
     if fp16:
@@ -207,6 +212,11 @@ def test_inverted_residual_leaves_large_maps_to_the_layers(monkeypatch):
     assert kinds(_build(m)[0]) == ["InvertedResidual"]
     monkeypatch.setattr(fusion_ir, "MAX_EXPANDED", 24 * 9 * 11 - 1)
     assert "InvertedResidual" not in kinds(_build(m)[0])
+    monkeypatch.setattr(fusion_ir, "MAX_EXPANDED", 1 << 20)
+    monkeypatch.setattr(fusion_ir, "MAX_LAYER_MACS", 24 * 9 * 11 * 9)    # the 3x3 depthwise layer's multiply-adds
+    assert "InvertedResidual" not in kinds(_build(m)[0])
+    monkeypatch.setattr(fusion_ir, "MAX_LAYER_MACS", 24 * 9 * 11 * 9 + 1)
+    assert kinds(_build(m)[0]) == ["InvertedResidual"]
 
 
 def test_inverted_residual_without_expand():
@@ -250,3 +260,12 @@ def test_depthwise_taps_skip_padding_rows_exactly(k, stride, hw):
     y = aligned((ho, wo, c))
     jit_ir.depthwise_nhwc(xp, taps, bias, 0, y, stride, stride, np.empty(0), 0, 0, h + 2 * p)
     assert np.isnan(y[0, 0, 3])
+
+
+def test_inverted_residual_leaves_maps_of_unknown_size_to_the_layers():
+    m = _ir_model(hw=("h", "w"))                      # a detector's dynamic H, W: the map may be large
+    shapes = ((1, 8, 5, 5), (1, 8, 9, 11), (1, 8, 32, 32))
+    assert "InvertedResidual" not in kinds(_build(m, profile={"x": shapes})[0])
+    m = _ir_model(batch="n")                          # only the batch unknown: counted as 1
+    shapes = ((1, 8, 9, 11), (2, 8, 9, 11), (4, 8, 9, 11))
+    assert kinds(_build(m, profile={"x": shapes})[0]) == ["InvertedResidual"]

@@ -12,8 +12,8 @@ output to the project GEMM's input (native/cpu/kernels/inverted_residual.py), wh
 free (a transposed operand), and fold the squeeze-excite gate into the project kernel.
 
 Only where the device implements it (`fuses_inverted_residual`: the CPU), in FP32 builds without TF32 math, INT8,
-Q/DQ emulation or precision constraints on the layers (the layer has FP32 kernels only), and for expanded tensors
-of at most MAX_EXPANDED elements (small maps, where the per-layer costs are a block's time).
+Q/DQ emulation or precision constraints on the layers (the layer has FP32 kernels only), and for small maps
+(MAX_EXPANDED, MAX_LAYER_MACS), where the per-layer costs are a block's time and no layer would use the second core.
 """
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ ACTIVATIONS = ("RELU", "HARD_SWISH", "HARD_SWISH_RELU6")    # the expand / depth
 # are noise against the work, the unfused layers split over the pool from their own bars, and the layer's per-thread
 # scratch (native/cpu/kernels/inverted_residual.py) would hold several such tensors
 MAX_EXPANDED = 1 << 20
+# nor a block one of whose layers reaches the CPU convolutions' split bar (native/cpu/kernels/conv/tuning.py
+# PARALLEL_MIN_MACS): those layers use the second core on their own, which the fused layer does not (a hand-off
+# costs more than half of a small block; native/cpu/kernels/inverted_residual.py SPLIT_MIN_MACS)
+MAX_LAYER_MACS = 1 << 22
 SE_ACTIVATIONS = ("RELU", "HARD_SIGMOID", "HARD_SWISH", "CLIP")
 
 
@@ -117,6 +121,27 @@ def _project(view, node, c_mid, x):
     return pw[0], pw[1], True
 
 
+def _known(v) -> bool:
+    """A dimension known at build time (dynamic ones are None or -1)."""
+    return isinstance(v, int) and v > 0
+
+
+def _batch(shape) -> int:
+    return shape[0] if _known(shape[0]) else 1
+
+
+def _splits_alone(view, x, dw, e, m, expand) -> bool:
+    """Whether one of the block's convolutions reaches MAX_LAYER_MACS multiply-adds (an unknown batch counted as 1;
+    unknown maps as reaching it)."""
+    xs, ys = view.shape(x), view.shape(dw.outputs[0])
+    if xs is None or ys is None or not all(_known(v) for v in list(xs[1:]) + list(ys[2:])):
+        return True
+    kh, kw = dw.params.get("kernel_shape") or [1, 1]
+    n, (c, h, w) = _batch(xs), xs[1:]
+    out = n * ys[2] * ys[3]
+    return max(n * c * e * h * w if expand else 0, out * e * kh * kw, out * e * m) >= MAX_LAYER_MACS
+
+
 def _expand(view, dw, c):
     """(node, (kernel, bias), activation) of the expand convolution feeding the depthwise layer `dw` on c channels,
     or (None, None, []) for a block without one (MobileNetV3's first: the depthwise layer reads the stem)."""
@@ -142,11 +167,11 @@ def fuse_inverted_residual(graph, config, logger) -> int:
         if dw not in graph.nodes or dw.kind != "Convolution":
             continue
         shape = view.shape(dw.inputs[0])
-        if shape is None or len(shape) != 4 or shape[1] is None or view.dtype(dw.inputs[0]) != "float32":
+        if shape is None or len(shape) != 4 or view.dtype(dw.inputs[0]) != "float32":
             continue
         c = shape[1]
-        if all(isinstance(v, int) for v in shape) and shape[0] * c * shape[2] * shape[3] > MAX_EXPANDED:
-            continue
+        if not all(_known(v) for v in shape[1:]) or _batch(shape) * c * shape[2] * shape[3] > MAX_EXPANDED:
+            continue    # maps of unknown size (a detector's dynamic H, W) are left to the layers, as large ones
         d = _depthwise(dw, c)
         d_act = _activation(dw.params.get("post_ops")) if d is not None else None
         if d_act is None:
@@ -162,7 +187,7 @@ def fuse_inverted_residual(graph, config, logger) -> int:
             continue
         nodes.append(last)
         if any(n.meta.get("precision_constraint") is not None or n.meta.get("output_types") or n.subgraphs
-               for n in nodes):
+               for n in nodes) or _splits_alone(view, x, dw, c, pr[0].shape[0], ex is not None):
             continue
         weights = {"dw_kernel": np.ascontiguousarray(d[0]), "project_kernel": np.ascontiguousarray(pr[0])}
         if ex is not None:
