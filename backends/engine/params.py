@@ -123,6 +123,8 @@ DECLARED = {
     "Expand": "",
     "Fill": "alpha:num? beta:num? dtype:str? k:int op:str seed:num? shape:ints?",
     "Gather": "axis:int batch_dims:int mode:str",
+    "InvertedResidual": ("dw_ops:objs excite_ops:objs expand_ops:objs kernel_shape:ints post_padding:ints pre_padding:ints "
+                         "residual:bool squeeze_ops:objs strides:ints"),
     "Identity": "",
     "If": "",
     "LRN": "alpha:num beta:num k:num window:int",

@@ -19,6 +19,7 @@ class CpuDevice(Device):
     norm_post_ops = True          # the LayerNorm kernels apply RELU / CLIP post-ops in their row pass
     fuses_squeeze_excite = True   # native/cpu/kernels/squeeze_excite.py: four tiny layers' dispatch and epilogues as one
     fuses_relu6_swish = True      # activations.py HARD_SWISH_RELU6: the hard-swish chain's floats as a conv post-op
+    fuses_inverted_residual = True   # kernels/inverted_residual.py: 1x1 -> depthwise -> [SE] -> 1x1 channels-last inside
 
     @property
     def timing_block(self):

@@ -1,7 +1,8 @@
 """Layers the builder's fusion passes create (never the parser)."""
 from backends.engine.layers.base import Layer
 
-__all__ = ["PointwiseLayer", "AttentionLayer", "ConvolutionNHWCLayer", "PoolingNHWCLayer", "SqueezeExciteLayer"]
+__all__ = ["PointwiseLayer", "AttentionLayer", "ConvolutionNHWCLayer", "PoolingNHWCLayer", "SqueezeExciteLayer",
+           "InvertedResidualLayer"]
 
 
 class PointwiseLayer(Layer):
@@ -48,3 +49,14 @@ class SqueezeExciteLayer(Layer):
     global average Pooling)."""
     kind = "SqueezeExcite"
     defaults = {"squeeze_ops": [], "excite_ops": [], "mean_dtype": "float32"}
+
+
+class InvertedResidualLayer(Layer):
+    """An inverted-residual block as one layer (passes/fusion_ir.py): y = Wp @ se(act_d(dw(act_e(We @ x + be)) +
+    bd)) + bp (+ x where `residual`) for x [N, C, H, W]. Weights 'expand_kernel' [E, C] (absent in a block without
+    an expand stage: E = C, act_e(We @ x + be) is x), 'dw_kernel' [E, kh, kw], 'project_kernel' [M, E], optional biases 'expand_bias' / 'dw_bias' / 'project_bias', and where the block has a
+    squeeze-excite stage SqueezeExcite's four weights; params: the depthwise kernel_shape / strides / pre_padding /
+    post_padding, expand_ops / dw_ops (at most one activation each: {"type", "alpha", "beta"}), squeeze_ops /
+    excite_ops (empty without squeeze-excite)."""
+    kind = "InvertedResidual"
+    defaults = {"expand_ops": [], "dw_ops": [], "squeeze_ops": [], "excite_ops": [], "residual": False}

@@ -6,6 +6,8 @@
   nhwc-window    MAX / AVERAGE pooling (2-D windows or global) computed channels-last between two reformats
                  (NCHW -> NHWC in, back out), so its timed cost includes them; window sums in float64 and one
                  rounding, the global mean in float32 (numpy's pairwise sum).
+  global-average-direct  global AVERAGE pooling of float32 maps as one compiled pass (jit_pool.global_average:
+                 16 float64 running sums per channel, one rounding; the numba extra).
 
 MAX pooling is exact whatever the order: its tactics differ only in speed. AVERAGE tactics differ in rounding.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from native.cpu import jit
 from native.cpu.kernels.fused import apply_post_ops
 from native.cpu.kernels.pooling import _pad, pool_geometry
 from native.tactics import Tactic, register_tactic
@@ -113,3 +116,43 @@ class NhwcWindow(Tactic):
             yh = (win.sum(axis=(3, 4), dtype=np.float64) / count).astype(x.dtype)
         y = np.ascontiguousarray(yh.transpose(0, 3, 1, 2))            # reformat out
         return [apply_post_ops(y, op, inputs) if p.get("post_ops") else y]
+
+
+@register_tactic
+class GlobalAverageDirect(Tactic):
+    """Global AVERAGE pooling of a float32 [N, C, *spatial] map: per channel the float64 mean of jit_pool's
+    global_average, rounded once (strided-taps rounds numpy's pairwise float64 sum the same way: equal but for the
+    summation order)."""
+    kind, name = "Pooling", "global-average-direct"
+    writes_outputs = True
+
+    def supports(self, op, input_shapes):
+        p = op.params
+        if not p.get("global") or p.get("type", "MAX") != "AVERAGE" or p.get("num_outputs", 1) > 1:
+            return "global AVERAGE pooling only"
+        s = input_shapes[0] if input_shapes else None
+        if s is not None and len(s) < 3:
+            return "a spatial map (rank >= 3) only"
+        dtypes = getattr(input_shapes, "dtypes", None)
+        if dtypes and dtypes[0] not in (None, "float32"):
+            return "float32 input only"
+        if _global_average() is None:
+            return "needs the numba extra (pip install debugkit[jit])"
+        return None
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        shape = x.shape[:2] + (1,) * (x.ndim - 2)
+        dst = outputs[0] if outputs else None
+        if dst is None or tuple(dst.shape) != shape or dst.dtype != x.dtype or not dst.flags.c_contiguous:
+            dst = np.empty(shape, x.dtype)
+        _global_average()(x.reshape(x.shape[0] * x.shape[1], -1), dst.reshape(-1))
+        return [dst]
+
+
+def _global_average():
+    """jit_pool.global_average where numba runs (and DEBUGKIT_JIT is not 0), else None."""
+    if not jit.available():
+        return None
+    from native.cpu import jit_pool   # function-level: imports numba (the jit extra)
+    return jit_pool.global_average

@@ -14,6 +14,7 @@ from backends.engine.builder.passes.fusion_epilogue import (fold_conv_scale, fol
 from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
                                                           fuse_softmax, merge_parallel_gemms)
 from backends.engine.builder.passes.fusion_pool import move_activation_past_maxpool
+from backends.engine.builder.passes.fusion_ir import fuse_inverted_residual
 from backends.engine.builder.passes.fusion_se import fuse_squeeze_excite
 from backends.engine.builder.passes.fusion_shortcut import merge_shortcut_convs
 from backends.engine.builder.passes.fusion_pointwise import (eliminate_identities, fuse_pointwise, merge_reshape_transpose,
@@ -38,6 +39,7 @@ PASSES = [
     ("squeeze-excite blocks", fuse_squeeze_excite),
     ("pointwise chains", fuse_pointwise),
     ("hard-swish chains into their conv", fold_relu6_swish),
+    ("inverted-residual blocks", fuse_inverted_residual),
     ("reshape/transpose merging", merge_reshape_transpose),
     ("attention heads as strides", fold_attention_heads),
 ]
