@@ -449,4 +449,8 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
                                                    "bias_steps_inplace", "hard_swish_relu6",
                                                    "hard_swish_relu6_inplace", "silu_polyexp_inplace")},
              **{k: _module("jit_panel_gemm", k) for k in ("panel_gemm", "panel_gemm_gelu", "panel_descriptors",
-                                                          "panel_rows")}}
+                                                          "panel_rows")},
+             **{k: _module("jit_ir", k) for k in ("expanded_into_padded", "depthwise_nhwc", "gate", "scaled_rows",
+                                                  "bias_residual", "bias_act_rows", "channel_sums", "gate_cols",
+                                                  "scaled_cols", "project_out")},
+             "global_average": _module("jit_pool", "global_average")}

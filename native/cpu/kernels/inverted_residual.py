@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import threading
+import types
 
 import numpy as np
 
@@ -197,12 +198,20 @@ def _jit_supports(op, input_shapes):
     return None
 
 
+_IR_KERNELS = ("expanded_into_padded", "depthwise_nhwc", "gate", "scaled_rows", "bias_residual", "bias_act_rows",
+               "channel_sums", "gate_cols", "scaled_cols", "project_out")
+_held = {}
+
+
 def _kernels():
-    """native/cpu/jit_ir.py where numba runs (and DEBUGKIT_JIT is not 0), else None."""
+    """native/cpu/jit_ir.py's kernels (through jit.kernel) as attributes where numba runs (and DEBUGKIT_JIT is not
+    0), else None."""
     if not jit.available():
         return None
-    from native.cpu import jit_ir   # function-level: imports numba (the jit extra)
-    return jit_ir
+    ns = _held.get("ir")
+    if ns is None:
+        ns = _held["ir"] = types.SimpleNamespace(**{name: jit.kernel(name) for name in _IR_KERNELS})
+    return ns
 
 
 @register_tactic

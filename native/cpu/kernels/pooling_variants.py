@@ -152,7 +152,4 @@ class GlobalAverageDirect(Tactic):
 
 def _global_average():
     """jit_pool.global_average where numba runs (and DEBUGKIT_JIT is not 0), else None."""
-    if not jit.available():
-        return None
-    from native.cpu import jit_pool   # function-level: imports numba (the jit extra)
-    return jit_pool.global_average
+    return jit.kernel("global_average")
