@@ -440,9 +440,11 @@ class PackedGemmDirect(Tactic):
 _NO_BIAS = np.zeros(0, np.float32)
 
 
-def _direct_epilogue(op):
+def _direct_epilogue(op, codes=None):
     """(bias [N] or None, in-loop activation code, the activation step to apply after the loop or None) for post-ops
-    [bias,] [activation]; None for any other post-ops."""
+    [bias (last axis),] [activation]; None for any other post-ops. `codes`: the kernel's activation codes
+    (packed-gemm-direct's by default; packed-gemm-panels passes its own)."""
+    codes = _DIRECT_ACT if codes is None else codes
     post = op.params.get("post_ops") or ()
     bias, act, other = None, 0, None
     i = 0
@@ -452,7 +454,7 @@ def _direct_epilogue(op):
             return None
         bias, i = b, i + 1
     if i < len(post) and post[i]["op"] == "activation":
-        act = _DIRECT_ACT.get(post[i]["type"], 0)
+        act = codes.get(post[i]["type"], 0)
         other = None if act else post[i]
         i += 1
     return (bias, act, other) if i == len(post) else None

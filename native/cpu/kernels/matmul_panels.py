@@ -20,7 +20,7 @@ import numpy as np
 
 from native.cpu import jit, threads
 from native.cpu.kernels.activations import activation_inplace
-from native.cpu.kernels.matmul import _half
+from native.cpu.kernels.matmul import _direct_epilogue, _half
 from native.tactics import Tactic, register_tactic
 
 PANEL = 32                  # columns per panel: jit_panel_gemm.NR (not imported: that module imports numba)
@@ -32,18 +32,7 @@ _ACT = {"RELU": 1, "GELU_ERF": 2, "GELU_TANH": 3}   # done in the kernel; anothe
 def epilogue(op):
     """(bias [N] or None, kernel activation code, the activation step to apply after the kernel or None) for
     post-ops [bias (last axis),] [activation]; None for any other post-ops."""
-    post = op.params.get("post_ops") or ()
-    bias, act, other, i = None, 0, None, 0
-    if i < len(post) and post[i]["op"] == "bias":
-        b = op.weights.get(post[i]["weight"])
-        if post[i].get("axis", -1) != -1 or b is None or b.ndim != 1:
-            return None
-        bias, i = b, i + 1
-    if i < len(post) and post[i]["op"] == "activation":
-        act = _ACT.get(post[i]["type"], 0)
-        other = None if act else post[i]
-        i += 1
-    return (bias, act, other) if i == len(post) else None
+    return _direct_epilogue(op, _ACT)
 
 
 def pack_panels(b):
