@@ -90,7 +90,18 @@ def test_small_or_single_thread_products_stay_whole(monkeypatch):
     assert gemm_bands.band_cut(1600, 576, 64) is None
 
 
-def test_without_shares_the_bands_run_as_python_parts(monkeypatch):
+@pytest.fixture
+def tuned():
+    """The engine's process-wide tuning (threads.tune: OpenBLAS on one thread, as when the bands run), undone after
+    where this test did it. Without it the whole product's bits depended on whether an earlier test had tuned:
+    OpenBLAS's own two threads split the reference product differently (the test failed run alone)."""
+    changed = threads.tune()
+    yield
+    if changed:
+        threads.untune()
+
+
+def test_without_shares_the_bands_run_as_python_parts(monkeypatch, tuned):
     """gemm_shares refused (no numba, or the worker not polling): the same two bands as parallel_for parts, the
     worker's band gathered once; numpy's whole product, bit for bit."""
     monkeypatch.setattr(threads, "num_threads", lambda: 2)
