@@ -33,6 +33,19 @@ def panels(w):
     return pack_panels(hwio(np.asarray(w, np.float32)))
 
 
+def in_kernel(op):
+    """The kernel's activation code (0 none, 1 RELU) when the bias and post-ops are [bias,] [RELU] alone and there
+    is no side term: the panel kernel adds the bias (per output channel: per column here) and applies RELU on each
+    block while it is in cache, one pass less over the output; else None (the common epilogue, `finish`)."""
+    steps = op.params.get("post_ops") or ()
+    if op.params.get("side") or len(steps) > 1:
+        return None
+    if not steps:
+        return 0
+    st = steps[0]
+    return 1 if st["op"] == "activation" and st["type"] == "RELU" else None
+
+
 @register_tactic
 class NhwcGemmPanels(Tactic):
     """Channel-last patches x the panel-packed kernel by the compiled panel GEMM (see the module docstring)."""
@@ -78,9 +91,14 @@ class NhwcGemmPanels(Tactic):
         if cfg is None or cfg[0] is not op.weights:   # per op, once
             w = self.prepare(op)   # packed already, or (the builder's first run on the raw weights) now
             bp = w["kernel_panels"]
-            cfg = op.__dict__["_conv_panels"] = (op.weights, bp, int(w["kernel_columns"]),
-                                                 np.zeros(bp.shape[0] * PANEL, np.float32)) + kernels(0)
-        _, bp, m, zeros, fn, rows, describe = cfg
+            m = int(w["kernel_columns"])
+            fused = in_kernel(op)
+            bias = np.zeros(bp.shape[0] * PANEL, np.float32)
+            b = conv_bias(op.weights)
+            if fused is not None and b is not None:
+                bias[:m] = np.asarray(b, np.float32).reshape(-1)
+            cfg = op.__dict__["_conv_panels"] = (op.weights, bp, m, bias, fused) + kernels(fused or 0)
+        _, bp, m, bias, fused, fn, rows, describe = cfg
         x = np.asarray(inputs[0])
         x = x.astype(np.float32, copy=False)
         n, c = x.shape[:2]
@@ -97,9 +115,11 @@ class NhwcGemmPanels(Tactic):
             cols = np.empty((n * ho * wo, taps * c), np.float32)
             cols.reshape(win.shape)[...] = win
         y = np.empty((n * ho * wo, m), np.float32)
-        gemm(cols, bp, zeros, False, 0, y, fn, rows, describe)
+        gemm(cols, bp, bias, fused is not None, fused or 0, y, fn, rows, describe)
         yc = np.empty((n, m, ho * wo), np.float32)                 # NHWC -> NCHW for the neighbours
         yc[...] = y.reshape(n, ho * wo, m).transpose(0, 2, 1)
+        if fused is not None:                                      # bias and RELU done in the kernel
+            return [yc.reshape(n, m, ho, wo)]
         return finish(op, yc.reshape(n, m, ho, wo), conv_bias(op.weights), inputs, np.float32)
 
 
