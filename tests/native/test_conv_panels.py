@@ -158,3 +158,22 @@ def test_pointwise_panels_refuse_padded_and_grouped():
     grouped = _op(w[:, :2], None, 1, 0, 1)
     grouped.params["groups"] = 2
     assert "ungrouped" in t.supports(grouped, None)
+
+
+def test_panels_need_the_jit_and_the_numpy_tactics_stay(monkeypatch):
+    """With the JIT off both refuse (saying why), and the numpy tactics still run the layer."""
+    from native import config
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    w = RNG.standard_normal((16, 8, 1, 1)).astype(np.float32)
+    monkeypatch.setenv("DEBUGKIT_JIT", "0")
+    config.reload()
+    try:
+        for name in ("nhwc-gemm-panels", "1x1-gemm-panels"):
+            assert "numba" in _tactic(name).supports(_op(w, None, 1, 0, 1), LayerContext([[1, 8, 6, 6]], ["float32"]))
+        op = _op(w, None, 1, 0, 1)
+        op.weights = _tactic("1x1-gemm").prepare(op)
+        np.testing.assert_allclose(_tactic("1x1-gemm").run(op, [x])[0], _reference(x, w, None, 1, 0, 1),
+                                   rtol=1e-5, atol=1e-5)
+    finally:
+        monkeypatch.delenv("DEBUGKIT_JIT")
+        config.reload()
