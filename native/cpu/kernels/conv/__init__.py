@@ -19,6 +19,8 @@ Convolution tactics the builder times against each other (registration order bre
   conv1d_dft.py     conv1d-dft    an STFT as Conv (weights a windowed DFT basis) as real FFTs of windowed frames
   fft.py            fft           5x5+ kernels, stride 1: products of 2-D FFTs (error relative to the plane)
   phase_gemm.py     phase-gemm-s2  3x3 stride 2: four GEMMs over the input's phase planes, no patch matrix (numba extra)
+  panel_gemm.py     nhwc-gemm-panels(-polyexp)  nhwc-gemm's GEMM by the compiled panel GEMM on the kernel packed at
+                    build time (matmul_panels; numba extra; other rounding)
   silu_polyexp.py   im2col-gemm-polyexp, 1x1-gemm-polyexp, nhwc-gemm-polyexp, nhwc-gemm-bands-polyexp: the base
                     tactic with its SiLU post-op by polyexp's exp in one compiled pass (numba extra; other floats)
 Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool,
@@ -36,6 +38,7 @@ from native.cpu.kernels.conv import nhwc_bands, conv1d_direct, conv1d_frames, co
 from native.cpu.kernels.conv import row_bands  # noqa: F401,E402
 from native.cpu.kernels.conv import silu_polyexp  # noqa: F401,E402  (after their bases: a near tie keeps the base)
 from native.cpu.kernels.conv import phase_gemm  # noqa: F401,E402  (new: a near tie keeps the older tactics)
+from native.cpu.kernels.conv import panel_gemm  # noqa: F401,E402  (newer still)
 # (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
 from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401
