@@ -70,7 +70,7 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     gemm_direct(a [M, K], w [K, N], bias [N] (or empty), has_bias, act, y [M, N])
         a few rows' product with its [bias +] RELU / SIGMOID epilogue in one loop (native/cpu/jit_gemm.py: a
         running sum per output in order, the tactic packed-gemm-direct's own floats).
-    gemv_dot(x [K], wt [N, K], bias [N] (or empty), has_bias, act, y [N])
+    gemv_dot(a [1, K], wt [N, K], bias [N] (or empty), has_bias, act, y [1, N])
         one row's product as a dot product per output over weights stored transposed (native/cpu/jit_gemv.py: sums
         in vector lanes, the tactic gemv-dot's own floats), then gemm_direct's epilogue.
     lstm_steps(xw [T, B, 4H], rt [H, 4H], b_r [4H], h [B, H], c [B, H], ys [T, B, H], g [4H])

@@ -70,13 +70,16 @@ class GemvDot(Tactic):
         a = inputs[0]
         if a.dtype != np.float32:
             a = a.astype(np.float32)
-        x = a.reshape(-1)
-        if x.strides[0] != 4:
-            x = np.ascontiguousarray(x)
-        shape = a.shape[:-1] + (n,)
+        if a.ndim == 2 and a.strides[1] == 4:   # already [1, K] with a unit-stride row: no views to make
+            a2, shape = a, (1, n)
+        else:
+            shape = a.shape[:-1] + (n,)
+            a2 = a.reshape(1, -1)
+            if a2.strides[1] != 4:
+                a2 = np.ascontiguousarray(a2)
         y = outputs[0] if outputs is not None and outputs[0] is not None and outputs[0].dtype == np.float32 \
             and outputs[0].shape == shape and outputs[0].flags.c_contiguous else np.empty(shape, np.float32)
-        fn(x, bt, bias, has_bias, act, y.reshape(n))
+        fn(a2, bt, bias, has_bias, act, y if y.ndim == 2 else y.reshape(1, n))
         if other is not None:
             res = activation_inplace(y, other["type"], other.get("alpha", 0.0), other.get("beta", 0.0))
             if res is not y:
