@@ -70,6 +70,15 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     gemm_direct(a [M, K], w [K, N], bias [N] (or empty), has_bias, act, y [M, N])
         a few rows' product with its [bias +] RELU / SIGMOID epilogue in one loop (native/cpu/jit_gemm.py: a
         running sum per output in order, the tactic packed-gemm-direct's own floats).
+    gemv_dot(a [1, K], wt [N, K], bias [N] (or empty), has_bias, act, y [1, N])
+        one row's product as a dot product per output over weights stored transposed (native/cpu/jit_gemv.py: sums
+        in vector lanes, the tactic gemv-dot's own floats), then gemm_direct's epilogue.
+    channel_affine(x [N, C, S], scale [C], shift [C], y [N, C, S])
+        x * scale[c] + shift[c] per element, rounded as numpy's two broadcast passes (native/cpu/jit_norm.py: an
+        inference BatchNormalization's pass, the same floats).
+    max_pool_tiles(x [R*H*W], y [R*Ho*Wo], rows, wo, w, kh, kw)
+        max pooling over 1x2 / 2x1 / 2x2 windows that tile the planes exactly, the planes as one flat run
+        (native/cpu/jit_pool_tiles.py: strided-taps' floats, the max-tiles tactic).
     lstm_steps(xw [T, B, 4H], rt [H, 4H], b_r [4H], h [B, H], c [B, H], ys [T, B, H], g [4H])
         a plain forward LSTM's time loop (recurrence, gates, state update) in one call, sigmoid / tanh by polyexp's
         exp (native/cpu/jit_rnn.py: the lstm-direct tactic's own floats).
@@ -437,7 +446,10 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              "conv1d_direct_pos": _conv1d_direct_pos, "upsample_nearest": _upsample_nearest,
              "depthwise_cl_rows_nchw": _depthwise_cl_rows_nchw,
              **{k: _module("jit_dw", k) for k in ("depthwise_cl_rows_nchw_k3", "depthwise_cl_rows_nchw_k5")},
-             "gemm_direct": _module("jit_gemm", "gemm_direct"), "lstm_steps": _module("jit_rnn", "lstm_steps"),
+             "gemm_direct": _module("jit_gemm", "gemm_direct"), "gemv_dot": _module("jit_gemv", "gemv_dot"),
+             "channel_affine": _module("jit_norm", "channel_affine"),
+             "max_pool_tiles": _module("jit_pool_tiles", "max_pool_tiles"),
+             "lstm_steps": _module("jit_rnn", "lstm_steps"),
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows",
                                                     "layernorm_rows_relu")},
              **{k: _module("jit_winograd", k) for k in ("wino_in", "wino_out", "phase_split")},

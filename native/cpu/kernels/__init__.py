@@ -6,6 +6,8 @@ from native.cpu.kernels import (  # noqa: F401
 from native.cpu.kernels import conv_int8, matmul_int8, pooling_int8  # noqa: F401,E402  (INT8 tactics)
 from native.cpu.kernels import mlas_conv  # noqa: F401,E402  (ONNX Runtime's FP32 order, for Q/DQ emulation)
 from native.cpu.kernels import matmul_panels  # noqa: F401,E402  (a compiled GEMM on packed panels)
+from native.cpu.kernels import matmul_gemv  # noqa: F401,E402  (a one-row GEMM as dot products)
+from native.cpu.kernels import pooling_tiles  # noqa: F401,E402  (max pools whose windows tile the map)
 from native.cpu.kernels import inverted_residual  # noqa: F401,E402  (passes/fusion_ir.py's fused blocks)
 
 from native.cpu import precision as _precision  # noqa: E402

@@ -32,6 +32,13 @@ def _batch(x, inputs, p):
         # type (float32 keeps ~1 ulp; no float64 copy of the tensor), two in-place passes
         inv = scale / np.sqrt(var + eps)
         shift = bias - mean * inv
+        if x.dtype == np.float32 and x.ndim >= 2 and x.flags.c_contiguous and x.size:
+            fn = jit.kernel("channel_affine")   # the two passes below in one compiled loop: the same floats
+            if fn is not None:
+                y = np.empty_like(x)
+                shape3 = (x.shape[0], x.shape[1], -1)
+                fn(x.reshape(shape3), inv.astype(np.float32), shift.astype(np.float32), y.reshape(shape3))
+                return [y]
         if x.dtype in (np.float32, np.float64) and x.ndim >= 2:
             y = np.multiply(x, _bcast(inv.astype(x.dtype), x.ndim, 1))
             y += _bcast(shift.astype(x.dtype), x.ndim, 1)
@@ -229,10 +236,17 @@ class LayerNormLaneStats(Tactic):
                                                 relu and fn is not None)
         shape, _, _, m, n, g, b, eps, stat_shape, fn, eps32, n32, relu_done = cfg
         if fn is not None and x.flags.c_contiguous:   # rows.layernorm_rows' compiled call, without its lookups
-            x2 = x.reshape(m, n)
-            y, mean, inv = np.empty_like(x2), np.empty(m, np.float32), np.empty(m, np.float32)
-            fn(x2, g, b, eps32, n32, y, mean, inv)   # a lone RELU post-op applied in the same pass
+            flat = len(shape) == 2 and len(stat_shape) == 2   # [m, n] rows: no views to make (a classifier's [1, n])
+            x2 = x if flat else x.reshape(m, n)
+            y, stats = np.empty((m, n), np.float32), np.empty((2, m, 1) if flat else (2, m), np.float32)
+            mean, inv = stats[0], stats[1]
+            if flat:
+                fn(x2, g, b, eps32, n32, y, mean.reshape(m), inv.reshape(m))
+            else:
+                fn(x2, g, b, eps32, n32, y, mean, inv)   # a lone RELU post-op applied in the same pass
             if relu_done:
+                if flat:
+                    return [y, mean, inv]
                 return [y.reshape(shape), mean.reshape(stat_shape), inv.reshape(stat_shape)]
         else:
             x2 = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(m, n)
