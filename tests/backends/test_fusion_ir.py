@@ -219,6 +219,7 @@ def test_inverted_residual_leaves_large_maps_to_the_layers(monkeypatch):
     assert kinds(_build(m)[0]) == ["InvertedResidual"]
 
 
+@pytest.mark.jit     # tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says (it asks the compiled tactics)
 def test_inverted_residual_without_expand():
     """A block whose depthwise layer reads its input directly (MobileNetV3's first) fuses too; ir-direct, whose
     channels-last buffer would then be a transpose of the input, refuses it and the timing picks another."""
