@@ -105,6 +105,7 @@ def test_one_row_is_left_to_numpy(share_kit):
     assert matmul._native_shares(a, b, y, [0, 512, 1024]) is False
 
 
+@pytest.mark.jit     # its worker's GEMM server is numba's (tests/conftest.py: the JIT on whatever DEBUGKIT_JIT says)
 def test_a_gemm_that_finds_the_worker_asleep_leaves_it_polling_for_the_next(share_kit, monkeypatch):
     """The first GEMM of a run finds the worker asleep: it runs as Python parts, after which the worker polls for GEMM
     shares (GEMM_KICK_POLLS; unbounded here), and the next GEMM is handed over as a share."""
