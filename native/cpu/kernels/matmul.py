@@ -365,6 +365,25 @@ DIRECT_MAX_ROWS = 8            # more rows: BLAS's register blocking wins (measu
 _DIRECT_ACT = {"RELU": 1, "SIGMOID": 2}
 
 
+def direct_refusal(op, input_shapes, packed_key) -> str | None:
+    """Why a compiled few-row GEMM (packed-gemm-direct, gemv-dot) cannot run the layer, as far as they share it:
+    constant 2-D weights (`packed_key`: its prepared form), no transposed left operand, post-ops [bias,] activation,
+    a float32 left operand of known shape. None: those hold."""
+    b = op.weights.get(packed_key, op.weights.get("b"))
+    if b is None or b.ndim != 2:
+        return "constant 2-D weights only"
+    if op.params.get("transpose_a"):
+        return "no transposed left operand"
+    if _direct_epilogue(op) is None:
+        return "post-ops other than [bias,] activation"
+    dtypes = getattr(input_shapes, "dtypes", None)
+    if dtypes and dtypes[0] not in (None, "float32"):
+        return "float32 input only"
+    if not input_shapes or input_shapes[0] is None or len(input_shapes[0]) < 1:
+        return "left operand of known shape only"
+    return None
+
+
 @register_tactic
 class PackedGemmDirect(Tactic):
     """[bias +] activation(a @ b) for a few rows as one compiled loop (native/cpu/jit_gemm.py; numba extra), weights
@@ -377,18 +396,9 @@ class PackedGemmDirect(Tactic):
     writes_outputs = True
 
     def supports(self, op, input_shapes):
-        b = op.weights.get("b_packed", op.weights.get("b"))
-        if b is None or b.ndim != 2:
-            return "constant 2-D weights only"
-        if op.params.get("transpose_a"):
-            return "no transposed left operand"
-        if _direct_epilogue(op) is None:
-            return "post-ops other than [bias,] activation"
-        dtypes = getattr(input_shapes, "dtypes", None)
-        if dtypes and dtypes[0] not in (None, "float32"):
-            return "float32 input only"
-        if not input_shapes or input_shapes[0] is None or len(input_shapes[0]) < 1:
-            return "left operand of known shape only"
+        why = direct_refusal(op, input_shapes, "b_packed")
+        if why:
+            return why
         rows = 1
         for d in input_shapes[0][:-1]:
             if d is None or d < 0:

@@ -14,7 +14,7 @@ import numpy as np
 
 from native.cpu import jit
 from native.cpu.kernels.activations import activation_inplace
-from native.cpu.kernels.matmul import _direct_epilogue
+from native.cpu.kernels.matmul import _direct_epilogue, direct_refusal
 from native.tactics import Tactic, register_tactic
 
 _NO_BIAS = np.zeros(0, np.float32)
@@ -30,18 +30,9 @@ class GemvDot(Tactic):
     writes_outputs = True
 
     def supports(self, op, input_shapes):
-        b = op.weights.get("bt_gemv", op.weights.get("b"))
-        if b is None or b.ndim != 2:
-            return "constant 2-D weights only"
-        if op.params.get("transpose_a"):
-            return "no transposed left operand"
-        if _direct_epilogue(op) is None:
-            return "post-ops other than [bias,] activation"
-        dtypes = getattr(input_shapes, "dtypes", None)
-        if dtypes and dtypes[0] not in (None, "float32"):
-            return "float32 input only"
-        if not input_shapes or input_shapes[0] is None or len(input_shapes[0]) < 1:
-            return "left operand of known shape only"
+        why = direct_refusal(op, input_shapes, "bt_gemv")
+        if why:
+            return why
         if any(d is None or d != 1 for d in input_shapes[0][:-1]):
             return "one row only (a left operand [.., 1, K] of known shape)"
         if not jit.available():
