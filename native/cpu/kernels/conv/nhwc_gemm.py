@@ -79,6 +79,15 @@ def row_pieces(a, e, wo):
 NHWC_SPLIT_MIN = 1 << 18   # input elements from which the reformat is split over the pool (a hand-off: 25-100 us)
 
 
+def patch_workspace(op, input_shapes) -> int:
+    """Scratch bytes of a channels-last patch GEMM: the NHWC (padded) input and its patch matrix, float32."""
+    if not input_shapes or input_shapes[0] is None:
+        return 0
+    n, c, h, w = input_shapes[0]
+    kh, kw = op.params.get("kernel_shape") or [1, 1]
+    return 4 * n * (h + 2) * (w + 2) * c * (1 + kh * kw)
+
+
 @register_tactic
 class NhwcGemm(Tactic):
     """Channel-last patches and one GEMM between two reformats (see the module docstring)."""
@@ -99,11 +108,7 @@ class NhwcGemm(Tactic):
         return None
 
     def workspace_size(self, op, input_shapes):
-        if not input_shapes or input_shapes[0] is None:
-            return 0
-        n, c, h, w = input_shapes[0]
-        kh, kw = op.params.get("kernel_shape") or [1, 1]
-        return 4 * n * (h + 2) * (w + 2) * c * (1 + kh * kw)   # the NHWC input and its patch matrix, float32
+        return patch_workspace(op, input_shapes)
 
     def prepare(self, op):
         return repacked(op, "kernel_hwio", hwio)

@@ -19,7 +19,7 @@ import numpy as np
 from native.cpu import jit
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
-from native.cpu.kernels.conv.nhwc_gemm import hwio, nhwc_padded, nhwc_windows
+from native.cpu.kernels.conv.nhwc_gemm import hwio, nhwc_padded, nhwc_windows, patch_workspace
 from native.cpu.kernels.conv.pointwise_1x1 import is_pointwise
 from native.cpu.kernels.conv.silu_polyexp import _variant
 from native.cpu.kernels.conv.weights import conv_bias
@@ -71,11 +71,7 @@ class NhwcGemmPanels(Tactic):
         return None
 
     def workspace_size(self, op, input_shapes):
-        if not input_shapes or input_shapes[0] is None:
-            return 0
-        n, c, h, w = input_shapes[0]
-        kh, kw = op.params.get("kernel_shape") or [1, 1]
-        return 4 * n * (h + 2) * (w + 2) * c * (1 + kh * kw)   # the NHWC input and its patch matrix, float32
+        return patch_workspace(op, input_shapes)      # nhwc-gemm's patches
 
     def prepare(self, op):
         w = op.weights.get("kernel")
