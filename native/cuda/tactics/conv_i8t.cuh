@@ -69,33 +69,35 @@ template <int BK> __device__ __forceinline__ unsigned long long t_desc(unsigned 
                 "+r"(d[o + 6]), "+r"(d[o + 7])
 #define T_R32(o) T_R8(o), T_R8(o + 8), T_R8(o + 16), T_R8(o + 24)
 
-__device__ __forceinline__ void t_mma64(int* d, unsigned long long a, unsigned long long b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+__device__ __forceinline__ void t_mma64(int* d, unsigned long long a, unsigned long long b, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1;\n"
-                 : T_R32(0) : "l"(a), "l"(b));
+                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p;\n}\n"
+                 : T_R32(0) : "l"(a), "l"(b), "r"(acc));
 }
-__device__ __forceinline__ void t_mma128(int* d, unsigned long long a, unsigned long long b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
+__device__ __forceinline__ void t_mma128(int* d, unsigned long long a, unsigned long long b, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
                  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
                  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
-                 "%59, %60, %61, %62, %63}, %64, %65, 1;\n"
-                 : T_R32(0), T_R32(32) : "l"(a), "l"(b));
+                 "%59, %60, %61, %62, %63}, %64, %65, p;\n}\n"
+                 : T_R32(0), T_R32(32) : "l"(a), "l"(b), "r"(acc));
 }
-__device__ __forceinline__ void t_mma256(int* d, unsigned long long a, unsigned long long b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 "
+__device__ __forceinline__ void t_mma256(int* d, unsigned long long a, unsigned long long b, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\nwgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
                  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
                  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
                  "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, "
                  "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, "
                  "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "
-                 "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, 1;\n"
-                 : T_R32(0), T_R32(32), T_R32(64), T_R32(96) : "l"(a), "l"(b));
+                 "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p;\n}\n"
+                 : T_R32(0), T_R32(32), T_R32(64), T_R32(96) : "l"(a), "l"(b), "r"(acc));
 }
-template <int BN> __device__ __forceinline__ void t_mma(int* d, unsigned long long a, unsigned long long b) {
-    if (BN == 256) t_mma256(d, a, b); else if (BN == 128) t_mma128(d, a, b); else t_mma64(d, a, b);
+// d (+)= a * b: acc 0 starts the accumulators (wgmma's scale-d), so a tile's first K step needs no zeroed registers
+template <int BN>
+__device__ __forceinline__ void t_mma(int* d, unsigned long long a, unsigned long long b, int acc) {
+    if (BN == 256) t_mma256(d, a, b, acc); else if (BN == 128) t_mma128(d, a, b, acc); else t_mma64(d, a, b, acc);
 }
 
 // The stage ring both kernels share: STAGES slots of A (128 x BK) + B (BN x BK), a full and an empty mbarrier
@@ -121,7 +123,7 @@ struct TRing {
                 }
     }
 
-    // a consumer warpgroup: `steps` K steps into acc (rows wm.., columns wn.. of the tile, WN wide); each slot is
+    // a consumer warpgroup: `steps` (>= 1) K steps into acc, which the first one overwrites (rows wm.., columns wn.. of the tile, WN wide); each slot is
     // given back (one arrival per warp) once the step after it has been issued and it is done, the last at the end
     template <int WN>
     __device__ __forceinline__ void consume(int* acc, int steps, int wm, int wn, int lane) {
@@ -132,7 +134,8 @@ struct TRing {
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int kk = 0; kk < BK / 32; ++kk)
-                t_mma<WN>(acc, t_desc<BK>(st + wm * BK + kk * 32), t_desc<BK>(st + A_BYTES + wn * BK + kk * 32));
+                t_mma<WN>(acc, t_desc<BK>(st + wm * BK + kk * 32), t_desc<BK>(st + A_BYTES + wn * BK + kk * 32),
+                          k + kk);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // the step before this one is done
             if (k > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);           // ... so its slot may be refilled
@@ -140,6 +143,8 @@ struct TRing {
             if (++stage == STAGES) { stage = 0; ++round; }
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int i = 0; i < WN / 2; ++i) asm volatile("" : "+r"(acc[i]) :: "memory");   // read after the wait only
         if (steps > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);
     }
 };
@@ -224,8 +229,6 @@ __device__ __forceinline__ void conv_i8t(
 
     const int wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3;
     int acc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[i] = 0;
     ring.template consume<BN>(acc, steps, wg * 64, 0, lane);
     if (OUT == 0 && RES == 1) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     t_consumers_sync();
@@ -233,7 +236,6 @@ __device__ __forceinline__ void conv_i8t(
     // epilogue: accumulator j*4 + e holds row 16*wi + g (+8 for e >= 2), column 8j + 2*tig (+1 for odd e)
     const int g = lane >> 2, tig = lane & 3;
     const int lo = relu ? 0 : -128;
-    const bool small = (long long)KH * KW * C * 16256 < (1 << 22);   // |acc| <= K * 128 * 127 below 2^22
     long long rowpix[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) rowpix[hh] = pix.at(wg * 64 + wi * 16 + g + hh * 8);
@@ -248,7 +250,7 @@ __device__ __forceinline__ void conv_i8t(
             const long long pp = rowpix[hh];
             int8_io_pair<RES, OUT>(acc[j * 4 + hh * 2], acc[j * 4 + hh * 2 + 1], b0, b1, k0, k1, q0, q1,
                                    O + row * OROW + col, pp >= 0, (pp >= 0 ? pp : 0) * M + n0 + col, res, y, lo,
-                                   relu, small);
+                                   relu);
         }
     }
     if (OUT == 0) {
@@ -364,15 +366,18 @@ __device__ __forceinline__ void conv_i8p(
     const int wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3, g = lane >> 2, tig = lane & 3;
     const int wm = (wg & 1) * 64, wn = (wg >> 1) * WN;     // this warpgroup's rows and columns of the tile
     const int lo = relu ? 0 : -128;
-    const bool small = (long long)KH * KW * C * 16256 < (1 << 22);   // |acc| <= K * 128 * 127 below 2^22
+    // where this thread's pairs sit in an output buffer, worked out once: accumulator j*4 + e is row r0 (+8 for
+    // e >= 2), column wn + 8j + 2*tig (+1 for odd e); each 16-byte chunk q (j = 2q, 2q + 1) of its columns has one
+    // swizzled offset, and the rest is an immediate (+8 for odd j, +1024 for the row 8 below: the same swizzle)
+    const int r0 = wm + wi * 16 + g;
+    int qoff[WN / 16];
+#pragma unroll
+    for (int q = 0; q < WN / 16; ++q) qoff[q] = t_obyte(r0, wn + q * 16 + tig * 2);
     int local = 0;
     int acc[NACC];
     for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
-        const int n0 = (t % ntiles) * BN, pt = t / ntiles;
-        const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
+        const int n0 = ntiles == 1 ? 0 : (t % ntiles) * BN;    // the tile's pixels: thread 0 alone, for its store
         const int b = local % OB;
-#pragma unroll
-        for (int i = 0; i < NACC; ++i) acc[i] = 0;
         ring.template consume<WN>(acc, steps, wm, wn, lane);
         if (tid == 0 && local >= 2) {        // the store before last has read its buffer: it may take a residual
             t_store_wait_read<1>();
@@ -380,21 +385,28 @@ __device__ __forceinline__ void conv_i8p(
         }
         if (RES == 1) t_bar_wait(ofull0 + b * 8, (local / OB) & 1);
         unsigned char* ob = O + b * OBUF;
+        const float2* bias2 = (const float2*)(bias + n0 + wn + tig * 2);     // column pairs 8 floats apart
+        const float2* scale2 = (const float2*)(scale + n0 + wn + tig * 2);
+        const float2* rscale2 = (const float2*)(rscale + n0 + wn + tig * 2);
 #pragma unroll
-        for (int j = 0; j < WN / 8; ++j) {
-            const int col = wn + j * 8 + tig * 2;
-            const float2 bb = __ldg((const float2*)(bias + n0 + col)), kk = __ldg((const float2*)(scale + n0 + col));
-            const float2 qq = __ldg((const float2*)(rscale + n0 + col));
+        for (int q = 0; q < WN / 16; ++q) {
+            unsigned char* cell = ob + qoff[q];
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int row = wm + wi * 16 + g + hh * 8;
-                int8_io_pair<RES, 0>(acc[j * 4 + hh * 2], acc[j * 4 + hh * 2 + 1], bb.x, bb.y, kk.x, kk.y, qq.x,
-                                     qq.y, ob + t_obyte(row, col), true, 0, nullptr, nullptr, lo, relu, small);
+            for (int jj = 0; jj < 2; ++jj) {
+                const int j = 2 * q + jj;
+                const float2 bb = __ldg(bias2 + 4 * j), kk = __ldg(scale2 + 4 * j), qq = __ldg(rscale2 + 4 * j);
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh)
+                    int8_io_pair<RES, 0>(acc[j * 4 + hh * 2], acc[j * 4 + hh * 2 + 1], bb.x, bb.y, kk.x, kk.y,
+                                                qq.x, qq.y, cell + jj * 8 + hh * 1024, true, 0, nullptr, nullptr, lo,
+                                                relu);
             }
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");    // the writes, visible to the TMA store
         asm volatile("bar.sync 1, %0;\n" :: "n"(CT) : "memory");
         if (tid == 0) {
+            const int pt = t / ntiles;
+            const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
 #pragma unroll
             for (int h = 0; h < BN / 128; ++h)
                 t_store_4d(to, obase + b * OBUF + h * TBM * 128, n0 + h * 128, ow0, oh0, i0);

@@ -5,30 +5,33 @@
 #pragma once
 #include "common.cuh"
 
-// Exact conversions on the FP32 pipe: I2F and F2I issue at a quarter of its rate on sm_80 / sm_90, and the
-// epilogue is where the memory-bound residual convolutions spend their time (three conversions an element). An int
-// below 2^22 in magnitude added to the bit pattern of 1.5 * 2^23 is that float's mantissa offset, so one integer and
-// one float add convert it; a float in [-128, 127] added to 1.5 * 2^23 is rounded to the nearest even integer by
-// the add's own rounding, and the result's low byte is that integer's two's complement.
-__device__ __forceinline__ float int8_io_i2f(int a) { return __fsub_rn(__int_as_float(0x4B400000 + a), 12582912.0f); }
+// Exact conversions: the output saturates, then rounds by the add of 1.5 * 2^23 (a float in [-128, 127] added to it
+// is rounded to the nearest even integer by the add's own rounding, and the result's low byte is that integer's two's
+// complement): no F2I on the conversion pipe. The accumulators convert by I2FP: measured faster than the same trick
+// (an integer and a float add) in the memory-bound residual 1x1 convolutions, whose epilogue issue slots bound them.
+
+// byte i of w as a signed int8, in float: with its sign bit flipped the byte is r + 128, which placed in the
+// mantissa of 2^23 (0x4B0000uu) is the float 2^23 + r + 128; one byte permute and one add
+__device__ __forceinline__ float int8_io_s8f(unsigned w, int i) {
+    return __fsub_rn(__int_as_float(__byte_perm(w ^ 0x8080u, 0x4B000000u, i == 0 ? 0x7650 : 0x7651)), 8388736.0f);
+}
 __device__ __forceinline__ signed char int8_io_f2i8(float v, float lo) {
     return (signed char)__float_as_int(__fadd_rn(fminf(fmaxf(v, lo), 127.0f), 12582912.0f));
 }
 
 // RES: the residual [pixels, M]: 0 none, 1 int8, 2 float32, 3 float16; OUT: 0 int8 (cell: the pair's place in the
 // shared output tile, which holds the int8 residual tile first), 1 float32 (y + at). inside: the pixel exists.
-// small: every accumulator is below 2^22 in magnitude (K * 128 * 127 < 2^22), so it converts on the FP32 pipe.
 template <int RES, int OUT>
 __device__ __forceinline__ void int8_io_pair(int a0, int a1, float b0, float b1, float k0, float k1, float q0,
                                              float q1, unsigned char* cell, bool inside, long long at,
-                                             const void* res, void* y, int lo, int relu, bool small = false) {
-    float v0 = __fmul_rn(__fadd_rn(small ? int8_io_i2f(a0) : __int2float_rn(a0), b0), k0);
-    float v1 = __fmul_rn(__fadd_rn(small ? int8_io_i2f(a1) : __int2float_rn(a1), b1), k1);
+                                             const void* res, void* y, int lo, int relu) {
+    float v0 = __fmul_rn(__fadd_rn(__int2float_rn(a0), b0), k0);
+    float v1 = __fmul_rn(__fadd_rn(__int2float_rn(a1), b1), k1);
     if (RES == 1) {
-        char2 r = OUT == 0 ? *(const char2*)cell
-                           : (inside ? *(const char2*)((const signed char*)res + at) : make_char2(0, 0));
-        v0 = __fadd_rn(v0, __fmul_rn(int8_io_i2f(r.x), q0));
-        v1 = __fadd_rn(v1, __fmul_rn(int8_io_i2f(r.y), q1));
+        const unsigned w = OUT == 0 ? *(const unsigned short*)cell
+                                    : (inside ? *(const unsigned short*)((const signed char*)res + at) : 0u);
+        v0 = __fadd_rn(v0, __fmul_rn(int8_io_s8f(w, 0), q0));
+        v1 = __fadd_rn(v1, __fmul_rn(int8_io_s8f(w, 1), q1));
     } else if (RES == 2) {
         if (inside) {
             float2 r = *(const float2*)((const float*)res + at);
