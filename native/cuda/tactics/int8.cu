@@ -247,3 +247,45 @@ extern "C" __global__ void stem_pack_i8(uint4* __restrict__ out, const signed ch
         }
     }
 }
+
+// The same Reformat in one pass: a block per packed row (n, r) quantizes the two input rows it reads (each input
+// element once: every input row belongs to one packed row) into shared memory as S[xx][dy][dx][c] (xx counted from
+// b_min), the order of a packed pixel's channels, so packed pixel X's first 4 * C * kw2 channels are S's bytes from
+// xx = X on; its threads then write packed pixels as 16-byte stores. Dynamic shared memory: (ow + kw2 - 1) * 4 * C
+// bytes. Quantized as quantize_i8 / quantize_f16_i8 (IEEE division, the rounding mode, saturation).
+template <typename T>
+__device__ __forceinline__ void stem_pack_q(uint4* __restrict__ out, const T* __restrict__ x, const StemPack& p,
+                                            float s, int mode) {
+    extern __shared__ unsigned int stem_smem[];
+    unsigned char* S = (unsigned char*)stem_smem;
+    const int span = p.ow + p.kw2 - 1, run = 4 * p.C, used = run * p.kw2, CV = p.cp / 16;
+    const int n = blockIdx.x / p.rows, r = blockIdx.x - n * p.rows;
+    const T* xn = x + (long long)n * p.sN;
+    const int iy0 = 2 * (r + p.a_min);
+    for (int i = threadIdx.x; i < 4 * p.C * span; i += blockDim.x) {      // (c, dy, xx, dx), dx fastest
+        const int dx = i & 1, xx = (i >> 1) % span, t = (i >> 1) / span, dy = t & 1, c = t >> 1;
+        const int iy = iy0 + dy, ix = 2 * (xx + p.b_min) + dx;
+        signed char q = 0;
+        if (iy >= 0 && iy < p.H && ix >= 0 && ix < p.W) {
+            const T v = xn[c * p.sC + iy * p.sH + ix * p.sW];
+            float f;
+            if constexpr (sizeof(T) == 4) f = (float)v; else f = F16::ld(v);
+            q = q8(f, s, mode);
+        }
+        S[xx * run + (dy * 2 + dx) * p.C + c] = (unsigned char)q;
+    }
+    __syncthreads();
+    uint4* o = out + (long long)blockIdx.x * p.ow * CV;
+    for (int i = threadIdx.x; i < p.ow * CV; i += blockDim.x) {
+        const int X = i / CV, k = (i - X * CV) * 16;
+        const unsigned* w = (const unsigned*)(S + X * run + k);        // run and k are multiples of 4
+        o[i] = make_uint4(k < used ? w[0] : 0u, k + 4 < used ? w[1] : 0u, k + 8 < used ? w[2] : 0u,
+                          k + 12 < used ? w[3] : 0u);
+    }
+}
+extern "C" __global__ void stem_pack_q_f32(uint4* out, const float* x, const StemPack p, float s, int mode) {
+    stem_pack_q<float>(out, x, p, s, mode);
+}
+extern "C" __global__ void stem_pack_q_f16(uint4* out, const unsigned short* x, const StemPack p, float s, int mode) {
+    stem_pack_q<unsigned short>(out, x, p, s, mode);
+}

@@ -339,10 +339,14 @@ def _quantize(x, out, s, mode, have):
     return out
 
 
+_STEM_SMEM = 48 * 1024          # the one-pass stem pack's shared memory, at most (no opt-in needed below it)
+
+
 def _stem_pack(x, params, have, outputs):
     """The INT8 stem's quantizing Reformat (native/shared/int8_stem.py): the float32 / float16 NHWC or NCHW image
-    (pack['layout']) quantized once (each element lands in up to kw2 packed channels, and the IEEE division is most
-    of the work), then int8.cu's stem_pack moves the bytes."""
+    (pack['layout']) quantized and packed in one pass (int8.cu's stem_pack_q: a block per packed row quantizes the
+    two input rows it reads into shared memory once, each input element landing in up to kw2 packed channels), or,
+    where a packed row's bytes do not fit in shared memory, quantized once whole and then packed (stem_pack_i8)."""
     pk = params["pack"]
     if pk.get("layout") == "nchw":
         n, c, h, w = (int(d) for d in x.shape)
@@ -358,8 +362,15 @@ def _stem_pack(x, params, have, outputs):
     if x.size >= 2 ** 31 or out.size >= 2 ** 31:
         raise TacticRefusal("the stem pack indexes in 32 bits: 2^31 elements or more run on the host")
     geometry = np.array([*strides, n, h, w, c, pk["rows"], pk["ow"], pk["cp"], pk["k2"][1], *pk["lo"]], np.int32)
-    if out.size:
-        q = _quantize(x, GpuArray(tuple(x.shape), np.int8), params["scale"], _rounding(params), have)
-        launch(kernel(SRC, "stem_pack_i8"), grid_for(out.size // pk["cp"]), (256, 1, 1),
-               [np.uint64(out.ptr), np.uint64(q.ptr), geometry])
+    if not out.size:
+        return out
+    shared = (pk["ow"] + pk["k2"][1] - 1) * 4 * c
+    if shared <= _STEM_SMEM:
+        launch(kernel(SRC, "stem_pack_q_f32" if have == "float32" else "stem_pack_q_f16"), (n * pk["rows"], 1, 1),
+               (128, 1, 1), [np.uint64(out.ptr), np.uint64(x.ptr), geometry, np.float32(params["scale"]),
+                             np.int32(_rounding(params))], shared=shared)
+        return out
+    q = _quantize(x, GpuArray(tuple(x.shape), np.int8), params["scale"], _rounding(params), have)
+    launch(kernel(SRC, "stem_pack_i8"), grid_for(out.size // pk["cp"]), (256, 1, 1),
+           [np.uint64(out.ptr), np.uint64(q.ptr), geometry])
     return out

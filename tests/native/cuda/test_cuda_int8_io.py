@@ -200,16 +200,21 @@ def test_fp16_int8_engine_runs_the_max_pool_in_int8(tmp_path, c_in, stride):
     assert cos > 0.99, cos
 
 
+@pytest.mark.parametrize("one_pass", [True, False])
 @pytest.mark.parametrize("src,layout", [("float32", "nchw"), ("float16", "nhwc"), ("float32", "nhwc")])
 @pytest.mark.parametrize("k,pad,c,h,w", [(7, 3, 3, 30, 28), (7, 3, 3, 29, 31), (3, 1, 3, 18, 17), (5, 2, 1, 13, 12)])
-def test_int8_stem_pack_kernel_equals_the_cpu(src, layout, k, pad, c, h, w):
-    """int8.cu's stem_pack quantizes and packs like the CPU Reformat (ties included), from float32 / float16 NCHW
-    or NHWC images, at odd sizes and 16 / 32 / 64 packed channels."""
+def test_int8_stem_pack_kernel_equals_the_cpu(src, layout, k, pad, c, h, w, one_pass, monkeypatch):
+    """int8.cu's stem pack quantizes and packs like the CPU Reformat (ties included), from float32 / float16 NCHW
+    or NHWC images, at odd sizes and 16 / 32 / 64 packed channels: in one pass (stem_pack_q) and, where a packed
+    row would not fit in shared memory, in two (quantize, then stem_pack_i8)."""
     from native.cpu.kernels.reformat import Reformat
     from native.cuda.array import GpuArray
+    from native.cuda.tactics import int8 as gpu_int8
     from native.cuda.tactics.int8 import GpuInt8Reformat
     from native.shared import int8_stem
     from native.tactics import Op
+    if not one_pass:
+        monkeypatch.setattr(gpu_int8, "_STEM_SMEM", 0)
     rng = np.random.default_rng(k + c + h)
     pk = int8_stem.plan([k, k], [2, 2], [pad, pad], [pad, pad], [1, 1], 1, c, h, w)
     s = 0.02
