@@ -101,11 +101,13 @@ __device__ __forceinline__ void t_mma(int* d, unsigned long long a, unsigned lon
 }
 
 // The stage ring both kernels share: STAGES slots of A (128 x BK) + B (BN x BK), a full and an empty mbarrier
-// each; `stage` / `round` is a side's position in it (the producer's and the consumers' advance alike).
-template <int BN, int BK, int STAGES>
+// each; `stage` / `round` is a side's position in it (the producer's and the consumers' advance alike). RB: the
+// weights are resident (conv_i8p loads a block's BN columns of every K step once, at `bres`, step k at
+// bres + k * BN * BK), so the slots hold A only.
+template <int BN, int BK, int STAGES, int RB = 0>
 struct TRing {
-    static constexpr int A_BYTES = TBM * BK, STAGE = A_BYTES + BN * BK;
-    unsigned base, full0, empty0;
+    static constexpr int A_BYTES = TBM * BK, STAGE = A_BYTES + (RB ? 0 : BN * BK);
+    unsigned base, full0, empty0, bres = 0;
     int stage = 0, round = 0, step = 0;
 
     // the producer: one tile's K steps (filter taps x BK-channel steps), each once its slot is free
@@ -118,7 +120,7 @@ struct TRing {
                     const unsigned fb = full0 + stage * 8, st = base + stage * STAGE;
                     t_bar_expect(fb, STAGE);
                     t_load_4d(st, ta, c0, x0 + s * dw, y0 + r * dh, i0, fb);
-                    t_load_2d(st + A_BYTES, tb, (r * KW + s) * C + c0, n0, fb);
+                    if (!RB) t_load_2d(st + A_BYTES, tb, (r * KW + s) * C + c0, n0, fb);
                     if (++stage == STAGES) { stage = 0; ++round; }
                 }
     }
@@ -130,12 +132,11 @@ struct TRing {
         int prev = 0;
         for (int k = 0; k < steps; ++k) {
             t_bar_wait(full0 + stage * 8, round & 1);
-            const unsigned st = base + stage * STAGE;
+            const unsigned st = base + stage * STAGE, sb = RB ? bres + k * (BN * BK) : st + A_BYTES;
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int kk = 0; kk < BK / 32; ++kk)
-                t_mma<WN>(acc, t_desc<BK>(st + wm * BK + kk * 32), t_desc<BK>(st + A_BYTES + wn * BK + kk * 32),
-                          k + kk);
+                t_mma<WN>(acc, t_desc<BK>(st + wm * BK + kk * 32), t_desc<BK>(sb + wn * BK + kk * 32), k + kk);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // the step before this one is done
             if (k > 0 && lane == 0) t_bar_arrive(empty0 + prev * 8);           // ... so its slot may be refilled
@@ -306,26 +307,30 @@ __device__ __forceinline__ int t_obyte(int row, int col) {
 // channel tile fastest. CW consumer warpgroups (2 or 4): warpgroup w multiplies rows (w % 2) * 64 .. + 64 by
 // columns (w / 2) * WN .. + WN (WN = 2 * BN / CW); four of them halve each thread's epilogue and double the warps
 // that hide its latencies. Dynamic shared memory: STAGES x (A + B), OB (>= 3) output buffers of 128 x BN, the
-// barriers.
-template <int BN, int BK, int STAGES, int OB, int CW, int RES>
+// barriers. RB (resident weights): a block keeps one channel tile (the host launches a multiple of M / BN blocks),
+// so the producer loads its BN columns of the kernel once, before the first tile (steps x BN x BK bytes ahead of the
+// stages, behind their own mbarrier), and the stages carry A alone: the per-tile loads of the weights were most of
+// what a tile waited for where K is long.
+template <int BN, int BK, int STAGES, int OB, int CW, int RES, int RB = 0>
 __device__ __forceinline__ void conv_i8p(
         const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* to, const TmaDesc* tr, const float* __restrict__ bias,
         const float* __restrict__ scale, const float* __restrict__ rscale, int N, int C, int M, int KH, int KW,
         int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw, int lbh, int tw, int th, int tiles,
         int relu) {
-    constexpr int STAGE = TRing<BN, BK, STAGES>::STAGE, OBUF = TBM * BN;
+    constexpr int STAGE = TRing<BN, BK, STAGES, RB>::STAGE, OBUF = TBM * BN;
     constexpr int CT = CW * 128, WN = 2 * BN / CW, NACC = WN / 2;
+    const int ntiles = M / BN, kc = (C + BK - 1) / BK, steps = KH * KW * kc;
+    const int bbytes = RB ? steps * BN * BK : 0;                           // the resident weights
     extern __shared__ unsigned char dsmem[];
     const unsigned raw = t_smem(dsmem);
     unsigned char* base = dsmem + (((raw + 1023) & ~1023u) - raw);
-    unsigned char* O = base + STAGES * STAGE;                              // OB x [BN / 128][128][128] swizzled
+    unsigned char* O = base + bbytes + STAGES * STAGE;                     // OB x [BN / 128][128][128] swizzled
     unsigned long long* bars = (unsigned long long*)(O + OB * OBUF);
     const unsigned sbase = t_smem(base), obase = t_smem(O), full0 = t_smem(bars), empty0 = full0 + STAGES * 8,
-                   ofull0 = empty0 + STAGES * 8, oempty0 = ofull0 + OB * 8;
-    TRing<BN, BK, STAGES> ring{sbase, full0, empty0};
+                   ofull0 = empty0 + STAGES * 8, oempty0 = ofull0 + OB * 8, bfull = oempty0 + OB * 8;
+    TRing<BN, BK, STAGES, RB> ring{sbase + bbytes, full0, empty0, sbase};
     const int tid = threadIdx.x;
     const int bw = 1 << lbw, bh = 1 << lbh, bi = TBM >> (lbw + lbh);
-    const int ntiles = M / BN, kc = (C + BK - 1) / BK, steps = KH * KW * kc;
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -336,6 +341,7 @@ __device__ __forceinline__ void conv_i8p(
             t_bar_init(ofull0 + b * 8, 1);
             t_bar_init(oempty0 + b * 8, 1);
         }
+        if (RB) t_bar_init(bfull, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
@@ -345,6 +351,15 @@ __device__ __forceinline__ void conv_i8p(
         if (tid == CT) {
             asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)ta) : "memory");
             asm volatile("prefetch.tensormap [%0];\n" :: "l"((unsigned long long)tb) : "memory");
+            if (RB) {           // this block's channel tile of every K step, once
+                const int n0 = (blockIdx.x % ntiles) * BN;
+                t_bar_expect(bfull, bbytes);
+                int k = 0;
+                for (int r = 0; r < KH; ++r)
+                    for (int s = 0; s < KW; ++s)
+                        for (int c0 = 0; c0 < C; c0 += BK, ++k)
+                            t_load_2d(sbase + k * (BN * BK), tb, (r * KW + s) * C + c0, n0, bfull);
+            }
             int local = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
                 const int n0 = (t % ntiles) * BN, pt = t / ntiles;
@@ -375,6 +390,7 @@ __device__ __forceinline__ void conv_i8p(
     for (int q = 0; q < WN / 16; ++q) qoff[q] = t_obyte(r0, wn + q * 16 + tig * 2);
     int local = 0;
     int acc[NACC];
+    if (RB) t_bar_wait(bfull, 0);
     for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
         const int n0 = ntiles == 1 ? 0 : (t % ntiles) * BN;    // the tile's pixels: thread 0 alone, for its store
         const int b = local % OB;
@@ -416,13 +432,14 @@ __device__ __forceinline__ void conv_i8p(
     if (tid == 0) t_store_wait<0>();
 }
 
-#define CONV_I8P_KERNEL(BN_, BK_, S_, OB_, CW_, RES_)                                                                \
+// conv_i8p_bn<BN>_k<BK>_s<STAGES>_o<OB>_w<CW>_r<RES>_rb<RB> (RB: resident weights)
+#define CONV_I8P_KERNEL(BN_, BK_, S_, OB_, CW_, RES_, RB_)                                                           \
     extern "C" __global__ void __launch_bounds__(CW_ * 128 + 32, 1)                                                 \
-        conv_i8p_bn##BN_##_k##BK_##_s##S_##_o##OB_##_w##CW_##_r##RES_(                                              \
+        conv_i8p_bn##BN_##_k##BK_##_s##S_##_o##OB_##_w##CW_##_r##RES_##_rb##RB_(                                    \
         const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const __grid_constant__ TmaDesc to,  \
         const __grid_constant__ TmaDesc tr, const float* bias, const float* scale, const float* rscale, int N,       \
         int C, int M, int KH, int KW, int OH, int OW, int sh, int sw, int ph, int pw, int dh, int dw, int lbw,       \
         int lbh, int tw, int th, int tiles, int relu) {                                                             \
-        conv_i8p<BN_, BK_, S_, OB_, CW_, RES_>(&ta, &tb, &to, &tr, bias, scale, rscale, N, C, M, KH, KW, OH, OW,    \
-                                               sh, sw, ph, pw, dh, dw, lbw, lbh, tw, th, tiles, relu);              \
+        conv_i8p<BN_, BK_, S_, OB_, CW_, RES_, RB_>(&ta, &tb, &to, &tr, bias, scale, rscale, N, C, M, KH, KW, OH,   \
+                                                    OW, sh, sw, ph, pw, dh, dw, lbw, lbh, tw, th, tiles, relu);     \
     }

@@ -23,6 +23,7 @@ from native.shared.int8_io import epilogue_plan, io_of, residual_storage
 from native.tactics import TacticRefusal, register_tactic
 
 TBM = 128                        # conv_i8t.cuh: the pixel tile
+SMEM_MAX = 232448                # dynamic shared memory a block may opt into on sm_90 (227 KiB)
 HEADER = "conv_i8t.cuh"
 _MAPS_KEPT = 512                           # tensor maps remembered per tactic (by address and geometry)
 
@@ -229,6 +230,7 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
     buffers, so each residual is asked for two tiles before it is needed."""
     minb = 1
     out_buffers = 4
+    resident = False    # each block keeps its channel tile of the weights in shared memory (conv_i8p's RB)
 
     def supports(self, op, input_shapes):
         why = super().supports(op, input_shapes)
@@ -240,19 +242,39 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
         res = residual_storage(op, res_idx, getattr(input_shapes, "dtypes", None))
         if res not in (None, "int8"):
             return f"residual stored {res}: this kernel reads an int8 residual only"
+        if self.resident and input_shapes and input_shapes[0] is not None and len(input_shapes[0]) == 4:
+            need = self.shared_bytes(self.weight_bytes(op, int(input_shapes[0][3])))
+            if need > SMEM_MAX:
+                return (f"its {self.bn} columns of the weights and its stages need {need // 1024} KiB of shared "
+                        f"memory, more than a block's {SMEM_MAX // 1024}")
+            tiles = int(op.params["num_output_maps"]) // self.bn
+            if tiles > context().sm_count:
+                return f"{tiles} channel tiles: more than the SMs, and each block keeps one"
         return None
 
-    def shared_bytes(self) -> int:
-        """The stages, `out_buffers` 128 x bn output buffers, their mbarriers, 1 KiB of alignment slack."""
-        return self.stages * (TBM + self.bn) * self.bk + self.out_buffers * TBM * self.bn + \
-            16 * (self.stages + self.out_buffers) + 1023
+    def weight_bytes(self, op, c: int) -> int:
+        """The resident weights' bytes: every K step (taps x bk-channel steps) of bn columns; 0 unless resident."""
+        if not self.resident:
+            return 0
+        kh, kw = (int(k) for k in op.params["kernel_spatial"])
+        return kh * kw * -(-c // self.bk) * self.bn * self.bk
+
+    def shared_bytes(self, weights: int = 0) -> int:
+        """The resident weights (if any), the stages (A, and B unless resident), `out_buffers` 128 x bn output
+        buffers, the mbarriers, 1 KiB of alignment slack. The kernel's attribute is the most a block may take when
+        the weights are resident (their size is the layer's)."""
+        if self.resident and weights == 0:
+            return SMEM_MAX
+        return weights + self.stages * (TBM + (0 if self.resident else self.bn)) * self.bk + \
+            self.out_buffers * TBM * self.bn + 16 * (self.stages + self.out_buffers + 1) + 1023
 
     def instance(self, res_kind, out_kind) -> str:
         return (f"CONV_I8P_KERNEL({self.bn}, {self.bk}, {self.stages}, {self.out_buffers}, {self.warpgroups}, "
-                f"{res_kind})")
+                f"{res_kind}, {int(self.resident)})")
 
     def function(self, res_kind, out_kind) -> str:
-        return f"conv_i8p_bn{self.bn}_k{self.bk}_s{self.stages}_o{self.out_buffers}_w{self.warpgroups}_r{res_kind}"
+        return (f"conv_i8p_bn{self.bn}_k{self.bk}_s{self.stages}_o{self.out_buffers}_w{self.warpgroups}_r{res_kind}"
+                f"_rb{int(self.resident)}")
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         x, y, r, res_kind, out, g = self._operands(op, inputs, outputs)
@@ -268,10 +290,15 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
         to = self._map(y.ptr, dims, strides, box, ones)
         tr = self._map(r.ptr, dims, strides, box, ones) if r is not None else to
         tiles = g["tw"] * g["th"] * -(-g["n"] // bi) * (m // self.bn)
-        grid = (min(tiles, context().sm_count), 1, 1)
+        blocks = context().sm_count
         fn, shared = self.kernel(res_kind, 0)
-        launch(fn, grid, (self.threads(), 1, 1), [g["ta"], tb, to, tr, bias, scale, rscale] + self._ints(g, tiles),
-               shared=shared)
+        if self.resident:       # a block per channel tile and SM group: each keeps its tile of the weights
+            blocks -= blocks % (m // self.bn)
+            shared = self.shared_bytes(self.weight_bytes(op, g["c"]))
+            if blocks == 0 or shared > SMEM_MAX:
+                raise TacticRefusal("resident weights: the channel tiles or the weights do not fit this GPU")
+        launch(fn, (min(tiles, blocks), 1, 1), (self.threads(), 1, 1),
+               [g["ta"], tb, to, tr, bias, scale, rscale] + self._ints(g, tiles), shared=shared)
         return [y]
 
 
@@ -294,3 +321,26 @@ class TmaPersistentInt8Conv256k64w4(_TmaPersistentInt8Conv):
     """Persistent TMA INT8 convolution, 128 x 256 tiles, 64 channels a step, 4 stages, four consumer warpgroups."""
     name = "tma-int8-persistent-128x256-k64-s4-w4"
     bn, bk, stages, warpgroups = 256, 64, 4, 4
+
+
+@register_tactic
+class TmaResidentInt8Conv256w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution with resident weights: 128 x 256 tiles, 3 stages of A, 3 output buffers, four
+    consumer warpgroups."""
+    name = "tma-int8-resident-128x256-s3-w4"
+    bn, stages, out_buffers, warpgroups, resident = 256, 3, 3, 4, True
+
+
+@register_tactic
+class TmaResidentInt8Conv256k64w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution with resident weights: 128 x 256 tiles, 64 channels a step, 4 stages of A,
+    4 output buffers, four consumer warpgroups (64-channel inputs)."""
+    name = "tma-int8-resident-128x256-k64-s4-w4"
+    bn, bk, stages, warpgroups, resident = 256, 64, 4, 4, True
+
+
+@register_tactic
+class TmaResidentInt8Conv128(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution with resident weights: 128 x 128 tiles, 3 stages of A, 4 output buffers."""
+    name = "tma-int8-resident-128x128-s3"
+    bn, stages, resident = 128, 3, True

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.cuda
 NAMES = ["mma-int8-128x128", "mma-int8-128x64", "tma-int8-128x128-s2", "tma-int8-128x64-s4", "tma-int8-128x64-k64-s6",
          "tma-int8-persistent-128x128-s4"]
 TMA = ["tma-int8-128x128-s2", "tma-int8-128x256-s3", "tma-int8-128x64-s4", "tma-int8-128x64-k64-s6",
-       "tma-int8-persistent-128x128-s4", "tma-int8-persistent-128x256-s2-w4", "tma-int8-persistent-128x256-k64-s4-w4"]
+       "tma-int8-persistent-128x128-s4", "tma-int8-persistent-128x256-s2-w4", "tma-int8-persistent-128x256-k64-s4-w4",
+       "tma-int8-resident-128x256-s3-w4", "tma-int8-resident-128x256-k64-s4-w4", "tma-int8-resident-128x128-s3"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -50,7 +51,8 @@ def test_wgmma_int8_conv_takes_16_channel_steps_and_long_k(name, c, m, k, stride
     (512, 256, 3, 1, 1, "float16", False, "int8", 3, 14),  # K of 4608 through the stages many times over
     (16, 256, 7, 2, 1, None, True, "int8", 1, 40),         # a 7x7 stride-2 stem on 16 channels
     (64, 256, 1, 1, 1, "int8", True, "int8", 4, 100),     # 313 x 2 tiles: a persistent block takes several, its
-    (64, 256, 3, 1, 1, "int8", False, "int8", 8, 40)])    # two output buffers reused (flat, then 8 x 8 x 2 boxes)
+    (64, 256, 3, 1, 1, "int8", False, "int8", 8, 40),     # two output buffers reused (flat, then 8 x 8 x 2 boxes)
+    (128, 512, 1, 1, 1, "int8", True, "int8", 3, 50)])    # 2 or 4 channel tiles: a resident block keeps its own
 def test_tma_int8_conv_boxes_strides_dilation_and_images(name, c, m, k, stride, dil, residual, relu, out, n, h):
     """The TMA kernels' own geometry: output boxes of several images, element strides, dilated taps, zero fill in
     the padding and past the channels, long K."""
@@ -79,8 +81,13 @@ def _check(name, c, m, k, stride, residual, relu, out, n, h, dil=1):
     dev = [GpuArray.from_host(a) if a is not None else None for a in inputs]
     why = tactic.supports(op, LayerContext.of(dev))
     refusals = []   # what the tactic does not take: refused, and it says why
-    if name.startswith("tma-int8-persistent") and (out != "int8" or residual not in (None, "int8")):
+    if name.startswith(("tma-int8-persistent", "tma-int8-resident")) and \
+            (out != "int8" or residual not in (None, "int8")):
         refusals.append("this kernel writes int8" if out != "int8" else "reads an int8 residual only")
+    if "-resident-" in name:
+        from native.cuda.tactics.conv_i8t import SMEM_MAX
+        if tactic.shared_bytes(tactic.weight_bytes(op, c)) > SMEM_MAX:
+            refusals.append("KiB of shared memory")
     if "-k64-" in name and c > 64:
         refusals.append("are for inputs of at most 64")
     if refusals:
