@@ -196,3 +196,35 @@ def test_if_bodies_bound_once_read_this_runs_outer_tensors_and_keep_none_after(u
     assert all(e == {} for e in _body_envs(ctx))
     y = ctx.execute({"x": x, "i": np.array([2, 0]), "c": np.float32(1)})["y"]
     np.testing.assert_array_equal(y, d[[2, 0]] * x)
+
+
+def test_a_compiled_plan_tests_the_empty_batch_inline_and_calls_the_convolution_direct(monkeypatch):
+    """A Convolution's empty-batch guard (empty_batch.py) is written out in the straight-line function: a batch of
+    samples calls the tactic it guards directly (no guard frame), a batch of 0 still gets the guard's empty output."""
+    from backends.engine.runtime import empty_batch
+    rng = np.random.default_rng(3)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 2, 3], rng.standard_normal(24).astype(np.float32).tolist())
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1])], "c",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 6])], [w])
+    engine = _engine(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                     {"x": ((0, 2, 6), (2, 2, 6), (4, 2, 6))})
+    ctx = engine.create_execution_context()
+    guard_calls = []
+    real = empty_batch._one_sample
+    monkeypatch.setattr(empty_batch, "_one_sample", lambda *a: guard_calls.append(1) or real(*a))
+    for seed in range(compiled_mod.FAST_AFTER + 3):
+        x = rng.standard_normal((2, 2, 6)).astype(np.float32)
+        out = ctx.execute({"x": x})["y"]
+        np.testing.assert_array_equal(out, engine.executor._run_general({"x": x})["y"])
+    cp = ctx.arenas.last[0]
+    assert cp.fast and cp.fast_pos and "u0" in cp.fast_pos.__globals__   # the guarded call, bound on its own
+    assert not guard_calls
+    runs = compiled_mod.FAST_AFTER + 3
+    for _ in range(runs):   # the plan at a batch of 0 gets its straight-line function too: the guard runs inline
+        empty = ctx.execute({"x": np.zeros((0, 2, 6), np.float32)})["y"]
+        assert empty.shape == (0, 4, 6) and empty.dtype == np.float32
+    assert len(guard_calls) == runs
+    assert ctx.arenas.last[0] is not cp and "u0" in ctx.arenas.last[0].fast_pos.__globals__
+    x = rng.standard_normal((2, 2, 6)).astype(np.float32)
+    np.testing.assert_array_equal(ctx.execute({"x": x})["y"], engine.executor._run_general({"x": x})["y"])

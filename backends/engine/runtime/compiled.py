@@ -303,6 +303,9 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
         return f"t{i}"
     for k, (fn, full, op, ins, outs_i, n_out, bufs, shapes, die, sub_outer, node, tactic) in enumerate(cp.steps):
         g[f"f{k}"], g[f"o{k}"] = fn, op
+        guarded = getattr(fn, "_guarded", None) if full and ins else None
+        if guarded is not None:   # an empty-batch guard (empty_batch.py): its test inline, the call it guards direct
+            g[f"u{k}"] = guarded[0] if guarded[1] else _kernel_of(guarded[0])
         w(f"        k = {k}")
         w("        args = [" + ", ".join(t(i) for i in ins) + "]")
         opname = f"o{k}"
@@ -336,6 +339,8 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
                 w(f"            on_plan = cp._off_plan_now({k}, args)")
             call = f"f{k}({opname}, args, b{k} if on_plan else None, workspace, stream)" if full \
                 else f"f{k}({opname}, args)"
+            if guarded is not None:
+                call = _unguarded(k, opname, f"b{k} if on_plan else None", guarded[1], call)
             w(f"        r = {call}")
             w("        if not on_plan:")
             w(f"            cp._backstop({k}, r)")
@@ -343,6 +348,8 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
                 w(f"        t{outs_i[0]} = r[0]")
         else:
             call = f"f{k}({opname}, args, None, workspace, stream)" if full else f"f{k}({opname}, args)"
+            if guarded is not None:
+                call = _unguarded(k, opname, "None", guarded[1], call)
             w(f"        r = {call}")
             if n_out == 1:   # (the one output the next layers read)
                 w(f"        t{outs_i[0]} = r[0]")
@@ -393,6 +400,13 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
               clear + "        raise cp._layer_failed(k, args, e) from e"]
     exec(compile("\n".join(lines), f"<compiled plan of {len(cp.steps)} layers>", "exec"), g)
     return g["run"]
+
+
+def _unguarded(k, opname, bufs, full, guard_call) -> str:
+    """The call of layer k's empty-batch guard written out: the guard itself (`guard_call`) for an input whose leading
+    dim is 0, else the call it guards (`u<k>`) with the same arguments, as the guard would make it."""
+    inner = f"u{k}({opname}, args, {bufs}, workspace, stream)" if full else f"u{k}({opname}, args)"
+    return f"({guard_call} if getattr(args[0], 'shape', ())[:1] == (0,) else {inner})"
 
 
 def _apart(v, buf) -> bool:
