@@ -228,3 +228,29 @@ def test_a_compiled_plan_tests_the_empty_batch_inline_and_calls_the_convolution_
     assert ctx.arenas.last[0] is not cp and "u0" in ctx.arenas.last[0].fast_pos.__globals__
     x = rng.standard_normal((2, 2, 6)).astype(np.float32)
     np.testing.assert_array_equal(ctx.execute({"x": x})["y"], engine.executor._run_general({"x": x})["y"])
+
+
+def test_view_layers_are_written_out_inline_with_the_kernels_call_for_other_shapes():
+    """Shuffle and Slice layers whose kernels hold their recipe (native/cpu/kernels/tensor.py `_view`) are written
+    out in the straight-line function as the same numpy view calls; an input of another shape (a plan shared by
+    every shape: no arena) takes the kernel's call. Outputs equal the general loop's throughout."""
+    nodes = [helper.make_node("Unsqueeze", ["a", "ax"], ["u"]), helper.make_node("Relu", ["u"], ["r"]),
+             helper.make_node("Slice", ["r", "st", "en", "sax"], ["s"]), helper.make_node("Squeeze", ["s", "ax"], ["q"]),
+             helper.make_node("Transpose", ["q"], ["y"], perm=[1, 0])]
+    inits = [helper.make_tensor("ax", TensorProto.INT64, [1], [1]), helper.make_tensor("st", TensorProto.INT64, [1], [1]),
+             helper.make_tensor("en", TensorProto.INT64, [1], [3]), helper.make_tensor("sax", TensorProto.INT64, [1], [2])]
+    g = helper.make_graph(nodes, "v", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"])], inits)
+    engine = _engine(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                     {"a": ((1, 4), (2, 4), (4, 4))})
+    ex = engine.executor
+    rng = np.random.default_rng(1)
+    for n in [2] * (compiled_mod.FAST_AFTER + 2) + [3, 1, 2]:
+        a = rng.standard_normal((n, 4)).astype(np.float32)
+        got = ex.run({"a": a})["y"]                    # no arena: one plan for every shape
+        np.testing.assert_array_equal(got, np.maximum(a, 0)[:, 1:3].T)
+        np.testing.assert_array_equal(got, ex._run_general({"a": a})["y"])
+    cp = ex.compiled(frozenset())
+    views = [k for k in cp.fast.__globals__ if k.startswith("S")]
+    kinds = [cp.steps[int(k[1:])][10].kind for k in views]
+    assert len(views) >= 2 and set(kinds) <= {"Shuffle", "Slice"} and "Slice" in kinds
