@@ -170,9 +170,13 @@ def _recipe(op, x, inputs):
     relu = len(post_ops) == 1 and post_ops[0]["op"] == "activation" and post_ops[0]["type"] == "RELU"
     m = wt.shape[1]
     shape = (x.shape[0], m, 1, out[-1]) if x.ndim == 4 else (x.shape[0], m, out[-1])
-    if m <= POS_MAX_CHANNELS and out[-1] >= POS_MIN_POSITIONS:
+    wo = out[-1]
+    if m <= POS_MAX_CHANNELS and wo >= POS_MIN_POSITIONS:
         kernel = "conv1d_direct_pos"
-    elif out[-1] <= ROWS4_MAX_POSITIONS and m >= ROWS4_MIN_CHANNELS:
+    elif m >= ROWS4_MIN_CHANNELS and PADDED_MIN_POSITIONS <= wo and wt.shape[0] * wo <= PADDED_MAX_READS and \
+            bool(np.isfinite(wt).all()):
+        kernel = "conv1d_rows4_padded"
+    elif m >= ROWS4_MIN_CHANNELS and wo <= ROWS4_MAX_POSITIONS:
         kernel = "conv1d_rows4"
     else:
         kernel = "conv1d_direct"
@@ -184,8 +188,10 @@ def _recipe(op, x, inputs):
 
 POS_MAX_CHANNELS = 4     # at most this many output channels and
 POS_MIN_POSITIONS = 64   # at least this many positions: the loop vectorised over positions (same floats)
-ROWS4_MAX_POSITIONS = 4  # at most this many output positions and
-ROWS4_MIN_CHANNELS = 16  # at least this many output channels: four weight rows a pass (jit_conv1d.py; same floats;
-                         # silero-vad's [1, 129, 3] -> [1, 128, 3] 8.6 -> 7.2 us, its STFT 11.9 -> 9.2, one thread)
+ROWS4_MIN_CHANNELS = 8   # at least this many output channels: four weight rows a pass (jit_conv1d.py; same floats),
+PADDED_MIN_POSITIONS = 3  # over every position at once for finite weights, from this many positions up to
+PADDED_MAX_READS = 1 << 16   # this many (row, position) inputs (one thread: silero-vad's [1, 129, 3] -> [1, 128, 3]
+                          # 9.0 -> 6.7 us, its STFT 10.3 -> 7.6, [1, 80, 64] -> [1, 64, 64] 50 -> 28),
+ROWS4_MAX_POSITIONS = 4   # else position by position up to this many ([1, 128, 3] -> [1, 64, 2] 3.3 -> 2.8)
 _NO_BIAS = {d: np.empty(0, d) for d in _DTYPES}
 _ONE = {d: d.type(1.0) for d in _DTYPES}
