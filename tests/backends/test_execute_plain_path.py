@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from backends.engine import Runtime, build_plan_from_onnx
 from backends.engine.runtime import compiled as compiled_mod
-from native.errors import ExecutionError, FeedError
+from native.errors import ExecutionError, FeedError, ShapeError
 
 
 def _engine(model, ranges=None):
@@ -254,3 +254,50 @@ def test_view_layers_are_written_out_inline_with_the_kernels_call_for_other_shap
     views = [k for k in cp.fast.__globals__ if k.startswith("S")]
     kinds = [cp.steps[int(k[1:])][10].kind for k in views]
     assert len(views) >= 2 and set(kinds) <= {"Shuffle", "Slice"} and "Slice" in kinds
+
+
+def test_a_repeated_execute_skips_the_feed_checks_it_already_made_and_keeps_every_error(monkeypatch):
+    """After a plain run, an execute with feeds of the same names, shapes and dtypes at the same profile runs the
+    last plan straight away (no _check_feeds pass); anything else (another dtype, shape, name set, profile, taps)
+    takes the checked path, with its errors. Outputs equal the general loop's throughout."""
+    from backends.engine.runtime import runtime as runtime_mod
+    engine = _engine(_two_input_model(), _RANGES)
+    ctx = engine.create_execution_context()
+    checks = []
+    real = runtime_mod.ExecutionContext._check_feeds
+    monkeypatch.setattr(runtime_mod.ExecutionContext, "_check_feeds",
+                        lambda self, feeds: checks.append(1) or real(self, feeds))
+    for seed in range(compiled_mod.FAST_AFTER + 4):
+        f = _feeds(seed, 2)
+        out = ctx.execute(f)
+        ref = engine.executor._run_general(dict(f))
+        assert set(out) == {"y", "z"}
+        for name in out:
+            np.testing.assert_array_equal(out[name], ref[name])
+    assert ctx._quick is not None
+    before = len(checks)
+    f = _feeds(50, 2)
+    out = ctx.execute({"b": f["b"], "a": f["a"]})          # any order of the same names
+    np.testing.assert_array_equal(out["z"], f["a"] - f["b"])
+    assert len(checks) == before and ctx.host_timings["enqueue_ms"] >= 0
+    with pytest.raises(FeedError, match="dtype"):
+        ctx.execute({"a": f["a"].astype(np.float64), "b": f["b"]})
+    with pytest.raises(FeedError, match="missing"):
+        ctx.execute({"a": f["a"]})
+    with pytest.raises(FeedError, match="unknown"):
+        ctx.execute({"a": f["a"], "b": f["b"], "c": f["b"]})
+    with pytest.raises(ShapeError):
+        ctx.execute({"a": np.zeros((9, 4), np.float32), "b": np.zeros((9, 4), np.float32)})   # outside the profile
+    f3 = _feeds(51, 3)
+    out = ctx.execute(f3)
+    np.testing.assert_array_equal(out["z"], f3["a"] - f3["b"])
+    tapped = ctx.execute(f, taps=["z"])
+    np.testing.assert_array_equal(tapped["z"], f["a"] - f["b"])
+    ctx.execute(f)
+    n = len(checks)
+    ctx.execute(f)
+    assert len(checks) == n
+    monkeypatch.setattr(engine, "profiles", engine.profiles * 2)
+    ctx.active_profile = 1                                   # another profile: its shape checks again
+    ctx.execute(f)
+    assert len(checks) == n + 1

@@ -233,11 +233,19 @@ class CompiledPlan:
             return None
         plan = self.arena_plan
         if plan is not None:
-            alias, buf, dev = self.device.may_alias, plan.buffer, self.device
+            buf = plan.buffer
+            plain = type(buf) is np.ndarray and buf.base is None
             for j, v in enumerate(outs):
-                if not _apart(v, buf) and alias(v, buf):
-                    outs[j] = dev.duplicate(v)
-        return dict(zip(self.output_names, outs))
+                if plain and type(v) is np.ndarray:   # _apart inline (a call less per output)
+                    b = v.base
+                    if b is None or (type(b) is np.ndarray and b.base is None and b is not buf):
+                        continue
+                if self.device.may_alias(v, buf):
+                    outs[j] = self.device.duplicate(v)
+        names = self.output_names
+        if len(names) == 1:
+            return {names[0]: outs[0]}
+        return dict(zip(names, outs))
 
     def _returned(self, slots) -> dict:
         plan = self.arena_plan
@@ -441,7 +449,8 @@ def _unguarded(k, opname, bufs, full, guard_call) -> str:
 def _apart(v, buf) -> bool:
     """True where host array `v` cannot share memory with the arena `buf` (an array owning its memory) without
     numpy's bounds check (may_share_memory, ~0.5 us): `v` owns its memory (no base: a kernel's fresh output), or
-    its base owns memory that is not `buf` (numpy points a view of a view at the owner). False: ask may_alias."""
+    its base owns memory that is not `buf` (numpy points a view of a view at the owner). False: ask may_alias.
+    (CompiledPlan.run_outputs applies this rule inline.)"""
     if type(v) is not np.ndarray or type(buf) is not np.ndarray or buf.base is not None:
         return False
     b = v.base
