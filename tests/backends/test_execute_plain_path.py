@@ -231,29 +231,34 @@ def test_a_compiled_plan_tests_the_empty_batch_inline_and_calls_the_convolution_
 
 
 def test_view_layers_are_written_out_inline_with_the_kernels_call_for_other_shapes():
-    """Shuffle and Slice layers whose kernels hold their recipe (native/cpu/kernels/tensor.py `_view`) are written
-    out in the straight-line function as the same numpy view calls; an input of another shape (a plan shared by
-    every shape: no arena) takes the kernel's call. Outputs equal the general loop's throughout."""
+    """Shuffle, Slice and constant-index Gather layers whose kernels hold their recipe (native/cpu/kernels/tensor.py
+    `_view`) are written out in the straight-line function as the same numpy view calls; an input of another shape
+    (a plan shared by every shape: no arena) takes the kernel's call. Outputs equal the general loop's throughout."""
     nodes = [helper.make_node("Unsqueeze", ["a", "ax"], ["u"]), helper.make_node("Relu", ["u"], ["r"]),
              helper.make_node("Slice", ["r", "st", "en", "sax"], ["s"]), helper.make_node("Squeeze", ["s", "ax"], ["q"]),
-             helper.make_node("Transpose", ["q"], ["y"], perm=[1, 0])]
+             helper.make_node("Transpose", ["q"], ["y"], perm=[1, 0]),
+             helper.make_node("Gather", ["y", "one"], ["row"], axis=0), helper.make_node("Exp", ["row"], ["e"])]
     inits = [helper.make_tensor("ax", TensorProto.INT64, [1], [1]), helper.make_tensor("st", TensorProto.INT64, [1], [1]),
-             helper.make_tensor("en", TensorProto.INT64, [1], [3]), helper.make_tensor("sax", TensorProto.INT64, [1], [2])]
+             helper.make_tensor("en", TensorProto.INT64, [1], [3]), helper.make_tensor("sax", TensorProto.INT64, [1], [2]),
+             helper.make_tensor("one", TensorProto.INT64, [], [1])]
     g = helper.make_graph(nodes, "v", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"])], inits)
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"]),
+                           helper.make_tensor_value_info("e", TensorProto.FLOAT, ["n"])], inits)
     engine = _engine(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
                      {"a": ((1, 4), (2, 4), (4, 4))})
     ex = engine.executor
     rng = np.random.default_rng(1)
     for n in [2] * (compiled_mod.FAST_AFTER + 2) + [3, 1, 2]:
         a = rng.standard_normal((n, 4)).astype(np.float32)
-        got = ex.run({"a": a})["y"]                    # no arena: one plan for every shape
-        np.testing.assert_array_equal(got, np.maximum(a, 0)[:, 1:3].T)
-        np.testing.assert_array_equal(got, ex._run_general({"a": a})["y"])
+        got = ex.run({"a": a})                         # no arena: one plan for every shape
+        ref = ex._run_general({"a": a})
+        np.testing.assert_array_equal(got["y"], np.maximum(a, 0)[:, 1:3].T)
+        for name in ("y", "e"):
+            np.testing.assert_array_equal(got[name], ref[name])
     cp = ex.compiled(frozenset())
     views = [k for k in cp.fast.__globals__ if k.startswith("S")]
     kinds = [cp.steps[int(k[1:])][10].kind for k in views]
-    assert len(views) >= 2 and set(kinds) <= {"Shuffle", "Slice"} and "Slice" in kinds
+    assert len(views) >= 3 and set(kinds) <= {"Shuffle", "Slice", "Gather"} and {"Slice", "Gather"} <= set(kinds)
 
 
 def test_a_repeated_execute_skips_the_feed_checks_it_already_made_and_keeps_every_error(monkeypatch):

@@ -316,7 +316,7 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
         if guarded is not None:   # an empty-batch guard (empty_batch.py): its test inline, the call it guards direct
             g[f"u{k}"] = guarded[0] if guarded[1] else _kernel_of(guarded[0])
         w(f"        k = {k}")
-        view = _view_layer(fn, full, op, ins, n_out, bufs, sub_outer)
+        view = _view_layer(fn, full, op, ins, n_out, bufs, sub_outer, cp)
         if view is None:
             w("        args = [" + ", ".join(t(i) for i in ins) + "]")
         opname = f"o{k}"
@@ -352,7 +352,7 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
             w(f"        if type(a) is ND and a.shape == S{k}:")
             w(f"            t{outs_i[0]} = {value}")
             w("        else:")
-            w("            args = [a]")
+            w("            args = [" + ", ".join(["a"] + [t(i) for i in ins[1:]]) + "]")
             w(f"            t{outs_i[0]} = f{k}({opname}, args)[0]")
             w(f"        if getattr(t{outs_i[0]}, 'nbytes', 0) > MAXB:")
             w(f"            cp._backstop({k}, [t{outs_i[0]}])")
@@ -428,15 +428,24 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
     return g["run"]
 
 
-def _view_layer(fn, full, op, ins, n_out, bufs, sub_outer):
+def _view_layer(fn, full, op, ins, n_out, bufs, sub_outer, cp):
     """(input shape, [(ndarray method, argument)]) for a layer whose kernel holds a view recipe by now (a Shuffle's
-    reshape / transposes, a Slice's index: `kernel._view(op)`, native/cpu/kernels/tensor.py), which the straight-line
-    function then writes out inline for an array of that shape: the same numpy view calls without the kernel's call,
-    list and look-ups (~0.3 us a layer; silero-vad has ~15); else None (other inputs take the kernel's call)."""
-    if full or len(ins) != 1 or n_out != 1 or bufs is not None or sub_outer is not None:
+    reshape / transposes, a Slice's index, a Gather's one index: `kernel._view(op, *constant inputs)`,
+    native/cpu/kernels/tensor.py), which the straight-line function then writes out inline for an array of that
+    shape: the same numpy view calls without the kernel's call, list and look-ups (~0.3 us a layer; silero-vad has
+    ~15); else None (other inputs take the kernel's call). Inputs after the first must be the plan's constants."""
+    if full or not ins or n_out != 1 or bufs is not None or sub_outer is not None:
         return None
     view = getattr(fn, "_view", None)
-    return view(op) if view is not None else None
+    if view is None:
+        return None
+    consts = {i for i, _ in cp.consts}
+    if any(i not in consts for i in ins[1:]):
+        return None
+    try:
+        return view(op, *(cp.template[i] for i in ins[1:]))
+    except TypeError:   # (a view of another arity than these inputs)
+        return None
 
 
 def _unguarded(k, opname, bufs, full, guard_call) -> str:

@@ -61,6 +61,7 @@ def _shuffle_view(op):
 shuffle._view = _shuffle_view
 
 
+
 def _shuffle(op, inputs, x):
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
@@ -226,6 +227,21 @@ def gather(op, inputs):
     bi = np.arange(batch)[:, None]
     res = xr[(bi,) + tuple(ir[..., j] for j in range(m))]
     return [res.reshape(idx.shape[:-1] + x.shape[b + m:])]
+
+
+def _gather_view(op, idx):
+    """Gather's held one-index view (see _shuffle_view) for an index the plan holds as a constant: (input shape,
+    [("getitem", the index)]); None before it is held, or for another index (the kernel then checks it)."""
+    held = op.__dict__.get("_gather")
+    if held is None or type(idx) is not np.ndarray or idx.ndim != 0 or idx.dtype.kind not in "iu":
+        return None
+    i = int(idx)
+    if not -held[2] <= i < held[2]:
+        return None
+    return held[0], [("getitem", held[1] + (i, Ellipsis))]
+
+
+gather._view = _gather_view
 
 
 _REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
