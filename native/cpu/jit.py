@@ -47,6 +47,10 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     conv1d_direct_pos(x, wt, bias, y, k, s, d, pre, relu)
         the same floats for few output channels: vectorised over output positions (the input split into its
         stride phases first), for a resampler's [1, 1, L] -> [1, 1, L / s] with a 28-tap kernel.
+    conv1d_rows4(x, wt, bias, y, k, s, d, pre, relu)  /  conv1d_rows4_padded(...)
+        the same floats, four weight rows a pass: a position's in-range rows, or (finite weights) every row over
+        every position's accumulators, the padding read as zeros (native/cpu/jit_conv1d.py; silero-vad's encoder
+        and STFT).
     pointwise_chain(x0, x1, x2, x3, y, code [steps, 3], fval [steps, 4], buf [steps, B])
         a fused Pointwise program over full-size inputs and scalars, one block of B elements at a time through
         every step (native/cpu/kernels/pointwise_chain.py encodes it): each step's vectorised loop over the block
@@ -449,7 +453,7 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              "gemm_direct": _module("jit_gemm", "gemm_direct"), "gemv_dot": _module("jit_gemv", "gemv_dot"),
              "channel_affine": _module("jit_norm", "channel_affine"),
              "max_pool_tiles": _module("jit_pool_tiles", "max_pool_tiles"),
-             "lstm_steps": _module("jit_rnn", "lstm_steps"),
+             "lstm_steps": _module("jit_rnn", "lstm_steps"), **{k: _module("jit_conv1d", k) for k in ("conv1d_rows4", "conv1d_rows4_padded")},
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows",
                                                     "layernorm_rows_relu")},
              **{k: _module("jit_winograd", k) for k in ("wino_in", "wino_out", "phase_split")},

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from backends.engine import Runtime, build_plan_from_onnx
 from backends.engine.runtime import compiled as compiled_mod
-from native.errors import ExecutionError, FeedError
+from native.errors import ExecutionError, FeedError, ShapeError
 
 
 def _engine(model, ranges=None):
@@ -196,3 +196,113 @@ def test_if_bodies_bound_once_read_this_runs_outer_tensors_and_keep_none_after(u
     assert all(e == {} for e in _body_envs(ctx))
     y = ctx.execute({"x": x, "i": np.array([2, 0]), "c": np.float32(1)})["y"]
     np.testing.assert_array_equal(y, d[[2, 0]] * x)
+
+
+def test_a_compiled_plan_tests_the_empty_batch_inline_and_calls_the_convolution_direct(monkeypatch):
+    """A Convolution's empty-batch guard (empty_batch.py) is written out in the straight-line function: a batch of
+    samples calls the tactic it guards directly (no guard frame), a batch of 0 still gets the guard's empty output."""
+    from backends.engine.runtime import empty_batch
+    rng = np.random.default_rng(3)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 2, 3], rng.standard_normal(24).astype(np.float32).tolist())
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1])], "c",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 6])], [w])
+    engine = _engine(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                     {"x": ((0, 2, 6), (2, 2, 6), (4, 2, 6))})
+    ctx = engine.create_execution_context()
+    guard_calls = []
+    real = empty_batch._one_sample
+    monkeypatch.setattr(empty_batch, "_one_sample", lambda *a: guard_calls.append(1) or real(*a))
+    for seed in range(compiled_mod.FAST_AFTER + 3):
+        x = rng.standard_normal((2, 2, 6)).astype(np.float32)
+        out = ctx.execute({"x": x})["y"]
+        np.testing.assert_array_equal(out, engine.executor._run_general({"x": x})["y"])
+    cp = ctx.arenas.last[0]
+    assert cp.fast and cp.fast_pos and "u0" in cp.fast_pos.__globals__   # the guarded call, bound on its own
+    assert not guard_calls
+    runs = compiled_mod.FAST_AFTER + 3
+    for _ in range(runs):   # the plan at a batch of 0 gets its straight-line function too: the guard runs inline
+        empty = ctx.execute({"x": np.zeros((0, 2, 6), np.float32)})["y"]
+        assert empty.shape == (0, 4, 6) and empty.dtype == np.float32
+    assert len(guard_calls) == runs
+    assert ctx.arenas.last[0] is not cp and "u0" in ctx.arenas.last[0].fast_pos.__globals__
+    x = rng.standard_normal((2, 2, 6)).astype(np.float32)
+    np.testing.assert_array_equal(ctx.execute({"x": x})["y"], engine.executor._run_general({"x": x})["y"])
+
+
+def test_view_layers_are_written_out_inline_with_the_kernels_call_for_other_shapes():
+    """Shuffle, Slice and constant-index Gather layers whose kernels hold their recipe (native/cpu/kernels/tensor.py
+    `_view`) are written out in the straight-line function as the same numpy view calls; an input of another shape
+    (a plan shared by every shape: no arena) takes the kernel's call. Outputs equal the general loop's throughout."""
+    nodes = [helper.make_node("Unsqueeze", ["a", "ax"], ["u"]), helper.make_node("Relu", ["u"], ["r"]),
+             helper.make_node("Slice", ["r", "st", "en", "sax"], ["s"]), helper.make_node("Squeeze", ["s", "ax"], ["q"]),
+             helper.make_node("Transpose", ["q"], ["y"], perm=[1, 0]),
+             helper.make_node("Gather", ["y", "one"], ["row"], axis=0), helper.make_node("Exp", ["row"], ["e"])]
+    inits = [helper.make_tensor("ax", TensorProto.INT64, [1], [1]), helper.make_tensor("st", TensorProto.INT64, [1], [1]),
+             helper.make_tensor("en", TensorProto.INT64, [1], [3]), helper.make_tensor("sax", TensorProto.INT64, [1], [2]),
+             helper.make_tensor("one", TensorProto.INT64, [], [1])]
+    g = helper.make_graph(nodes, "v", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"]),
+                           helper.make_tensor_value_info("e", TensorProto.FLOAT, ["n"])], inits)
+    engine = _engine(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                     {"a": ((1, 4), (2, 4), (4, 4))})
+    ex = engine.executor
+    rng = np.random.default_rng(1)
+    for n in [2] * (compiled_mod.FAST_AFTER + 2) + [3, 1, 2]:
+        a = rng.standard_normal((n, 4)).astype(np.float32)
+        got = ex.run({"a": a})                         # no arena: one plan for every shape
+        ref = ex._run_general({"a": a})
+        np.testing.assert_array_equal(got["y"], np.maximum(a, 0)[:, 1:3].T)
+        for name in ("y", "e"):
+            np.testing.assert_array_equal(got[name], ref[name])
+    cp = ex.compiled(frozenset())
+    views = [k for k in cp.fast.__globals__ if k.startswith("S")]
+    kinds = [cp.steps[int(k[1:])][10].kind for k in views]
+    assert len(views) >= 3 and set(kinds) <= {"Shuffle", "Slice", "Gather"} and {"Slice", "Gather"} <= set(kinds)
+
+
+def test_a_repeated_execute_skips_the_feed_checks_it_already_made_and_keeps_every_error(monkeypatch):
+    """After a plain run, an execute with feeds of the same names, shapes and dtypes at the same profile runs the
+    last plan straight away (no _check_feeds pass); anything else (another dtype, shape, name set, profile, taps)
+    takes the checked path, with its errors. Outputs equal the general loop's throughout."""
+    from backends.engine.runtime import runtime as runtime_mod
+    engine = _engine(_two_input_model(), _RANGES)
+    ctx = engine.create_execution_context()
+    checks = []
+    real = runtime_mod.ExecutionContext._check_feeds
+    monkeypatch.setattr(runtime_mod.ExecutionContext, "_check_feeds",
+                        lambda self, feeds: checks.append(1) or real(self, feeds))
+    for seed in range(compiled_mod.FAST_AFTER + 4):
+        f = _feeds(seed, 2)
+        out = ctx.execute(f)
+        ref = engine.executor._run_general(dict(f))
+        assert set(out) == {"y", "z"}
+        for name in out:
+            np.testing.assert_array_equal(out[name], ref[name])
+    assert ctx._quick is not None
+    before = len(checks)
+    f = _feeds(50, 2)
+    out = ctx.execute({"b": f["b"], "a": f["a"]})          # any order of the same names
+    np.testing.assert_array_equal(out["z"], f["a"] - f["b"])
+    assert len(checks) == before and ctx.host_timings["enqueue_ms"] >= 0
+    with pytest.raises(FeedError, match="dtype"):
+        ctx.execute({"a": f["a"].astype(np.float64), "b": f["b"]})
+    with pytest.raises(FeedError, match="missing"):
+        ctx.execute({"a": f["a"]})
+    with pytest.raises(FeedError, match="unknown"):
+        ctx.execute({"a": f["a"], "b": f["b"], "c": f["b"]})
+    with pytest.raises(ShapeError):
+        ctx.execute({"a": np.zeros((9, 4), np.float32), "b": np.zeros((9, 4), np.float32)})   # outside the profile
+    f3 = _feeds(51, 3)
+    out = ctx.execute(f3)
+    np.testing.assert_array_equal(out["z"], f3["a"] - f3["b"])
+    tapped = ctx.execute(f, taps=["z"])
+    np.testing.assert_array_equal(tapped["z"], f["a"] - f["b"])
+    ctx.execute(f)
+    n = len(checks)
+    ctx.execute(f)
+    assert len(checks) == n
+    monkeypatch.setattr(engine, "profiles", engine.profiles * 2)
+    ctx.active_profile = 1                                   # another profile: its shape checks again
+    ctx.execute(f)
+    assert len(checks) == n + 1

@@ -189,3 +189,47 @@ def test_the_one_element_sigmoid_gives_the_numpy_epilogues_bits(dtype):
         assert op.__dict__["_conv1d_direct"][-1] is True
         base = t.run(Op("Convolution", "c", plain, op.weights), [x])[0]
         np.testing.assert_array_equal(got.view(np.uint32), activation(base, "SIGMOID").view(np.uint32))
+
+
+@pytest.mark.parametrize("n,c,m,length,k,s,d,pre,post,relu,kernel", [
+    (1, 129, 128, 3, 3, 1, 1, 1, 1, True, "conv1d_rows4_padded"), (1, 128, 64, 3, 3, 2, 1, 1, 1, True, "conv1d_rows4"),
+    (1, 1, 258, 576, 256, 128, 1, 0, 0, False, "conv1d_rows4_padded"),
+    (4, 129, 128, 4, 3, 1, 1, 1, 1, True, "conv1d_rows4_padded"), (2, 7, 17, 5, 3, 1, 2, 2, 1, False, "conv1d_rows4_padded"),
+    (1, 5, 16, 1, 3, 1, 1, 1, 1, True, "conv1d_rows4"), (1, 80, 64, 64, 3, 1, 1, 1, 1, True, "conv1d_rows4_padded"),
+    (2, 6, 9, 20, 5, 2, 1, 3, 2, False, "conv1d_rows4_padded")])
+def test_four_rows_a_pass_give_the_same_floats(n, c, m, length, k, s, d, pre, post, relu, kernel):
+    """Four weight rows a pass (jit_conv1d.py: few positions one by one, or every position at once for finite
+    weights, the padding read as zeros): the reference's values, and bit for bit the channel-vectorised loop's
+    floats (NaN, infinities and -0.0 in the input, a bias or none); a non-finite weight keeps the padding's rows
+    skipped (not the padded loop)."""
+    pytest.importorskip("numba")
+    from native.cpu import jit
+    w = (RNG.standard_normal((m, c, k)) / np.sqrt(c * k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    params = {"num_output_maps": m, "kernel_shape": [k], "strides": [s], "dilations": [d], "pre_padding": [pre],
+              "post_padding": [post], "groups": 1}
+    if relu:
+        params["post_ops"] = [{"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0}]
+    x = RNG.standard_normal((n, c, length)).astype(np.float32)
+    for case in ("plain", "special inputs", "an infinite weight"):
+        if case == "special inputs":
+            x.reshape(-1)[:3] = [np.nan, np.inf, -0.0]
+            x[-1, -1, -1] = -np.inf
+        if case == "an infinite weight":
+            w = w.copy()
+            w[0, 0, 0] = np.inf
+        weights = {"kernel": w} if m % 2 else {"kernel": w, "bias": b}
+        op = Op("Convolution", "c", params, weights)
+        op.weights = _tactic().prepare(op)
+        with np.errstate(invalid="ignore"):
+            got = _tactic().run(op, [x])[0]
+        held = op.__dict__["_conv1d_direct"]
+        want_kernel = kernel if case != "an infinite weight" or kernel == "conv1d_rows4" else (
+            "conv1d_rows4" if got.shape[-1] <= 4 else "conv1d_direct")
+        assert held[9] == want_kernel
+        ref = np.empty_like(got)
+        jit.kernel("conv1d_direct")(x, held[4], held[5], ref, *held[6], held[8])
+        assert got.tobytes() == ref.tobytes()
+        if case == "plain":
+            want = _reference(x, w, weights.get("bias", np.zeros(m, np.float32)), s, d, pre, post)
+            np.testing.assert_allclose(got, activation(want, "RELU") if relu else want, rtol=1e-5, atol=1e-5)

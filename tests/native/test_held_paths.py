@@ -8,6 +8,7 @@ import pytest
 from native.cpu import jit
 from native.cpu.kernels import tensor
 from native.cpu.kernels.control import _scalar_bool
+from native.cpu.kernels.conv.epilogue import region_epilogue
 from native.tactics import Op, tactics_for
 
 RNG = np.random.default_rng(5)
@@ -99,19 +100,25 @@ def test_if_condition(cond, want):
 @pytest.mark.skipif(not jit.available(), reason="conv1d-direct needs the numba extra")
 @pytest.mark.parametrize("c,m,length,k,s,pre,post,act", [
     (129, 128, 3, 3, 1, 1, 1, "RELU"), (128, 1, 1, 1, 1, 0, 0, "SIGMOID"), (16, 8, 40, 5, 2, 2, 2, None),
-    (4, 6, 20, 3, 1, 1, 1, "TANH")])   # TANH: the general epilogue (nothing held)
+    (4, 6, 20, 3, 1, 1, 1, "TANH"), (128, 1, 4, 1, 1, 0, 0, "SIGMOID"),   # one numpy activation: held too
+    (4, 6, 20, 3, 1, 1, 1, "TANH+SIGMOID")])   # two steps: the general epilogue (nothing held)
 def test_conv1d_direct_held_call_gives_the_recipe_bits(c, m, length, k, s, pre, post, act):
     t = next(t for t in tactics_for("Convolution", "cpu") if t.name == "conv1d-direct")
     params = {"num_output_maps": m, "kernel_shape": [k], "strides": [s], "pre_padding": [pre],
               "post_padding": [post], "groups": 1}
     if act:
-        params["post_ops"] = [{"op": "activation", "type": act, "alpha": 0.0, "beta": 0.0}]
+        params["post_ops"] = [{"op": "activation", "type": a, "alpha": 0.0, "beta": 0.0} for a in act.split("+")]
     w = {"kernel": RNG.standard_normal((m, c, k)).astype(np.float32),
          "bias": RNG.standard_normal(m).astype(np.float32)}
     op = Op("Convolution", "c", params, t.prepare(Op("Convolution", "c", params, w)))
     x = RNG.standard_normal((1, c, length)).astype(np.float32)
     first = t.run(op, [x])[0]                       # the recipe's path (and the held call made)
-    assert ("_conv1d_direct_fast" in op.__dict__) == (act != "TANH")
+    assert ("_conv1d_direct_fast" in op.__dict__) == (act != "TANH+SIGMOID")
+    if act in ("TANH", "SIGMOID") and first.size > 1:   # the held call's activation is the general epilogue's
+        ref = Op("Convolution", "c", {**params, "post_ops": []}, op.weights)
+        z = t.run(ref, [x])[0]
+        region_epilogue(z[:, :, None, :], (slice(None), slice(None)), op, [x], None)
+        np.testing.assert_array_equal(first, z)
     for _ in range(2):
         np.testing.assert_array_equal(t.run(op, [x.copy()])[0], first)
         planned = np.full(first.shape, np.nan, np.float32)

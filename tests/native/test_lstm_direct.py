@@ -93,3 +93,33 @@ def test_lstm_direct_with_short_sequences_takes_the_masking_path():
     for g, o in zip(got, want):
         assert g.tobytes() == o.tobytes()
     assert not got[0][1:, 0, 1].any()      # past item 1's length its output is zero
+
+
+@pytest.mark.parametrize("steps,states", [(1, True), (4, True), (2, False)])
+def test_lstm_direct_held_call_gives_the_first_runs_bits(steps, states):
+    """From the second run at a shape the held call (_held_lstm) runs: the same bits as the first run's path, inputs
+    untouched; another shape, other weights or sequence lengths take the full path again."""
+    pytest.importorskip("numba")
+    hidden, inp = 16, 8
+    x = RNG.standard_normal((steps, 1, inp)).astype(np.float32)
+    w = RNG.standard_normal((1, 4 * hidden, inp)).astype(np.float32)
+    r = RNG.standard_normal((1, 4 * hidden, hidden)).astype(np.float32)
+    b = RNG.standard_normal((1, 8 * hidden)).astype(np.float32)
+    h0 = RNG.standard_normal((1, 1, hidden)).astype(np.float32) if states else None
+    c0 = RNG.standard_normal((1, 1, hidden)).astype(np.float32) if states else None
+    op = Op("RNN", "lstm", {"cell": "LSTM", "direction": "forward", "hidden_size": hidden})
+    inputs = [x, w, r, b, None, h0, c0, None]
+    first = [v.copy() for v in _tactic().run(op, inputs)]
+    assert "_lstm_direct_fast" in op.__dict__
+    keep = [None if v is None else v.copy() for v in inputs]
+    for _ in range(2):
+        again = _tactic().run(op, inputs)
+        for g, f in zip(again, first):
+            assert g.shape == f.shape and g.tobytes() == f.tobytes()
+    for v, k in zip(inputs, keep):
+        assert v is None or v.tobytes() == k.tobytes()
+    from native.cpu.kernels.rnn import _held_lstm
+    fast = op.__dict__["_lstm_direct_fast"]
+    assert _held_lstm(fast, [x[:1] if steps > 1 else np.concatenate([x, x])] + inputs[1:]) is None
+    assert _held_lstm(fast, [x, w.copy()] + inputs[2:]) is None
+    assert _held_lstm(fast, inputs[:4] + [np.array([steps], np.int32)] + inputs[5:]) is None

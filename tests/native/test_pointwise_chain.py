@@ -237,3 +237,28 @@ def test_a_chain_split_over_the_pool_gives_the_same_floats(monkeypatch, name):
         parts = pointwise_chain.run(op, inputs)
     assert calls == [3]
     assert parts.tobytes() == whole.tobytes()
+
+
+def test_a_held_one_block_chain_gives_the_first_calls_floats(monkeypatch):
+    """From the second call at a shape, a one-block chain runs its held call (_one_block): the interpreter's bits;
+    a strided input takes run's copies again, the same bits."""
+    pytest.importorskip("numba")
+    config.reload()
+    program, _ = PROGRAMS["STFT magnitude: squares, sum, sqrt"]
+    weights = {"c5": np.array(2.0, np.float32), "c6": np.array([2.0], np.float32)}
+    spec = _x((1, 258, 3), np.float32, 5)
+    inputs = [spec[:, :129], spec[:, 129:]]          # contiguous halves (silero-vad's [1, 129, 3])
+    op = Op("Pointwise", "pw", {"program": program}, weights)
+    with np.errstate(all="ignore"):
+        first = pointwise_chain.run(op, inputs)
+        assert op.__dict__["_pointwise_chain"][4] is not None
+        held = [pointwise_chain.run(op, inputs) for _ in range(2)]
+        strided = _x((1, 129, 6), np.float32, 5)[..., ::2]
+        want = _interpreted(monkeypatch, Op("Pointwise", "pw", {"program": program}, weights), inputs)
+        config.reload()
+        got_strided = pointwise_chain.run(op, [strided, strided])
+        want_strided = _interpreted(monkeypatch, Op("Pointwise", "pw", {"program": program}, weights),
+                                    [strided, strided])
+    assert first.tobytes() == want.tobytes()
+    assert all(h.tobytes() == want.tobytes() for h in held)
+    assert got_strided.tobytes() == want_strided.tobytes()

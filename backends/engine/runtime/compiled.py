@@ -233,11 +233,19 @@ class CompiledPlan:
             return None
         plan = self.arena_plan
         if plan is not None:
-            alias, buf, dev = self.device.may_alias, plan.buffer, self.device
+            buf = plan.buffer
+            plain = type(buf) is np.ndarray and buf.base is None
             for j, v in enumerate(outs):
-                if not _apart(v, buf) and alias(v, buf):
-                    outs[j] = dev.duplicate(v)
-        return dict(zip(self.output_names, outs))
+                if plain and type(v) is np.ndarray:   # _apart inline (a call less per output)
+                    b = v.base
+                    if b is None or (type(b) is np.ndarray and b.base is None and b is not buf):
+                        continue
+                if self.device.may_alias(v, buf):
+                    outs[j] = self.device.duplicate(v)
+        names = self.output_names
+        if len(names) == 1:
+            return {names[0]: outs[0]}
+        return dict(zip(names, outs))
 
     def _returned(self, slots) -> dict:
         plan = self.arena_plan
@@ -290,7 +298,8 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
     outputs are returned in order; None (nothing run) when the inputs' count differs or an outer tensor is missing."""
     if not cp.steps:
         return False
-    g = {"cp": cp, "DebugkitError": DebugkitError, "MAXB": cp.max_bytes, "NEW": object.__new__, "BIND": partial}
+    g = {"cp": cp, "DebugkitError": DebugkitError, "MAXB": cp.max_bytes, "NEW": object.__new__, "BIND": partial,
+         "ND": np.ndarray}
     on_plan0 = cp.arena_plan is not None
     body = []
     w = body.append
@@ -303,8 +312,13 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
         return f"t{i}"
     for k, (fn, full, op, ins, outs_i, n_out, bufs, shapes, die, sub_outer, node, tactic) in enumerate(cp.steps):
         g[f"f{k}"], g[f"o{k}"] = fn, op
+        guarded = getattr(fn, "_guarded", None) if full and ins else None
+        if guarded is not None:   # an empty-batch guard (empty_batch.py): its test inline, the call it guards direct
+            g[f"u{k}"] = guarded[0] if guarded[1] else _kernel_of(guarded[0])
         w(f"        k = {k}")
-        w("        args = [" + ", ".join(t(i) for i in ins) + "]")
+        view = _view_layer(fn, full, op, ins, n_out, bufs, sub_outer, cp)
+        if view is None:
+            w("        args = [" + ", ".join(t(i) for i in ins) + "]")
         opname = f"o{k}"
         if sub_outer is not None and cp.owned:
             # bodies bound once, to one dict per layer that holds this run's outer tensors while the layer runs
@@ -327,7 +341,22 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
                 bound.append(f"{key!r}: BIND(R{k}_{j}, parent_env=env)")
             w("        op.subgraphs = {" + ", ".join(bound) + "}")
             opname = "op"
-        if bufs is not None and on_plan0:
+        if view is not None:   # a view layer written out (_view_layer)
+            shape, expr = view
+            g[f"S{k}"] = shape
+            for j, (_, arg) in enumerate(expr):
+                g[f"V{k}_{j}"] = arg
+            value = "a" + "".join(f"[V{k}_{j}]" if m == "getitem" else f".{m}(V{k}_{j})"
+                                  for j, (m, _) in enumerate(expr))
+            w(f"        a = {t(ins[0])}")
+            w(f"        if type(a) is ND and a.shape == S{k}:")
+            w(f"            t{outs_i[0]} = {value}")
+            w("        else:")
+            w("            args = [" + ", ".join(["a"] + [t(i) for i in ins[1:]]) + "]")
+            w(f"            t{outs_i[0]} = f{k}({opname}, args)[0]")
+            w(f"        if getattr(t{outs_i[0]}, 'nbytes', 0) > MAXB:")
+            w(f"            cp._backstop({k}, [t{outs_i[0]}])")
+        elif bufs is not None and on_plan0:
             g[f"b{k}"], g[f"s{k}"] = bufs, shapes
             checks = " or ".join(f"getattr(args[{j}], 'shape', None) != s{k}[{j}]"
                                  for j in range(min(len(ins), len(shapes))))
@@ -336,6 +365,8 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
                 w(f"            on_plan = cp._off_plan_now({k}, args)")
             call = f"f{k}({opname}, args, b{k} if on_plan else None, workspace, stream)" if full \
                 else f"f{k}({opname}, args)"
+            if guarded is not None:
+                call = _unguarded(k, opname, f"b{k} if on_plan else None", guarded[1], call)
             w(f"        r = {call}")
             w("        if not on_plan:")
             w(f"            cp._backstop({k}, r)")
@@ -343,6 +374,8 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
                 w(f"        t{outs_i[0]} = r[0]")
         else:
             call = f"f{k}({opname}, args, None, workspace, stream)" if full else f"f{k}({opname}, args)"
+            if guarded is not None:
+                call = _unguarded(k, opname, "None", guarded[1], call)
             w(f"        r = {call}")
             if n_out == 1:   # (the one output the next layers read)
                 w(f"        t{outs_i[0]} = r[0]")
@@ -395,10 +428,38 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
     return g["run"]
 
 
+def _view_layer(fn, full, op, ins, n_out, bufs, sub_outer, cp):
+    """(input shape, [(ndarray method, argument)]) for a layer whose kernel holds a view recipe by now (a Shuffle's
+    reshape / transposes, a Slice's index, a Gather's one index: `kernel._view(op, *constant inputs)`,
+    native/cpu/kernels/tensor.py), which the straight-line function then writes out inline for an array of that
+    shape: the same numpy view calls without the kernel's call, list and look-ups (~0.3 us a layer; silero-vad has
+    ~15); else None (other inputs take the kernel's call). Inputs after the first must be the plan's constants."""
+    if full or not ins or n_out != 1 or bufs is not None or sub_outer is not None:
+        return None
+    view = getattr(fn, "_view", None)
+    if view is None:
+        return None
+    consts = {i for i, _ in cp.consts}
+    if any(i not in consts for i in ins[1:]):
+        return None
+    try:
+        return view(op, *(cp.template[i] for i in ins[1:]))
+    except TypeError:   # (a view of another arity than these inputs)
+        return None
+
+
+def _unguarded(k, opname, bufs, full, guard_call) -> str:
+    """The call of layer k's empty-batch guard written out: the guard itself (`guard_call`) for an input whose leading
+    dim is 0, else the call it guards (`u<k>`) with the same arguments, as the guard would make it."""
+    inner = f"u{k}({opname}, args, {bufs}, workspace, stream)" if full else f"u{k}({opname}, args)"
+    return f"({guard_call} if getattr(args[0], 'shape', ())[:1] == (0,) else {inner})"
+
+
 def _apart(v, buf) -> bool:
     """True where host array `v` cannot share memory with the arena `buf` (an array owning its memory) without
     numpy's bounds check (may_share_memory, ~0.5 us): `v` owns its memory (no base: a kernel's fresh output), or
-    its base owns memory that is not `buf` (numpy points a view of a view at the owner). False: ask may_alias."""
+    its base owns memory that is not `buf` (numpy points a view of a view at the owner). False: ask may_alias.
+    (CompiledPlan.run_outputs applies this rule inline.)"""
     if type(v) is not np.ndarray or type(buf) is not np.ndarray or buf.base is not None:
         return False
     b = v.base

@@ -25,6 +25,7 @@ def guard(kind: str, call):
         if getattr(x, "ndim", 0) >= 1 and x.shape[0] == 0:
             return _one_sample(fn, full, op, args, workspace, stream)
         return fn(op, args, outputs, workspace, stream) if full else fn(op, args)
+    run._guarded = (fn, full)   # what it guards: a compiled plan tests the batch inline and calls it (compiled.py)
     return run, True
 
 

@@ -55,6 +55,8 @@ def _avg(x, axes, keep):
         count = x.size if axes is None else math.prod(x.shape[a] for a in axes)
         if axes is not None and count:   # np.mean's own two steps without its wrapper (~10 us a call: the
             s = np.add.reduce(x, axes, x.dtype, None, keep)   # squeeze-excite pools of mobilenets): same floats
+            if type(s) is not np.ndarray:   # every axis, keepdims off: a numpy scalar, divided as a 0-d array
+                s = np.asarray(s)
             if count < _EXACT_COUNT and s.dtype == np.float32:
                 # np.mean divides by an intp in float64 and rounds to float32; a float32 division by the same
                 # (exactly representable) count is correctly rounded too, so it gives those floats, without the
@@ -109,9 +111,18 @@ _NOOP = {"L1": np.abs, "L2": np.abs, "SUM_SQUARE": np.square, "LOG_SUM": np.log}
 @simple_tactic("Reduce")
 def reduce(op, inputs):
     x = inputs[0]
+    held = op.__dict__.get("_reduce_avg")
+    if held is not None and type(x) is np.ndarray and x.shape == held[0] and x.dtype is held[1] and \
+            (inputs[1] if len(inputs) > 1 else None) is held[2]:
+        # a float mean at a shape seen before: _avg's two ufunc calls, its axes and divisor worked out once
+        s = np.add.reduce(x, held[3], held[1], None, held[4])
+        np.true_divide(s, held[5], out=s, casting="unsafe")
+        return [s]
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
     name = op.params["op"]
+    if name == "AVG" and type(inputs[0]) is np.ndarray:
+        _hold_avg(op, x, inputs)
     axes = _axes(op, inputs, x.ndim)
     if axes == ():
         fn = _NOOP.get(name)
@@ -119,6 +130,24 @@ def reduce(op, inputs):
     y = REDUCERS[name](x, axes, bool(op.params.get("keep_dims", True)))
     y = np.asarray(y)
     return [y if y.dtype == x.dtype else y.astype(x.dtype)]
+
+
+def _hold_avg(op, x, inputs):
+    """Keep on the op what a float32 / float64 mean of x's shape needs, where _avg's first branch computes it and
+    the sum is an array (not every axis without keepdims): (shape, dtype, the axes input, axes, keepdims, the
+    divisor _avg divides by: a float32 count, or an intp one for float64 and huge counts: the same floats)."""
+    axes = _axes(op, inputs, x.ndim)
+    keep = bool(op.params.get("keep_dims", True))
+    if x.dtype not in _HELD_DTYPES or not axes or (not keep and len(axes) == x.ndim):
+        return
+    count = math.prod(x.shape[a] for a in axes)
+    if not count:
+        return
+    div = np.float32(count) if count < _EXACT_COUNT and x.dtype == np.float32 else np.intp(count)
+    op.__dict__["_reduce_avg"] = (x.shape, x.dtype, inputs[1] if len(inputs) > 1 else None, axes, keep, div)
+
+
+_HELD_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @simple_tactic("ArgReduce")

@@ -48,6 +48,20 @@ def shuffle(op, inputs):
     return _shuffle(op, inputs, x)
 
 
+def _shuffle_view(op):
+    """The held recipe as a compiled plan writes it out inline (runtime/compiled.py `_view_layer`): (input shape,
+    [(ndarray method, argument)]), the same transpose / reshape / transpose as the held call; None before it is held."""
+    held = op.__dict__.get("_shuffle")
+    if held is None:
+        return None
+    shape, first, dims, second = held
+    return shape, [(m, a) for m, a in (("transpose", first), ("reshape", dims), ("transpose", second)) if a is not None]
+
+
+shuffle._view = _shuffle_view
+
+
+
 def _shuffle(op, inputs, x):
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
@@ -97,6 +111,16 @@ def slice_(op, inputs):
         op.__dict__["_slice"] = (x.shape, index)
         return [x[index]]
     return [x[_slice_index(op, x, inputs)]]
+
+
+def _slice_view(op):
+    """The held index as a compiled plan writes it out inline (see _shuffle_view): (input shape, [("getitem",
+    index)]); None before it is held."""
+    held = op.__dict__.get("_slice")
+    return None if held is None else (held[0], [("getitem", held[1])])
+
+
+slice_._view = _slice_view
 
 
 def _slice_index(op, x, inputs):
@@ -203,6 +227,21 @@ def gather(op, inputs):
     bi = np.arange(batch)[:, None]
     res = xr[(bi,) + tuple(ir[..., j] for j in range(m))]
     return [res.reshape(idx.shape[:-1] + x.shape[b + m:])]
+
+
+def _gather_view(op, idx):
+    """Gather's held one-index view (see _shuffle_view) for an index the plan holds as a constant: (input shape,
+    [("getitem", the index)]); None before it is held, or for another index (the kernel then checks it)."""
+    held = op.__dict__.get("_gather")
+    if held is None or type(idx) is not np.ndarray or idx.ndim != 0 or idx.dtype.kind not in "iu":
+        return None
+    i = int(idx)
+    if not -held[2] <= i < held[2]:
+        return None
+    return held[0], [("getitem", held[1] + (i, Ellipsis))]
+
+
+gather._view = _gather_view
 
 
 _REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}

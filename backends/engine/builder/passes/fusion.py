@@ -17,6 +17,7 @@ from backends.engine.builder.passes.fusion_pool import move_activation_past_maxp
 from backends.engine.builder.passes.fusion_ir import fuse_inverted_residual
 from backends.engine.builder.passes.fusion_se import fuse_squeeze_excite
 from backends.engine.builder.passes.fusion_shortcut import merge_shortcut_convs
+from backends.engine.builder.passes.fusion_stft import merge_sibling_stfts
 from backends.engine.builder.passes.fusion_pointwise import (eliminate_identities, fuse_pointwise, merge_reshape_transpose,
                                                            merge_shuffles, sink_gemm_reshapes)
 
@@ -33,6 +34,7 @@ PASSES = [
     ("conv/matmul epilogues", fuse_epilogues),
     ("normalization + activation", fuse_norm_activation),
     ("parallel GEMM merging", merge_parallel_gemms),
+    ("sibling STFT convolutions", merge_sibling_stfts),
     ("reshapes around GEMMs", sink_gemm_reshapes),
     ("conv/matmul epilogues (after reshape removal)", fuse_epilogues),
     ("shortcut convs into their residual conv", merge_shortcut_convs),

@@ -14,7 +14,8 @@ import numpy as np
 
 from native.cpu import jit
 from native.cpu.kernels.conv import tuning
-from native.cpu.kernels.conv.epilogue import region_epilogue
+from native.cpu.kernels.activations import ACTIVATIONS
+from native.cpu.kernels.conv.epilogue import compiled_steps, region_epilogue
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.weights import conv_bias, work_dtype
 from native.tactics import Tactic, register_tactic
@@ -80,15 +81,20 @@ class Conv1dDirect(Tactic):
         x = inputs[0]
         fast = op.__dict__.get("_conv1d_direct_fast")
         if fast is not None and type(x) is np.ndarray and x.shape == fast[0] and x.dtype is fast[1] \
-                and fast[2] is op.weights and x.flags.c_contiguous:
-            # the recipe's common case, its checks made once: a C-contiguous input of the work dtype, 3-D
-            _, _, _, kernel, wt, bias, k, s, d, pre, relu, shape, dtype, sigmoid_one = fast
+                and fast[2] is op.weights:
+            # the recipe's common case, its checks made once: an input of the work dtype, 3-D (a strided one
+            # copied, as below)
+            _, _, _, kernel, wt, bias, k, s, d, pre, relu, shape, dtype, sigmoid_one, act = fast
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
             dst = outputs[0] if outputs else None
             y = dst if dst is not None and dst.shape == shape and dst.dtype is dtype and dst.flags.c_contiguous \
                 else np.empty(shape, dtype)
             kernel(x, wt, bias, y, k, s, d, pre, relu)
             if sigmoid_one:
                 sigmoid_of_one(y.reshape(1))
+            elif act is not None:   # region_epilogue's call for this one step (activation_inplace's)
+                act[0](y, act[1], act[2], y)
             return [y]
         x = np.asarray(x)
         held = op.__dict__.get("_conv1d_direct")
@@ -97,9 +103,11 @@ class Conv1dDirect(Tactic):
             if "kernel_ck_m" in op.weights:   # packed weights: the recipe holds until they or the input change
                 op.__dict__["_conv1d_direct"] = held
                 _, _, _, dtype, wt, bias, geo, shape, relu, _, kernel, sigmoid_one = held
-                if x.ndim == 3 and x.dtype == dtype and (sigmoid_one or relu or not op.params.get("post_ops")):
+                act = None if relu or sigmoid_one else _one_activation(op.params.get("post_ops"))
+                if x.ndim == 3 and x.dtype == dtype and (sigmoid_one or relu or act is not None
+                                                          or not op.params.get("post_ops")):
                     op.__dict__["_conv1d_direct_fast"] = (x.shape, x.dtype, op.weights, kernel, wt, bias) + \
-                        tuple(geo) + (relu, shape, dtype, sigmoid_one)
+                        tuple(geo) + (relu, shape, dtype, sigmoid_one, act)
         _, _, _, dtype, wt, bias, geo, shape, relu, _, kernel, sigmoid_one = held
         if x.ndim == 4:   # a height-1 2-D convolution: [N, C, 1, L] as [N, C, L]
             x = x.reshape(x.shape[0], x.shape[1], x.shape[3])
@@ -127,11 +135,21 @@ def sigmoid_of_one(flat):
     flat[0] = (_ONE[v.dtype] if v >= 0 else e) / (e + _ONE[v.dtype])
 
 
+def _one_activation(post_ops):
+    """(fn, alpha, beta) where the post-ops are one activation step that region_epilogue runs as the numpy
+    activation in place (activations.ACTIVATIONS[type](y, alpha, beta, y): no compiled pass takes it), else None."""
+    if not post_ops or len(post_ops) != 1 or post_ops[0]["op"] != "activation" or compiled_steps(post_ops):
+        return None
+    step = post_ops[0]
+    fn = ACTIVATIONS.get(step["type"])
+    return None if fn is None else (fn, step.get("alpha", 0.0), step.get("beta", 0.0))
+
+
 def _recipe(op, x, inputs):
     """What a run at x's shape needs that depends only on the op and that shape: (weights, shape, dtype, work
     dtype, packed [C*k, M] weights, bias, (k, stride, dilation, leading pad), output shape, whether the post-ops are
-    one RELU, which the compiled loop then applies itself, the compiled loop: vectorised over output channels, or
-    over positions when there are few channels and many positions; the same floats either way: its name and the
+    one RELU, which the compiled loop then applies itself, the compiled loop: vectorised over output channels (four
+    weight rows a pass where there are few positions), or over positions when there are few channels and many; the same floats either way: its name and the
     function; whether the post-ops are one SIGMOID on a one-element output, `sigmoid_of_one`'s case)."""
     dtype = work_dtype(op, x)
     if dtype not in _DTYPES:
@@ -152,7 +170,16 @@ def _recipe(op, x, inputs):
     relu = len(post_ops) == 1 and post_ops[0]["op"] == "activation" and post_ops[0]["type"] == "RELU"
     m = wt.shape[1]
     shape = (x.shape[0], m, 1, out[-1]) if x.ndim == 4 else (x.shape[0], m, out[-1])
-    kernel = "conv1d_direct_pos" if m <= POS_MAX_CHANNELS and out[-1] >= POS_MIN_POSITIONS else "conv1d_direct"
+    wo = out[-1]
+    if m <= POS_MAX_CHANNELS and wo >= POS_MIN_POSITIONS:
+        kernel = "conv1d_direct_pos"
+    elif m >= ROWS4_MIN_CHANNELS and PADDED_MIN_POSITIONS <= wo and wt.shape[0] * wo <= PADDED_MAX_READS and \
+            bool(np.isfinite(wt).all()):
+        kernel = "conv1d_rows4_padded"
+    elif m >= ROWS4_MIN_CHANNELS and wo <= ROWS4_MAX_POSITIONS:
+        kernel = "conv1d_rows4"
+    else:
+        kernel = "conv1d_direct"
     sigmoid_one = len(post_ops) == 1 and post_ops[0]["op"] == "activation" and post_ops[0]["type"] == "SIGMOID" \
         and int(np.prod(shape)) == 1
     return (op.weights, x.shape, x.dtype, np.dtype(dtype), wt, bias, (k, strides[-1], dil[-1], pre[-1]), shape,
@@ -161,5 +188,10 @@ def _recipe(op, x, inputs):
 
 POS_MAX_CHANNELS = 4     # at most this many output channels and
 POS_MIN_POSITIONS = 64   # at least this many positions: the loop vectorised over positions (same floats)
+ROWS4_MIN_CHANNELS = 8   # at least this many output channels: four weight rows a pass (jit_conv1d.py; same floats),
+PADDED_MIN_POSITIONS = 3  # over every position at once for finite weights, from this many positions up to
+PADDED_MAX_READS = 1 << 16   # this many (row, position) inputs (one thread: silero-vad's [1, 129, 3] -> [1, 128, 3]
+                          # 9.0 -> 6.7 us, its STFT 10.3 -> 7.6, [1, 80, 64] -> [1, 64, 64] 50 -> 28),
+ROWS4_MAX_POSITIONS = 4   # else position by position up to this many ([1, 128, 3] -> [1, 64, 2] 3.3 -> 2.8)
 _NO_BIAS = {d: np.empty(0, d) for d in _DTYPES}
 _ONE = {d: d.type(1.0) for d in _DTYPES}
