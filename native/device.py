@@ -52,6 +52,7 @@ class Device:
     fuses_gemm_residual = False   # a residual add after a GEMM becomes its post-op (passes/fusion_epilogue.py)
     fuses_squeeze_excite = False  # pool → 1x1 conv → 1x1 conv → scale becomes one layer (passes/fusion_se.py)
     fuses_inverted_residual = False   # 1x1 → depthwise → [SE] → 1x1 becomes one layer (passes/fusion_ir.py)
+    merges_stft_convs = False     # sibling STFT convolutions of one signal become one (passes/fusion_stft.py)
     # a convolution's hand-written hard-swish (x + 3, clip to [0, 6], times x, / 6) becomes its HARD_SWISH_RELU6
     # post-op, with the Pointwise chain's bits (passes/fusion_epilogue.py)
     fuses_relu6_swish = False

@@ -20,6 +20,7 @@ class CpuDevice(Device):
     fuses_squeeze_excite = True   # native/cpu/kernels/squeeze_excite.py: four tiny layers' dispatch and epilogues as one
     fuses_relu6_swish = True      # activations.py HARD_SWISH_RELU6: the hard-swish chain's floats as a conv post-op
     fuses_inverted_residual = True   # kernels/inverted_residual.py: 1x1 -> depthwise -> [SE] -> 1x1 channels-last inside
+    merges_stft_convs = True      # conv1d-dft-shared: one FFT a frame for an STFT's cosine and sine rows
 
     @property
     def timing_block(self):

@@ -4,13 +4,15 @@ CPU thread) becomes one Convolution over the concatenated rows plus a Split into
 layer frames the signal once and the conv1d-dft-shared tactic runs one FFT per frame for both parts (their fitted
 windows agree within its fit tolerance). Only for weights that are such a basis, where the merged layer shares
 a transform (`dft_plan(..., share=True)` finds fewer windows than blocks): other sibling convolutions are left as
-they are. The merged layer computes the same products; its tactic (timed as any other) decides the floats.
+they are. The merged layer computes the same products; its tactic (timed as any other) decides the floats. Only
+where the device has that shared-window tactic (`merges_stft_convs`: the CPU).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from backends.engine.builder.passes.fusion_util import fused_node
+from native.cpu.kernels.conv.conv1d_dft import dft_plan
 
 _SAME = ("kernel_shape", "strides", "pre_padding", "post_padding", "dilations", "groups", "auto_pad")
 
@@ -29,7 +31,8 @@ def _key(n):
 
 
 def merge_sibling_stfts(graph, config, logger) -> int:
-    from native.cpu.kernels.conv.conv1d_dft import dft_plan
+    if not getattr(getattr(config, "device", None), "merges_stft_convs", False):
+        return 0
     groups: dict = {}
     for n in graph.nodes:
         key = _key(n)
