@@ -47,8 +47,18 @@ def _feeds():
 
 @pytest.fixture
 def strided(monkeypatch):
-    """The CPU device as one whose attention reads strides (the CUDA device's setting)."""
+    """The CPU device as one whose attention reads strides (its own setting, and the CUDA device's)."""
     monkeypatch.setattr(type(get_device("cpu")), "attention_heads_as_strides", True)
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """The CPU device as one whose attention copies the heads itself."""
+    monkeypatch.setattr(type(get_device("cpu")), "attention_heads_as_strides", False)
+
+
+def test_the_cpu_device_reads_strides():
+    assert get_device("cpu").attention_heads_as_strides
 
 
 def test_heads_fold_into_attention_and_match_the_unfolded_engine(strided):
@@ -63,7 +73,7 @@ def test_heads_fold_into_attention_and_match_the_unfolded_engine(strided):
     np.testing.assert_allclose(run(folded, feeds)[0], ref, rtol=1e-5, atol=1e-5)
 
 
-def test_no_fold_on_a_device_that_copies_heads():
+def test_no_fold_on_a_device_that_copies_heads(copies):
     att = [n for n in build(_block()).nodes if n.kind == "Attention"]
     assert len(att) == 1 and not att[0].params.get("heads")
 
@@ -77,7 +87,7 @@ def test_a_reshape_that_is_not_a_head_split_stays(strided):
     np.testing.assert_allclose(run(folded, feeds)[0], run(build(m, fusion=False), feeds)[0], rtol=1e-5, atol=1e-5)
 
 
-def test_pass_is_off_without_the_device_flag():
+def test_pass_is_off_without_the_device_flag(copies):
     class Config:
         device = get_device("cpu")
     assert fold_attention_heads(None, Config(), None) == 0
