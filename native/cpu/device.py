@@ -24,6 +24,7 @@ class CpuDevice(Device):
     # their one output copy: bert_mini's Split + 3 head-split + 2 merge Shuffles a block fold in (103 -> 79 layers,
     # the same floats: the views have the strides the Shuffles' did)
     attention_heads_as_strides = True
+    fuses_residual_norm = True    # kernels/norm_residual.py: a residual Add and the LayerNorm after it as one layer
 
     @property
     def timing_block(self):

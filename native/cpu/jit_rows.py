@@ -257,20 +257,36 @@ def softmax_rows(s):
             row[j] = row[j] / total
 
 
+@numba.njit(inline="always", **_NJIT)
+def _layernorm_row(row, out, gamma, beta, eps, n_f):
+    """LayerNorm of one row into out (may be row); returns (mean, 1 / std)."""
+    n = row.shape[0]
+    mu = _lane_sum(row, False) / n_f
+    for j in range(n):
+        out[j] = row[j] - mu
+    var = _lane_sum(out, True) / n_f
+    iv = _ONE / np.sqrt(var + eps)
+    for j in range(n):
+        out[j] = ((out[j] * iv) * gamma[j]) + beta[j]
+    return mu, iv
+
+
 @numba.njit(**_NJIT)
 def layernorm_rows(x, gamma, beta, eps, n_f, y, mean, inv):
-    m, n = x.shape
-    for i in range(m):
-        row, out = x[i], y[i]
-        mu = _lane_sum(row, False) / n_f
+    for i in range(x.shape[0]):
+        mean[i], inv[i] = _layernorm_row(x[i], y[i], gamma, beta, eps, n_f)
+
+
+@numba.njit(**_NJIT)
+def add_layernorm_rows(a, b, s, gamma, beta, eps, n_f, y, mean, inv):
+    """s = a + b (each sum rounded, as numpy's add), then layernorm_rows of s into y, a row at a time (the row
+    in cache for both): a residual add and the LayerNorm after it in one pass."""
+    n = a.shape[1]
+    for i in range(a.shape[0]):
+        ar, br, sr = a[i], b[i], s[i]
         for j in range(n):
-            out[j] = row[j] - mu
-        var = _lane_sum(out, True) / n_f
-        iv = _ONE / np.sqrt(var + eps)
-        for j in range(n):
-            out[j] = ((out[j] * iv) * gamma[j]) + beta[j]
-        mean[i] = mu
-        inv[i] = iv
+            sr[j] = ar[j] + br[j]
+        mean[i], inv[i] = _layernorm_row(sr, y[i], gamma, beta, eps, n_f)
 
 
 _INF = np.float32(np.inf)

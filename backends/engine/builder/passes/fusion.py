@@ -8,6 +8,7 @@ Each pass is `f(graph, config, logger) -> rewrites`; matches are logged at verbo
 from __future__ import annotations
 
 from backends.engine.builder.passes.attention_heads import fold_attention_heads
+from backends.engine.builder.passes.fusion_residual_norm import fuse_residual_norm
 from backends.engine.builder.passes.dead import eliminate_dead_layers
 from backends.engine.builder.passes.fusion_epilogue import (fold_conv_scale, fold_relu6_swish, fuse_epilogues,
                                                            fuse_norm_activation)
@@ -42,6 +43,7 @@ PASSES = [
     ("inverted-residual blocks", fuse_inverted_residual),
     ("reshape/transpose merging", merge_reshape_transpose),
     ("attention heads as strides", fold_attention_heads),
+    ("residual add + LayerNorm", fuse_residual_norm),
 ]
 
 
