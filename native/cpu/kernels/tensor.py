@@ -188,6 +188,8 @@ def gather(op, inputs):
                 raise IndexError(f"index {i} is out of bounds for axis {axis} with size {x.shape[axis]}")
             op.__dict__["_gather"] = (x.shape, (slice(None),) * axis, x.shape[axis])
             return [x[(slice(None),) * axis + (i, Ellipsis)]]   # (Ellipsis: a 0-d view, not a scalar)
+        if idx.dtype.kind in "iu":   # np.take wraps a negative index once and raises past either end: Gather's rule
+            return [np.take(x, idx, axis=axis)]
         return [np.asarray(np.take(x, _fix_neg(idx, x.shape[axis]), axis=axis))]
     if mode == "ELEMENT":
         axis = op.params.get("axis", 0)
