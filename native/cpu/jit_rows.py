@@ -241,13 +241,16 @@ def _row_max(row):
 
 @numba.njit(**_NJIT)
 def softmax_rows(s):
+    """softmax of each row in place; returns the number of rows set to NaN (a NaN in them, or an infinite max)."""
     m, n = s.shape
+    nan_rows = 0
     for i in range(m):
         row = s[i]
         mx, bad = _row_max(row)
         if bad or mx == np.inf or mx == -np.inf:   # numpy's exp(x - max) is NaN across such a row
             for j in range(n):
                 row[j] = np.nan
+            nan_rows += 1
             continue
         for j in range(n):
             v = row[j] - mx
@@ -255,6 +258,7 @@ def softmax_rows(s):
         total = _lane_sum(row, False)
         for j in range(n):
             row[j] = row[j] / total
+    return nan_rows
 
 
 @numba.njit(inline="always", **_NJIT)

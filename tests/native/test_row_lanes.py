@@ -69,3 +69,31 @@ def test_strided_rows_take_the_scalar_lanes():
     jit_rows.softmax_rows(dense)
     assert _bits(strided) == _bits(dense)
     assert np.isnan(dense[1]).all() and np.isfinite(dense[0]).all()
+
+
+def test_softmax_rows_counts_the_rows_it_sets_to_nan():
+    s = _rows(5, 12)
+    s[1, 3] = np.nan
+    s[2] = -np.inf
+    s[4, 0] = np.inf
+    assert jit_rows.softmax_rows(s) == 3
+    assert np.isnan(s[[1, 2, 4]]).all() and np.isfinite(s[[0, 3]]).all()
+    assert jit_rows.softmax_rows(_rows(3, 9)) == 0
+
+
+@pytest.mark.parametrize("masked_row", [True, False])
+def test_attention_nan_to_zero_after_the_counted_softmax(masked_row):
+    """polyexp-softmax skips its isnan pass when no row became NaN; a fully masked row still comes out 0."""
+    from native.cpu.kernels import fused
+    from native.tactics import Op
+    q, k, v = (RNG.standard_normal((2, 2, 6, 4)).astype(np.float32) for _ in range(3))
+    mask = np.zeros((2, 1, 6, 6), np.float32)
+    if masked_row:
+        mask[1, 0, 2] = -np.inf
+    op = Op("Attention", "a", {"mask_kind": "add", "transpose_k": True, "nan_to_zero": True})
+    y = fused.attention_polyexp(op, [q, k, v, mask])[0]
+    ref = fused.attention(op, [q, k, v, mask])[0]
+    assert np.isfinite(y).all()
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+    if masked_row:
+        assert not y[1, :, 2].any()
