@@ -20,9 +20,6 @@ from native.cpu.kernels import rows
 from native.cpu.kernels.norm import _row_param, normalization, post_activation
 from native.tactics import Op, Tactic, register_tactic
 
-_ADD_ROWS = []   # jit_rows.add_layernorm_rows once loaded (the module imports numba, the optional extra)
-
-
 def residual_refusal(op, input_shapes) -> str | None:
     """Why the layer is no LayerNorm with a residual add these tactics run (None: it is)."""
     p = op.params
@@ -76,12 +73,10 @@ class LaneStatsResidual(_Residual):
         x2 = np.ascontiguousarray(x).reshape(m, n)
         r2 = np.ascontiguousarray(r).reshape(m, n)
         s, y = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
-        if jit.available():
-            if not _ADD_ROWS:
-                from native.cpu import jit_rows   # function-level: imports numba (the optional jit extra)
-                _ADD_ROWS.append(jit_rows.add_layernorm_rows)
+        fn = jit.kernel("add_layernorm_rows")
+        if fn is not None:
             mean, inv = np.empty(m, np.float32), np.empty(m, np.float32)
-            _ADD_ROWS[0](x2, r2, s, g, b, np.float32(eps), np.float32(n), y, mean, inv)
+            fn(x2, r2, s, g, b, np.float32(eps), np.float32(n), y, mean, inv)
         else:
             np.add(x2, r2, out=s)
             y, mean, inv = rows.layernorm_rows(s, g, b, eps, y)
