@@ -10,6 +10,7 @@ from __future__ import annotations
 from backends.engine.builder.passes.attention_heads import fold_attention_heads
 from backends.engine.builder.passes.fusion_residual_norm import fuse_residual_norm
 from backends.engine.builder.passes.dead import eliminate_dead_layers
+from backends.engine.builder.passes.dedupe import dedupe_layers
 from backends.engine.builder.passes.fusion_epilogue import (fold_conv_scale, fold_relu6_swish, fuse_epilogues,
                                                            fuse_norm_activation)
 from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
@@ -23,6 +24,7 @@ from backends.engine.builder.passes.fusion_pointwise import (eliminate_identitie
 
 PASSES = [
     ("identity elimination", eliminate_identities),
+    ("duplicate layers", dedupe_layers),
     ("shuffle merging", merge_shuffles),
     ("activation past max pool", move_activation_past_maxpool),
     ("GELU patterns", fuse_gelu),
