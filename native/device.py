@@ -50,6 +50,7 @@ class Device:
     # split / merge copies fold into the Attention layer (passes/attention_heads.py)
     attention_heads_as_strides = False
     fuses_gemm_residual = False   # a residual add after a GEMM becomes its post-op (passes/fusion_epilogue.py)
+    fuses_residual_norm = False   # a residual add before a LayerNorm folds into it (passes/fusion_residual_norm.py)
     fuses_squeeze_excite = False  # pool → 1x1 conv → 1x1 conv → scale becomes one layer (passes/fusion_se.py)
     fuses_inverted_residual = False   # 1x1 → depthwise → [SE] → 1x1 becomes one layer (passes/fusion_ir.py)
     merges_stft_convs = False     # sibling STFT convolutions of one signal become one (passes/fusion_stft.py)

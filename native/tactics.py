@@ -6,7 +6,8 @@ The contract every tactic on every device keeps (docs/architecture.md, "Tactic")
 * `precisions`: the compute precisions it really computes in ("float32", "float16", ...). A layer asking for a
   precision no tactic declares runs in one that is declared, and the builder says so (tactic_selection.py).
 * `formats`: the tensor formats it reads and writes ("linear" = row-major NCHW..., "nhwc" = channels last).
-* `honours`: the fused params it implements (FUSED_PARAMS: post_ops, side, integer, col2im, program, emulate). A layer
+* `honours`: the fused params it implements (FUSED_PARAMS: post_ops, side, integer, col2im, program, emulate,
+  residual_input). A layer
   carrying one of them is never given a tactic that would silently ignore it.
 * `workspace_size(op, shapes)`: scratch bytes it needs; selection skips it when the workspace pool is too small
   and the device hands it that much scratch when it runs.
@@ -47,7 +48,7 @@ class TacticRefusal(Exception):
 
 
 # params that carry fused meaning: a tactic that does not list one in `honours` must not run a layer that has it
-FUSED_PARAMS = ("post_ops", "side", "integer", "col2im", "program", "emulate")
+FUSED_PARAMS = ("post_ops", "side", "integer", "col2im", "program", "emulate", "residual_input")
 
 
 @dataclass

@@ -11,6 +11,8 @@ Fused params (the only ones that change what a layer computes beyond its kind's 
     col2im     ONNX Col2Im carried as a Deconvolution whose input holds the columns (bool)
     program    a fused pointwise chain: [{"op": kind, "args": [refs], "params": {...}}] (layers/fused.py)
     emulate    compute in another runtime's rounding order: "onnxruntime-mlas" (native/cpu/kernels/mlas_conv.py)
+    residual_input  the input index added to input 0 before a LayerNorm normalises it (int; the sum its output 3
+               where others read it: passes/fusion_residual_norm.py, native/cpu/kernels/norm_residual.py)
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ FUSED_ON = {
     "col2im": {"Deconvolution"},
     "program": {"Pointwise"},
     "emulate": {"Convolution"},
+    "residual_input": {"Normalization"},
 }
 assert set(FUSED_ON) == set(FUSED_PARAMS)
 
@@ -90,8 +93,15 @@ def _emulate(value, node):
     return None if value == "onnxruntime-mlas" else f"must be 'onnxruntime-mlas', got {value!r}"
 
 
+def _residual(value, node):
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < len(node.inputs) or \
+            node.inputs[value] is None:
+        return f"reads input {value!r}; the layer has {len(node.inputs)} inputs"
+    return None
+
+
 CHECKS = {"post_ops": _post_ops, "side": _side, "integer": _bool, "col2im": _bool, "program": _program,
-          "emulate": _emulate}
+          "emulate": _emulate, "residual_input": _residual}
 
 
 # --- every layer kind's own params, with types ---------------------------------------------------------------

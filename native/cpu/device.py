@@ -21,6 +21,11 @@ class CpuDevice(Device):
     fuses_relu6_swish = True      # activations.py HARD_SWISH_RELU6: the hard-swish chain's floats as a conv post-op
     fuses_inverted_residual = True   # kernels/inverted_residual.py: 1x1 -> depthwise -> [SE] -> 1x1 channels-last inside
     merges_stft_convs = True      # conv1d-dft-shared: one FFT a frame for an STFT's cosine and sine rows
+    # the Attention kernels read q, k, v as views of the projections (fused.split_heads) and merge the heads in
+    # their one output copy: bert_mini's Split + 3 head-split + 2 merge Shuffles a block fold in (103 -> 79 layers,
+    # the same floats: the views have the strides the Shuffles' did)
+    attention_heads_as_strides = True
+    fuses_residual_norm = True    # kernels/norm_residual.py: a residual Add and the LayerNorm after it as one layer
 
     @property
     def timing_block(self):

@@ -66,6 +66,8 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
     gelu_rows(y [M, N], bias [N], has_bias, tanh, c0, c1) (columns c0:c1), softmax_rows(s [M, N]),
     layernorm_rows(x [M, N], gamma [N], beta [N], eps, n, y [M, N], mean [M], inv [M])
     layernorm_rows_relu(...): layernorm_rows, then numpy clip's RELU on each output (lane-stats with a fused Relu)
+    add_layernorm_rows(a, b, s [M, N], gamma, beta, eps, n, y, mean, inv): s = a + b, then layernorm_rows of s, a row
+        at a time (lane-stats-residual: a residual add and its LayerNorm in one pass)
         float32 row kernels of native/cpu/polyexp.py (its polynomial exp, its 8-lane sums): the same floats as that
         module's numpy passes, in one pass over each row instead of ~20; compiled in native/cpu/jit_rows.py.
     panel_gemm / panel_gemm_gelu / panel_descriptors / panel_rows()
@@ -455,7 +457,7 @@ _BUILDERS = {"depthwise_cl_rows": _depthwise_cl_rows, "depthwise_nchw": _depthwi
              "max_pool_tiles": _module("jit_pool_tiles", "max_pool_tiles"),
              "lstm_steps": _module("jit_rnn", "lstm_steps"), **{k: _module("jit_conv1d", k) for k in ("conv1d_rows4", "conv1d_rows4_padded")},
              **{k: _module("jit_rows", k) for k in ("gelu_rows", "softmax_rows", "layernorm_rows",
-                                                    "layernorm_rows_relu")},
+                                                    "layernorm_rows_relu", "add_layernorm_rows")},
              **{k: _module("jit_winograd", k) for k in ("wino_in", "wino_out", "phase_split")},
              "phase_gemm_band": _module("jit_phase_gemm", "phase_gemm_band"),
              "patches_from_phases": _module("jit_patches", "patches_from_phases"),

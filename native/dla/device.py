@@ -11,6 +11,8 @@ class DlaDevice(CpuDevice):
     fuses_squeeze_excite = False  # the DLA rules place the four layers one by one (native/dla/rules.py)
     fuses_relu6_swish = False     # nor do they know a HARD_SWISH_RELU6 post-op
     fuses_bound_clip = False      # nor do they know a convolution's CLIP post-op from a max / min
+    fuses_residual_norm = False   # nor a LayerNorm that adds its residual first
+    attention_heads_as_strides = False   # DLA builds keep the head split / merge layers as they were
     norm_post_ops = False
 
     def load_tactics(self):

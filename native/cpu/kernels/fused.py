@@ -244,18 +244,20 @@ def _attention_rows(op, q, k, v, mask, softmax):
 
 
 def _softmax_numpy(s):
+    """(softmax of s over its last axis, in place; True: it may hold NaN)."""
     with np.errstate(invalid="ignore", over="ignore"):   # the reductions as ufunc calls: ndarray.max / .sum
         s -= _MAX_REDUCE(s, -1, None, None, True)          # without their Python wrappers (same values)
         np.exp(s, out=s)
         s /= _ADD_REDUCE(s, -1, None, None, True)
-    return s
+    return s, True
 
 
 def _softmax_polyexp(s):
+    """(polyexp's softmax of s, in place; whether a row became NaN: the compiled rows count them, so a layer with
+    nan_to_zero skips the isnan pass when none did)."""
     if s.dtype != np.float32 or not s.flags.c_contiguous or s.ndim < 1 or s.size == 0:
         return _softmax_numpy(s)
-    rows.softmax_rows(s.reshape(-1, s.shape[-1]))
-    return s
+    return s, rows.softmax_rows_nan(s.reshape(-1, s.shape[-1]))
 
 
 def _attention(op, q, k, v, mask, softmax=_softmax_numpy):
@@ -270,14 +272,22 @@ def _attention(op, q, k, v, mask, softmax=_softmax_numpy):
     if mask is not None and p.get("mask_kind", "add") != "none":
         if p.get("mask_kind") == "bool":
             s = np.where(mask, s, s.dtype.type(-np.inf))
-        elif s.shape == np.broadcast_shapes(s.shape, np.shape(mask)):
+        elif _fits(op, s.shape, np.shape(mask)):
             s += mask
         else:
             s = s + mask
-    s = softmax(s)
-    if p.get("nan_to_zero"):   # fully masked rows (NaN) to 0; np.nan_to_num's inf handling would change nothing
+    s, maybe_nan = softmax(s)
+    if maybe_nan and p.get("nan_to_zero"):   # fully masked rows (NaN) to 0; nan_to_num's inf handling changes nothing
         np.copyto(s, 0, where=np.isnan(s))
     return np.matmul(s, v)
+
+
+def _fits(op, shape, mask_shape) -> bool:
+    """Whether the mask broadcasts to the scores' shape (so `s += mask` in place), kept per shapes on the op."""
+    held = op.__dict__.get("_mask_fits")
+    if held is None or held[0] != shape or held[1] != mask_shape:
+        held = op.__dict__["_mask_fits"] = (shape, mask_shape, shape == np.broadcast_shapes(shape, mask_shape))
+    return held[2]
 
 
 # NHWC twins made by the layout pass ---------------------------------------------------------------------------

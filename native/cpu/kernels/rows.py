@@ -34,6 +34,15 @@ def softmax_rows(s):
     return polyexp.softmax_rows(s)
 
 
+def softmax_rows_nan(s) -> bool:
+    """softmax_rows(s); whether a row became NaN (True without the compiled kernel: not counted)."""
+    fn = jit.kernel("softmax_rows")
+    if fn is not None and _rows(s):
+        return fn(s) > 0
+    polyexp.softmax_rows(s)
+    return True
+
+
 def layernorm_rows(x, gamma, beta, eps, y):
     """x [M, N] float32 -> y (may be x): LayerNorm of each row with gamma / beta [N] (None: 1 / 0); returns
     (y, mean [M], inv [M])."""

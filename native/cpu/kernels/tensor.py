@@ -212,6 +212,8 @@ def gather(op, inputs):
                 raise IndexError(f"index {i} is out of bounds for axis {axis} with size {x.shape[axis]}")
             op.__dict__["_gather"] = (x.shape, (slice(None),) * axis, x.shape[axis])
             return [x[(slice(None),) * axis + (i, Ellipsis)]]   # (Ellipsis: a 0-d view, not a scalar)
+        if idx.dtype.kind in "iu":   # np.take wraps a negative index once and raises past either end: Gather's rule
+            return [np.take(x, idx, axis=axis)]
         return [np.asarray(np.take(x, _fix_neg(idx, x.shape[axis]), axis=axis))]
     if mode == "ELEMENT":
         axis = op.params.get("axis", 0)
@@ -480,9 +482,20 @@ def tile(op, inputs):
 
 @simple_tactic("Expand")
 def expand(op, inputs):
+    """x broadcast to the shape (a copy). The result shape is kept per (x's shape, shape) on the op: a run repeats
+    neither numpy's broadcast_shapes nor the size check (~4 us of bert_mini's mask Expand, whose shape does not
+    change: then x itself, as a Reshape hands back a view; the runtime tracks what aliases what)."""
     x = np.asarray(inputs[0])
-    shape = np.broadcast_shapes(x.shape, tuple(_ints(inputs[1])))
-    check_size(op, shape, x.dtype.itemsize)
+    dims = tuple(_ints(inputs[1]))
+    held = op.__dict__.get("_expand")
+    if held is not None and held[0] == x.shape and held[1] == dims:
+        shape = held[2]
+    else:
+        shape = np.broadcast_shapes(x.shape, dims)
+        check_size(op, shape, x.dtype.itemsize)
+        op.__dict__["_expand"] = (x.shape, dims, shape)
+    if shape == x.shape:
+        return [x]
     return [np.array(np.broadcast_to(x, shape))]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from backends.engine.builder.passes.fusion_util import View, fused_node
+from backends.engine.engine_graph import Node, TensorInfo
 from native.cpu.kernels.tensor import shuffle
 from native.tactics import Op
 
@@ -53,8 +54,11 @@ def _head_split(view, att, i, heads, expect):
 
 
 def _head_merge(view, att, out_shape):
-    """(Shuffle nodes, final tensor) when the Attention output [B,H,S,Dv] reaches a [B, S, H*Dv] tensor through a
-    chain of Shuffles (each the sole reader of the one before) that moves elements as the head merge does."""
+    """(Shuffle nodes, final tensor, None) when the Attention output [B,H,S,Dv] reaches a [B, S, H*Dv] tensor through
+    a chain of Shuffles (each the sole reader of the one before) that moves elements as the head merge does; or
+    (Shuffle nodes, their last output, the next Shuffle) when the chain reaches the merged order in another shape
+    ([B, S, H, Dv]) and the next Shuffle (GPT-2's reshape to [B*S, C] for its Gemm) makes of it what it makes of the
+    [B, S, H*Dv] tensor: that Shuffle then reads the merged tensor instead."""
     b, h, s, dv = out_shape
     idx = np.arange(b * h * s * dv, dtype=np.int64).reshape(out_shape)
     want = idx.transpose(0, 2, 1, 3).reshape(b, s, h * dv)
@@ -69,8 +73,26 @@ def _head_merge(view, att, out_shape):
         chain.append(nxt)
         t = nxt.outputs[0]
         if cur.shape == want.shape and np.array_equal(cur, want):
-            return chain, t
+            return chain, t, None
+        if cur.size == want.size and np.array_equal(cur.reshape(-1), want.reshape(-1)):
+            tail = view.sole_consumer(t)
+            if _plain_shuffle(tail):
+                a, m = _apply_shuffle(cur, tail.params), _apply_shuffle(want, tail.params)
+                if a is not None and m is not None and a.shape == m.shape and np.array_equal(a, m):
+                    return chain, t, tail
     return None
+
+
+def _read_merged(view, graph, att, tail, heads_out):
+    """A new [B, S, H*Dv] tensor for the folded layer to write, and `tail` replaced by a copy that reads it."""
+    name = view.unique(f"{att.name}/heads_merged")
+    info = view.info(att.outputs[0])
+    graph.tensor_info[name] = TensorInfo(name, info.dtype if info is not None else "float32", list(heads_out), {})
+    new_tail = Node(name=tail.name, kind=tail.kind, inputs=[name] + list(tail.inputs[1:]), outputs=list(tail.outputs),
+                    params=dict(tail.params), weights=dict(tail.weights), source_nodes=list(tail.source_nodes),
+                    precision=tail.precision, meta=dict(tail.meta))
+    view.replace([tail], new_tail)
+    return name
 
 
 def _split_columns(view, src, readers):
@@ -121,7 +143,10 @@ def fold_attention_heads(graph, config, logger) -> int:
                     if src in sp.outputs:
                         srcs[j], columns[j] = src, [0, int(view.shape(src)[2])]
         splits = [sp for sp in splits if any(s == sp.inputs[0] for s in srcs)]
-        chain, final = merge
+        chain, final, tail = merge
+        if tail is not None:
+            b, h, sq, dv = out_shape
+            final = _read_merged(view, graph, att, tail, [b, sq, h * dv])
         params = dict(att.params, heads=heads, columns=[c for pair in columns for c in pair], transpose_k=True)
         nodes = splits + shuffles + [att] + chain
         new = fused_node(nodes, "Attention", srcs + att.inputs[3:], [final], params, name=att.name)

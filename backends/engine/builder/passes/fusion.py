@@ -8,7 +8,9 @@ Each pass is `f(graph, config, logger) -> rewrites`; matches are logged at verbo
 from __future__ import annotations
 
 from backends.engine.builder.passes.attention_heads import fold_attention_heads
+from backends.engine.builder.passes.fusion_residual_norm import fuse_residual_norm
 from backends.engine.builder.passes.dead import eliminate_dead_layers
+from backends.engine.builder.passes.dedupe import dedupe_layers
 from backends.engine.builder.passes.fusion_epilogue import (fold_conv_scale, fold_relu6_swish, fuse_epilogues,
                                                            fuse_norm_activation)
 from backends.engine.builder.passes.fusion_patterns import (fuse_attention, fuse_gelu, fuse_layernorm, fuse_silu,
@@ -23,6 +25,7 @@ from backends.engine.builder.passes.fusion_pointwise import (eliminate_identitie
 
 PASSES = [
     ("identity elimination", eliminate_identities),
+    ("duplicate layers", dedupe_layers),
     ("shuffle merging", merge_shuffles),
     ("activation past max pool", move_activation_past_maxpool),
     ("GELU patterns", fuse_gelu),
@@ -44,6 +47,7 @@ PASSES = [
     ("inverted-residual blocks", fuse_inverted_residual),
     ("reshape/transpose merging", merge_reshape_transpose),
     ("attention heads as strides", fold_attention_heads),
+    ("residual add + LayerNorm", fuse_residual_norm),
 ]
 
 

@@ -21,6 +21,8 @@ Convolution tactics the builder times against each other (registration order bre
   phase_gemm.py     phase-gemm-s2  3x3 stride 2: four GEMMs over the input's phase planes, no patch matrix (numba extra)
   panel_gemm.py     nhwc-gemm-panels(-polyexp)  nhwc-gemm's GEMM by the compiled panel GEMM on the kernel packed at
                     build time (matmul_panels; numba extra; other rounding)
+  patch_panels.py   patch-gemm-panels  kernel == stride (a ViT's patch embedding): the input reordered into its
+                    non-overlapping patches, one panel GEMM (numba extra; other rounding)
   silu_polyexp.py   im2col-gemm-polyexp, 1x1-gemm-polyexp, nhwc-gemm-polyexp, nhwc-gemm-bands-polyexp: the base
                     tactic with its SiLU post-op by polyexp's exp in one compiled pass (numba extra; other floats)
 Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool,
@@ -39,6 +41,7 @@ from native.cpu.kernels.conv import row_bands  # noqa: F401,E402
 from native.cpu.kernels.conv import silu_polyexp  # noqa: F401,E402  (after their bases: a near tie keeps the base)
 from native.cpu.kernels.conv import phase_gemm  # noqa: F401,E402  (new: a near tie keeps the older tactics)
 from native.cpu.kernels.conv import panel_gemm  # noqa: F401,E402  (newer still)
+from native.cpu.kernels.conv import patch_panels  # noqa: F401,E402  (newest)
 # (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
 from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401
