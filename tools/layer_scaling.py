@@ -1,0 +1,130 @@
+"""Per layer: what the second core buys. One engine, one process, inferences alternating between the CPU pool on
+(DEBUGKIT_THREADS=N) and off (1), each layer's median wall time in both, and how the pool was used meanwhile.
+
+    python tools/layer_scaling.py yolov8n [--threads 2] [--rounds 60] [--top 40] [--json FILE]
+
+Columns: ms at 1 thread, ms at N, their ratio (1.00: the layer ran on one core), the worker's Python shares
+(parallel_for items it ran itself, per inference), its GEMM shares (threads.gemm_shares run outside the GIL), and
+the shares the caller took back from a worker that had not started (its CPU taken). Sums per tactic follow.
+Wall time: run it on a quiet machine (the alternation makes both sides see the same disturbance, the ratio stays
+readable under light load). The engine is built once, at N threads, as tools/benchmark.py builds it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.corpus.corpus import find_path, manifest  # noqa: E402
+from tools import benchmark as B  # noqa: E402
+
+
+class _Counting:
+    """An IProfiler that also reads the pool's counters after each layer, so each layer gets its own deltas."""
+
+    def __init__(self, counters):
+        self.counters = counters
+        self.times = collections.defaultdict(list)
+        self.uses = collections.defaultdict(lambda: collections.Counter())
+        self._last = counters()
+
+    def start_inference(self):
+        self._last = self.counters()
+
+    def report_layer_time(self, name, ms):
+        now = self.counters()
+        self.times[name].append(float(ms))
+        for k in now:
+            self.uses[name][k] += now[k] - self._last[k]
+        self._last = now
+
+
+def _pool_counters():
+    """() -> {python, gemm, taken}: shares run by pool workers so far (a wrapper around threads._run_share that
+    counts calls on worker threads), GEMM shares the workers finished, shares the callers took back."""
+    from native.cpu import threads as T
+    seen = {"python": 0, "taken": 0}
+    run_share = T._run_share
+
+    def counted(fn, items, idxs, results):
+        if getattr(T._LOCAL, "worker", False):
+            seen["python"] += 1
+        return run_share(fn, items, idxs, results)
+    T._run_share = counted
+    take_over = T._Worker._take_over
+
+    def counted_take(self):
+        got = take_over(self)
+        seen["taken"] += bool(got)
+        return got
+    T._Worker._take_over = counted_take
+
+    def counters():
+        pool = T._STATE["pool"] or []
+        return {"python": seen["python"], "gemm": sum(int(w.flags[6]) for w in pool), "taken": seen["taken"]}
+    return counters
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", help="a corpus model name")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=60, help="inferences in each mode (alternating)")
+    ap.add_argument("--top", type=int, default=40, help="layers shown, by their 1-thread time")
+    ap.add_argument("--json", help="write every layer's row here")
+    a = ap.parse_args(argv)
+    os.environ["DEBUGKIT_THREADS"] = str(a.threads)
+    from native.cpu import threads as T
+    T.tune()
+    entry = {m["name"]: m for m in manifest()}[a.model]
+    feeds = B.make_feeds(entry["feeds"])
+    ctx, _, _ = B.build_engine(find_path(entry), feeds)
+    tactics = {n.name: n.tactic_name for n in ctx.engine.graph.nodes}
+    counters = _pool_counters()
+    profs = {1: _Counting(counters), a.threads: _Counting(counters)}
+    for r in range(2 * a.rounds + 10):
+        t = (1, a.threads)[r % 2]
+        os.environ["DEBUGKIT_THREADS"] = str(t)
+        ctx.profiler = profs[t] if r >= 10 else None
+        if ctx.profiler is not None:
+            ctx.profiler.start_inference()
+        ctx.execute(dict(feeds))
+    ctx.profiler = None
+    os.environ["DEBUGKIT_THREADS"] = str(a.threads)
+    rows = []
+    for name, ts in profs[1].times.items():
+        one = statistics.median(ts)
+        many = statistics.median(profs[a.threads].times.get(name, [0.0]))
+        u = profs[a.threads].uses[name]
+        rows.append({"layer": name, "tactic": tactics.get(name), "ms_1": one, "ms_n": many,
+                     "python_shares": u["python"] / a.rounds, "gemm_shares": u["gemm"] / a.rounds,
+                     "taken_back": u["taken"] / a.rounds})
+    t1, tn = sum(r["ms_1"] for r in rows), sum(r["ms_n"] for r in rows)
+    print(f"{a.model}: layers {t1:.3f} ms at 1 thread, {tn:.3f} at {a.threads} ({t1 / tn:.2f}x); load "
+          f"{os.getloadavg()[0]:.2f}")
+    print(f"{'layer':48s} {'tactic':26s} {'ms@1':>7s} {'ms@N':>7s} {'x':>5s} {'py':>4s} {'gemm':>4s} {'back':>4s}")
+    for r in sorted(rows, key=lambda r: -r["ms_1"])[:a.top]:
+        print(f"{r['layer'][:48]:48s} {str(r['tactic'])[:26]:26s} {r['ms_1']:7.3f} {r['ms_n']:7.3f} "
+              f"{r['ms_1'] / max(r['ms_n'], 1e-9):5.2f} {r['python_shares']:4.1f} {r['gemm_shares']:4.1f} "
+              f"{r['taken_back']:4.1f}")
+    by = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for r in rows:
+        b = by[r["tactic"]]
+        b[0] += 1
+        b[1] += r["ms_1"]
+        b[2] += r["ms_n"]
+    print(f"\n{'tactic':30s} {'layers':>6s} {'ms@1':>7s} {'ms@N':>7s} {'x':>5s} {'saved':>6s}")
+    for k, (cnt, one, many) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        print(f"{str(k):30s} {cnt:6d} {one:7.3f} {many:7.3f} {one / max(many, 1e-9):5.2f} {one - many:6.3f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
