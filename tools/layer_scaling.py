@@ -7,7 +7,8 @@ Columns: ms at 1 thread, ms at N, their ratio (1.00: the layer ran on one core),
 (parallel_for items it ran itself, per inference), its GEMM shares (threads.gemm_shares run outside the GIL), and
 the shares the caller took back from a worker that had not started (its CPU taken). Sums per tactic follow.
 Wall time, so only blocks of rounds during which no other process used the CPUs (/proc/stat, --max-others) count;
-the others are dropped and more are run, up to 20x --rounds. The engine is built once, at N threads, as tools/benchmark.py builds it.
+the others are dropped and more are run, up to 20x --rounds. The engine is built once, at N threads, as
+tools/benchmark.py builds it.
 """
 from __future__ import annotations
 

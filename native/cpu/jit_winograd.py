@@ -20,7 +20,7 @@ convolution tactic (native/cpu/kernels/conv/winograd.py), reached through `nativ
         max with 0, NaN kept, 2 SILU by polyexp's exp: jit_act._silu_poly), as four output phases over the band in
         long loops, then interleaved into the NCHW output rows 2t0..2t1 (rows and columns past Ho / Wo, where
         2 * tiles overshoot an odd size, are not written; with res the add and activation run as they are written).
-    wino_band(x [C, H, W], u [16, M, C], bias, y [M, Ho, Wo], res, ph, pw, t0, t1, rows, Wh, act, sgemm)
+    wino_band(x [C, H, W], u [16, M, C], bias, y [M, Ho, Wo], res, ph, pw, t0, t1, rows, Wh, act, sgemm, xqf, vf, mmf)
         a whole band of tile rows (the three above, and the 16 GEMMs as cblas_sgemm calls at the address `sgemm`)
         in one call outside the GIL: a pool worker's band then takes the GIL only to start (a band of Python calls
         took it ~10 times, and the worker's half of yolov8n's small layers started ~40 us late).
@@ -200,11 +200,13 @@ def wino_out(mm, bias, y, t0, t1, wh, act, res):
 
 
 @numba.njit(**_NJIT)
-def wino_band(x, u, bias, y, res, ph, pw, t0, t1, rows, wh, act, sgemm):
+def wino_band(x, u, bias, y, res, ph, pw, t0, t1, rows, wh, act, sgemm, xqf, vf, mmf):
     """winograd-f2x3-jit's band of tile rows t0..t1 of one image x [C, H, W] in sub-bands of `rows` tile rows, all
     outside the GIL: per sub-band the phase split, wino_in, the 16 GEMMs U[k] @ V[k] as cblas_sgemm calls through
     `sgemm` (numpy's OpenBLAS, with the arguments numpy's matmul passes it: the same floats, C, M >= 2) and wino_out
-    into y [M, Ho, Wo]; u [16, M, C] C-contiguous, ph / pw the padding before the input's rows / columns."""
+    into y [M, Ho, Wo]; u [16, M, C] C-contiguous, ph / pw the padding before the input's rows / columns. xqf, vf,
+    mmf: flat float32 scratch for a sub-band's phase planes, V and U V (the caller's numpy buffers: arrays this
+    large allocated in here were fresh pages each call unless the process keeps freed memory mapped, ~8x slower)."""
     c, h = x.shape[0], x.shape[1]
     m = u.shape[1]
     for b0 in range(t0, t1, rows):
@@ -212,11 +214,13 @@ def wino_band(x, u, bias, y, res, ph, pw, t0, t1, rows, wh, act, sgemm):
         nt = b1 - b0
         p = nt * wh
         lo = 2 * b0 - ph
-        xq = np.zeros((c, 2, 2, nt + 2, wh), np.float32)
+        nq = c * 4 * (nt + 2) * wh
+        xq = xqf[:nq].reshape((c, 2, 2, nt + 2, wh))
+        xqf[:nq] = 0.0
         _split_rows(x, xq, max(lo, 0), min(max(lo + 2 * nt + 4, 0), h), max(-lo, 0), pw)
-        v = np.empty((16, c, p), np.float32)
+        v = vf[:16 * c * p].reshape((16, c, p))
         wino_in(xq, v, 0, nt)
-        mm = np.empty((16, m, p), np.float32)
+        mm = mmf[:16 * m * p].reshape((16, m, p))
         for k in range(16):
             _sgemm(sgemm, m, p, c, u[k].ctypes.data, c, v[k].ctypes.data, p, _F32_ZERO, mm[k].ctypes.data, p)
         wino_out(mm, bias, y, b0, b1, wh, act, res)

@@ -306,7 +306,9 @@ class WinogradF2x3Jit(WinogradF2x3):
             bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
             # the compiled band (one call outside the GIL) where its GEMMs are the ones numpy's matmul makes
             # (numpy runs a product with one row, column or inner dimension through gemv / its own loops)
-            whole = _band_kernel() if m >= 2 and c >= 2 else None
+            # (over the pool only: on one thread the Python calls cost nothing extra, and in a process that has not
+            # kept freed memory mapped, threads.tune(), the compiled band's scratch came back as fresh pages)
+            whole = _band_kernel() if m >= 2 and c >= 2 and len(tasks) > 1 else None
             plan = (ks, pre, out, u, b, bias, fused_epilogue(op), wh, rows, tasks, whole)
         op.__dict__["_wino_jit_plan"] = (op.weights, op.params, key, plan)
         return plan
@@ -341,8 +343,11 @@ class WinogradF2x3Jit(WinogradF2x3):
 
             def band(task):
                 ni, r0, r1 = task
+                nt = min(rows, r1 - r0)
+                nq, nv = 4 * c * (nt + 2) * wh, 16 * c * nt * wh
+                scratch = np.empty(nq + nv + 16 * m * nt * wh, np.float32)   # one buffer: see wino_band
                 wino_band(x[ni], u, bias, y[ni], res if res is _EMPTY3 else res[ni], pre[0], pre[1], r0, r1, rows,
-                          wh, act, sgemm)
+                          wh, act, sgemm, scratch[:nq], scratch[nq:nq + nv], scratch[nq + nv:])
             parallel_for(band, tasks)
             return [y] if fused else finish(op, y, b, inputs, x.dtype)
 
