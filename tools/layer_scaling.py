@@ -1,5 +1,5 @@
-"""Per layer: what the second core buys. One engine, one process, inferences alternating between the CPU pool on
-(DEBUGKIT_THREADS=N) and off (1), each layer's median wall time in both, and how the pool was used meanwhile.
+"""Per layer: what the second core buys. One engine, one process, blocks of inferences alternating between the CPU
+pool on (DEBUGKIT_THREADS=N) and off (1), each layer's median wall time in both, and how the pool was used meanwhile.
 
     python tools/layer_scaling.py yolov8n [--threads 2] [--rounds 60] [--top 40] [--json FILE]
 
@@ -7,7 +7,7 @@ Columns: ms at 1 thread, ms at N, their ratio (1.00: the layer ran on one core),
 (parallel_for items it ran itself, per inference), its GEMM shares (threads.gemm_shares run outside the GIL), and
 the shares the caller took back from a worker that had not started (its CPU taken). Sums per tactic follow.
 Wall time, so only blocks of rounds during which no other process used the CPUs (/proc/stat, --max-others) count;
-the others are dropped and more are run, up to 20x --rounds. The engine is built once, at N threads, as
+the others are dropped and more are run, for up to --patience seconds. The engine is built once, at N threads, as
 tools/benchmark.py builds it.
 """
 from __future__ import annotations
@@ -102,6 +102,7 @@ def main(argv=None):
     ap.add_argument("--block", type=int, default=8, help="rounds per block; a block is dropped when other "
                     "processes used more than --max-others of a CPU meanwhile (/proc/stat)")
     ap.add_argument("--max-others", type=float, default=0.1)
+    ap.add_argument("--patience", type=float, default=600, help="seconds to wait for quiet blocks")
     a = ap.parse_args(argv)
     os.environ["DEBUGKIT_THREADS"] = str(a.threads)
     from native.cpu import threads as T
@@ -115,15 +116,23 @@ def main(argv=None):
     for _ in range(10):
         ctx.execute(dict(feeds))
     kept = blocks = 0
-    while kept < a.rounds and blocks < 20 * max(1, a.rounds // a.block):
+    give_up = time.time() + a.patience
+    while kept < a.rounds and time.time() < give_up:
+        quiet = _cpu_ticks()
+        time.sleep(0.2)   # start a block only after 0.2 s with no other process on the CPUs
+        if _others_share(quiet, _cpu_ticks()) > a.max_others:
+            continue
         blocks += 1
         trial = {1: _Counting(counters), a.threads: _Counting(counters)}
         before = _cpu_ticks()
-        for r in range(2 * a.block):
-            t = (1, a.threads)[r % 2]
+        for t in (1, a.threads) if blocks % 2 else (a.threads, 1):
             os.environ["DEBUGKIT_THREADS"] = str(t)
+            ctx.profiler = None
+            for _ in range(2):   # untimed: the pool's worker back to polling after a pause or a one-thread run
+                ctx.execute(dict(feeds))
             ctx.profiler = trial[t]
-            ctx.execute(dict(feeds))
+            for _ in range(a.block):
+                ctx.execute(dict(feeds))
         others = _others_share(before, _cpu_ticks())
         if others <= a.max_others:     # nobody else held a CPU meanwhile: keep this block
             kept += a.block
@@ -135,7 +144,8 @@ def main(argv=None):
     ctx.profiler = None
     os.environ["DEBUGKIT_THREADS"] = str(a.threads)
     if not kept:
-        print(f"no block of {a.block} rounds ran without other processes on the CPUs ({blocks} tried)")
+        print(f"no block of {a.block} rounds ran without other processes on the CPUs ({blocks} tried in "
+              f"{a.patience:.0f} s)")
         return 1
     a.rounds = kept
     rows = []
