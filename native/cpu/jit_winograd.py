@@ -20,6 +20,10 @@ convolution tactic (native/cpu/kernels/conv/winograd.py), reached through `nativ
         max with 0, NaN kept, 2 SILU by polyexp's exp: jit_act._silu_poly), as four output phases over the band in
         long loops, then interleaved into the NCHW output rows 2t0..2t1 (rows and columns past Ho / Wo, where
         2 * tiles overshoot an odd size, are not written; with res the add and activation run as they are written).
+    wino_band(x [C, H, W], u [16, M, C], bias, y [M, Ho, Wo], res, ph, pw, t0, t1, rows, Wh, act, sgemm, xqf, vf, mmf)
+        a whole band of tile rows (the three above, and the 16 GEMMs as cblas_sgemm calls at the address `sgemm`)
+        in one call outside the GIL: a pool worker's band then takes the GIL only to start (a band of Python calls
+        took it ~10 times, and the worker's half of yolov8n's small layers started ~40 us late).
 
 B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: only adds
 and subtracts, in a fixed order (these floats are the tactic's own; tested against a float64 reference).
@@ -32,6 +36,7 @@ import numba
 import numpy as np
 
 from native.cpu.jit_act import _silu_poly
+from native.cpu.jit_phase_gemm import _sgemm
 
 _NJIT = dict(nogil=True, cache=True, error_model="numpy")
 _F32_ZERO = np.float32(0.0)
@@ -39,10 +44,17 @@ _F32_ZERO = np.float32(0.0)
 
 @numba.njit(**_NJIT)
 def phase_split(x, xq, ph, pw):
+    _split_rows(x, xq, 0, x.shape[1], ph, pw)
+
+
+@numba.njit(inline="always")
+def _split_rows(x, xq, i0, i1, ph, pw):
+    """phase_split of x's rows i0..i1 only, as if they were all of x (a band's rows without a slice of x: a sliced
+    array is typed with any layout, and its loops ran ~10% slower)."""
     # each input row's even and odd columns to their two column phases in one loop (loads 2k and 2k + 1, two
     # stores: LLVM's interleaved access, vectorised; unsigned indices, so no wrap-around checks): ~0.1-0.2 ns an
     # element against ~0.6 for one scalar store per element
-    n_c, h, w = x.shape
+    n_c, w = x.shape[0], x.shape[2]
     nh, wh = xq.shape[3], xq.shape[4]
     se = pw & 1
     so = 1 - se
@@ -53,12 +65,12 @@ def phase_split(x, xq, ph, pw):
     two, one = np.uint64(2), np.uint64(1)
     for c in range(n_c):
         uc = np.uint64(c)
-        for i in range(h):
+        for i in range(i1 - i0):
             ii = (i + ph) >> 1
             if ii >= nh:
                 break
             r = (i + ph) & 1
-            ui = np.uint64(i)
+            ui = np.uint64(i + i0)
             de = xq[c, r, se, ii, be:]
             do = xq[c, r, so, ii, bo:]
             for k in range(pairs):
@@ -185,3 +197,30 @@ def wino_out(mm, bias, y, t0, t1, wh, act, res):
                         yf[d + two * k + one] = of[e1 + k]
                     if odd:
                         yf[d + two * half] = of[e0 + half]
+
+
+@numba.njit(**_NJIT)
+def wino_band(x, u, bias, y, res, ph, pw, t0, t1, rows, wh, act, sgemm, xqf, vf, mmf):
+    """winograd-f2x3-jit's band of tile rows t0..t1 of one image x [C, H, W] in sub-bands of `rows` tile rows, all
+    outside the GIL: per sub-band the phase split, wino_in, the 16 GEMMs U[k] @ V[k] as cblas_sgemm calls through
+    `sgemm` (numpy's OpenBLAS, with the arguments numpy's matmul passes it: the same floats, C, M >= 2) and wino_out
+    into y [M, Ho, Wo]; u [16, M, C] C-contiguous, ph / pw the padding before the input's rows / columns. xqf, vf,
+    mmf: flat float32 scratch for a sub-band's phase planes, V and U V (the caller's numpy buffers: arrays this
+    large allocated in here were fresh pages each call unless the process keeps freed memory mapped, ~8x slower)."""
+    c, h = x.shape[0], x.shape[1]
+    m = u.shape[1]
+    for b0 in range(t0, t1, rows):
+        b1 = min(t1, b0 + rows)
+        nt = b1 - b0
+        p = nt * wh
+        lo = 2 * b0 - ph
+        nq = c * 4 * (nt + 2) * wh
+        xq = xqf[:nq].reshape((c, 2, 2, nt + 2, wh))
+        xqf[:nq] = 0.0
+        _split_rows(x, xq, max(lo, 0), min(max(lo + 2 * nt + 4, 0), h), max(-lo, 0), pw)
+        v = vf[:16 * c * p].reshape((16, c, p))
+        wino_in(xq, v, 0, nt)
+        mm = mmf[:16 * m * p].reshape((16, m, p))
+        for k in range(16):
+            _sgemm(sgemm, m, p, c, u[k].ctypes.data, c, v[k].ctypes.data, p, _F32_ZERO, mm[k].ctypes.data, p)
+        wino_out(mm, bias, y, b0, b1, wh, act, res)

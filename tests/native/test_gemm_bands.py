@@ -6,7 +6,7 @@ import pytest
 
 from native.cpu import threads
 from native.cpu.kernels.activations import activation
-from native.cpu.kernels.conv import gemm_bands
+from native.cpu.kernels.conv import gemm_bands, tuning
 from native.cpu.kernels.conv.nhwc_gemm import row_pieces
 from native.tactics import Op, tactics_for
 from tests.native.test_nn_kernels import reference_conv
@@ -236,6 +236,7 @@ def test_conv2d_gemm_two_bands_as_shares_keep_the_python_parts_floats(kit, monke
     tactic = next(t for t in tactics_for("Convolution", "cpu") if t.name == name)
     op = Op("Convolution", "c", params, tactic.prepare(Op("Convolution", "c", params, dict(weights))))
     monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    monkeypatch.setattr(tuning, "DIRECT_SPLIT_MIN_MACS", 0)   # (these small 1x1 layers would run both bands here)
     real = threads.gemm_shares
     refused = []
     monkeypatch.setattr(threads, "gemm_shares", lambda shares, between=None, before=None: refused.append(1) and False)
@@ -249,3 +250,25 @@ def test_conv2d_gemm_two_bands_as_shares_keep_the_python_parts_floats(kit, monke
     monkeypatch.setattr(threads, "gemm_shares", real)
     for _ in range(10):
         assert np.array_equal(tactic.run(op, [x, None, None])[0].view(np.int32), parts.view(np.int32))
+
+
+def test_conv2d_gemm_small_1x1_bands_run_here(monkeypatch):
+    """A small stride-1 1x1 convolution runs its two bands on the caller, neither as GEMM shares nor as parallel_for
+    parts (the hand-off cost more than the split saved), with the split's floats bit for bit; from
+    tuning.DIRECT_SPLIT_MIN_MACS the bands go to the pool as before."""
+    from native.cpu.kernels.conv import gemm2d
+    params, weights, x, want = _conv_case(1, 48, 32, 80, 1, 1, ["SILU"])
+    tactic = next(t for t in tactics_for("Convolution", "cpu") if t.name == "1x1-gemm")
+    op = Op("Convolution", "c", params, tactic.prepare(Op("Convolution", "c", params, dict(weights))))
+    monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    monkeypatch.setattr(gemm2d, "num_threads", lambda: 2)
+    shares, parts = [], []
+    monkeypatch.setattr(threads, "gemm_shares", lambda s, between=None, before=None: shares.append(1) and False)
+    real_pf = gemm2d.parallel_for
+    monkeypatch.setattr(gemm2d, "parallel_for", lambda fn, items: parts.append(len(items)) or real_pf(fn, items))
+    here = tactic.run(op, [x, None, None])[0].copy()
+    assert 80 * 80 * 48 * 32 < tuning.DIRECT_SPLIT_MIN_MACS and shares == parts == []
+    monkeypatch.setattr(tuning, "DIRECT_SPLIT_MIN_MACS", 0)
+    split = tactic.run(op, [x, None, None])[0].copy()
+    assert shares == [1] and parts == [2]      # offered as shares, refused, run as parts
+    assert np.array_equal(here.view(np.int32), split.view(np.int32))

@@ -156,3 +156,29 @@ def test_small_planes_pool_as_one_stacked_plane(monkeypatch, case):
     calls.clear()
     want = _pool(x, case)
     assert calls == [(n * c, h, w)] and got.tobytes() == want.tobytes()
+
+
+NARROW = [  # many planes, output rows under pooling.CL_MAX_WIDTH: pooled channel-last (jit_pool.max_pool_2d_cl)
+    ((1, 128, 10, 10), [5, 5], [1, 1], [1, 1], [2, 2], [2, 2], 0),       # yolov8n's SPPF at 320x320
+    ((2, 40, 7, 9), [3, 3], [2, 2], [1, 1], [1, 1], [1, 1], 1),
+    ((1, 64, 6, 13), [3, 5], [1, 2], [1, 2], [1, 2], [1, 2], 0),
+    ((1, 64, 5, 6), [4, 4], [1, 1], [1, 1], [3, 3], [3, 3], 0),          # windows wholly in the padding
+]
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("case", NARROW)
+def test_narrow_planes_pool_channel_last_with_numpys_bytes(monkeypatch, case, threads):
+    """Planes whose output rows are too short for the per-plane loops to vectorise pool channel-last: the numpy
+    path's bytes (NaN payloads, signed-zero ties, -inf, padding-only windows), at one and two threads."""
+    pytest.importorskip("numba")
+    monkeypatch.setenv("DEBUGKIT_THREADS", threads)
+    real = pooling._channel_last()
+    assert real is not None
+    calls = []
+    monkeypatch.setattr(pooling, "_channel_last", lambda: (lambda x, *a: calls.append(a[1:3]) or real(x, *a)))
+    x = _input(case[0], np.float32)
+    got, want = _both(monkeypatch, lambda: _pool(x, case))
+    n, c = x.shape[:2]
+    assert calls and sum(r1 - r0 for r0, r1 in calls) == n * c
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()

@@ -214,3 +214,51 @@ def test_the_kept_plan_follows_the_op():
     assert t.run(op, [x])[0].tobytes() == np.maximum(plain, np.float32(0)).tobytes()
     op.weights = t.prepare(Op("Convolution", "c", op.params, {"kernel": -k, "bias": -b}))
     np.testing.assert_allclose(t.run(op, [x])[0], np.maximum(-plain, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pool,band_bytes", [(2, 1 << 21), (2, 40000), (3, 1)])
+@pytest.mark.parametrize("n,c,m,h,w,pre,post,steps", [
+    (1, 8, 6, 12, 12, (1, 1), (1, 1), ["SILU_POLYEXP"]),
+    (2, 5, 7, 11, 9, (1, 1), (1, 1), ["RELU"]),
+    (1, 4, 3, 10, 13, (1, 0), (2, 1), []),
+    (2, 6, 4, 7, 8, (0, 2), (0, 0), ["add", "RELU"]),
+    (1, 1, 4, 9, 9, (1, 1), (1, 1), ["RELU"]),      # one input channel: numpy's matmul runs no GEMM, the bands stay
+    (1, 3, 1, 9, 9, (1, 1), (1, 1), []),            # one output channel: likewise
+], ids=lambda v: str(v))
+def test_the_compiled_band_gives_the_python_bands_floats(monkeypatch, pool, band_bytes, n, c, m, h, w, pre, post,
+                                                         steps):
+    """jit_winograd.wino_band (a band in one call outside the GIL, its GEMMs through numpy's own cblas_sgemm; run
+    where the pool splits the layer) and the bands as Python calls of the three kernels and numpy's matmul: the same
+    floats, bit for bit, at every pool size and band height."""
+    _needs_jit()
+    real = winograd._band_kernel()
+    if real is None:
+        pytest.skip("numpy's OpenBLAS has no 64-bit cblas_sgemm to call")
+    calls = []
+    monkeypatch.setattr(winograd, "_band_kernel", lambda: ((lambda *a: calls.append(a[7:9]) or real[0](*a)), real[1]))
+    monkeypatch.setattr(winograd, "num_threads", lambda: pool)
+    monkeypatch.setattr(threads, "num_threads", lambda: pool)
+    monkeypatch.setattr(tuning, "PARALLEL_MIN_MACS", 1)
+    monkeypatch.setattr(tuning, "WINOGRAD_BYTES", band_bytes)
+    x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
+    k = RNG.standard_normal((m, c, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    inputs, post_ops = [x, None, None], []
+    for p in steps:
+        if p == "add":
+            ho, wo = h + pre[0] + post[0] - 2, w + pre[1] + post[1] - 2
+            post_ops.append({"op": "add", "input": len(inputs)})
+            inputs.append(RNG.standard_normal((n, m, ho, wo)).astype(np.float32))
+        else:
+            post_ops.append({"op": "activation", "type": p, "alpha": 0.0, "beta": 0.0})
+    params = _params(m, pre, post, post_ops)
+    t = _tactic()
+    ws = t.prepare(Op("Convolution", "c", params, {"kernel": k, "bias": b}))
+    outs = {}
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setattr(winograd, "_band_kernel", lambda: None)
+        outs[compiled] = t.run(Op("Convolution", "c", params, ws), inputs)[0]
+    th = -(-(h + pre[0] + post[0] - 2) // 2)
+    assert sorted(calls) == ([] if min(c, m) < 2 else sorted(threads.split(th, -(-pool // n)) * n))
+    assert outs[True].tobytes() == outs[False].tobytes()

@@ -141,7 +141,9 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
                 if cm is None:
                     cm = cols_for(ni, s0, s1)
                 np.matmul(wm, cm, out=view_as(y[ni, :, s0:s1], (g, mg, (s1 - s0) * wo)))
-        if direct and len(tasks) == 2 and g == 1:
+        # a small 1x1 convolution's two bands both here: the calls (and floats) of the split, without its hand-off
+        here = direct and len(tasks) == 2 and g == 1 and n * m * kdim * ho * wo < tuning.DIRECT_SPLIT_MIN_MACS
+        if direct and len(tasks) == 2 and g == 1 and not here:
             # a 1x1 convolution's two bands (no patch copy: views of the input) as GEMM shares outside the GIL while
             # the pool takes them (gemm_bands). Not with patch matrices: the caller would copy both bands' patches
             # (the worker runs no Python), which parallel_for's parts copy on both threads
@@ -152,7 +154,11 @@ def conv2d_gemm(op, x, wm, b, ks, strides, dil, pre, post, out, inputs, pointwis
                     break
                 done.update(pair)
         if len(done) < sum(map(len, subs)):
-            parallel_for(band, tasks)
+            if here:
+                for t in tasks:
+                    band(t)
+            else:
+                parallel_for(band, tasks)
         if side_full is not None:
             y += side_full
         if region and has_epilogue:

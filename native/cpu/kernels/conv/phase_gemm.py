@@ -18,14 +18,13 @@ Float32, groups 1, dilation 1; other post-ops, a merged shortcut or a broadcast 
 """
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
-from native.cpu import jit, threads
+from native.cpu import jit
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
+from native.cpu.kernels.conv.sgemm import sgemm_address
 from native.cpu.kernels.conv.weights import conv_bias
 from native.cpu.kernels.conv.winograd import fused_epilogue
 from native.cpu.threads import num_threads, parallel_for, split
@@ -48,8 +47,7 @@ def kernels():
     if "k" not in _STATE:
         got = None
         try:
-            fn = threads._blas_fn(("scipy_cblas_sgemm64_", "cblas_sgemm64_"))   # (jit_gemm_share.sgemm_address)
-            addr = ctypes.cast(fn, ctypes.c_void_p).value if fn is not None else 0
+            addr = sgemm_address()
             if addr:
                 got = (jit.kernel("phase_gemm_band"), addr)
         except Exception:  # noqa: BLE001 - any failure to compile or find BLAS means the tactic is not offered

@@ -24,3 +24,9 @@ WINOGRAD_BYTES = 1 << 23
 WINOGRAD_LARGE_BYTES = 3 << 20
 # phase-gemm-s2: bytes of one band's phase planes and GEMM output ([4C + M, rows + 1, Wo + 1] float32)
 PHASE_GEMM_BYTES = 1 << 20
+# a stride-1 1x1 convolution (1x1-gemm's direct bands) under this many multiply-adds runs its two bands one after
+# the other on the caller (the same GEMM calls, so the same floats as split): split, yolov8n's 80x80 / 40x40 1x1
+# layers (6-13 M MACs) ran 0.79-0.82x one thread, as GEMM shares (their descriptors, the post and the wait cost more
+# than half of a ~65 us GEMM saves, the epilogue stays on the caller) or, refused, as Python parts (h76, gated
+# two-thread profile, 2026-11-29 10:11)
+DIRECT_SPLIT_MIN_MACS = 1 << 25

@@ -35,6 +35,7 @@ from native.cpu import jit
 from native.cpu.kernels.conv import tuning
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry, pad_input
+from native.cpu.kernels.conv.sgemm import sgemm_address
 from native.cpu.kernels.conv.weights import conv_bias
 from native.cpu.threads import num_threads, parallel_for, split
 from native.tactics import Tactic, register_tactic
@@ -208,6 +209,28 @@ def _kernels():
         return None
 
 
+def _band_kernel():
+    """(jit_winograd.wino_band, the address of numpy's cblas_sgemm) where numba runs and that symbol is found, else
+    None (the bands then run as Python calls of the three kernels and numpy's matmul: the same floats)."""
+    if not jit.available():
+        return None
+    got = _STATE.get("band")
+    if got is None:
+        got = False
+        try:
+            from native.cpu import jit_winograd   # function-level: imports numba (the optional jit extra)
+            addr = sgemm_address()
+            if addr:
+                got = (jit_winograd.wino_band, addr)
+        except Exception:  # noqa: BLE001 - any failure to compile or find BLAS means the Python bands
+            got = False
+        _STATE["band"] = got
+    return got or None
+
+
+_STATE: dict = {}
+
+
 def fused_epilogue(op):
     """(activation code wino_out applies: 0 none, 1 RELU, 2 SiLU; the input index of a residual add it applies
     first, or None; whether that is every post-op): a lone activation, a lone residual add, or add then RELU."""
@@ -281,7 +304,12 @@ class WinogradF2x3Jit(WinogradF2x3):
             tasks = [(ni, t0, t1) for ni in range(n) for t0, t1 in split(th, max(1, -(-threads // n)))]
             b = conv_bias(op.weights)
             bias = None if b is None else np.ascontiguousarray(b, np.float32).reshape(-1)
-            plan = (ks, pre, out, u, b, bias, fused_epilogue(op), wh, rows, tasks)
+            # the compiled band (one call outside the GIL) where its GEMMs are the ones numpy's matmul makes
+            # (numpy runs a product with one row, column or inner dimension through gemv / its own loops)
+            # (over the pool only: on one thread the Python calls cost nothing extra, and in a process that has not
+            # kept freed memory mapped, threads.tune(), the compiled band's scratch came back as fresh pages)
+            whole = _band_kernel() if m >= 2 and c >= 2 and len(tasks) > 1 else None
+            plan = (ks, pre, out, u, b, bias, fused_epilogue(op), wh, rows, tasks, whole)
         op.__dict__["_wino_jit_plan"] = (op.weights, op.params, key, plan)
         return plan
 
@@ -290,7 +318,7 @@ class WinogradF2x3Jit(WinogradF2x3):
         plan = self._plan(op, x)
         if plan is None:
             return WinogradF2x3.run(self, op, inputs)
-        (wino_in, wino_out, phase_split), pre, out, u, b, bias, (act, res_i, fused), wh, rows, tasks = plan
+        (wino_in, wino_out, phase_split), pre, out, u, b, bias, (act, res_i, fused), wh, rows, tasks, whole = plan
         if u is None:
             w = op.weights.get("kernel")
             u = transform_kernel(w if w is not None else inputs[1], 2).astype(np.float32)
@@ -309,6 +337,19 @@ class WinogradF2x3Jit(WinogradF2x3):
                 act, fused = 0, False
         bias = _EMPTY if bias is None or not fused else bias
         y = np.empty((n, m, ho, wo), np.float32)
+
+        if whole is not None and u.dtype == np.float32 and u.flags.c_contiguous:
+            wino_band, sgemm = whole
+
+            def band(task):
+                ni, r0, r1 = task
+                nt = min(rows, r1 - r0)
+                nq, nv = 4 * c * (nt + 2) * wh, 16 * c * nt * wh
+                scratch = np.empty(nq + nv + 16 * m * nt * wh, np.float32)   # one buffer: see wino_band
+                wino_band(x[ni], u, bias, y[ni], res if res is _EMPTY3 else res[ni], pre[0], pre[1], r0, r1, rows,
+                          wh, act, sgemm, scratch[:nq], scratch[nq:nq + nv], scratch[nq + nv:])
+            parallel_for(band, tasks)
+            return [y] if fused else finish(op, y, b, inputs, x.dtype)
 
         def band(task):
             ni, r0, r1 = task
