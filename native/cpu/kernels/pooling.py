@@ -168,11 +168,8 @@ def _max_pool_2d_jit(fast, x, ks, strides, dil, pre, out):
 
 def _channel_last():
     """jit_pool.max_pool_2d_cl (max_pool_2d's floats over planes turned channel-last) where numba runs, else None."""
-    if not jit.available():
-        return None
     try:
-        from native.cpu import jit_pool   # function-level: imports numba (the optional jit extra)
-        return jit_pool.max_pool_2d_cl
+        return jit.kernel("max_pool_2d_cl")
     except Exception:  # noqa: BLE001 - any failure to compile means the per-plane loops
         return None
 

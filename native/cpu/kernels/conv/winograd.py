@@ -218,10 +218,9 @@ def _band_kernel():
     if got is None:
         got = False
         try:
-            from native.cpu import jit_winograd   # function-level: imports numba (the optional jit extra)
-            addr = sgemm_address()
-            if addr:
-                got = (jit_winograd.wino_band, addr)
+            band, addr = jit.kernel("wino_band"), sgemm_address()
+            if band is not None and addr:
+                got = (band, addr)
         except Exception:  # noqa: BLE001 - any failure to compile or find BLAS means the Python bands
             got = False
         _STATE["band"] = got
