@@ -2,6 +2,7 @@
 is claimed once, by the worker polling in `serve` or by the caller after its polls (take-over); both run numpy's
 own cblas_sgemm call, so packed-gemm-cols's floats do not depend on which path ran (bitwise)."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -63,6 +64,36 @@ def test_a_serving_thread_runs_each_posted_share_once_with_numpys_floats(share_k
     assert got["r"] is True and not flags[3]
 
 
+def test_a_dozing_server_is_woken_by_a_store_and_then_serves(share_kit):
+    """serve with dozes: once its polls run out it naps outside the GIL (flags[DOZING] 1, not "polling"); a store of
+    2 there makes it poll again, and it claims the next share; a job for the Python side ends the doze."""
+    gs, addr = share_kit
+    flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
+    job[0] = addr
+    got = {}
+    server = threading.Thread(target=lambda: got.setdefault("r", gs.serve(flags, job, 1, 0, 0, 0, 0, 3, 2, 1 << 40,
+                                                                           1 << 40, 50)))
+    server.start()
+    try:
+        deadline = time.perf_counter() + 10
+        while flags[gs.DOZING] != 1 and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert flags[gs.DOZING] == 1 and not flags[3]
+        flags[gs.DOZING] = 2
+        while not flags[3] and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert flags[3] and flags[gs.DOZING] == 0
+        a, b = _operands(16, 64, 96)
+        y = np.zeros((16, 96), np.float32)
+        gs.post(flags, job, _share(a, b, y, 0, 96), 1)
+        assert gs.finish(flags, job, 1, 1 << 40) == 0
+        assert np.array_equal(y.view(np.int32), (a @ b).view(np.int32))
+    finally:
+        flags[0] = 1
+        server.join(10)
+    assert got["r"] is True and not flags[3] and not flags[gs.DOZING]
+
+
 def test_an_unclaimed_share_is_run_by_the_caller(share_kit):
     gs, addr = share_kit
     flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
@@ -109,7 +140,6 @@ def test_one_row_is_left_to_numpy(share_kit):
 def test_a_gemm_that_finds_the_worker_asleep_leaves_it_polling_for_the_next(share_kit, monkeypatch):
     """The first GEMM of a run finds the worker asleep: it runs as Python parts, after which the worker polls for GEMM
     shares (GEMM_KICK_POLLS; unbounded here), and the next GEMM is handed over as a share."""
-    import time
     monkeypatch.setattr(threads, "GEMM_KICK_POLLS", 1 << 40)
     monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
     monkeypatch.setattr(threads, "WORKER_SPIN_POLLS", 0)     # no poll after a plain job: it sleeps on its lock
