@@ -21,10 +21,10 @@ columns, so the same floats (tested bitwise).
         first kernel share of a run finds it dozing: woken without the GIL, where a worker asleep on its lock
         needs the GIL, which a busy caller's Python holds for up to its 5 ms switch interval, to wake).
     post(flags, job, share, n)        the caller: job[1:] = share, then flags[GEMM_POSTED] = n (release).
-    finish(flags, job, n, polls) -> int
+    finish(flags, job, n, polls, done_polls=1 << 22) -> int
         the caller, after its own share: 0 once the worker has run share n; 1 when the worker had not claimed it
         within `polls` polls (its CPU taken) and the caller ran it here instead; 2 when the worker claimed it but is
-        still running it after 1 << 22 polls (the caller then sleeps on it, threads.py).
+        still running it after `done_polls` polls (the caller then sleeps on it, threads.py).
     sgemm_descriptor(a, b, y, out)    out[:9] = threads.gemm_share(a, b, y)'s descriptor, compiled: numpy's
         `ctypes.data` costs ~3 us an address, ~9 us a share in Python (for threads.gemm_share to call).
     run_share(job_or_share)           one share here (job[0] is the cblas_sgemm address); a share whose m word
@@ -40,8 +40,8 @@ columns, so the same floats (tested bitwise).
         the second's code has ALONE added (it may reuse what the first computed: the same floats). A stage that needs the whole of the previous one
         (a squeeze-excite gate over all channels) is a stage of its own: the post-and-finish is the barrier. Once a
         share is taken over (status 1: the worker's CPU taken), or with `alone`, the remaining stages run both
-        halves here; status 2: the worker claimed stage `stage - 1`'s share and has not finished it after 1 << 22
-        polls (preempted mid-share): the caller sleeps until it has (threads.kernel_shares), then runs the rest
+        halves here; status 2: the worker claimed stage `stage - 1`'s share and has not finished it after 1 << 15
+        polls (~1 ms: preempted mid-share): the caller sleeps until it has (threads.kernel_shares), then runs the rest
         alone. The whole run is one call without the GIL: a hand-off within it costs a release store and a poll
         (measured in docs/PERFORMANCE.md), where a Python one costs 25-100 us.
 
@@ -206,7 +206,7 @@ def post(flags, job, share, n):
 
 
 @numba.njit(nogil=True, cache=True)
-def finish(flags, job, n, polls):
+def finish(flags, job, n, polls, done_polls=1 << 22):
     claimed = False
     for _ in range(polls):
         if _load_acquire(flags, GEMM_CLAIMED) == n:
@@ -217,7 +217,7 @@ def finish(flags, job, n, polls):
         run_share(job)
         _store_release(flags, GEMM_DONE, n)
         return 1
-    for _ in range(1 << 22):
+    for _ in range(done_polls):
         if _load_acquire(flags, GEMM_DONE) == n:
             return 0
         _pause()
@@ -240,7 +240,7 @@ def kernel_stages(flags, job, n, fn, args, x, y, sample, first, stages, alone, p
         job[1] = KERNEL
         _store_release(flags, GEMM_POSTED, n)
         _call(fn, at, 2 * st)
-        got = finish(flags, job, n, polls)
+        got = finish(flags, job, n, polls, 1 << 15)    # ~1 ms: then the caller sleeps (a preempted worker)
         if got == 2:
             return st + 1, 2, n
         if got == 1:

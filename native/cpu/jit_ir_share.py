@@ -10,6 +10,12 @@ CPU pool's worker calls without the GIL (native/cpu/threads.kernel_shares, jit_g
         gated project kernel's columns [m0, m1) (cut at MSPLIT), their [S, M] GEMM columns and the NCHW store with
         bias and shortcut. The same kernels, operands and BLAS calls as ir-direct's inline path, so the same floats
         wherever OpenBLAS's column blocks are (tests/backends/test_ir_share.py).
+    With ROWS set (ir-rows-shares: large maps with few channels, where channel halves leave the depthwise loop
+        short runs and OpenBLAS packs the expand GEMM's input twice), three stages: 0, the expand GEMM's rows for
+        input rows [0, RSPLIT) / [RSPLIT, H) and their epilogue into the padded buffer (all channels); 1, the
+        depthwise taps for output rows [0, OSPLIT) / [OSPLIT, Ho), each part's channel sums in its own row of SUMS
+        [4, E]; 2, the gate from the two parts' sums added in order (rows 2 and 3: each part its own copy), then
+        the project stage as above.
     block(...) -> int64 [WORDS]    the argument block (addresses and sizes) of one layer, shape and scratch set;
         words X / Y (the sample's input and output) are written per call by kernel_stages.
 
@@ -29,8 +35,8 @@ from native.cpu.jit_ir import depthwise_nhwc, expanded_into_padded, gate, projec
 
 (X, Y, SGEMM, C, HW, E, M, S, H, W, HP, WP, CP, HO, WO, PT, PL, SH, SW, LO, HI, ACT_E, ACT_D, SE, RES, KH, KW, MID,
  ESPLIT, MSPLIT, WE_T, G, BE, XP, TAPS0, TAPS1, BD, YB, SUMS, W1T, B1, B1N, A1, A1N, W2T, B2, B2N, A2, A2N, GATE,
- WP_T, WPS, T, BP, BPN) = range(55)
-WORDS = 55
+ WP_T, WPS, T, BP, BPN, ROWS, RSPLIT, OSPLIT) = range(58)
+WORDS = 58
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 
@@ -86,7 +92,52 @@ def _expand_dw(a, part):
 
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
-def _project(a, part, alone):
+def _expand_rows(a, part):
+    """Stage 0 of the row split: the expand GEMM's rows for input rows [r0, r1) (all channels), their epilogue into
+    the padded buffer, with the top (part 0) or bottom (part 1) border rows."""
+    e, w, pt = a[E], a[W], a[PT]
+    r0, r1 = (0, a[RSPLIT]) if part == 0 else (a[RSPLIT], a[H])
+    if r1 > r0:
+        _sgemm(a[SGEMM], _TRANS, (r1 - r0) * w, e, a[C], a[X] + 4 * r0 * w, a[HW], a[WE_T], e,
+               a[G] + 4 * r0 * w * e, e)
+    g = carray(_f32_at(a[G] + 4 * r0 * w * e), ((r1 - r0) * w, e))
+    b0, b1 = (0, pt + r1) if part == 0 else (pt + r0, a[HP])     # the padded rows this part writes
+    xp = carray(_f32_at(a[XP] + 4 * b0 * a[WP] * a[CP]), (b1 - b0, a[WP], a[CP]))
+    expanded_into_padded(g, carray(_f32_at(a[BE]), (e,)), a[ACT_E], xp, pt if part == 0 else 0, a[PL], r1 - r0, w,
+                         0)
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _dw_rows(a, part):
+    """Stage 1 of the row split: the depthwise taps for output rows [o0, o1) (all channels), their sums into the
+    part's own row of SUMS."""
+    e, sh = a[E], a[SH]
+    o0, o1 = (0, a[OSPLIT]) if part == 0 else (a[OSPLIT], a[HO])
+    sums = carray(_f64_at(a[SUMS] + 8 * e * part), (e if a[SE] else 0,))
+    if o1 <= o0:
+        sums[:] = 0.0
+        return
+    top = o0 * sh
+    xp = carray(_f32_at(a[XP] + 4 * top * a[WP] * a[CP]), (a[HP] - top, a[WP], a[CP]))
+    y = carray(_f32_at(a[YB] + 4 * o0 * a[WO] * a[CP]), (o1 - o0, a[WO], a[CP]))
+    taps = carray(_f32_at(a[TAPS0]), (a[KH], a[KW], -(-e // 16) * 16))
+    depthwise_nhwc(xp, taps, carray(_f32_at(a[BD]), (e,)), a[ACT_D], y, sh, a[SW], sums, 0, a[LO] - top,
+                   a[HI] - top)
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _total(a, part):
+    """The row split's channel sums, part 0's plus part 1's (in that order), into the part's own row 2 + part."""
+    e = a[E]
+    s0, s1 = carray(_f64_at(a[SUMS]), (e,)), carray(_f64_at(a[SUMS] + 8 * e), (e,))
+    out = carray(_f64_at(a[SUMS] + 8 * e * (2 + part)), (e,))
+    for k in range(e):
+        out[k] = s0[k] + s1[k]
+    return a[SUMS] + 8 * e * (2 + part)
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _project(a, part, alone, sums_at):
     e, m, s = a[E], a[M], a[S]
     m0, m1 = (0, a[MSPLIT]) if part == 0 else (a[MSPLIT], m)
     if m1 <= m0:
@@ -96,7 +147,7 @@ def _project(a, part, alone):
         mid = a[MID]
         g = carray(_f32_at(a[GATE] + 4 * e * (0 if alone else part)), (e,))
         if not alone or part == 0:   # part 1 right after part 0 on one thread: part 0's gate (the same floats)
-            gate(carray(_f64_at(a[SUMS]), (e,)), float(s), carray(_f32_at(a[W1T]), (e, mid)),
+            gate(carray(_f64_at(sums_at), (e,)), float(s), carray(_f32_at(a[W1T]), (e, mid)),
                  carray(_f32_at(a[B1]), (a[B1N],)), carray(_f64_at(a[A1]), (a[A1N], 3)),
                  carray(_f32_at(a[W2T]), (mid, e)), carray(_f32_at(a[B2]), (a[B2N],)),
                  carray(_f64_at(a[A2]), (a[A2N], 3)), g)
@@ -111,10 +162,18 @@ def _project(a, part, alone):
 @numba.cfunc(types.void(types.CPointer(types.int64), types.int64), nopython=True, cache=True)
 def ir_stage(ptr, code):
     a = carray(ptr, (WORDS,))
-    if (code & 0xFF) >> 1 == 0:
-        _expand_dw(a, code & 1)
+    stage, part, alone = (code & 0xFF) >> 1, code & 1, code >= 256
+    if a[ROWS]:
+        if stage == 0:
+            _expand_rows(a, part)
+        elif stage == 1:
+            _dw_rows(a, part)
+        else:
+            _project(a, part, alone, _total(a, part) if a[SE] else a[SUMS])
+    elif stage == 0:
+        _expand_dw(a, part)
     else:
-        _project(a, code & 1, code >= 256)
+        _project(a, part, alone, a[SUMS])
 
 
 def block(sgemm, dims, arrays):

@@ -358,7 +358,7 @@ def kernel_shares(fn, args, x, y, sample, stages) -> bool:
                 if w.flags[3]:
                     _shared_stages(gs, w, fn, args, x, y, sample, stages)
                     return True
-                if w.flags[7] == 1:     # dozing (jit_gemm_share.serve): wake it for the next call
+                if w.flags[7]:     # dozing (jit_gemm_share.serve): wake it for the next call (or woken already)
                     w.flags[7] = 2
                 else:
                     _kick(w)

@@ -44,13 +44,17 @@ def _alone(graph, x):
         threads._SPIN["quiet_after"] = saved
 
 
+TACTICS = ["ir-direct-shares", "ir-rows-shares"]
+
+
+@pytest.mark.parametrize("tactic", TACTICS)
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_shares_compute_the_unfused_result_and_ir_directs_within_rounding(kit, case):
+def test_shares_compute_the_unfused_result_and_ir_directs_within_rounding(kit, case, tactic):
     kw = CASES[case]
     m = _ir_model(**kw)
     x = _input(kw)
-    graph, _ = _build(m, "ir-direct-shares")
-    assert kinds(graph) == ["InvertedResidual"] and graph.nodes[-1].tactic_name == "ir-direct-shares"
+    graph, _ = _build(m, tactic)
+    assert kinds(graph) == ["InvertedResidual"] and graph.nodes[-1].tactic_name == tactic
     y = _alone(graph, x)
     want = run(_build(m, fusion=False)[0], {"x": x})[0]
     direct = run(_build(m, "ir-direct")[0], {"x": x})[0]
@@ -82,12 +86,13 @@ def _stop(w, monkeypatch):
     config.reload()
 
 
+@pytest.mark.parametrize("tactic", TACTICS)
 @pytest.mark.parametrize("case", [0, 2])
-def test_a_polling_worker_runs_halves_with_the_same_floats(kit, monkeypatch, case):
+def test_a_polling_worker_runs_halves_with_the_same_floats(kit, monkeypatch, case, tactic):
     kw = CASES[case]
     m = _ir_model(**kw)
     x = _input(kw)
-    graph, _ = _build(m, "ir-direct-shares")
+    graph, _ = _build(m, tactic)
     alone = _alone(graph, x)
     w = _polling_worker(monkeypatch)
     try:
@@ -105,11 +110,12 @@ def test_a_polling_worker_runs_halves_with_the_same_floats(kit, monkeypatch, cas
         _stop(w, monkeypatch)
 
 
-def test_one_thread_runs_both_halves_with_the_same_floats(kit, monkeypatch):
+@pytest.mark.parametrize("tactic", TACTICS)
+def test_one_thread_runs_both_halves_with_the_same_floats(kit, monkeypatch, tactic):
     kw = CASES[0]
     m = _ir_model(**kw)
     x = _input(kw)
-    graph, _ = _build(m, "ir-direct-shares")
+    graph, _ = _build(m, tactic)
     alone = _alone(graph, x)
     monkeypatch.setenv("DEBUGKIT_THREADS", "1")
     config.reload()
@@ -138,6 +144,7 @@ def test_a_half_the_worker_never_claims_is_run_by_the_caller(kit, monkeypatch):
             return True
     stuck = Stuck()
     stuck.flags[3] = 1
+    monkeypatch.setattr(threads, "BACKOFF_S", 60.0)
     monkeypatch.setitem(threads._STATE, "pool", [stuck])
     monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
     monkeypatch.setenv("DEBUGKIT_THREADS", "2")
@@ -153,13 +160,61 @@ def test_a_half_the_worker_never_claims_is_run_by_the_caller(kit, monkeypatch):
     assert threads._contended()
 
 
-def test_a_busy_thread_beside_it_changes_nothing(kit, monkeypatch):
+def test_a_half_claimed_then_held_up_is_waited_for_asleep_and_the_rest_runs_on_the_caller(kit, monkeypatch):
+    """A worker that claims its half and then stalls (as one preempted mid-share): the caller stops polling after
+    ~1 ms, sleeps until the half is done, and runs the later stage's halves itself; the floats stay the same."""
+    kw = CASES[0]
+    m = _ir_model(**kw)
+    x = _input(kw)
+    graph, _ = _build(m, "ir-direct-shares")
+    alone = _alone(graph, x)
+    gs, _ = threads._gemm_share()
+
+    class Slow:
+        flags, gemm, gemm_posted, serve, owes = np.zeros(8, np.int64), np.zeros(10, np.int64), 0, True, False
+
+        def ready(self):
+            return True
+    slow = Slow()
+    slow.flags[3] = 1
+    ran = []
+
+    def worker():
+        deadline = time.perf_counter() + 10
+        while slow.flags[gs.GEMM_POSTED] == 0 and time.perf_counter() < deadline:
+            pass
+        slow.flags[gs.GEMM_CLAIMED] = 1     # claimed (the caller polls for the claim: no take-over) ...
+        time.sleep(0.05)                     # ... then held up far longer than the caller polls
+        gs.run_share(slow.gemm)
+        ran.append(int(slow.gemm[3]))
+        slow.flags[gs.GEMM_DONE] = 1
+    helper = threading.Thread(target=worker, daemon=True)
+    monkeypatch.setattr(threads, "BACKOFF_S", 60.0)
+    monkeypatch.setitem(threads._STATE, "pool", [slow])
+    monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
+    monkeypatch.setenv("DEBUGKIT_THREADS", "2")
+    config.reload()
+    threads.tune()
+    helper.start()
+    try:
+        y = run(graph, {"x": x})[0]
+    finally:
+        helper.join(10)
+        monkeypatch.delenv("DEBUGKIT_THREADS")
+        config.reload()
+    assert ran == [1]                       # stage 0's second half, by the held-up worker only
+    assert slow.gemm_posted == 1 and threads._contended()
+    assert np.array_equal(y.view(np.int32), alone.view(np.int32))
+
+
+@pytest.mark.parametrize("tactic", TACTICS)
+def test_a_busy_thread_beside_it_changes_nothing(kit, monkeypatch, tactic):
     """Two busy threads (the other core taken, and then some) while the layer runs with the pool on: every run
     completes with the same floats (the take-over and back-off keep it from waiting on a worker without a CPU)."""
     kw = CASES[3]
     m = _ir_model(**kw)
     x = _input(kw)
-    graph, _ = _build(m, "ir-direct-shares")
+    graph, _ = _build(m, tactic)
     alone = _alone(graph, x)
     w = _polling_worker(monkeypatch)
     stop = threading.Event()
@@ -189,7 +244,11 @@ def test_small_blocks_and_builds_without_numba_do_not_offer_it(kit, monkeypatch)
     op = Op(kind=node.kind, name=node.name, params=node.params, weights=node.weights)
     ctx = LayerContext([[1, 8, 9, 11]], ["float32"])
     why = {t.name: t.supports(op, ctx) for t in tactics_for("InvertedResidual", "cpu")}
-    assert "fewer than 32" in why["ir-direct-shares"] and why["ir-direct"] is None
+    assert "fewer than 32" in why["ir-direct-shares"] and why["ir-direct"] is None and why["ir-rows-shares"] is None
+    one_row = LayerContext([[1, 8, 2, 11]], ["float32"])     # k=3, stride 2: one output row
+    op.params = dict(op.params, strides=[2, 2])
+    rows = [t for t in tactics_for("InvertedResidual", "cpu") if t.name == "ir-rows-shares"][0]
+    assert "fewer than 2 output rows" in rows.supports(op, one_row)
     monkeypatch.setenv("DEBUGKIT_JIT", "0")
     config.reload()
     try:

@@ -291,13 +291,18 @@ class InvertedResidualShares(InvertedResidualDirect):
     own floats (OpenBLAS's GEMM floats depend on the columns a call covers), the same whichever thread ran a half.
     Needs numba and numpy's 64-bit-integer cblas_sgemm."""
     name = "ir-direct-shares"
+    rows = False     # ir-rows-shares: cut by rows instead
 
     def supports(self, op, input_shapes):
         why = super().supports(op, input_shapes)
         if why is None and _share_kit() is None:
             why = "needs the numba extra and numpy's 64-bit-integer cblas_sgemm"
-        if why is None and op.weights["dw_kernel"].shape[0] < 32:
+        if why is None and not self.rows and op.weights["dw_kernel"].shape[0] < 32:
             why = "fewer than 32 expanded channels: nothing to cut (16-channel parts)"
+        s = input_shapes[0] if input_shapes else None
+        if why is None and self.rows and s is not None and isinstance(s[2], int) and s[2] >= 0 \
+                and geometry(op.params, s[2], max(1, s[3] if isinstance(s[3], int) else 1))[4][0] < 2:
+            why = "fewer than 2 output rows: nothing to cut"
         return why
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
@@ -312,18 +317,29 @@ class InvertedResidualShares(InvertedResidualDirect):
         if not pk.se:
             sums, wps = _EMPTY64, pk.wp_t
         rows = (pt, pt + h) if pk.finite else (0, h + pt + pb)
-        fn, args, _ = _share_block(op, pk, x.shape, (xp, y, g, t, sums, wps), rows)
+        fn, args, _ = _share_block(op, pk, x.shape, (xp, y, g, t, sums, wps), rows, self.rows)
         dst = _output(outputs, (n, m, ho, wo))
         for ni in range(n):
-            kernel_shares(fn, args, x, dst, ni, 2)
+            kernel_shares(fn, args, x, dst, ni, 3 if self.rows else 2)
         return [dst]
 
 
-def _share_block(op, pk, shape, bufs, rows):
+@register_tactic
+class InvertedResidualRowShares(InvertedResidualShares):
+    """ir-direct-shares cut by rows of the map instead of channels (jit_ir_share's ROWS: the expand GEMM's input
+    rows, then the depthwise stage's output rows, then the project stage's output channels, three stages): for
+    large maps with few channels (MobileNetV3's 56x56 and 28x28 blocks, 72-88 channels), where channel halves left
+    the depthwise loop runs of 32-48 channels and OpenBLAS packing the expand GEMM's input twice (alone on one
+    thread: 1.15-1.4x ir-direct). Its own floats (row parts; the channel sums added from two parts)."""
+    name = "ir-rows-shares"
+    rows = True
+
+
+def _share_block(op, pk, shape, bufs, rows, by_rows=False):
     """(ir_stage's address, the argument block, what it points at) of this layer, input shape and thread's scratch
     (jit_ir_share: ir-direct-shares' two stages, each cut in two). Made once per layer, shape and scratch buffer."""
     xp, y, g, t, sums, wps = bufs
-    key = (shape, id(xp))
+    key = (shape, id(xp), by_rows)
     blocks = op.__dict__.setdefault("_ir_shares", {})
     got = blocks.get(key)
     if got is None:
@@ -335,21 +351,24 @@ def _share_block(op, pk, shape, bufs, rows):
         esplit = _parts(e, 1 << 62, 16, 2)[0][1]
         msplit = m // 2
         gates = np.empty((2, e), np.float32)
+        if by_rows:    # the whole channel range; per-part sums and their totals [4, E]
+            esplit, sums = e, np.zeros((4, e), np.float64)
         arrays = {js.WE_T: pk.we_t, js.G: g, js.BE: pk.be, js.XP: xp, js.TAPS0: pk.taps_of(0, esplit),
-                  js.TAPS1: pk.taps_of(esplit, e), js.BD: pk.bd, js.YB: y, js.SUMS: sums, js.GATE: gates,
-                  js.WP_T: pk.wp_t, js.WPS: wps, js.T: t, js.BP: pk.bp}
+                  js.TAPS1: pk.taps_of(esplit, e) if esplit < e else pk.taps_of(0, esplit), js.BD: pk.bd, js.YB: y,
+                  js.SUMS: sums, js.GATE: gates, js.WP_T: pk.wp_t, js.WPS: wps, js.T: t, js.BP: pk.bp}
         dims = {js.C: c, js.HW: h * w, js.E: e, js.M: m, js.S: ho * wo, js.H: h, js.W: w, js.HP: xp.shape[0],
                 js.WP: xp.shape[1], js.CP: xp.shape[2], js.HO: ho, js.WO: wo, js.PT: pt, js.PL: pl, js.SH: sh,
                 js.SW: sw, js.LO: rows[0], js.HI: rows[1], js.ACT_E: _act_code(p.get("expand_ops")),
                 js.ACT_D: _act_code(p.get("dw_ops")), js.SE: int(pk.se), js.RES: int(bool(p.get("residual"))),
-                js.KH: kh, js.KW: kw, js.ESPLIT: esplit, js.MSPLIT: msplit, js.BPN: pk.bp.size}
+                js.KH: kh, js.KW: kw, js.ESPLIT: esplit, js.MSPLIT: msplit, js.BPN: pk.bp.size,
+                js.ROWS: int(by_rows), js.RSPLIT: h // 2, js.OSPLIT: ho // 2}
         if pk.se:
             arrays.update({js.W1T: pk.w1t, js.B1: pk.b1, js.A1: pk.a1, js.W2T: pk.w2t, js.B2: pk.b2, js.A2: pk.a2})
             dims.update({js.MID: pk.w1t.shape[1], js.B1N: pk.b1.size, js.A1N: pk.a1.shape[0], js.B2N: pk.b2.size,
                          js.A2N: pk.a2.shape[0]})
         if len(blocks) >= 64:     # shapes that vary from run to run: keep the recent ones
             blocks.clear()
-        got = blocks[key] = (js.ir_stage.address, js.block(addr, dims, arrays), (arrays, bufs))
+        got = blocks[key] = (js.ir_stage.address, js.block(addr, dims, arrays), (arrays, bufs, sums))
     return got
 
 
