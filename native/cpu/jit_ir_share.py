@@ -16,6 +16,11 @@ CPU pool's worker calls without the GIL (native/cpu/threads.kernel_shares, jit_g
         depthwise taps for output rows [0, OSPLIT) / [OSPLIT, Ho), each part's channel sums in its own row of SUMS
         [4, E]; 2, the gate from the two parts' sums added in order (rows 2 and 3: each part its own copy), then
         the project stage as above.
+    With PLANES set (ir-planes-shares), ir-planes' steps on channel halves, two stages: 0, channels [0, ESPLIT) /
+        [ESPLIT, E) channels-first: the expand GEMM's rows (EXPAND) with bias and activation, the depthwise planes
+        (jit_dw.depthwise_planes), the channel sums; 1, the gate, the gated kernel's rows [0, MSPLIT) / [MSPLIT, M),
+        their GEMM rows into the output, bias and shortcut (WE_T, G, TAPS0, YB, WP_T, WPS then hold we [E, C], the
+        expanded [E, H*W], taps [kh*kw, E], the depthwise output [E, Ho, Wo], wp [M, E] and the gated [M, E]).
     block(...) -> int64 [WORDS]    the argument block (addresses and sizes) of one layer, shape and scratch set;
         words X / Y (the sample's input and output) are written per call by kernel_stages.
 
@@ -31,12 +36,14 @@ from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
-from native.cpu.jit_ir import depthwise_nhwc, expanded_into_padded, gate, project_out, scaled_cols
+from native.cpu.jit_dw import depthwise_planes
+from native.cpu.jit_ir import (bias_act_rows, bias_residual, channel_sums, depthwise_nhwc, expanded_into_padded, gate,
+                               project_out, scaled_cols, scaled_rows)
 
 (X, Y, SGEMM, C, HW, E, M, S, H, W, HP, WP, CP, HO, WO, PT, PL, SH, SW, LO, HI, ACT_E, ACT_D, SE, RES, KH, KW, MID,
  ESPLIT, MSPLIT, WE_T, G, BE, XP, TAPS0, TAPS1, BD, YB, SUMS, W1T, B1, B1N, A1, A1N, W2T, B2, B2N, A2, A2N, GATE,
- WP_T, WPS, T, BP, BPN, ROWS, RSPLIT, OSPLIT) = range(58)
-WORDS = 58
+ WP_T, WPS, T, BP, BPN, ROWS, RSPLIT, OSPLIT, PLANES, EXPAND) = range(60)
+WORDS = 60
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 
@@ -159,11 +166,66 @@ def _project(a, part, alone, sums_at):
                 carray(_f32_at(a[X]), (rows, a[HW] if rows else 0)), carray(_f32_at(a[Y]), (m, s)), m0, m1)
 
 
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _planes_dw(a, part):
+    """ir-planes-shares' stage 0: channels [e0, e1) channels-first: the expand GEMM's rows (we [E, C] x x [C, H*W])
+    and bias + activation, or the input's planes where there is no expand stage; the depthwise planes; the sums."""
+    e, hw = a[E], a[HW]
+    e0, e1 = (0, a[ESPLIT]) if part == 0 else (a[ESPLIT], e)
+    n = e1 - e0
+    if n <= 0:
+        return
+    src = a[X]
+    if a[EXPAND]:
+        _sgemm(a[SGEMM], _NO_TRANS, n, hw, a[C], a[WE_T] + 4 * e0 * a[C], a[C], a[X], hw, a[G] + 4 * e0 * hw, hw)
+        bias_act_rows(carray(_f32_at(a[G] + 4 * e0 * hw), (n, hw)), carray(_f32_at(a[BE] + 4 * e0), (n,)), a[ACT_E])
+        src = a[G]
+    kh, kw = a[KH], a[KW]
+    taps = carray(_f32_at(a[TAPS0]), (kh * kw, e))[:, e0:e1]
+    y = carray(_f32_at(a[YB] + 4 * e0 * a[S]), (n, a[HO], a[WO]))
+    depthwise_planes(carray(_f32_at(src + 4 * e0 * hw), (n, a[H], a[W])), taps, carray(_f32_at(a[BD] + 4 * e0), (n,)),
+                     y, kh, kw, a[SH], a[SW], 1, 1, a[PT], a[PL], a[ACT_D])
+    if a[SE]:
+        channel_sums(carray(_f32_at(a[YB] + 4 * e0 * a[S]), (n, a[S])), carray(_f64_at(a[SUMS] + 8 * e0), (n,)))
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy")
+def _planes_project(a, part, alone):
+    """ir-planes-shares' stage 1: the gate (each part its own copy), the gated kernel's rows [m0, m1), their GEMM
+    rows (wps [M, E] x y [E, S]) into the output and the bias and shortcut."""
+    e, m, s = a[E], a[M], a[S]
+    m0, m1 = (0, a[MSPLIT]) if part == 0 else (a[MSPLIT], m)
+    if m1 <= m0:
+        return
+    wps = a[WP_T]
+    if a[SE]:
+        mid = a[MID]
+        g = carray(_f32_at(a[GATE] + 4 * e * (0 if alone else part)), (e,))
+        if not alone or part == 0:
+            gate(carray(_f64_at(a[SUMS]), (e,)), float(s), carray(_f32_at(a[W1T]), (e, mid)),
+                 carray(_f32_at(a[B1]), (a[B1N],)), carray(_f64_at(a[A1]), (a[A1N], 3)),
+                 carray(_f32_at(a[W2T]), (mid, e)), carray(_f32_at(a[B2]), (a[B2N],)),
+                 carray(_f64_at(a[A2]), (a[A2N], 3)), g)
+        scaled_rows(carray(_f32_at(a[WP_T] + 4 * m0 * e), (m1 - m0, e)), g,
+                    carray(_f32_at(a[WPS] + 4 * m0 * e), (m1 - m0, e)))
+        wps = a[WPS]
+    _sgemm(a[SGEMM], _NO_TRANS, m1 - m0, s, e, wps + 4 * m0 * e, e, a[YB], s, a[Y] + 4 * m0 * s, s)
+    rows = (m1 - m0) if a[RES] else 0
+    bias_residual(carray(_f32_at(a[Y] + 4 * m0 * s), (m1 - m0, s)),
+                  carray(_f32_at(a[BP] + 4 * m0), ((m1 - m0) if a[BPN] else 0,)),
+                  carray(_f32_at(a[X] + 4 * m0 * s), (rows, s if rows else 0)))
+
+
 @numba.cfunc(types.void(types.CPointer(types.int64), types.int64), nopython=True, cache=True)
 def ir_stage(ptr, code):
     a = carray(ptr, (WORDS,))
     stage, part, alone = (code & 0xFF) >> 1, code & 1, code >= 256
-    if a[ROWS]:
+    if a[PLANES]:
+        if stage == 0:
+            _planes_dw(a, part)
+        else:
+            _planes_project(a, part, alone)
+    elif a[ROWS]:
         if stage == 0:
             _expand_rows(a, part)
         elif stage == 1:

@@ -18,6 +18,7 @@ from tests.backends.test_fusion_ir import _build, _ir_model
 pytestmark = pytest.mark.jit
 RNG = np.random.default_rng(75)
 CASES = [dict(k=5, se=True, residual=True, e=96, c=24, hw=(14, 14)),
+         dict(k=3, se=True, residual=False, c=16, hw=(16, 16), stride=(2, 2), expand=False),
          dict(k=3, se=False, residual=False, e=64, c=16, hw=(15, 13), stride=(2, 2)),
          dict(k=5, se=True, residual=False, e=40, c=8, hw=(9, 11), batch=2, act_e="Relu", act_d="Relu"),
          dict(k=3, se=True, residual=True, e=72, c=24, hw=(7, 7))]
@@ -44,12 +45,14 @@ def _alone(graph, x):
         threads._SPIN["quiet_after"] = saved
 
 
-TACTICS = ["ir-direct-shares", "ir-rows-shares"]
+TACTICS = ["ir-direct-shares", "ir-rows-shares", "ir-planes-shares"]
 
 
-@pytest.mark.parametrize("tactic", TACTICS)
-@pytest.mark.parametrize("case", range(len(CASES)))
-def test_shares_compute_the_unfused_result_and_ir_directs_within_rounding(kit, case, tactic):
+PAIRS = [(i, t) for i, kw in enumerate(CASES) for t in TACTICS if kw.get("expand", True) or t == "ir-planes-shares"]
+
+
+@pytest.mark.parametrize("case,tactic", PAIRS)
+def test_shares_compute_the_unfused_result_and_the_inline_tactics_within_rounding(kit, case, tactic):
     kw = CASES[case]
     m = _ir_model(**kw)
     x = _input(kw)
@@ -57,7 +60,7 @@ def test_shares_compute_the_unfused_result_and_ir_directs_within_rounding(kit, c
     assert kinds(graph) == ["InvertedResidual"] and graph.nodes[-1].tactic_name == tactic
     y = _alone(graph, x)
     want = run(_build(m, fusion=False)[0], {"x": x})[0]
-    direct = run(_build(m, "ir-direct")[0], {"x": x})[0]
+    direct = run(_build(m, "ir-planes" if tactic == "ir-planes-shares" else "ir-direct")[0], {"x": x})[0]
     scale = float(np.abs(want).max())
     np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5 * scale)
     np.testing.assert_allclose(y, direct, rtol=1e-6, atol=1e-6 * scale)
@@ -87,7 +90,7 @@ def _stop(w, monkeypatch):
 
 
 @pytest.mark.parametrize("tactic", TACTICS)
-@pytest.mark.parametrize("case", [0, 2])
+@pytest.mark.parametrize("case", [0, 3])
 def test_a_polling_worker_runs_halves_with_the_same_floats(kit, monkeypatch, case, tactic):
     kw = CASES[case]
     m = _ir_model(**kw)
@@ -211,7 +214,7 @@ def test_a_half_claimed_then_held_up_is_waited_for_asleep_and_the_rest_runs_on_t
 def test_a_busy_thread_beside_it_changes_nothing(kit, monkeypatch, tactic):
     """Two busy threads (the other core taken, and then some) while the layer runs with the pool on: every run
     completes with the same floats (the take-over and back-off keep it from waiting on a worker without a CPU)."""
-    kw = CASES[3]
+    kw = CASES[-1]
     m = _ir_model(**kw)
     x = _input(kw)
     graph, _ = _build(m, tactic)

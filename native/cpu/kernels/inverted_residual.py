@@ -524,6 +524,72 @@ class InvertedResidualPlanes(InvertedResidualDirect):
 
 
 @register_tactic
+class InvertedResidualPlanesShares(InvertedResidualPlanes):
+    """ir-planes' steps as kernel shares (jit_ir_share's PLANES; threads.kernel_shares, as ir-direct-shares): the
+    expanded channels' halves (expand GEMM rows, depthwise planes, sums), then the output channels' halves (gate,
+    gated kernel rows, GEMM rows, bias and shortcut), on the caller and a pool worker at once, or both halves on
+    the caller with the same cuts (the same floats). MobileNetV3's first block (no expand stage, 16 channels on a
+    112x112 map) and PaddleOCR's wide, short maps."""
+    name = "ir-planes-shares"
+
+    def supports(self, op, input_shapes):
+        why = super().supports(op, input_shapes)
+        if why is None and _share_kit() is None:
+            why = "needs the numba extra and numpy's 64-bit-integer cblas_sgemm"
+        if why is None and op.weights["dw_kernel"].shape[0] < 16:
+            why = "fewer than 16 channels"
+        return why
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        if _share_kit() is None:
+            return super().run(op, inputs, outputs, workspace, stream)
+        pk = Packed.of(op)
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (pt, pl), _, (ho, wo), *_ = _shape_plan(op, pk, x.shape)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        bufs = scratch((e, h * w), (e, ho, wo), ((e,), np.float64), (e,), (m, e))
+        fn, args = _planes_block(op, pk, x.shape, bufs)
+        dst = _output(outputs, (n, m, ho, wo))
+        for ni in range(n):
+            kernel_shares(fn, args, x, dst, ni, 2)
+        return [dst]
+
+
+def _planes_block(op, pk, shape, bufs):
+    """(ir_stage's address, argument block) of ir-planes-shares for this layer, shape and thread's scratch."""
+    ex, y, sums, _, wps = bufs
+    key = (shape, id(ex), "planes")
+    blocks = op.__dict__.setdefault("_ir_shares", {})
+    got = blocks.get(key)
+    if got is None:
+        js, addr = _share_kit()
+        c, h, w = shape[1:]
+        p = op.params
+        (kh, kw), (sh, sw), (pt, pl), _, (ho, wo) = geometry(p, h, w)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        taps = np.ascontiguousarray(pk.taps.reshape(kh * kw, e))
+        gates = np.empty((2, e), np.float32)
+        arrays = {js.G: ex, js.BE: pk.be, js.TAPS0: taps, js.BD: pk.bd, js.YB: y, js.SUMS: sums, js.GATE: gates,
+                  js.WP_T: pk.wp, js.WPS: wps, js.BP: pk.bp}
+        if pk.we is not None:
+            arrays[js.WE_T] = pk.we
+        dims = {js.C: c, js.HW: h * w, js.E: e, js.M: m, js.S: ho * wo, js.H: h, js.W: w, js.HO: ho, js.WO: wo,
+                js.PT: pt, js.PL: pl, js.SH: sh, js.SW: sw, js.ACT_E: _act_code(p.get("expand_ops")),
+                js.ACT_D: _act_code(p.get("dw_ops")), js.SE: int(pk.se), js.RES: int(bool(p.get("residual"))),
+                js.KH: kh, js.KW: kw, js.ESPLIT: e // 2, js.MSPLIT: m // 2, js.BPN: pk.bp.size, js.PLANES: 1,
+                js.EXPAND: int(pk.we is not None)}
+        if pk.se:
+            arrays.update({js.W1T: pk.w1t, js.B1: pk.b1, js.A1: pk.a1, js.W2T: pk.w2t, js.B2: pk.b2, js.A2: pk.a2})
+            dims.update({js.MID: pk.w1t.shape[1], js.B1N: pk.b1.size, js.A1N: pk.a1.shape[0], js.B2N: pk.b2.size,
+                         js.A2N: pk.a2.shape[0]})
+        if len(blocks) >= 64:
+            blocks.clear()
+        got = blocks[key] = (js.ir_stage.address, js.block(addr, dims, arrays), (arrays, bufs, taps))
+    return got[0], got[1]
+
+
+@register_tactic
 class InvertedResidualNumpy(Tactic):
     """ir-direct's steps in numpy (the depthwise taps as one einsum over a strided view), for builds without numba."""
     kind, name = "InvertedResidual", "ir-numpy"
