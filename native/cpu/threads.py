@@ -13,6 +13,8 @@ Both the pool and the BLAS setting are process-wide, so they are an explicit, re
 effect of loading an engine: until something asks, kernels run on the calling thread and OpenBLAS keeps whatever
 threading the process had. DEBUGKIT_THREADS=N sets the pool size (default: the CPUs this process may run on; 1
 disables the pool and leaves BLAS threading alone). See docs/architecture.md, "Process-wide tuning".
+Compiled kernels hand work to the pool without the GIL: GEMM shares (`gemm_shares`) and kernel shares
+(`kernel_shares`: a C function's halves, stage by stage), both served from the worker's poll loop.
 """
 from __future__ import annotations
 
@@ -214,8 +216,10 @@ CALLER_SPIN_POLLS = 1 << 12
 GEMM_SPIN_POLLS = 1 << 15  # ~1 ms: after a GEMM share (jit_gemm_share) a worker polls on through a run's small layers
 GEMM_KICK_POLLS = 1 << 17  # ~4 ms: after the Python share of a GEMM that found it asleep: the next GEMM may come after a
                            # few other layers (or, in the build's round-robin timing, after every other candidate's run)
-DOZES, NAP_US = 400, 50   # then ~50 ms dozing without the GIL (usleep naps, ~1% of a CPU) before sleeping on the
-                           # lock: a kernel share wakes a dozing worker with a store (`kernel_shares`), no GIL needed
+DOZES, NAP_US = 1600, 50  # then ~0.2 s dozing without the GIL (usleep naps, ~115 us each here: ~1% of a CPU)
+                           # before sleeping on the lock: a kernel share wakes a dozing worker with a store
+                           # (`kernel_shares`), no GIL needed; long enough to outlast the ~40 ms a benchmark waits for
+                           # ONNX Runtime's spinning workers between its blocks of runs
 BACKOFF_S = 0.02           # no polling for this long after a worker was seen not starting (its CPU taken); short,
                            # since a share handed to a worker without a CPU is taken back (`_take_over`): ONNX
                            # Runtime's spinning workers hold a CPU ~40 ms after a run, then both cores are ours

@@ -15,6 +15,10 @@ ir-direct: the passes compiled (native/cpu/jit_ir.py, the numba extra); ir-plane
 channels-first and the depthwise stage as jit_dw.depthwise_planes (wide, short maps; blocks without an expand
 stage); ir-numpy: ir-direct's steps in numpy (einsum taps), for builds without numba. The builder's timing picks
 per layer. Both compiled tactics split their two stages over the CPU pool by channels (SPLIT_MIN_MACS).
+ir-direct-shares / ir-rows-shares / ir-planes-shares: the same passes cut in halves (channels / map rows /
+ir-planes' channels), each stage's halves run at once on the caller and a pool worker as kernel shares, without the
+GIL (native/cpu/jit_ir_share.py, threads.kernel_shares: ~2 us a hand-off, so blocks of any size split), or both on
+the caller with the same cuts.
 """
 from __future__ import annotations
 
