@@ -361,6 +361,7 @@ def kernel_shares(fn, args, x, y, sample, stages) -> bool:
             if w.serve is not None and w.ready():
                 if w.flags[3]:
                     _shared_stages(gs, w, fn, args, x, y, sample, stages)
+                    w.gemm_wanted = True     # after its next Python job (another layer's parts) it polls ~4 ms
                     return True
                 if w.flags[7]:     # dozing (jit_gemm_share.serve): wake it for the next call (or woken already)
                     w.flags[7] = 2
