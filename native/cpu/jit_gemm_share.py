@@ -42,7 +42,9 @@ columns, so the same floats (tested bitwise).
         share is taken over (status 1: the worker's CPU taken), or with `alone`, the remaining stages run both
         halves here; status 2: the worker claimed stage `stage - 1`'s share and has not finished it after 1 << 15
         polls (~1 ms: preempted mid-share): the caller sleeps until it has (threads.kernel_shares), then runs the rest
-        alone. The whole run is one call without the GIL: a hand-off within it costs a release store and a poll
+        alone; status 3: every half ran where posted, but the worker finished one more than SLOW_CYCLES after the
+        caller's and took over twice as long (it shares its CPU with another process: the caller then stops
+        handing over for a while). The whole run is one call without the GIL: a hand-off within it costs a release store and a poll
         (measured in docs/PERFORMANCE.md), where a Python one costs 25-100 us.
 
 Module level, so numba's disk cache finds it in the next process (the address is an argument, not a constant).
@@ -63,6 +65,7 @@ from native.cpu.jit_spin import _load_acquire, _pause, _store_release, wait_chan
 
 GEMM_POSTED, GEMM_CLAIMED, GEMM_DONE, DOZING = 4, 5, 6, 7
 KERNEL = -(1 << 62)   # job[1] of a kernel share (a panel share's m word is -1 - M; a cblas_sgemm share's M >= 0)
+SLOW_CYCLES = 50000   # ~20 us: a kernel share's worker half later than the caller's by more than this and its length
 ALONE = 1 << 8        # added to a kernel share's second-half code where the caller runs it right after the first
 FLAG_WORDS = 8
 JOB_WORDS = 10        # [cblas_sgemm address, m, n, k, a, lda, b, ldb, c, ldc]
@@ -114,6 +117,19 @@ def _nap(typingctx, us):
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32]), "usleep")
         builder.call(fn, [builder.trunc(args[0], i32)])
         return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def _cycles(typingctx):
+    """The CPU's cycle counter (llvm.readcyclecounter: rdtsc on x86; 0 where there is none)."""
+    sig = types.int64()
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), []),
+                                            "llvm.readcyclecounter")
+        return builder.call(fn, [])
     return sig, codegen
 
 
@@ -239,13 +255,17 @@ def kernel_stages(flags, job, n, fn, args, x, y, sample, first, stages, alone, p
         job[0], job[2], job[3] = fn, at, 2 * st + 1
         job[1] = KERNEL
         _store_release(flags, GEMM_POSTED, n)
+        t0 = _cycles()
         _call(fn, at, 2 * st)
+        t1 = _cycles()
         got = finish(flags, job, n, polls, 1 << 15)    # ~1 ms: then the caller sleeps (a preempted worker)
         if got == 2:
             return st + 1, 2, n
         if got == 1:
             alone = True
             status = 1
+        elif _cycles() - t1 > (t1 - t0) + SLOW_CYCLES:    # its half took over twice ours: its CPU is shared
+            status = 3
     return stages, status, n
 
 

@@ -349,8 +349,9 @@ def kernel_shares(fn, args, x, y, sample, stages) -> bool:
     pool worker calling, the pool busy, contended or owed a share, or the worker not polling; it is then woken to
     poll ~4 ms for the next call: with a store where it dozes outside the GIL (`DOZES`), else with an empty job
     (`_kick`: it needs the GIL). `gemm_shares`' take-over holds: a half the worker does not
-    claim in time is run here (and nobody polls for BACKOFF_S), and so is every later stage. Returns whether the
-    worker took part."""
+    claim in time is run here (and nobody polls for BACKOFF_S), and so is every later stage; so does a half the
+    worker finished late (over twice the caller's time and ~20 us more: its CPU shared with another process, where
+    splitting only makes the caller wait). Returns whether the worker took part."""
     gs, _ = _gemm_share()
     if gs is None:
         raise RuntimeError("kernel shares need numba and numpy's 64-bit-integer cblas_sgemm (threads.sgemm_address)")
@@ -381,7 +382,8 @@ def _shared_stages(gs, w, fn, args, x, y, sample, stages):
     st, status, n = gs.kernel_stages(w.flags, w.gemm, w.gemm_posted, fn, args, x, y, sample, 0, stages, False,
                                      START_POLLS)
     w.gemm_posted = n
-    if status == 1 and w.flags[3]:  # taken over: "polling" but it did not claim it (its CPU taken)
+    if (status == 1 and w.flags[3]) or status == 3:
+        # taken over ("polling" but it did not claim it), or run but late: its CPU is taken or shared
         _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S
     elif status == 2:    # claimed, then preempted mid-share: sleep on it, then the rest here
         while w.flags[6] != n:

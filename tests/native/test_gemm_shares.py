@@ -179,3 +179,34 @@ def test_the_compiled_descriptor_is_gemm_shares(share_kit):
         out = np.zeros(9, np.int64)
         gs.sgemm_descriptor(*args, out)
         assert out.tolist() == threads.gemm_share(*args).tolist()
+
+
+def test_a_kernel_share_the_worker_runs_late_is_reported(share_kit):
+    """kernel_stages: a half the worker claims at once but finishes far later than the caller's (its CPU shared)
+    comes back as status 3 (or 2, held up past the caller's polls): either way the pool then backs off."""
+    numba = pytest.importorskip("numba")
+    gs, _ = share_kit
+
+    @numba.cfunc("void(CPointer(int64), int64)")
+    def mark(ptr, code):
+        a = numba.carray(ptr, (8,))
+        a[2 + (code & 1)] += 1
+    flags, job, args = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64), np.zeros(8, np.int64)
+    x = np.zeros((1, 4), np.float32)
+
+    def late_worker():
+        deadline = time.perf_counter() + 10
+        while flags[gs.GEMM_POSTED] == 0 and time.perf_counter() < deadline:
+            pass
+        flags[gs.GEMM_CLAIMED] = 1
+        time.sleep(0.002)
+        gs.run_share(job)
+        flags[gs.GEMM_DONE] = 1
+    helper = threading.Thread(target=late_worker, daemon=True)
+    helper.start()
+    st, status, n = gs.kernel_stages(flags, job, 0, mark.address, args, x, x, 0, 0, 1, False, 1 << 40)
+    helper.join(10)
+    while status == 2 and flags[gs.GEMM_DONE] != 1:
+        time.sleep(0.001)
+    assert status in (2, 3) and n == 1 and st == 1
+    assert args[2] == 1 and args[3] == 1          # each half once: the caller's here, the second by the worker
