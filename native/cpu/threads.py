@@ -117,6 +117,7 @@ class _Worker:
         # [jobs posted, finished, started, polling now, GEMM shares posted, claimed, done, dozing], read by the spins
         self.flags = np.zeros(8, np.int64)
         self.polling = False
+        self.asleep = False    # on its lock (a kernel share wakes it with a job, `_kick`), not dozing in `serve`
         self.spin = _spinner()
         self.gemm = np.zeros(10, np.int64)   # the GEMM share posted to it (jit_gemm_share's descriptor)
         self.gemm_posted = 0
@@ -140,7 +141,9 @@ class _Worker:
                 self.spin.publish_wait_change(self.flags, 1, finished, 0, finished, WORKER_SPIN_POLLS, 3, 2)
             else:
                 self.flags[1] = finished
+            self.asleep = True
             self.go.acquire()
+            self.asleep = False
             self.flags[2] = self.flags[0]   # started
             fn, items, idxs, results = self.job
             for_gemm, self.gemm_wanted = self.gemm_wanted, False
@@ -173,7 +176,7 @@ class _Worker:
                 if self._started():
                     self.spin.wait_change(self.flags, 1, self.posted - 1, CALLER_SPIN_POLLS)
                 else:   # its CPU is taken: nobody polls for a while, and the share is run here if still unclaimed
-                    _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S
+                    _back_off()
                     if self._take_over():
                         return
             self.done.acquire()
@@ -224,6 +227,16 @@ BACKOFF_S = 0.02           # no polling for this long after a worker was seen no
                            # since a share handed to a worker without a CPU is taken back (`_take_over`): ONNX
                            # Runtime's spinning workers hold a CPU ~40 ms after a run, then both cores are ours
 _SPIN = {"quiet_after": 0.0}
+
+
+def _back_off():
+    """A worker was seen without a CPU: nobody polls for BACKOFF_S, and a worker polling now (in the middle of its
+    ~1-4 ms of polls) stops and dozes (jit_gemm_share.serve: flags[DOZING] = 3), since its polls would keep the CPU
+    from the threads it waits for, the caller among them, where another process holds the other CPU."""
+    _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S
+    for w in _STATE["pool"] or ():
+        if w.flags[3]:
+            w.flags[7] = 3
 
 
 def _contended() -> bool:
@@ -327,7 +340,7 @@ def gemm_shares(shares, between=None, before=None) -> bool:
             for w in pool:
                 got = gs.finish(w.flags, w.gemm, w.gemm_posted, START_POLLS)
                 if got == 1 and w.flags[3]:   # run here: still "polling" but it did not claim it (its CPU taken),
-                    _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S    # so nobody polls for a while
+                    _back_off()    # so nobody polls for a while
                 elif got == 2:      # claimed, then preempted mid-share: sleep on it rather than spin
                     while w.flags[6] != w.gemm_posted:
                         time.sleep(1e-5)
@@ -364,10 +377,10 @@ def kernel_shares(fn, args, x, y, sample, stages) -> bool:
                     _shared_stages(gs, w, fn, args, x, y, sample, stages)
                     w.gemm_wanted = True     # after its next Python job (another layer's parts) it polls ~4 ms
                     return True
-                if w.flags[7]:     # dozing (jit_gemm_share.serve): wake it for the next call (or woken already)
-                    w.flags[7] = 2
-                else:
+                if w.asleep:
                     _kick(w)
+                elif w.flags[7]:   # dozing (jit_gemm_share.serve) or told to: poll again for the next call
+                    w.flags[7] = 2
         finally:
             _BUSY.release()
     gs.kernel_stages(_ALONE[0], _ALONE[1], 0, fn, args, x, y, sample, 0, stages, True, 0)
@@ -384,11 +397,11 @@ def _shared_stages(gs, w, fn, args, x, y, sample, stages):
     w.gemm_posted = n
     if (status == 1 and w.flags[3]) or status == 3:
         # taken over ("polling" but it did not claim it), or run but late: its CPU is taken or shared
-        _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S
+        _back_off()
     elif status == 2:    # claimed, then preempted mid-share: sleep on it, then the rest here
         while w.flags[6] != n:
             time.sleep(1e-5)
-        _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S
+        _back_off()
         gs.kernel_stages(w.flags, w.gemm, n, fn, args, x, y, sample, st, stages, True, 0)
 
 

@@ -66,7 +66,8 @@ def test_a_serving_thread_runs_each_posted_share_once_with_numpys_floats(share_k
 
 def test_a_dozing_server_is_woken_by_a_store_and_then_serves(share_kit):
     """serve with dozes: once its polls run out it naps outside the GIL (flags[DOZING] 1, not "polling"); a store of
-    2 there makes it poll again, and it claims the next share; a job for the Python side ends the doze."""
+    2 there makes it poll again, and it claims the next share; a store of 3 ends its polls (it dozes again); a job
+    for the Python side ends the doze."""
     gs, addr = share_kit
     flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
     job[0] = addr
@@ -88,6 +89,10 @@ def test_a_dozing_server_is_woken_by_a_store_and_then_serves(share_kit):
         gs.post(flags, job, _share(a, b, y, 0, 96), 1)
         assert gs.finish(flags, job, 1, 1 << 40) == 0
         assert np.array_equal(y.view(np.int32), (a @ b).view(np.int32))
+        flags[gs.DOZING] = 3                       # a caller backing off: the polls (unbounded here) stop
+        while flags[gs.DOZING] != 1 and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert flags[gs.DOZING] == 1 and not flags[3]
     finally:
         flags[0] = 1
         server.join(10)
