@@ -84,10 +84,13 @@ def main(argv=None):
                 res[key].append(block_ms(ctx, feeds, a.calls))
         worker = (int(w.flags[6]) - done0) if w is not None else 0
         med = {key: float(np.median(v)) for key, v in res.items()}
-        print(f"{name}: kernel shares on {med['on']:.3f} ms, off {med['off']:.3f} ms, on/off {med['on'] / med['off']:.3f}"
-              f" (median of {a.rounds} blocks of {a.calls}); *-shares layers {len(picked)} ({', '.join(sorted(set(picked)))});"
-              f" GIL-free shares posted to the worker (GEMM or kernel halves; run by it or taken back) {worker}; max |on - off| {diff:.2e}; load {load0:.2f} -> "
-              f"{os.getloadavg()[0]:.2f}")
+        line = (f"{name}: kernel shares on {med['on']:.3f} ms, off {med['off']:.3f} ms, on/off "
+                f"{med['on'] / med['off']:.3f} (median of {a.rounds} blocks of {a.calls}); *-shares layers "
+                f"{len(picked)} ({', '.join(sorted(set(picked)))}); GIL-free shares posted to the worker (GEMM or "
+                f"kernel halves; run "
+                f"by it or taken back) {worker}; max |on - off| {diff:.2e}; load {load0:.2f} -> "
+                f"{os.getloadavg()[0]:.2f}")
+        print(line)
     return 0
 
 

@@ -35,18 +35,18 @@ columns, so the same floats (tested bitwise).
         argument block of int64 words. numba's disk cache keys `serve` / `run_share` by this file only: after
         editing jit_panel_gemm.py, touch this one too (or clear the cache).
     kernel_stages(flags, job, n, fn, args, x, y, sample, first, stages, alone, polls) -> (stage, status, n)
-        kernel shares for one worker: args[0] / args[1] = the addresses of x[sample] / y[sample], then for each
-        stage st in [first, stages): post fn(args, 2 * st + 1) (share n + 1, ...) to the worker, run fn(args,
-        2 * st) here, `finish` it (whichever of the two runs it). Where both halves run here one after the other,
-        the second's code has ALONE added (it may reuse what the first computed: the same floats). A stage that needs the whole of the previous one
-        (a squeeze-excite gate over all channels) is a stage of its own: the post-and-finish is the barrier. Once a
-        share is taken over (status 1: the worker's CPU taken), or with `alone`, the remaining stages run both
-        halves here; status 2: the worker claimed stage `stage - 1`'s share and has not finished it after 1 << 15
-        polls (~1 ms: preempted mid-share): the caller sleeps until it has (threads.kernel_shares), then runs the rest
-        alone; status 3: every half ran where posted, but the worker finished one more than SLOW_CYCLES after the
-        caller's and took over twice as long (it shares its CPU with another process: the caller then stops
-        handing over for a while). The whole run is one call without the GIL: a hand-off within it costs a release store and a poll
-        (measured in docs/PERFORMANCE.md), where a Python one costs 25-100 us.
+        kernel shares for one worker: args[0] / args[1] = the addresses of x[sample] / y[sample], then for each stage
+        st in [first, stages): post fn(args, 2 * st + 1) (share n + 1, ...) to the worker, run fn(args, 2 * st) here,
+        `finish` it (whichever of the two runs it). Where both halves run here one after the other, the second's code
+        has ALONE added (it may reuse what the first computed: the same floats). A stage that needs the whole of the
+        previous one (a squeeze-excite gate over all channels) is a stage of its own: the post-and-finish is the
+        barrier. Once a share is taken over (status 1: the worker's CPU taken), or with `alone`, the remaining stages
+        run both halves here; status 2: the worker claimed stage `stage - 1`'s share and has not finished it after 1
+        << 15 polls (~1 ms: preempted mid-share): the caller sleeps until it has (threads.kernel_shares), then runs
+        the rest alone; status 3: every half ran where posted, but the worker finished one more than SLOW_CYCLES after
+        the caller's and took over twice as long (it shares its CPU with another process: the caller then stops
+        handing over for a while). The whole run is one call without the GIL: a hand-off within it costs a release
+        store and a poll (measured in docs/PERFORMANCE.md), where a Python one costs 25-100 us.
 
 Module level, so numba's disk cache finds it in the next process (the address is an argument, not a constant).
 Imported only where numba is installed.

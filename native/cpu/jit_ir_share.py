@@ -1,15 +1,17 @@
-"""ir-direct's block as a kernel share (the `jit` extra): both halves of each stage compiled into one C function the
-CPU pool's worker calls without the GIL (native/cpu/threads.kernel_shares, jit_gemm_share.kernel_stages).
+"""The inverted-residual block as kernel shares (the `jit` extra): each stage's two halves compiled into one C
+function that the caller and the CPU pool's worker call without the GIL (threads.kernel_shares,
+jit_gemm_share.kernel_stages): the tactics ir-direct-shares, ir-rows-shares, ir-planes-shares
+(native/cpu/kernels/inverted_residual.py).
 
     ir_stage(args int64 *, code)   (a numba @cfunc: ir_stage.address)
-        code 2 * stage + part (+ 256: the caller runs part 1 right after part 0, jit_gemm_share.ALONE). Stage 0, part p: the expanded channels [e0, e1) of part p (cut at ESPLIT, a multiple
-        of 16): the expand GEMM's columns (cblas_sgemm, the call numpy's matmul makes for x.T @ we_t), its
-        epilogue into the padded buffer and the depthwise taps with their channel sums (jit_ir). Stage 1, part p:
-        the gate from all the sums (each part its own copy: the gate is small, and both need all of it; part 1 after
-        part 0 on one thread reuses part 0's), the
-        gated project kernel's columns [m0, m1) (cut at MSPLIT), their [S, M] GEMM columns and the NCHW store with
-        bias and shortcut. The same kernels, operands and BLAS calls as ir-direct's inline path, so the same floats
-        wherever OpenBLAS's column blocks are (tests/backends/test_ir_share.py).
+        code 2 * stage + part (+ 256: part 1 run right after part 0 on the same thread, jit_gemm_share.ALONE).
+        Stage 0, part p: the expanded channels [e0, e1) of part p (cut at ESPLIT, a multiple of 16): the expand
+        GEMM's columns (cblas_sgemm, the call numpy's matmul makes for x.T @ we_t[:, e0:e1]), its epilogue into the
+        padded buffer, the depthwise taps with their channel sums (jit_ir). Stage 1, part p: the gate from all the
+        sums (each part its own copy: both need all of it; part 1 right after part 0 reuses part 0's), the gated
+        project kernel's columns [m0, m1) (cut at MSPLIT), their [S, M] GEMM columns and the NCHW store with bias
+        and shortcut. ir-direct's kernels on fixed cuts: the floats do not depend on which thread ran a half (they
+        differ from ir-direct's within float32 rounding: OpenBLAS's sums depend on the columns a call covers).
     With ROWS set (ir-rows-shares: large maps with few channels, where channel halves leave the depthwise loop
         short runs and OpenBLAS packs the expand GEMM's input twice), three stages: 0, the expand GEMM's rows for
         input rows [0, RSPLIT) / [RSPLIT, H) and their epilogue into the padded buffer (all channels); 1, the
