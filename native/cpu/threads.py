@@ -226,14 +226,17 @@ DOZES, NAP_US = 1600, 50  # then ~0.2 s dozing without the GIL (usleep naps, ~11
 BACKOFF_S = 0.02           # no polling for this long after a worker was seen not starting (its CPU taken); short,
                            # since a share handed to a worker without a CPU is taken back (`_take_over`): ONNX
                            # Runtime's spinning workers hold a CPU ~40 ms after a run, then both cores are ours
+SHARED_CPU_BACKOFF_S = 0.25  # after a kernel share's worker half ran late or stalled mid-share (its CPU shared with
+                             # another process): each such half costs the caller ~0.1-3 ms, a take-over ~30 us
+                             # (mobilenetv3 at load 4-5: every 20 ms made runs ~11% slower than without shares)
 _SPIN = {"quiet_after": 0.0}
 
 
-def _back_off():
-    """A worker was seen without a CPU: nobody polls for BACKOFF_S, and a worker polling now (in the middle of its
-    ~1-4 ms of polls) stops and dozes (jit_gemm_share.serve: flags[DOZING] = 3), since its polls would keep the CPU
-    from the threads it waits for, the caller among them, where another process holds the other CPU."""
-    _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S
+def _back_off(seconds=None):
+    """A worker was seen without a CPU: nobody polls for BACKOFF_S (or `seconds`), and a worker polling now (in the
+    middle of its ~1-4 ms of polls) stops and dozes (jit_gemm_share.serve: flags[DOZING] = 3), since its polls would
+    keep the CPU from the threads it waits for, the caller among them, where another process holds the other CPU."""
+    _SPIN["quiet_after"] = time.perf_counter() + (BACKOFF_S if seconds is None else seconds)
     for w in _STATE["pool"] or ():
         if w.flags[3]:
             w.flags[7] = 3
@@ -395,13 +398,14 @@ def _shared_stages(gs, w, fn, args, x, y, sample, stages):
     st, status, n = gs.kernel_stages(w.flags, w.gemm, w.gemm_posted, fn, args, x, y, sample, 0, stages, False,
                                      START_POLLS)
     w.gemm_posted = n
-    if (status == 1 and w.flags[3]) or status == 3:
-        # taken over ("polling" but it did not claim it), or run but late: its CPU is taken or shared
+    if status == 1 and w.flags[3]:  # taken over ("polling" but it did not claim it): its CPU is taken
         _back_off()
+    elif status == 3:    # run, but late: its CPU is shared with another process
+        _back_off(SHARED_CPU_BACKOFF_S)
     elif status == 2:    # claimed, then preempted mid-share: sleep on it, then the rest here
         while w.flags[6] != n:
             time.sleep(1e-5)
-        _back_off()
+        _back_off(SHARED_CPU_BACKOFF_S)
         gs.kernel_stages(w.flags, w.gemm, n, fn, args, x, y, sample, st, stages, True, 0)
 
 
