@@ -69,7 +69,7 @@ def main(argv=None):
     for name in [m for m in a.models.split(",") if m]:
         entry = next(m for m in manifest() if m["name"] == name)
         path = find_path(entry)
-        feeds = B.make_feeds(entry.get("inputs") or B.model_feed_spec(path, {}))
+        feeds = B.make_feeds(entry["feeds"])
         load0 = os.getloadavg()[0]
         on, off = build(path, feeds, True), build(path, feeds, False)
         picked = [t.name for _, t, *_ in on.engine.executor.steps if t.name.endswith("-shares")]
