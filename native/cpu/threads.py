@@ -371,7 +371,7 @@ def kernel_shares(fn, args, x, y, sample, stages) -> bool:
     gs, _ = _gemm_share()
     if gs is None:
         raise RuntimeError("kernel shares need numba and numpy's 64-bit-integer cblas_sgemm (threads.sgemm_address)")
-    if num_threads() > 1 and _STATE["blas"] is not None and not getattr(_LOCAL, "worker", False) \
+    if KERNEL_SHARES and num_threads() > 1 and _STATE["blas"] is not None and not getattr(_LOCAL, "worker", False) \
             and not _contended() and _BUSY.acquire(blocking=False):
         try:
             w = _pool()[0]
@@ -390,7 +390,11 @@ def kernel_shares(fn, args, x, y, sample, stages) -> bool:
     return False
 
 
-_ALONE = (np.zeros(8, np.int64), np.zeros(10, np.int64))   # kernel_stages' flags and job when nothing is posted
+_ALONE = (np.zeros(8, np.int64), np.zeros(10, np.int64))
+# False: kernel shares never hand a half to the worker (both on the caller: the same floats, the *-shares tactics'
+# single-thread speed). A process-wide switch for A/B runs on a busy machine, where a worker polling for halves pushes
+# other processes onto the caller's CPU (docs/PERFORMANCE.md, h75)
+KERNEL_SHARES = True   # kernel_stages' flags and job when nothing is posted
 
 
 def _shared_stages(gs, w, fn, args, x, y, sample, stages):

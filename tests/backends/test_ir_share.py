@@ -113,6 +113,23 @@ def test_a_polling_worker_runs_halves_with_the_same_floats(kit, monkeypatch, cas
         _stop(w, monkeypatch)
 
 
+def test_with_kernel_shares_switched_off_the_worker_gets_no_half(kit, monkeypatch):
+    kw = CASES[0]
+    m = _ir_model(**kw)
+    x = _input(kw)
+    graph, _ = _build(m, "ir-direct-shares")
+    alone = _alone(graph, x)
+    w = _polling_worker(monkeypatch)
+    monkeypatch.setattr(threads, "KERNEL_SHARES", False)
+    try:
+        posted = w.gemm_posted
+        for _ in range(20):
+            assert np.array_equal(run(graph, {"x": x})[0].view(np.int32), alone.view(np.int32))
+        assert w.gemm_posted == posted
+    finally:
+        _stop(w, monkeypatch)
+
+
 @pytest.mark.parametrize("tactic", TACTICS)
 def test_one_thread_runs_both_halves_with_the_same_floats(kit, monkeypatch, tactic):
     kw = CASES[0]
