@@ -13,6 +13,8 @@ Both the pool and the BLAS setting are process-wide, so they are an explicit, re
 effect of loading an engine: until something asks, kernels run on the calling thread and OpenBLAS keeps whatever
 threading the process had. DEBUGKIT_THREADS=N sets the pool size (default: the CPUs this process may run on; 1
 disables the pool and leaves BLAS threading alone). See docs/architecture.md, "Process-wide tuning".
+Compiled kernels hand work to the pool without the GIL: GEMM shares (`gemm_shares`) and kernel shares
+(`kernel_shares`: a C function's halves, stage by stage), both served from the worker's poll loop.
 """
 from __future__ import annotations
 
@@ -112,9 +114,10 @@ class _Worker:
         self.claim = None     # taken by whoever runs the current job's share: the worker, or the caller instead
         self.owes = False     # the caller took a share over: the worker has not yet passed it (its `done` pending)
         self.posted = 0
-        # [jobs posted, finished, started, polling now, GEMM shares posted, claimed, done, -], read by the spins
+        # [jobs posted, finished, started, polling now, GEMM shares posted, claimed, done, dozing], read by the spins
         self.flags = np.zeros(8, np.int64)
         self.polling = False
+        self.asleep = False    # on its lock (a kernel share wakes it with a job, `_kick`), not dozing in `serve`
         self.spin = _spinner()
         self.gemm = np.zeros(10, np.int64)   # the GEMM share posted to it (jit_gemm_share's descriptor)
         self.gemm_posted = 0
@@ -132,13 +135,15 @@ class _Worker:
                 # publish the last job's end, then poll for the next job a while, running GEMM shares meanwhile
                 # (longer when a GEMM share found it asleep: `gemm_shares`)
                 self.serve(self.flags, self.gemm, 1, finished, 0, finished,
-                           GEMM_KICK_POLLS if for_gemm else WORKER_SPIN_POLLS, 3, 2, GEMM_SPIN_POLLS)
+                           GEMM_KICK_POLLS if for_gemm else WORKER_SPIN_POLLS, 3, 2, GEMM_SPIN_POLLS, DOZES, NAP_US)
             elif self.spin is not None and not _contended():
                 # publish the last job's end, then poll for the next job a while
                 self.spin.publish_wait_change(self.flags, 1, finished, 0, finished, WORKER_SPIN_POLLS, 3, 2)
             else:
                 self.flags[1] = finished
+            self.asleep = True
             self.go.acquire()
+            self.asleep = False
             self.flags[2] = self.flags[0]   # started
             fn, items, idxs, results = self.job
             for_gemm, self.gemm_wanted = self.gemm_wanted, False
@@ -171,7 +176,7 @@ class _Worker:
                 if self._started():
                     self.spin.wait_change(self.flags, 1, self.posted - 1, CALLER_SPIN_POLLS)
                 else:   # its CPU is taken: nobody polls for a while, and the share is run here if still unclaimed
-                    _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S
+                    _back_off()
                     if self._take_over():
                         return
             self.done.acquire()
@@ -214,10 +219,27 @@ CALLER_SPIN_POLLS = 1 << 12
 GEMM_SPIN_POLLS = 1 << 15  # ~1 ms: after a GEMM share (jit_gemm_share) a worker polls on through a run's small layers
 GEMM_KICK_POLLS = 1 << 17  # ~4 ms: after the Python share of a GEMM that found it asleep: the next GEMM may come after a
                            # few other layers (or, in the build's round-robin timing, after every other candidate's run)
+DOZES, NAP_US = 1600, 50  # then ~0.2 s dozing without the GIL (usleep naps, ~115 us each here: ~1% of a CPU)
+                           # before sleeping on the lock: a kernel share wakes a dozing worker with a store
+                           # (`kernel_shares`), no GIL needed; long enough to outlast the ~40 ms a benchmark waits for
+                           # ONNX Runtime's spinning workers between its blocks of runs
 BACKOFF_S = 0.02           # no polling for this long after a worker was seen not starting (its CPU taken); short,
                            # since a share handed to a worker without a CPU is taken back (`_take_over`): ONNX
                            # Runtime's spinning workers hold a CPU ~40 ms after a run, then both cores are ours
+SHARED_CPU_BACKOFF_S = 0.25  # after a kernel share's worker half ran late or stalled mid-share (its CPU shared with
+                             # another process): each such half costs the caller ~0.1-3 ms, a take-over ~30 us
+                             # (mobilenetv3 at load 4-5: every 20 ms made runs ~11% slower than without shares)
 _SPIN = {"quiet_after": 0.0}
+
+
+def _back_off(seconds=None):
+    """A worker was seen without a CPU: nobody polls for BACKOFF_S (or `seconds`), and a worker polling now (in the
+    middle of its ~1-4 ms of polls) stops and dozes (jit_gemm_share.serve: flags[DOZING] = 3), since its polls would
+    keep the CPU from the threads it waits for, the caller among them, where another process holds the other CPU."""
+    _SPIN["quiet_after"] = time.perf_counter() + (BACKOFF_S if seconds is None else seconds)
+    for w in _STATE["pool"] or ():
+        if w.flags[3]:
+            w.flags[7] = 3
 
 
 def _contended() -> bool:
@@ -252,6 +274,12 @@ def _gemm_share():
                 got = (None, 0)
         _STATE["gemm_share"] = got
     return got
+
+
+def sgemm_address() -> int:
+    """The address of numpy's 64-bit-integer cblas_sgemm where GIL-free shares can run (numba and that symbol), else
+    0: for kernels of a kernel share (`kernel_shares`) that call it."""
+    return _gemm_share()[1]
 
 
 def _gemm_server(spin):
@@ -315,13 +343,86 @@ def gemm_shares(shares, between=None, before=None) -> bool:
             for w in pool:
                 got = gs.finish(w.flags, w.gemm, w.gemm_posted, START_POLLS)
                 if got == 1 and w.flags[3]:   # run here: still "polling" but it did not claim it (its CPU taken),
-                    _SPIN["quiet_after"] = time.perf_counter() + BACKOFF_S    # so nobody polls for a while
+                    _back_off()    # so nobody polls for a while
                 elif got == 2:      # claimed, then preempted mid-share: sleep on it rather than spin
                     while w.flags[6] != w.gemm_posted:
                         time.sleep(1e-5)
         return True
     finally:
         _BUSY.release()
+
+
+def kernel_shares(fn, args, x, y, sample, stages) -> bool:
+    """Run a compiled kernel in `stages` stages, each cut in two halves: stage st is fn(args, 2 * st) and
+    fn(args, 2 * st + 1), and each stage starts once both halves of the one before it are done
+    (jit_gemm_share.kernel_stages). fn: the address of a C function void(int64 *args, int64 code) (a numba
+    @cfunc); args: its int64 argument block, words 0 and 1 set here to the addresses of x[sample] and y[sample]
+    (C-contiguous arrays; they change from call to call, the block's other words do not). Where a pool worker is
+    polling for work, the second halves run on it, at once with the first on the caller: the whole run is one
+    compiled call without the GIL, so a hand-off costs a store and a poll (~1 us) instead of a Python hand-off's
+    25-100 us, and 20-80 us kernels are worth splitting. Otherwise both halves run here, in the same order of
+    stages (the same floats): one thread, no numba or cblas_sgemm, BLAS threads not switched off by `tune()`, a
+    pool worker calling, the pool busy, contended or owed a share, or the worker not polling; it is then woken to
+    poll ~4 ms for the next call: with a store where it dozes outside the GIL (`DOZES`), else with an empty job
+    (`_kick`: it needs the GIL). `gemm_shares`' take-over holds: a half the worker does not
+    claim in time is run here (and nobody polls for BACKOFF_S), and so is every later stage; so does a half the
+    worker finished late (over twice the caller's time and ~20 us more: its CPU shared with another process, where
+    splitting only makes the caller wait). Returns whether the worker took part."""
+    gs, _ = _gemm_share()
+    if gs is None:
+        raise RuntimeError("kernel shares need numba and numpy's 64-bit-integer cblas_sgemm (threads.sgemm_address)")
+    if KERNEL_SHARES and num_threads() > 1 and _STATE["blas"] is not None and not getattr(_LOCAL, "worker", False) \
+            and not _contended() and _BUSY.acquire(blocking=False):
+        try:
+            w = _pool()[0]
+            if w.serve is not None and w.ready():
+                if w.flags[3]:
+                    _shared_stages(gs, w, fn, args, x, y, sample, stages)
+                    w.gemm_wanted = True     # after its next Python job (another layer's parts) it polls ~4 ms
+                    return True
+                if w.asleep:
+                    _kick(w)
+                elif w.flags[7]:   # dozing (jit_gemm_share.serve) or told to: poll again for the next call
+                    w.flags[7] = 2
+        finally:
+            _BUSY.release()
+    gs.kernel_stages(_ALONE[0], _ALONE[1], 0, fn, args, x, y, sample, 0, stages, True, 0)
+    return False
+
+
+_ALONE = (np.zeros(8, np.int64), np.zeros(10, np.int64))
+# False: kernel shares never hand a half to the worker (both on the caller: the same floats, the *-shares tactics'
+# single-thread speed). A process-wide switch for A/B runs on a busy machine, where a worker polling for halves pushes
+# other processes onto the caller's CPU (docs/PERFORMANCE.md, h75)
+KERNEL_SHARES = True   # kernel_stages' flags and job when nothing is posted
+
+
+def _shared_stages(gs, w, fn, args, x, y, sample, stages):
+    """kernel_shares' stages with worker `w` (polling; the pool held)."""
+    st, status, n = gs.kernel_stages(w.flags, w.gemm, w.gemm_posted, fn, args, x, y, sample, 0, stages, False,
+                                     START_POLLS)
+    w.gemm_posted = n
+    if status == 1 and w.flags[3]:  # taken over ("polling" but it did not claim it): its CPU is taken
+        _back_off()
+    elif status == 3:    # run, but late: its CPU is shared with another process
+        _back_off(SHARED_CPU_BACKOFF_S)
+    elif status == 2:    # claimed, then preempted mid-share: sleep on it, then the rest here
+        while w.flags[6] != n:
+            time.sleep(1e-5)
+        _back_off(SHARED_CPU_BACKOFF_S)
+        gs.kernel_stages(w.flags, w.gemm, n, fn, args, x, y, sample, st, stages, True, 0)
+
+
+def _noop(_):
+    return None
+
+
+def _kick(w):
+    """Wake a worker asleep on its lock with an empty job, after which it polls for shares GEMM_KICK_POLLS; nobody
+    waits for it (its `done` is collected by `ready`). Called with the pool held (_BUSY)."""
+    w.gemm_wanted = True
+    w.start(_noop, [], [], [])
+    w.owes = True
 
 
 class _Failed:

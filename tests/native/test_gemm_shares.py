@@ -2,6 +2,7 @@
 is claimed once, by the worker polling in `serve` or by the caller after its polls (take-over); both run numpy's
 own cblas_sgemm call, so packed-gemm-cols's floats do not depend on which path ran (bitwise)."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -63,6 +64,41 @@ def test_a_serving_thread_runs_each_posted_share_once_with_numpys_floats(share_k
     assert got["r"] is True and not flags[3]
 
 
+def test_a_dozing_server_is_woken_by_a_store_and_then_serves(share_kit):
+    """serve with dozes: once its polls run out it naps outside the GIL (flags[DOZING] 1, not "polling"); a store of
+    2 there makes it poll again, and it claims the next share; a store of 3 ends its polls (it dozes again); a job
+    for the Python side ends the doze."""
+    gs, addr = share_kit
+    flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
+    job[0] = addr
+    got = {}
+    server = threading.Thread(target=lambda: got.setdefault("r", gs.serve(flags, job, 1, 0, 0, 0, 0, 3, 2, 1 << 40,
+                                                                           1 << 40, 50)))
+    server.start()
+    try:
+        deadline = time.perf_counter() + 10
+        while flags[gs.DOZING] != 1 and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert flags[gs.DOZING] == 1 and not flags[3]
+        flags[gs.DOZING] = 2
+        while not flags[3] and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert flags[3] and flags[gs.DOZING] == 0
+        a, b = _operands(16, 64, 96)
+        y = np.zeros((16, 96), np.float32)
+        gs.post(flags, job, _share(a, b, y, 0, 96), 1)
+        assert gs.finish(flags, job, 1, 1 << 40) == 0
+        assert np.array_equal(y.view(np.int32), (a @ b).view(np.int32))
+        flags[gs.DOZING] = 3                       # a caller backing off: the polls (unbounded here) stop
+        while flags[gs.DOZING] != 1 and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert flags[gs.DOZING] == 1 and not flags[3]
+    finally:
+        flags[0] = 1
+        server.join(10)
+    assert got["r"] is True and not flags[3] and not flags[gs.DOZING]
+
+
 def test_an_unclaimed_share_is_run_by_the_caller(share_kit):
     gs, addr = share_kit
     flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
@@ -109,7 +145,6 @@ def test_one_row_is_left_to_numpy(share_kit):
 def test_a_gemm_that_finds_the_worker_asleep_leaves_it_polling_for_the_next(share_kit, monkeypatch):
     """The first GEMM of a run finds the worker asleep: it runs as Python parts, after which the worker polls for GEMM
     shares (GEMM_KICK_POLLS; unbounded here), and the next GEMM is handed over as a share."""
-    import time
     monkeypatch.setattr(threads, "GEMM_KICK_POLLS", 1 << 40)
     monkeypatch.setitem(threads._SPIN, "quiet_after", 0.0)
     monkeypatch.setattr(threads, "WORKER_SPIN_POLLS", 0)     # no poll after a plain job: it sleeps on its lock
@@ -149,3 +184,34 @@ def test_the_compiled_descriptor_is_gemm_shares(share_kit):
         out = np.zeros(9, np.int64)
         gs.sgemm_descriptor(*args, out)
         assert out.tolist() == threads.gemm_share(*args).tolist()
+
+
+def test_a_kernel_share_the_worker_runs_late_is_reported(share_kit):
+    """kernel_stages: a half the worker claims at once but finishes far later than the caller's (its CPU shared)
+    comes back as status 3 (or 2, held up past the caller's polls): either way the pool then backs off."""
+    numba = pytest.importorskip("numba")
+    gs, _ = share_kit
+
+    @numba.cfunc("void(CPointer(int64), int64)")
+    def mark(ptr, code):
+        a = numba.carray(ptr, (8,))
+        a[2 + (code & 1)] += 1
+    flags, job, args = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64), np.zeros(8, np.int64)
+    x = np.zeros((1, 4), np.float32)
+
+    def late_worker():
+        deadline = time.perf_counter() + 10
+        while flags[gs.GEMM_POSTED] == 0 and time.perf_counter() < deadline:
+            pass
+        flags[gs.GEMM_CLAIMED] = 1
+        time.sleep(0.002)
+        gs.run_share(job)
+        flags[gs.GEMM_DONE] = 1
+    helper = threading.Thread(target=late_worker, daemon=True)
+    helper.start()
+    st, status, n = gs.kernel_stages(flags, job, 0, mark.address, args, x, x, 0, 0, 1, False, 1 << 40)
+    helper.join(10)
+    while status == 2 and flags[gs.GEMM_DONE] != 1:
+        time.sleep(0.001)
+    assert status in (2, 3) and n == 1 and st == 1
+    assert args[2] == 1 and args[3] == 1          # each half once: the caller's here, the second by the worker

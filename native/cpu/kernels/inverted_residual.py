@@ -15,6 +15,10 @@ ir-direct: the passes compiled (native/cpu/jit_ir.py, the numba extra); ir-plane
 channels-first and the depthwise stage as jit_dw.depthwise_planes (wide, short maps; blocks without an expand
 stage); ir-numpy: ir-direct's steps in numpy (einsum taps), for builds without numba. The builder's timing picks
 per layer. Both compiled tactics split their two stages over the CPU pool by channels (SPLIT_MIN_MACS).
+ir-direct-shares / ir-rows-shares / ir-planes-shares: the same passes cut in halves (channels / map rows /
+ir-planes' channels), each stage's halves run at once on the caller and a pool worker as kernel shares, without the
+GIL (native/cpu/jit_ir_share.py, threads.kernel_shares: ~2 us a hand-off, so blocks of any size split), or both on
+the caller with the same cuts.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import numpy as np
 
 from native.cpu import jit
 from native.cpu.kernels.activations import activation_into
-from native.cpu.threads import num_threads, parallel_for, split
+from native.cpu.threads import kernel_shares, num_threads, parallel_for, sgemm_address, split
 from native.tactics import Tactic, register_tactic
 
 _ACT_CODES = {"RELU": 1, "HARD_SWISH": 2, "HARD_SWISH_RELU6": 3}        # jit_ir's expand / depthwise activations
@@ -281,6 +285,115 @@ class InvertedResidualDirect(Tactic):
         return [dst]
 
 
+@register_tactic
+class InvertedResidualShares(InvertedResidualDirect):
+    """ir-direct's passes with each of its two stages cut in two, expanded channels (at a multiple of 16) then output
+    channels, the halves run at once on the caller and a pool worker without the GIL (native/cpu/jit_ir_share.py
+    through threads.kernel_shares: a hand-off ~1 us instead of a Python one's 25-100, so 20-80 us blocks are worth
+    splitting; the squeeze-excite gate, which needs every channel's sum, between the stages); both halves on the
+    caller, with the same cuts, where no worker is polling, the other CPU is taken or the pool has one thread. Its
+    own floats (OpenBLAS's GEMM floats depend on the columns a call covers), the same whichever thread ran a half.
+    Needs numba and numpy's 64-bit-integer cblas_sgemm."""
+    name = "ir-direct-shares"
+    rows = False     # ir-rows-shares: cut by rows instead
+
+    def supports(self, op, input_shapes):
+        why = super().supports(op, input_shapes)
+        if why is None and _share_kit() is None:
+            why = "needs the numba extra and numpy's 64-bit-integer cblas_sgemm"
+        if why is None and not self.rows and op.weights["dw_kernel"].shape[0] < 32:
+            why = "fewer than 32 expanded channels: nothing to cut (16-channel parts)"
+        s = input_shapes[0] if input_shapes else None
+        if why is None and self.rows and s is not None and isinstance(s[2], int) and s[2] >= 0 \
+                and geometry(op.params, s[2], max(1, s[3] if isinstance(s[3], int) else 1))[4][0] < 2:
+            why = "fewer than 2 output rows: nothing to cut"
+        return why
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        if _share_kit() is None:     # a plan loaded where numpy's cblas_sgemm is not reachable: ir-direct's passes
+            return super().run(op, inputs, outputs, workspace, stream)
+        pk = Packed.of(op)
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (pt, pl), (pb, pr), (ho, wo), *_ = _shape_plan(op, pk, x.shape)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        xp, y, _, g, t, sums, _, wps = _buffers(h + pt + pb, w + pl + pr, _lines(e), ho, wo, h * w, e, m)
+        if not pk.se:
+            sums, wps = _EMPTY64, pk.wp_t
+        rows = (pt, pt + h) if pk.finite else (0, h + pt + pb)
+        fn, args, _ = _share_block(op, pk, x.shape, (xp, y, g, t, sums, wps), rows, self.rows)
+        dst = _output(outputs, (n, m, ho, wo))
+        for ni in range(n):
+            kernel_shares(fn, args, x, dst, ni, 3 if self.rows else 2)
+        return [dst]
+
+
+@register_tactic
+class InvertedResidualRowShares(InvertedResidualShares):
+    """ir-direct-shares cut by rows of the map instead of channels (jit_ir_share's ROWS: the expand GEMM's input
+    rows, then the depthwise stage's output rows, then the project stage's output channels, three stages): for
+    large maps with few channels (MobileNetV3's 56x56 and 28x28 blocks, 72-88 channels), where channel halves left
+    the depthwise loop runs of 32-48 channels and OpenBLAS packing the expand GEMM's input twice (alone on one
+    thread: 1.15-1.4x ir-direct). Its own floats (row parts; the channel sums added from two parts)."""
+    name = "ir-rows-shares"
+    rows = True
+
+
+def _share_block(op, pk, shape, bufs, rows, by_rows=False):
+    """(ir_stage's address, the argument block, what it points at) of this layer, input shape and thread's scratch
+    (jit_ir_share: ir-direct-shares' two stages, each cut in two). Made once per layer, shape and scratch buffer."""
+    xp, y, g, t, sums, wps = bufs
+    key = (shape, id(xp), by_rows)
+    blocks = op.__dict__.setdefault("_ir_shares", {})
+    got = blocks.get(key)
+    if got is None:
+        js, addr = _share_kit()
+        c, h, w = shape[1:]
+        p = op.params
+        (kh, kw), (sh, sw), (pt, pl), _, (ho, wo) = geometry(p, h, w)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        esplit = _parts(e, 1 << 62, 16, 2)[0][1]
+        msplit = m // 2
+        gates = np.empty((2, e), np.float32)
+        if by_rows:    # the whole channel range; per-part sums and their totals [4, E]
+            esplit, sums = e, np.zeros((4, e), np.float64)
+        arrays = {js.WE_T: pk.we_t, js.G: g, js.BE: pk.be, js.XP: xp, js.TAPS0: pk.taps_of(0, esplit),
+                  js.TAPS1: pk.taps_of(esplit, e) if esplit < e else pk.taps_of(0, esplit), js.BD: pk.bd, js.YB: y,
+                  js.SUMS: sums, js.GATE: gates, js.WP_T: pk.wp_t, js.WPS: wps, js.T: t, js.BP: pk.bp}
+        dims = {js.C: c, js.HW: h * w, js.E: e, js.M: m, js.S: ho * wo, js.H: h, js.W: w, js.HP: xp.shape[0],
+                js.WP: xp.shape[1], js.CP: xp.shape[2], js.HO: ho, js.WO: wo, js.PT: pt, js.PL: pl, js.SH: sh,
+                js.SW: sw, js.LO: rows[0], js.HI: rows[1], js.ACT_E: _act_code(p.get("expand_ops")),
+                js.ACT_D: _act_code(p.get("dw_ops")), js.SE: int(pk.se), js.RES: int(bool(p.get("residual"))),
+                js.KH: kh, js.KW: kw, js.ESPLIT: esplit, js.MSPLIT: msplit, js.BPN: pk.bp.size,
+                js.ROWS: int(by_rows), js.RSPLIT: h // 2, js.OSPLIT: ho // 2}
+        if pk.se:
+            arrays.update({js.W1T: pk.w1t, js.B1: pk.b1, js.A1: pk.a1, js.W2T: pk.w2t, js.B2: pk.b2, js.A2: pk.a2})
+            dims.update({js.MID: pk.w1t.shape[1], js.B1N: pk.b1.size, js.A1N: pk.a1.shape[0], js.B2N: pk.b2.size,
+                         js.A2N: pk.a2.shape[0]})
+        if len(blocks) >= 64:     # shapes that vary from run to run: keep the recent ones
+            blocks.clear()
+        got = blocks[key] = (js.ir_stage.address, js.block(addr, dims, arrays), (arrays, bufs, sums))
+    return got
+
+
+def _share_kit():
+    """(native/cpu/jit_ir_share, numpy's cblas_sgemm address) where kernel shares can run, else None."""
+    if not jit.available():
+        return None
+    got = _held.get("share")
+    if got is None:
+        got = False
+        addr = sgemm_address()
+        if addr:
+            try:
+                from native.cpu import jit_ir_share as js   # function-level: imports numba (the jit extra)
+                got = (js, addr)
+            except Exception:  # noqa: BLE001 - any failure to compile means the Python hand-offs
+                got = False
+        _held["share"] = got
+    return got or None
+
+
 def _buffers(hp, wp, cp, ho, wo, hw, e, m):
     """ir-direct's per-call arrays from the thread's scratch: the padded input and the depthwise output
     channels-last (pixel stride cp), the latter's [Ho*Wo, E] view, the expand GEMM's output, the project GEMM's,
@@ -319,10 +432,10 @@ def _shape_plan(op, pk, shape):
 SPLIT_MIN_MACS = 1 << 24
 
 
-def _parts(size, macs, unit=1):
-    """[start, stop) ranges of `size` rows / channels, one per pool thread where the stage is worth splitting, cut
-    at multiples of `unit` (16 channels: each part's channel-last runs start a cache line)."""
-    t = num_threads() if macs >= SPLIT_MIN_MACS else 1
+def _parts(size, macs, unit=1, threads=None):
+    """[start, stop) ranges of `size` rows / channels, one per pool thread (or `threads`) where the stage is worth
+    splitting, cut at multiples of `unit` (16 channels: each part's channel-last runs start a cache line)."""
+    t = (threads or num_threads()) if macs >= SPLIT_MIN_MACS else 1
     blocks = -(-size // unit)
     if t < 2 or blocks < t:
         return [(0, size)]
@@ -412,6 +525,72 @@ class InvertedResidualPlanes(InvertedResidualDirect):
                 k.gate(sums, float(ho * wo), pk.w1t, pk.b1, pk.a1, pk.w2t, pk.b2, pk.a2, gate)
             _run_parts(project, parts_b)
         return [dst]
+
+
+@register_tactic
+class InvertedResidualPlanesShares(InvertedResidualPlanes):
+    """ir-planes' steps as kernel shares (jit_ir_share's PLANES; threads.kernel_shares, as ir-direct-shares): the
+    expanded channels' halves (expand GEMM rows, depthwise planes, sums), then the output channels' halves (gate,
+    gated kernel rows, GEMM rows, bias and shortcut), on the caller and a pool worker at once, or both halves on
+    the caller with the same cuts (the same floats). MobileNetV3's first block (no expand stage, 16 channels on a
+    112x112 map) and PaddleOCR's wide, short maps."""
+    name = "ir-planes-shares"
+
+    def supports(self, op, input_shapes):
+        why = super().supports(op, input_shapes)
+        if why is None and _share_kit() is None:
+            why = "needs the numba extra and numpy's 64-bit-integer cblas_sgemm"
+        if why is None and op.weights["dw_kernel"].shape[0] < 16:
+            why = "fewer than 16 channels"
+        return why
+
+    def run(self, op, inputs, outputs=None, workspace=None, stream=None):
+        if _share_kit() is None:
+            return super().run(op, inputs, outputs, workspace, stream)
+        pk = Packed.of(op)
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (pt, pl), _, (ho, wo), *_ = _shape_plan(op, pk, x.shape)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        bufs = scratch((e, h * w), (e, ho, wo), ((e,), np.float64), (e,), (m, e))
+        fn, args = _planes_block(op, pk, x.shape, bufs)
+        dst = _output(outputs, (n, m, ho, wo))
+        for ni in range(n):
+            kernel_shares(fn, args, x, dst, ni, 2)
+        return [dst]
+
+
+def _planes_block(op, pk, shape, bufs):
+    """(ir_stage's address, argument block) of ir-planes-shares for this layer, shape and thread's scratch."""
+    ex, y, sums, _, wps = bufs
+    key = (shape, id(ex), "planes")
+    blocks = op.__dict__.setdefault("_ir_shares", {})
+    got = blocks.get(key)
+    if got is None:
+        js, addr = _share_kit()
+        c, h, w = shape[1:]
+        p = op.params
+        (kh, kw), (sh, sw), (pt, pl), _, (ho, wo) = geometry(p, h, w)
+        e, m = pk.taps.shape[2], pk.wp.shape[0]
+        taps = np.ascontiguousarray(pk.taps.reshape(kh * kw, e))
+        gates = np.empty((2, e), np.float32)
+        arrays = {js.G: ex, js.BE: pk.be, js.TAPS0: taps, js.BD: pk.bd, js.YB: y, js.SUMS: sums, js.GATE: gates,
+                  js.WP_T: pk.wp, js.WPS: wps, js.BP: pk.bp}
+        if pk.we is not None:
+            arrays[js.WE_T] = pk.we
+        dims = {js.C: c, js.HW: h * w, js.E: e, js.M: m, js.S: ho * wo, js.H: h, js.W: w, js.HO: ho, js.WO: wo,
+                js.PT: pt, js.PL: pl, js.SH: sh, js.SW: sw, js.ACT_E: _act_code(p.get("expand_ops")),
+                js.ACT_D: _act_code(p.get("dw_ops")), js.SE: int(pk.se), js.RES: int(bool(p.get("residual"))),
+                js.KH: kh, js.KW: kw, js.ESPLIT: e // 2, js.MSPLIT: m // 2, js.BPN: pk.bp.size, js.PLANES: 1,
+                js.EXPAND: int(pk.we is not None)}
+        if pk.se:
+            arrays.update({js.W1T: pk.w1t, js.B1: pk.b1, js.A1: pk.a1, js.W2T: pk.w2t, js.B2: pk.b2, js.A2: pk.a2})
+            dims.update({js.MID: pk.w1t.shape[1], js.B1N: pk.b1.size, js.A1N: pk.a1.shape[0], js.B2N: pk.b2.size,
+                         js.A2N: pk.a2.shape[0]})
+        if len(blocks) >= 64:
+            blocks.clear()
+        got = blocks[key] = (js.ir_stage.address, js.block(addr, dims, arrays), (arrays, bufs, taps))
+    return got[0], got[1]
 
 
 @register_tactic
