@@ -146,6 +146,15 @@ def kernel(name: str):
     return fn
 
 
+def module(name: str):
+    """native/cpu/<name>.py, a module of compiled kernels and the constants that go with them (jit_ir_share's
+    argument-block slots), or None without numba (or with DEBUGKIT_JIT=0). Importing it imports numba."""
+    if not available():
+        return None
+    import importlib
+    return importlib.import_module(f"native.cpu.{name}")
+
+
 def _depthwise_cl_rows():
     import numba
     import numpy as np

@@ -386,8 +386,8 @@ def _share_kit():
         addr = sgemm_address()
         if addr:
             try:
-                from native.cpu import jit_ir_share as js   # function-level: imports numba (the jit extra)
-                got = (js, addr)
+                js = jit.module("jit_ir_share")
+                got = (js, addr) if js is not None else False
             except Exception:  # noqa: BLE001 - any failure to compile means the Python hand-offs
                 got = False
         _held["share"] = got
