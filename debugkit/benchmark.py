@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+from native.cpu import threads as cpu_threads
+
 STAT_KEYS = ("min", "mean", "median", "p90", "p99", "max")
 
 
@@ -64,7 +66,9 @@ def interleaved(fns: dict, iterations: int, duration_s: float, block: int = 5, a
     At each switch the process's other threads are first let go idle (`settle`, at most `settle_s`, default
     SETTLE_MAX_S): ONNX Runtime's intra-op workers keep spinning ~40 ms of CPU after each run (measured on 1.32,
     spinning on), so a contender timed right after it had one core fewer for its whole block (our two-thread
-    kernels then ran at one thread's speed). Then one untimed call warms the contender's caches."""
+    kernels then ran at one thread's speed); and our CPU pool's worker is told to sleep now (`threads.rest`), not
+    to poll and doze beside the next block (ONNX Runtime ran 15-40% slower beside it). Then one untimed call warms
+    the contender's caches."""
     times = {k: [] for k in fns}
     order = list(fns.items())
     end = time.perf_counter() + duration_s
@@ -72,6 +76,7 @@ def interleaved(fns: dict, iterations: int, duration_s: float, block: int = 5, a
     while min(len(v) for v in times.values()) < iterations or time.perf_counter() < end:
         for name, fn in order[r % len(order):] + order[:r % len(order)]:
             if len(fns) > 1:
+                cpu_threads.rest()
                 settle(SETTLE_MAX_S if settle_s is None else settle_s)
             fn()   # untimed: warms this contender's code and data after the other's block
             for _ in range(block):

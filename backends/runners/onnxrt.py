@@ -6,6 +6,7 @@ import onnx
 
 from backends.runners.base import Runner, TensorMeta
 from backends.runners.model import load_onnx, markable_onnx_tensors, onnx_input_metadata
+from native.cpu import threads
 from native.errors import FeedError, ModelError, UsageError
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
@@ -86,6 +87,7 @@ class OnnxrtRunner(Runner):
             raise UsageError(f"{self.name}: tensor(s) {missing[:5]} were not marked; pass mark=[...] or mark='all'")
         names = list(self._outputs) + [t for t in taps if t not in self._outputs]
         ort_feeds = {k: _ort_feed(k, np.asarray(v)) for k, v in feeds.items()}
+        threads.rest()   # our CPU pool's worker sleeps rather than doze beside ONNX Runtime's threads
         try:
             values = self.session.run(names, ort_feeds)
         except Exception as e:

@@ -20,7 +20,8 @@ columns, so the same floats (tested bitwise).
         still without the GIL; a caller that stores 2 there wakes it to poll 4 * `polls_after` times more (the
         first kernel share of a run finds it dozing: woken without the GIL, where a worker asleep on its lock
         needs the GIL, which a busy caller's Python holds for up to its 5 ms switch interval, to wake). A 3 there
-        (a caller backing off: threads._back_off) ends the polls at once: dozing, it leaves the CPU to the others.
+        (a caller backing off: threads._back_off) ends the polls at once: dozing, it leaves the CPU to the others;
+        a 4 (threads.rest) ends the polls and the doze: it returns, to sleep on its lock.
     post(flags, job, share, n)        the caller: job[1:] = share, then flags[GEMM_POSTED] = n (release).
     finish(flags, job, n, polls, done_polls=1 << 22) -> int
         the caller, after its own share: 0 once the worker has run share n; 1 when the worker had not claimed it
@@ -168,6 +169,7 @@ def run_share(job):
 
 @numba.njit(nogil=True, cache=True)
 def serve(flags, job, j, value, i, seen, polls, busy, seen_at, polls_after, dozes=0, nap_us=0):
+    _store_release(flags, DOZING, 0)     # (a rest asked for before this call is for the call before it)
     _store_release(flags, busy, 1)
     _store_release(flags, j, value)
     got = False
@@ -185,10 +187,12 @@ def serve(flags, job, j, value, i, seen, polls, busy, seen_at, polls_after, doze
             k = 0
             left = polls_after
             continue
-        if k < left and _load_acquire(flags, DOZING) != 3:
+        if k < left and _load_acquire(flags, DOZING) < 3:
             _pause()
             k += 1
             continue
+        if _load_acquire(flags, DOZING) == 4:    # told to rest (threads.rest): return, to sleep on the lock
+            break
         if d < 0:    # polls used up, or told to stop (3: a caller backed off): doze, not polling (no share posted)
             if dozes <= 0:
                 break

@@ -99,6 +99,45 @@ def test_a_dozing_server_is_woken_by_a_store_and_then_serves(share_kit):
     assert got["r"] is True and not flags[3] and not flags[gs.DOZING]
 
 
+@pytest.mark.parametrize("dozing", [False, True])
+def test_a_server_told_to_rest_returns_at_once(share_kit, dozing):
+    """A 4 in flags[DOZING] (threads.rest) ends serve's polls and its doze: it returns (no job seen) and clears the
+    word, where without it the server would poll and doze on (here: for hours)."""
+    gs, _ = share_kit
+    flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
+    polls = 0 if dozing else 1 << 40
+    got = {}
+    server = threading.Thread(target=lambda: got.setdefault("r", gs.serve(flags, job, 1, 0, 0, 0, polls, 3, 2,
+                                                                           1 << 40, 1 << 40, 50)))
+    server.start()
+    try:
+        deadline = time.perf_counter() + 10
+        while flags[gs.DOZING] != 1 and not flags[3] and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert flags[gs.DOZING] == 1 if dozing else flags[3] == 1
+        flags[gs.DOZING] = 4
+        server.join(5)
+        assert not server.is_alive(), "serve did not return when told to rest"
+    finally:
+        if server.is_alive():
+            flags[0] = 1
+            server.join(10)
+    assert got["r"] is False and not flags[3] and not flags[gs.DOZING]
+
+
+def test_rest_tells_only_a_worker_that_polls_or_dozes(monkeypatch):
+    """threads.rest stores 4 for a worker polling (flags[3]) or dozing (flags[DOZING]), and leaves one asleep on
+    its lock alone (a stale 4 would cut its next polls short)."""
+    class W:
+        def __init__(self, polling, dozing):
+            self.flags = np.zeros(8, np.int64)
+            self.flags[3], self.flags[7] = polling, dozing
+    pool = [W(1, 0), W(0, 1), W(0, 0)]
+    monkeypatch.setitem(threads._STATE, "pool", pool)
+    threads.rest()
+    assert [int(w.flags[7]) for w in pool] == [4, 4, 0]
+
+
 def test_an_unclaimed_share_is_run_by_the_caller(share_kit):
     gs, addr = share_kit
     flags, job = np.zeros(gs.FLAG_WORDS, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
