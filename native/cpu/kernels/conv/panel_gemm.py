@@ -46,6 +46,24 @@ def in_kernel(op):
     return 1 if st["op"] == "activation" and st["type"] == "RELU" else None
 
 
+def held_panels(tactic, op, key: str):
+    """(packed kernel panels, output channels, bias padded to whole panels (zeros unless the post-ops run in the
+    kernel), the in-kernel post-op code or None, then matmul_panels.kernels' three) of a panel-GEMM convolution,
+    worked out once per op and weights (kept on the op under `key`); `tactic.prepare` packs raw weights."""
+    cfg = op.__dict__.get(key)
+    if cfg is None or cfg[0] is not op.weights:
+        w = tactic.prepare(op)   # packed already, or (the builder's first run on the raw weights) now
+        bp = w["kernel_panels"]
+        m = int(w["kernel_columns"])
+        fused = in_kernel(op)
+        bias = np.zeros(bp.shape[0] * PANEL, np.float32)
+        b = conv_bias(op.weights)
+        if fused is not None and b is not None:
+            bias[:m] = np.asarray(b, np.float32).reshape(-1)
+        cfg = op.__dict__[key] = (op.weights, bp, m, bias, fused) + kernels(fused or 0)
+    return cfg[1:]
+
+
 @register_tactic
 class NhwcGemmPanels(Tactic):
     """Channel-last patches x the panel-packed kernel by the compiled panel GEMM (see the module docstring)."""
@@ -83,18 +101,7 @@ class NhwcGemmPanels(Tactic):
         return weights
 
     def run(self, op, inputs):
-        cfg = op.__dict__.get("_conv_panels")
-        if cfg is None or cfg[0] is not op.weights:   # per op, once
-            w = self.prepare(op)   # packed already, or (the builder's first run on the raw weights) now
-            bp = w["kernel_panels"]
-            m = int(w["kernel_columns"])
-            fused = in_kernel(op)
-            bias = np.zeros(bp.shape[0] * PANEL, np.float32)
-            b = conv_bias(op.weights)
-            if fused is not None and b is not None:
-                bias[:m] = np.asarray(b, np.float32).reshape(-1)
-            cfg = op.__dict__["_conv_panels"] = (op.weights, bp, m, bias, fused) + kernels(fused or 0)
-        _, bp, m, bias, fused, fn, rows, describe = cfg
+        bp, m, bias, fused, fn, rows, describe = held_panels(self, op, "_conv_panels")
         x = np.asarray(inputs[0])
         x = x.astype(np.float32, copy=False)
         n, c = x.shape[:2]

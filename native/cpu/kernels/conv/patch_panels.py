@@ -19,9 +19,9 @@ import numpy as np
 from native.cpu import jit
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
-from native.cpu.kernels.conv.panel_gemm import in_kernel
+from native.cpu.kernels.conv.panel_gemm import held_panels
 from native.cpu.kernels.conv.weights import conv_bias
-from native.cpu.kernels.matmul_panels import PANEL, gemm, kernels, pack_panels
+from native.cpu.kernels.matmul_panels import gemm, pack_panels
 from native.tactics import Tactic, register_tactic
 
 
@@ -86,18 +86,7 @@ class PatchGemmPanels(Tactic):
         return weights
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        cfg = op.__dict__.get("_patch_panels")
-        if cfg is None or cfg[0] is not op.weights:   # per op, once
-            w = self.prepare(op)   # packed already, or (the builder's first run on the raw weights) now
-            bp = w["kernel_panels"]
-            m = int(w["kernel_columns"])
-            fused = in_kernel(op)
-            bias = np.zeros(bp.shape[0] * PANEL, np.float32)
-            b = conv_bias(op.weights)
-            if fused is not None and b is not None:
-                bias[:m] = np.asarray(b, np.float32).reshape(-1)
-            cfg = op.__dict__["_patch_panels"] = (op.weights, bp, m, bias, fused) + kernels(fused or 0)
-        _, bp, m, bias, fused, fn, rows, describe = cfg
+        bp, m, bias, fused, fn, rows, describe = held_panels(self, op, "_patch_panels")
         x = np.asarray(inputs[0]).astype(np.float32, copy=False)
         kh, kw = op.params["kernel_shape"]
         n = x.shape[0]
