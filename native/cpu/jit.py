@@ -146,6 +146,17 @@ def kernel(name: str):
     return fn
 
 
+def float32_refusal(input_shapes) -> str | None:
+    """Why a compiled float32 kernel does not take these inputs (a first input of another dtype, or no numba), or
+    None: the check every such tactic's `supports` ends with."""
+    dtypes = getattr(input_shapes, "dtypes", None)
+    if dtypes and dtypes[0] not in (None, "float32"):
+        return "float32 inputs only"
+    if not available():
+        return "needs the numba extra (pip install debugkit[jit])"
+    return None
+
+
 def module(name: str):
     """native/cpu/<name>.py, a module of compiled kernels and the constants that go with them (jit_ir_share's
     argument-block slots), or None without numba (or with DEBUGKIT_JIT=0). Importing it imports numba."""

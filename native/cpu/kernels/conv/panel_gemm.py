@@ -81,12 +81,7 @@ class NhwcGemmPanels(Tactic):
             return "constant kernels only (packed at build time)"
         if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
             return "2-D convolutions only"
-        dtypes = getattr(input_shapes, "dtypes", None)
-        if dtypes and dtypes[0] not in (None, "float32"):
-            return "float32 inputs only"
-        if not jit.available():
-            return "needs the numba extra (pip install debugkit[jit])"
-        return None
+        return jit.float32_refusal(input_shapes)
 
     def workspace_size(self, op, input_shapes):
         return patch_workspace(op, input_shapes)      # nhwc-gemm's patches
@@ -159,12 +154,7 @@ class PointwisePanels(Tactic):
             return "constant kernels only"
         if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
             return "2-D convolutions only"
-        dtypes = getattr(input_shapes, "dtypes", None)
-        if dtypes and dtypes[0] not in (None, "float32"):
-            return "float32 inputs only"
-        if not jit.available():
-            return "needs the numba extra (pip install debugkit[jit])"
-        return None
+        return jit.float32_refusal(input_shapes)
 
     def prepare(self, op):
         w = op.weights.get("kernel")

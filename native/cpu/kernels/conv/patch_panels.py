@@ -68,12 +68,7 @@ class PatchGemmPanels(Tactic):
             return why
         if "kernel" not in op.weights and "kernel_panels" not in op.weights:
             return "constant kernels only (packed at build time)"
-        dtypes = getattr(input_shapes, "dtypes", None)
-        if dtypes and dtypes[0] not in (None, "float32"):
-            return "float32 inputs only"
-        if not jit.available():
-            return "needs the numba extra (pip install debugkit[jit])"
-        return None
+        return jit.float32_refusal(input_shapes)
 
     def prepare(self, op):
         w = op.weights.get("kernel")

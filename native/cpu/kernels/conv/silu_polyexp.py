@@ -49,12 +49,7 @@ def _variant(base):
                 return f"no SiLU post-op ({base.name} is the same work)"
             if op.precision != "float32" or op.math:
                 return "float32 convolutions only"
-            dtypes = getattr(input_shapes, "dtypes", None)
-            if dtypes and dtypes[0] not in (None, "float32"):
-                return "float32 inputs only"
-            if not jit.available():
-                return "needs the numba extra (pip install debugkit[jit])"
-            return base.supports(self, op, input_shapes)
+            return jit.float32_refusal(input_shapes) or base.supports(self, op, input_shapes)
 
     short = getattr(base, "_short_run", None)
     if short is not None:   # a base in the short style run(op, inputs): the same (the device calls it directly)
