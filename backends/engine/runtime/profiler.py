@@ -1,8 +1,9 @@
 """TensorRT's IProfiler: per-layer time of every inference.
 
 Set `context.profiler = LayerProfiler()` (or any object with `report_layer_time(layer_name, ms)`); each
-`execute` then times every layer on the device's clock (synchronised, so a GPU layer's time is its own) and
-reports it. `LayerProfiler` keeps the times per inference and summarises them: median ms per layer, its share of
+`execute` then times every layer on the device's clock (`Device.time`, as the builder times tactics: on a GPU,
+events around the layer's kernels with the GPU held busy while the host enqueues them, so the time is the kernels'
+own and not the host's Python launching them) and reports it. `LayerProfiler` keeps the times per inference and summarises them: median ms per layer, its share of
 the total, and the tactic that ran it.
 """
 from __future__ import annotations

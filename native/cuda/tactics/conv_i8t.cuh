@@ -280,12 +280,12 @@ __device__ __forceinline__ void conv_i8t(
 // ---------------------------------------------------------------------------------------------------------------
 // The persistent form for int8 in -> int8 out with no residual or an int8 one (the inside of an INT8 chain, where
 // ResNet's residual 1x1 convolutions are memory-bound): each block walks tiles (pixel tile x BN channels) with
-// gridDim.x blocks in all, and the bytes that the epilogue moves go through the TMA too. The producer loads each
-// tile's int8 residual into one of OB output buffers (128 rows x 128 bytes a box, 128-byte swizzle) OB - 2 tiles
-// ahead of the consumers; the consumers write the int8 output over the residual in place and one thread stores
-// the buffer with the TMA while they go on to the next tile. A buffer is free again once its store has read it:
-// the storing thread checks that for the store before last (no wait on the newest) and says so on the buffer's
-// `oempty` barrier.
+// gridDim.x blocks in all, and the bytes that the epilogue moves go through the TMA too. The producer loads each tile's
+// int8 residual into one of OB output buffers (boxes of 128 rows x 128 bytes, 128-byte swizzle; 64 bytes and the
+// 64-byte swizzle when BN is 64) OB - 2 tiles ahead of the consumers; the consumers write the int8 output over the
+// residual in place and one thread stores the buffer with the TMA while they go on to the next tile. A buffer is free
+// again once its store has read it: the storing thread checks that for the store before last (no wait on the newest)
+// and says so on the buffer's `oempty` barrier.
 __device__ __forceinline__ void t_store_4d(const TmaDesc* map, unsigned src, int c, int x, int y, int z) {
     asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
                  :: "l"((unsigned long long)map), "r"(src), "r"(c), "r"(x), "r"(y), "r"(z) : "memory");
@@ -297,20 +297,22 @@ template <int N> __device__ __forceinline__ void t_store_wait_read() {
 template <int N> __device__ __forceinline__ void t_store_wait() {
     asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory");
 }
-// byte (row, col) of a 128-row output buffer held as BN / 128 swizzled boxes of 128 x 128 bytes
-__device__ __forceinline__ int t_obyte(int row, int col) {
-    return (col >> 7) * (TBM * 128) + row * 128 + ((((col & 127) >> 4) ^ (row & 7)) << 4) + (col & 15);
+// byte (row, col) of a 128-row output buffer held as swizzled boxes of 128 x OBW bytes (OBW 128: the TMA's 128-byte
+// swizzle, chunk ^ row % 8; OBW 64: its 64-byte swizzle, chunk ^ (row / 2) % 4)
+template <int OBW> __device__ __forceinline__ int t_obyte(int row, int col) {
+    const int sw = OBW == 128 ? (row & 7) : ((row >> 1) & 3);
+    return (col / OBW) * (TBM * OBW) + row * OBW + ((((col % OBW) >> 4) ^ sw) << 4) + (col & 15);
 }
 
-// ta, tb as conv_i8t; to / tr: the output / int8 residual [N][OH][OW][M] (dims M, OW, OH, N; box 128 x BW x BH x
-// BI; a flat 1x1 convolution: M, P, 1, 1). Tiles: pixel tiles (tw x th x image groups) x M / BN channel tiles,
-// channel tile fastest. CW consumer warpgroups (2 or 4): warpgroup w multiplies rows (w % 2) * 64 .. + 64 by
-// columns (w / 2) * WN .. + WN (WN = 2 * BN / CW); four of them halve each thread's epilogue and double the warps
-// that hide its latencies. Dynamic shared memory: STAGES x (A + B), OB (>= 3) output buffers of 128 x BN, the
-// barriers. RB (resident weights): a block keeps one channel tile (the host launches a multiple of M / BN blocks),
-// so the producer loads its BN columns of the kernel once, before the first tile (steps x BN x BK bytes ahead of the
-// stages, behind their own mbarrier), and the stages carry A alone: the per-tile loads of the weights were most of
-// what a tile waited for where K is long.
+// ta, tb as conv_i8t; to / tr: the output / int8 residual [N][OH][OW][M] (dims M, OW, OH, N; box OBW x BW x BH x BI
+// with OBW = min(BN, 128); a flat 1x1 convolution: M, P, 1, 1). Tiles: pixel tiles (tw x th x image groups) x M / BN
+// channel tiles, channel tile fastest. CW consumer warpgroups (2 or 4): warpgroup w multiplies rows (w % 2) * 64 .. +
+// 64 by columns (w / 2) * WN .. + WN (WN = 2 * BN / CW); four of them halve each thread's epilogue and double the warps
+// that hide its latencies. Dynamic shared memory: STAGES x (A + B), OB (>= 3) output buffers of 128 x BN, the barriers.
+// RB (resident weights): a block keeps one channel tile (the host launches a multiple of M / BN blocks), so the
+// producer loads its BN columns of the kernel once, before the first tile (steps x BN x BK bytes ahead of the stages,
+// behind their own mbarrier), and the stages carry A alone: the per-tile loads of the weights were most of what a tile
+// waited for where K is long.
 template <int BN, int BK, int STAGES, int OB, int CW, int RES, int RB = 0>
 __device__ __forceinline__ void conv_i8p(
         const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* to, const TmaDesc* tr, const float* __restrict__ bias,
@@ -319,6 +321,7 @@ __device__ __forceinline__ void conv_i8p(
         int relu) {
     constexpr int STAGE = TRing<BN, BK, STAGES, RB>::STAGE, OBUF = TBM * BN;
     constexpr int CT = CW * 128, WN = 2 * BN / CW, NACC = WN / 2;
+    constexpr int OBW = BN < 128 ? BN : 128, NBOX = BN / OBW;     // an output buffer's boxes: bytes wide, count
     const int ntiles = M / BN, kc = (C + BK - 1) / BK, steps = KH * KW * kc;
     const int bbytes = RB ? steps * BN * BK : 0;                           // the resident weights
     extern __shared__ unsigned char dsmem[];
@@ -369,8 +372,8 @@ __device__ __forceinline__ void conv_i8p(
                     if (local >= OB) t_bar_wait(oempty0 + b * 8, (local / OB - 1) & 1);
                     t_bar_expect(ofull0 + b * 8, OBUF);
 #pragma unroll
-                    for (int h = 0; h < BN / 128; ++h)
-                        t_load_4d(obase + b * OBUF + h * TBM * 128, tr, n0 + h * 128, ow0, oh0, i0, ofull0 + b * 8);
+                    for (int h = 0; h < NBOX; ++h)
+                        t_load_4d(obase + b * OBUF + h * TBM * OBW, tr, n0 + h * OBW, ow0, oh0, i0, ofull0 + b * 8);
                 }
                 ring.produce(ta, tb, C, KH, KW, ow0 * sw - pw, oh0 * sh - ph, i0, n0, dh, dw);
             }
@@ -383,11 +386,11 @@ __device__ __forceinline__ void conv_i8p(
     const int lo = relu ? 0 : -128;
     // where this thread's pairs sit in an output buffer, worked out once: accumulator j*4 + e is row r0 (+8 for
     // e >= 2), column wn + 8j + 2*tig (+1 for odd e); each 16-byte chunk q (j = 2q, 2q + 1) of its columns has one
-    // swizzled offset, and the rest is an immediate (+8 for odd j, +1024 for the row 8 below: the same swizzle)
+    // swizzled offset, and the rest is an immediate (+8 for odd j, +8 OBW for the row 8 below: the same swizzle)
     const int r0 = wm + wi * 16 + g;
     int qoff[WN / 16];
 #pragma unroll
-    for (int q = 0; q < WN / 16; ++q) qoff[q] = t_obyte(r0, wn + q * 16 + tig * 2);
+    for (int q = 0; q < WN / 16; ++q) qoff[q] = t_obyte<OBW>(r0, wn + q * 16 + tig * 2);
     int local = 0;
     int acc[NACC];
     if (RB) t_bar_wait(bfull, 0);
@@ -414,7 +417,7 @@ __device__ __forceinline__ void conv_i8p(
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh)
                     int8_io_pair<RES, 0>(acc[j * 4 + hh * 2], acc[j * 4 + hh * 2 + 1], bb.x, bb.y, kk.x, kk.y,
-                                                qq.x, qq.y, cell + jj * 8 + hh * 1024, true, 0, nullptr, nullptr, lo,
+                                                qq.x, qq.y, cell + jj * 8 + hh * 8 * OBW, true, 0, nullptr, nullptr, lo,
                                                 relu);
             }
         }
@@ -424,8 +427,8 @@ __device__ __forceinline__ void conv_i8p(
             const int pt = t / ntiles;
             const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
 #pragma unroll
-            for (int h = 0; h < BN / 128; ++h)
-                t_store_4d(to, obase + b * OBUF + h * TBM * 128, n0 + h * 128, ow0, oh0, i0);
+            for (int h = 0; h < NBOX; ++h)
+                t_store_4d(to, obase + b * OBUF + h * TBM * OBW, n0 + h * OBW, ow0, oh0, i0);
             t_store_commit();
         }
     }

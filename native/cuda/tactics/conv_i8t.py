@@ -286,7 +286,7 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
         m, bw, bh, bi = g["m"], 1 << g["lbw"], 1 << g["lbh"], g["bi"]
         # the output (and residual) as the kernel sees the pixels: [N, OH, OW, M], or [1, 1, P, M] when flat
         dims, strides = (m, g["ow"], g["oh"], g["n"]), (m, g["ow"] * m, g["oh"] * g["ow"] * m)
-        box, ones = (128, bw, bh, bi), (1, 1, 1, 1)
+        box, ones = (min(self.bn, 128), bw, bh, bi), (1, 1, 1, 1)     # conv_i8p's output boxes: OBW bytes wide
         to = self._map(y.ptr, dims, strides, box, ones)
         tr = self._map(r.ptr, dims, strides, box, ones) if r is not None else to
         tiles = g["tw"] * g["th"] * -(-g["n"] // bi) * (m // self.bn)
@@ -344,3 +344,20 @@ class TmaResidentInt8Conv128(_TmaPersistentInt8Conv):
     """Persistent TMA INT8 convolution with resident weights: 128 x 128 tiles, 3 stages of A, 4 output buffers."""
     name = "tma-int8-resident-128x128-s3"
     bn, stages, resident = 128, 3, True
+
+
+@register_tactic
+class TmaResidentInt8Conv64k64(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution with resident weights for 64 output channels of a 64-channel input (ResNet's
+    first stage: its 3x3 and 1x1 convolutions): 128 x 64 tiles, 64 channels a step, 8 stages of A, 4 output buffers
+    in the 64-byte swizzle, two consumer warpgroups."""
+    name = "tma-int8-resident-128x64-k64-s8"
+    bn, bk, stages, resident = 64, 64, 8, True
+
+
+@register_tactic
+class TmaResidentInt8Conv64(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution with resident weights, 128 x 64 tiles, 6 stages of A, 4 output buffers: the
+    64-output convolutions of wider inputs (256 -> 64 1x1)."""
+    name = "tma-int8-resident-128x64-s6"
+    bn, stages, resident = 64, 6, True

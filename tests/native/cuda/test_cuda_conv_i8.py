@@ -16,7 +16,8 @@ NAMES = ["mma-int8-128x128", "mma-int8-128x64", "tma-int8-128x128-s2", "tma-int8
          "tma-int8-persistent-128x128-s4"]
 TMA = ["tma-int8-128x128-s2", "tma-int8-128x256-s3", "tma-int8-128x64-s4", "tma-int8-128x64-k64-s6",
        "tma-int8-persistent-128x128-s4", "tma-int8-persistent-128x256-s2-w4", "tma-int8-persistent-128x256-k64-s4-w4",
-       "tma-int8-resident-128x256-s3-w4", "tma-int8-resident-128x256-k64-s4-w4", "tma-int8-resident-128x128-s3"]
+       "tma-int8-resident-128x256-s3-w4", "tma-int8-resident-128x256-k64-s4-w4", "tma-int8-resident-128x128-s3",
+       "tma-int8-resident-128x64-k64-s8", "tma-int8-resident-128x64-s6"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -52,7 +53,10 @@ def test_wgmma_int8_conv_takes_16_channel_steps_and_long_k(name, c, m, k, stride
     (16, 256, 7, 2, 1, None, True, "int8", 1, 40),         # a 7x7 stride-2 stem on 16 channels
     (64, 256, 1, 1, 1, "int8", True, "int8", 4, 100),     # 313 x 2 tiles: a persistent block takes several, its
     (64, 256, 3, 1, 1, "int8", False, "int8", 8, 40),     # two output buffers reused (flat, then 8 x 8 x 2 boxes)
-    (128, 512, 1, 1, 1, "int8", True, "int8", 3, 50)])    # 2 or 4 channel tiles: a resident block keeps its own
+    (128, 512, 1, 1, 1, "int8", True, "int8", 3, 50),     # 2 or 4 channel tiles: a resident block keeps its own
+    (64, 64, 3, 1, 1, "int8", True, "int8", 4, 24),       # 64 outputs (64-byte output boxes), 8 x 8 x 2 pixel boxes
+    (256, 64, 1, 1, 1, "int8", False, "int8", 2, 33),     # 64 outputs of a wider input, flat, a partial last tile
+    (64, 64, 1, 1, 1, None, True, "int8", 3, 56)])        # 64 -> 64 1x1 over many tiles per block
 def test_tma_int8_conv_boxes_strides_dilation_and_images(name, c, m, k, stride, dil, residual, relu, out, n, h):
     """The TMA kernels' own geometry: output boxes of several images, element strides, dilated taps, zero fill in
     the padding and past the channels, long K."""
@@ -90,6 +94,8 @@ def _check(name, c, m, k, stride, residual, relu, out, n, h, dil=1):
             refusals.append("KiB of shared memory")
     if "-k64-" in name and c > 64:
         refusals.append("are for inputs of at most 64")
+    if m % tactic.bn:
+        refusals.append(f"not a multiple of this tile's {tactic.bn}")
     if refusals:
         assert why and any(r in why for r in refusals), (why, refusals)
         return
