@@ -330,7 +330,8 @@ __device__ __forceinline__ void conv_i8p(
     unsigned char* O = base + bbytes + STAGES * STAGE;                     // OB x [BN / 128][128][128] swizzled
     unsigned long long* bars = (unsigned long long*)(O + OB * OBUF);
     const unsigned sbase = t_smem(base), obase = t_smem(O), full0 = t_smem(bars), empty0 = full0 + STAGES * 8,
-                   ofull0 = empty0 + STAGES * 8, oempty0 = ofull0 + OB * 8, bfull = oempty0 + OB * 8;
+                   ofull0 = empty0 + STAGES * 8, oempty0 = ofull0 + OB * 8, bfull = oempty0 + OB * 8,
+                   sfull0 = bfull + 8;
     TRing<BN, BK, STAGES, RB> ring{sbase + bbytes, full0, empty0, sbase};
     const int tid = threadIdx.x;
     const int bw = 1 << lbw, bh = 1 << lbh, bi = TBM >> (lbw + lbh);
@@ -343,6 +344,7 @@ __device__ __forceinline__ void conv_i8p(
         for (int b = 0; b < OB; ++b) {
             t_bar_init(ofull0 + b * 8, 1);
             t_bar_init(oempty0 + b * 8, 1);
+            t_bar_init(sfull0 + b * 8, CT / 32);
         }
         if (RB) t_bar_init(bfull, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -377,6 +379,22 @@ __device__ __forceinline__ void conv_i8p(
                 }
                 ring.produce(ta, tb, C, KH, KW, ow0 * sw - pw, oh0 * sh - ph, i0, n0, dh, dw);
             }
+        } else if (tid == CT + 32) {        // the storer: each buffer out once every consumer warp has written it
+            int local = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
+                const int b = local % OB, n0 = (t % ntiles) * BN, pt = t / ntiles;
+                const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
+                t_bar_wait(sfull0 + b * 8, (local / OB) & 1);
+#pragma unroll
+                for (int h = 0; h < NBOX; ++h)
+                    t_store_4d(to, obase + b * OBUF + h * TBM * OBW, n0 + h * OBW, ow0, oh0, i0);
+                t_store_commit();
+                if (local >= 1) {       // the store before this one has read its buffer: it may be refilled
+                    t_store_wait_read<1>();
+                    t_bar_arrive(oempty0 + ((local - 1) % OB) * 8);
+                }
+            }
+            t_store_wait<0>();
         }
         return;
     }
@@ -395,14 +413,11 @@ __device__ __forceinline__ void conv_i8p(
     int acc[NACC];
     if (RB) t_bar_wait(bfull, 0);
     for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
-        const int n0 = ntiles == 1 ? 0 : (t % ntiles) * BN;    // the tile's pixels: thread 0 alone, for its store
+        const int n0 = ntiles == 1 ? 0 : (t % ntiles) * BN;    // (the storer works out its pixels)
         const int b = local % OB;
         ring.template consume<WN>(acc, steps, wm, wn, lane);
-        if (tid == 0 && local >= 2) {        // the store before last has read its buffer: it may take a residual
-            t_store_wait_read<1>();
-            if (RES == 1) t_bar_arrive(oempty0 + ((local - 2) % OB) * 8);
-        }
-        if (RES == 1) t_bar_wait(ofull0 + b * 8, (local / OB) & 1);
+        if (RES == 1) t_bar_wait(ofull0 + b * 8, (local / OB) & 1);              // its residual landed
+        else if (local >= OB) t_bar_wait(oempty0 + b * 8, (local / OB - 1) & 1);  // its last store read it
         unsigned char* ob = O + b * OBUF;
         const float2* bias2 = (const float2*)(bias + n0 + wn + tig * 2);     // column pairs 8 floats apart
         const float2* scale2 = (const float2*)(scale + n0 + wn + tig * 2);
@@ -422,22 +437,14 @@ __device__ __forceinline__ void conv_i8p(
             }
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");    // the writes, visible to the TMA store
-        asm volatile("bar.sync 1, %0;\n" :: "n"(CT) : "memory");
-        if (tid == 0) {
-            const int pt = t / ntiles;
-            const int ow0 = (pt % tw) * bw, oh0 = ((pt / tw) % th) * bh, i0 = (pt / (tw * th)) * bi;
-#pragma unroll
-            for (int h = 0; h < NBOX; ++h)
-                t_store_4d(to, obase + b * OBUF + h * TBM * OBW, n0 + h * OBW, ow0, oh0, i0);
-            t_store_commit();
-        }
+        __syncwarp();
+        if (lane == 0) t_bar_arrive(sfull0 + b * 8);       // this warp's part is written: no wait on the others
     }
-    if (tid == 0) t_store_wait<0>();
 }
 
 // conv_i8p_bn<BN>_k<BK>_s<STAGES>_o<OB>_w<CW>_r<RES>_rb<RB> (RB: resident weights)
 #define CONV_I8P_KERNEL(BN_, BK_, S_, OB_, CW_, RES_, RB_)                                                           \
-    extern "C" __global__ void __launch_bounds__(CW_ * 128 + 32, 1)                                                 \
+    extern "C" __global__ void __launch_bounds__(CW_ * 128 + 64, 1)                                                 \
         conv_i8p_bn##BN_##_k##BK_##_s##S_##_o##OB_##_w##CW_##_r##RES_##_rb##RB_(                                    \
         const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const __grid_constant__ TmaDesc to,  \
         const __grid_constant__ TmaDesc tr, const float* bias, const float* scale, const float* rscale, int N,       \

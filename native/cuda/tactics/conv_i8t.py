@@ -227,7 +227,9 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
     """The persistent form (conv_i8t.cuh, conv_i8p): int8 output, no residual or an int8 one (the inside of an INT8
     chain). One block per SM walks the tiles; the residual comes in and the output goes out through the TMA,
     overlapped with the next tiles (the memory-bound residual 1x1 convolutions of ResNet): `out_buffers` output
-    buffers, so each residual is asked for two tiles before it is needed."""
+    buffers, so each residual is asked for two tiles before it is needed. A storer warp stores each buffer once
+    every consumer warp has said (on an mbarrier) that its part is written, so the consumers never wait for one
+    another between tiles."""
     minb = 1
     out_buffers = 4
     resident = False    # each block keeps its channel tile of the weights in shared memory (conv_i8p's RB)
@@ -252,6 +254,10 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
                 return f"{tiles} channel tiles: more than the SMs, and each block keeps one"
         return None
 
+    def threads(self) -> int:
+        """The block: the consumer warpgroups, the producer warp and the storer warp."""
+        return self.warpgroups * 128 + 64
+
     def weight_bytes(self, op, c: int) -> int:
         """The resident weights' bytes: every K step (taps x bk-channel steps) of bn columns; 0 unless resident."""
         if not self.resident:
@@ -261,12 +267,12 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
 
     def shared_bytes(self, weights: int = 0) -> int:
         """The resident weights (if any), the stages (A, and B unless resident), `out_buffers` 128 x bn output
-        buffers, the mbarriers, 1 KiB of alignment slack. The kernel's attribute is the most a block may take when
+        buffers, the mbarriers (two a stage, three an output buffer, the weights'), 1 KiB of alignment slack. The kernel's attribute is the most a block may take when
         the weights are resident (their size is the layer's)."""
         if self.resident and weights == 0:
             return SMEM_MAX
         return weights + self.stages * (TBM + (0 if self.resident else self.bn)) * self.bk + \
-            self.out_buffers * TBM * self.bn + 16 * (self.stages + self.out_buffers + 1) + 1023
+            self.out_buffers * TBM * self.bn + 8 * (2 * self.stages + 3 * self.out_buffers + 1) + 1023
 
     def instance(self, res_kind, out_kind) -> str:
         return (f"CONV_I8P_KERNEL({self.bn}, {self.bk}, {self.stages}, {self.out_buffers}, {self.warpgroups}, "
@@ -361,3 +367,11 @@ class TmaResidentInt8Conv64(_TmaPersistentInt8Conv):
     64-output convolutions of wider inputs (256 -> 64 1x1)."""
     name = "tma-int8-resident-128x64-s6"
     bn, stages, resident = 64, 6, True
+
+
+@register_tactic
+class TmaPersistentInt8Conv128w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution, 128 x 128 tiles, 4 stages, four consumer warpgroups (64 x 64 each): twice
+    the warps to hide the memory-bound residual 1x1 convolutions' epilogue latencies."""
+    name = "tma-int8-persistent-128x128-s4-w4"
+    bn, stages, warpgroups = 128, 4, 4
