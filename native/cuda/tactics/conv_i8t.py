@@ -375,3 +375,20 @@ class TmaPersistentInt8Conv128w4(_TmaPersistentInt8Conv):
     the warps to hide the memory-bound residual 1x1 convolutions' epilogue latencies."""
     name = "tma-int8-persistent-128x128-s4-w4"
     bn, stages, warpgroups = 128, 4, 4
+
+
+@register_tactic
+class TmaPersistentInt8Conv128k64w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution, 128 x 128 tiles, 64 channels a step, 8 stages, four consumer warpgroups: the
+    residual 1x1 convolutions of 64-channel inputs (ResNet's first stage), where 128-channel steps multiply zeros
+    half the time."""
+    name = "tma-int8-persistent-128x128-k64-s8-w4"
+    bn, bk, stages, warpgroups = 128, 64, 8, 4
+
+
+@register_tactic
+class TmaResidentInt8Conv128k64w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution with resident weights: 128 x 128 tiles, 64 channels a step, 8 stages of A,
+    four consumer warpgroups."""
+    name = "tma-int8-resident-128x128-k64-s8-w4"
+    bn, bk, stages, warpgroups, resident = 128, 64, 8, 4, True
