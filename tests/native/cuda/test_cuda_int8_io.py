@@ -202,7 +202,8 @@ def test_fp16_int8_engine_runs_the_max_pool_in_int8(tmp_path, c_in, stride):
 
 @pytest.mark.parametrize("one_pass", [True, False])
 @pytest.mark.parametrize("src,layout", [("float32", "nchw"), ("float16", "nhwc"), ("float32", "nhwc")])
-@pytest.mark.parametrize("k,pad,c,h,w", [(7, 3, 3, 30, 28), (7, 3, 3, 29, 31), (3, 1, 3, 18, 17), (5, 2, 1, 13, 12)])
+@pytest.mark.parametrize("k,pad,c,h,w", [(7, 3, 3, 30, 28), (7, 3, 3, 29, 31), (3, 1, 3, 18, 17), (5, 2, 1, 13, 12),
+                                         (1, 0, 12, 9, 10)])
 def test_int8_stem_pack_kernel_equals_the_cpu(src, layout, k, pad, c, h, w, one_pass, monkeypatch):
     """int8.cu's stem pack quantizes and packs like the CPU Reformat (ties included), from float32 / float16 NCHW
     or NHWC images, at odd sizes and 16 / 32 / 64 packed channels: in one pass (stem_pack_q) and, where a packed
