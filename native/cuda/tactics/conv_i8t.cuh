@@ -67,7 +67,14 @@ template <int BK> __device__ __forceinline__ unsigned long long t_desc(unsigned 
 
 #define T_R8(o) "+r"(d[o]), "+r"(d[o + 1]), "+r"(d[o + 2]), "+r"(d[o + 3]), "+r"(d[o + 4]), "+r"(d[o + 5]), \
                 "+r"(d[o + 6]), "+r"(d[o + 7])
+#define T_R16(o) T_R8(o), T_R8(o + 8)
 #define T_R32(o) T_R8(o), T_R8(o + 8), T_R8(o + 16), T_R8(o + 24)
+
+__device__ __forceinline__ void t_mma32(int* d, unsigned long long a, unsigned long long b, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\nwgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p;\n}\n"
+                 : T_R16(0) : "l"(a), "l"(b), "r"(acc));
+}
 
 __device__ __forceinline__ void t_mma64(int* d, unsigned long long a, unsigned long long b, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
@@ -97,7 +104,8 @@ __device__ __forceinline__ void t_mma256(int* d, unsigned long long a, unsigned 
 // d (+)= a * b: acc 0 starts the accumulators (wgmma's scale-d), so a tile's first K step needs no zeroed registers
 template <int BN>
 __device__ __forceinline__ void t_mma(int* d, unsigned long long a, unsigned long long b, int acc) {
-    if (BN == 256) t_mma256(d, a, b, acc); else if (BN == 128) t_mma128(d, a, b, acc); else t_mma64(d, a, b, acc);
+    if (BN == 256) t_mma256(d, a, b, acc); else if (BN == 128) t_mma128(d, a, b, acc);
+    else if (BN == 64) t_mma64(d, a, b, acc); else t_mma32(d, a, b, acc);
 }
 
 // The stage ring both kernels share: STAGES slots of A (128 x BK) + B (BN x BK), a full and an empty mbarrier

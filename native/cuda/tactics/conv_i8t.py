@@ -267,8 +267,8 @@ class _TmaPersistentInt8Conv(_TmaInt8Conv):
 
     def shared_bytes(self, weights: int = 0) -> int:
         """The resident weights (if any), the stages (A, and B unless resident), `out_buffers` 128 x bn output
-        buffers, the mbarriers (two a stage, three an output buffer, the weights'), 1 KiB of alignment slack. The kernel's attribute is the most a block may take when
-        the weights are resident (their size is the layer's)."""
+        buffers, the mbarriers (two a stage, three an output buffer, the weights'), 1 KiB of alignment slack. The
+        kernel's attribute is the most a block may take when the weights are resident (their size is the layer's)."""
         if self.resident and weights == 0:
             return SMEM_MAX
         return weights + self.stages * (TBM + (0 if self.resident else self.bn)) * self.bk + \
@@ -392,3 +392,21 @@ class TmaResidentInt8Conv128k64w4(_TmaPersistentInt8Conv):
     four consumer warpgroups."""
     name = "tma-int8-resident-128x128-k64-s8-w4"
     bn, bk, stages, warpgroups, resident = 128, 64, 8, 4, True
+
+
+@register_tactic
+class TmaResidentInt8Conv64k64w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution with resident weights for 64 output channels of a 64-channel input: 128 x 64
+    tiles, 64 channels a step, 8 stages of A, four consumer warpgroups of 64 x 32 (m64n32 wgmma): twice the warps
+    of the two-warpgroup form to hide the epilogue's latencies (ResNet's stem and first-stage 3x3 convolutions are
+    bound by their epilogues' issue)."""
+    name = "tma-int8-resident-128x64-k64-s8-w4"
+    bn, bk, stages, warpgroups, resident = 64, 64, 8, 4, True
+
+
+@register_tactic
+class TmaResidentInt8Conv64w4(_TmaPersistentInt8Conv):
+    """Persistent TMA INT8 convolution with resident weights, 128 x 64 tiles, 6 stages of A, four consumer
+    warpgroups of 64 x 32: the 64-output convolutions of wider inputs."""
+    name = "tma-int8-resident-128x64-s6-w4"
+    bn, stages, warpgroups, resident = 64, 6, 4, True

@@ -249,10 +249,12 @@ extern "C" __global__ void stem_pack_i8(uint4* __restrict__ out, const signed ch
 }
 
 // The same Reformat in one pass: a block per packed row (n, r) quantizes the two input rows it reads (each input
-// element once: every input row belongs to one packed row) into shared memory as S[xx][dy][dx][c] (xx counted from
-// b_min), the order of a packed pixel's channels, so packed pixel X's first 4 * C * kw2 channels are S's bytes from
-// xx = X on; its threads then write packed pixels as 16-byte stores. Dynamic shared memory: (ow + kw2 - 1) * 4 * C
-// bytes. Quantized as quantize_i8 / quantize_f16_i8 (IEEE division, the rounding mode, saturation).
+// element once: every input row belongs to one packed row; a thread loads one column pair of 4 lines (c, dy) before it
+// quantizes any, at up to 10 blocks an SM: one dependent load a thread had left it latency-bound) into shared memory as
+// S[xx][dy][dx][c] (xx counted from b_min), the order of a packed pixel's channels, so packed pixel X's first 4 * C *
+// kw2 channels are S's bytes from xx = X on; its threads then write packed pixels as 16-byte stores. Dynamic shared
+// memory: (ow + kw2 - 1) * 4 * C bytes. Quantized as quantize_i8 / quantize_f16_i8 (IEEE division, the rounding mode,
+// saturation).
 template <typename T>
 __device__ __forceinline__ void stem_pack_q(uint4* __restrict__ out, const T* __restrict__ x, const StemPack& p,
                                             float s, int mode) {
@@ -261,18 +263,37 @@ __device__ __forceinline__ void stem_pack_q(uint4* __restrict__ out, const T* __
     const int span = p.ow + p.kw2 - 1, run = 4 * p.C, used = run * p.kw2, CV = p.cp / 16;
     const int n = blockIdx.x / p.rows, r = blockIdx.x - n * p.rows;
     const T* xn = x + (long long)n * p.sN;
-    const int iy0 = 2 * (r + p.a_min);
-    for (int i = threadIdx.x; i < 4 * p.C * span; i += blockDim.x) {      // (c, dy, xx, dx), dx fastest
-        const int dx = i & 1, xx = (i >> 1) % span, t = (i >> 1) / span, dy = t & 1, c = t >> 1;
-        const int iy = iy0 + dy, ix = 2 * (xx + p.b_min) + dx;
-        signed char q = 0;
-        if (iy >= 0 && iy < p.H && ix >= 0 && ix < p.W) {
-            const T v = xn[c * p.sC + iy * p.sH + ix * p.sW];
-            float f;
-            if constexpr (sizeof(T) == 4) f = (float)v; else f = F16::ld(v);
-            q = q8(f, s, mode);
+    const int iy0 = 2 * (r + p.a_min), lines = 2 * p.C;                  // input lines (c, dy), dy fastest
+    for (int xx = threadIdx.x; xx < span; xx += blockDim.x) {              // a thread: column pair xx of each line
+        const int ix = 2 * (xx + p.b_min);
+        const bool in0 = ix >= 0 && ix < p.W, in1 = ix + 1 < p.W;          // (ix + 1 >= 0 when ix >= -1: even ix)
+        for (int t0 = 0; t0 < lines; t0 += 4) {                           // 4 lines' loads in flight, then quantize
+            T v[8];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int t = t0 + u, iy = iy0 + (t & 1);
+                const bool ok = t < lines && iy >= 0 && iy < p.H;
+                const T* row = xn + (t >> 1) * p.sC + iy * p.sH;
+                v[2 * u] = ok && in0 ? row[ix * p.sW] : T(0);
+                v[2 * u + 1] = ok && in0 && in1 ? row[(ix + 1) * p.sW] : T(0);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int t = t0 + u, iy = iy0 + (t & 1);
+                if (t >= lines) break;
+                const bool ok = iy >= 0 && iy < p.H;
+#pragma unroll
+                for (int dx = 0; dx < 2; ++dx) {
+                    signed char q = 0;
+                    if (ok && in0 && (dx == 0 || in1)) {
+                        float f;
+                        if constexpr (sizeof(T) == 4) f = (float)v[2 * u + dx]; else f = F16::ld(v[2 * u + dx]);
+                        q = q8(f, s, mode);
+                    }
+                    S[xx * run + ((t & 1) * 2 + dx) * p.C + (t >> 1)] = (unsigned char)q;
+                }
+            }
         }
-        S[xx * run + (dy * 2 + dx) * p.C + c] = (unsigned char)q;
     }
     __syncthreads();
     uint4* o = out + (long long)blockIdx.x * p.ow * CV;
@@ -283,9 +304,11 @@ __device__ __forceinline__ void stem_pack_q(uint4* __restrict__ out, const T* __
                           k + 12 < used ? w[3] : 0u);
     }
 }
-extern "C" __global__ void stem_pack_q_f32(uint4* out, const float* x, const StemPack p, float s, int mode) {
+extern "C" __global__ void __launch_bounds__(128, 10)
+    stem_pack_q_f32(uint4* out, const float* x, const StemPack p, float s, int mode) {
     stem_pack_q<float>(out, x, p, s, mode);
 }
-extern "C" __global__ void stem_pack_q_f16(uint4* out, const unsigned short* x, const StemPack p, float s, int mode) {
+extern "C" __global__ void __launch_bounds__(128, 10)
+    stem_pack_q_f16(uint4* out, const unsigned short* x, const StemPack p, float s, int mode) {
     stem_pack_q<unsigned short>(out, x, p, s, mode);
 }

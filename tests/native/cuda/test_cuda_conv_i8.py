@@ -18,7 +18,8 @@ TMA = ["tma-int8-128x128-s2", "tma-int8-128x256-s3", "tma-int8-128x64-s4", "tma-
        "tma-int8-persistent-128x128-s4", "tma-int8-persistent-128x256-s2-w4", "tma-int8-persistent-128x256-k64-s4-w4",
        "tma-int8-resident-128x256-s3-w4", "tma-int8-resident-128x256-k64-s4-w4", "tma-int8-resident-128x128-s3",
        "tma-int8-resident-128x64-k64-s8", "tma-int8-resident-128x64-s6", "tma-int8-persistent-128x128-s4-w4",
-       "tma-int8-persistent-128x128-k64-s8-w4", "tma-int8-resident-128x128-k64-s8-w4"]
+       "tma-int8-persistent-128x128-k64-s8-w4", "tma-int8-resident-128x128-k64-s8-w4",
+       "tma-int8-resident-128x64-k64-s8-w4", "tma-int8-resident-128x64-s6-w4"]
 
 
 @pytest.mark.parametrize("name", NAMES)
