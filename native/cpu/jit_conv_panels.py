@@ -12,7 +12,8 @@ direct-panels tactic (native/cpu/kernels/conv/direct_panels.py).
         jit_act.bias_steps_inplace computes them) on the way out to y[m, t]. A panel whose runs would leave x (the
         map's first and last) is gathered into b [K, 32] first. The weights are packed [MB, K, 8]: block b's
         channels 8b..8b+7 (zero past M) at each k, so a block's 8 broadcasts per k share one cache line.
-        `tables(geo)` makes offs and uoffs, `scratch(geo)` masks, b and tile (one per thread).
+        `tables(geo)` makes offs and uoffs, `scratch(geo)` masks, b and tile (one per thread); `crop` copies the
+        real pixels out of a wide map. A small map (H*W <= 64 kh kw) is copied once with a margin instead.
     conv_share(args int64 *, code)   (a numba @cfunc: conv_share.address)
         conv_panels over panels [0, SPLIT) (code & 1 == 0) or [SPLIT, P) (code & 1 == 1) from an argument block
         (`block`), the form threads.kernel_shares runs on the caller and the CPU pool's worker without the GIL.
@@ -169,22 +170,47 @@ def _panel(wb, src, t0, offs, mrow, masks, k, y, y0, nv, m, bias, ep, tile):
 
 @numba.njit(**_FMA)
 def conv_panels(x, wb, bias, ep, y, geo, offs, uoffs, masks, b, tile, p0, p1):
+    if p1 <= p0:
+        return
     c_n, h, w, kh, kw, pl = geo[C], geo[H], geo[W], geo[KH], geo[KW], geo[PL]
     k = c_n * kh * kw
     m, t_n, hw = geo[M], geo[T], h * w
     lo, hi = -pl, (c_n - 1) * hw + (kh - 1) * w + kw - 1 - pl + NR   # the runs' extent about t0
+    masked = pl > 0 or kw - 1 - pl > 0
+    cols = np.arange(w + NR) % w       # a pixel's column from its offset in its row's start (no division a lane)
+    small = hw <= 64 * kh * kw         # a small map: every panel reads x with a margin (one copy; edge panels gather
+    xp = np.zeros(pl + c_n * hw + NR + kw if small else 0, np.float32)   # all K rows, float by float)
+    if small:
+        xp[pl:pl + c_n * hw] = x
     for p in range(p0, p1):
         t0 = p * NR
-        for j in range(kw):
-            for l in range(NR):
-                col = (t0 + l) % w + j - pl
-                masks[j, l] = col >= 0 and col < w
+        if masked:
+            c0 = t0 % w
+            for j in range(kw):
+                for l in range(NR):
+                    col = cols[c0 + l] + j - pl
+                    masks[j, l] = col >= 0 and col < w
         nv = min(NR, t_n - t0)
-        if t0 + lo >= 0 and t0 + hi <= c_n * hw:
+        if small:
+            _panel(wb, xp, np.uint64(t0 + pl), uoffs[0], offs[1], masks, k, y, t0, nv, m, bias, ep, tile)
+        elif t0 + lo >= 0 and t0 + hi <= c_n * hw:
             _panel(wb, x, np.uint64(t0), uoffs[0], offs[1], masks, k, y, t0, nv, m, bias, ep, tile)
         else:
             _edge(x, b, t0, offs[0], offs[1], masks)
             _panel(wb, b.reshape(-1), np.uint64(0), uoffs[1], offs[2], masks, k, y, t0, nv, m, bias, ep, tile)
+
+
+@numba.njit(nogil=True, cache=True)
+def crop(wide, y, w):
+    """y [N, M, Ho, Wo] = the first Wo columns of each row of wide [N, M, Ho * w] (numpy's strided copy: 3x)."""
+    n, m, ho, wo = y.shape
+    for i in range(n):
+        for c in range(m):
+            src, dst = wide[i, c], y[i, c]
+            for r in range(ho):
+                s, d = src[r * w:r * w + wo], dst[r]
+                for l in range(wo):
+                    d[l] = s[l]
 
 
 def tables(geo):

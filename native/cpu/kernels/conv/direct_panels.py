@@ -147,7 +147,7 @@ class DirectPanels(Tactic):
             else:
                 js.conv_panels(x[ni].reshape(-1), *keep[0], into[ni], *keep[1], 0, keep[2])
         if y_wide is not None:
-            y[...] = y_wide.reshape(n, m, ho, w)[:, :, :, :wo]
+            js.crop(y_wide, y, w)
         if fused:
             return [y]
         return finish(op, y, conv_bias(op.weights), inputs, np.float32)
