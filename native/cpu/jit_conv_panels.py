@@ -2,8 +2,8 @@
 direct-panels tactic (native/cpu/kernels/conv/direct_panels.py).
 
     conv_panels(x [C*H*W], wb [MB, K, 8], bias [MB*8], ep [3], y [M, T], geo [GEO], offs, uoffs, masks, b, tile,
-                p0, p1)
-        Output pixels in "wide" order (t = h * W + w over the input's width W, T = Ho * W; w < Wo are the real
+                p0, p1, m0, m1)
+        Output channels m0..m1 (m0 a multiple of 8) at output pixels in "wide" order (t = h * W + w over the input's width W, T = Ho * W; w < Wo are the real
         ones) in 32-pixel panels p0..p1. Patch row q = (c, i, j) (K = C*kh*kw of them) of a panel is the run of 32
         input floats at t0 + offs[0, q] (offs[0, q] = c*H*W + i*W + j - PL), zero at the lanes whose column
         w + j - PL leaves the row (masks[offs[1, q]], worked out per panel: the left / right padding). Every block
@@ -15,8 +15,8 @@ direct-panels tactic (native/cpu/kernels/conv/direct_panels.py).
         `tables(geo)` makes offs and uoffs, `scratch(geo)` masks, b and tile (one per thread); `crop` copies the
         real pixels out of a wide map. A small map (H*W <= 64 kh kw) is copied once with a margin instead.
     conv_share(args int64 *, code)   (a numba @cfunc: conv_share.address)
-        conv_panels over panels [0, SPLIT) (code & 1 == 0) or [SPLIT, P) (code & 1 == 1) from an argument block
-        (`block`), the form threads.kernel_shares runs on the caller and the CPU pool's worker without the GIL.
+        conv_panels on one half (code & 1) of the output channels or of the panels (`block` says which) from an
+        argument block, the form threads.kernel_shares runs on the caller and the CPU pool's worker without the GIL.
 
 Why: oww_embedding's 1x3 and 3x1 convolutions on [1, 24..96, H, W] maps (W 32 down to 2) went through im2col-gemm:
 a patch matrix copy of K x Ho*Wo floats, OpenBLAS re-packing both operands each call, a separate epilogue pass
@@ -51,8 +51,8 @@ GEO = 9
 # conv_share's argument block: X and Y first (threads.kernel_shares sets them per call), the geo words at G0, then
 # the operands' addresses and the panels
 X, Y, G0 = 0, 1, 2
-(WB, BIAS, EP, OFFS, UOFFS, MASKS, EDGE, TILE, MB, P, SPLIT) = range(G0 + GEO, G0 + GEO + 11)
-WORDS = G0 + GEO + 11
+(WB, BIAS, EP, OFFS, UOFFS, MASKS, EDGE, TILE, MB, P, SPLIT, BY_CHANNELS) = range(G0 + GEO, G0 + GEO + 12)
+WORDS = G0 + GEO + 12
 
 
 def _pointer_to(t):
@@ -149,32 +149,30 @@ def _out(acc, dst, r0, d0, bias, m0, alpha, lo, hi):
 
 
 @numba.njit(**_FMA)
-def _panel(wb, src, t0, offs, mrow, masks, k, y, y0, nv, m, bias, ep, tile):
-    """Every block of ROWS output channels over one panel (`_sweep`'s operands) into y[:, y0:y0 + nv]. A function
-    of its own, its block on its own stack: inlined into conv_panels, LLVM stored the accumulators every k."""
+def _panel(wb, src, t0, offs, mrow, masks, k, y, y0, nv, m0, m1, bias, ep, tile):
+    """Output channels m0..m1 (m0 a multiple of ROWS), ROWS at a time, over one panel (`_sweep`'s operands) into
+    y[m0:m1, y0:y0 + nv]. A function of its own, its block on its own stack: inlined into conv_panels, LLVM stored
+    the accumulators every k."""
     acc = carray(_block(), (MR, NR))
     alpha, lo, hi = ep[0], ep[1], ep[2]
-    for blk in range(wb.shape[0] * (MR // ROWS)):
-        m0 = blk * ROWS
-        if m0 >= m:
-            break
-        _sweep(acc, wb[m0 // MR], m0 % MR, src, t0, offs, mrow, masks, k)
-        whole = nv == NR and m0 + ROWS <= m
-        dst, r0, d0 = (y, m0, np.uint64(y0)) if whole else (tile, 0, np.uint64(0))
-        _out(acc, dst, r0, d0, bias, m0, alpha, lo, hi)   # one call site: two left acc in memory
+    for mb in range(m0, m1, ROWS):
+        _sweep(acc, wb[mb // MR], mb % MR, src, t0, offs, mrow, masks, k)
+        whole = nv == NR and mb + ROWS <= m1
+        dst, r0, d0 = (y, mb, np.uint64(y0)) if whole else (tile, 0, np.uint64(0))
+        _out(acc, dst, r0, d0, bias, mb, alpha, lo, hi)   # one call site: two left acc in memory
         if not whole:
-            for r in range(min(ROWS, m - m0)):
+            for r in range(min(ROWS, m1 - mb)):
                 for l in range(nv):
-                    y[m0 + r, y0 + l] = tile[r, l]
+                    y[mb + r, y0 + l] = tile[r, l]
 
 
 @numba.njit(**_FMA)
-def conv_panels(x, wb, bias, ep, y, geo, offs, uoffs, masks, b, tile, p0, p1):
-    if p1 <= p0:
+def conv_panels(x, wb, bias, ep, y, geo, offs, uoffs, masks, b, tile, p0, p1, m0, m1):
+    if p1 <= p0 or m1 <= m0:
         return
     c_n, h, w, kh, kw, pl = geo[C], geo[H], geo[W], geo[KH], geo[KW], geo[PL]
     k = c_n * kh * kw
-    m, t_n, hw = geo[M], geo[T], h * w
+    t_n, hw = geo[T], h * w
     lo, hi = -pl, (c_n - 1) * hw + (kh - 1) * w + kw - 1 - pl + NR   # the runs' extent about t0
     masked = pl > 0 or kw - 1 - pl > 0
     cols = np.arange(w + NR) % w       # a pixel's column from its offset in its row's start (no division a lane)
@@ -192,12 +190,12 @@ def conv_panels(x, wb, bias, ep, y, geo, offs, uoffs, masks, b, tile, p0, p1):
                     masks[j, l] = col >= 0 and col < w
         nv = min(NR, t_n - t0)
         if small:
-            _panel(wb, xp, np.uint64(t0 + pl), uoffs[0], offs[1], masks, k, y, t0, nv, m, bias, ep, tile)
+            _panel(wb, xp, np.uint64(t0 + pl), uoffs[0], offs[1], masks, k, y, t0, nv, m0, m1, bias, ep, tile)
         elif t0 + lo >= 0 and t0 + hi <= c_n * hw:
-            _panel(wb, x, np.uint64(t0), uoffs[0], offs[1], masks, k, y, t0, nv, m, bias, ep, tile)
+            _panel(wb, x, np.uint64(t0), uoffs[0], offs[1], masks, k, y, t0, nv, m0, m1, bias, ep, tile)
         else:
             _edge(x, b, t0, offs[0], offs[1], masks)
-            _panel(wb, b.reshape(-1), np.uint64(0), uoffs[1], offs[2], masks, k, y, t0, nv, m, bias, ep, tile)
+            _panel(wb, b.reshape(-1), np.uint64(0), uoffs[1], offs[2], masks, k, y, t0, nv, m0, m1, bias, ep, tile)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -255,19 +253,27 @@ def conv_share(ptr, code):
     masks = carray(_b_at(a[MASKS]), (2, kw + 1, NR))[part]
     b = carray(_f32_at(a[EDGE]), (2, k, NR))[part]
     tile = carray(_f32_at(a[TILE]), (2, ROWS, NR))[part]
-    p0, p1 = (a[SPLIT], a[P]) if part else (0, a[SPLIT])
-    conv_panels(x, wb, bias, ep, y, geo, offs, uoffs, masks, b, tile, p0, p1)
+    p0, p1, m0, m1 = 0, a[P], 0, m
+    if a[BY_CHANNELS]:
+        m0, m1 = (a[SPLIT], m) if part else (0, a[SPLIT])
+    else:
+        p0, p1 = (a[SPLIT], a[P]) if part else (0, a[SPLIT])
+    conv_panels(x, wb, bias, ep, y, geo, offs, uoffs, masks, b, tile, p0, p1, m0, m1)
 
 
-def block(geo, arrays, split):
+def block(geo, arrays):
     """The argument block of one layer and input shape: `geo` (the GEO words), `arrays` {word: array} (WB, BIAS,
-    EP, OFFS, UOFFS, MASKS, EDGE, TILE: their addresses; the caller keeps them alive as long as the block), panels
-    cut at `split`. Words X and Y are set per call (threads.kernel_shares)."""
+    EP, OFFS, UOFFS, MASKS, EDGE, TILE: their addresses; the caller keeps them alive as long as the block). The
+    halves: by output channels (at a multiple of 8) where the weights outweigh the input (a small map: each thread
+    then streams half the weights) or the map is one panel, else by panels. Words X and Y are set per call
+    (threads.kernel_shares)."""
     out = np.zeros(WORDS, np.int64)
     out[G0:G0 + GEO] = geo
     for k, v in arrays.items():
         out[k] = v.ctypes.data
-    out[MB] = arrays[WB].shape[0]
+    mb = arrays[WB].shape[0]
+    out[MB] = mb
     out[P] = -(-int(geo[T]) // NR)
-    out[SPLIT] = split
+    out[BY_CHANNELS] = int(mb >= 2 and (out[P] < 2 or arrays[WB].size > geo[C] * geo[H] * geo[W]))
+    out[SPLIT] = (mb // 2) * MR if out[BY_CHANNELS] else out[P] // 2
     return out

@@ -145,7 +145,7 @@ class DirectPanels(Tactic):
             if shares and num_threads() > 1:
                 kernel_shares(js.conv_share.address, args, x, into, ni, 1)
             else:
-                js.conv_panels(x[ni].reshape(-1), *keep[0], into[ni], *keep[1], 0, keep[2])
+                js.conv_panels(x[ni].reshape(-1), *keep[0], into[ni], *keep[1], 0, keep[2], 0, m)
         if y_wide is not None:
             js.crop(y_wide, y, w)
         if fused:
@@ -177,7 +177,7 @@ class DirectPanels(Tactic):
         panels = -(-ho * w // js.NR)
         arrays = {js.WB: blocks, js.BIAS: bias, js.EP: ep, js.OFFS: offs, js.UOFFS: uoffs, js.MASKS: masks,
                   js.EDGE: edge, js.TILE: tile}
-        args = js.block(geo, arrays, panels // 2)
+        args = js.block(geo, arrays)
         y_wide = None if wo == w else np.empty((n, m, ho * w), np.float32)
         keep = ((blocks, bias, ep), (geo, offs, uoffs, masks[0], edge[0], tile[0]), panels)
         if len(layers) >= 64:     # shapes that vary from run to run: keep the recent ones
