@@ -106,14 +106,18 @@ def test_in_kernel_epilogue_is_the_numpy_passes_floats():
     assert np.array_equal(y, v)
 
 
-def test_kernel_share_halves_give_the_one_call_floats(monkeypatch):
+@pytest.mark.parametrize("shape,m,k,pads,by_channels", [
+    ((2, 24, 30, 16), 40, (3, 1), (0, 0), 0),     # cut by panels (the input outweighs the weights)
+    ((1, 96, 10, 2), 96, (1, 3), (1, 1), 1),      # cut by output channels (a small map, one panel)
+    ((1, 8, 3, 3), 20, (1, 3), (1, 1), 1)])       # channels, not a multiple of 8 (a cut short block)
+def test_kernel_share_halves_give_the_one_call_floats(monkeypatch, shape, m, k, pads, by_channels):
     pytest.importorskip("numba")
-    from native.cpu import threads
+    from native.cpu import jit_conv_panels, threads
     if not threads.sgemm_address():
         pytest.skip("kernel shares need numpy's 64-bit-integer cblas_sgemm")
-    x = RNG.standard_normal((2, 24, 30, 16)).astype(np.float32)
-    w = (RNG.standard_normal((40, 24, 3, 1)) / 8).astype(np.float32)
-    op = _op(w, RNG.standard_normal(40).astype(np.float32), LEAKY_CLIP)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = (RNG.standard_normal((m, shape[1]) + k) / 8).astype(np.float32)
+    op = _op(w, RNG.standard_normal(m).astype(np.float32), LEAKY_CLIP, pads)
     op.weights = _tactic().prepare(op)
     monkeypatch.setattr(direct_panels, "num_threads", lambda: 1)
     one = _tactic().run(op, [x])[0]
@@ -122,8 +126,12 @@ def test_kernel_share_halves_give_the_one_call_floats(monkeypatch):
     monkeypatch.setattr(direct_panels, "num_threads", lambda: 2)
     monkeypatch.setattr(direct_panels, "kernel_shares", lambda *a: calls.append(a[4]) or real(*a))
     two = _tactic().run(op, [x])[0]
-    assert calls == [0, 1]
+    assert calls == list(range(shape[0]))
+    (args, *_), = [v[0] for v in op.__dict__["_direct_panels"].values()]
+    assert args[jit_conv_panels.BY_CHANNELS] == by_channels
     assert np.array_equal(one, two)
+    np.testing.assert_allclose(two, _post(_reference(x, w, op.weights["bias"], *pads), LEAKY_CLIP), rtol=2e-5,
+                               atol=1e-5)
 
 
 def test_in_kernel_takes_leaky_then_clip_only():
