@@ -17,6 +17,7 @@ direct-panels tactic (native/cpu/kernels/conv/direct_panels.py).
     conv_share(args int64 *, code)   (a numba @cfunc: conv_share.address)
         conv_panels on one half (code & 1) of the output channels or of the panels (`block` says which) from an
         argument block, the form threads.kernel_shares runs on the caller and the CPU pool's worker without the GIL.
+    conv_block(args, x, y)   both halves on the calling thread (one thread).
 
 Why: oww_embedding's 1x3 and 3x1 convolutions on [1, 24..96, H, W] maps (W 32 down to 2) went through im2col-gemm:
 a patch matrix copy of K x Ho*Wo floats, OpenBLAS re-packing both operands each call, a separate epilogue pass
@@ -235,14 +236,13 @@ def scratch(geo, parts=2):
         np.zeros((parts, ROWS, NR), np.float32)
 
 
-@numba.cfunc(types.void(types.CPointer(types.int64), types.int64), nopython=True, cache=True)
-def conv_share(ptr, code):
-    a = carray(ptr, (WORDS,))
+@numba.njit(nogil=True, cache=True)
+def _half(a, part):
+    """conv_panels on half `part` of the layer whose argument block is a (`block`)."""
     geo = a[G0:G0 + GEO]
     c, h, w, kh, kw = geo[C], geo[H], geo[W], geo[KH], geo[KW]
     k = c * kh * kw
     mb, m, t_n = a[MB], geo[M], geo[T]
-    part = code & 1
     x = carray(_f32_at(a[X]), (c * h * w,))
     wb = carray(_f32_at(a[WB]), (mb, k, MR))
     bias = carray(_f32_at(a[BIAS]), (mb * MR,))
@@ -259,6 +259,21 @@ def conv_share(ptr, code):
     else:
         p0, p1 = (a[SPLIT], a[P]) if part else (0, a[SPLIT])
     conv_panels(x, wb, bias, ep, y, geo, offs, uoffs, masks, b, tile, p0, p1, m0, m1)
+
+
+@numba.cfunc(types.void(types.CPointer(types.int64), types.int64), nopython=True, cache=True)
+def conv_share(ptr, code):
+    _half(carray(ptr, (WORDS,)), code & 1)
+
+
+@numba.njit(nogil=True, cache=True)
+def conv_block(a, x, y):
+    """Both halves of the layer whose argument block is a, here, on x [C, H, W] into y [M, T] (C-contiguous):
+    one compiled call with 3 arguments (conv_panels' 15 cost ~1 us of dispatch)."""
+    a[X] = np.int64(x.ctypes.data)
+    a[Y] = np.int64(y.ctypes.data)
+    _half(a, 0)
+    _half(a, 1)
 
 
 def block(geo, arrays):

@@ -126,7 +126,7 @@ class DirectPanels(Tactic):
         if w is None:   # already packed (idempotent)
             return op.weights
         weights = {k: v for k, v in op.weights.items() if k != "kernel"}
-        weights["kernel_blocks"], weights["kernel_bias"] = pack(w, None)
+        weights["kernel_blocks"] = pack(w, None)[0]
         weights["kernel_shape4"] = np.array(np.shape(w), np.int64)
         return weights
 
@@ -135,7 +135,7 @@ class DirectPanels(Tactic):
         x = np.ascontiguousarray(inputs[0], np.float32)
         n, c, h, w = x.shape
         got = self._layer(op, js, x.shape)
-        args, y_wide, keep, fused, m, ho, wo = got
+        args, y_wide, fused, m, ho, wo = got
         shape = (n, m, ho, wo)
         dst = outputs[0] if outputs else None
         y = dst if dst is not None and dst.shape == shape and dst.dtype == np.float32 and dst.flags.c_contiguous \
@@ -145,7 +145,7 @@ class DirectPanels(Tactic):
             if shares and num_threads() > 1:
                 kernel_shares(js.conv_share.address, args, x, into, ni, 1)
             else:
-                js.conv_panels(x[ni].reshape(-1), *keep[0], into[ni], *keep[1], 0, keep[2], 0, m)
+                js.conv_block(args, x[ni], into[ni])
         if y_wide is not None:
             js.crop(y_wide, y, w)
         if fused:
@@ -153,8 +153,8 @@ class DirectPanels(Tactic):
         return finish(op, y, conv_bias(op.weights), inputs, np.float32)
 
     def _layer(self, op, js, shape):
-        """(argument block, wide scratch map or None, conv_panels' operands, epilogue in the kernel?, M, Ho, Wo) of
-        this layer, input shape and thread, made once (the packed kernel from `prepare`, raw weights included)."""
+        """(argument block, wide scratch map or None, epilogue in the kernel?, M, Ho, Wo) of this layer, input shape
+        and thread, made once (the packed kernel from `prepare`, raw weights included)."""
         key = (shape, threading.get_ident())
         layers = op.__dict__.setdefault("_direct_panels", {})
         got = layers.get(key)
@@ -166,21 +166,17 @@ class DirectPanels(Tactic):
         _, _, pre, _, (ho, wo) = geometry(op.params, shape, [kh, kw])
         ep = in_kernel(op.params.get("post_ops") or ())
         fused = ep is not None
-        blocks, bias = wts["kernel_blocks"], wts["kernel_bias"]
-        b = conv_bias(op.weights)
-        if fused and b is not None:
-            bias = pack(np.zeros((m, 1, 1, 1), np.float32), b)[1]
+        blocks = wts["kernel_blocks"]
+        bias = pack(np.zeros((m, 1, 1, 1), np.float32), conv_bias(op.weights) if fused else None)[1]
         ep = np.array(ep if fused else _IDENTITY, np.float32)
         geo = np.array([c, h, w, kh, kw, pre[1], ho, ho * w, m], np.int64)
         offs, uoffs = js.tables(geo)
         masks, edge, tile = js.scratch(geo)
-        panels = -(-ho * w // js.NR)
         arrays = {js.WB: blocks, js.BIAS: bias, js.EP: ep, js.OFFS: offs, js.UOFFS: uoffs, js.MASKS: masks,
                   js.EDGE: edge, js.TILE: tile}
         args = js.block(geo, arrays)
         y_wide = None if wo == w else np.empty((n, m, ho * w), np.float32)
-        keep = ((blocks, bias, ep), (geo, offs, uoffs, masks[0], edge[0], tile[0]), panels)
         if len(layers) >= 64:     # shapes that vary from run to run: keep the recent ones
             layers.clear()
-        layers[key] = ((args, y_wide, keep, fused, m, ho, wo), arrays, op.weights)
+        layers[key] = ((args, y_wide, fused, m, ho, wo), arrays, op.weights)
         return layers[key][0]
