@@ -3,12 +3,13 @@ direct-panels tactic (native/cpu/kernels/conv/direct_panels.py).
 
     conv_panels(x [C*H*W], wb [MB, K, 8], bias [MB*8], ep [3], y [M, T], geo [GEO], offs, uoffs, masks, b, tile,
                 p0, p1, m0, m1)
-        Output channels m0..m1 (m0 a multiple of 8) at output pixels in "wide" order (t = h * W + w over the input's width W, T = Ho * W; w < Wo are the real
-        ones) in 32-pixel panels p0..p1. Patch row q = (c, i, j) (K = C*kh*kw of them) of a panel is the run of 32
-        input floats at t0 + offs[0, q] (offs[0, q] = c*H*W + i*W + j - PL), zero at the lanes whose column
-        w + j - PL leaves the row (masks[offs[1, q]], worked out per panel: the left / right padding). Every block
-        of 8 output channels sweeps the panel's rows straight from x (16 AVX-512 accumulators: 8 channels x 32
-        pixels; 4 channels without AVX-512), then bias, LEAKY_RELU (alpha = ep[0]) and clip to [ep[1], ep[2]] (as
+        Output channels m0..m1 (m0 a multiple of 8) at output pixels in "wide" order (t = h * W + w over the
+        input's width W, T = Ho * W; w < Wo are the real ones) in 32-pixel panels p0..p1. Patch row q = (c, i, j)
+        (K = C*kh*kw of them) of a panel is the run of 32 input floats at t0 + offs[0, q] (offs[0, q] = c*H*W +
+        (i - PT)*W + j - PL), zero at the lanes whose column w + j - PL leaves the row or whose row h + i - PT
+        leaves the map (masks[offs[1, q]], worked out per panel: the padding). Every block of 8 output channels
+        sweeps the panel's rows straight from x (16 AVX-512 accumulators: 8 channels x 32 pixels; 4 channels
+        without AVX-512), then bias, LEAKY_RELU (alpha = ep[0]) and clip to [ep[1], ep[2]] (as
         jit_act.bias_steps_inplace computes them) on the way out to y[m, t]. A panel whose runs would leave x (the
         map's first and last) is gathered into b [K, 32] first. The weights are packed [MB, K, 8]: block b's
         channels 8b..8b+7 (zero past M) at each k, so a block's 8 broadcasts per k share one cache line.
@@ -47,8 +48,8 @@ ROWS = MR if WIDE else 4      # output channels a block (the weights are packed 
 _ZERO = np.float32(0.0)
 _FMA = dict(nogil=True, error_model="numpy", cache=True, fastmath={"contract"})
 # geo words (conv_panels' geo): the map and kernel
-(C, H, W, KH, KW, PL, HO, T, M) = range(9)
-GEO = 9
+(C, H, W, KH, KW, PL, HO, T, M, PT, PR) = range(11)
+GEO = 11
 # conv_share's argument block: X and Y first (threads.kernel_shares sets them per call), the geo words at G0, then
 # the operands' addresses and the panels
 X, Y, G0 = 0, 1, 2
@@ -171,27 +172,33 @@ def _panel(wb, src, t0, offs, mrow, masks, k, y, y0, nv, m0, m1, bias, ep, tile)
 def conv_panels(x, wb, bias, ep, y, geo, offs, uoffs, masks, b, tile, p0, p1, m0, m1):
     if p1 <= p0 or m1 <= m0:
         return
-    c_n, h, w, kh, kw, pl = geo[C], geo[H], geo[W], geo[KH], geo[KW], geo[PL]
+    c_n, h, w, kh, kw, pl, pt = geo[C], geo[H], geo[W], geo[KH], geo[KW], geo[PL], geo[PT]
     k = c_n * kh * kw
     t_n, hw = geo[T], h * w
-    lo, hi = -pl, (c_n - 1) * hw + (kh - 1) * w + kw - 1 - pl + NR   # the runs' extent about t0
-    masked = pl > 0 or kw - 1 - pl > 0
-    cols = np.arange(w + NR) % w       # a pixel's column from its offset in its row's start (no division a lane)
+    pb = geo[HO] + kh - 1 - h - pt
+    before = pt * w + pl
+    lo, hi = -before, (c_n - 1) * hw + (kh - 1 - pt) * w + kw - 1 - pl + NR   # the runs' extent about t0
+    padded = pl > 0 or geo[PR] > 0 or pt > 0 or pb > 0   # (no padding: the lanes past a row's end are cropped)
+    cols = np.arange(w + NR) % w       # a pixel's column and row from its offset in its row's start (no division
+    rows = np.arange(w + NR) // w      # a lane)
     small = hw <= 64 * kh * kw         # a small map: every panel reads x with a margin (one copy; edge panels gather
-    xp = np.zeros(pl + c_n * hw + NR + kw if small else 0, np.float32)   # all K rows, float by float)
+    xp = np.zeros(before + c_n * hw + max(pb, 0) * w + NR + kw if small else 0, np.float32)   # K rows one by one)
     if small:
-        xp[pl:pl + c_n * hw] = x
+        xp[before:before + c_n * hw] = x
     for p in range(p0, p1):
         t0 = p * NR
-        if masked:
-            c0 = t0 % w
-            for j in range(kw):
-                for l in range(NR):
-                    col = cols[c0 + l] + j - pl
-                    masks[j, l] = col >= 0 and col < w
+        if padded:
+            c0, r0 = t0 % w, t0 // w
+            for i in range(kh):
+                for j in range(kw):
+                    mk = masks[i * kw + j]
+                    for l in range(NR):
+                        col = cols[c0 + l] + j - pl
+                        row = r0 + rows[c0 + l] + i - pt
+                        mk[l] = col >= 0 and col < w and row >= 0 and row < h
         nv = min(NR, t_n - t0)
         if small:
-            _panel(wb, xp, np.uint64(t0 + pl), uoffs[0], offs[1], masks, k, y, t0, nv, m0, m1, bias, ep, tile)
+            _panel(wb, xp, np.uint64(t0 + before), uoffs[0], offs[1], masks, k, y, t0, nv, m0, m1, bias, ep, tile)
         elif t0 + lo >= 0 and t0 + hi <= c_n * hw:
             _panel(wb, x, np.uint64(t0), uoffs[0], offs[1], masks, k, y, t0, nv, m0, m1, bias, ep, tile)
         else:
@@ -213,26 +220,27 @@ def crop(wide, y, w):
 
 
 def tables(geo):
-    """(offs int64 [3, K]: each patch row's input offset about the pixel, its mask row, KW (no mask); uoffs uint64
-    [2, K]: the offsets, q * NR) of a layer: conv_panels' constant operands, made once."""
-    c_n, h, w, kh, kw, pl = (int(geo[i]) for i in (C, H, W, KH, KW, PL))
+    """(offs int64 [3, K]: each patch row's input offset about the pixel, its mask row (i * KW + j; KH * KW, all
+    true, without padding), KH * KW; uoffs uint64 [2, K]: the offsets, q * NR) of a layer: conv_panels' constant
+    operands, made once."""
+    c_n, h, w, kh, kw, pl, pt, pr, ho = (int(geo[i]) for i in (C, H, W, KH, KW, PL, PT, PR, HO))
     c, i, j = np.meshgrid(np.arange(c_n), np.arange(kh), np.arange(kw), indexing="ij")
-    masked = pl > 0 or kw - 1 - pl > 0
+    padded = pl > 0 or pr > 0 or pt > 0 or ho + kh - 1 - h - pt > 0
     offs = np.empty((3, c_n * kh * kw), np.int64)
-    offs[0] = (c * h * w + i * w + j - pl).reshape(-1)
-    offs[1] = np.where(masked & (j != pl), j, kw).reshape(-1)
-    offs[2] = kw
+    offs[0] = (c * h * w + (i - pt) * w + j - pl).reshape(-1)
+    offs[1] = (i * kw + j).reshape(-1) if padded else kh * kw
+    offs[2] = kh * kw
     uoffs = np.empty((2, offs.shape[1]), np.uint64)
-    uoffs[0] = offs[0].astype(np.uint64)       # (-pl wraps: t0 + it is read only where t0 >= pl)
+    uoffs[0] = offs[0].astype(np.uint64)       # (negative ones wrap: t0 + them is read only where it is >= 0)
     uoffs[1] = np.arange(offs.shape[1], dtype=np.uint64) * NR
     return offs, uoffs
 
 
 def scratch(geo, parts=2):
-    """(masks bool [parts, KW + 1, NR] (row KW all true), edge panel [parts, K, NR], tile [parts, ROWS, NR]): one of
-    each per thread running conv_panels."""
-    kw, k = int(geo[KW]), int(geo[C] * geo[KH] * geo[KW])
-    return np.ones((parts, kw + 1, NR), np.bool_), np.zeros((parts, k, NR), np.float32), \
+    """(masks bool [parts, KH * KW + 1, NR] (the last row all true), edge panel [parts, K, NR], tile [parts, ROWS,
+    NR]): one of each per thread running conv_panels."""
+    taps, k = int(geo[KH] * geo[KW]), int(geo[C] * geo[KH] * geo[KW])
+    return np.ones((parts, taps + 1, NR), np.bool_), np.zeros((parts, k, NR), np.float32), \
         np.zeros((parts, ROWS, NR), np.float32)
 
 
@@ -250,7 +258,7 @@ def _half(a, part):
     y = carray(_f32_at(a[Y]), (m, t_n))
     offs = carray(_i64_at(a[OFFS]), (3, k))
     uoffs = carray(_u64_at(a[UOFFS]), (2, k))
-    masks = carray(_b_at(a[MASKS]), (2, kw + 1, NR))[part]
+    masks = carray(_b_at(a[MASKS]), (2, kh * kw + 1, NR))[part]
     b = carray(_f32_at(a[EDGE]), (2, k, NR))[part]
     tile = carray(_f32_at(a[TILE]), (2, ROWS, NR))[part]
     p0, p1, m0, m1 = 0, a[P], 0, m

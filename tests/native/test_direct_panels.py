@@ -1,9 +1,10 @@
 """direct-panels (a stride-1 convolution by a compiled GEMM that reads the NCHW input in place): the values of a
-float64 reference for 1x3 / 3x1 / 3x3 / 2x5 kernels, W padding that keeps the width (symmetric and not) or none (the
-wide scratch map, cropped), maps of 1 to 1,000+ pixels (edge panels, a panel cut short), output channels not a
-multiple of the 8-channel block, several samples, bias, LeakyRelu + clip / RELU in the kernel and other post-ops
-after it; the raw-weights run agrees with the packed one and the planned buffer is written; the two halves of the
-kernel-share path give the one-call path's floats; what it refuses, it says why; without numba it refuses."""
+float64 reference for 1x1 / 1x3 / 3x1 / 3x3 / 2x3 / 2x5 / 3x5 kernels, H padding (both sides, top only), W padding
+that keeps the width (symmetric and not), less (masks and the wide scratch map, cropped) or none, maps of 1 to
+1,000+ pixels (edge panels, a panel cut short), output channels not a multiple of the 8-channel block, several
+samples, bias, LeakyRelu + clip / RELU in the kernel and other post-ops after it; the raw-weights run agrees with the
+packed one and the planned buffer is written; the two halves of the kernel-share path give the one-call path's
+floats; what it refuses, it says why; without numba it refuses."""
 import numpy as np
 import pytest
 
@@ -21,11 +22,11 @@ def _tactic(name="direct-panels"):
     return next(t for t in tactics_for("Convolution", "cpu") if t.name == name)
 
 
-def _reference(x, w, b, pl, pr):
+def _reference(x, w, b, pl, pr, pt=0, pb=0):
     n, c, h, wd = x.shape
     m, _, kh, kw = w.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (0, 0), (pl, pr)))
-    ho, wo = h - kh + 1, wd + pl + pr - kw + 1
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    ho, wo = h + pt + pb - kh + 1, wd + pl + pr - kw + 1
     z = np.zeros((n, m, ho, wo))
     for i in range(kh):
         for j in range(kw):
@@ -33,9 +34,10 @@ def _reference(x, w, b, pl, pr):
     return z if b is None else z + b.reshape(1, -1, 1, 1)
 
 
-def _op(w, b, post=(), pads=(0, 0), **extra):
-    params = {"kernel_shape": list(w.shape[2:]), "strides": [1, 1], "dilations": [1, 1], "pre_padding": [0, pads[0]],
-              "post_padding": [0, pads[1]], "num_output_maps": w.shape[0], "groups": 1}
+def _op(w, b, post=(), pads=(0, 0), hpads=(0, 0), **extra):
+    params = {"kernel_shape": list(w.shape[2:]), "strides": [1, 1], "dilations": [1, 1],
+              "pre_padding": [hpads[0], pads[0]], "post_padding": [hpads[1], pads[1]], "num_output_maps": w.shape[0],
+              "groups": 1}
     params.update(extra)
     if post:
         params["post_ops"] = [dict(st) for st in post]
@@ -66,19 +68,24 @@ def _post(ref, post):
     (1, 3, 6, 5, 9, (2, 5), (2, 2), True, ()),
     (1, 4, 5, 3, 16, (2, 5), (1, 3), True, ({"op": "activation", "type": "SIGMOID"},)),  # the common epilogue
     (1, 96, 3, 1, 96, (3, 1), (0, 0), False, ()),                # one pixel: one panel, cut short
-    (1, 7, 40, 33, 8, (1, 3), (1, 1), True, LEAKY_CLIP)])        # panels across rows, edge panels at both ends
+    (1, 7, 40, 33, 8, (1, 3), (1, 1), True, LEAKY_CLIP),         # panels across rows, edge panels at both ends
+    (1, 16, 30, 28, 16, (3, 3), (1, 1, 1, 1), True, ({"op": "activation", "type": "RELU"},)),   # "same" 3x3
+    (2, 3, 7, 6, 10, (2, 3), (1, 1, 1, 0), False, ()),          # H padded at the top only
+    (1, 4, 11, 9, 12, (3, 5), (1, 1, 2, 2), True, LEAKY_CLIP),   # W pads under kw - 1: masks and the crop
+    (1, 64, 12, 12, 40, (1, 1), (0, 0), True, ())])              # pointwise
 def test_direct_panels_match_the_reference(n, c, h, w, m, k, pads, bias, post):
+    pads, hpads = pads[:2], pads[2:] or (0, 0)
     pytest.importorskip("numba")
     x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
     wt = (RNG.standard_normal((m, c) + k) / np.sqrt(c * k[0] * k[1])).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32) if bias else None
-    op = _op(wt, b, post, pads)
+    op = _op(wt, b, post, pads, hpads)
     t = _tactic()
     assert t.supports(op, LayerContext([list(x.shape)], ["float32"])) is None
-    raw = t.run(_op(wt, b, post, pads), [x])[0]   # the builder's first run: weights not packed yet
+    raw = t.run(_op(wt, b, post, pads, hpads), [x])[0]   # the builder's first run: weights not packed yet
     op.weights = t.prepare(op)
     assert "kernel" not in op.weights and op.weights["kernel_blocks"].shape == (-(-m // 8), c * k[0] * k[1], 8)
-    ref = _post(_reference(x, wt, b, *pads), post)
+    ref = _post(_reference(x, wt, b, *pads, *hpads), post)
     out = np.full(ref.shape, np.nan, np.float32)
     y = t.run(op, [x], [out])[0]
     assert y.dtype == np.float32 and y.shape == ref.shape
@@ -150,8 +157,8 @@ def test_refusals_say_why():
     shapes = LayerContext([[1, 3, 16, 16]], ["float32"])
     assert "stride" in t.supports(_op(w, None, strides=[1, 2]), shapes)
     assert "stride" in t.supports(_op(w, None, dilations=[2, 2]), shapes)
-    assert "along H" in t.supports(_op(np.zeros((8, 3, 3, 1), np.float32), None, pre_padding=[1, 0]), shapes)
-    assert "keep the width" in t.supports(_op(w, None, (), (2, 2)), shapes)
+    assert "negative" in t.supports(_op(np.zeros((8, 3, 3, 1), np.float32), None, pre_padding=[-1, 0]), shapes)
+    assert "kw - 1" in t.supports(_op(w, None, (), (2, 1)), shapes)
     assert "explicit pads" in t.supports(_op(w, None, auto_pad="SAME_UPPER"), shapes)
     assert "ungrouped" in t.supports(_op(w[:, :1], None, groups=3), shapes)
     assert "float32" in t.supports(_op(w, None), LayerContext([[1, 3, 16, 16]], ["float16"]))

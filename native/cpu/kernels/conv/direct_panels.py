@@ -7,9 +7,9 @@ patch matrix copy, OpenBLAS packing both operands each call, then an epilogue pa
 one core; this kernel 70-100 (the same layers, one thread). Pixels are taken 32 at a time along the flattened map,
 so the output is NCHW as it is computed; a row's padding is a lane mask, not a copy.
 
-Takes: 2-D, ungrouped, stride and dilation 1, no padding along H, along W either none or as much as keeps the width
-(pads summing to kw - 1). With no W padding and kw > 1 the output rows are narrower than the input's: computed as
-wide as the input's ("wide" pixels) into a scratch map and cropped into the output (one copy).
+Takes: 2-D, ungrouped, stride and dilation 1, any padding along H, along W up to kw - 1 in all (output rows no
+wider than the input's). Where the output rows are narrower than the input's (W pads under kw - 1) they are computed
+as wide as the input's ("wide" pixels) into a scratch map and cropped into the output (one copy).
 
 On the CPU pool the panels are cut in two halves, run at once on the caller and the pool's worker without the GIL
 (threads.kernel_shares: a hand-off ~1 us instead of a Python one's 25-100, so layers of 15-60 us are worth cutting).
@@ -48,10 +48,10 @@ def shape_refusal(p, input_shapes) -> str | None:
     if p.get("auto_pad") not in (None, "NOTSET", "VALID"):
         return "explicit pads only"
     pre, post = list(p.get("pre_padding") or [0, 0]), list(p.get("post_padding") or [0, 0])
-    if pre[0] or post[0]:
-        return "no padding along H"
-    if (pre[1] or post[1]) and (pre[1] < 0 or post[1] < 0 or pre[1] + post[1] != ks[1] - 1):
-        return "along W no padding, or pads that keep the width"
+    if min(pre + post) < 0:
+        return "no negative pads (crops)"
+    if pre[1] + post[1] > ks[1] - 1:
+        return "W pads up to kw - 1 in all (output rows no wider than the input's)"
     if input_shapes and input_shapes[0] is not None and len(input_shapes[0]) != 4:
         return "2-D convolutions only"
     return None
@@ -163,13 +163,13 @@ class DirectPanels(Tactic):
         wts = self.prepare(op)
         m, _, kh, kw = (int(v) for v in wts["kernel_shape4"])
         n, c, h, w = shape
-        _, _, pre, _, (ho, wo) = geometry(op.params, shape, [kh, kw])
+        _, _, pre, post, (ho, wo) = geometry(op.params, shape, [kh, kw])
         ep = in_kernel(op.params.get("post_ops") or ())
         fused = ep is not None
         blocks = wts["kernel_blocks"]
         bias = pack(np.zeros((m, 1, 1, 1), np.float32), conv_bias(op.weights) if fused else None)[1]
         ep = np.array(ep if fused else _IDENTITY, np.float32)
-        geo = np.array([c, h, w, kh, kw, pre[1], ho, ho * w, m], np.int64)
+        geo = np.array([c, h, w, kh, kw, pre[1], ho, ho * w, m, pre[0], post[1]], np.int64)
         offs, uoffs = js.tables(geo)
         masks, edge, tile = js.scratch(geo)
         arrays = {js.WB: blocks, js.BIAS: bias, js.EP: ep, js.OFFS: offs, js.UOFFS: uoffs, js.MASKS: masks,
