@@ -135,7 +135,7 @@ class DirectPanels(Tactic):
         x = np.ascontiguousarray(inputs[0], np.float32)
         n, c, h, w = x.shape
         got = self._layer(op, js, x.shape)
-        args, y_wide, fused, m, ho, wo = got
+        args, y_wide, fused, m, ho, wo, _ = got   # (the last: what args points at, held while the kernel runs)
         shape = (n, m, ho, wo)
         dst = outputs[0] if outputs else None
         y = dst if dst is not None and dst.shape == shape and dst.dtype == np.float32 and dst.flags.c_contiguous \
@@ -153,8 +153,9 @@ class DirectPanels(Tactic):
         return finish(op, y, conv_bias(op.weights), inputs, np.float32)
 
     def _layer(self, op, js, shape):
-        """(argument block, wide scratch map or None, epilogue in the kernel?, M, Ho, Wo) of this layer, input shape
-        and thread, made once (the packed kernel from `prepare`, raw weights included)."""
+        """(argument block, wide scratch map or None, epilogue in the kernel?, M, Ho, Wo, the arrays the block points
+        at) of this layer, input shape and thread, made once (the packed kernel from `prepare`, raw weights
+        included)."""
         key = (shape, threading.get_ident())
         layers = op.__dict__.setdefault("_direct_panels", {})
         got = layers.get(key)
@@ -178,5 +179,5 @@ class DirectPanels(Tactic):
         y_wide = None if wo == w else np.empty((n, m, ho * w), np.float32)
         if len(layers) >= 64:     # shapes that vary from run to run: keep the recent ones
             layers.clear()
-        layers[key] = ((args, y_wide, fused, m, ho, wo), arrays, op.weights)
+        layers[key] = ((args, y_wide, fused, m, ho, wo, arrays), op.weights)
         return layers[key][0]
