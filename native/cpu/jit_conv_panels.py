@@ -32,7 +32,8 @@ Numerics: each output a chain of fused multiply-adds over k = (c, i, j) in order
 then + bias, then LEAKY_RELU and clip: its own rounding, tolerance-tested. An output's floats depend only on its
 pixel and channel, not on the panels a call covers, so any split over threads gives the same floats.
 
-Module level (numba's disk cache finds it in the next process); imported only where numba is installed.
+Module level (numba's disk cache finds it in the next process; it keys conv_share by this file, so after editing
+jit_panel_gemm's _block / _f32_at, touch this one too); imported only where numba is installed.
 """
 from __future__ import annotations
 
