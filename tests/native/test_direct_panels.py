@@ -168,13 +168,22 @@ def test_refusals_say_why():
                                None)
 
 
-def test_without_numba_it_refuses(monkeypatch):
+def test_without_numba_it_refuses_and_a_packed_layer_runs_by_numpy(monkeypatch):
+    """Without numba (or DEBUGKIT_JIT=0) the builder never picks it; a plan that did, loaded there, runs the layer by
+    im2col-gemm on the unpacked kernel."""
     from native import config
+    x = RNG.standard_normal((1, 3, 9, 16)).astype(np.float32)
     w = RNG.standard_normal((16, 3, 1, 3)).astype(np.float32)
+    b = RNG.standard_normal(16).astype(np.float32)
+    op = _op(w, b, LEAKY_CLIP, (1, 1))
+    op.weights = _tactic().prepare(op)
+    assert np.array_equal(direct_panels.unpack(op.weights), w)
     monkeypatch.setenv("DEBUGKIT_JIT", "0")
     config.reload()
     try:
         assert "numba" in _tactic().supports(_op(w, None, (), (1, 1)), LayerContext([[1, 3, 16, 16]], ["float32"]))
+        y = _tactic().run(op, [x])[0]
     finally:
         monkeypatch.delenv("DEBUGKIT_JIT")
         config.reload()
+    np.testing.assert_allclose(y, _post(_reference(x, w, b, 1, 1), LEAKY_CLIP), rtol=2e-5, atol=1e-5)

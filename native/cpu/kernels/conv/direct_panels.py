@@ -20,6 +20,7 @@ whichever thread ran a half.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -105,6 +106,29 @@ def _kit():
     return got
 
 
+def unpack(weights):
+    """The kernel [M, C, kh, kw] float32 back from `prepare`'s weights (raw weights: their kernel)."""
+    if "kernel" in weights:
+        return np.asarray(weights["kernel"], np.float32)
+    blocks = weights["kernel_blocks"]
+    m, c, kh, kw = (int(v) for v in weights["kernel_shape4"])
+    return np.ascontiguousarray(blocks.transpose(0, 2, 1).reshape(-1, blocks.shape[1])[:m]).reshape(m, c, kh, kw)
+
+
+def _without_numba(op, inputs):
+    """The layer by im2col-gemm on the unpacked kernel (its own floats): a plan that chose this tactic, run where
+    the kernel cannot be compiled."""
+    from native.cpu.kernels.conv.im2col_gemm import Im2colGemm
+    weights = {"kernel": unpack(op.weights)}
+    b = conv_bias(op.weights)
+    if b is not None:
+        weights["bias"] = b
+    plain = dataclasses.replace(op, weights=weights)
+    tactic = Im2colGemm()
+    plain.weights = tactic.prepare(plain)
+    return tactic.run(plain, inputs)
+
+
 @register_tactic
 class DirectPanels(Tactic):
     """Stride-1 NCHW convolution by jit_conv_panels' kernel, reading the input in place (see the module docstring)."""
@@ -131,7 +155,10 @@ class DirectPanels(Tactic):
         return weights
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        js, shares = _kit()
+        kit = _kit()
+        if kit is None:     # a plan loaded where numba is not (or DEBUGKIT_JIT=0): im2col-gemm's numpy passes
+            return _without_numba(op, inputs)
+        js, shares = kit
         x = np.ascontiguousarray(inputs[0], np.float32)
         n, c, h, w = x.shape
         got = self._layer(op, js, x.shape)
