@@ -15,6 +15,7 @@ where numba is installed.
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 from native.cpu.jit_pool import _mx
 
@@ -26,16 +27,21 @@ def max_pool_tiles(x, y, rows, wo, w, kh, kw):
     if kh == 1 and kw == 2:   # the whole map is one run of pairs
         for k in range(rows * wo):
             y[k] = _mx(x[2 * k], x[2 * k + 1])
-    elif kh == 2 and kw == 2:   # slices indexed from 0 (an offset index numba might wrap keeps LLVM from vectorising)
+    elif kh == 2 and kw == 2:   # unsigned offsets (a signed one numba might wrap keeps LLVM from vectorising; slices
+        uw, uwo = np.uint64(w), np.uint64(wo)   # per row cost ~15 ns: 4 us of [72, 28, 8]'s 1008 rows of 4)
         for t in range(rows):
-            r0, r1, o = x[2 * t * w:(2 * t + 1) * w], x[(2 * t + 1) * w:(2 * t + 2) * w], y[t * wo:(t + 1) * wo]
+            a, b, d = np.uint64(2 * t) * uw, np.uint64(2 * t + 1) * uw, np.uint64(t) * uwo
             for k in range(wo):
-                o[k] = _mx(_mx(r0[2 * k], r0[2 * k + 1]), _mx(r1[2 * k], r1[2 * k + 1]))
+                u = np.uint64(2 * k)
+                y[d + np.uint64(k)] = _mx(_mx(x[a + u], x[a + u + np.uint64(1)]),
+                                          _mx(x[b + u], x[b + u + np.uint64(1)]))
     elif kh == 2 and kw == 1:
+        uw, uwo = np.uint64(w), np.uint64(wo)
         for t in range(rows):
-            r0, r1, o = x[2 * t * w:(2 * t + 1) * w], x[(2 * t + 1) * w:(2 * t + 2) * w], y[t * wo:(t + 1) * wo]
+            a, b, d = np.uint64(2 * t) * uw, np.uint64(2 * t + 1) * uw, np.uint64(t) * uwo
             for k in range(wo):
-                o[k] = _mx(r0[k], r1[k])
+                u = np.uint64(k)
+                y[d + u] = _mx(x[a + u], x[b + u])
     else:
         for k in range(rows * wo):
             y[k] = x[k]

@@ -23,6 +23,9 @@ Convolution tactics the builder times against each other (registration order bre
                     build time (matmul_panels; numba extra; other rounding)
   patch_panels.py   patch-gemm-panels  kernel == stride (a ViT's patch embedding): the input reordered into its
                     non-overlapping patches, one panel GEMM (numba extra; other rounding)
+  direct_panels.py  direct-panels  stride 1, no H padding: a compiled GEMM reading the NCHW input in place, 32
+                    pixels x 8 channels a block, W padding as lane masks, bias + LeakyRelu / clip in registers,
+                    halves over the CPU pool without the GIL (numba extra; other rounding)
   silu_polyexp.py   im2col-gemm-polyexp, 1x1-gemm-polyexp, nhwc-gemm-polyexp, nhwc-gemm-bands-polyexp: the base
                     tactic with its SiLU post-op by polyexp's exp in one compiled pass (numba extra; other floats)
 Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool,
@@ -41,7 +44,8 @@ from native.cpu.kernels.conv import row_bands  # noqa: F401,E402
 from native.cpu.kernels.conv import silu_polyexp  # noqa: F401,E402  (after their bases: a near tie keeps the base)
 from native.cpu.kernels.conv import phase_gemm  # noqa: F401,E402  (new: a near tie keeps the older tactics)
 from native.cpu.kernels.conv import panel_gemm  # noqa: F401,E402  (newer still)
-from native.cpu.kernels.conv import patch_panels  # noqa: F401,E402  (newest)
+from native.cpu.kernels.conv import patch_panels  # noqa: F401,E402  (newer still)
+from native.cpu.kernels.conv import direct_panels  # noqa: F401,E402  (newest)
 # (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
 from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401
