@@ -23,6 +23,10 @@ Convolution tactics the builder times against each other (registration order bre
                     build time (matmul_panels; numba extra; other rounding)
   patch_panels.py   patch-gemm-panels  kernel == stride (a ViT's patch embedding): the input reordered into its
                     non-overlapping patches, one panel GEMM (numba extra; other rounding)
+  stem_direct.py    stem-direct-shares  3x3 over <= 4 input channels (a stem), direct, two row halves as kernel
+                    shares (numba extra; other rounding)
+  winograd_shares.py winograd-f2x3-shares  winograd-f2x3-jit's compiled band, two halves of tile rows as kernel
+                    shares (numba extra; other band cuts)
   silu_polyexp.py   im2col-gemm-polyexp, 1x1-gemm-polyexp, nhwc-gemm-polyexp, nhwc-gemm-bands-polyexp: the base
                     tactic with its SiLU post-op by polyexp's exp in one compiled pass (numba extra; other floats)
 Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool,
@@ -41,7 +45,9 @@ from native.cpu.kernels.conv import row_bands  # noqa: F401,E402
 from native.cpu.kernels.conv import silu_polyexp  # noqa: F401,E402  (after their bases: a near tie keeps the base)
 from native.cpu.kernels.conv import phase_gemm  # noqa: F401,E402  (new: a near tie keeps the older tactics)
 from native.cpu.kernels.conv import panel_gemm  # noqa: F401,E402  (newer still)
-from native.cpu.kernels.conv import patch_panels  # noqa: F401,E402  (newest)
+from native.cpu.kernels.conv import patch_panels  # noqa: F401,E402  (newer still)
+from native.cpu.kernels.conv import stem_direct  # noqa: F401,E402  (newer still)
+from native.cpu.kernels.conv import winograd_shares  # noqa: F401,E402  (newest)
 # (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
 from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401

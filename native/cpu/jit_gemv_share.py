@@ -1,0 +1,97 @@
+"""A one-row float32 product y = act(W x + b) with W stored [N, K], as a kernel share (the `jit` extra): the
+tactics gemv-dot-shares (MatrixMultiply) and 1x1-gemv-shares (a 1x1 convolution over a 1x1 map), in
+native/cpu/kernels/gemv_shares.py.
+
+    gemv_stage(args int64 *, code)   (a numba @cfunc: gemv_stage.address; threads.kernel_shares runs it)
+        one stage; part p computes outputs [0, SPLIT) (p 0) or [SPLIT, N) (p 1): each a dot product over its
+        unit-stride weights row summed in vector lanes (LLVM's split of the sum, fixed per compiled kernel: the
+        sums may reassociate and fuse multiply-adds, as gemv_dot's), then + bias, then the activation (0 none,
+        1 RELU: max(v, 0), 2 HardSwish as activations._hard_swish: v * clip(v * 1/6 + 0.5, 0, 1)), without
+        fast-math flags. Outputs do not depend on each other, so the floats do not depend on the cut or on the
+        thread that ran a part.
+    block(dims, arrays) -> int64 [WORDS]   the argument block; words X / Y (the sample's [K] input and [N] output)
+        are written per call by kernel_stages.
+    run_part(args, part)   the same part without the share (hosts without numpy's 64-bit cblas_sgemm).
+
+Why: MobileNetV3's classifier ([1, 1024] x [1024, 1000], 4 MB of weights) and conv_head (576 -> 1024 on the pooled
+1x1 map, 2.4 MB) stream their weights from L3 or memory on one core, 0.09-0.15 ms and 0.06-0.08 ms a run at one
+thread; split by output rows, each core streams half. Imported only where numba is installed.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import intrinsic
+from numba.np.numpy_support import carray
+
+(X, Y, WT, K, N, BIAS, HAS_BIAS, ACT, SPLIT) = range(9)
+WORDS = 9
+_ZERO = np.float32(0.0)
+
+
+@intrinsic
+def _f32_at(typingctx, addr):
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+    return types.CPointer(types.float32)(addr), codegen
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=True, fastmath={"reassoc", "contract"})
+def _dots(x, wt, out, j0, j1):
+    for j in range(j0, j1):   # a sum per output in vector lanes (reassociated; NaN and inf stay as they are)
+        r = wt[j]
+        s = _ZERO
+        for p in range(x.shape[0]):
+            s += x[p] * r[p]
+        out[j] = s
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=True)
+def _epilogue(out, bias, has_bias, act, j0, j1):
+    """+ bias, then the activation (compiled without fast-math flags)."""
+    sixth, half, one = np.float32(1.0 / 6.0), np.float32(0.5), np.float32(1.0)
+    for j in range(j0, j1):
+        v = out[j]
+        if has_bias:
+            v = v + bias[j]
+        if act == 1:
+            v = max(v, _ZERO)
+        elif act == 2:
+            v = v * min(max(v * sixth + half, _ZERO), one)
+        out[j] = v
+
+
+@numba.njit(nogil=True, error_model="numpy", cache=True)
+def _part(a, part):
+    k, n = a[K], a[N]
+    j0, j1 = (0, a[SPLIT]) if part == 0 else (a[SPLIT], n)
+    x = carray(_f32_at(a[X]), (k,))
+    out = carray(_f32_at(a[Y]), (n,))
+    wt = carray(_f32_at(a[WT]), (n, k))
+    bias = carray(_f32_at(a[BIAS]), (n if a[HAS_BIAS] else 0,))
+    _dots(x, wt, out, j0, j1)
+    if a[HAS_BIAS] or a[ACT]:
+        _epilogue(out, bias, a[HAS_BIAS] != 0, a[ACT], j0, j1)
+
+
+@numba.cfunc(types.void(types.CPointer(types.int64), types.int64), nopython=True, cache=True)
+def gemv_stage(ptr, code):
+    _part(carray(ptr, (WORDS,)), code & 1)
+
+
+@numba.njit(nogil=True, cache=True)
+def run_part(a, part):
+    """Part `part` of the block `a` (words X / Y already set) on this thread."""
+    _part(a, part)
+
+
+def block(dims, arrays):
+    """The argument block: `dims` {word: int} and `arrays` {word: array} (their addresses; the caller keeps them
+    alive as long as the block)."""
+    out = np.zeros(WORDS, np.int64)
+    for k, v in dims.items():
+        out[k] = int(v)
+    for k, v in arrays.items():
+        out[k] = v.ctypes.data
+    return out
