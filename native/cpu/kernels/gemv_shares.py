@@ -37,8 +37,7 @@ def kernels():
         return None
     if "k" not in _STATE:
         try:
-            from native.cpu import jit_gemv_share   # function-level: imports numba (the optional jit extra)
-            _STATE["k"] = jit_gemv_share
+            _STATE["k"] = jit.module("jit_gemv_share")   # imports numba (the optional jit extra)
         except Exception:  # noqa: BLE001 - any failure to compile means the tactics are not offered
             _STATE["k"] = None
     return _STATE["k"]

@@ -40,8 +40,7 @@ def kernels():
         return None
     if "k" not in _STATE:
         try:
-            from native.cpu import jit_stem   # function-level: imports numba (the optional jit extra)
-            _STATE["k"] = jit_stem
+            _STATE["k"] = jit.module("jit_stem")   # imports numba (the optional jit extra)
         except Exception:  # noqa: BLE001 - any failure to compile means the tactic is not offered
             _STATE["k"] = None
     return _STATE["k"]

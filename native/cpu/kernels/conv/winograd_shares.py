@@ -40,8 +40,7 @@ def kernels():
         got = None
         try:
             if _band_kernel() is not None and sgemm_address():
-                from native.cpu import jit_winograd_share   # function-level: imports numba (the jit extra)
-                got = jit_winograd_share
+                got = jit.module("jit_winograd_share")   # imports numba (the optional jit extra)
         except Exception:  # noqa: BLE001 - any failure to compile means the tactic is not offered
             got = None
         _STATE["k"] = got
