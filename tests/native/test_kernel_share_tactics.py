@@ -1,5 +1,5 @@
 """The tactics that split a layer into two halves run as kernel shares (threads.kernel_shares): stem-direct-shares
-(a 3x3 convolution over few input channels), 1x1-gemv-shares (a 1x1 convolution over a 1x1 map), gemv-dot-shares (a
+(a 3x3 convolution over few input channels), 1x1-gemm-shares (a 1x1 convolution over few pixels), gemv-dot-shares (a
 one-row product) and winograd-f2x3-shares (winograd-f2x3-jit's band in two halves of tile rows). Each computes a
 float64 reference's values within float32 rounding for any padding, odd sizes, batch and fused post-ops (others
 after it), bit for bit the same whichever thread ran a half (both on the caller, one thread, a polling worker);
@@ -109,27 +109,32 @@ def test_stem_direct_hard_swish_is_onnx_hard_swish():
     assert got[0, :, 1, 1].tolist() == [0.0, 3.0, 1.125, 0.0]       # 1.5 * clip(0.75)
 
 
-# ---- 1x1-gemv-shares and gemv-dot-shares
+# ---- 1x1-gemm-shares and gemv-dot-shares
 
 
-@pytest.mark.parametrize("n,c,m,steps,bias", [
-    (1, 576, 1024, ["HARD_SWISH"], True),      # MobileNetV3-small's conv_head
-    (2, 40, 37, ["RELU"], True),
-    (1, 17, 16, [], False),
-    (1, 9, 5, ["SIGMOID"], True),              # another activation: after the kernel
-    (1, 8, 33, ["add"], True),                 # a residual add: after the kernel
+@pytest.mark.parametrize("n,c,m,hw,steps,bias", [
+    (1, 576, 1024, (1, 1), ["HARD_SWISH"], True),      # MobileNetV3-small's conv_head
+    (1, 96, 576, (7, 7), ["HARD_SWISH"], True),        # its last block's 1x1
+    (2, 40, 37, (1, 1), ["RELU"], True),
+    (2, 24, 19, (5, 3), ["RELU"], False),
+    (1, 17, 16, (1, 1), [], False),
+    (1, 9, 5, (2, 2), ["SIGMOID"], True),              # another activation: after the kernel
+    (1, 8, 33, (1, 1), ["add"], True),                 # a residual add: after the kernel
+    (1, 8, 33, (4, 4), ["add", "RELU"], True),
 ], ids=lambda v: str(v))
-def test_1x1_gemv_matches_the_reference(n, c, m, steps, bias):
+def test_1x1_gemm_matches_the_reference(n, c, m, hw, steps, bias):
     _needs_kit()
-    x = RNG.standard_normal((n, c, 1, 1)).astype(np.float32)
+    if hw != (1, 1) and not threads.sgemm_address():
+        pytest.skip("needs numpy's 64-bit-integer OpenBLAS cblas_sgemm past one pixel")
+    x = RNG.standard_normal((n, c) + hw).astype(np.float32)
     k = RNG.standard_normal((m, c, 1, 1)).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32) if bias else None
     inputs = [x, None, None]
-    want = np.einsum("mc,nc->nm", k[:, :, 0, 0].astype(np.float64), x[:, :, 0, 0].astype(np.float64))
-    want = (want + (0 if b is None else b))[:, :, None, None]
+    want = np.einsum("mc,nchw->nmhw", k[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
+    want = want + (0 if b is None else b[:, None, None])
     post_ops, want = _post_ops(steps, inputs, want)
     weights = {"kernel": k} if b is None else {"kernel": k, "bias": b}
-    for got in _conv_run("1x1-gemv-shares", _conv_params(m, 1, 1, (0, 0), (0, 0), post_ops), weights, inputs):
+    for got in _conv_run("1x1-gemm-shares", _conv_params(m, 1, 1, (0, 0), (0, 0), post_ops), weights, inputs):
         assert got.shape == want.shape and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
 
@@ -220,12 +225,17 @@ def _cases():
     x1 = RNG.standard_normal((1, 96, 1, 1)).astype(np.float32)
     head = Op("Convolution", "c", _conv_params(200, 1, 1, (0, 0), (0, 0), hs),
               {"kernel": RNG.standard_normal((200, 96, 1, 1)).astype(np.float32)})
+    x7 = RNG.standard_normal((1, 96, 7, 7)).astype(np.float32)
+    few = Op("Convolution", "c", _conv_params(120, 1, 1, (0, 0), (0, 0), hs),
+             {"kernel": RNG.standard_normal((120, 96, 1, 1)).astype(np.float32),
+              "bias": RNG.standard_normal(120).astype(np.float32)})
     xw = RNG.standard_normal((1, 16, 14, 14)).astype(np.float32)
     res = RNG.standard_normal((1, 24, 14, 14)).astype(np.float32)
     wino = Op("Convolution", "c", _conv_params(24, 3, 1, (1, 1), (1, 1), [{"op": "add", "input": 3},
                                                                           {"op": "activation", "type": "RELU"}]),
               {"kernel": RNG.standard_normal((24, 16, 3, 3)).astype(np.float32)})
-    return [("Convolution", "stem-direct-shares", stem, [x3]), ("Convolution", "1x1-gemv-shares", head, [x1]),
+    return [("Convolution", "stem-direct-shares", stem, [x3]), ("Convolution", "1x1-gemm-shares", head, [x1]),
+            ("Convolution", "1x1-gemm-shares", few, [x7]),
             ("MatrixMultiply", "gemv-dot-shares", _gemm_op(300, 130, True, "RELU"),
              [RNG.standard_normal((1, 300)).astype(np.float32)]),
             ("Convolution", "winograd-f2x3-shares", wino, [xw, None, None, res])]
@@ -275,10 +285,16 @@ def test_one_thread_runs_both_halves_with_the_same_floats(monkeypatch):
 
 def test_not_offered_without_numba(monkeypatch):
     monkeypatch.setattr(jit, "available", lambda: False)
-    shapes = {"stem-direct-shares": [1, 3, 40, 40], "1x1-gemv-shares": [1, 96, 1, 1],
-              "gemv-dot-shares": [1, 300], "winograd-f2x3-shares": [1, 16, 14, 14]}
-    for kind, name, op, _ in _cases():
-        assert "numba" in _tactic(kind, name).supports(op, [shapes[name]]), name
+    for kind, name, op, inputs in _cases():
+        assert "numba" in _tactic(kind, name).supports(op, [list(inputs[0].shape)]), name
+
+
+def test_1x1_gemm_shares_refuses_large_maps_and_strides():
+    t = _tactic("Convolution", "1x1-gemm-shares")
+    k = {"kernel": np.ones((4, 8, 1, 1), np.float32)}
+    plain, strided = (Op("Convolution", "c", _conv_params(4, 1, s, (0, 0), (0, 0), []), k) for s in (1, 2))
+    assert "pixels" in t.supports(plain, [[1, 8, 17, 16]])
+    assert "stride-1" in t.supports(strided, [[1, 8, 4, 4]])
 
 
 def test_stem_direct_refuses_what_it_does_not_compute():

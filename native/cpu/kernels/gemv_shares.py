@@ -1,15 +1,17 @@
-"""One-row products split by output rows over the caller and a polling pool worker, without the GIL
+"""Products of few columns split by output rows over the caller and a polling pool worker, without the GIL
 (native/cpu/jit_gemv_share.py through threads.kernel_shares; both halves on the caller where no worker polls):
 
   gemv-dot-shares   MatrixMultiply: a [1, K] x [K, N] product with constant weights ([bias +] RELU, or another
                     activation after it), as gemv-dot.
-  1x1-gemv-shares   Convolution: a 1x1 convolution over a 1x1 map (MobileNetV3's conv_head after the global pool),
-                    [bias +] RELU / HardSwish.
+  1x1-gemm-shares   Convolution: a 1x1 convolution over a map of at most MAX_PIXELS pixels (MobileNetV3's conv_head
+                    after the global pool, its 96 -> 576 layer over 7x7), [bias +] RELU / HardSwish: dot products
+                    over a 1x1 map, one cblas_sgemm call a half otherwise.
 
 Why: these layers stream megabytes of weights for a few thousand outputs (MobileNetV3-small's classifier 4 MB,
-conv_head 2.4 MB: 0.09-0.15 and 0.06-0.08 ms at one thread in a run, their weights coming from L3 or memory); each
-core streams half. Their own floats (lane sums, fused multiply-adds, as gemv-dot's), the same whichever thread ran
-a half; timed against the other tactics by the builder, never taken by the numpy path.
+conv_head 2.4 MB: 0.09-0.15 and 0.06-0.08 ms at one thread in a run, their weights coming from L3 or memory), or are
+too short (0.05 ms) for the pool's Python hand-off; each core computes half the output channels. Their own floats
+(lane sums, fused multiply-adds, as gemv-dot's; OpenBLAS's over a half's rows), the same whichever thread ran a
+half; timed against the other tactics by the builder, never taken by the numpy path.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from native.tactics import Tactic, register_tactic
 
 _EMPTY = np.zeros(1, np.float32)
 _CONV_ACTS = {"RELU": 1, "HARD_SWISH": 2}
+MAX_PIXELS = 256   # past this the GEMM tactics' own splits (GEMM shares) take over
 _STATE: dict = {}
 
 
@@ -51,25 +54,25 @@ def split_at(n):
 class _Block:
     """A layer's argument block for one thread (the block holds the weights' and bias's addresses)."""
 
-    def __init__(self, k, wt, bias, act):
+    def __init__(self, k, wt, bias, act, s):
         n, kk = wt.shape
         self.keep = (wt, bias)
-        self.args = k.block({k.K: kk, k.N: n, k.HAS_BIAS: int(bias is not None), k.ACT: act, k.SPLIT: split_at(n)},
-                            {k.WT: wt, k.BIAS: _EMPTY if bias is None else bias})
+        self.args = k.block({k.K: kk, k.N: n, k.HAS_BIAS: int(bias is not None), k.ACT: act, k.SPLIT: split_at(n),
+                             k.S: s, k.SGEMM: sgemm_address()}, {k.WT: wt, k.BIAS: _EMPTY if bias is None else bias})
 
 
-def _block(op, wt, bias, act):
+def _block(op, wt, bias, act, s=1):
     cache = op.__dict__.setdefault("_gemv_share_blocks", {})
-    key = threading.get_ident()
+    key = (threading.get_ident(), s)
     blk = cache.get(key)
     if blk is None or blk.keep[0] is not wt:
-        blk = cache[key] = _Block(kernels(), wt, bias, act)
+        blk = cache[key] = _Block(kernels(), wt, bias, act, s)
     return blk
 
 
 def run_rows(blk, x, y):
-    """y[i] = the layer's output for x[i], each row as one kernel share (both halves here without the 64-bit
-    cblas_sgemm that GIL-free shares need)."""
+    """y[i] = the layer's output for x[i], each sample as one kernel share (both halves here without the 64-bit
+    cblas_sgemm that GIL-free shares need: then one column only)."""
     k = kernels()
     for i in range(x.shape[0]):
         if sgemm_address():
@@ -135,10 +138,10 @@ class GemvDotShares(Tactic):
 
 
 @register_tactic
-class PointwiseGemvShares(Tactic):
-    """1x1 convolution over a 1x1 map (per sample a GEMV), [bias +] RELU / HardSwish, the output channels cut in two
-    halves run as kernel shares (float32, numba extra); other post-ops after it (`finish`)."""
-    kind, name = "Convolution", "1x1-gemv-shares"
+class PointwiseGemmShares(Tactic):
+    """1x1 convolution over a map of at most MAX_PIXELS pixels, [bias +] RELU / HardSwish, the output channels cut
+    in two halves run as kernel shares (float32, numba extra); other post-ops after it (`finish`)."""
+    kind, name = "Convolution", "1x1-gemm-shares"
     precisions = ("float32",)
     own_precisions = True
     honours = {"post_ops", "side"}
@@ -147,15 +150,18 @@ class PointwiseGemvShares(Tactic):
     def supports(self, op, input_shapes):
         if not is_pointwise(op, input_shapes):
             return "1x1 kernels without padding only"
-        if (op.params.get("groups", 1) or 1) != 1:
-            return "ungrouped convolutions only"
+        if (op.params.get("groups", 1) or 1) != 1 or any(d != 1 for d in op.params.get("strides") or [1, 1]):
+            return "ungrouped stride-1 convolutions only"
         s = input_shapes[0] if input_shapes else None
-        if s is None or len(s) != 4 or any(not isinstance(d, int) or d < 0 for d in s) or s[2] * s[3] != 1:
-            return "a 1x1 map of known shape only"
+        if s is None or len(s) != 4 or any(not isinstance(d, int) or d < 0 for d in s) \
+                or not 0 < s[2] * s[3] <= MAX_PIXELS:
+            return f"a map of known shape, at most {MAX_PIXELS} pixels, only"
+        if s[2] * s[3] > 1 and not sgemm_address():
+            return "needs numpy's 64-bit-integer cblas_sgemm past one pixel"
         dtypes = getattr(input_shapes, "dtypes", None)
         if dtypes and dtypes[0] not in (None, "float32"):
             return "float32 inputs only"
-        if op.weights.get("kernel") is None and op.weights.get("kernel_gemv") is None:
+        if op.weights.get("kernel") is None and op.weights.get("kernel_rows") is None:
             return "constant weights only"
         if kernels() is None:
             return "needs the numba extra (pip install debugkit[jit])"
@@ -166,11 +172,11 @@ class PointwiseGemvShares(Tactic):
         if w is None:
             return op.weights
         weights = {k: v for k, v in op.weights.items() if k != "kernel"}
-        weights["kernel_gemv"] = np.ascontiguousarray(np.asarray(w, np.float32).reshape(w.shape[0], -1))
+        weights["kernel_rows"] = np.ascontiguousarray(np.asarray(w, np.float32).reshape(w.shape[0], -1))
         return weights
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        wt = op.weights.get("kernel_gemv")
+        wt = op.weights.get("kernel_rows")
         if wt is None:
             w = np.asarray(op.weights["kernel"], np.float32)
             wt = np.ascontiguousarray(w.reshape(w.shape[0], -1))
@@ -183,9 +189,10 @@ class PointwiseGemvShares(Tactic):
                                    and steps[0]["op"] == "activation" else None)
         fused = act is not None and not op.params.get("side")
         n, m = x.shape[0], wt.shape[0]
-        y = _out(outputs, (n, m, 1, 1))
+        s = x.shape[2] * x.shape[3]
+        y = _out(outputs, (n, m) + x.shape[2:])
         bias = np.ascontiguousarray(b, np.float32).reshape(-1) if b is not None and fused else None
-        run_rows(_block(op, wt, bias, act if fused else 0), x.reshape(n, -1), y.reshape(n, m))
+        run_rows(_block(op, wt, bias, act if fused else 0, s), x.reshape(n, -1, s), y.reshape(n, m, s))
         if fused:
             return [y]
         return finish(op, y, b, inputs, x.dtype)
