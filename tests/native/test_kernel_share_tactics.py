@@ -212,6 +212,50 @@ def test_winograd_shares_refuses_a_single_tile_row():
     assert "tile rows" in _tactic("Convolution", "winograd-f2x3-shares").supports(op, [[1, 4, 2, 9]])
 
 
+# ---- max-pool-shares
+
+
+def _pool_op(window, strides, pre, post, relu, ceil=False, dil=(1, 1)):
+    params = {"type": "MAX", "window": list(window), "strides": list(strides), "pre_padding": list(pre),
+              "post_padding": list(post), "dilations": list(dil), "ceil_mode": ceil,
+              "post_ops": [{"op": "activation", "type": "RELU", "alpha": 0.0, "beta": 0.0}] if relu else []}
+    return Op("Pooling", "p", params, {})
+
+
+@pytest.mark.parametrize("shape,window,strides,pre,post,relu,ceil,dil", [
+    ((1, 64, 32, 32), (3, 3), (2, 2), (1, 1), (1, 1), True, False, (1, 1)),    # resnet18's stem pool, smaller
+    ((2, 5, 11, 9), (3, 3), (2, 2), (1, 1), (1, 1), False, True, (1, 1)),
+    ((1, 6, 10, 10), (5, 5), (1, 1), (2, 2), (2, 2), True, False, (1, 1)),     # SPPF
+    ((1, 4, 9, 12), (2, 2), (2, 2), (0, 0), (0, 0), False, False, (1, 1)),
+    ((1, 3, 8, 17), (3, 3), (2, 2), (0, 0), (0, 0), True, False, (1, 1)),
+    ((1, 3, 7, 4), (3, 3), (2, 2), (0, 1), (1, 2), False, True, (1, 1)),
+    ((1, 3, 12, 13), (3, 2), (1, 2), (1, 0), (1, 1), True, False, (2, 1)),
+], ids=lambda v: str(v))
+def test_max_pool_shares_is_strided_taps_bit_for_bit(shape, window, strides, pre, post, relu, ceil, dil):
+    _needs_kit()
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[::7] = -0.0
+    x.reshape(-1)[5::11] = 0.0
+    x.reshape(-1)[3] = np.nan
+    x.reshape(-1)[-2] = -np.inf
+    op = _pool_op(window, strides, pre, post, relu, ceil, dil)
+    t, ref = _tactic("Pooling", "max-pool-shares"), _tactic("Pooling", "strided-taps")
+    assert t.supports(op, [list(shape)]) is None
+    want = ref.run(op, [x])[0]
+    got = _alone(lambda: t.run(op, [x])[0])
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_max_pool_shares_refuses_other_post_ops_and_kinds():
+    t = _tactic("Pooling", "max-pool-shares")
+    op = _pool_op((3, 3), (2, 2), (1, 1), (1, 1), False)
+    op.params["post_ops"] = [{"op": "activation", "type": "SIGMOID"}]
+    assert "RELU" in t.supports(op, [[1, 4, 8, 8]])
+    avg = _pool_op((3, 3), (2, 2), (1, 1), (1, 1), False)
+    avg.params["type"] = "AVERAGE"
+    assert "MAX" in t.supports(avg, [[1, 4, 8, 8]])
+
+
 # ---- all of them: the same floats whichever thread ran a half; not offered without numba
 
 
@@ -238,7 +282,9 @@ def _cases():
             ("Convolution", "1x1-gemm-shares", few, [x7]),
             ("MatrixMultiply", "gemv-dot-shares", _gemm_op(300, 130, True, "RELU"),
              [RNG.standard_normal((1, 300)).astype(np.float32)]),
-            ("Convolution", "winograd-f2x3-shares", wino, [xw, None, None, res])]
+            ("Convolution", "winograd-f2x3-shares", wino, [xw, None, None, res]),
+            ("Pooling", "max-pool-shares", _pool_op((3, 3), (2, 2), (1, 1), (1, 1), True),
+             [RNG.standard_normal((1, 16, 30, 30)).astype(np.float32)])]
 
 
 def _prepared(kind, name, op):
