@@ -109,6 +109,46 @@ def test_stem_direct_hard_swish_is_onnx_hard_swish():
     assert got[0, :, 1, 1].tolist() == [0.0, 3.0, 1.125, 0.0]       # 1.5 * clip(0.75)
 
 
+# ---- stem-gemm-shares
+
+
+@pytest.mark.parametrize("n,c,m,h,w,k,stride,pre,post,steps", [
+    (1, 3, 64, 40, 40, 7, 2, (3, 3), (3, 3), []),                # resnet18's stem, smaller
+    (2, 3, 8, 17, 13, 7, 2, (3, 3), (3, 3), ["RELU"]),
+    (1, 3, 16, 24, 24, 3, 2, (1, 1), (1, 1), ["HARD_SWISH"]),
+    (1, 1, 5, 11, 9, 5, 1, (2, 2), (2, 2), ["RELU"]),
+    (1, 4, 6, 9, 10, 3, 1, (0, 1), (1, 0), ["add"]),             # residual: after the kernel (finish)
+    (1, 2, 7, 30, 31, 5, 2, (2, 1), (0, 2), ["SIGMOID"]),        # another activation: after the kernel
+], ids=lambda v: str(v))
+def test_stem_gemm_matches_the_reference(monkeypatch, n, c, m, h, w, k, stride, pre, post, steps):
+    _needs_kit()
+    if not threads.sgemm_address():
+        pytest.skip("needs numpy's 64-bit-integer OpenBLAS cblas_sgemm")
+    from native.cpu.kernels.conv import stem_gemm
+    x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
+    kern = RNG.standard_normal((m, c, k, k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    inputs = [x, None, None]
+    post_ops, want = _post_ops(steps, inputs, _reference(x, kern, b, stride, pre, post))
+    params = dict(_conv_params(m, k, stride, pre, post, post_ops))
+    for band_bytes in (512 << 10, 1):        # bands as cut for real; one output row a band
+        monkeypatch.setattr(stem_gemm, "BAND_BYTES", band_bytes)
+        for got in _conv_run("stem-gemm-shares", params, {"kernel": kern, "bias": b}, inputs):
+            assert got.shape == want.shape and got.dtype == np.float32
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_stem_gemm_refuses_what_it_does_not_compute():
+    t = _tactic("Convolution", "stem-gemm-shares")
+    k = {"kernel": np.ones((4, 3, 7, 7), np.float32)}
+    for change, shape, word in (({"strides": [3, 3]}, [1, 3, 20, 20], "stride"),
+                                ({"kernel_shape": [4, 4]}, [1, 3, 20, 20], "odd square"),
+                                ({"groups": 3}, [1, 3, 20, 20], "ungrouped"),
+                                ({}, [1, 8, 20, 20], "channels")):
+        op = Op("Convolution", "c", dict(_conv_params(4, 7, 2, (3, 3), (3, 3), []), **change), k)
+        assert word in t.supports(op, [shape]), change
+
+
 # ---- 1x1-gemm-shares and gemv-dot-shares
 
 
@@ -278,7 +318,10 @@ def _cases():
     wino = Op("Convolution", "c", _conv_params(24, 3, 1, (1, 1), (1, 1), [{"op": "add", "input": 3},
                                                                           {"op": "activation", "type": "RELU"}]),
               {"kernel": RNG.standard_normal((24, 16, 3, 3)).astype(np.float32)})
-    return [("Convolution", "stem-direct-shares", stem, [x3]), ("Convolution", "1x1-gemm-shares", head, [x1]),
+    stem7 = Op("Convolution", "c", _conv_params(32, 7, 2, (3, 3), (3, 3), []),
+               {"kernel": RNG.standard_normal((32, 3, 7, 7)).astype(np.float32),
+                "bias": RNG.standard_normal(32).astype(np.float32)})
+    return [("Convolution", "stem-direct-shares", stem, [x3]), ("Convolution", "stem-gemm-shares", stem7, [x3]), ("Convolution", "1x1-gemm-shares", head, [x1]),
             ("Convolution", "1x1-gemm-shares", few, [x7]),
             ("MatrixMultiply", "gemv-dot-shares", _gemm_op(300, 130, True, "RELU"),
              [RNG.standard_normal((1, 300)).astype(np.float32)]),
@@ -298,9 +341,9 @@ def test_a_polling_worker_runs_halves_with_the_same_floats(monkeypatch):
         pytest.skip("needs numpy's 64-bit-integer OpenBLAS cblas_sgemm (kernel shares)")
     from tests.backends.test_ir_share import _polling_worker, _stop
     cases = [(_prepared(kind, name, op), inputs) for kind, name, op, inputs in _cases()]
-    alone = [_alone(lambda t=t, op=op, i=i: t.run(op, list(i))[0]).copy() for (t, op), i in cases]
-    w = _polling_worker(monkeypatch)
+    w = _polling_worker(monkeypatch)     # (tunes the process: one BLAS thread, as the engine runs its GEMMs then)
     try:
+        alone = [_alone(lambda t=t, op=op, i=i: t.run(op, list(i))[0]).copy() for (t, op), i in cases]
         for ((t, op), inputs), want in zip(cases, alone):
             before = int(w.flags[6])
             deadline = time.perf_counter() + 20

@@ -67,6 +67,8 @@ def _block(op, wt, bias, act, s=1):
     blk = cache.get(key)
     if blk is None or blk.keep[0] is not wt:
         blk = cache[key] = _Block(kernels(), wt, bias, act, s)
+    if bias is not None:     # (a bias input, not a weight, may move from call to call)
+        blk.args[kernels().BIAS] = bias.ctypes.data
     return blk
 
 

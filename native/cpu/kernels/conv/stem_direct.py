@@ -142,6 +142,8 @@ class StemDirectShares(Tactic):
         blk = cache.get(key)
         if blk is None or blk.keep[0] is not wt:
             blk = cache[key] = _Block(k, wt, bias, act if fused else 0, x.shape, tuple(pre), (ho, wo), stride)
+        if bias is not None:     # (a bias input, not a weight, may move from call to call)
+            blk.args[k.BIAS] = bias.ctypes.data
         dst = outputs[0] if outputs else None
         if dst is None or tuple(dst.shape) != (n, m, ho, wo) or dst.dtype != np.float32 or not dst.flags.c_contiguous:
             dst = np.empty((n, m, ho, wo), np.float32)

@@ -127,6 +127,8 @@ class WinogradF2x3Shares(WinogradF2x3Jit):
             wh = -(-wo // 2) + 1
             rows_cap = max(1, tuning.WINOGRAD_BYTES // (16 * (c + m) * wh * 4))
             blk = cache[key] = _Block(k, u, bias, act, res is not None, x.shape, pre, (ho, wo), rows_cap)
+        if bias is not None:     # (a bias input, not a weight, may move from call to call)
+            blk.args[k.BIAS] = bias.ctypes.data
         y = outputs[0] if outputs else None
         if y is None or tuple(y.shape) != (n, m, ho, wo) or y.dtype != np.float32 or not y.flags.c_contiguous \
                 or (res is not None and np.may_share_memory(y, res)):
