@@ -29,7 +29,7 @@ from native.tactics import Tactic, register_tactic
 
 MAX_CHANNELS = 4
 MAX_KERNEL = 11
-BAND_BYTES = 512 << 10    # a band's patches and product: about half of L2
+BAND_BYTES = 2 << 20      # a band's patches and product (512 KiB bands ran 1.2x slower: shorter GEMMs)
 _DUMMY = np.zeros(1, np.float32)
 _STATE: dict = {}
 
