@@ -7,8 +7,8 @@ map of few pixels), in native/cpu/kernels/gemv_shares.py.
         product over its unit-stride weights row summed in vector lanes (LLVM's split of the sum, fixed per
         compiled kernel: the sums may reassociate and fuse multiply-adds, as gemv_dot's); S > 1: the rows' block
         of W @ x as one cblas_sgemm call (numpy's OpenBLAS at the address SGEMM). Then + bias, then the activation
-        (0 none, 1 RELU: max(v, 0), 2 HardSwish as activations._hard_swish: v * clip(v * 1/6 + 0.5, 0, 1)),
-        without fast-math flags. The cut is fixed per layer, so the floats do not depend on the thread that ran a
+        (0 none, 1 RELU: numpy's clip to [0, inf], 2 HardSwish as activations._hard_swish: v * clip(v * 1/6 + 0.5, 0, 1), 3 SiLU
+        by polyexp's exp: jit_act._silu_poly, the *-polyexp tactics' floats), without fast-math flags. The cut is fixed per layer, so the floats do not depend on the thread that ran a
         part.
     block(dims, arrays) -> int64 [WORDS]   the argument block; words X / Y (the sample's [K, S] input and [N, S]
         output) are written per call by kernel_stages.
@@ -27,6 +27,7 @@ from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
+from native.cpu.jit_act import _silu_poly
 from native.cpu.jit_phase_gemm import _sgemm
 
 (X, Y, WT, K, N, BIAS, HAS_BIAS, ACT, SPLIT, S, SGEMM) = range(11)
@@ -53,20 +54,26 @@ def _dots(x, wt, out, j0, j1):
 
 @numba.njit(nogil=True, error_model="numpy", cache=True)
 def _epilogue(out, bias, has_bias, act, j0, j1):
-    """Rows [j0, j1) of out [N, S]: + bias, then the activation (compiled without fast-math flags)."""
+    """Rows [j0, j1) of out [N, S]: + bias, then the activation (compiled without fast-math flags; a loop per
+    activation, so each vectorises)."""
     sixth, half, one = np.float32(1.0 / 6.0), np.float32(0.5), np.float32(1.0)
     for j in range(j0, j1):
         r = out[j]
         b = bias[j] if has_bias else _ZERO
-        for q in range(r.shape[0]):
-            v = r[q]
-            if has_bias:
-                v = v + b
-            if act == 1:
-                v = max(v, _ZERO)
-            elif act == 2:
-                v = v * min(max(v * sixth + half, _ZERO), one)
-            r[q] = v
+        if has_bias:
+            for q in range(r.shape[0]):
+                r[q] = r[q] + b
+        if act == 1:
+            for q in range(r.shape[0]):
+                v = r[q]
+                r[q] = _ZERO if v < _ZERO else v      # numpy's clip to [0, inf]: NaN and -0.0 kept
+        elif act == 2:
+            for q in range(r.shape[0]):
+                v = r[q]
+                r[q] = v * min(max(v * sixth + half, _ZERO), one)
+        elif act == 3:
+            for q in range(r.shape[0]):
+                r[q] = _silu_poly(r[q])
 
 
 @numba.njit(nogil=True, error_model="numpy", cache=True)

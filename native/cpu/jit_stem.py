@@ -6,7 +6,7 @@ share (the `jit` extra): the tactic stem-direct-shares (native/cpu/kernels/conv/
         copies the input rows it reads, zero-padded, into its own scratch split by column phase (stride 2: even
         and odd columns, so each tap reads unit-stride), then per output row and channel one pass over the row
         per input channel, the nine taps' products summed in (row, column) tap order in one expression (fused
-        multiply-adds), then + bias and the activation (0 none, 1 RELU, 2 HardSwish as activations._hard_swish:
+        multiply-adds), then + bias and the activation (0 none, 1 RELU as numpy's clip to [0, inf], 2 HardSwish as activations._hard_swish:
         x * clip(x / 6 + 0.5, 0, 1)). Rows do not depend on each other, so the floats do not depend on the cut or
         on the thread that ran a part.
     block(dims, arrays) -> int64 [WORDS]   the argument block; words X / Y (the sample's input [C, H, W] and output
@@ -120,9 +120,10 @@ def _rows(x, y, wt, bias, has_bias, act, z, row, acc, r0, r1, s, pt, pl):
                         v = a[j] + bv
                         t = min(max(v * sixth + half, zero), one)
                         out[j] = v * t
-                elif act == 1:
+                elif act == 1:     # numpy's clip to [0, inf]: NaN and -0.0 kept
                     for j in range(wo):
-                        out[j] = max(a[j] + bv, zero)
+                        v = a[j] + bv
+                        out[j] = zero if v < zero else v
                 else:
                     for j in range(wo):
                         out[j] = a[j] + bv

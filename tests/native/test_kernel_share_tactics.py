@@ -58,7 +58,7 @@ def _post_ops(steps, inputs, want):
             want = want + r
         else:
             post_ops.append({"op": "activation", "type": p, "alpha": 0.0, "beta": 0.0})
-            want = activation(want, p)
+            want = activation(want, "SILU" if p == "SILU_POLYEXP" else p)
     return post_ops, want
 
 
@@ -161,6 +161,8 @@ def test_stem_gemm_refuses_what_it_does_not_compute():
     (1, 9, 5, (2, 2), ["SIGMOID"], True),              # another activation: after the kernel
     (1, 8, 33, (1, 1), ["add"], True),                 # a residual add: after the kernel
     (1, 8, 33, (4, 4), ["add", "RELU"], True),
+    (1, 16, 32, (40, 40), ["SILU"], True),             # YOLO's 1x1s: SiLU by polyexp's exp
+    (1, 16, 24, (20, 20), ["SILU_POLYEXP"], False),
 ], ids=lambda v: str(v))
 def test_1x1_gemm_matches_the_reference(n, c, m, hw, steps, bias):
     _needs_kit()
@@ -191,7 +193,8 @@ def _gemm_op(k, n, bias, act):
 
 
 @pytest.mark.parametrize("k,n,bias,act", [(1024, 1000, True, None), (64, 48, True, "RELU"), (13, 7, False, None),
-                                          (32, 20, True, "TANH")])
+                                          (32, 20, True, "TANH"), (40, 24, True, "SIGMOID"),
+                                          (40, 24, False, "HARD_SWISH")])
 def test_gemv_dot_shares_matches_the_reference(k, n, bias, act):
     _needs_kit()
     t = _tactic("MatrixMultiply", "gemv-dot-shares")
@@ -382,7 +385,7 @@ def test_1x1_gemm_shares_refuses_large_maps_and_strides():
     t = _tactic("Convolution", "1x1-gemm-shares")
     k = {"kernel": np.ones((4, 8, 1, 1), np.float32)}
     plain, strided = (Op("Convolution", "c", _conv_params(4, 1, s, (0, 0), (0, 0), []), k) for s in (1, 2))
-    assert "pixels" in t.supports(plain, [[1, 8, 17, 16]])
+    assert "pixels" in t.supports(plain, [[1, 8, 129, 128]])
     assert "stride-1" in t.supports(strided, [[1, 8, 4, 4]])
 
 

@@ -4,12 +4,14 @@
   gemv-dot-shares   MatrixMultiply: a [1, K] x [K, N] product with constant weights ([bias +] RELU, or another
                     activation after it), as gemv-dot.
   1x1-gemm-shares   Convolution: a 1x1 convolution over a map of at most MAX_PIXELS pixels (MobileNetV3's conv_head
-                    after the global pool, its 96 -> 576 layer over 7x7), [bias +] RELU / HardSwish: dot products
-                    over a 1x1 map, one cblas_sgemm call a half otherwise.
+                    after the global pool, its 96 -> 576 layer over 7x7, YOLO's 1x1s over 80x80 / 40x40), [bias +]
+                    RELU / HardSwish / SiLU (polyexp's exp, as the *-polyexp tactics): dot products over a 1x1 map,
+                    one cblas_sgemm call a half otherwise.
 
 Why: these layers stream megabytes of weights for a few thousand outputs (MobileNetV3-small's classifier 4 MB,
 conv_head 2.4 MB: 0.09-0.15 and 0.06-0.08 ms at one thread in a run, their weights coming from L3 or memory), or are
-too short (0.05 ms) for the pool's Python hand-off; each core computes half the output channels. Their own floats
+too short (0.05-0.25 ms: yolov8n's 1x1s ran slower on two threads than on one, docs/PERFORMANCE.md h76) for the
+pool's Python hand-off; each core computes half the output channels. Their own floats
 (lane sums, fused multiply-adds, as gemv-dot's; OpenBLAS's over a half's rows), the same whichever thread ran a
 half; timed against the other tactics by the builder, never taken by the numpy path.
 """
@@ -29,8 +31,9 @@ from native.cpu.threads import kernel_shares, sgemm_address
 from native.tactics import Tactic, register_tactic
 
 _EMPTY = np.zeros(1, np.float32)
-_CONV_ACTS = {"RELU": 1, "HARD_SWISH": 2}
-MAX_PIXELS = 256   # past this the GEMM tactics' own splits (GEMM shares) take over
+_CONV_ACTS = {"RELU": 1, "HARD_SWISH": 2, "SILU": 3, "SILU_POLYEXP": 3}   # jit_gemv_share's codes (SiLU: polyexp's)
+MAX_PIXELS = 1 << 14
+_GEMV_ACTS = {"RELU": 1, "HARD_SWISH": 2}   # in the share; another activation after it
 _STATE: dict = {}
 
 
@@ -124,7 +127,7 @@ class GemvDotShares(Tactic):
         return w
 
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
-        bias, act, other = _direct_epilogue(op)
+        bias, act, other = _direct_epilogue(op, _GEMV_ACTS)
         bt = op.weights["bt_gemv"]
         n = bt.shape[0]
         a = inputs[0]
@@ -141,8 +144,8 @@ class GemvDotShares(Tactic):
 
 @register_tactic
 class PointwiseGemmShares(Tactic):
-    """1x1 convolution over a map of at most MAX_PIXELS pixels, [bias +] RELU / HardSwish, the output channels cut
-    in two halves run as kernel shares (float32, numba extra); other post-ops after it (`finish`)."""
+    """1x1 convolution over a map of at most MAX_PIXELS pixels, [bias +] RELU / HardSwish / SiLU, the output channels
+    cut in two halves run as kernel shares (float32, numba extra); other post-ops after it (`finish`)."""
     kind, name = "Convolution", "1x1-gemm-shares"
     precisions = ("float32",)
     own_precisions = True
