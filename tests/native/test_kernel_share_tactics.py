@@ -399,3 +399,20 @@ def test_stem_direct_refuses_what_it_does_not_compute():
                                 ({}, [1, 5, 8, 8], "channels")):
         op = Op("Convolution", "c", dict(_conv_params(4, 3, 2, (1, 1), (1, 1), []), **change), k)
         assert word in t.supports(op, [shape]), change
+
+
+def test_a_planned_output_over_an_input_is_not_written():
+    """A residual the epilogue adds after the kernel must still be there: a planned output buffer that overlaps an
+    input is replaced by a new one."""
+    _needs_kit()
+    x = RNG.standard_normal((1, 8, 4, 4)).astype(np.float32)
+    k = RNG.standard_normal((6, 8, 1, 1)).astype(np.float32)
+    res = RNG.standard_normal((1, 6, 4, 4)).astype(np.float32)
+    params = _conv_params(6, 1, 1, (0, 0), (0, 0), [{"op": "add", "input": 3}])
+    t = _tactic("Convolution", "1x1-gemm-shares")
+    want = np.einsum("mc,nchw->nmhw", k[:, :, 0, 0], x) + res
+    planned = res.copy()
+    got = _alone(lambda: t.run(Op("Convolution", "c", params, {"kernel": k}), [x, None, None, planned],
+                               outputs=[planned])[0])
+    assert got is not planned
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -88,9 +88,12 @@ def run_rows(blk, x, y):
             k.run_part(blk.args, 1)
 
 
-def _out(outputs, shape):
+def output_for(outputs, shape, inputs):
+    """The planned output buffer where it fits and overlaps no input (a residual the epilogue adds after the kernel
+    wrote y), else a new one."""
     y = outputs[0] if outputs else None
-    if y is None or y.dtype != np.float32 or tuple(y.shape) != tuple(shape) or not y.flags.c_contiguous:
+    if y is None or y.dtype != np.float32 or tuple(y.shape) != tuple(shape) or not y.flags.c_contiguous or any(
+            type(a) is np.ndarray and np.may_share_memory(y, a) for a in inputs):
         y = np.empty(shape, np.float32)
     return y
 
@@ -132,7 +135,7 @@ class GemvDotShares(Tactic):
         n = bt.shape[0]
         a = inputs[0]
         a2 = np.ascontiguousarray(a, np.float32).reshape(1, -1)
-        y = _out(outputs, a.shape[:-1] + (n,))
+        y = output_for(outputs, a.shape[:-1] + (n,), inputs)
         run_rows(_block(op, bt, None if bias is None else np.ascontiguousarray(bias, np.float32), act), a2,
                  y.reshape(1, n))
         if other is not None:
@@ -195,7 +198,7 @@ class PointwiseGemmShares(Tactic):
         fused = act is not None and not op.params.get("side")
         n, m = x.shape[0], wt.shape[0]
         s = x.shape[2] * x.shape[3]
-        y = _out(outputs, (n, m) + x.shape[2:])
+        y = output_for(outputs, (n, m) + x.shape[2:], inputs)
         bias = np.ascontiguousarray(b, np.float32).reshape(-1) if b is not None and fused else None
         run_rows(_block(op, wt, bias, act if fused else 0, s), x.reshape(n, -1, s), y.reshape(n, m, s))
         if fused:

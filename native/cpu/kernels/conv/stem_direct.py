@@ -24,6 +24,7 @@ from native.cpu import jit
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.weights import conv_bias
+from native.cpu.kernels.gemv_shares import output_for
 from native.cpu.threads import kernel_shares, sgemm_address
 from native.tactics import Tactic, register_tactic
 
@@ -144,9 +145,7 @@ class StemDirectShares(Tactic):
             blk = cache[key] = _Block(k, wt, bias, act if fused else 0, x.shape, tuple(pre), (ho, wo), stride)
         if bias is not None:     # (a bias input, not a weight, may move from call to call)
             blk.args[k.BIAS] = bias.ctypes.data
-        dst = outputs[0] if outputs else None
-        if dst is None or tuple(dst.shape) != (n, m, ho, wo) or dst.dtype != np.float32 or not dst.flags.c_contiguous:
-            dst = np.empty((n, m, ho, wo), np.float32)
+        dst = output_for(outputs, (n, m, ho, wo), inputs)
         for ni in range(n):
             if sgemm_address():
                 kernel_shares(k.stem_stage.address, blk.args, x, dst, ni, 1)

@@ -24,6 +24,7 @@ from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.stem_direct import fused_act
 from native.cpu.kernels.conv.weights import conv_bias
+from native.cpu.kernels.gemv_shares import output_for
 from native.cpu.threads import kernel_shares, sgemm_address
 from native.tactics import Tactic, register_tactic
 
@@ -145,9 +146,7 @@ class StemGemmShares(Tactic):
                                       (ho, wo))
         if bias is not None:     # (a bias input, not a weight, may move from call to call)
             blk.args[kit.BIAS] = bias.ctypes.data
-        dst = outputs[0] if outputs else None
-        if dst is None or tuple(dst.shape) != (n, m, ho, wo) or dst.dtype != np.float32 or not dst.flags.c_contiguous:
-            dst = np.empty((n, m, ho, wo), np.float32)
+        dst = output_for(outputs, (n, m, ho, wo), inputs)
         for ni in range(n):
             kernel_shares(kit.stem_gemm_stage.address, blk.args, x, dst, ni, 1)
         if fused:
