@@ -234,7 +234,8 @@ def test_gemv_dot_shares_refuses_more_rows():
 ], ids=lambda v: str(v))
 def test_winograd_shares_matches_the_reference(monkeypatch, n, c, m, h, w, pre, post, steps):
     _needs_kit()
-    from native.cpu.kernels.conv import tuning
+    from native.cpu.kernels.conv import tuning, winograd_shares
+    monkeypatch.setattr(winograd_shares, "num_threads", lambda: 2)     # offered with 2+ threads
     x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
     k = RNG.standard_normal((m, c, 3, 3)).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32)
@@ -248,11 +249,17 @@ def test_winograd_shares_matches_the_reference(monkeypatch, n, c, m, h, w, pre, 
             np.testing.assert_allclose(got, want, rtol=5e-5, atol=5e-5 * np.abs(want).max())
 
 
-def test_winograd_shares_refuses_a_single_tile_row():
+def test_winograd_shares_refuses_a_single_tile_row_and_one_thread(monkeypatch):
     _needs_kit()
+    from native.cpu.kernels.conv import winograd_shares
     op = Op("Convolution", "c", _conv_params(4, 3, 1, (1, 1), (1, 1), []), {"kernel": np.ones((4, 4, 3, 3),
                                                                                               np.float32)})
-    assert "tile rows" in _tactic("Convolution", "winograd-f2x3-shares").supports(op, [[1, 4, 2, 9]])
+    t = _tactic("Convolution", "winograd-f2x3-shares")
+    monkeypatch.setattr(winograd_shares, "num_threads", lambda: 2)
+    assert "tile rows" in t.supports(op, [[1, 4, 2, 9]])
+    assert t.supports(op, [[1, 4, 9, 9]]) is None
+    monkeypatch.setattr(winograd_shares, "num_threads", lambda: 1)
+    assert "one thread" in t.supports(op, [[1, 4, 9, 9]])
 
 
 # ---- max-pool-shares
@@ -376,6 +383,8 @@ def test_one_thread_runs_both_halves_with_the_same_floats(monkeypatch):
 
 
 def test_not_offered_without_numba(monkeypatch):
+    from native.cpu.kernels.conv import winograd_shares
+    monkeypatch.setattr(winograd_shares, "num_threads", lambda: 2)
     monkeypatch.setattr(jit, "available", lambda: False)
     for kind, name, op, inputs in _cases():
         assert "numba" in _tactic(kind, name).supports(op, [list(inputs[0].shape)]), name

@@ -10,7 +10,8 @@ two threads, not 2x (docs/PERFORMANCE.md, h76). A kernel share starts the worker
 Numerics: wino_band's floats (tolerance-tested in tests/native/test_winograd_jit.py); the two halves, cut at the
 middle tile row whatever the pool size, are each cut into sub-bands as winograd-f2x3-jit cuts a band, so the floats
 are the same at one thread and two, and differ from winograd-f2x3-jit's where its cut differs (GEMM column edges):
-a tactic of its own, tolerance-tested (tests/native/test_winograd_shares.py), chosen by timing.
+a tactic of its own, tolerance-tested (tests/native/test_kernel_share_tactics.py), chosen by timing; offered with
+2+ threads only (on one, winograd-f2x3-jit's single band does the same work in larger GEMMs).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.weights import conv_bias
 from native.cpu.kernels.conv.winograd import WinogradF2x3Jit, _band_kernel, fused_epilogue, transform_kernel
-from native.cpu.threads import kernel_shares, sgemm_address
+from native.cpu.threads import kernel_shares, num_threads, sgemm_address
 from native.tactics import register_tactic
 
 _DUMMY = np.zeros(1, np.float32)
@@ -93,6 +94,8 @@ class WinogradF2x3Shares(WinogradF2x3Jit):
             return "2 channels in and out at least (the band's GEMMs as numpy's matmul makes them)"
         if -(-ho // 2) < 2:
             return "fewer than 2 tile rows: nothing to cut"
+        if num_threads() < 2:
+            return "one thread: winograd-f2x3-jit's band is the same work in larger GEMMs (5-13% faster)"
         if kernels() is None:
             return "needs the numba extra and numpy's 64-bit-integer cblas_sgemm"
         return None
