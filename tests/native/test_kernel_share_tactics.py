@@ -125,6 +125,7 @@ def test_stem_gemm_matches_the_reference(monkeypatch, n, c, m, h, w, k, stride, 
     if not threads.sgemm_address():
         pytest.skip("needs numpy's 64-bit-integer OpenBLAS cblas_sgemm")
     from native.cpu.kernels.conv import stem_gemm
+    monkeypatch.setattr(stem_gemm, "num_threads", lambda: 2)     # offered with 2+ threads
     x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
     kern = RNG.standard_normal((m, c, k, k)).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32)
@@ -138,8 +139,14 @@ def test_stem_gemm_matches_the_reference(monkeypatch, n, c, m, h, w, k, stride, 
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
 
 
-def test_stem_gemm_refuses_what_it_does_not_compute():
+def test_stem_gemm_refuses_what_it_does_not_compute(monkeypatch):
+    from native.cpu.kernels.conv import stem_gemm
+    monkeypatch.setattr(stem_gemm, "num_threads", lambda: 1)
     t = _tactic("Convolution", "stem-gemm-shares")
+    if stem_gemm.kernels() is not None:
+        op = Op("Convolution", "c", _conv_params(4, 7, 2, (3, 3), (3, 3), []),
+                {"kernel": np.ones((4, 3, 7, 7), np.float32)})
+        assert "one thread" in t.supports(op, [[1, 3, 20, 20]])
     k = {"kernel": np.ones((4, 3, 7, 7), np.float32)}
     for change, shape, word in (({"strides": [3, 3]}, [1, 3, 20, 20], "stride"),
                                 ({"kernel_shape": [4, 4]}, [1, 3, 20, 20], "odd square"),
@@ -164,8 +171,10 @@ def test_stem_gemm_refuses_what_it_does_not_compute():
     (1, 16, 32, (40, 40), ["SILU"], True),             # YOLO's 1x1s: SiLU by polyexp's exp
     (1, 16, 24, (20, 20), ["SILU_POLYEXP"], False),
 ], ids=lambda v: str(v))
-def test_1x1_gemm_matches_the_reference(n, c, m, hw, steps, bias):
+def test_1x1_gemm_matches_the_reference(monkeypatch, n, c, m, hw, steps, bias):
     _needs_kit()
+    from native.cpu.kernels import gemv_shares
+    monkeypatch.setattr(gemv_shares, "num_threads", lambda: 2)   # large maps: offered with 2+ threads
     if hw != (1, 1) and not threads.sgemm_address():
         pytest.skip("needs numpy's 64-bit-integer OpenBLAS cblas_sgemm past one pixel")
     x = RNG.standard_normal((n, c) + hw).astype(np.float32)
@@ -331,7 +340,8 @@ def _cases():
     stem7 = Op("Convolution", "c", _conv_params(32, 7, 2, (3, 3), (3, 3), []),
                {"kernel": RNG.standard_normal((32, 3, 7, 7)).astype(np.float32),
                 "bias": RNG.standard_normal(32).astype(np.float32)})
-    return [("Convolution", "stem-direct-shares", stem, [x3]), ("Convolution", "stem-gemm-shares", stem7, [x3]), ("Convolution", "1x1-gemm-shares", head, [x1]),
+    return [("Convolution", "stem-direct-shares", stem, [x3]), ("Convolution", "stem-gemm-shares", stem7, [x3]),
+            ("Convolution", "1x1-gemm-shares", head, [x1]),
             ("Convolution", "1x1-gemm-shares", few, [x7]),
             ("MatrixMultiply", "gemv-dot-shares", _gemm_op(300, 130, True, "RELU"),
              [RNG.standard_normal((1, 300)).astype(np.float32)]),
@@ -383,15 +393,23 @@ def test_one_thread_runs_both_halves_with_the_same_floats(monkeypatch):
 
 
 def test_not_offered_without_numba(monkeypatch):
-    from native.cpu.kernels.conv import winograd_shares
-    monkeypatch.setattr(winograd_shares, "num_threads", lambda: 2)
+    from native.cpu.kernels import gemv_shares
+    from native.cpu.kernels.conv import stem_gemm, winograd_shares
+    for mod in (winograd_shares, stem_gemm, gemv_shares):
+        monkeypatch.setattr(mod, "num_threads", lambda: 2)
     monkeypatch.setattr(jit, "available", lambda: False)
     for kind, name, op, inputs in _cases():
         assert "numba" in _tactic(kind, name).supports(op, [list(inputs[0].shape)]), name
 
 
-def test_1x1_gemm_shares_refuses_large_maps_and_strides():
+def test_1x1_gemm_shares_refuses_large_maps_and_strides(monkeypatch):
+    from native.cpu.kernels import gemv_shares
     t = _tactic("Convolution", "1x1-gemm-shares")
+    if gemv_shares.kernels() is not None and threads.sgemm_address():
+        monkeypatch.setattr(gemv_shares, "num_threads", lambda: 1)
+        op = Op("Convolution", "c", _conv_params(4, 1, 1, (0, 0), (0, 0), []),
+                {"kernel": np.ones((4, 8, 1, 1), np.float32)})
+        assert "one thread" in t.supports(op, [[1, 8, 20, 20]]) and t.supports(op, [[1, 8, 16, 16]]) is None
     k = {"kernel": np.ones((4, 8, 1, 1), np.float32)}
     plain, strided = (Op("Convolution", "c", _conv_params(4, 1, s, (0, 0), (0, 0), []), k) for s in (1, 2))
     assert "pixels" in t.supports(plain, [[1, 8, 129, 128]])
