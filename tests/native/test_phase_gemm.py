@@ -1,7 +1,10 @@
 """phase-gemm-s2: a 3x3 stride-2 convolution as four GEMMs over its input's phase planes, bias and a lone RELU / SiLU
 or a residual add (+ RELU) applied as the output rows are written: the values of a float64 reference convolution
 (within a GEMM's rounding) for any padding, odd sizes, batch, band height and pool size, bit for bit the same at
-every pool size; other post-ops after it; not offered without numba."""
+every pool size; other post-ops after it; not offered without numba; on two threads the same bands as a kernel
+share, the same floats."""
+import time
+
 import numpy as np
 import pytest
 
@@ -166,3 +169,50 @@ def test_refuses_what_it_does_not_compute():
 ])
 def test_band_cut(ho, bw, most, even, want):
     assert phase_gemm.band_cut(ho, bw, most, even) == want
+
+
+def test_the_kernel_share_runs_the_same_bands_with_the_same_floats(monkeypatch):
+    """On two threads an image's two halves of bands run as a kernel share (jit_phase_share): the Python parts'
+    floats, bit for bit, both halves on the caller or one on a polling worker."""
+    _needs_jit()
+    if phase_gemm._share_kit() is None:
+        pytest.skip("needs numpy's 64-bit-integer cblas_sgemm (kernel shares)")
+    from tests.backends.test_ir_share import _polling_worker, _stop
+    x = RNG.standard_normal((2, 16, 40, 40)).astype(np.float32)
+    k = RNG.standard_normal((24, 16, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(24).astype(np.float32)
+    res = RNG.standard_normal((2, 24, 20, 20)).astype(np.float32)
+    t = _tactic()
+    cases = []
+    for steps, inputs in ((["add", "RELU"], [x, None, None, res]), (["SILU"], [x])):
+        post = [{"op": "add", "input": 3} if p == "add" else {"op": "activation", "type": p} for p in steps]
+        params = _params(24, (1, 1), (1, 1), post)
+        op = Op("Convolution", "c", params, t.prepare(Op("Convolution", "c", params, {"kernel": k, "bias": b})))
+        cases.append((op, inputs))
+    monkeypatch.setattr(tuning, "PHASE_GEMM_BYTES", 20000)     # several bands an image
+    _pool(monkeypatch, 1, 20000)
+    want = [t.run(op, inputs)[0].copy() for op, inputs in cases]
+    _pool(monkeypatch, 2, 20000)
+    calls = []
+    share = threads.kernel_shares
+    monkeypatch.setattr(phase_gemm, "kernel_shares", lambda *a: calls.append(1) or share(*a))
+    saved = threads._SPIN["quiet_after"]
+    threads._SPIN["quiet_after"] = float("inf")    # contended: both halves on the caller
+    try:
+        for (op, inputs), w in zip(cases, want):
+            assert t.run(op, inputs)[0].tobytes() == w.tobytes()
+    finally:
+        threads._SPIN["quiet_after"] = saved
+    assert len(calls) == 4                          # two images, two cases
+    w_ = _polling_worker(monkeypatch)
+    try:
+        for (op, inputs), w in zip(cases, want):
+            before = int(w_.flags[6])
+            deadline = time.perf_counter() + 20
+            while int(w_.flags[6]) == before and time.perf_counter() < deadline:
+                threads._SPIN["quiet_after"] = 0.0
+                assert t.run(op, inputs)[0].tobytes() == w.tobytes()
+                time.sleep(0.001)
+            assert int(w_.flags[6]) > before
+    finally:
+        _stop(w_, monkeypatch)

@@ -10,6 +10,8 @@ from native.cpu.kernels import matmul_gemv  # noqa: F401,E402  (a one-row GEMM a
 from native.cpu.kernels import pooling_tiles  # noqa: F401,E402  (max pools whose windows tile the map)
 from native.cpu.kernels import inverted_residual  # noqa: F401,E402  (passes/fusion_ir.py's fused blocks)
 from native.cpu.kernels import norm_residual  # noqa: F401,E402  (passes/fusion_residual_norm.py's LayerNorms)
+from native.cpu.kernels import gemv_shares  # noqa: F401,E402  (one-row products as kernel shares)
+from native.cpu.kernels import pooling_shares  # noqa: F401,E402  (max pools as kernel shares)
 
 from native.cpu import precision as _precision  # noqa: E402
 from native.tactics import registered_tactics as _registered  # noqa: E402

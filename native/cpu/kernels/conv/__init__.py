@@ -26,6 +26,12 @@ Convolution tactics the builder times against each other (registration order bre
   direct_panels.py  direct-panels  stride 1, no H padding: a compiled GEMM reading the NCHW input in place, 32
                     pixels x 8 channels a block, W padding as lane masks, bias + LeakyRelu / clip in registers,
                     halves over the CPU pool without the GIL (numba extra; other rounding)
+  stem_direct.py    stem-direct-shares  3x3 over <= 4 input channels (a stem), direct, two row halves as kernel
+                    shares (numba extra; other rounding)
+  winograd_shares.py winograd-f2x3-shares  winograd-f2x3-jit's compiled band, two halves of tile rows as kernel
+                    shares (numba extra; other band cuts)
+  stem_gemm.py      stem-gemm-shares  few-channel k x k stems (resnet's 7x7 / 2): banded GEMMs over patch rows copied
+                    from phase planes, two halves of the bands as kernel shares (numba extra; other rounding)
   silu_polyexp.py   im2col-gemm-polyexp, 1x1-gemm-polyexp, nhwc-gemm-polyexp, nhwc-gemm-bands-polyexp: the base
                     tactic with its SiLU post-op by polyexp's exp in one compiled pass (numba extra; other floats)
 Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool,
@@ -46,6 +52,9 @@ from native.cpu.kernels.conv import phase_gemm  # noqa: F401,E402  (new: a near 
 from native.cpu.kernels.conv import panel_gemm  # noqa: F401,E402  (newer still)
 from native.cpu.kernels.conv import patch_panels  # noqa: F401,E402  (newer still)
 from native.cpu.kernels.conv import direct_panels  # noqa: F401,E402  (newest)
+from native.cpu.kernels.conv import stem_direct  # noqa: F401,E402  (newer still)
+from native.cpu.kernels.conv import winograd_shares  # noqa: F401,E402  (newer still)
+from native.cpu.kernels.conv import stem_gemm  # noqa: F401,E402  (newest)
 # (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
 from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401

@@ -18,6 +18,8 @@ Float32, groups 1, dilation 1; other post-ops, a merged shortcut or a broadcast 
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from native.cpu import jit
@@ -27,7 +29,8 @@ from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.sgemm import sgemm_address
 from native.cpu.kernels.conv.weights import conv_bias
 from native.cpu.kernels.conv.winograd import fused_epilogue
-from native.cpu.threads import num_threads, parallel_for, split
+from native.cpu.threads import kernel_shares, num_threads, parallel_for, split
+from native.cpu.threads import sgemm_address as share_sgemm
 from native.tactics import Tactic, register_tactic
 
 _EMPTY = np.empty(0, np.float32)
@@ -90,6 +93,50 @@ def band_cut(ho, bw, most, even):
 
 
 EVEN_MIN_COLS = 192
+
+
+def _share_kit():
+    """native/cpu/jit_phase_share.py where kernel shares run (numba, numpy's 64-bit cblas_sgemm), else None."""
+    if "share" not in _STATE:
+        got = None
+        try:
+            if share_sgemm():
+                got = jit.module("jit_phase_share")   # imports numba (the optional jit extra)
+        except Exception:  # noqa: BLE001 - any failure to compile means the Python parts
+            got = None
+        _STATE["share"] = got
+    return _STATE["share"] if jit.available() else None
+
+
+class _Block:
+    """A layer's kernel-share argument block and its two parts' scratch, for one input shape and thread."""
+
+    def __init__(self, kit, shape, packed, bias, act, has_res, pre, out, rows, m):
+        c, h, w = shape[1:]
+        ho, wo = out
+        bw = wo + 1
+        nb = -(-ho // rows)
+        self.keep = [packed, bias]
+        arrays = {kit.WT: packed, kit.BIAS: bias if bias.shape[0] else _DUMMY, kit.RES: _DUMMY}
+        for zw, yww in ((kit.Z0, kit.YW0), (kit.Z1, kit.YW1)):
+            z, yw = np.zeros((4 * c, (rows + 1) * bw + 1), np.float32), np.zeros((m, rows * bw), np.float32)
+            self.keep += [z, yw]
+            arrays[zw], arrays[yww] = z, yw
+        self.args = kit.block({kit.C: c, kit.H: h, kit.W: w, kit.M: m, kit.HO: ho, kit.WO: wo, kit.NB: bias.shape[0],
+                               kit.HAS_RES: int(has_res), kit.ACT: act, kit.PH: pre[0], kit.PW: pre[1],
+                               kit.ROWS: rows, kit.HALF: nb // 2, kit.BANDS: nb, kit.SGEMM: kernels()[1]}, arrays)
+
+
+def _share_block(op, kit, shape, packed, bias, act, has_res, pre, out, rows, m):
+    key = (shape, act, has_res, bias.shape[0], rows, threading.get_ident())
+    cache = op.__dict__.setdefault("_phase_share_blocks", {})
+    blk = cache.get(key)
+    if blk is None or blk.keep[0] is not packed:
+        blk = cache[key] = _Block(kit, shape, packed, bias, act, has_res, pre, out, rows, m)
+    return blk
+
+
+_DUMMY = np.zeros(1, np.float32)
 
 
 @register_tactic
@@ -161,6 +208,16 @@ class PhaseGemmS2(Tactic):
         rows = band_cut(ho, bw, band_rows(c, m, wo), big and n % 2 == 1)
         bands = [(ni, r0, min(ho, r0 + rows)) for ni in range(n) for r0 in range(0, ho, rows)]
         threads = num_threads() if big else 1
+        nb = -(-ho // rows)
+        kit = _share_kit() if threads > 1 and nb > 1 else None
+        if kit is not None and packed.flags.c_contiguous and (b is None or conv_bias(op.weights) is not None) \
+                and (res is _EMPTY3 or res.flags.c_contiguous):   # addresses that hold from call to call
+            blk = _share_block(op, kit, x.shape, packed, bias, act, res is not _EMPTY3, pre, (ho, wo), rows, m)
+            for ni in range(n):
+                if res is not _EMPTY3:
+                    blk.args[kit.RES] = res[ni].ctypes.data
+                kernel_shares(kit.phase_stage.address, blk.args, x, y, ni, 1)
+            return [y] if fused else finish(op, y, b, inputs, x.dtype)
 
         def part(rng):
             z = np.empty((4 * c, (rows + 1) * bw + 1), np.float32)
