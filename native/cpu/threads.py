@@ -42,7 +42,7 @@ def num_threads() -> int:
 
 
 def pool_size() -> int:
-    env = config.threads()
+    env = config.threads()   # (read live, ~0.1 us: kernels ask per call)
     if env:
         return env
     cpus = _STATE.get("cpus")
