@@ -205,11 +205,11 @@ def bench_all(path, feeds, iterations, warmup, with_ort=True, with_off=True, fus
         build_s, layers = None, len(engine.graph.nodes)
     else:
         ctx, build_s, layers = build_engine(path, feeds, fusion=fusion, nhwc=nhwc)
-    fns = {"ours": lambda: ctx.execute(dict(feeds))}
+    fns = {"ours": lambda: ctx.execute(feeds)}   # the feeds as they are, as ONNX Runtime gets them (execute copies none)
     res = {"ours": {"build_s": build_s, "layers": layers, "outputs": ctx.execute(dict(feeds))}}
     if with_off:
         ctx_off, _, layers_off = build_engine(path, feeds, fusion=False, same_tactics_as=tactics_by_source(ctx))
-        fns["off"] = lambda: ctx_off.execute(dict(feeds))
+        fns["off"] = lambda: ctx_off.execute(feeds)
         res["off"] = {"layers": layers_off}
     if with_ort:
         sess, f = ort_session(path, feeds)

@@ -165,7 +165,7 @@ class EngineRunner(Runner):
             self.shapes.update({k: tuple(shape_and_dtype(v)[0]) for k, v in feeds.items()})
             on_device = any(is_device_array(v) for v in feeds.values())
             self._build(timing_feeds=None if on_device else feeds)   # GPU tensors: the builder makes its own
-        feeds = {k: v if is_device_array(v) else np.asarray(v) for k, v in feeds.items()}
+        feeds = {k: v if type(v) is np.ndarray or is_device_array(v) else np.asarray(v) for k, v in feeds.items()}
         self.context.profiler = self.profiler
         return self.context.execute(feeds, taps=taps, device_outputs=self.device_outputs)
 

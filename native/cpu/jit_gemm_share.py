@@ -22,6 +22,11 @@ columns, so the same floats (tested bitwise).
         needs the GIL, which a busy caller's Python holds for up to its 5 ms switch interval, to wake). A 3 there
         (a caller backing off: threads._back_off) ends the polls at once: dozing, it leaves the CPU to the others;
         a 4 (threads.rest) ends the polls and the doze: it returns, to sleep on its lock.
+        With `grace` and `waiting_at` >= 0, having seen flags[i] change (a Python job, which needs the GIL) it
+        polls up to `grace` times more before returning (to take the GIL), or until flags[waiting_at] reaches
+        the new flags[i] (the caller waits for that job, outside the GIL): the caller holds the GIL while it posts
+        the job and enters its own share, and a worker that asks for the GIL then sleeps on the GIL's condition
+        variable until the caller lets go, woken by a futex (25-100 us on this VM: threads.GIL_GRACE_POLLS).
     post(flags, job, share, n)        the caller: job[1:] = share, then flags[GEMM_POSTED] = n (release).
     finish(flags, job, n, polls, done_polls=1 << 22) -> int
         the caller, after its own share: 0 once the worker has run share n; 1 when the worker had not claimed it
@@ -168,7 +173,8 @@ def run_share(job):
 
 
 @numba.njit(nogil=True, cache=True)
-def serve(flags, job, j, value, i, seen, polls, busy, seen_at, polls_after, dozes=0, nap_us=0):
+def serve(flags, job, j, value, i, seen, polls, busy, seen_at, polls_after, dozes=0, nap_us=0, grace=0,
+          waiting_at=-1):
     _store_release(flags, DOZING, 0)     # (a rest asked for before this call is for the call before it)
     _store_release(flags, busy, 1)
     _store_release(flags, j, value)
@@ -214,6 +220,13 @@ def serve(flags, job, j, value, i, seen, polls, busy, seen_at, polls_after, doze
         got = _load_acquire(flags, i) != seen
     if got:
         _store_release(flags, seen_at, _load_acquire(flags, i))
+        if waiting_at >= 0 and grace > 0:   # a Python job: give the caller time to leave the GIL (see above)
+            _store_release(flags, busy, 0)
+            target = _load_acquire(flags, i)
+            for _ in range(grace):
+                if _load_acquire(flags, waiting_at) == target:
+                    break
+                _pause()
     _store_release(flags, DOZING, 0)
     _store_release(flags, busy, 0)
     return got

@@ -42,7 +42,7 @@ def num_threads() -> int:
 
 
 def pool_size() -> int:
-    env = config.threads()
+    env = config.threads()   # (read live, ~0.1 us: kernels ask per call)
     if env:
         return env
     cpus = _STATE.get("cpus")
@@ -103,7 +103,9 @@ class _Worker:
     after a run), the caller takes the share back and runs it itself (`_take_over`: a share left to a preempted
     worker waited a scheduler slice), the worker skips it when it wakes and gets no new share until it has, and
     for the next BACKOFF_S seconds nobody polls and parallel_for runs every item on the caller (`_contended`): a
-    polling thread would keep the CPU from the very thread it waits for."""
+    polling thread would keep the CPU from the very thread it waits for. A worker that saw its job polls a few us
+    more before it asks for the GIL (`GIL_GRACE_POLLS`, ended early by the caller's `wait`), so it takes the GIL
+    the caller has just left for numpy instead of sleeping on it until a futex wakes it."""
 
     def __init__(self, index):
         self.go, self.done = threading.Lock(), threading.Lock()
@@ -114,8 +116,9 @@ class _Worker:
         self.claim = None     # taken by whoever runs the current job's share: the worker, or the caller instead
         self.owes = False     # the caller took a share over: the worker has not yet passed it (its `done` pending)
         self.posted = 0
-        # [jobs posted, finished, started, polling now, GEMM shares posted, claimed, done, dozing], read by the spins
-        self.flags = np.zeros(8, np.int64)
+        # [jobs posted, finished, started, polling now, GEMM shares posted, claimed, done, dozing, the job the caller
+        # waits for outside the GIL], read by the spins
+        self.flags = np.zeros(9, np.int64)
         self.polling = False
         self.asleep = False    # on its lock (a kernel share wakes it with a job, `_kick`), not dozing in `serve`
         self.spin = _spinner()
@@ -135,7 +138,8 @@ class _Worker:
                 # publish the last job's end, then poll for the next job a while, running GEMM shares meanwhile
                 # (longer when a GEMM share found it asleep: `gemm_shares`)
                 self.serve(self.flags, self.gemm, 1, finished, 0, finished,
-                           GEMM_KICK_POLLS if for_gemm else WORKER_SPIN_POLLS, 3, 2, GEMM_SPIN_POLLS, DOZES, NAP_US)
+                           GEMM_KICK_POLLS if for_gemm else WORKER_SPIN_POLLS, 3, 2, GEMM_SPIN_POLLS, DOZES, NAP_US,
+                           GIL_GRACE_POLLS, 8)
             elif self.spin is not None and not _contended():
                 # publish the last job's end, then poll for the next job a while
                 self.spin.publish_wait_change(self.flags, 1, finished, 0, finished, WORKER_SPIN_POLLS, 3, 2)
@@ -171,6 +175,7 @@ class _Worker:
         self.go.release()
 
     def wait(self):
+        self.flags[8] = self.posted   # (its GIL grace ends: the caller's polls below leave the GIL free)
         try:
             if self.spin is not None and not _contended():
                 if self._started():
@@ -223,6 +228,13 @@ DOZES, NAP_US = 1600, 50  # then ~0.2 s dozing without the GIL (usleep naps, ~11
                            # before sleeping on the lock: a kernel share wakes a dozing worker with a store
                            # (`kernel_shares`), no GIL needed; long enough to outlast the ~40 ms a benchmark waits for
                            # ONNX Runtime's spinning workers between its blocks of runs
+GIL_GRACE_POLLS = 96       # ~3-4 us: a worker that saw a Python job (parallel_for's share) polls this long more, or
+                           # until the caller waits for it, before it asks for the GIL. Asked at once, the GIL is
+                           # still the caller's (posting, entering its own share), so the worker slept on the GIL's
+                           # condition variable and a futex woke it ~20 us later (35-50 in kernels with more Python
+                           # before their first numpy call); by now the caller is usually inside numpy (GIL free).
+                           # tools/handoff_latency.py (12:24-12:28, gated): 32 polls too few (the worker still
+                           # sleeps), 64-96 start it 4.5-5 us after the caller instead of ~20, 512 waits too long
 BACKOFF_S = 0.02           # no polling for this long after a worker was seen not starting (its CPU taken); short,
                            # since a share handed to a worker without a CPU is taken back (`_take_over`): ONNX
                            # Runtime's spinning workers hold a CPU ~40 ms after a run, then both cores are ours

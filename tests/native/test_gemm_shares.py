@@ -254,3 +254,55 @@ def test_a_kernel_share_the_worker_runs_late_is_reported(share_kit):
         time.sleep(0.001)
     assert status in (2, 3) and n == 1 and st == 1
     assert args[2] == 1 and args[3] == 1          # each half once: the caller's here, the second by the worker
+
+
+def test_a_server_that_saw_a_python_job_waits_its_grace_until_the_caller_waits(share_kit):
+    """serve with `grace` and `waiting_at` (threads.GIL_GRACE_POLLS): having seen a Python job (flags[0] bumped) it
+    publishes it (flags[2]), stops "polling" (flags[3] 0) and returns only once the caller waits for that job
+    (flags[waiting_at] = the job) or its grace polls run out, so it asks for the GIL when the caller has left it."""
+    gs, _ = share_kit
+    flags, job = np.zeros(9, np.int64), np.zeros(gs.JOB_WORDS, np.int64)
+    got = {}
+    server = threading.Thread(target=lambda: got.setdefault("r", gs.serve(flags, job, 1, 0, 0, 0, 1 << 40, 3, 2,
+                                                                           1 << 40, 0, 0, 1 << 40, 8)))
+    server.start()
+    try:
+        deadline = time.perf_counter() + 10
+        while not flags[3] and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert flags[3] == 1
+        flags[0] = 1                                  # a Python job: seen, but the grace (unbounded here) holds it
+        while flags[2] != 1 and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.02)
+        assert flags[2] == 1 and not flags[3] and server.is_alive()
+        flags[8] = 1                                  # the caller waits for job 1: the grace ends
+        server.join(5)
+        assert not server.is_alive()
+    finally:
+        if server.is_alive():
+            flags[8] = flags[0] = 5
+            server.join(10)
+    assert got["r"] is True and not flags[3]
+    flags[:] = 0                                      # a bounded grace ends by itself
+    assert gs.serve(flags, job, 1, 0, 0, 0, 0, 3, 2, 0, 0, 0, 1 << 10, 8) is False   # (no job: no grace)
+    flags[0] = 1
+    assert gs.serve(flags, job, 1, 0, 0, 1, 0, 3, 2, 0, 0, 0, 1 << 10, 8) is False   # (seen == posted: none new)
+    assert gs.serve(flags, job, 1, 0, 0, 0, 1 << 10, 3, 2, 0, 0, 0, 1 << 10, 8) is True and flags[2] == 1
+
+
+def test_parallel_for_ends_the_workers_grace_when_it_waits(share_kit, monkeypatch):
+    """With an unbounded GIL grace, parallel_for still completes: its wait tells the worker (flags[8]); the items'
+    results come back in order, the worker's included."""
+    pool = threads._pool()
+    if not pool or threads.num_threads() < 2:
+        pytest.skip("one CPU: no pool")
+    usual = threads.GIL_GRACE_POLLS
+    monkeypatch.setattr(threads, "GIL_GRACE_POLLS", 1 << 40)
+    names = []
+    for _ in range(20):
+        out = threads.parallel_for(lambda i: (names.append(threading.current_thread().name), i * i)[1], range(6))
+        assert out == [0, 1, 4, 9, 16, 25]
+    monkeypatch.setattr(threads, "GIL_GRACE_POLLS", usual)
+    threads.parallel_for(lambda i: i, range(2))      # the worker's next job runs with the usual grace
+    assert pool[0].flags[8] == pool[0].posted

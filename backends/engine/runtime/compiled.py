@@ -245,6 +245,14 @@ class CompiledPlan:
             return {names[0]: outs[0]}
         return dict(zip(names, outs))
 
+    def keyed(self, specs):
+        """execute's repeated plain run as one generated function (`keyed_runner`) for feeds of these (name, shape,
+        dtype) specs, made once per specs; None where `run_outputs` could not run this plan by position."""
+        got = self.__dict__.setdefault("_keyed", {}).get(specs)
+        if got is None:
+            got = self._keyed[specs] = keyed_runner(self, specs) or False
+        return got or None
+
     def _returned(self, slots) -> dict:
         plan = self.arena_plan
         if plan is not None:
@@ -423,6 +431,48 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
     lines += ["    except DebugkitError:", clear + "        raise", "    except Exception as e:",
               clear + "        raise cp._layer_failed(k, args, e) from e"]
     exec(compile("\n".join(lines), f"<compiled plan of {len(cp.steps)} layers>", "exec"), g)
+    return g["run"]
+
+
+def keyed_runner(cp: CompiledPlan, specs):
+    """`run(feeds, workspace) -> {output name: value} | None`: `CompiledPlan.run_outputs` for feeds by name, written
+    out for one set of specs ((name, shape, dtype) per graph input, in the graph's input order: what
+    ExecutionContext's checked path accepted): each feed's type, shape and dtype tested inline (None, nothing run,
+    for anything else: the caller then takes the checked path), the positional function called, each output detached
+    from the arena as run_outputs detaches it (`_apart`'s test inline, else Device.may_alias / duplicate), the dict
+    built directly. The same layer calls as run_outputs; what it saves is execute's per-run Python around them
+    (~1 us: a feeds list, two calls, a loop and dict(zip) per run). None where run_outputs cannot run this plan (no
+    straight-line function yet, outer tensors, an output in no slot) or specs do not match the graph's inputs."""
+    if not cp.fast or cp.outer or cp.output_pairs is None or len(specs) != len(cp.input_slots):
+        return None
+    pos = cp.fast_pos
+    if pos is None:
+        pos = cp.fast_pos = straight_line(cp, positional=True)
+    g = {"POS": pos, "ND": np.ndarray, "MAYALIAS": cp.device.may_alias, "DUP": cp.device.duplicate}
+    lines = ["def run(feeds, workspace):", f"    if len(feeds) != {len(specs)}:", "        return None"]
+    for j, (name, shape, dtype) in enumerate(specs):
+        g[f"SH{j}"], g[f"DT{j}"] = shape, dtype
+        lines += [f"    v{j} = feeds.get({name!r})",
+                  f"    if type(v{j}) is not ND or v{j}.shape != SH{j} or v{j}.dtype is not DT{j}:",
+                  "        return None"]
+    lines += ["    outs = POS([" + ", ".join(f"v{j}" for j in range(len(specs))) + "], None, workspace)",
+              "    if outs is None:", "        return None"]
+    plan = cp.arena_plan
+    names = cp.output_names
+    for j in range(len(names)):
+        lines.append(f"    o{j} = outs[{j}]")
+        if plan is None:
+            continue
+        g["BUF"] = buf = plan.buffer
+        if type(buf) is np.ndarray and buf.base is None:   # _apart's test first: an owned array needs no bounds check
+            lines += [f"    b = o{j}.base if type(o{j}) is ND else BUF",
+                      f"    if not (b is None or (type(b) is ND and b.base is None and b is not BUF)) and "
+                      f"MAYALIAS(o{j}, BUF):",
+                      f"        o{j} = DUP(o{j})"]
+        else:
+            lines += [f"    if MAYALIAS(o{j}, BUF):", f"        o{j} = DUP(o{j})"]
+    lines.append("    return {" + ", ".join(f"{n!r}: o{j}" for j, n in enumerate(names)) + "}")
+    exec(compile("\n".join(lines), f"<keyed run of {len(cp.steps)} layers>", "exec"), g)
     return g["run"]
 
 

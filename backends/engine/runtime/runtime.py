@@ -274,17 +274,19 @@ class ExecutionContext:
 
     def _hold_quick(self, feeds, last):
         """After a plain run that reused or set the arena's last plan with its positional function: keep (that
-        `last`, the profile, the feed count, per input (name, shape, dtype)), so that the next execute with feeds
-        of those names, shapes and dtypes (which _check_feeds accepted at this profile) runs that plan straight
-        away, without _check_feeds' pass and executor.run_outputs' frame (~1-1.5 us of oww_alexa's ~14)."""
+        `last`, the profile, the plan's keyed run for per input (name, shape, dtype): compiled.keyed_runner), so
+        that the next execute with feeds of those names, shapes and dtypes (which _check_feeds accepted at this
+        profile) runs that plan straight away, without _check_feeds' pass, executor.run_outputs' frame (~1-1.5 us
+        of oww_alexa's ~14) and run_outputs' feeds list, loops and dict(zip) (~0.5-1 us more: h82)."""
         self._quick = None
         if last is None or not last[0].fast_pos or len(last[1]) != len(feeds):
             return
         for v, (shape, dtype) in zip(feeds.values(), last[1]):   # (the feeds this run checked: its plan)
             if type(v) is not np.ndarray or v.shape != shape or v.dtype is not dtype:
                 return
-        self._quick = (last, self.active_profile, len(feeds),
-                       tuple((name, shape, dtype) for name, (shape, dtype) in zip(feeds, last[1])))
+        run = last[0].keyed(tuple((name, shape, dtype) for name, (shape, dtype) in zip(feeds, last[1])))
+        if run is not None:
+            self._quick = (last, self.active_profile, run)
 
     def execute(self, feeds: dict, taps=(), device_outputs: bool = False) -> dict:
         """Run the engine; returns {output name: array} plus any tapped intermediate tensors.
@@ -295,14 +297,12 @@ class ExecutionContext:
         `self.timings` then holds the last execution's host-to-device, compute and device-to-host times in ms,
         measured apart on the device's clock."""
         quick = self._quick
-        if quick is not None and not taps and self.arenas.last is quick[0] and len(feeds) == quick[2] and \
-                self.use_arena and not self._graph_mode and getattr(self, "profiler", None) is None and \
-                self.active_profile == quick[1]:
-            values = _same_feeds(feeds, quick[3])
-            cp, ex = quick[0][0], self.engine.executor
-            if values is not None and cp.steps_ref is ex.steps and not ex._fallback and not ex.keep_all:
+        if quick is not None and not taps and self.arenas.last is quick[0] and self.use_arena and \
+                not self._graph_mode and getattr(self, "profiler", None) is None and self.active_profile == quick[1]:
+            ex = self.engine.executor
+            if quick[0][0].steps_ref is ex.steps and not ex._fallback and not ex.keep_all:
                 enqueued = time.perf_counter()
-                result = cp.run_outputs(values, self.arenas.workspace)
+                result = quick[2](feeds, self.arenas.workspace)   # None, nothing run: feeds not as last time
                 if result is not None:
                     self.host_timings = {"enqueue_ms": (time.perf_counter() - enqueued) * 1e3}
                     return result
@@ -424,18 +424,6 @@ class ExecutionContext:
         UsageError); on a synchronous device the results are ready on return."""
         self.engine._device.check_stream(stream)
         return self.execute(feeds)
-
-
-def _same_feeds(feeds, specs):
-    """The feeds as a list in `specs`' order ((name, shape, dtype) per graph input) when each is an array of that
-    shape and dtype, else None."""
-    values = []
-    for name, shape, dtype in specs:
-        v = feeds.get(name)
-        if type(v) is not np.ndarray or v.shape != shape or v.dtype is not dtype:
-            return None
-        values.append(v)
-    return values
 
 
 def output_types(node) -> list:

@@ -18,6 +18,7 @@ from native.cpu.kernels.matmul import _direct_epilogue, direct_refusal
 from native.tactics import Tactic, register_tactic
 
 _NO_BIAS = np.zeros(0, np.float32)
+_F32 = np.dtype(np.float32)
 
 
 @register_tactic
@@ -56,21 +57,22 @@ class GemvDot(Tactic):
             bias, act, other = _direct_epilogue(op)
             bt = op.weights["bt_gemv"]
             cfg = op.__dict__["_gemv_dot"] = (op.weights, bt, _NO_BIAS if bias is None else bias, bias is not None,
-                                              act, other, bt.shape[0], jit.kernel("gemv_dot"))
-        _, bt, bias, has_bias, act, other, n, fn = cfg
+                                              act, other, bt.shape[0], jit.kernel("gemv_dot"), (1, bt.shape[0]))
+        _, bt, bias, has_bias, act, other, n, fn, row = cfg
         a = inputs[0]
-        if a.dtype != np.float32:
+        if a.dtype is not _F32 and a.dtype != _F32:   # (numpy's float32 dtype is one object: `is` first)
             a = a.astype(np.float32)
         if a.ndim == 2 and a.strides[1] == 4:   # already [1, K] with a unit-stride row: no views to make
-            a2, shape = a, (1, n)
+            a2, shape = a, row
         else:
             shape = a.shape[:-1] + (n,)
             a2 = a.reshape(1, -1)
             if a2.strides[1] != 4:
                 a2 = np.ascontiguousarray(a2)
-        y = outputs[0] if outputs is not None and outputs[0] is not None and outputs[0].dtype == np.float32 \
-            and outputs[0].shape == shape and outputs[0].flags.c_contiguous else np.empty(shape, np.float32)
-        fn(a2, bt, bias, has_bias, act, y if y.ndim == 2 else y.reshape(1, n))
+        y = outputs[0] if outputs is not None else None
+        if y is None or y.shape != shape or (y.dtype is not _F32 and y.dtype != _F32) or not y.flags.c_contiguous:
+            y = np.empty(shape, np.float32)
+        fn(a2, bt, bias, has_bias, act, y if shape is row else y.reshape(row))
         if other is not None:
             res = activation_inplace(y, other["type"], other.get("alpha", 0.0), other.get("beta", 0.0))
             if res is not y:

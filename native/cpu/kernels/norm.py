@@ -16,6 +16,8 @@ from native.tactics import Tactic, register_tactic, simple_tactic
 
 _ADD_REDUCE = np.add.reduce
 
+_F32 = np.dtype(np.float32)
+
 
 def _bcast(v, ndim, axis):
     """A per-channel vector shaped to broadcast along `axis` of an ndim tensor."""
@@ -210,10 +212,11 @@ class LayerNormLaneStats(Tactic):
         x = inputs[0]
         if type(x) is not np.ndarray:
             x = np.asarray(x)
-        if x.dtype != np.float32:
+        if x.dtype is not _F32 and x.dtype != _F32:   # (numpy's float32 dtype is one object: `is` first)
             return normalization(op, inputs)
-        g_in = inputs[1] if len(inputs) > 1 else None
-        b_in = inputs[2] if len(inputs) > 2 else None
+        k = len(inputs)
+        g_in = inputs[1] if k > 1 else None
+        b_in = inputs[2] if k > 2 else None
         cfg = op.__dict__.get("_lane_stats")
         if cfg is None or cfg[0] != x.shape or cfg[1] is not g_in or cfg[2] is not b_in:
             # per op and input shape, once (gamma / beta are constants: the same arrays every run): the row
@@ -230,15 +233,16 @@ class LayerNormLaneStats(Tactic):
             post = op.params.get("post_ops") or ()
             relu = len(post) == 1 and post[0]["op"] == "activation" and post[0]["type"] == "RELU"
             fn = jit.kernel("layernorm_rows_relu" if relu else "layernorm_rows")
+            stat_shape = lead + (1,) * len(tail)
+            flat = len(x.shape) == 2 and len(stat_shape) == 2   # [m, n] rows: no views to make (a classifier's [1, n])
             cfg = op.__dict__["_lane_stats"] = (x.shape, g_in, b_in, m, n, g, b, op.params.get("epsilon", 1e-5),
-                                                lead + (1,) * len(tail), fn,
+                                                stat_shape, fn,
                                                 np.float32(op.params.get("epsilon", 1e-5)), np.float32(n),
-                                                relu and fn is not None)
-        shape, _, _, m, n, g, b, eps, stat_shape, fn, eps32, n32, relu_done = cfg
+                                                relu and fn is not None, flat, (m, n), (2, m, 1) if flat else (2, m))
+        shape, _, _, m, n, g, b, eps, stat_shape, fn, eps32, n32, relu_done, flat, mn, stats_shape = cfg
         if fn is not None and x.flags.c_contiguous:   # rows.layernorm_rows' compiled call, without its lookups
-            flat = len(shape) == 2 and len(stat_shape) == 2   # [m, n] rows: no views to make (a classifier's [1, n])
-            x2 = x if flat else x.reshape(m, n)
-            y, stats = np.empty((m, n), np.float32), np.empty((2, m, 1) if flat else (2, m), np.float32)
+            x2 = x if flat else x.reshape(mn)
+            y, stats = np.empty(mn, np.float32), np.empty(stats_shape, np.float32)
             mean, inv = stats[0], stats[1]
             if flat:
                 fn(x2, g, b, eps32, n32, y, mean.reshape(m), inv.reshape(m))
