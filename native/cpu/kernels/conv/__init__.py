@@ -51,7 +51,7 @@ from native.cpu.kernels.conv import silu_polyexp  # noqa: F401,E402  (after thei
 from native.cpu.kernels.conv import phase_gemm  # noqa: F401,E402  (new: a near tie keeps the older tactics)
 from native.cpu.kernels.conv import panel_gemm  # noqa: F401,E402  (newer still)
 from native.cpu.kernels.conv import patch_panels  # noqa: F401,E402  (newer still)
-from native.cpu.kernels.conv import direct_panels  # noqa: F401,E402  (newest)
+from native.cpu.kernels.conv import direct_panels  # noqa: F401,E402  (newer still)
 from native.cpu.kernels.conv import stem_direct  # noqa: F401,E402  (newer still)
 from native.cpu.kernels.conv import winograd_shares  # noqa: F401,E402  (newer still)
 from native.cpu.kernels.conv import stem_gemm  # noqa: F401,E402  (newest)

@@ -27,6 +27,7 @@ import numpy as np
 
 from native.cpu import jit
 from native.cpu.kernels.conv.epilogue import finish
+from native.cpu.kernels.conv.im2col_gemm import Im2colGemm
 from native.cpu.kernels.conv.geometry import geometry
 from native.cpu.kernels.conv.weights import conv_bias
 from native.cpu.threads import kernel_shares, num_threads, sgemm_address
@@ -118,7 +119,6 @@ def unpack(weights):
 def _without_numba(op, inputs):
     """The layer by im2col-gemm on the unpacked kernel (its own floats): a plan that chose this tactic, run where
     the kernel cannot be compiled."""
-    from native.cpu.kernels.conv.im2col_gemm import Im2colGemm
     weights = {"kernel": unpack(op.weights)}
     b = conv_bias(op.weights)
     if b is not None:
