@@ -1,0 +1,278 @@
+"""Two streams: the tail of a compiled plan whose layers form independent branches runs as two lists of layers, one
+on the caller and one on the CPU pool's worker, each layer on one core.
+
+Splitting each layer over the pool pays one hand-off per layer (the worker starts a Python share 35-50 us late,
+docs/PERFORMANCE.md), so small layers gain little from the second core. A detector's neck and head are branches
+(yolov8n: after each scale's feature map, a box and a class chain of three convolutions beside the neck's next
+layers): run as two streams they pay one hand-off for the whole region, and a wait where a layer reads a tensor the
+other stream makes. `find_region` picks the region once per plan (from a fork to the plan's end, where the build's
+timings say two streams beat the layers in order) and assigns its layers to the streams by list scheduling;
+compiled.straight_line calls a `Region` in place of those layers. The region times itself on its first runs (two
+streams, or its layers in order, each split over the pool as before) and keeps the faster way.
+
+Outputs are the same floats either way: the same tactics with the same arguments, each layer's floats independent of
+how the pool splits it (the splits are bit-identical to one thread). What changes for the region's layers: they
+allocate their outputs instead of writing into the arena (the arena reuses memory in the plan's order), and the
+worker's stream has a workspace of its own.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from native.cpu import threads
+from native.errors import DebugkitError
+from native.logger import G_LOGGER
+
+ENABLED = True        # False: plans compiled from now on run every layer in order (A/B runs: tools/streams_ab.py)
+ONE_CORE = 1.25       # a timed layer on one core takes this much longer than split over two (the build's timing)
+WAIT_MS = 0.03        # what a wait on the other stream costs
+START_MS = 0.06       # what starting the worker's stream costs
+MIN_GAIN = 0.08       # the region must save this much (ms, by the timings) and this share of its time
+MIN_SHARE = 0.05
+FORKS = 48            # region starts considered: the last this many forks of the plan
+TRIALS = 5            # runs of each way (after WARM) before a region keeps the faster
+WARM = 2
+
+
+def find_region(cp):
+    """(first step, [stream of each step from there on]) for compiled plan `cp`, or None: the region from a fork (a
+    step whose output more than one layer reads, or the plan's start) to the plan's end that saves the most time by the build's timings
+    (`_schedule`), where that is at least MIN_GAIN ms and MIN_SHARE of the region's time in order."""
+    if not ENABLED:
+        return None
+    steps = cp.steps
+    n = len(steps)
+    cost = [_cost(st) for st in steps]
+    readers = {}
+    for k, st in enumerate(steps):
+        for i in st[3]:
+            readers.setdefault(i, set()).add(k)
+    bodies = max((k for k, st in enumerate(steps) if st[9] is not None), default=-1)  # If / Loop: never in a region
+    forks = [k for k in range(bodies + 1, n) if any(len(readers.get(i, ())) > 1 for i in steps[k][4])]
+    best = None
+    tail = 0.0
+    starts = {k + 1 for k in forks[-FORKS:]} | ({0} if bodies < 0 else set())   # (graph inputs fork too)
+    for p in range(n - 1, bodies, -1):
+        tail += cost[p][0]
+        if p not in starts:
+            continue
+        span, where = _schedule([st[3:5] for st in steps[p:]], [c[1] for c in cost[p:]])
+        gain = tail - span
+        if gain >= MIN_GAIN and gain >= MIN_SHARE * tail and (best is None or gain > best[0]):
+            best = (gain, p, where)
+    if best is None:
+        return None
+    return best[1], best[2]
+
+
+def _schedule(layers, one, start=START_MS):
+    """(estimated ms, stream per layer) of `layers` ((input slots, output slots) each, in plan order) as two
+    streams: each layer goes to the stream where it would finish first (its inputs made, plus WAIT_MS for each made
+    on the other stream), taking one[j] ms there; the worker's stream starts `start` ms late."""
+    made = {}
+    free = [0.0, start]
+    where = []
+    for (ins, outs), t1 in zip(layers, one):
+        best = None
+        for s in (0, 1):
+            t = free[s]
+            for i in ins:
+                m = made.get(i)
+                if m is not None:
+                    t = max(t, m[0] + (WAIT_MS if m[1] != s else 0.0))
+            if best is None or t + t1 < best[0]:
+                best = (t + t1, s)
+        end, s = best
+        free[s] = end
+        where.append(s)
+        for i in outs:
+            made[i] = (end, s)
+    return max(free), where
+
+
+def _cost(st):
+    """(ms in order, ms on one core) of a layer: its build timing where the build timed its tactic (split over the
+    pool when the build ran tuned), else a guess from its output size (a numpy layer, not split)."""
+    node, tactic = st[10], st[11]
+    t = (node.meta.get("timings_ms") or {}).get(getattr(tactic, "name", None))
+    if t:
+        return float(t), float(t) * ONE_CORE
+    shapes = node.meta.get("output_shapes") or ()   # ~0.1 ns an output element
+    t = 0.002 + 1e-7 * sum(int(np.prod(sh)) for sh in shapes if sh and all(type(d) is int and d >= 0 for d in sh))
+    return t, t
+
+
+class _Failed(Exception):
+    """A stream stopped because the other one failed (its error is raised instead)."""
+
+
+class Region:
+    """Steps p.. of a compiled plan as two streams, called by the plan's straight-line function with the region's
+    inputs (`ins`, in `self.ins` order); returns the values of `self.outs`. Two streams: the caller's and the pool
+    worker's (threads.parallel_for: the worker's stream in one share), a layer that reads a tensor of the other
+    stream waiting for it; or the layers in order on the caller. Which, it decides by timing on its first runs:
+    the build timings' schedule against the layers in order (TRIALS each, alternating), then a schedule made from
+    the first one's measured layer times (and the worker's measured start) against the layers in order again; the
+    fastest of the three is kept."""
+
+    def __init__(self, cp, p, where, outs):
+        self.cp = cp
+        self.p = p
+        steps = cp.steps
+        self.name = steps[p][10].name
+        self.layers = [steps[k][3:5] for k in range(p, len(steps))]
+        self._assign(where)
+        made = {i for _, outs_i in self.layers for i in outs_i}
+        self.ins = tuple(sorted({i for ins, _ in self.layers for i in ins if i not in made}))
+        self.outs = tuple(outs)
+        self.runs = 0
+        self.trials = []           # per schedule tried: (where, [seconds as two streams], [seconds in order])
+        self.spent = []            # the first schedule's runs: seconds per layer, and the worker's start
+        self.side = None           # the decision once made
+        self.ws2 = None            # the worker stream's workspace
+
+    def _assign(self, where):
+        steps, p = self.cp.steps, self.p
+        self.where = list(where)
+        made_by = {}
+        self.order = []
+        self.streams = ([], [])
+        for j, s in enumerate(where):
+            k = p + j
+            fn, full, op, ins, outs_i = steps[k][:5]
+            waits = tuple(sorted({made_by[i][0] for i in ins if i in made_by and made_by[i][1] != s}))
+            entry = (j, k, fn, full, op, ins, outs_i, waits)
+            self.order.append(entry)
+            self.streams[s].append(entry)
+            for i in outs_i:
+                made_by[i] = (j, s)
+
+    def run(self, ins, workspace, stream):
+        env = dict(zip(self.ins, ins))
+        env[0] = None
+        side = self.side
+        if side is False or threads.num_threads() < 2:
+            self._in_order(env, workspace, stream)
+        elif side is None:
+            self._trial(env, workspace, stream)
+        else:
+            self._two(env, workspace, stream)
+        return [env[i] for i in self.outs]
+
+    def _in_order(self, env, workspace, stream):
+        for entry in self.order:
+            self._layer(entry, env, workspace, stream)
+
+    def _two(self, env, workspace, stream, spent=None):
+        """The two streams, stream 0 on the caller and stream 1 in the pool's worker's share. A stream that must
+        wait for a layer of the other one, which has not started (parallel_for ran the shares one after the other
+        on the caller, or the worker has not woken yet), takes it over: it runs what is left of both in plan
+        order. spent: a list, given the seconds each layer took and, last, when the worker's stream started."""
+        if workspace is not None and (self.ws2 is None or self.ws2.shape != workspace.shape):
+            self.ws2 = np.empty_like(workspace)
+        done = [False] * len(self.order)
+        owner, failed = {}, []
+        clock = time.perf_counter
+        t0 = clock()
+
+        def run(s):
+            if owner.setdefault(s, s) != s:   # taken over by the other stream
+                return
+            if spent is not None and s == 1:
+                spent[-1] = clock() - t0
+            ws = workspace if s == 0 else self.ws2
+            mine = self.streams[s]
+            try:
+                for x, entry in enumerate(mine):
+                    for j in entry[7]:
+                        if done[j]:
+                            continue
+                        if owner.setdefault(1 - s, s) == s:   # (dict.setdefault: one of the two wins)
+                            rest = sorted(mine[x:] + [e for e in self.streams[1 - s] if not done[e[0]]])
+                            for e in rest:
+                                t = clock()
+                                self._layer(e, env, ws, stream)
+                                if spent is not None:
+                                    spent[e[0]] = clock() - t
+                            return
+                        while not done[j]:   # (sleep(0) lets go of the GIL, which the other stream needs)
+                            if failed:
+                                raise _Failed()
+                            time.sleep(0)
+                    if spent is None:
+                        self._layer(entry, env, ws, stream)
+                    else:
+                        t = clock()
+                        self._layer(entry, env, ws, stream)
+                        spent[entry[0]] = clock() - t
+                    done[entry[0]] = True
+            except _Failed:
+                return
+            except BaseException as e:  # noqa: BLE001 - raised on the caller once both streams stopped
+                failed.append(e)
+        threads.parallel_for(run, (0, 1))
+        if failed:
+            raise failed[0]
+
+    def _trial(self, env, workspace, stream):
+        """One of the first runs: two streams or in order (alternating after WARM runs), timed."""
+        n = self.runs
+        self.runs += 1
+        if not self.trials:
+            self.trials.append((self.where, [], []))
+        where, both, alone = self.trials[-1]
+        two = n < WARM or (n - WARM) % 2 == 0
+        first = len(self.trials) == 1 and n >= WARM
+        spent = [0.0] * (len(self.order) + 1) if two and first else None
+        t0 = time.perf_counter()
+        if two:
+            self._two(env, workspace, stream, spent)
+        else:
+            self._in_order(env, workspace, stream)
+        dt = time.perf_counter() - t0
+        if n < WARM:
+            return
+        (both if two else alone).append(dt)
+        if spent is not None:
+            self.spent.append(spent)
+        if len(alone) < TRIALS:
+            return
+        if len(self.trials) == 1:   # a second schedule from what the first one's layers took
+            one = [statistics.median(r[j] for r in self.spent) * 1e3 for j in range(len(self.order))]
+            start = statistics.median(r[-1] for r in self.spent) * 1e3
+            _, again = _schedule(self.layers, one, start)
+            if again != self.where:
+                self._assign(again)
+                self.trials.append((again, [], []))
+                self.runs = WARM
+                return
+        ways = [(statistics.median(b), w) for w, b, _ in self.trials]
+        in_order = statistics.median([t for _, _, a in self.trials for t in a])
+        best, where = min(ways, key=lambda x: x[0])
+        self.side = best < in_order
+        if where != self.where:
+            self._assign(where)
+        G_LOGGER.verbose(f"the {len(self.order)} layers from '{self.name}': "
+                         f"{'two streams' if self.side else 'in order'} (two streams "
+                         f"{', '.join(f'{b * 1e3:.3f}' for b, _ in ways)} ms, in order {in_order * 1e3:.3f})")
+
+    def _layer(self, entry, env, workspace, stream):
+        _, k, fn, full, op, ins, outs_i, _ = entry
+        cp = self.cp
+        args = [env[i] for i in ins]
+        try:
+            r = fn(op, args, None, workspace, stream) if full else fn(op, args)
+        except DebugkitError:
+            raise
+        except Exception as e:  # the layer named, as the straight-line function names it
+            raise cp._layer_failed(k, args, e) from e
+        if len(r) < len(outs_i):
+            raise cp._too_few(k, r)
+        for v in r:
+            if getattr(v, "nbytes", 0) > cp.max_bytes:
+                cp._backstop(k, r)
+        for i, v in zip(outs_i, r):
+            env[i] = v

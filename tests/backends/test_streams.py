@@ -1,0 +1,152 @@
+"""Two streams (runtime/streams.py): a plan's branchy tail run as two lists of layers, one on the caller and one on
+the pool's worker. Outputs stay bit for bit the layers-in-order ones whichever way a region runs (two streams, in
+order, or one stream taking the other over when parallel_for runs the two on the caller), a failing layer is still
+named, and with one thread no region is made."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from backends.engine import Runtime, build_plan_from_onnx
+from backends.engine.runtime import streams
+from native.cpu import threads
+from native.errors import ExecutionError
+
+
+def _branchy():
+    """x -> two branches of two 3x3 convolutions each, one branch adding the other's first layer (a wait), their
+    concat; a Gather by the fed index `i` on the second branch (to fail on demand); a Sigmoid output besides."""
+    rng = np.random.default_rng(0)
+
+    def w(name, shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, rng.standard_normal(shape).astype(np.float32).ravel())
+    inits = [w("wa1", [8, 8, 3, 3]), w("wa2", [8, 8, 3, 3]), w("wb1", [8, 8, 3, 3]), w("wb2", [8, 8, 3, 3])]
+    conv = dict(pads=[1, 1, 1, 1])
+    nodes = [helper.make_node("Conv", ["x", "wa1"], ["a1"], name="a1", **conv),
+             helper.make_node("Relu", ["a1"], ["a1r"], name="a1r"),
+             helper.make_node("Conv", ["x", "wb1"], ["b1"], name="b1", **conv),
+             helper.make_node("Conv", ["a1r", "wa2"], ["a2"], name="a2", **conv),
+             helper.make_node("Tanh", ["b1"], ["b1t"], name="b1t"),
+             helper.make_node("Conv", ["b1t", "wb2"], ["b2"], name="b2", **conv),
+             helper.make_node("Add", ["b2", "a1r"], ["b3"], name="b3"),
+             helper.make_node("Gather", ["b3", "i"], ["b4"], name="pick", axis=1),
+             helper.make_node("Concat", ["a2", "b4"], ["y"], name="cat", axis=1),
+             helper.make_node("Sigmoid", ["a2"], ["z"], name="sig")]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12]),
+                                       helper.make_tensor_value_info("i", TensorProto.INT64, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(seed, i=(0, 2, 5, 7)):
+    x = np.random.default_rng(seed).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    return {"x": x, "i": np.array(i, np.int64)}
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """A pool of two threads, every layer worth a stream (the region does not hang on this machine's timings)."""
+    monkeypatch.setenv("DEBUGKIT_THREADS", "2")
+    threads.tune()
+    monkeypatch.setattr(streams, "_cost", lambda st: (1.0, 1.0))
+    monkeypatch.setattr(streams, "MIN_GAIN", 0.0)
+    return monkeypatch
+
+
+def _engine():
+    return Runtime().deserialize_engine(build_plan_from_onnx(_branchy().SerializeToString()))
+
+
+def _regions(ctx):
+    return [u for p in ctx.arenas.compiled.values() for u in p.__dict__.get("_units", ((), ()))[0]
+            if isinstance(u, streams.Region)]
+
+
+def _check(engine, ctx, seeds):
+    for seed in seeds:
+        out = ctx.execute(_feeds(seed))
+        ref = engine.executor._run_general(_feeds(seed))
+        for name in ("y", "z"):
+            np.testing.assert_array_equal(out[name], ref[name])
+
+
+def test_a_region_matches_the_layers_in_order_bit_for_bit_both_ways(two_threads):
+    engine = _engine()
+    ctx = engine.create_execution_context()
+    _check(engine, ctx, range(4))   # (the straight-line function, and with it the region, from the third plan run)
+    (region,) = _regions(ctx)
+    assert all(region.streams) and any(e[7] for e in region.order), "two streams, one waiting on the other"
+    _check(engine, ctx, range(4, 5 + 2 * (streams.WARM + 2 * streams.TRIALS)))   # (a second schedule's too)
+    assert region.side is not None and all(len(b) == len(a) == streams.TRIALS for _, b, a in region.trials)
+    region._assign(region.trials[0][0])
+    for side in (True, False):
+        region.side = side
+        _check(engine, ctx, range(20, 24))
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_a_stream_takes_over_the_other_when_the_two_run_on_one_thread(two_threads, order):
+    """parallel_for runs its items on the caller where the pool is busy or contended: the stream that must wait for
+    the other, not yet started, runs what is left of both in plan order instead of waiting for ever."""
+    engine = _engine()
+    ctx = engine.create_execution_context()
+    _check(engine, ctx, range(4))
+    (region,) = _regions(ctx)
+    region.side = True
+    two_threads.setattr(streams.threads, "parallel_for", lambda fn, items: [fn(items[j]) for j in order])
+    _check(engine, ctx, range(30, 33))
+
+
+def test_a_failing_layer_in_a_stream_is_named(two_threads):
+    engine = _engine()
+    ctx = engine.create_execution_context()
+    _check(engine, ctx, range(4))
+    (region,) = _regions(ctx)
+    for side in (True, False):
+        region.side = side
+        with pytest.raises(ExecutionError, match="pick"):
+            ctx.execute(_feeds(1, i=(0, 2, 5, 99)))
+        _check(engine, ctx, [5])
+
+
+def test_no_region_with_one_thread_or_streams_off(monkeypatch):
+    monkeypatch.setattr(streams, "_cost", lambda st: (1.0, 1.0))
+    monkeypatch.setattr(streams, "MIN_GAIN", 0.0)
+    engine = _engine()
+    monkeypatch.setenv("DEBUGKIT_THREADS", "1")
+    ctx = engine.create_execution_context()
+    _check(engine, ctx, range(5))
+    assert not _regions(ctx)
+    monkeypatch.setenv("DEBUGKIT_THREADS", "2")
+    monkeypatch.setattr(streams, "ENABLED", False)
+    ctx = engine.create_execution_context()
+    _check(engine, ctx, range(5))
+    assert not _regions(ctx)
+
+
+def _fake(edges, n):
+    """A compiled plan's steps for find_region: step k reads slots edges[k] and makes slot k + 1."""
+    class Node:
+        meta = {}
+        name = "n"
+    steps = [(None, False, None, tuple(edges[k]), (k + 1,), 1, None, None, (), None, Node(), None) for k in range(n)]
+
+    class CP:
+        pass
+    cp = CP()
+    cp.steps = steps
+    return cp
+
+
+def test_find_region_starts_at_the_fork_and_balances_the_branches(monkeypatch):
+    monkeypatch.setattr(streams, "_cost", lambda st: (1.0, 1.25))
+    # a chain of 3, then a fork into two chains of 4 that a last layer joins
+    edges = [(0,), (1,), (2,), (3,), (3,), (4,), (5,), (6,), (7,), (8,), (9,), (10, 11)]
+    cp = _fake(edges, len(edges))
+    p, where = streams.find_region(cp)
+    assert p == 3 and len(where) == len(edges) - 3
+    branch_a = [where[k - 3] for k in (3, 5, 7, 9)]
+    branch_b = [where[k - 3] for k in (4, 6, 8, 10)]
+    assert len(set(branch_a)) == 1 and len(set(branch_b)) == 1 and branch_a[0] != branch_b[0]
+    # a plain chain: nothing to gain
+    assert streams.find_region(_fake([(k,) for k in range(12)], 12)) is None
