@@ -248,6 +248,15 @@ class CompiledPlan:
             return {names[0]: outs[0]}
         return dict(zip(names, outs))
 
+    def drop_region(self):
+        """Run this plan's layers in order from its next run on (a streams.Region's trials found its two streams
+        slower): its straight-line functions are made again without the region, so the region's layers write into
+        the arena again."""
+        n = len(self.steps)
+        self._units = (list(range(n)), [st[8] for st in self.steps])
+        self.fast = straight_line(self)
+        self.fast_pos = None
+
     def _returned(self, slots) -> dict:
         plan = self.arena_plan
         if plan is not None:

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from native.cpu import threads
+from native.cpu import jit, threads
 from native.errors import DebugkitError
 from native.logger import G_LOGGER
 
@@ -33,6 +33,8 @@ START_MS = 0.06       # what starting the worker's stream costs
 MIN_GAIN = 0.08       # the region must save this much (ms, by the timings) and this share of its time
 MIN_SHARE = 0.05
 FORKS = 48            # region starts considered: the last this many forks of the plan
+SPIN_POLLS = 1 << 15  # a wait polls this long (~1 ms) outside the GIL, then sleep(0) and shorter polls in turn:
+SPIN_POLLS_AFTER = 1 << 11   # a thread woken by the GIL's futex costs 25-100 us here (a sleep(0) loop held it often)
 TRIALS = 5            # runs of each way (after WARM) before a region keeps the faster
 WARM = 2
 
@@ -105,6 +107,17 @@ def _cost(st):
     return t, t
 
 
+def _spin():
+    """jit_spin.wait_change (a poll of a flag word outside the GIL) where numba runs, else None (sleep(0) polls)."""
+    if not jit.available():
+        return None
+    try:
+        from native.cpu import jit_spin   # function-level: imports numba (the optional jit extra)
+    except Exception:  # noqa: BLE001 - any failure to compile means sleep(0) polls
+        return None
+    return jit_spin.wait_change
+
+
 class _Failed(Exception):
     """A stream stopped because the other one failed (its error is raised instead)."""
 
@@ -173,8 +186,9 @@ class Region:
         order. spent: a list, given the seconds each layer took and, last, when the worker's stream started."""
         if workspace is not None and (self.ws2 is None or self.ws2.shape != workspace.shape):
             self.ws2 = np.empty_like(workspace)
-        done = [False] * len(self.order)
+        done = np.zeros(len(self.order), np.int64)
         owner, failed = {}, []
+        spin = _spin()
         clock = time.perf_counter
         t0 = clock()
 
@@ -198,17 +212,20 @@ class Region:
                                 if spent is not None:
                                     spent[e[0]] = clock() - t
                             return
-                        while not done[j]:   # (sleep(0) lets go of the GIL, which the other stream needs)
+                        polls = SPIN_POLLS
+                        while not done[j]:   # polled outside the GIL, which the other stream needs
                             if failed:
                                 raise _Failed()
-                            time.sleep(0)
+                            if spin is None or not spin(done, j, 0, polls):
+                                time.sleep(0)
+                                polls = SPIN_POLLS_AFTER
                     if spent is None:
                         self._layer(entry, env, ws, stream)
                     else:
                         t = clock()
                         self._layer(entry, env, ws, stream)
                         spent[entry[0]] = clock() - t
-                    done[entry[0]] = True
+                    done[entry[0]] = 1
             except _Failed:
                 return
             except BaseException as e:  # noqa: BLE001 - raised on the caller once both streams stopped
@@ -255,6 +272,8 @@ class Region:
         self.side = best < in_order
         if where != self.where:
             self._assign(where)
+        if not self.side:   # the plan's functions made again without the region: its layers back on the arena
+            self.cp.drop_region()
         G_LOGGER.verbose(f"the {len(self.order)} layers from '{self.name}': "
                          f"{'two streams' if self.side else 'in order'} (two streams "
                          f"{', '.join(f'{b * 1e3:.3f}' for b, _ in ways)} ms, in order {in_order * 1e3:.3f})")
