@@ -35,8 +35,8 @@ MIN_SHARE = 0.05
 FORKS = 48            # region starts considered: the last this many forks of the plan
 SPIN_POLLS = 1 << 15  # a wait polls this long (~1 ms) outside the GIL, then sleep(0) and shorter polls in turn:
 SPIN_POLLS_AFTER = 1 << 11   # a thread woken by the GIL's futex costs 25-100 us here (a sleep(0) loop held it often)
-TRIALS = 5            # runs of each way (after WARM) before a region keeps the faster
-WARM = 2
+TRIALS = 4            # runs (after WARM) that time both ways, per schedule, before a region keeps the fastest
+WARM = 1
 
 
 def find_region(cp):
@@ -127,7 +127,7 @@ class Region:
     inputs (`ins`, in `self.ins` order); returns the values of `self.outs`. Two streams: the caller's and the pool
     worker's (threads.parallel_for: the worker's stream in one share), a layer that reads a tensor of the other
     stream waiting for it; or the layers in order on the caller. Which, it decides by timing on its first runs:
-    the build timings' schedule against the layers in order (TRIALS each, alternating), then a schedule made from
+    the build timings' schedule against the layers in order (both in each of TRIALS runs), then a schedule made from
     the first one's measured layer times (and the worker's measured start) against the layers in order again; the
     fastest of the three is kept."""
 
@@ -235,24 +235,26 @@ class Region:
             raise failed[0]
 
     def _trial(self, env, workspace, stream):
-        """One of the first runs: two streams or in order (alternating after WARM runs), timed."""
+        """One of the first runs: after WARM runs as two streams, the region runs both ways in this one execute,
+        timed, in turns first (a pair measured under the same conditions; the layers read only the region's inputs
+        and write tensors of their own, so the second way recomputes the same values)."""
         n = self.runs
         self.runs += 1
+        if n < WARM:
+            self._two(env, workspace, stream)
+            return
         if not self.trials:
             self.trials.append((self.where, [], []))
         where, both, alone = self.trials[-1]
-        two = n < WARM or (n - WARM) % 2 == 0
-        first = len(self.trials) == 1 and n >= WARM
-        spent = [0.0] * (len(self.order) + 1) if two and first else None
-        t0 = time.perf_counter()
-        if two:
-            self._two(env, workspace, stream, spent)
-        else:
-            self._in_order(env, workspace, stream)
-        dt = time.perf_counter() - t0
-        if n < WARM:
-            return
-        (both if two else alone).append(dt)
+        spent = [0.0] * (len(self.order) + 1) if len(self.trials) == 1 else None
+        clock = time.perf_counter
+        for two in ((True, False) if n % 2 else (False, True)):
+            t0 = clock()
+            if two:
+                self._two(env, workspace, stream, spent)
+            else:
+                self._in_order(env, workspace, stream)
+            (both if two else alone).append(clock() - t0)
         if spent is not None:
             self.spent.append(spent)
         if len(alone) < TRIALS:
