@@ -1,7 +1,7 @@
 """Two streams on / off for corpus models, interleaved in one process (runtime/streams.py's two-thread A/B).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python tools/streams_ab.py [--models yolov8n] [--rounds 20]
-                                                                           [--calls 10] [--max-others 0.1]
+                                                                           [--calls 10] [--max-others 0.1] [--force]
 
 Builds each model once with the process tuned (the CPU pool on, as tools/benchmark.py runs), then makes two
 execution contexts of that engine: one whose plan was compiled with streams.ENABLED off (every layer in order, each
@@ -37,10 +37,16 @@ def block_ms(ctx, feeds, calls):
     return statistics.median(ts) * 1e3
 
 
-def contexts(engine, feeds):
-    """(off, on): two contexts of `engine`, their plans compiled with streams off and on (the groups timed)."""
+def contexts(engine, feeds, force=False):
+    """(off, on): two contexts of `engine`, their plans compiled with streams off and on (the region timed; with
+    `force`, its trials skipped: two streams)."""
     from backends.engine.runtime import streams
-    was = streams.ENABLED
+    was, trials = streams.ENABLED, streams.Region._trial
+    if force:
+        def two(self, env, workspace, stream):
+            self.side = True
+            self._two(env, workspace, stream)
+        streams.Region._trial = two
     try:
         streams.ENABLED = False
         off = engine.create_execution_context()
@@ -51,7 +57,7 @@ def contexts(engine, feeds):
         for _ in range(4 + 2 * (streams.WARM + 2 * streams.TRIALS)):
             on.execute(dict(feeds))
     finally:
-        streams.ENABLED = was
+        streams.ENABLED, streams.Region._trial = was, trials
     return off, on
 
 
@@ -62,6 +68,8 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--max-others", type=float, default=0.1)
     ap.add_argument("--patience", type=float, default=300)
+    ap.add_argument("--force", action="store_true", help="two streams without the region's trials (on a machine "
+                    "too busy for them to pick it)")
     a = ap.parse_args(argv)
     from backends.engine.runtime import streams
     from native.cpu import threads
@@ -71,7 +79,7 @@ def main(argv=None):
         feeds = B.make_feeds(entry["feeds"])
         ctx, _, _ = B.build_engine(find_path(entry), feeds)
         load0 = os.getloadavg()[0]
-        off, on = contexts(ctx.engine, feeds)
+        off, on = contexts(ctx.engine, feeds, a.force)
         regions = [u for cp in on.arenas.compiled.values() for u in cp.__dict__.get("_units", ((), ()))[0]
                    if isinstance(u, streams.Region)]
         x, y = off.execute(dict(feeds)), on.execute(dict(feeds))
@@ -100,8 +108,8 @@ def main(argv=None):
               f"outputs identical: {same}; load {load0:.2f} -> {os.getloadavg()[0]:.2f}")
         for g in regions:
             waits = sum(len(e[7]) for e in g.order)
-            tried = ", ".join(f"{statistics.median(b) * 1e3:.3f}" for _, b, _ in g.trials if b)
-            alone = statistics.median([t for _, _, a in g.trials for t in a]) * 1e3
+            tried = ", ".join(f"{statistics.median(b) * 1e3:.3f}" for _, b, _ in g.trials if b) or "-"
+            alone = statistics.median([t for _, _, a in g.trials for t in a] or [float("nan")]) * 1e3
             print(f"  region from {g.name[:50]!r}: {len(g.streams[0])} + {len(g.streams[1])} layers, {waits} waits; "
                   f"{'two streams' if g.side else 'in order'} (its trials: two streams {tried} ms, in order "
                   f"{alone:.3f})")

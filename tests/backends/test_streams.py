@@ -94,17 +94,32 @@ def test_a_region_keeps_the_faster_way_of_its_trials(two_threads):
     _check(engine, ctx, range(40, 44))
 
 
-@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
-def test_a_stream_takes_over_the_other_when_the_two_run_on_one_thread(two_threads, order):
-    """parallel_for runs its items on the caller where the pool is busy or contended: the stream that must wait for
-    the other, not yet started, runs what is left of both in plan order instead of waiting for ever."""
+class _LateHelper:
+    """A helper thread that gets no CPU until the caller's stream is done (it runs its job in `wait`)."""
+
+    def start(self, job):
+        self.job = job
+
+    def wait(self, spin):
+        self.job()
+
+
+@pytest.mark.parametrize("helper", ["late", "busy"])
+def test_a_stream_takes_over_the_other_when_its_thread_has_not_started(two_threads, helper):
+    """The stream that must wait for the other, not yet started (its thread has no CPU, or another region holds the
+    helper), runs what is left of both in plan order instead of waiting for ever."""
     engine = _engine()
     ctx = engine.create_execution_context()
     _check(engine, ctx, range(4))
     (region,) = _regions(ctx)
     region.side = True
-    two_threads.setattr(streams.threads, "parallel_for", lambda fn, items: [fn(items[j]) for j in order])
-    _check(engine, ctx, range(30, 33))
+    if helper == "late":
+        two_threads.setattr(streams, "_helper", _LateHelper)
+        _check(engine, ctx, range(30, 33))
+    else:
+        with streams._HELPER_LOCK:
+            _check(engine, ctx, range(30, 33))
+    assert region.taken == (3 if any(e[7] for e in region.streams[0]) else 0)   # (only a wait takes over)
 
 
 def test_a_failing_layer_in_a_stream_is_named(two_threads):

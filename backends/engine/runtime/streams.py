@@ -1,5 +1,5 @@
 """Two streams: the tail of a compiled plan whose layers form independent branches runs as two lists of layers, one
-on the caller and one on the CPU pool's worker, each layer on one core.
+on the caller and one on a helper thread, each layer on one core.
 
 Splitting each layer over the pool pays one hand-off per layer (the worker starts a Python share 35-50 us late,
 docs/PERFORMANCE.md), so small layers gain little from the second core. A detector's neck and head are branches
@@ -18,6 +18,7 @@ worker's stream has a workspace of its own.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -29,12 +30,13 @@ from native.logger import G_LOGGER
 ENABLED = True        # False: plans compiled from now on run every layer in order (A/B runs: tools/streams_ab.py)
 ONE_CORE = 1.25       # a timed layer on one core takes this much longer than split over two (the build's timing)
 WAIT_MS = 0.03        # what a wait on the other stream costs
-START_MS = 0.06       # what starting the worker's stream costs
+START_MS = 0.06       # what starting the helper's stream costs
 MIN_GAIN = 0.08       # the region must save this much (ms, by the timings) and this share of its time
 MIN_SHARE = 0.05
 FORKS = 48            # region starts considered: the last this many forks of the plan
 SPIN_POLLS = 1 << 15  # a wait polls this long (~1 ms) outside the GIL, then sleep(0) and shorter polls in turn:
 SPIN_POLLS_AFTER = 1 << 11   # a thread woken by the GIL's futex costs 25-100 us here (a sleep(0) loop held it often)
+START_POLLS = 1 << 13  # the caller waits up to ~250 us outside the GIL for the helper's stream to start
 TRIALS = 4            # runs (after WARM) that time both ways, per schedule, before a region keeps the fastest
 WARM = 1
 
@@ -73,7 +75,7 @@ def find_region(cp):
 def _schedule(layers, one, start=START_MS):
     """(estimated ms, stream per layer) of `layers` ((input slots, output slots) each, in plan order) as two
     streams: each layer goes to the stream where it would finish first (its inputs made, plus WAIT_MS for each made
-    on the other stream), taking one[j] ms there; the worker's stream starts `start` ms late."""
+    on the other stream), taking one[j] ms there; the helper's stream starts `start` ms late."""
     made = {}
     free = [0.0, start]
     where = []
@@ -107,6 +109,53 @@ def _cost(st):
     return t, t
 
 
+class _Helper:
+    """The thread that runs a region's second stream (one per process, `_helper`): parked on a lock between
+    regions; kernels called on it run on it (the pool's worker-thread flag: no hand-offs from it). Not the pool's
+    worker: a Python share handed to that one waited ~1 ms for the GIL and, refused while the pool backs off, ran on
+    the caller (docs/PERFORMANCE.md, h79)."""
+
+    def __init__(self):
+        self.go, self.done = threading.Lock(), threading.Lock()
+        self.go.acquire()
+        self.done.acquire()
+        self.job = None
+        self.flag = np.zeros(1, np.int64)   # 1 once the job has returned (polled outside the GIL by `wait`)
+        self.thread = threading.Thread(target=self._loop, name="debugkit-stream", daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        threads._LOCAL.worker = True
+        while True:
+            self.go.acquire()
+            job, self.job = self.job, None
+            try:
+                job()
+            finally:
+                self.flag[0] = 1
+                self.done.release()
+
+    def start(self, job):
+        self.flag[0] = 0
+        self.job = job
+        self.go.release()
+
+    def wait(self, spin):
+        if spin is not None:
+            spin(self.flag, 0, 0, SPIN_POLLS)
+        self.done.acquire()
+
+
+_HELPER_LOCK = threading.Lock()   # one region at a time has the helper
+_HELPER: list = []
+
+
+def _helper() -> _Helper:
+    if not _HELPER:
+        _HELPER.append(_Helper())
+    return _HELPER[0]
+
+
 def _spin():
     """jit_spin.wait_change (a poll of a flag word outside the GIL) where numba runs, else None (sleep(0) polls)."""
     if not jit.available():
@@ -124,11 +173,11 @@ class _Failed(Exception):
 
 class Region:
     """Steps p.. of a compiled plan as two streams, called by the plan's straight-line function with the region's
-    inputs (`ins`, in `self.ins` order); returns the values of `self.outs`. Two streams: the caller's and the pool
-    worker's (threads.parallel_for: the worker's stream in one share), a layer that reads a tensor of the other
+    inputs (`ins`, in `self.ins` order); returns the values of `self.outs`. Two streams: the caller's and the helper
+    thread's (`_Helper`), a layer that reads a tensor of the other
     stream waiting for it; or the layers in order on the caller. Which, it decides by timing on its first runs:
     the build timings' schedule against the layers in order (both in each of TRIALS runs), then a schedule made from
-    the first one's measured layer times (and the worker's measured start) against the layers in order again; the
+    the first one's measured layer times (and the helper's measured start) against the layers in order again; the
     fastest of the three is kept."""
 
     def __init__(self, cp, p, where, outs):
@@ -143,9 +192,10 @@ class Region:
         self.outs = tuple(outs)
         self.runs = 0
         self.trials = []           # per schedule tried: (where, [seconds as two streams], [seconds in order])
-        self.spent = []            # the first schedule's runs: seconds per layer, and the worker's start
+        self.spent = []            # the first schedule's runs: seconds per layer, and the helper's start
         self.side = None           # the decision once made
-        self.ws2 = None            # the worker stream's workspace
+        self.ws2 = None            # the helper stream's workspace
+        self.taken = 0             # runs in which one stream took the other over (it had not started)
 
     def _assign(self, where):
         steps, p = self.cp.steps, self.p
@@ -180,23 +230,28 @@ class Region:
             self._layer(entry, env, workspace, stream)
 
     def _two(self, env, workspace, stream, spent=None):
-        """The two streams, stream 0 on the caller and stream 1 in the pool's worker's share. A stream that must
-        wait for a layer of the other one, which has not started (parallel_for ran the shares one after the other
-        on the caller, or the worker has not woken yet), takes it over: it runs what is left of both in plan
-        order. spent: a list, given the seconds each layer took and, last, when the worker's stream started."""
+        """The two streams, stream 0 on the caller and stream 1 on the helper thread (`_Helper`), which the caller
+        lets take the GIL first. A stream that must wait for a layer of the other one, which has not started (the
+        helper has no CPU yet, or another region has it), takes it over: it runs what is left of both in plan
+        order. spent: a list, given the seconds each layer took and, last, when the helper's stream started."""
         if workspace is not None and (self.ws2 is None or self.ws2.shape != workspace.shape):
             self.ws2 = np.empty_like(workspace)
         done = np.zeros(len(self.order), np.int64)
         owner, failed = {}, []
         spin = _spin()
+        started = np.zeros(1, np.int64)
         clock = time.perf_counter
         t0 = clock()
 
         def run(s):
             if owner.setdefault(s, s) != s:   # taken over by the other stream
                 return
-            if spent is not None and s == 1:
-                spent[-1] = clock() - t0
+            if s == 1:
+                started[0] = 1
+                if spent is not None:
+                    spent[-1] = clock() - t0
+            elif spin is not None:   # let the helper take the GIL and start: else it sleeps on the GIL's futex and
+                spin(started, 0, 0, START_POLLS)   # loses it to this thread's next layers for up to ~1 ms
             ws = workspace if s == 0 else self.ws2
             mine = self.streams[s]
             try:
@@ -205,6 +260,7 @@ class Region:
                         if done[j]:
                             continue
                         if owner.setdefault(1 - s, s) == s:   # (dict.setdefault: one of the two wins)
+                            self.taken += 1
                             rest = sorted(mine[x:] + [e for e in self.streams[1 - s] if not done[e[0]]])
                             for e in rest:
                                 t = clock()
@@ -230,7 +286,21 @@ class Region:
                 return
             except BaseException as e:  # noqa: BLE001 - raised on the caller once both streams stopped
                 failed.append(e)
-        threads.parallel_for(run, (0, 1))
+        helper = _helper() if _HELPER_LOCK.acquire(blocking=False) else None
+        if helper is None:   # another context's region has the helper: one stream takes the other over
+            run(0)
+            run(1)
+        else:
+            local = threads._LOCAL   # (the caller's kernels run here, as a pool worker's do: no nested hand-offs)
+            was = getattr(local, "worker", False)
+            try:
+                helper.start(lambda: run(1))
+                local.worker = True
+                run(0)
+            finally:
+                local.worker = was
+                helper.wait(spin)
+                _HELPER_LOCK.release()
         if failed:
             raise failed[0]
 
