@@ -294,6 +294,7 @@ class Region:
             local = threads._LOCAL   # (the caller's kernels run here, as a pool worker's do: no nested hand-offs)
             was = getattr(local, "worker", False)
             try:
+                threads.rest()   # the pool's worker, polling ~1 ms after the last split layer, leaves the helper a CPU
                 helper.start(lambda: run(1))
                 local.worker = True
                 run(0)
