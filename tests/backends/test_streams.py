@@ -112,7 +112,7 @@ def test_a_stream_takes_over_the_other_when_its_thread_has_not_started(two_threa
     ctx = engine.create_execution_context()
     _check(engine, ctx, range(4))
     (region,) = _regions(ctx)
-    region.side = True
+    region.side, region.taken = True, 0
     if helper == "late":
         two_threads.setattr(streams, "_helper", _LateHelper)
         _check(engine, ctx, range(30, 33))
