@@ -175,3 +175,34 @@ def test_find_region_starts_at_the_fork_and_balances_the_branches(monkeypatch):
     assert len(set(branch_a)) == 1 and len(set(branch_b)) == 1 and branch_a[0] != branch_b[0]
     # a plain chain: nothing to gain
     assert streams.find_region(_fake([(k,) for k in range(12)], 12)) is None
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_a_helper_of_its_own(two_threads):
+    """The parent's helper thread does not exist in a forked child: the child's first region makes its own."""
+    import os
+    parent = streams._helper()
+    pid = os.fork()
+    if pid == 0:   # the child: a region runs both streams to the end, with a helper of its own
+        code = 1
+        try:
+            engine = _engine()
+            ctx = engine.create_execution_context()
+            _check(engine, ctx, range(4))
+            (region,) = _regions(ctx)
+            region.side = True
+            _check(engine, ctx, range(4, 8))
+            code = 0 if streams._helper() is not parent and streams._helper().pid == os.getpid() else 2
+        finally:
+            os._exit(code)
+    import time
+    for _ in range(600):   # (up to 60 s: a child that hangs fails the test instead of the suite)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's region did not finish")
+    assert os.WEXITSTATUS(status) == 0

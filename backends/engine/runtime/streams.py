@@ -17,6 +17,7 @@ worker's stream has a workspace of its own.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -121,6 +122,7 @@ class _Helper:
         self.done.acquire()
         self.job = None
         self.flag = np.zeros(1, np.int64)   # 1 once the job has returned (polled outside the GIL by `wait`)
+        self.pid = os.getpid()
         self.thread = threading.Thread(target=self._loop, name="debugkit-stream", daemon=True)
         self.thread.start()
 
@@ -151,8 +153,9 @@ _HELPER: list = []
 
 
 def _helper() -> _Helper:
-    if not _HELPER:
-        _HELPER.append(_Helper())
+    """This process's helper (a forked child gets one of its own: its parent's thread is not in it)."""
+    if not _HELPER or _HELPER[0].pid != os.getpid():
+        _HELPER[:] = [_Helper()]
     return _HELPER[0]
 
 
