@@ -206,3 +206,24 @@ def test_a_forked_child_gets_a_helper_of_its_own(two_threads):
         os.waitpid(pid, 0)
         pytest.fail("the forked child's region did not finish")
     assert os.WEXITSTATUS(status) == 0
+
+
+def test_schedule_keeps_the_critical_chain_on_one_stream():
+    """A neck of 8 dependent layers with a two-layer head hanging off every second one (plan order interleaved, as
+    an exporter writes a detector): the neck stays on one stream, the heads fill the other, and the estimate is
+    the neck's length plus at most one wait and the last head."""
+    layers, one, neck = [], [], []
+    slot = 100
+    for k in range(8):
+        layers.append(((k,), (k + 1,)))   # neck layer k reads slot k, makes k + 1
+        one.append(1.0)
+        neck.append(len(layers) - 1)
+        if k % 2 == 1:
+            layers.append(((k + 1,), (slot,)))
+            layers.append(((slot,), (slot + 1,)))
+            one += [0.6, 0.6]
+            slot += 2
+    span, where = streams._schedule(layers, one, start=0.05)
+    assert len({where[j] for j in neck}) == 1
+    assert span <= 8.0 + 1.2 + 2 * streams.WAIT_MS + 1e-9
+    assert span == pytest.approx(streams._span(layers, one, where, 0.05))

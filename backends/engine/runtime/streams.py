@@ -75,11 +75,14 @@ def find_region(cp):
 
 def _schedule(layers, one, start=START_MS):
     """(estimated ms, stream per layer) of `layers` ((input slots, output slots) each, in plan order) as two
-    streams: each layer goes to the stream where it would finish first (its inputs made, plus WAIT_MS for each made
-    on the other stream), taking one[j] ms there; the helper's stream starts `start` ms late."""
+    streams, layer j taking one[j] ms, the helper's stream starting `start` ms late: the better by `_span` of two
+    assignments, then improved by moving single layers (`_improve`). Greedy: each layer, in plan order, to the
+    stream where it would finish first. Critical path: the longest chain of dependent layers on the caller's
+    stream, every other layer on the helper's (greedy alone interleaves a detector's head chains into its neck,
+    which then waits)."""
     made = {}
     free = [0.0, start]
-    where = []
+    greedy = []
     for (ins, outs), t1 in zip(layers, one):
         best = None
         for s in (0, 1):
@@ -92,10 +95,66 @@ def _schedule(layers, one, start=START_MS):
                 best = (t + t1, s)
         end, s = best
         free[s] = end
-        where.append(s)
+        greedy.append(s)
         for i in outs:
             made[i] = (end, s)
-    return max(free), where
+    best = min((_span(layers, one, w, start), w) for w in (greedy, _critical(layers, one)))
+    return _improve(layers, one, best, start)
+
+
+def _improve(layers, one, best, start, passes=3):
+    """(span, where) after moving single layers to the other stream while that shortens the estimate."""
+    span, where = best
+    where = list(where)
+    for _ in range(passes):
+        moved = False
+        for j in range(len(where)):
+            where[j] ^= 1
+            t = _span(layers, one, where, start)
+            if t < span - 1e-9:
+                span, moved = t, True
+            else:
+                where[j] ^= 1
+        if not moved:
+            break
+    return span, where
+
+
+def _critical(layers, one) -> list:
+    """Stream per layer: 0 for the layers of the longest (by one[j]) chain of dependent layers, 1 for the rest."""
+    made_by = {}
+    readers = [[] for _ in layers]
+    for j, (ins, outs) in enumerate(layers):
+        for i in ins:
+            if i in made_by:
+                readers[made_by[i]].append(j)
+        for i in outs:
+            made_by[i] = j
+    below = [0.0] * len(layers)   # the longest chain from each layer to the end
+    for j in range(len(layers) - 1, -1, -1):
+        below[j] = one[j] + max((below[r] for r in readers[j]), default=0.0)
+    where = [1] * len(layers)
+    j = max(range(len(layers)), key=lambda k: below[k]) if layers else None
+    while j is not None:
+        where[j] = 0
+        j = max(readers[j], key=lambda k: below[k]) if readers[j] else None
+    return where
+
+
+def _span(layers, one, where, start) -> float:
+    """The estimated ms of `layers` run as streams `where` (each in plan order, WAIT_MS per cross-stream input)."""
+    made = {}
+    free = [0.0, start]
+    for (ins, outs), t1, s in zip(layers, one, where):
+        t = free[s]
+        for i in ins:
+            m = made.get(i)
+            if m is not None:
+                t = max(t, m[0] + (WAIT_MS if m[1] != s else 0.0))
+        free[s] = t + t1
+        for i in outs:
+            made[i] = (t + t1, s)
+    return max(free)
 
 
 def _cost(st):
