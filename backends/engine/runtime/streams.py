@@ -34,6 +34,7 @@ WAIT_MS = 0.03        # what a wait on the other stream costs
 START_MS = 0.06       # what starting the helper's stream costs
 MIN_GAIN = 0.08       # the region must save this much (ms, by the timings) and this share of its time
 MIN_SHARE = 0.05
+IMPROVE_MAX = 400     # layers up to which a schedule is improved by single moves (each pass ~n^2 steps)
 FORKS = 48            # region starts considered: the last this many forks of the plan
 SPIN_POLLS = 1 << 15  # a wait polls this long (~1 ms) outside the GIL, then sleep(0) and shorter polls in turn:
 SPIN_POLLS_AFTER = 1 << 11   # a thread woken by the GIL's futex costs 25-100 us here (a sleep(0) loop held it often)
@@ -64,16 +65,21 @@ def find_region(cp):
         tail += cost[p][0]
         if p not in starts:
             continue
-        span, where = _schedule([st[3:5] for st in steps[p:]], [c[1] for c in cost[p:]])
+        span, where = _schedule([st[3:5] for st in steps[p:]], [c[1] for c in cost[p:]], improve=False)
         gain = tail - span
         if gain >= MIN_GAIN and gain >= MIN_SHARE * tail and (best is None or gain > best[0]):
             best = (gain, p, where)
     if best is None:
         return None
-    return best[1], best[2]
+    p = best[1]
+    layers, one = [st[3:5] for st in steps[p:]], [c[1] for c in cost[p:]]
+    if len(layers) <= IMPROVE_MAX:
+        _, where = _improve(layers, one, (_span(layers, one, best[2], START_MS), best[2]), START_MS)
+        return p, where
+    return p, best[2]
 
 
-def _schedule(layers, one, start=START_MS):
+def _schedule(layers, one, start=START_MS, improve=True):
     """(estimated ms, stream per layer) of `layers` ((input slots, output slots) each, in plan order) as two
     streams, layer j taking one[j] ms, the helper's stream starting `start` ms late: the better by `_span` of two
     assignments, then improved by moving single layers (`_improve`). Greedy: each layer, in plan order, to the
@@ -99,7 +105,7 @@ def _schedule(layers, one, start=START_MS):
         for i in outs:
             made[i] = (end, s)
     best = min((_span(layers, one, w, start), w) for w in (greedy, _critical(layers, one)))
-    return _improve(layers, one, best, start)
+    return _improve(layers, one, best, start) if improve and len(layers) <= IMPROVE_MAX else best
 
 
 def _improve(layers, one, best, start, passes=3):
