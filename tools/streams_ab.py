@@ -54,7 +54,7 @@ def contexts(engine, feeds, force=False):
             off.execute(dict(feeds))
         streams.ENABLED = True
         on = engine.create_execution_context()
-        for _ in range(4 + 2 * (streams.WARM + 2 * streams.TRIALS)):
+        for _ in range(4 + 2 * (streams.WARM + 2 * (streams.TRIALS + 1))):
             on.execute(dict(feeds))
     finally:
         streams.ENABLED, streams.Region._trial = was, trials

@@ -88,7 +88,7 @@ def test_a_region_keeps_the_faster_way_of_its_trials(two_threads):
     ctx = engine.create_execution_context()
     _check(engine, ctx, range(4))
     (region,) = _regions(ctx)
-    _check(engine, ctx, range(4, 5 + 2 * (streams.WARM + 2 * streams.TRIALS)))
+    _check(engine, ctx, range(4, 5 + 2 * (streams.WARM + 2 * (streams.TRIALS + 1))))
     assert region.side is not None and all(len(b) == len(a) == streams.TRIALS for _, b, a in region.trials)
     assert bool(_regions(ctx)) == region.side
     _check(engine, ctx, range(40, 44))
