@@ -90,8 +90,29 @@ def test_a_region_keeps_the_faster_way_of_its_trials(two_threads):
     (region,) = _regions(ctx)
     _check(engine, ctx, range(4, 5 + 2 * (streams.WARM + 2 * (streams.TRIALS + 1))))
     assert region.side is not None and all(len(b) == len(a) == streams.TRIALS for _, b, a in region.trials)
-    assert bool(_regions(ctx)) == region.side
+    assert bool(_regions(ctx)) == (region.side or region.retry > 0)
     _check(engine, ctx, range(40, 44))
+
+
+def test_trials_whose_helper_had_no_cpu_run_again_later(two_threads):
+    """Trials during which a stream took the other over (its thread had no CPU) decide nothing when in order won:
+    the region runs in order RETRY_RUNS times and then times itself again; after RETRIES such rounds it is dropped."""
+    engine = _engine()
+    ctx = engine.create_execution_context()
+    _check(engine, ctx, range(4))
+    (region,) = _regions(ctx)
+    for round_ in range(streams.RETRIES + 1):
+        region.trials = [(region.where, [2.0] * streams.TRIALS, [1.0] * streams.TRIALS)]   # in order won
+        region.taken += 1
+        region._decide()
+        assert region.side is False
+        if round_ == streams.RETRIES:
+            break
+        assert region.retry == streams.RETRY_RUNS and _regions(ctx) == [region]
+        _check(engine, ctx, range(100, 100 + streams.RETRY_RUNS))
+        assert region.side is None and region.runs == 0 and region.trials == []   # (its trials start again)
+    assert not _regions(ctx), "dropped after the last retry"
+    _check(engine, ctx, range(5))
 
 
 class _LateHelper:

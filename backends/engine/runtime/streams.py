@@ -41,6 +41,7 @@ SPIN_POLLS_AFTER = 1 << 11   # a thread woken by the GIL's futex costs 25-100 us
 START_POLLS = 1 << 13  # the caller waits up to ~250 us outside the GIL for the helper's stream to start
 TRIALS = 4            # timed runs of each way (after WARM, in blocks) per schedule before a region keeps the fastest
 WARM = 1
+RETRIES, RETRY_RUNS = 3, 50   # trials where the helper had no CPU decide nothing: run again (this often) after this many
 
 
 def find_region(cp):
@@ -264,6 +265,9 @@ class Region:
         self.side = None           # the decision once made
         self.ws2 = None            # the helper stream's workspace
         self.taken = 0             # runs in which one stream took the other over (it had not started)
+        self.taken_before = 0      # ... when the current trials began
+        self.retry = 0             # runs in order left before the trials run again
+        self.retries = 0
 
     def _assign(self, where):
         steps, p = self.cp.steps, self.p
@@ -287,6 +291,10 @@ class Region:
         side = self.side
         if side is False or threads.num_threads() < 2:
             self._in_order(env, workspace, stream)
+            if side is False and self.retry:   # an undecided trial (its helper had no CPU): again later
+                self.retry -= 1
+                if not self.retry:
+                    self.side, self.runs, self.trials, self.spent = None, 0, [], []
         elif side is None:
             self._trial(env, workspace, stream)
         else:
@@ -410,13 +418,24 @@ class Region:
                 self.trials.append((again, [], []))
                 self.runs = WARM
                 return
+        self._decide()
+
+    def _decide(self):
+        """The trials' verdict: the fastest schedule, or the layers in order (then the plan drops the region, or, where
+        a stream took the other over during the trials, runs in order RETRY_RUNS times and tries again)."""
         ways = [(statistics.median(b), w) for w, b, _ in self.trials]
         in_order = statistics.median([t for _, _, a in self.trials for t in a])
         best, where = min(ways, key=lambda x: x[0])
         self.side = best < in_order
         if where != self.where:
             self._assign(where)
-        if not self.side:   # the plan's functions made again without the region: its layers back on the arena
+        if not self.side and self.taken > self.taken_before and self.retries < RETRIES:
+            # a stream took the other over in these trials: the helper had no CPU (another process, ONNX Runtime's
+            # spinning threads), so they say nothing about a quiet machine: in order for RETRY_RUNS runs, then again
+            self.retries += 1
+            self.retry = RETRY_RUNS
+            self.taken_before = self.taken
+        elif not self.side:   # the plan's functions made again without the region: its layers back on the arena
             self.cp.drop_region()
         G_LOGGER.verbose(f"the {len(self.order)} layers from '{self.name}': "
                          f"{'two streams' if self.side else 'in order'} (two streams "
