@@ -248,3 +248,19 @@ def test_schedule_keeps_the_critical_chain_on_one_stream():
     assert len({where[j] for j in neck}) == 1
     assert span <= 8.0 + 1.2 + 2 * streams.WAIT_MS + 1e-9
     assert span == pytest.approx(streams._span(layers, one, where, 0.05))
+
+
+def test_taps_inside_a_region_are_the_layers_in_order_ones(two_threads):
+    """--mark-all's taps: a tapped tensor made inside the region comes out of it, bit for bit."""
+    engine = _engine()
+    ctx = engine.create_execution_context()
+    taps = [n for n in engine.tensor_names() if n not in ("x", "i")]
+    for seed in range(12):
+        out = ctx.execute(_feeds(seed), taps=taps)
+        ref = engine.executor._run_general(_feeds(seed), keep=set(taps))
+        for name, value in out.items():
+            np.testing.assert_array_equal(value, ref[engine.graph.aliases.get(name, name)])
+    (region,) = _regions(ctx)
+    made = {i for _, outs in region.layers for i in outs}
+    tapped_inside = [n for n in taps if region.cp.slot.get(n) in made]
+    assert region.runs > 0 and tapped_inside and all(region.cp.slot[n] in region.outs for n in tapped_inside)
