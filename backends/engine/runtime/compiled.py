@@ -18,7 +18,8 @@ from functools import partial
 
 import numpy as np
 
-from backends.engine.runtime import arena
+from backends.engine.runtime import arena, streams
+from native.cpu import threads
 from native.errors import DebugkitError, ExecutionError
 from native.limits import check_size, default_limits
 from native.logger import G_LOGGER
@@ -252,6 +253,14 @@ class CompiledPlan:
         if got is None:
             got = self._keyed[specs] = keyed_runner(self, specs) or False
         return got or None
+    def drop_region(self):
+        """Run this plan's layers in order from its next run on (a streams.Region's trials found its two streams
+        slower): its straight-line functions are made again without the region, so the region's layers write into
+        the arena again."""
+        n = len(self.steps)
+        self._units = (list(range(n)), [st[8] for st in self.steps])
+        self.fast = straight_line(self)
+        self.fast_pos = None
 
     def _returned(self, slots) -> dict:
         plan = self.arena_plan
@@ -316,7 +325,19 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
         if i not in live and i not in loaded:
             loaded.append(i)
         return f"t{i}"
-    for k, (fn, full, op, ins, outs_i, n_out, bufs, shapes, die, sub_outer, node, tactic) in enumerate(cp.steps):
+    units, dies = _units(cp)
+    for u, k in enumerate(units):
+        if type(k) is not int:   # the plan's tail as two streams (streams.py): its inputs in, its outputs out
+            g[f"G{u}"] = k
+            w(f"        k = {k.p}")
+            w(f"        r = G{u}.run((" + "".join(t(i) + ", " for i in k.ins) + "), workspace, stream)")
+            for j, i in enumerate(k.outs):
+                w(f"        t{i} = r[{j}]")
+                live[i] = True
+            _free(w, t, live, dies[u], u < len(units) - 1)
+            continue
+        fn, full, op, ins, outs_i, n_out, bufs, shapes, die, sub_outer, node, tactic = cp.steps[k]
+        die = dies[u]
         g[f"f{k}"], g[f"o{k}"] = fn, op
         guarded = getattr(fn, "_guarded", None) if full and ins else None
         if guarded is not None:   # an empty-batch guard (empty_batch.py): its test inline, the call it guards direct
@@ -400,11 +421,7 @@ def straight_line(cp: CompiledPlan, positional: bool = False):
             live[i] = True
         if sub_outer is not None and cp.owned:
             w(f"        E{k}.clear()")
-        for i in die:   # (after the last layer the function's return frees them)
-            t(i)
-            live.pop(i, None)
-            if k < len(cp.steps) - 1:
-                w(f"        t{i} = None")
+        _free(w, t, live, die, u < len(units) - 1)
     clear = "".join(f"        {e}.clear()\n" for e in envs)   # a failed run keeps no outer tensor alive either
     if positional:
         outs = [t(i) for i in cp.output_slots]
@@ -474,6 +491,37 @@ def keyed_runner(cp: CompiledPlan, specs):
     lines.append("    return {" + ", ".join(f"{n!r}: o{j}" for j, n in enumerate(names)) + "}")
     exec(compile("\n".join(lines), f"<keyed run of {len(cp.steps)} layers>", "exec"), g)
     return g["run"]
+def _free(w, t, live, die, more):
+    """Write out the frees of slots `die` (after the last layer the function's return frees them)."""
+    for i in die:
+        t(i)
+        live.pop(i, None)
+        if more:
+            w(f"        t{i} = None")
+
+
+def _units(cp):
+    """The straight-line function's order, with each unit the slots that die after it: the steps' indices, the tail
+    from streams.find_region's first step on as one `streams.Region` (only for a context's own plan on the CPU,
+    with a pool of two or more threads: two streams). Made once per plan (its plain and positional functions share
+    the region)."""
+    got = cp.__dict__.get("_units")
+    if got is not None:
+        return got
+    steps = cp.steps
+    found = streams.find_region(cp) if cp.owned and getattr(cp.device, "name", None) == "cpu" \
+        and threads.pool_size() > 1 else None
+    if found is None:
+        got = list(range(len(steps))), [st[8] for st in steps]
+    else:
+        p, where = found
+        made = {i for st in steps[p:] for i in st[4]}
+        mortal = {i for st in steps for i in st[8]}
+        outs = sorted(i for i in made if i not in mortal)   # (the region runs to the end: only what lives on)
+        dies = [st[8] for st in steps[:p]] + [sorted({i for st in steps[p:] for i in st[8]} - made)]
+        got = list(range(p)) + [streams.Region(cp, p, where, outs)], dies
+    cp._units = got
+    return got
 
 
 def _view_layer(fn, full, op, ins, n_out, bufs, sub_outer, cp):
