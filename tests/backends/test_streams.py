@@ -115,6 +115,24 @@ def test_trials_whose_helper_had_no_cpu_run_again_later(two_threads):
     _check(engine, ctx, range(5))
 
 
+def test_a_dropped_region_is_not_run_again_by_the_repeated_execute(two_threads):
+    """execute's repeated run (the context's keyed function) follows the plan made again without the region: the
+    dropped region is never called, and the outputs stay the layers' in order."""
+    engine = _engine()
+    ctx = engine.create_execution_context()
+    _check(engine, ctx, range(4))
+    (region,) = _regions(ctx)
+    calls = []
+    run = region.run
+    region.run = lambda *a, **k: (calls.append(1), run(*a, **k))[1]
+    _check(engine, ctx, range(4, 6))
+    assert calls, "the region ran before it was dropped"
+    calls.clear()
+    region.cp.drop_region()
+    _check(engine, ctx, range(6, 12))
+    assert calls == [] and not _regions(ctx)
+
+
 class _LateHelper:
     """A helper thread that gets no CPU until the caller's stream is done (it runs its job in `wait`)."""
 

@@ -253,6 +253,7 @@ class CompiledPlan:
         if got is None:
             got = self._keyed[specs] = keyed_runner(self, specs) or False
         return got or None
+
     def drop_region(self):
         """Run this plan's layers in order from its next run on (a streams.Region's trials found its two streams
         slower): its straight-line functions are made again without the region, so the region's layers write into
@@ -261,6 +262,7 @@ class CompiledPlan:
         self._units = (list(range(n)), [st[8] for st in self.steps])
         self.fast = straight_line(self)
         self.fast_pos = None
+        self.__dict__.pop("_keyed", None)     # the keyed runs called the positional function with the region
 
     def _returned(self, slots) -> dict:
         plan = self.arena_plan
@@ -491,6 +493,8 @@ def keyed_runner(cp: CompiledPlan, specs):
     lines.append("    return {" + ", ".join(f"{n!r}: o{j}" for j, n in enumerate(names)) + "}")
     exec(compile("\n".join(lines), f"<keyed run of {len(cp.steps)} layers>", "exec"), g)
     return g["run"]
+
+
 def _free(w, t, live, die, more):
     """Write out the frees of slots `die` (after the last layer the function's return frees them)."""
     for i in die:

@@ -300,7 +300,9 @@ class ExecutionContext:
         if quick is not None and not taps and self.arenas.last is quick[0] and self.use_arena and \
                 not self._graph_mode and getattr(self, "profiler", None) is None and self.active_profile == quick[1]:
             ex = self.engine.executor
-            if quick[0][0].steps_ref is ex.steps and not ex._fallback and not ex.keep_all:
+            # (a plan whose straight-line functions were made again, streams.Region's drop_region, has none yet)
+            if quick[0][0].steps_ref is ex.steps and quick[0][0].fast_pos is not None and not ex._fallback and \
+                    not ex.keep_all:
                 enqueued = time.perf_counter()
                 result = quick[2](feeds, self.arenas.workspace)   # None, nothing run: feeds not as last time
                 if result is not None:

@@ -227,13 +227,11 @@ def _helper() -> _Helper:
 
 def _spin():
     """jit_spin.wait_change (a poll of a flag word outside the GIL) where numba runs, else None (sleep(0) polls)."""
-    if not jit.available():
-        return None
     try:
-        from native.cpu import jit_spin   # function-level: imports numba (the optional jit extra)
+        spin = jit.module("jit_spin")     # None without numba (the optional jit extra)
     except Exception:  # noqa: BLE001 - any failure to compile means sleep(0) polls
         return None
-    return jit_spin.wait_change
+    return spin.wait_change if spin is not None else None
 
 
 class _Failed(Exception):
