@@ -166,6 +166,26 @@ def module(name: str):
     return importlib.import_module(f"native.cpu.{name}")
 
 
+_OFFERED: dict = {}
+
+
+def offered_module(name: str, needs=None):
+    """`module(name)` for the tactics that depend on it, or None where numba is missing (DEBUGKIT_JIT=0), `needs()`
+    (what else they call: numpy's 64-bit cblas_sgemm, another compiled kernel) is false, or the module fails to
+    import or compile: asked once per process, so those tactics are simply not offered."""
+    if not available():
+        return None
+    if name not in _OFFERED:
+        got = None
+        try:
+            if needs is None or needs():
+                got = module(name)
+        except Exception:  # noqa: BLE001 - any failure to compile means the tactics are not offered
+            got = None
+        _OFFERED[name] = got
+    return _OFFERED[name]
+
+
 def _depthwise_cl_rows():
     import numba
     import numpy as np

@@ -35,19 +35,11 @@ _CONV_ACTS = {"RELU": 1, "HARD_SWISH": 2, "SILU": 3, "SILU_POLYEXP": 3}   # jit_
 MAX_PIXELS = 1 << 14
 ONE_THREAD_PIXELS = 256   # past this, offered with 2+ threads only
 _GEMV_ACTS = {"RELU": 1, "HARD_SWISH": 2}   # in the share; another activation after it
-_STATE: dict = {}
 
 
 def kernels():
-    """native/cpu/jit_gemv_share.py, or None where numba is missing or it does not compile (asked once)."""
-    if not jit.available():
-        return None
-    if "k" not in _STATE:
-        try:
-            _STATE["k"] = jit.module("jit_gemv_share")   # imports numba (the optional jit extra)
-        except Exception:  # noqa: BLE001 - any failure to compile means the tactics are not offered
-            _STATE["k"] = None
-    return _STATE["k"]
+    """native/cpu/jit_gemv_share.py, or None where numba is missing or it does not compile (jit.offered_module)."""
+    return jit.offered_module("jit_gemv_share")
 
 
 def split_at(n):

@@ -20,19 +20,11 @@ from native.cpu.kernels.pooling import pool_geometry
 from native.cpu.threads import kernel_shares, sgemm_address
 from native.tactics import Tactic, register_tactic
 
-_STATE: dict = {}
 
 
 def kernels():
-    """native/cpu/jit_pool_share.py, or None without numba (asked once per process)."""
-    if not jit.available():
-        return None
-    if "k" not in _STATE:
-        try:
-            _STATE["k"] = jit.module("jit_pool_share")   # imports numba (the optional jit extra)
-        except Exception:  # noqa: BLE001 - any failure to compile means the tactic is not offered
-            _STATE["k"] = None
-    return _STATE["k"]
+    """native/cpu/jit_pool_share.py, or None without numba (jit.offered_module)."""
+    return jit.offered_module("jit_pool_share")
 
 
 def _relu(op):

@@ -96,16 +96,8 @@ EVEN_MIN_COLS = 192
 
 
 def _share_kit():
-    """native/cpu/jit_phase_share.py where kernel shares run (numba, numpy's 64-bit cblas_sgemm), else None."""
-    if "share" not in _STATE:
-        got = None
-        try:
-            if share_sgemm():
-                got = jit.module("jit_phase_share")   # imports numba (the optional jit extra)
-        except Exception:  # noqa: BLE001 - any failure to compile means the Python parts
-            got = None
-        _STATE["share"] = got
-    return _STATE["share"] if jit.available() else None
+    """native/cpu/jit_phase_share.py where kernel shares run (numba, numpy's 64-bit cblas_sgemm), else None (jit.offered_module)."""
+    return jit.offered_module("jit_phase_share", share_sgemm)
 
 
 class _Block:

@@ -32,19 +32,11 @@ MAX_CHANNELS = 4
 BAND_BYTES = 56 << 10     # a part's [M, band * WZ] accumulators: about L1 with the band's phase rows
 _ACTS = {"RELU": 1, "HARD_SWISH": 2}
 _EMPTY = np.zeros(1, np.float32)
-_STATE: dict = {}
 
 
 def kernels():
-    """native/cpu/jit_stem.py, or None where numba is missing or it does not compile (asked once per process)."""
-    if not jit.available():
-        return None
-    if "k" not in _STATE:
-        try:
-            _STATE["k"] = jit.module("jit_stem")   # imports numba (the optional jit extra)
-        except Exception:  # noqa: BLE001 - any failure to compile means the tactic is not offered
-            _STATE["k"] = None
-    return _STATE["k"]
+    """native/cpu/jit_stem.py, or None where numba is missing or it does not compile (jit.offered_module)."""
+    return jit.offered_module("jit_stem")
 
 
 def fused_act(op):

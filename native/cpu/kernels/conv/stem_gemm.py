@@ -33,22 +33,11 @@ MAX_CHANNELS = 4
 MAX_KERNEL = 11
 BAND_BYTES = 2 << 20      # a band's patches and product (512 KiB bands ran 1.2x slower: shorter GEMMs)
 _DUMMY = np.zeros(1, np.float32)
-_STATE: dict = {}
 
 
 def kernels():
-    """native/cpu/jit_stem_gemm.py where numba and numpy's 64-bit cblas_sgemm are there, else None (asked once)."""
-    if not jit.available():
-        return None
-    if "k" not in _STATE:
-        got = None
-        try:
-            if sgemm_address():
-                got = jit.module("jit_stem_gemm")   # imports numba (the optional jit extra)
-        except Exception:  # noqa: BLE001 - any failure to compile means the tactic is not offered
-            got = None
-        _STATE["k"] = got
-    return _STATE["k"]
+    """native/cpu/jit_stem_gemm.py where numba and numpy's 64-bit cblas_sgemm are there, else None (jit.offered_module)."""
+    return jit.offered_module("jit_stem_gemm", sgemm_address)
 
 
 def band_rows(k, m, wz):

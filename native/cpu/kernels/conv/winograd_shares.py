@@ -29,23 +29,12 @@ from native.cpu.threads import kernel_shares, num_threads, sgemm_address
 from native.tactics import register_tactic
 
 _DUMMY = np.zeros(1, np.float32)
-_STATE: dict = {}
 
 
 def kernels():
     """native/cpu/jit_winograd_share.py where numba, the compiled band and numpy's 64-bit cblas_sgemm are all there,
-    else None (asked once per process)."""
-    if not jit.available():
-        return None
-    if "k" not in _STATE:
-        got = None
-        try:
-            if _band_kernel() is not None and sgemm_address():
-                got = jit.module("jit_winograd_share")   # imports numba (the optional jit extra)
-        except Exception:  # noqa: BLE001 - any failure to compile means the tactic is not offered
-            got = None
-        _STATE["k"] = got
-    return _STATE["k"]
+    else None (jit.offered_module)."""
+    return jit.offered_module("jit_winograd_share", lambda: _band_kernel() is not None and sgemm_address())
 
 
 class _Block:
