@@ -6,8 +6,9 @@ share (the `jit` extra): the tactic stem-direct-shares (native/cpu/kernels/conv/
         copies the input rows it reads, zero-padded, into its own scratch split by column phase (stride 2: even
         and odd columns, so each tap reads unit-stride), then per output row and channel one pass over the row
         per input channel, the nine taps' products summed in (row, column) tap order in one expression (fused
-        multiply-adds), then + bias and the activation (0 none, 1 RELU as numpy's clip to [0, inf], 2 HardSwish as activations._hard_swish:
-        x * clip(x / 6 + 0.5, 0, 1)). Rows do not depend on each other, so the floats do not depend on the cut or
+        multiply-adds), then + bias and the activation (0 none, 1 RELU as numpy's clip to [0, inf], 2 HardSwish as
+        activations._hard_swish: x * clip(x / 6 + 0.5, 0, 1), 3 SiLU as jit_act.silu_polyexp_inplace over the row:
+        the *-polyexp tactics' floats). Rows do not depend on each other, so the floats do not depend on the cut or
         on the thread that ran a part.
     block(dims, arrays) -> int64 [WORDS]   the argument block; words X / Y (the sample's input [C, H, W] and output
         [M, HO, WO]) are written per call by kernel_stages.
@@ -24,6 +25,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
+
+from native.cpu.jit_act import silu_polyexp_inplace
 
 (X, Y, C, H, W, M, HO, WO, S, PT, PL, ACT, HAS_BIAS, WT, BIAS, Z0, Z1, WZ, SPLIT, ACC0, ACC1, ACCN) = range(22)
 WORDS = 22
@@ -124,6 +127,10 @@ def _rows(x, y, wt, bias, has_bias, act, z, row, acc, r0, r1, s, pt, pl):
                     for j in range(wo):
                         v = a[j] + bv
                         out[j] = zero if v < zero else v
+                elif act == 3:     # SiLU by polyexp's exp: the *-polyexp tactics' pass (its own floats, no contract)
+                    for j in range(wo):
+                        out[j] = a[j] + bv
+                    silu_polyexp_inplace(out, False)
                 else:
                     for j in range(wo):
                         out[j] = a[j] + bv

@@ -83,6 +83,8 @@ def _conv_run(name, params, weights, inputs):
     (1, 2, 3, 8, 7, 1, (0, 0), (0, 0), ["add", "RELU"]),        # residual: after the kernel (finish)
     (1, 3, 6, 7, 300, 2, (1, 1), (1, 1), ["SIGMOID"]),          # another activation: after the kernel
     (1, 3, 8, 5, 5, 2, (2, 3), (0, 2), ["RELU"]),               # padding wider than the taps' reach
+    (1, 3, 16, 32, 40, 2, (1, 1), (1, 1), ["SILU"]),           # yolov8n's stem, small (polyexp's SiLU)
+    (2, 2, 5, 9, 11, 1, (1, 1), (1, 1), ["SILU"]),
 ], ids=lambda v: str(v))
 def test_stem_direct_matches_the_reference(n, c, m, h, w, stride, pre, post, steps):
     _needs_kit()
@@ -119,6 +121,7 @@ def test_stem_direct_hard_swish_is_onnx_hard_swish():
     (1, 1, 5, 11, 9, 5, 1, (2, 2), (2, 2), ["RELU"]),
     (1, 4, 6, 9, 10, 3, 1, (0, 1), (1, 0), ["add"]),             # residual: after the kernel (finish)
     (1, 2, 7, 30, 31, 5, 2, (2, 1), (0, 2), ["SIGMOID"]),        # another activation: after the kernel
+    (1, 3, 16, 24, 26, 3, 2, (1, 1), (1, 1), ["SILU"]),          # yolov8n's stem: SiLU after the kernel (finish)
 ], ids=lambda v: str(v))
 def test_stem_gemm_matches_the_reference(monkeypatch, n, c, m, h, w, k, stride, pre, post, steps):
     _needs_kit()
@@ -325,6 +328,10 @@ def _cases():
     stem = Op("Convolution", "c", _conv_params(16, 3, 2, (1, 1), (1, 1), hs),
               {"kernel": RNG.standard_normal((16, 3, 3, 3)).astype(np.float32),
                "bias": RNG.standard_normal(16).astype(np.float32)})
+    silu = [{"op": "activation", "type": "SILU", "alpha": 0.0, "beta": 0.0}]
+    stem_silu = Op("Convolution", "c", _conv_params(16, 3, 2, (1, 1), (1, 1), silu),
+                   {"kernel": RNG.standard_normal((16, 3, 3, 3)).astype(np.float32),
+                    "bias": RNG.standard_normal(16).astype(np.float32)})
     x1 = RNG.standard_normal((1, 96, 1, 1)).astype(np.float32)
     head = Op("Convolution", "c", _conv_params(200, 1, 1, (0, 0), (0, 0), hs),
               {"kernel": RNG.standard_normal((200, 96, 1, 1)).astype(np.float32)})
@@ -340,7 +347,8 @@ def _cases():
     stem7 = Op("Convolution", "c", _conv_params(32, 7, 2, (3, 3), (3, 3), []),
                {"kernel": RNG.standard_normal((32, 3, 7, 7)).astype(np.float32),
                 "bias": RNG.standard_normal(32).astype(np.float32)})
-    return [("Convolution", "stem-direct-shares", stem, [x3]), ("Convolution", "stem-gemm-shares", stem7, [x3]),
+    return [("Convolution", "stem-direct-shares", stem, [x3]), ("Convolution", "stem-direct-shares", stem_silu, [x3]),
+            ("Convolution", "stem-gemm-shares", stem7, [x3]),
             ("Convolution", "1x1-gemm-shares", head, [x1]),
             ("Convolution", "1x1-gemm-shares", few, [x7]),
             ("MatrixMultiply", "gemv-dot-shares", _gemm_op(300, 130, True, "RELU"),

@@ -6,12 +6,14 @@ Why: MobileNetV3-small's stem (3 -> 16, 224x224 -> 112x112, HardSwish) ran as ph
 then a HardSwish pass) in 0.25 ms of a ~1.4 ms run at one thread, on one core at two (too small for a Python
 hand-off); ONNX Runtime's direct kernel takes 0.10 ms. Direct, each tap a unit-stride run over a band of rows of
 the input's phase planes, the bias and a RELU / HardSwish applied as each band is stored: ~0.15 ms at one thread,
-the two halves at once at two.
+the two halves at once at two. YOLOv8's stem (3 -> 16, 320x320 -> 160x160, SiLU) ends in a SiLU, by polyexp's exp
+(the *-polyexp tactics' pass, row by row): with it the builder can pick this tactic there (at two threads ~0.22 ms,
+as phase-gemm-s2; stem-gemm-shares, whose SiLU runs after it in numpy, ~0.38).
 
 Numerics: per output, the nine taps of each input channel summed in tap order with fused multiply-adds, the
 channels in order, then + bias, then the activation: its own rounding (tolerance-tested against a float64
-reference, tests/native/test_stem_direct.py), the same at any thread count (rows do not depend on each other).
-Float32, groups 1, dilation 1, at most MAX_CHANNELS input channels; post-ops other than one RELU / HardSwish, a
+reference, tests/native/test_kernel_share_tactics.py), the same at any thread count (rows do not depend on each other).
+Float32, groups 1, dilation 1, at most MAX_CHANNELS input channels; post-ops other than one RELU / HardSwish / SiLU, a
 merged shortcut or a residual run after it (`finish`).
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ from native.tactics import Tactic, register_tactic
 
 MAX_CHANNELS = 4
 BAND_BYTES = 56 << 10     # a part's [M, band * WZ] accumulators: about L1 with the band's phase rows
-_ACTS = {"RELU": 1, "HARD_SWISH": 2}
+_ACTS = {"RELU": 1, "HARD_SWISH": 2, "SILU": 3}
 _EMPTY = np.zeros(1, np.float32)
 
 
@@ -39,16 +41,17 @@ def kernels():
     return jit.offered_module("jit_stem")
 
 
-def fused_act(op):
-    """The activation code jit_stem applies after the bias (0 none, 1 RELU, 2 HardSwish) where that is every post-op
-    and there is no merged shortcut, else None (`finish` runs them)."""
+def fused_act(op, acts=None):
+    """The activation code jit_stem applies after the bias (0 none, 1 RELU, 2 HardSwish, 3 SiLU by polyexp's exp)
+    where that is every post-op and there is no merged shortcut, else None (`finish` runs them). `acts`: another
+    kernel's codes ({type: code}; stem-gemm-shares has no SiLU)."""
     steps = op.params.get("post_ops") or ()
     if op.params.get("side"):
         return None
     if not steps:
         return 0
     if len(steps) == 1 and steps[0]["op"] == "activation":
-        return _ACTS.get(steps[0]["type"])
+        return (_ACTS if acts is None else acts).get(steps[0]["type"])
     return None
 
 

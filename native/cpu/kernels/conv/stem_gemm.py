@@ -29,6 +29,7 @@ from native.cpu.kernels.gemv_shares import output_for
 from native.cpu.threads import kernel_shares, num_threads, sgemm_address
 from native.tactics import Tactic, register_tactic
 
+GEMM_ACTS = {"RELU": 1, "HARD_SWISH": 2}   # jit_stem_gemm's codes (a SiLU runs after it, in `finish`)
 MAX_CHANNELS = 4
 MAX_KERNEL = 11
 BAND_BYTES = 2 << 20      # a band's patches and product (512 KiB bands ran 1.2x slower: shorter GEMMs)
@@ -124,7 +125,7 @@ class StemGemmShares(Tactic):
         b = conv_bias(op.weights)
         if b is None and len(inputs) > 2:
             b = inputs[2]
-        act = fused_act(op)
+        act = fused_act(op, GEMM_ACTS)
         fused = act is not None
         bias = np.ascontiguousarray(b, np.float32).reshape(-1) if b is not None and fused else None
         _, _, pre, _, (ho, wo) = geometry(op.params, x.shape, list(kernel))
