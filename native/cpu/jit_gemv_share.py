@@ -29,6 +29,7 @@ from numba.np.numpy_support import carray
 
 from native.cpu.jit_act import _silu_poly
 from native.cpu.jit_phase_gemm import _sgemm
+from native.cpu.threads import share_block
 
 (X, Y, WT, K, N, BIAS, HAS_BIAS, ACT, SPLIT, S, SGEMM) = range(11)
 WORDS = 11
@@ -104,11 +105,5 @@ def run_part(a, part):
 
 
 def block(dims, arrays):
-    """The argument block: `dims` {word: int} and `arrays` {word: array} (their addresses; the caller keeps them
-    alive as long as the block)."""
-    out = np.zeros(WORDS, np.int64)
-    for k, v in dims.items():
-        out[k] = int(v)
-    for k, v in arrays.items():
-        out[k] = v.ctypes.data
-    return out
+    """The argument block of these words (threads.share_block)."""
+    return share_block(WORDS, dims, arrays)

@@ -32,7 +32,6 @@ cache). Imported only where numba is installed.
 from __future__ import annotations
 
 import numba
-import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
@@ -41,6 +40,7 @@ from numba.np.numpy_support import carray
 from native.cpu.jit_dw import depthwise_planes
 from native.cpu.jit_ir import (bias_act_rows, bias_residual, channel_sums, depthwise_nhwc, expanded_into_padded, gate,
                                project_out, scaled_cols, scaled_rows)
+from native.cpu.threads import share_block
 
 (X, Y, SGEMM, C, HW, E, M, S, H, W, HP, WP, CP, HO, WO, PT, PL, SH, SW, LO, HI, ACT_E, ACT_D, SE, RES, KH, KW, MID,
  ESPLIT, MSPLIT, WE_T, G, BE, XP, TAPS0, TAPS1, BD, YB, SUMS, W1T, B1, B1N, A1, A1N, W2T, B2, B2N, A2, A2N, GATE,
@@ -241,12 +241,5 @@ def ir_stage(ptr, code):
 
 
 def block(sgemm, dims, arrays):
-    """The argument block: `dims` {word: int} and `arrays` {word: array} (their addresses; the caller keeps them
-    alive as long as the block)."""
-    out = np.zeros(WORDS, np.int64)
-    out[SGEMM] = sgemm
-    for k, v in dims.items():
-        out[k] = int(v)
-    for k, v in arrays.items():
-        out[k] = v.ctypes.data
-    return out
+    """The argument block of these words (threads.share_block), cblas_sgemm's address in SGEMM."""
+    return share_block(WORDS, {**dims, SGEMM: sgemm}, arrays)

@@ -14,12 +14,12 @@ Imported only where numba is installed.
 from __future__ import annotations
 
 import numba
-import numpy as np
 from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
 from native.cpu.jit_phase_gemm import phase_gemm_band
+from native.cpu.threads import share_block
 
 (X, Y, WT, C, H, W, M, HO, WO, BIAS, NB, RES, HAS_RES, ACT, PH, PW, ROWS, HALF, BANDS, SGEMM, Z0, YW0, Z1,
  YW1) = range(24)
@@ -63,11 +63,5 @@ def phase_stage(ptr, code):
 
 
 def block(dims, arrays):
-    """The argument block: `dims` {word: int} and `arrays` {word: array} (their addresses; the caller keeps them
-    alive as long as the block)."""
-    out = np.zeros(WORDS, np.int64)
-    for k, v in dims.items():
-        out[k] = int(v)
-    for k, v in arrays.items():
-        out[k] = v.ctypes.data
-    return out
+    """The argument block of these words (threads.share_block)."""
+    return share_block(WORDS, dims, arrays)

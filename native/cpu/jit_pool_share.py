@@ -22,6 +22,7 @@ from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
 from native.cpu.jit_pool import _inside, _mx, max_pool_2d
+from native.cpu.threads import share_block
 
 (X, Y, R, H, W, HO, WO, KH, KW, SH, SW, DH, DW, PH, PW, SPLIT, RELU, COLS0, COLS1, EO0, EO1) = range(21)
 WORDS = 21
@@ -150,11 +151,5 @@ def run_part(a, part):
 
 
 def block(dims, arrays):
-    """The argument block: `dims` {word: int} and `arrays` {word: array} (their addresses; the caller keeps them
-    alive as long as the block)."""
-    out = np.zeros(WORDS, np.int64)
-    for k, v in dims.items():
-        out[k] = int(v)
-    for k, v in arrays.items():
-        out[k] = v.ctypes.data
-    return out
+    """The argument block of these words (threads.share_block)."""
+    return share_block(WORDS, dims, arrays)

@@ -27,6 +27,7 @@ from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
 from native.cpu.jit_act import silu_polyexp_inplace
+from native.cpu.threads import share_block
 
 (X, Y, C, H, W, M, HO, WO, S, PT, PL, ACT, HAS_BIAS, WT, BIAS, Z0, Z1, WZ, SPLIT, ACC0, ACC1, ACCN) = range(22)
 WORDS = 22
@@ -173,11 +174,5 @@ def run_rows(a, part):
 
 
 def block(dims, arrays):
-    """The argument block: `dims` {word: int} and `arrays` {word: array} (their addresses; the caller keeps them
-    alive as long as the block)."""
-    out = np.zeros(WORDS, np.int64)
-    for k, v in dims.items():
-        out[k] = int(v)
-    for k, v in arrays.items():
-        out[k] = v.ctypes.data
-    return out
+    """The argument block of these words (threads.share_block)."""
+    return share_block(WORDS, dims, arrays)

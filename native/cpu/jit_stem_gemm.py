@@ -30,6 +30,7 @@ from numba.np.numpy_support import carray
 
 from native.cpu.jit_phase_gemm import _sgemm
 from native.cpu.jit_stem import _fill_phases
+from native.cpu.threads import share_block
 
 (X, Y, WT, C, H, W, M, HO, WO, KH, KW, S, PT, PL, ACT, HAS_BIAS, BIAS, ROWS, HALF, BANDS, WZ, SGEMM, Z0, P0, YB0, Z1,
  P1, YB1) = range(28)
@@ -117,11 +118,5 @@ def stem_gemm_stage(ptr, code):
 
 
 def block(dims, arrays):
-    """The argument block: `dims` {word: int} and `arrays` {word: array} (their addresses; the caller keeps them
-    alive as long as the block)."""
-    out = np.zeros(WORDS, np.int64)
-    for k, v in dims.items():
-        out[k] = int(v)
-    for k, v in arrays.items():
-        out[k] = v.ctypes.data
-    return out
+    """The argument block of these words (threads.share_block)."""
+    return share_block(WORDS, dims, arrays)

@@ -16,12 +16,12 @@ Imported only where numba is installed.
 from __future__ import annotations
 
 import numba
-import numpy as np
 from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
 from native.cpu.jit_winograd import wino_band
+from native.cpu.threads import share_block
 
 (X, Y, U, BIAS, NB, RES, HAS_RES, C, H, W, M, HO, WO, PH, PW, TH, SPLIT, ROWS, WH, ACT, SGEMM, XQ0, V0, MM0, XQ1, V1,
  MM1, NQ, NV, NMM) = range(30)
@@ -68,11 +68,5 @@ def run_part(a, part):
 
 
 def block(dims, arrays):
-    """The argument block: `dims` {word: int} and `arrays` {word: array} (their addresses; the caller keeps them
-    alive as long as the block)."""
-    out = np.zeros(WORDS, np.int64)
-    for k, v in dims.items():
-        out[k] = int(v)
-    for k, v in arrays.items():
-        out[k] = v.ctypes.data
-    return out
+    """The argument block of these words (threads.share_block)."""
+    return share_block(WORDS, dims, arrays)

@@ -375,6 +375,17 @@ def gemm_shares(shares, between=None, before=None) -> bool:
         _BUSY.release()
 
 
+def share_block(words: int, dims: dict, arrays: dict) -> np.ndarray:
+    """A kernel share's argument block (kernel_shares' `args`): `words` int64 words, `dims` {word: int} and `arrays`
+    {word: array} (their addresses: the caller keeps them alive as long as the block)."""
+    out = np.zeros(words, np.int64)
+    for k, v in dims.items():
+        out[k] = int(v)
+    for k, v in arrays.items():
+        out[k] = v.ctypes.data
+    return out
+
+
 def kernel_shares(fn, args, x, y, sample, stages) -> bool:
     """Run a compiled kernel in `stages` stages, each cut in two halves: stage st is fn(args, 2 * st) and
     fn(args, 2 * st + 1), and each stage starts once both halves of the one before it are done
