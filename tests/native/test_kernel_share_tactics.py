@@ -406,6 +406,7 @@ def test_not_offered_without_numba(monkeypatch):
     for mod in (winograd_shares, stem_gemm, gemv_shares):
         monkeypatch.setattr(mod, "num_threads", lambda: 2)
     monkeypatch.setattr(jit, "available", lambda: False)
+    monkeypatch.setattr(threads, "_gemm_share", lambda: (None, 0))   # as without numba: no cblas_sgemm address
     for kind, name, op, inputs in _cases():
         assert "numba" in _tactic(kind, name).supports(op, [list(inputs[0].shape)]), name
 

@@ -158,7 +158,8 @@ class PointwiseGemmShares(Tactic):
                 or not 0 < s[2] * s[3] <= MAX_PIXELS:
             return f"a map of known shape, at most {MAX_PIXELS} pixels, only"
         if s[2] * s[3] > 1 and not sgemm_address():
-            return "needs numpy's 64-bit-integer cblas_sgemm past one pixel"
+            return ("needs the numba extra (pip install debugkit[jit]) and numpy's 64-bit-integer cblas_sgemm past "
+                    "one pixel")
         if s[2] * s[3] > ONE_THREAD_PIXELS and num_threads() < 2:
             return f"one thread: past {ONE_THREAD_PIXELS} pixels 1x1-gemm's one GEMM is the same work (4-7% faster)"
         dtypes = getattr(input_shapes, "dtypes", None)
