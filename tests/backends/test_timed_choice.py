@@ -56,18 +56,20 @@ def timed_cpu(monkeypatch):
     real_run = type(dev).run
     state = {}
 
-    def run_(tactic, op, inputs, outputs=None, workspace=None, stream=None):
+    def run_(self, tactic, op, inputs, outputs=None, workspace=None, stream=None):
         state["last"] = (op, tactic)
-        return real_run(dev, tactic, op, inputs, outputs, workspace, stream)
+        return real_run(self, tactic, op, inputs, outputs, workspace, stream)
 
-    def time_(fn, stream=None):
+    def time_(self, fn, stream=None):
         fn()
         state["clock"].calls += 1
         return state["clock"].ms(*state["last"])
 
     monkeypatch.setattr(type(dev), "chooses_by_timing", True, raising=False)
-    monkeypatch.setattr(dev, "run", run_)
-    monkeypatch.setattr(dev, "time", time_)
+    # on the class: monkeypatch's undo of an instance attribute leaves a bound method on the shared CPU device,
+    # which would shadow every later test's class-level patch (test_profiler's device clock failed so in CI)
+    monkeypatch.setattr(type(dev), "run", run_)
+    monkeypatch.setattr(type(dev), "time", time_)
 
     def install(costs, default=1.0):
         state["clock"] = Planted(costs, default)
