@@ -169,16 +169,8 @@ class CompiledPlan:
             try:
                 if profiler is None:
                     outs = fn(op, args, bufs, workspace, stream) if full else fn(op, args)
-                elif hasattr(profiler, "begin"):    # a timeline (runtime/trace.py): marks, no synchronisation
-                    tok = profiler.begin(node.name, "layer")
-                    outs = fn(op, args, bufs, workspace, stream) if full else fn(op, args)
-                    profiler.end(tok)
-                else:       # the device's own clock for one layer (a GPU's events, its host overhead not in it)
-                    got = []
-                    ms = dev.time(lambda: got.append(fn(op, args, bufs, workspace, stream) if full else
-                                                     fn(op, args)))
-                    outs = got[0]
-                    profiler.report_layer_time(node.name, ms)
+                else:
+                    outs = profiled_call(dev, profiler, node.name, fn, full, op, args, bufs, workspace, stream)
                 if bufs is None:   # a backstop for sizes no kernel checked (planned views have the planned size)
                     for value in outs:
                         if getattr(value, "nbytes", 0) > max_bytes:
@@ -579,6 +571,21 @@ def _off_plan(args, shapes) -> bool:
         if getattr(a, "shape", None) != s:
             return True
     return False
+
+
+def profiled_call(dev, profiler, name, fn, full, op, args, bufs, workspace, stream):
+    """One layer's outputs, reported to `profiler`: a timeline (runtime/trace.py) gets host marks and no
+    synchronisation; an IProfiler gets the layer's time on the device's own clock (a GPU's events, with its host
+    launch overhead not in it), as the builder times tactics. The compiled plan and the interpreter share it."""
+    if hasattr(profiler, "begin"):
+        tok = profiler.begin(name, "layer")
+        outs = fn(op, args, bufs, workspace, stream) if full else fn(op, args)
+        profiler.end(tok)
+        return outs
+    got = []
+    ms = dev.time(lambda: got.append(fn(op, args, bufs, workspace, stream) if full else fn(op, args)))
+    profiler.report_layer_time(name, ms)
+    return got[0]
 
 
 def with_subgraphs(op, subgraphs):

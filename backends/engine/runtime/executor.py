@@ -13,7 +13,7 @@ import numpy as np
 
 from backends.engine.engine_graph import node_format, node_op  # noqa: F401  (node_op: callers import it from here)
 from backends.engine.runtime import arena, empty_batch
-from backends.engine.runtime.compiled import CompiledPlan, with_subgraphs
+from backends.engine.runtime.compiled import CompiledPlan, profiled_call, with_subgraphs
 from native.device import get_device
 from native.errors import BuildError, DebugkitError, ExecutionError
 from native.limits import check_size, default_limits
@@ -373,16 +373,8 @@ class GraphExecutor:
                     outs, tactic = self._bound_or_next(i, node, tactic, op, args, workspace, stream)
                 elif profiler is None:
                     outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)
-                elif hasattr(profiler, "begin"):    # a timeline (runtime/trace.py): marks, no synchronisation
-                    tok = profiler.begin(node.name, "layer")
-                    outs = fn(op, args, buffers, workspace, stream) if full else fn(op, args)
-                    profiler.end(tok)
-                else:       # the device's own clock for one layer (a GPU's events, its host overhead not in it)
-                    got = []
-                    ms = dev.time(lambda: got.append(fn(op, args, buffers, workspace, stream) if full else
-                                                     fn(op, args)))
-                    outs = got[0]
-                    profiler.report_layer_time(node.name, ms)
+                else:
+                    outs = profiled_call(dev, profiler, node.name, fn, full, op, args, buffers, workspace, stream)
                 if on_error is not None and (outs is None or len(outs) < len(node.outputs)):
                     raise RuntimeError(f"kernel returned {0 if outs is None else len(outs)} outputs, layer has "
                                        f"{len(node.outputs)}")
