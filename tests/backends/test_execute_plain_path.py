@@ -13,7 +13,10 @@ from native.errors import ExecutionError, FeedError, ShapeError
 
 
 def _engine(model, ranges=None):
-    return Runtime().deserialize_engine(build_plan_from_onnx(model.SerializeToString(), ranges=ranges))
+    # the heuristic's tactics: what these tests inspect (arena plans, views) must not depend on which tactic won a
+    # timing (DEBUGKIT_TEST_RANDOM_TACTIC_TIMES)
+    return Runtime().deserialize_engine(build_plan_from_onnx(model.SerializeToString(), ranges=ranges,
+                                                             flags=("enable_tactic_heuristic",)))
 
 
 def _two_input_model():
