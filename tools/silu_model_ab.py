@@ -56,10 +56,10 @@ def _counting(fn, counts, name):
 
 def _forgetter():
     """A function that drops what the tactics keep of the kernels they looked up (winograd-f2x3-jit's plan per op
-    and its band kernel), so the next run looks them up again in the swapped table."""
+    and its band kernel, phase-gemm-s2's band kernel), so the next run looks them up again in the swapped table."""
     import gc
 
-    from native.cpu.kernels.conv import winograd
+    from native.cpu.kernels.conv import phase_gemm, winograd
     from native.tactics import Op
     ops = [o for o in gc.get_objects() if isinstance(o, Op) and "_wino_jit_plan" in o.__dict__]
 
@@ -67,6 +67,7 @@ def _forgetter():
         for o in ops:
             o.__dict__.pop("_wino_jit_plan", None)
         winograd._STATE.clear()
+        phase_gemm._STATE.clear()
     return forget
 
 
