@@ -241,9 +241,18 @@ def _silu_vectors(b, vs, bias, double):
 
 
 def _silu_loop(builder, ptr, n, bias, double):
-    """Emit `_silu_vectors` over ptr[:n - n % 16] in place: _CHAINS vectors a step, then one a step."""
+    """Emit `_silu_vectors` over ptr[:n] in place where n >= 16 (over nothing below): _CHAINS vectors a step, then
+    one a step, then, where n % 16 is not 0, the last 16 elements as one vector, loaded before the loops ran (the
+    ones it shares with the last whole vector are stored again with the values they already got from the same
+    inputs: the same floats, no scalar tail)."""
     vty = ir.VectorType(ir.FloatType(), _VL)
     vptr = builder.bitcast(ptr, vty.as_pointer())
+    last = builder.bitcast(builder.gep(ptr, [builder.sub(n, n.type(_VL))]), vty.as_pointer())
+    tail = builder.and_(builder.icmp_signed("!=", builder.srem(n, n.type(_VL)), n.type(0)),
+                        builder.icmp_signed(">=", n, n.type(_VL)))
+    kept = cgutils.alloca_once(builder, vty)
+    with builder.if_then(tail):
+        builder.store(builder.load(last, align=4), kept)
     blocks = builder.sdiv(n, n.type(_VL))
     steps = builder.sdiv(blocks, n.type(_CHAINS))
     with cgutils.for_range(builder, steps) as loop:
@@ -256,13 +265,15 @@ def _silu_loop(builder, ptr, n, bias, double):
     with cgutils.for_range(builder, builder.sub(blocks, done)) as loop:
         p_ = builder.gep(vptr, [builder.add(done, loop.index)])
         builder.store(_silu_vectors(builder, [builder.load(p_, align=4)], bias, double)[0], p_, align=4)
+    with builder.if_then(tail):
+        builder.store(_silu_vectors(builder, [builder.load(kept)], bias, double)[0], last, align=4)
 
 
 @intrinsic
 def _silu_blocks(typingctx, row, bias, has_bias, double):
-    """`_silu_poly` of row[:n - n % 16] in place (of v + bias first with has_bias, then v + v with double; row 1-D C
-    float32, bias float32): `_silu_loop`'s interleaved vectors, one loop per case. Returns n - n % 16, where the
-    caller's element loop takes over."""
+    """`_silu_poly` of a row of n >= 16 in place (of v + bias first with has_bias, then v + v with double; row 1-D C
+    float32, bias float32): `_silu_loop`'s interleaved vectors, one loop per case. Returns where the caller's
+    element loop takes over: n (all done), or 0 for a row shorter than a vector."""
     if not _c_row(row):
         return None
 
@@ -281,7 +292,7 @@ def _silu_blocks(typingctx, row, bias, has_bias, double):
                             _silu_loop(builder, ary.data, n, bias, True)
                         with once:
                             _silu_loop(builder, ary.data, n, bias, False)
-        return builder.sub(n, builder.srem(n, n.type(_VL)))
+        return builder.select(builder.icmp_signed(">=", n, n.type(_VL)), n, n.type(0))
     return types.intp(row, types.float32, types.boolean, types.boolean), codegen
 
 
@@ -298,8 +309,8 @@ def _silu_head_impl(row, bias, has_bias, double):
 
 @numba.njit(inline="always", error_model="numpy", **_NJIT)
 def _silu_row(row, bias, has_bias, double):
-    """_silu_poly of row (of row + bias first with has_bias, then doubled with double) in place: whole vectors by
-    `_silu_blocks`, the rest (n % 16, or all of a strided row) element by element."""
+    """_silu_poly of row (of row + bias first with has_bias, then doubled with double) in place: by `_silu_blocks`
+    (a C row of 16 or more), element by element (a shorter or strided row)."""
     for k in range(_silu_head(row, bias, has_bias, double), row.shape[0]):
         v = row[k]
         if has_bias:

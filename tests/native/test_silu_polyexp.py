@@ -236,3 +236,32 @@ def test_winograd_jit_silu_is_the_silu_pass_over_its_plain_output(monkeypatch, c
         want = _numpy_path(monkeypatch, lambda: silu_polyexp_inplace(runs["plain"].copy()))
     assert np.isnan(want).any() and not np.isnan(want).all()
     assert runs["fused"].tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_every_row_length_gives_the_numpy_passes_floats(monkeypatch, double):
+    """Rows of 1..200 elements (jit_act._silu_blocks: four vectors a step, single vectors, the last 16 elements as
+    one vector overlapping the ones before where n % 16 is not 0, element by element below 16), specials at the
+    ends: the element loop's bits, the numpy passes' floats (-0.0 included), elements past the row untouched."""
+    _need_jit()
+    import numba
+    from native.cpu.jit_act import _silu_poly
+
+    @numba.njit(error_model="numpy")
+    def element_loop(x, double):   # the loop before the vectors: the same bits, NaN signs included
+        for k in range(x.shape[0]):
+            v = x[k]
+            x[k] = _silu_poly(v + v if double else v)
+    fn = jit.kernel("silu_polyexp_inplace")
+    for n in range(1, 201):
+        buf = (RNG.standard_normal(n + 8) * 8).astype(np.float32)
+        buf[0], buf[n - 1] = SPECIAL[n % len(SPECIAL)], SPECIAL[(3 * n) % len(SPECIAL)]
+        want, ref = buf.copy(), buf.copy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            _numpy_path(monkeypatch, lambda: silu_polyexp_inplace(want[:n], double))
+            fn(buf[:n], double)
+            element_loop(ref[:n], double)
+        assert buf.tobytes() == ref.tobytes(), n    # the element loop's bits (NaN signs too); past n untouched
+        # the numpy passes' floats (a NaN's sign bit is not part of that contract: numpy sets it otherwise)
+        got, ok = buf.view(np.uint32), ~np.isnan(want)
+        assert np.array_equal(np.isnan(buf), ~ok) and np.array_equal(got[ok], want.view(np.uint32)[ok]), n
