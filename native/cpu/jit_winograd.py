@@ -35,7 +35,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from native.cpu.jit_act import _silu_poly
+from native.cpu.jit_act import _silu_poly, _silu_row
 from native.cpu.jit_phase_gemm import _sgemm
 
 _NJIT = dict(nogil=True, cache=True, error_model="numpy")
@@ -175,10 +175,8 @@ def wino_out(mm, bias, y, t0, t1, wh, act, res):
             for k in range(4):
                 for q in range(n):
                     o[k, q] = _act(o[k, q], 1)
-        elif act == 2 and not has_res:
-            for k in range(4):
-                for q in range(n):
-                    o[k, q] = _act(o[k, q], 2)
+        elif act == 2 and not has_res:   # the four phases as one run of interleaved vectors (_act's floats)
+            _silu_row(of, _F32_ZERO, False, False)
         for ti in range(t0, t1):   # the four output phases interleaved into the NCHW rows: an output row's even
             base = (ti - t0) * wh  # and odd columns from two phase rows in one loop (flat unsigned indices, two
             for a in range(2):     # loads and stores a pair: vectorised; one select per column ran scalar)

@@ -177,3 +177,91 @@ def test_the_one_pass_epilogue_gives_the_numpy_passes_floats(monkeypatch, half, 
                                half) == (sel[1] == slice(None))
     # non-poly steps under half are not compiled (the base tactics' numpy tanh form)
     assert compiled_steps([{"op": "activation", "type": "SILU", "alpha": 0.0, "beta": 0.0}], True) is None
+
+
+@pytest.mark.parametrize("half,post", [(False, ["silu"]), (True, ["silu"]), (False, ["silu", "add"]),
+                                       (True, ["silu", "add"]), (False, ["add", "silu"]), (True, ["silu", "silu"])])
+@pytest.mark.parametrize("s", [16 * 4 * 2 + 16 * 3 + 5, 64, 15])
+def test_bias_steps_silu_rows_in_vectors_give_the_numpy_passes_floats(monkeypatch, half, post, s):
+    """bias_steps_inplace's SiLU rows (jit_act._silu_row: whole vectors four at a time, then one at a time, then the
+    n % 16 tail element by element; the bias added in the first SiLU's own pass) against region_epilogue's numpy
+    passes, bit for bit: specials (NaN, infinities, -0.0, below exp's range) at the start, the end and past the
+    vectors of a row, a -0.0 bias, rows of every loop's length."""
+    _need_jit()
+    from native.cpu.kernels.conv.epilogue import compiled_steps, region_epilogue
+    c = 6
+    y0 = (RNG.standard_normal((2, c, s)) * 8).astype(np.float32)
+    for i, at in enumerate((0, s - 1, (s // 16) * 16, s // 2)):
+        y0[i % 2, i % c, at:at + 1] = SPECIAL[i::4][:1]
+    y0[1, 2, :min(s, len(SPECIAL))] = SPECIAL[:s]
+    y0[0, 3, -min(s, len(SPECIAL)):] = SPECIAL[:s]
+    bias = RNG.standard_normal(c).astype(np.float32)
+    bias[2] = -0.0
+    res = (RNG.standard_normal(y0.shape) * 4).astype(np.float32)
+    steps = [{"op": "activation", "type": "SILU_POLYEXP", "alpha": 0.0, "beta": 0.0} if p == "silu" else
+             {"op": "add", "input": 1} for p in post]
+    op = Op("Convolution", "c", {"post_ops": steps})
+    assert compiled_steps(steps, half) is not None
+    for b in (bias, None):
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = y0.copy()
+            region_epilogue(got.reshape(2, c, 1, s), (slice(None), slice(None)), op,
+                            [None, res.reshape(2, c, 1, s)], b, half)
+            want = y0.copy()
+            _numpy_path(monkeypatch, lambda: region_epilogue(want.reshape(2, c, 1, s), (slice(None), slice(None)),
+                                                             op, [None, res.reshape(2, c, 1, s)], b, half))
+        assert got.tobytes() == want.tobytes()
+        assert np.isnan(got).any() and (post[-1] != "silu" or (got == 0).any())
+
+
+@pytest.mark.parametrize("c,m,h,w", [(8, 6, 20, 20), (5, 3, 9, 13), (4, 7, 40, 41)])
+def test_winograd_jit_silu_is_the_silu_pass_over_its_plain_output(monkeypatch, c, m, h, w):
+    """winograd-f2x3-jit's fused SiLU (jit_winograd.wino_out: a band's four output phases as one `_silu_row` run) is,
+    bit for bit, the tactic without it followed by silu_polyexp_inplace's numpy passes; a NaN input included, band
+    runs not a multiple of 16 and long enough for the four-vector loop."""
+    _need_jit()
+    from tests.native.test_winograd_jit import _params
+    monkeypatch.setattr(tuning, "PARALLEL_MIN_MACS", 1 << 60)
+    x = RNG.standard_normal((1, c, h, w)).astype(np.float32) * 3
+    x[0, 1, 3, 4] = np.nan
+    k = RNG.standard_normal((m, c, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    t = _tactic("winograd-f2x3-jit")
+    silu = [{"op": "activation", "type": "SILU", "alpha": 0.0, "beta": 0.0}]
+    runs = {}
+    for name, post in (("fused", silu), ("plain", [])):
+        op = Op("Convolution", "c", _params(m, (1, 1), (1, 1), post), {"kernel": k, "bias": b})
+        runs[name] = t.run(Op("Convolution", "c", op.params, t.prepare(op)), [x])[0].copy()
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = _numpy_path(monkeypatch, lambda: silu_polyexp_inplace(runs["plain"].copy()))
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    assert runs["fused"].tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_every_row_length_gives_the_numpy_passes_floats(monkeypatch, double):
+    """Rows of 1..200 elements (jit_act._silu_blocks: four vectors a step, single vectors, the last 16 elements as
+    one vector overlapping the ones before where n % 16 is not 0, element by element below 16), specials at the
+    ends: the element loop's bits, the numpy passes' floats (-0.0 included), elements past the row untouched."""
+    _need_jit()
+    import numba
+    from native.cpu.jit_act import _silu_poly
+
+    @numba.njit(error_model="numpy")
+    def element_loop(x, double):   # the loop before the vectors: the same bits, NaN signs included
+        for k in range(x.shape[0]):
+            v = x[k]
+            x[k] = _silu_poly(v + v if double else v)
+    fn = jit.kernel("silu_polyexp_inplace")
+    for n in range(1, 201):
+        buf = (RNG.standard_normal(n + 8) * 8).astype(np.float32)
+        buf[0], buf[n - 1] = SPECIAL[n % len(SPECIAL)], SPECIAL[(3 * n) % len(SPECIAL)]
+        want, ref = buf.copy(), buf.copy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            _numpy_path(monkeypatch, lambda: silu_polyexp_inplace(want[:n], double))
+            fn(buf[:n], double)
+            element_loop(ref[:n], double)
+        assert buf.tobytes() == ref.tobytes(), n    # the element loop's bits (NaN signs too); past n untouched
+        # the numpy passes' floats (a NaN's sign bit is not part of that contract: numpy sets it otherwise)
+        got, ok = buf.view(np.uint32), ~np.isnan(want)
+        assert np.array_equal(np.isnan(buf), ~ok) and np.array_equal(got[ok], want.view(np.uint32)[ok]), n
