@@ -4,14 +4,15 @@ numba is installed.
 
     phase_direct_band(x [C, H, W], z [4C, L], yw [MB * 8, Q], wb [MB, 9C, 8], offs uint64 [9C], bias [M] (or
                       empty), y [M, Ho, Wo], r0, rows, ph, pw, act, m0, m1)
-        Output rows r0..r0 + rows of y, channels m0..min(m1, M) (m0, m1 multiples of 8). z: the band's four phase planes as jit_phase_gemm.phase_rows writes them
-        ([rows + 1, B] flat each, B = Wo + 1, row stride L >= (rows + 1) * B + NR). Tap q = (c, i, j) of the
-        "wide" output pixel t = a * B + b (b = Wo: a spill, never read) is z.flat[offs[q] + t], offs[q] =
-        (g(i % 2, j % 2) * C + c) * L + (i // 2) * B + j // 2 with g the phase's group in z (phase_rows' order
-        (1, 0), (0, 0), (0, 1), (1, 1)). Pixels go 32 at a time (a panel; Q = the band's wide pixels rounded up to
-        32, the last panel's runs stay in their plane row by L's margin): every block of 8 output channels sweeps
-        the 9C runs straight from z (16 AVX-512 accumulators: 8 channels x 32 pixels; 4 channels without
-        AVX-512) into yw, then y[m, r0 + a, q] = act(yw[m, a * B + q] + bias[m]) (act 0 none, 1 RELU with NaN
+        Output rows r0..r0 + rows of y, channels m0..min(m1, M) (m0, m1 multiples of 8). z: the band's four
+        phase planes as jit_phase_gemm.phase_rows writes them, [rows + 1, B] flat each, B = Wo + 1, row stride
+        L >= (rows + 1) * B + NR. Tap q = (c, i, j) of the "wide" output pixel t = a * B + b (b = Wo: a spill,
+        never read) is z.flat[offs[q] + t], offs[q] = (g(i % 2, j % 2) * C + c) * L + (i // 2) * B + j // 2 with
+        g the phase's group in z (phase_rows' order (1, 0), (0, 0), (0, 1), (1, 1)). Pixels go 32 at a time (a
+        panel; Q = the band's wide pixels rounded up to 32; the last panel's runs stay in their plane row by L's
+        margin, and its lanes past the band read floats never used): every block of 8 output channels sweeps the
+        9C runs straight from z (16 AVX-512 accumulators: 8 channels x 32 pixels; 4 channels without AVX-512)
+        into yw, then y[m, r0 + a, q] = act(yw[m, a * B + q] + bias[m]) (act 0 none, 1 RELU with NaN
         kept, 2 SiLU by polyexp's exp, jit_act._silu_poly: the *-polyexp tactics' floats).
 
 Why: jit_phase_gemm's four BLAS GEMMs have K = 4C, 2C, 2C, C (16-64 on yolov8n's first layers): each reads and
@@ -83,8 +84,8 @@ def _store(acc, yw, m0, t0):
 
 @numba.njit(**_FMA)
 def _panels(wb, src, offs, k, yw, nt, m0, m1):
-    """Every panel of the band, channels m0..m1 (multiples of MR) ROWS at a time, into yw (a function of its own, its block on its own
-    stack: jit_conv_panels._panel says why)."""
+    """Every panel of the band, channels m0..m1 (multiples of MR) ROWS at a time, into yw (a function of its own,
+    its block on its own stack: jit_conv_panels._panel says why)."""
     acc = carray(_block(), (MR, NR))
     for p in range(nt):
         t0 = np.uint64(p * NR)

@@ -10,7 +10,8 @@ kernel share, the caller and a polling pool worker run the two halves of an imag
         output's chain does not depend on the band or thread that computes it).
     block(dims, arrays) -> int64 [WORDS]   the argument block; words X / Y are written per call.
 
-Imported only where numba is installed.
+Module level (numba's disk cache finds it in the next process; it keys these functions by this file, so after
+editing jit_phase_direct, touch this one too); imported only where numba is installed.
 """
 from __future__ import annotations
 
