@@ -125,3 +125,40 @@ def phase_direct_band(x, z, yw, wb, offs, bias, y, r0, rows, ph, pw, act, m0, m1
     phase_rows(x, z, r0, rows, bw, ph, pw)
     _panels(wb, z.reshape(-1), offs, offs.shape[0], yw, -(-(rows * bw) // NR), m0, m1)
     rows_out(yw, bias, y, r0, rows, bw, act, m0, m1)
+
+
+@numba.njit(nogil=True, cache=True)
+def padded_rows(x, z, r0, rows, bw, pt, pl):
+    """z[c, a * bw + b] = x[c, r0 + a - pt, b - pl] (0 outside x) for a < rows: the band's rows of the zero-padded
+    input, flat at z's row stride (bw >= W + pl; unsigned indices, as phase_rows)."""
+    n_c, h, w = x.shape
+    big = z.shape[1]
+    zf = z.reshape(-1)
+    xf = x.reshape(-1)
+    n = max(0, min(w, bw - pl))
+    for c in range(n_c):
+        for a in range(rows):
+            iy = r0 + a - pt
+            d = np.uint64(c * big + a * bw)
+            if iy < 0 or iy >= h:
+                for k in range(bw):
+                    zf[d + np.uint64(k)] = _ZERO
+                continue
+            for k in range(pl):
+                zf[d + np.uint64(k)] = _ZERO
+            s0 = np.uint64((c * h + iy) * w)
+            dd = d + np.uint64(pl)
+            for k in range(n):
+                zf[dd + np.uint64(k)] = xf[s0 + np.uint64(k)]
+            for k in range(pl + n, bw):
+                zf[d + np.uint64(k)] = _ZERO
+
+
+@numba.njit(**_FMA)
+def padded_direct_band(x, z, yw, wb, offs, bias, y, r0, rows, kh, kw, pt, pl, act, m0, m1):
+    """Stride 1: phase_direct_band's kernel and epilogue over the band's rows of the zero-padded input
+    (`padded_rows`, bw = Wo + kw - 1 wide; tap (c, i, j) at offs = c * L + i * bw + j)."""
+    bw = y.shape[2] + kw - 1
+    padded_rows(x, z, r0, rows + kh - 1, bw, pt, pl)
+    _panels(wb, z.reshape(-1), offs, offs.shape[0], yw, -(-(rows * bw) // NR), m0, m1)
+    rows_out(yw, bias, y, r0, rows, bw, act, m0, m1)

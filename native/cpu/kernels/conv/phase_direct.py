@@ -51,35 +51,57 @@ def offsets(c, stride, bw):
 
 
 def unpack(weights):
-    """The kernel [M, C, 3, 3] float32 from `prepare`'s weights (raw weights: their kernel)."""
+    """The kernel [M, C, kh, kw] float32 from `prepare`'s weights (raw weights: their kernel)."""
     if "kernel" in weights:
         return np.asarray(weights["kernel"], np.float32)
-    blocks = weights["kernel_direct_s2"]
-    m, c = (int(v) for v in weights["kernel_shape4"][:2])
-    return np.ascontiguousarray(blocks.transpose(0, 2, 1).reshape(-1, blocks.shape[1])[:m]).reshape(m, c, 3, 3)
+    blocks = weights["kernel_direct"]
+    m, c, kh, kw = (int(v) for v in weights["kernel_shape4"])
+    return np.ascontiguousarray(blocks.transpose(0, 2, 1).reshape(-1, blocks.shape[1])[:m]).reshape(m, c, kh, kw)
+
+
+def padded_offsets(c, kh, kw, stride, bw):
+    """Tap q = (c, i, j)'s offset in a band of the zero-padded input (stride 1: c * L + i * bw + j), uint64."""
+    ci, i, j = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
+    return (ci * stride + i * bw + j).reshape(-1).astype(np.uint64)
+
+
+def band_geometry(c, kernel, out, rows):
+    """(z rows, z row stride L, wide row width B, tap offsets, yw columns) of a band of `rows` output rows: the
+    phase planes for stride 2 (kernel None), the zero-padded input's rows for a stride-1 kh x kw kernel. L leaves
+    NR floats past the band, so the last panel's runs stay inside their row."""
+    wo = out[1]
+    if kernel is None:
+        bw = wo + 1
+        stride = (rows + 1) * bw + NR
+        offs, zrows = offsets(c, stride, bw), 4 * c
+    else:
+        kh, kw = kernel
+        bw = wo + kw - 1
+        stride = (rows + kh - 1) * bw + NR
+        offs, zrows = padded_offsets(c, kh, kw, stride, bw), c
+    return zrows, stride, bw, offs, -(-(rows * bw) // NR) * NR
 
 
 class _Layer:
     """A layer's argument block and the arrays it points at, for one input shape, epilogue and thread."""
 
-    def __init__(self, kit, shape, blocks, bias, m, act, pre, out, rows):
+    def __init__(self, kit, shape, blocks, bias, m, act, pre, out, rows, kernel=None):
         c, h, w = shape[1:]
         ho, wo = out
-        bw = wo + 1
         nb = -(-ho // rows)
-        stride = (rows + 1) * bw + NR          # the last panel's runs stay inside their plane row
-        q = -(-(rows * bw) // NR) * NR
-        offs = offsets(c, stride, bw)
+        zrows, stride, _, offs, q = band_geometry(c, kernel, out, rows)
         self.keep = [blocks, bias, offs]
         arrays = {kit.WB: blocks, kit.OFFS: offs, kit.BIAS: bias if bias.shape[0] else _ONE}
         for zw, yww in ((kit.Z0, kit.YW0), (kit.Z1, kit.YW1)):
-            z, yw = np.zeros((4 * c, stride), np.float32), np.zeros((blocks.shape[0] * BLOCK, q), np.float32)
+            z, yw = np.zeros((zrows, stride), np.float32), np.zeros((blocks.shape[0] * BLOCK, q), np.float32)
             self.keep += [z, yw]
             arrays[zw], arrays[yww] = z, yw
+        kh, kw = kernel or (0, 0)
         self.args = kit.block({kit.C: c, kit.H: h, kit.W: w, kit.M: m, kit.MB: blocks.shape[0], kit.HO: ho,
                                kit.WO: wo, kit.NB: bias.shape[0], kit.ACT: act, kit.PH: pre[0], kit.PW: pre[1],
                                kit.ROWS: rows, kit.HALF: nb // 2, kit.BANDS: nb, kit.L: stride, kit.Q: q,
-                               kit.BY_CHANNELS: int(nb < 2), kit.SPLIT: (blocks.shape[0] // 2) * BLOCK}, arrays)
+                               kit.BY_CHANNELS: int(nb < 2), kit.SPLIT: (blocks.shape[0] // 2) * BLOCK,
+                               kit.K: offs.shape[0], kit.ZROWS: zrows, kit.KH: kh, kit.KW: kw}, arrays)
 
 
 def _without_numba(op, inputs):
@@ -109,7 +131,7 @@ class PhaseDirectS2(Tactic):
             return why
         if op.params.get("side"):
             return "no merged shortcut"
-        if "kernel" not in op.weights and "kernel_direct_s2" not in op.weights:
+        if "kernel" not in op.weights and "kernel_direct" not in op.weights:
             return "constant kernels only (packed at build time)"
         if _kit() is None:
             return "needs the numba extra (pip install debugkit[jit])"
@@ -125,7 +147,7 @@ class PhaseDirectS2(Tactic):
         if w is None:   # already packed (idempotent)
             return op.weights
         weights = {k: v for k, v in op.weights.items() if k != "kernel"}
-        weights["kernel_direct_s2"] = pack(w, None)[0]
+        weights["kernel_direct"] = pack(w, None)[0]
         weights["kernel_shape4"] = np.array(np.shape(w), np.int64)
         return weights
 
@@ -137,14 +159,14 @@ class PhaseDirectS2(Tactic):
         n, c = x.shape[:2]
         m = int(np.shape(op.weights["kernel"])[0]) if "kernel" in op.weights else int(op.weights["kernel_shape4"][0])
         b = conv_bias(op.weights)
-        _, _, pre, _, (ho, wo) = geometry(op.params, x.shape, [3, 3])
+        _, _, pre, _, (ho, wo) = geometry(op.params, x.shape, list(self._kernel(op) or (3, 3)))
         act, res_i, fused = fused_epilogue(op)
         if res_i is not None or (b is None and len(inputs) > 2 and inputs[2] is not None):
             act, fused = 0, False  # a residual add or a bias input: the common epilogue after the kernel
             if b is None:
                 b = inputs[2]
         big = n * m * 9 * c * ho * wo >= tuning.PARALLEL_MIN_MACS
-        rows = phase_gemm.band_cut(ho, wo + 1, phase_gemm.band_rows(c, m, wo), big and n % 2 == 1)
+        rows = self._rows(op, c, m, ho, wo, big and n % 2 == 1)
         lay = self._layer(op, kit, x.shape, act, fused, pre, (ho, wo), rows)
         y = np.empty((n, m, ho, wo), np.float32)
         shares = big and num_threads() > 1 and (ho > rows or m > BLOCK) and bool(sgemm_address())
@@ -156,6 +178,16 @@ class PhaseDirectS2(Tactic):
         if fused:
             return [y]
         return finish(op, y, b, inputs, x.dtype)
+
+    @staticmethod
+    def _kernel(op):
+        """(kh, kw) of the stride-1 padded path; None: stride 2's phase planes."""
+        return None
+
+    @staticmethod
+    def _rows(op, c, m, ho, wo, even):
+        """Output rows a band: phase-gemm-s2's cut (the planes and product in tuning.PHASE_GEMM_BYTES)."""
+        return phase_gemm.band_cut(ho, wo + 1, phase_gemm.band_rows(c, m, wo), even)
 
     def _layer(self, op, kit, shape, act, fused, pre, out, rows):
         """The layer's _Layer for this input shape, epilogue and thread, made once (held with op.weights)."""
@@ -169,6 +201,7 @@ class PhaseDirectS2(Tactic):
         bias = np.ascontiguousarray(b, np.float32).reshape(-1) if b is not None and fused else _EMPTY
         if len(cache) >= 64:     # shapes that vary from run to run: keep the recent ones
             cache.clear()
-        lay = _Layer(kit, shape, wts["kernel_direct_s2"], bias, int(wts["kernel_shape4"][0]), act, pre, out, rows)
+        lay = _Layer(kit, shape, wts["kernel_direct"], bias, int(wts["kernel_shape4"][0]), act, pre, out, rows,
+                     self._kernel(op))
         cache[key] = (lay, op.weights)
         return lay
