@@ -32,6 +32,10 @@ Convolution tactics the builder times against each other (registration order bre
                     shares (numba extra; other band cuts)
   stem_gemm.py      stem-gemm-shares  few-channel k x k stems (resnet's 7x7 / 2): banded GEMMs over patch rows copied
                     from phase planes, two halves of the bands as kernel shares (numba extra; other rounding)
+  phase_direct.py   phase-direct-s2  3x3 stride 2: a direct kernel (8 channels x 32 pixels in registers) over the
+                    phase planes, bias + RELU / SiLU fused, two halves of the bands as kernel shares (numba extra)
+  padded_direct.py  padded-direct-s1  3x3 stride 1: the same kernel over bands of the zero-padded input (no lane
+                    masks; numba extra; other rounding)
   silu_polyexp.py   im2col-gemm-polyexp, 1x1-gemm-polyexp, nhwc-gemm-polyexp, nhwc-gemm-bands-polyexp: the base
                     tactic with its SiLU post-op by polyexp's exp in one compiled pass (numba extra; other floats)
 Transposed convolution: deconv.py (gemm-col2im, gemm-col2im-bands: the 2x upsamplers over the CPU pool,
@@ -55,6 +59,8 @@ from native.cpu.kernels.conv import direct_panels  # noqa: F401,E402  (newer sti
 from native.cpu.kernels.conv import stem_direct  # noqa: F401,E402  (newer still)
 from native.cpu.kernels.conv import winograd_shares  # noqa: F401,E402  (newer still)
 from native.cpu.kernels.conv import stem_gemm  # noqa: F401,E402  (newest)
+from native.cpu.kernels.conv import phase_direct  # noqa: F401,E402  (newer than stem_gemm: a near tie keeps the others)
+from native.cpu.kernels.conv import padded_direct  # noqa: F401,E402  (newest)
 # (importing registers them; the order is the near-tie order)
 from native.cpu.kernels.conv.deconv import Col2Im, DeconvGemmCol2im, deconv_geometry, scatter_taps  # noqa: F401
 from native.cpu.kernels.conv.depthwise import Depthwise, depthwise2d  # noqa: F401
