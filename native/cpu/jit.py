@@ -111,6 +111,7 @@ is the same tactic, bit for bit; the numpy path stays for everyone without numba
 """
 from __future__ import annotations
 
+import importlib
 import threading
 
 from native import config
@@ -126,7 +127,8 @@ def available() -> bool:
         return False
     if _STATE["numba"] is None:
         try:
-            import numba  # noqa: F401  (optional extra: imported on first use only)
+            importlib.import_module("native.cpu.jit_cache")   # numba (the optional extra) on first use only, and
+            # its cache stamps (jit_cache.py: a kernel's cache covers the modules it inlines)
             _STATE["numba"] = True
         except Exception:  # noqa: BLE001 - any failure to import means "no JIT"
             _STATE["numba"] = False
@@ -162,7 +164,6 @@ def module(name: str):
     argument-block slots), or None without numba (or with DEBUGKIT_JIT=0). Importing it imports numba."""
     if not available():
         return None
-    import importlib
     return importlib.import_module(f"native.cpu.{name}")
 
 

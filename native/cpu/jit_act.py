@@ -19,6 +19,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu import polyexp as px
 from native.cpu.jit_rows import _LO, _c_row, _exp
 

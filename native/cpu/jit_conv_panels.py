@@ -43,6 +43,7 @@ from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_panel_gemm import MR, NR, WIDE, _block, _f32_at
 
 ROWS = MR if WIDE else 4      # output channels a block (the weights are packed in blocks of MR either way)

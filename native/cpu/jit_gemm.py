@@ -16,6 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_rows import _LO, _NJIT, _exp
 
 _ONE, _ZERO = np.float32(1.0), np.float32(0.0)

@@ -67,6 +67,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_panel_gemm import panel_share
 from native.cpu.jit_spin import _load_acquire, _pause, _store_release, wait_change  # noqa: F401
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_dw import _hard_swish, _hard_swish_relu6, _relu
 from native.cpu.jit_se import _dense
 

@@ -37,6 +37,7 @@ from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_dw import depthwise_planes
 from native.cpu.jit_ir import (bias_act_rows, bias_residual, channel_sums, depthwise_nhwc, expanded_into_padded, gate,
                                project_out, scaled_cols, scaled_rows)

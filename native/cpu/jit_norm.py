@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numba
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_rows import _NJIT
 
 

@@ -38,6 +38,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_rows import gelu_rows
 
 NR = 32          # columns a panel: two 16-float vectors (AVX-512), four 8-float ones (AVX2)

@@ -31,6 +31,7 @@ import numba
 import numpy as np
 from numba.np.numpy_support import carray
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_act import _silu_poly
 from native.cpu.jit_panel_gemm import MR, NR, WIDE, _block
 from native.cpu.jit_phase_gemm import phase_rows

@@ -24,6 +24,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_act import _silu_poly
 
 _NJIT = dict(nogil=True, cache=True, error_model="numpy")

@@ -18,6 +18,7 @@ from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_phase_gemm import phase_gemm_band
 from native.cpu.threads import share_block
 

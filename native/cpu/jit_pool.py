@@ -27,6 +27,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
+
 _NJIT = dict(nogil=True, cache=True)
 
 

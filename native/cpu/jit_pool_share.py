@@ -21,6 +21,7 @@ from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_pool import _inside, _mx, max_pool_2d
 from native.cpu.threads import share_block
 

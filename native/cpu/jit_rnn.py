@@ -18,6 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu import polyexp as px
 from native.cpu.jit_rows import _LO, _NJIT, _exp
 

@@ -14,6 +14,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu import polyexp as px
 
 _LO, _HI, _LOG2E, _ROUND, _LN2_HI, _LN2_LO = px.EXP_LO, px.EXP_HI, px.LOG2E, px.ROUND, px.LN2_HI, px.LN2_LO

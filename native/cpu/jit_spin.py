@@ -28,6 +28,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
+
 
 @intrinsic
 def _load_acquire(typingctx, arr, idx):

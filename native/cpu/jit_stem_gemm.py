@@ -28,6 +28,7 @@ from numba import types
 from numba.extending import intrinsic
 from numba.np.numpy_support import carray
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_phase_gemm import _sgemm
 from native.cpu.jit_stem import _fill_phases
 from native.cpu.threads import share_block

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from native.cpu import jit_cache  # noqa: F401  (numba's cache stamps cover the modules a kernel inlines)
 from native.cpu.jit_act import _silu_poly, _silu_row
 from native.cpu.jit_phase_gemm import _sgemm
 
