@@ -2,16 +2,18 @@
 choices that separate the fast engines from the slow ones.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python tools/build_spread.py [--model yolov8n] [--builds 8]
-        [--iterations 40] [--block 5] [--no-streams] [--ab NAME=VALUE] [--json F]
+        [--iterations 40] [--block 5] [--no-streams] [--ab NAME=VALUE] [--max-others 0.1] [--json F]
 
 Each build is `tools/benchmark.py`'s (every tactic, the process tuned as the CLI tunes it: the CPU pool and BLAS
 threads; DEBUGKIT_THREADS=1 OPENBLAS_NUM_THREADS=1 for one thread). Each engine's context is run until its
 two-stream region (runtime/streams.py) has decided, then all are timed in alternating blocks
-(debugkit.benchmark.interleaved), so a shared machine's load hits every engine alike. Prints the spread (min /
+(debugkit.benchmark.interleaved), so a shared machine's load hits every engine alike; with `--max-others`, a
+block counts only when other processes used at most that share of a CPU meanwhile (/proc/stat,
+tools/layer_scaling.py's gate), for a machine others share. Prints the spread (min /
 median / max of the engines' median latencies), then per layer whose tactic differs between builds the engines'
 median latency by the tactic chosen (and each tactic's build timing), and the region's decision per engine.
-`--ab tactic_selection.RUNOFF_ROUNDS=0`: every other build (A) with that builder setting (a module of
-backends/engine/builder), the others (B) as the code stands; the spread of each, from the same interleaved timing.
+`--ab 'tactic_selection.RUNOFF_ROUNDS=0;native.cpu.device.CpuDevice.TIMING_WAIT_S=0'`: every other build (A) with
+those settings, the others (B) as the code stands; the spread of each, from the same interleaved timing.
 """
 from __future__ import annotations
 
@@ -77,16 +79,64 @@ def by_choice(picked: list, medians: list) -> dict:
     return dict(out)
 
 
-def _setting(text):
-    """(module, attribute, value) of 'MODULE.NAME=VALUE' (a module of backends/engine/builder; VALUE a Python
-    literal)."""
+def _settings(text) -> list:
+    """[(object, attribute, value)] of 'DOTTED.NAME=VALUE[;...]' (a module or class attribute, VALUE a Python
+    literal; a name without a package is a module of backends/engine/builder)."""
     import ast
     import importlib
-    name, value = text.split("=", 1)
-    mod, attr = name.rsplit(".", 1)
-    module = importlib.import_module(f"backends.engine.builder.{mod}")
-    getattr(module, attr)   # an unknown name fails here, not silently
-    return module, attr, ast.literal_eval(value)
+    out = []
+    for item in [x for x in text.split(";") if x.strip()]:
+        name, value = item.strip().split("=", 1)
+        parts = name.split(".")
+        if len(parts) == 2:
+            parts = ["backends", "engine", "builder"] + parts
+        for cut in range(len(parts) - 1, 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for p in parts[cut:-1]:
+                obj = getattr(obj, p)
+            getattr(obj, parts[-1])   # an unknown name fails here, not silently
+            out.append((obj, parts[-1], ast.literal_eval(value)))
+            break
+        else:
+            raise SystemExit(f"build_spread: no module in {name!r}")
+    return out
+
+
+def _spearman(x, y) -> float:
+    """Spearman's rank correlation of two equal-length lists (no ties expected: medians of timings)."""
+    rx = np.argsort(np.argsort(x)).astype(float)
+    ry = np.argsort(np.argsort(y)).astype(float)
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def gated(fns, iterations, block, max_others, patience):
+    """({name: [seconds]}, blocks kept, blocks tried): blocks of `block` calls in rotating order, each after an
+    untimed call, kept only where other processes used at most `max_others` of a CPU during it."""
+    from native.cpu import threads
+    from tools.layer_scaling import _cpu_ticks, _others_share
+    times = {k: [] for k in fns}
+    order = list(fns)
+    kept = tried = r = 0
+    give_up = time.time() + patience
+    while min(len(v) for v in times.values()) < iterations and time.time() < give_up:
+        for k in order[r % len(order):] + order[:r % len(order)]:
+            threads.rest()
+            fns[k]()
+            before = _cpu_ticks()
+            ts = []
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fns[k]()
+                ts.append(time.perf_counter() - t0)
+            tried += 1
+            if _others_share(before, _cpu_ticks()) <= max_others:
+                times[k] += ts
+                kept += 1
+        r += 1
+    return times, kept, tried
 
 
 def main(argv=None):
@@ -96,7 +146,16 @@ def main(argv=None):
     ap.add_argument("--iterations", type=int, default=40, help="timed calls per engine")
     ap.add_argument("--block", type=int, default=5)
     ap.add_argument("--no-streams", action="store_true", help="plans without a two-stream region")
-    ap.add_argument("--ab", help="MODULE.NAME=VALUE: builds 0, 2, 4, ... (A) with this builder setting")
+    ap.add_argument("--streams-off-too", action="store_true", help="also time each engine's plan compiled without "
+                    "a two-stream region (streams.ENABLED off), in the same loop")
+    ap.add_argument("--ab", help="NAME=VALUE[;NAME=VALUE]: builds 0, 2, 4, ... (A) with these settings (module "
+                    "or class attributes, e.g. 'tactic_selection.RUNOFF_ROUNDS=0;native.cpu.device.CpuDevice."
+                    "TIMING_WAIT_S=0')")
+    ap.add_argument("--max-others", type=float, help="keep only blocks during which other processes used at most "
+                    "this share of a CPU")
+    ap.add_argument("--passes", type=int, default=1, help="time every engine this many times over (the spread's "
+                    "rank correlation between passes: builds or noise)")
+    ap.add_argument("--patience", type=float, default=600, help="seconds the gated timing may take")
     ap.add_argument("--json", help="also write the per-build rows here")
     a = ap.parse_args(argv)
     import tools.benchmark as B
@@ -110,8 +169,8 @@ def main(argv=None):
     path, feeds = model_input(a.model)
     print(f"{a.model}: {a.builds} builds, {threads.num_threads()} threads; load {os.getloadavg()[0]:.2f} at "
           f"{time.strftime('%H:%M:%S UTC', time.gmtime())}", flush=True)
-    ctxs, choices, build_s, runs = [], [], [], []
-    setting = _setting(a.ab) if a.ab else None
+    ctxs, choices, build_s, runs, waits, offs = [], [], [], [], [], []
+    settings = _settings(a.ab) if a.ab else []
     from native.device import get_device
     dev_cls = type(get_device("cpu"))
     real_time, counted = dev_cls.time, [0]
@@ -121,22 +180,35 @@ def main(argv=None):
         return real_time(self, fn, stream)
     dev_cls.time = time_counted
     for i in range(a.builds):
-        if setting is not None:
-            mod, attr, value = setting
-            was = getattr(mod, attr)
-            setattr(mod, attr, value if i % 2 == 0 else was)
+        saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in settings]
+        if i % 2 == 0:
+            for obj, attr, value in settings:
+                setattr(obj, attr, value)
         counted[0] = 0
         try:
             ctx, s, _ = B.build_engine(path, feeds)
         finally:
-            if setting is not None:
-                setattr(mod, attr, was)
+            for obj, attr, was in saved:
+                setattr(obj, attr, was)
         runs.append(counted[0])
+        waited = getattr(get_device("cpu"), "timing_waited", [])
+        waits.append((len(waited), sum(waited)))
         settle_streams(ctx, feeds)
         ctxs.append(ctx)
+        if a.streams_off_too:    # the same engine, its plan compiled without a two-stream region
+            was = streams.ENABLED
+            streams.ENABLED = False
+            try:
+                off = ctx.engine.create_execution_context()
+            finally:
+                streams.ENABLED = was
+            for _ in range(4):
+                off.execute(dict(feeds))
+            offs.append(off)
         choices.append(layer_choices(ctx))
         build_s.append(s)
-        print(f"  build {i}: {s:.1f} s, {runs[-1]} timed runs, region {regions(ctx)}", flush=True)
+        print(f"  build {i}: {s:.1f} s, {runs[-1]} timed runs, {waits[-1][0]} waits for the pool's back-off "
+              f"({waits[-1][1]:.2f} s), region {regions(ctx)}", flush=True)
     dev_cls.time = real_time
     ref = ctxs[0].execute(dict(feeds))
     for c in ctxs[1:]:
@@ -146,15 +218,32 @@ def main(argv=None):
             print(f"  warning: an engine's outputs differ from build 0's by {diff:.3g}")
     load0 = os.getloadavg()[0]
     fns = {i: (lambda c=c: c.execute(dict(feeds))) for i, c in enumerate(ctxs)}
-    times, _ = interleaved(fns, a.iterations, 0, block=a.block)
-    med = [float(np.median(times[i])) * 1e3 for i in range(len(ctxs))]
+    fns.update({len(ctxs) + i: (lambda c=c: c.execute(dict(feeds))) for i, c in enumerate(offs)})
+    passes, off_ms = [], []
+    for _ in range(a.passes):
+        if a.max_others is None:
+            times, _ = interleaved(fns, a.iterations, 0, block=a.block)
+        else:
+            times, kept, tried = gated(fns, a.iterations, a.block, a.max_others, a.patience)
+            print(f"gated: {kept} of {tried} blocks kept (others <= {a.max_others} of a CPU)")
+            if any(not v for v in times.values()):
+                print("no quiet block for some engine: nothing to compare")
+                return 1
+        passes.append([float(np.median(times[i])) * 1e3 for i in range(len(ctxs))])
+        if offs:
+            off_ms.append([float(np.median(times[len(ctxs) + i])) * 1e3 for i in range(len(offs))])
+    med = [statistics.median(p[i] for p in passes) for i in range(len(ctxs))]
+    if len(passes) > 1:   # does an engine that read fast in one pass read fast in the next (build, not noise)?
+        for j, p in enumerate(passes):
+            print(f"pass {j} medians ms: " + ", ".join(f"{m:.3f}" for m in p))
+        print(f"rank correlation of pass 0 and pass 1: {_spearman(passes[0], passes[1]):.2f}")
     srt = sorted(med)
     print(f"timed {time.strftime('%H:%M:%S UTC', time.gmtime())}, load {load0:.2f} -> {os.getloadavg()[0]:.2f}; "
           f"build s {min(build_s):.1f}-{max(build_s):.1f}")
     print("engine medians ms: " + ", ".join(f"{m:.3f}" for m in med))
     print(f"SPREAD min {srt[0]:.3f} / median {statistics.median(srt):.3f} / max {srt[-1]:.3f} ms "
           f"(max / min {srt[-1] / srt[0]:.3f})")
-    if setting is not None:
+    if settings:
         for label, part in (("A " + a.ab, med[0::2]), ("B as is", med[1::2])):
             p = sorted(part)
             which = slice(0 if label[0] == "A" else 1, None, 2)
@@ -164,8 +253,14 @@ def main(argv=None):
                   f"{len(differing(choices[which]))} layers differ, pairs agree on {agreement(choices[which]):.1%}")
     else:
         print(f"  builds agree pairwise on {agreement(choices):.1%} of the layers")
+    off_med = [statistics.median(p[i] for p in off_ms) for i in range(len(offs))]
     for i, c in enumerate(ctxs):
-        print(f"  engine {i}: {med[i]:.3f} ms, region {regions(c)}")
+        print(f"  engine {i}: {med[i]:.3f} ms, region {regions(c)}"
+              + (f"; without the region {off_med[i]:.3f} ms (on / off {med[i] / off_med[i]:.3f})" if offs else ""))
+    if offs:
+        srt = sorted(off_med)
+        print(f"SPREAD without regions: min {srt[0]:.3f} / median {statistics.median(srt):.3f} / max {srt[-1]:.3f} ms "
+              f"(max / min {srt[-1] / srt[0]:.3f})")
     diff = differing(choices)
     print(f"{len(diff)} layers whose tactic differs between builds:")
     for name, picked in diff.items():

@@ -130,3 +130,77 @@ def test_runoff_takes_the_candidates_near_the_fastest_and_only_those_that_ran():
     assert [x[0].name for x in runoff(live, best)] == ["a", "b"]
     assert runoff(live[:1], best) == []                       # one candidate: nothing to run off
     assert runoff([live[0], live[2]], best) == []              # a clear winner
+
+
+class BackingOffDevice(PlantedDevice):
+    """A planted device whose pool backs off once, before the `at`-th timed run: `before_timed_run` then reports
+    a wait (True), and that run's cost is the one-core cost it would have read without the wait."""
+
+    def __init__(self, costs, at, **k):
+        super().__init__(costs, **k)
+        self.at, self.calls, self.waits = at, 0, 0
+
+    def before_timed_run(self):
+        self.calls += 1
+        if self.calls == self.at:
+            self.waits += 1
+            self.order.append("wait")
+            return True
+        return False
+
+
+def test_a_run_after_a_wait_for_the_pool_is_not_scored():
+    """After the device waited out its pool's back-off, one run wakes the pool (unscored) before the scored one."""
+    dev = BackingOffDevice({"a": [1.0], "b": [1.0]}, at=2, block=3)
+    got = time_candidates(NODE, _tactics("a", "b"), INPUTS, 4, device=dev)
+    assert got == {1: 1.0, 2: 1.0} and dev.waits == 1
+    # warm-ups, then a's first block: its lead run, the wait, a run that wakes the pool, then its two scored runs
+    assert dev.order[:8] == ["a", "b", "a", "wait", "a", "a", "a", "b"]
+
+
+def _cpu_backing_off(monkeypatch, seconds_left):
+    from native.cpu import device as cpu_device
+    from native.cpu import threads
+    slept = []
+    monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    monkeypatch.setattr(cpu_device.time, "sleep", slept.append)
+    now = cpu_device.time.perf_counter()
+    monkeypatch.setitem(threads._SPIN, "quiet_after", now + seconds_left)
+    return slept
+
+
+def test_the_cpu_waits_out_its_pools_back_off_before_a_timed_run(monkeypatch):
+    from native.cpu.device import CpuDevice
+    slept = _cpu_backing_off(monkeypatch, 0.2)
+    dev = CpuDevice()
+    dev.begin_build()
+    assert dev.before_timed_run() is True
+    assert len(slept) == 1 and 0.15 < slept[0] <= 0.2 and dev.timing_waited == slept
+    assert dev._timing_wait_left == pytest.approx(CpuDevice.TIMING_WAIT_S - slept[0])
+
+
+def test_the_waits_of_a_build_are_bounded(monkeypatch):
+    """A machine whose pool backs off all the time (load from other processes): the build waits TIMING_WAIT_S in
+    all, then times as before."""
+    from native.cpu.device import CpuDevice
+    slept = _cpu_backing_off(monkeypatch, 0.2)
+    monkeypatch.setattr(CpuDevice, "TIMING_WAIT_S", 0.3)
+    dev = CpuDevice()
+    dev.begin_build()
+    assert dev.before_timed_run() and dev.before_timed_run()
+    assert dev.before_timed_run() is False
+    assert sum(slept) == pytest.approx(0.3)
+    dev.begin_build()       # the next build has its own budget
+    assert dev.before_timed_run() is True
+
+
+def test_no_wait_without_a_back_off_or_without_the_pool(monkeypatch):
+    from native.cpu import threads
+    from native.cpu.device import CpuDevice
+    slept = _cpu_backing_off(monkeypatch, -1.0)      # the back-off is over
+    dev = CpuDevice()
+    dev.begin_build()
+    assert dev.before_timed_run() is False and slept == []
+    _cpu_backing_off(monkeypatch, 0.2)
+    monkeypatch.setattr(threads, "num_threads", lambda: 1)   # one thread: nothing splits, nothing to wait for
+    assert dev.before_timed_run() is False

@@ -43,8 +43,9 @@ def time_candidates(node, candidates, inputs, iterations, device=None, prep=None
     was being timed. With blocks (the device's `timing_block` > 1, the CPU) a block's first run is not scored: it
     pays for what the candidates before it left behind (a pool worker gone back to sleep, their weights in the
     caches), which in the engine, where a layer runs right after the layers before it, its own runs do not; a
-    score is the fastest of the later runs. On a host-memory device (the CPU) the near-ties then run off (`runoff`).
-    The device runs and times them (a clock on the CPU, events on a GPU)."""
+    score is the fastest of the later runs. The CPU's timed runs wait out its pool's back-off (`_rounds`), and on a
+    host-memory device the near-ties then run off (`runoff`). The device runs and times them (a clock on the CPU,
+    events on a GPU)."""
     dev = get_device(device or "cpu")
     if not dev.host_memory:   # time device tactics on device-resident inputs (uploaded once, not per run)
         inputs = [dev.copy_to_device(x) if isinstance(x, np.ndarray) else x for x in inputs]
@@ -95,12 +96,16 @@ def runoff(live, best) -> list:
 def _rounds(dev, live, inputs, best, rounds, block, rotate):
     """Time `live` in rounds (each candidate a block of `block` runs, the first not scored when block > 1), keeping
     each one's fastest run in `best`; `rotate`: each round starts one candidate later, so none always runs right
-    after the same other one."""
+    after the same other one. Where the device has it (the CPU), `before_timed_run` lets the pool's back-off pass
+    first: a tactic that splits over the pool is timed split, as the engine runs it on a quiet machine."""
+    before = getattr(dev, "before_timed_run", None)
     n = len(live)
     for r in rounds:
         order = live[r % n:] + live[:r % n] if rotate else live
         for t, prepared, ws in order:
             for i in range(block):
+                if before is not None and before():
+                    dev.run(t, prepared, inputs, None, ws)    # it waited: this run wakes the pool, unscored
                 ms = dev.time(lambda: dev.run(t, prepared, inputs, None, ws))
                 if i or block == 1:
                     best[t.id] = min(best[t.id], ms)
