@@ -2,6 +2,7 @@
 
 It is also the reference device: constant and shape folding evaluate on it whatever device the engine targets.
 """
+import time
 import types
 
 import numpy as np
@@ -34,6 +35,35 @@ class CpuDevice(Device):
         where the engine runs it at 0.8x). 1 without the pool: nothing carries over from run to run but the caches,
         which round-robin leaves as cold as the engine does (blocks made single-thread bert_mini 4% slower)."""
         return 3 if threads.num_threads() > 1 else 1
+
+    # what one build may wait, in all, for the pool to stop backing off before its timed runs (`before_timed_run`):
+    # on a quiet machine a few 20 ms back-offs (yolov8n: 0-3 waits, <= 0.06 s); on a loaded one they come every few
+    # layers (180 waits in one build), and past this a build times as it comes (yolov8n's build: ~2.1 s warm-cached)
+    TIMING_WAIT_S = 0.5
+
+    def begin_build(self, notes=None):
+        self._timing_wait_left = self.TIMING_WAIT_S
+        self.timing_waited = []     # this build's waits (s), for tools/build_spread.py
+
+    def before_timed_run(self) -> bool:
+        """Before one of the builder's timed runs: while the pool backs off (a worker lately seen without a CPU:
+        until then kernel shares and parallel_for run on the caller alone, threads._back_off, up to 0.25 s), wait
+        it out, from the build's TIMING_WAIT_S, so a tactic that splits over the pool is timed split, as the engine
+        runs it on a quiet machine. Without the wait, every candidate timed inside the window read its one-core time
+        and the ones after it split: yolov8n's 1x1-gemm-shares read 0.10 or 0.26 ms from build to build, and builds
+        took the single-thread 1x1-gemm (0.19) where it lost in the engine (h84). True when it waited (the worker
+        has gone to sleep meanwhile: the next run wakes it, and is not one to score)."""
+        if threads.num_threads() < 2:
+            return False
+        left = threads._SPIN["quiet_after"] - time.perf_counter()
+        budget = getattr(self, "_timing_wait_left", self.TIMING_WAIT_S)
+        if left <= 0 or budget <= 0:
+            return False
+        wait = min(left, budget)
+        self._timing_wait_left = budget - wait
+        getattr(self, "timing_waited", []).append(wait)
+        time.sleep(wait)
+        return True
 
     def load_tactics(self):
         import native.cpu.kernels  # noqa: F401  (registers the CPU tactics)
