@@ -55,7 +55,7 @@ class CpuDevice(Device):
         has gone to sleep meanwhile: the next run wakes it, and is not one to score)."""
         if threads.num_threads() < 2:
             return False
-        left = threads._SPIN["quiet_after"] - time.perf_counter()
+        left = threads.back_off_left()
         budget = getattr(self, "_timing_wait_left", self.TIMING_WAIT_S)
         if left <= 0 or budget <= 0:
             return False

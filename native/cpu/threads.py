@@ -270,6 +270,12 @@ def _contended() -> bool:
     return time.perf_counter() < _SPIN["quiet_after"]
 
 
+def back_off_left() -> float:
+    """Seconds until the pool's current back-off ends (0.0: none): the builder waits it out before a timed run
+    (CpuDevice.before_timed_run), so a split tactic is timed split."""
+    return max(0.0, _SPIN["quiet_after"] - time.perf_counter())
+
+
 def _spinner():
     """native/cpu/jit_spin.py where numba runs (and DEBUGKIT_JIT is not 0), else None: plain lock waits."""
     if not jit.available():
