@@ -94,6 +94,8 @@ def test_time_candidates_interleaves_and_skips_failures(monkeypatch):
     import time
     from native.cpu.device import CpuDevice
     monkeypatch.setattr(CpuDevice, "timing_block", 1)   # one run a turn (the CPU without its pool)
+    from native.cpu import threads
+    monkeypatch.setattr(threads, "back_off_left", lambda: 0.0)   # (an earlier test's pool back-off: no wait here)
     from types import SimpleNamespace
     from backends.engine.builder.tactic_selection import time_candidates
     calls = []
