@@ -7,6 +7,15 @@ import tools.bitwise_check as bw
 from tests.debugkit.conftest import chain_model
 
 
+def _planted_clock(monkeypatch):
+    """Timed builds pick by a planted clock (registration order): a rebuild picks what the record did, top-level
+    and body layers alike, whatever the machine's timings (DEBUGKIT_TEST_RANDOM_TACTIC_TIMES, a near tie on a
+    loaded machine)."""
+    from backends.engine.builder import tactic_selection
+    monkeypatch.setattr(tactic_selection, "time_candidates",
+                        lambda node, todo, *a, **k: {t.id: 1.0 + i for i, t in enumerate(todo)})
+
+
 def _one_model(monkeypatch, path):
     entry = {"name": "chain", "feeds": {"x": {"shape": [2, 4], "dtype": "float32"}}}
     monkeypatch.setattr(bw, "_models", lambda only: iter([(entry, path, None)]))
@@ -49,6 +58,7 @@ def test_a_body_whose_layers_changed_tactic_is_a_changed_tactic(tmp_path, monkey
     layer as `body_tactics`) counts as a changed tactic, not as a violation."""
     import json
     from tests.backends.test_body_tactics import _model
+    _planted_clock(monkeypatch)
     model, _ = _model()
     path = tmp_path / "if.onnx"
     onnx.save(model, path)
@@ -81,6 +91,7 @@ def test_a_restructured_model_compares_its_outputs_and_is_no_violation(tmp_path,
     """A replay file none of whose layers remain (the graph restructured) cannot be replayed: the model is rebuilt
     with timed tactics and its outputs compared; a differing output is reported with its size, not as a violation."""
     import json
+    _planted_clock(monkeypatch)
     path = tmp_path / "chain.onnx"
     onnx.save(chain_model(), path)
     _one_model(monkeypatch, str(path))

@@ -570,6 +570,7 @@ def test_a_map_can_be_kept_to_some_workers():
         assert ex.map(WhichWorker(), range(4), slots=[0]) == ["0"] * 4
 
 
+@pytest.mark.timing   # the base build and the ranking exchange their tactic timings: real timings, in two processes
 def test_the_ranking_beside_the_base_build_gives_the_serial_answer(tmp_path, planted, monkeypatch):
     """The GPU workers' path, forced on CPU workers: the workers rank every layer and run the all-higher probe
     while the search process makes its base build, and the search process takes one probe of each batch; the
@@ -773,7 +774,7 @@ def test_a_gpu_worker_on_the_search_process_gpu_takes_no_probe(tmp_path, planted
     from debugkit.debug import executor as E
     from debugkit.debug.strategies import probe_slots, probe_workers
     model, must = planted
-    common = ["debug", "precision", model, "--fp16", "--atol", "1e-2"]
+    common = ["debug", "precision", model, "--fp16", "--atol", "1e-2", "--tactic-heuristic"]   # untimed: the same picks
     serial, gpus = tmp_path / "s.json", tmp_path / "g.json"
     assert main(common + ["-o", str(serial)]) == 0
     init = E.LocalExecutor.__init__
