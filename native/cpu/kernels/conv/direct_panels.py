@@ -107,19 +107,20 @@ def _kit():
     return got
 
 
-def unpack(weights):
-    """The kernel [M, C, kh, kw] float32 back from `prepare`'s weights (raw weights: their kernel)."""
+def unpack(weights, key="kernel_blocks"):
+    """The kernel [M, C, kh, kw] float32 back from `prepare`'s weights, its `pack` blocks under `key` (raw weights:
+    their kernel). phase-direct-s2 keeps the same blocks under its own key."""
     if "kernel" in weights:
         return np.asarray(weights["kernel"], np.float32)
-    blocks = weights["kernel_blocks"]
+    blocks = weights[key]
     m, c, kh, kw = (int(v) for v in weights["kernel_shape4"])
     return np.ascontiguousarray(blocks.transpose(0, 2, 1).reshape(-1, blocks.shape[1])[:m]).reshape(m, c, kh, kw)
 
 
-def _without_numba(op, inputs):
-    """The layer by im2col-gemm on the unpacked kernel (its own floats): a plan that chose this tactic, run where
-    the kernel cannot be compiled."""
-    weights = {"kernel": unpack(op.weights)}
+def run_unpacked(op, inputs, key="kernel_blocks"):
+    """The layer by im2col-gemm on the unpacked kernel (its own floats): a plan that chose a tactic packing its
+    weights with `pack` (under `key`), run where the kernel cannot be compiled."""
+    weights = {"kernel": unpack(op.weights, key)}
     b = conv_bias(op.weights)
     if b is not None:
         weights["bias"] = b
@@ -157,7 +158,7 @@ class DirectPanels(Tactic):
     def run(self, op, inputs, outputs=None, workspace=None, stream=None):
         kit = _kit()
         if kit is None:     # a plan loaded where numba is not (or DEBUGKIT_JIT=0): im2col-gemm's numpy passes
-            return _without_numba(op, inputs)
+            return run_unpacked(op, inputs)
         js, shares = kit
         x = np.ascontiguousarray(inputs[0], np.float32)
         n, c, h, w = x.shape

@@ -16,17 +16,15 @@ Float32, groups 1, dilation 1, constant kernels.
 """
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import numpy as np
 
 from native.cpu import jit
-from native.cpu.kernels.conv import phase_gemm, tuning
+from native.cpu.kernels.conv import direct_panels, phase_gemm, tuning
 from native.cpu.kernels.conv.direct_panels import BLOCK, pack
 from native.cpu.kernels.conv.epilogue import finish
 from native.cpu.kernels.conv.geometry import geometry
-from native.cpu.kernels.conv.im2col_gemm import Im2colGemm
 from native.cpu.kernels.conv.weights import conv_bias
 from native.cpu.kernels.conv.winograd import fused_epilogue
 from native.cpu.threads import kernel_shares, num_threads, sgemm_address
@@ -52,11 +50,7 @@ def offsets(c, stride, bw):
 
 def unpack(weights):
     """The kernel [M, C, kh, kw] float32 from `prepare`'s weights (raw weights: their kernel)."""
-    if "kernel" in weights:
-        return np.asarray(weights["kernel"], np.float32)
-    blocks = weights["kernel_direct"]
-    m, c, kh, kw = (int(v) for v in weights["kernel_shape4"])
-    return np.ascontiguousarray(blocks.transpose(0, 2, 1).reshape(-1, blocks.shape[1])[:m]).reshape(m, c, kh, kw)
+    return direct_panels.unpack(weights, "kernel_direct")
 
 
 def padded_offsets(c, kh, kw, stride, bw):
@@ -104,19 +98,6 @@ class _Layer:
                                kit.K: offs.shape[0], kit.ZROWS: zrows, kit.KH: kh, kit.KW: kw}, arrays)
 
 
-def _without_numba(op, inputs):
-    """The layer by im2col-gemm on the unpacked kernel (its own floats): a plan that chose this tactic, run where
-    the kernel cannot be compiled."""
-    weights = {"kernel": unpack(op.weights)}
-    b = conv_bias(op.weights)
-    if b is not None:
-        weights["bias"] = b
-    plain = dataclasses.replace(op, weights=weights)
-    tactic = Im2colGemm()
-    plain.weights = tactic.prepare(plain)
-    return tactic.run(plain, inputs)
-
-
 @register_tactic
 class PhaseDirectS2(Tactic):
     """3x3 stride-2 convolution: a direct kernel over the phase planes of bands of rows (see the module docstring)."""
@@ -154,7 +135,7 @@ class PhaseDirectS2(Tactic):
     def run(self, op, inputs):
         kit = _kit()
         if kit is None:
-            return _without_numba(op, inputs)
+            return direct_panels.run_unpacked(op, inputs, "kernel_direct")
         x = np.ascontiguousarray(inputs[0], dtype=np.float32)
         n, c = x.shape[:2]
         m = int(np.shape(op.weights["kernel"])[0]) if "kernel" in op.weights else int(op.weights["kernel_shape4"][0])
