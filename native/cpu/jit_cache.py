@@ -22,6 +22,30 @@ from numba.core import caching, config
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _IMPORTS = re.compile(r"^[ \t]*from[ \t]+native\.cpu(?:\.(\w+))?[ \t]+import[ \t]+(?:\(([\w\s,]+)\)|([\w \t,]+))", re.M)
 _STAMPS: dict = {}
+_IMPORTED: dict = {}
+
+
+def _signature(p: str) -> tuple:
+    st = os.stat(p)
+    return p, st.st_mtime_ns, st.st_size
+
+
+def _imports(p: str) -> list[str]:
+    """The top-level native.cpu modules file `p` imports (parsed once per process for its size and time: numba
+    asks for a stamp at every kernel's cache load and save)."""
+    sig = _signature(p)
+    got = _IMPORTED.get(sig)
+    if got is None:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            src = f.read()
+        got = []
+        for mod, grouped, names in _IMPORTS.findall(src):
+            for name in [mod] if mod else [n.split()[0] for n in (grouped or names).split(",") if n.strip()]:
+                dep = os.path.join(_HERE, name + ".py")
+                if os.path.isfile(dep):
+                    got.append(dep)
+        _IMPORTED[sig] = got
+    return got
 
 
 def dependencies(path: str) -> list[str]:
@@ -31,23 +55,16 @@ def dependencies(path: str) -> list[str]:
     todo = [os.path.abspath(path)]
     while todo:
         p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        with open(p, encoding="utf-8", errors="replace") as f:
-            src = f.read()
-        for mod, grouped, names in _IMPORTS.findall(src):
-            for name in [mod] if mod else [n.split()[0] for n in (grouped or names).split(",") if n.strip()]:
-                dep = os.path.join(_HERE, name + ".py")
-                if os.path.isfile(dep):
-                    todo.append(dep)
+        if p not in seen:
+            seen.add(p)
+            todo.extend(_imports(p))
     return sorted(seen)
 
 
 def stamp(path: str) -> str:
     """A digest of the contents of `dependencies(path)` (kept per process for the files' sizes and times)."""
     files = dependencies(path)
-    key = tuple((p, os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in files)
+    key = tuple(_signature(p) for p in files)
     got = _STAMPS.get(key)
     if got is None:
         h = hashlib.sha256()
